@@ -1,0 +1,561 @@
+//! Configuration: a YAML file (example in `config/`) overridden by flags.
+//! Every error names the field and the problem, and `run` exits non-zero.
+
+use crate::duration;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "spot-node-manager",
+    version,
+    about = "Keeps a kops cluster of spot instances at its node count and regularly refreshed"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controller-manager.
+    Run(RunArgs),
+    /// Print every CRD as YAML (or write one file per CRD with --out-dir).
+    Crd {
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Flags of `run`. Each overrides the config file's field of the same meaning.
+#[derive(Debug, Default, Args)]
+pub struct RunArgs {
+    /// YAML config file.
+    #[arg(long, short = 'c', env = "SNM_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Kubeconfig file (default: in-cluster, then KUBECONFIG / ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Use the in-cluster service account even if a kubeconfig exists.
+    #[arg(long, conflicts_with = "kubeconfig")]
+    pub in_cluster: bool,
+    /// AWS region (default: the SDK's chain, e.g. AWS_REGION).
+    #[arg(long)]
+    pub aws_region: Option<String>,
+    /// AWS endpoint override, e.g. http://127.0.0.1:5000 for the moto emulator.
+    #[arg(long)]
+    pub aws_endpoint: Option<String>,
+    /// Emulator only: the moto account to act in (sent as x-moto-account-id).
+    #[arg(long, hide = true)]
+    pub aws_emulator_account: Option<String>,
+    /// Namespace whose NodeGroups to manage (default: all namespaces).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long)]
+    pub admin_address: Option<String>,
+    /// Enable or disable leader election.
+    #[arg(long)]
+    pub leader_election: Option<bool>,
+    /// Name of the Lease used for leader election.
+    #[arg(long)]
+    pub lease_name: Option<String>,
+    /// Namespace of the Lease (default: POD_NAMESPACE, then the watched namespace, then "default").
+    #[arg(long)]
+    pub lease_namespace: Option<String>,
+    /// This replica's identity in the Lease (default: POD_NAME, else host-pid).
+    #[arg(long)]
+    pub identity: Option<String>,
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log every intended AWS and Kubernetes mutation without performing it.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// The config file. Unknown fields are errors (a typo must not be ignored).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct FileConfig {
+    pub kubeconfig: Option<PathBuf>,
+    pub namespace: Option<String>,
+    pub dry_run: Option<bool>,
+    pub resync_interval: Option<String>,
+    pub identity: Option<String>,
+    pub aws: FileAws,
+    pub admin: FileAdmin,
+    pub leader_election: FileLeaderElection,
+    pub log: FileLog,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct FileAws {
+    pub region: Option<String>,
+    pub endpoint: Option<String>,
+    pub emulator_account: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct FileAdmin {
+    pub address: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct FileLeaderElection {
+    pub enabled: Option<bool>,
+    pub lease_name: Option<String>,
+    pub lease_namespace: Option<String>,
+    pub lease_duration: Option<String>,
+    pub renew_deadline: Option<String>,
+    pub retry_period: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct FileLog {
+    pub format: Option<LogFormat>,
+    /// tracing filter directive, e.g. `info` or `spot_node_manager=debug`.
+    pub level: Option<String>,
+}
+
+/// A configuration error naming the field and the problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct ConfigError {
+    pub field: String,
+    pub problem: String,
+}
+
+impl ConfigError {
+    fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// The resolved settings the manager runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub kubeconfig: Option<PathBuf>,
+    pub in_cluster: bool,
+    pub namespace: Option<String>,
+    pub dry_run: bool,
+    pub resync_interval: Duration,
+    pub identity: String,
+    pub aws: AwsSettings,
+    pub admin_address: SocketAddr,
+    pub leader_election: LeaderElectionSettings,
+    pub log_format: LogFormat,
+    pub log_level: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AwsSettings {
+    pub region: Option<String>,
+    pub endpoint: Option<String>,
+    pub emulator_account: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaderElectionSettings {
+    pub enabled: bool,
+    pub lease_name: String,
+    pub lease_namespace: String,
+    /// How long a lease is valid after its last renewal.
+    pub lease_duration: Duration,
+    /// A leader that has not renewed within this long stops acting.
+    pub renew_deadline: Duration,
+    /// Interval between acquire/renew attempts.
+    pub retry_period: Duration,
+}
+
+pub const DEFAULT_ADMIN_ADDRESS: &str = "0.0.0.0:8080";
+pub const DEFAULT_LEASE_NAME: &str = "spot-node-manager";
+
+impl Settings {
+    /// Reads the config file (if any) and applies the flags over it.
+    pub fn load(args: &RunArgs) -> Result<Settings, ConfigError> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        Settings::resolve(args, file, env)
+    }
+
+    /// Pure: flags over file over defaults. `env` reads POD_NAME / POD_NAMESPACE.
+    pub fn resolve(
+        args: &RunArgs,
+        file: FileConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, ConfigError> {
+        let namespace = args.namespace.clone().or(file.namespace);
+        if let Some(ns) = &namespace {
+            check_dns_label("namespace", ns)?;
+        }
+        let admin_raw = args
+            .admin_address
+            .clone()
+            .or(file.admin.address)
+            .unwrap_or_else(|| DEFAULT_ADMIN_ADDRESS.to_string());
+        let admin_address: SocketAddr = admin_raw.parse().map_err(|e| {
+            ConfigError::new(
+                "admin.address",
+                format!("{admin_raw:?} is not a host:port socket address ({e})"),
+            )
+        })?;
+
+        let le = file.leader_election;
+        let lease_name = args
+            .lease_name
+            .clone()
+            .or(le.lease_name)
+            .unwrap_or_else(|| DEFAULT_LEASE_NAME.to_string());
+        check_dns_subdomain("leaderElection.leaseName", &lease_name)?;
+        let lease_namespace = args
+            .lease_namespace
+            .clone()
+            .or(le.lease_namespace)
+            .or_else(|| env("POD_NAMESPACE"))
+            .or_else(|| namespace.clone())
+            .unwrap_or_else(|| "default".to_string());
+        check_dns_label("leaderElection.leaseNamespace", &lease_namespace)?;
+        let lease_duration =
+            parse_duration_field("leaderElection.leaseDuration", le.lease_duration, "15s")?;
+        let renew_deadline =
+            parse_duration_field("leaderElection.renewDeadline", le.renew_deadline, "10s")?;
+        let retry_period =
+            parse_duration_field("leaderElection.retryPeriod", le.retry_period, "2s")?;
+        if lease_duration < Duration::from_secs(1) {
+            return Err(ConfigError::new(
+                "leaderElection.leaseDuration",
+                "must be at least 1s",
+            ));
+        }
+        if renew_deadline >= lease_duration {
+            return Err(ConfigError::new(
+                "leaderElection.renewDeadline",
+                format!(
+                    "must be shorter than leaseDuration ({} >= {})",
+                    duration::format(renew_deadline),
+                    duration::format(lease_duration)
+                ),
+            ));
+        }
+        if retry_period.is_zero() || retry_period >= renew_deadline {
+            return Err(ConfigError::new(
+                "leaderElection.retryPeriod",
+                format!(
+                    "must be above 0 and shorter than renewDeadline ({} vs {})",
+                    duration::format(retry_period),
+                    duration::format(renew_deadline)
+                ),
+            ));
+        }
+
+        let resync_interval = parse_duration_field("resyncInterval", file.resync_interval, "1m")?;
+        if resync_interval < Duration::from_secs(1) {
+            return Err(ConfigError::new("resyncInterval", "must be at least 1s"));
+        }
+
+        let aws = AwsSettings {
+            region: args.aws_region.clone().or(file.aws.region),
+            endpoint: args.aws_endpoint.clone().or(file.aws.endpoint),
+            emulator_account: args
+                .aws_emulator_account
+                .clone()
+                .or(file.aws.emulator_account),
+        };
+        if let Some(region) = &aws.region
+            && (region.is_empty()
+                || !region
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+        {
+            return Err(ConfigError::new(
+                "aws.region",
+                format!("{region:?} is not a region name like ap-northeast-1"),
+            ));
+        }
+        if let Some(endpoint) = &aws.endpoint
+            && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+        {
+            return Err(ConfigError::new(
+                "aws.endpoint",
+                format!("{endpoint:?} must start with http:// or https://"),
+            ));
+        }
+        if let Some(account) = &aws.emulator_account
+            && (account.len() != 12 || !account.chars().all(|c| c.is_ascii_digit()))
+        {
+            return Err(ConfigError::new(
+                "aws.emulatorAccount",
+                format!("{account:?} must be 12 digits"),
+            ));
+        }
+
+        let identity = args
+            .identity
+            .clone()
+            .or(file.identity)
+            .or_else(|| env("POD_NAME"))
+            .unwrap_or_else(default_identity);
+        if identity.is_empty() || identity.len() > 128 {
+            return Err(ConfigError::new("identity", "must be 1 to 128 characters"));
+        }
+
+        let log_level = file.log.level.unwrap_or_else(|| "info".to_string());
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
+            return Err(ConfigError::new(
+                "log.level",
+                format!("{log_level:?} is not a valid filter: {e}"),
+            ));
+        }
+
+        Ok(Settings {
+            kubeconfig: args.kubeconfig.clone().or(file.kubeconfig),
+            in_cluster: args.in_cluster,
+            namespace,
+            dry_run: args.dry_run || file.dry_run.unwrap_or(false),
+            resync_interval,
+            identity,
+            aws,
+            admin_address,
+            leader_election: LeaderElectionSettings {
+                enabled: args.leader_election.or(le.enabled).unwrap_or(true),
+                lease_name,
+                lease_namespace,
+                lease_duration,
+                renew_deadline,
+                retry_period,
+            },
+            log_format: args
+                .log_format
+                .or(file.log.format)
+                .unwrap_or(LogFormat::Text),
+            log_level,
+        })
+    }
+}
+
+/// Parses the file, reporting the dotted path of a bad field.
+pub fn parse_file(text: &str) -> Result<FileConfig, ConfigError> {
+    if text.trim().is_empty() {
+        return Ok(FileConfig::default());
+    }
+    let de = serde_yaml::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." {
+            "config".to_string()
+        } else {
+            path
+        };
+        ConfigError::new(field, e.into_inner().to_string())
+    })
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::new("--config", format!("cannot read {}: {e}", path.display()))
+    })?;
+    parse_file(&text)
+        .map_err(|e| ConfigError::new(e.field, format!("{} (in {})", e.problem, path.display())))
+}
+
+fn parse_duration_field(
+    field: &str,
+    value: Option<String>,
+    default: &str,
+) -> Result<Duration, ConfigError> {
+    let raw = value.unwrap_or_else(|| default.to_string());
+    duration::parse(&raw).map_err(|e| ConfigError::new(field, e.to_string()))
+}
+
+fn check_dns_label(field: &str, value: &str) -> Result<(), ConfigError> {
+    let ok = !value.is_empty()
+        && value.len() <= 63
+        && value
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !value.starts_with('-')
+        && !value.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            field,
+            format!("{value:?} is not a valid name (lowercase letters, digits, '-', at most 63)"),
+        ))
+    }
+}
+
+fn check_dns_subdomain(field: &str, value: &str) -> Result<(), ConfigError> {
+    let ok = !value.is_empty()
+        && value.len() <= 253
+        && value
+            .split('.')
+            .all(|part| check_dns_label(field, part).is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            field,
+            format!("{value:?} is not a valid object name"),
+        ))
+    }
+}
+
+/// Unique per process, so two replicas on one host never share a Lease identity.
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "spot-node-manager".to_string());
+    format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(args: &RunArgs, yaml: &str) -> Result<Settings, ConfigError> {
+        let file = parse_file(yaml)?;
+        Settings::resolve(args, file, |_| None)
+    }
+
+    fn field_of(yaml: &str) -> String {
+        resolve(&RunArgs::default(), yaml).expect_err(yaml).field
+    }
+
+    #[test]
+    fn defaults_are_sensible() {
+        let s = resolve(&RunArgs::default(), "").expect("defaults");
+        assert_eq!(s.admin_address, "0.0.0.0:8080".parse().unwrap());
+        assert!(s.leader_election.enabled);
+        assert_eq!(s.leader_election.lease_name, "spot-node-manager");
+        assert_eq!(s.leader_election.lease_namespace, "default");
+        assert_eq!(s.leader_election.lease_duration, Duration::from_secs(15));
+        assert_eq!(s.resync_interval, Duration::from_secs(60));
+        assert!(!s.dry_run);
+        assert_eq!(s.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn the_example_config_parses() {
+        let text = include_str!("../config/spot-node-manager.yaml");
+        let s = resolve(&RunArgs::default(), text).expect("example config is valid");
+        assert_eq!(s.namespace.as_deref(), Some("spot-node-manager"));
+        assert_eq!(s.aws.region.as_deref(), Some("ap-northeast-1"));
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let args = RunArgs {
+            namespace: Some("flag-ns".into()),
+            dry_run: true,
+            leader_election: Some(false),
+            log_format: Some(LogFormat::Json),
+            admin_address: Some("127.0.0.1:9999".into()),
+            ..Default::default()
+        };
+        let s = resolve(
+            &args,
+            "namespace: file-ns\nleaderElection:\n  enabled: true\nlog:\n  format: text\n",
+        )
+        .unwrap();
+        assert_eq!(s.namespace.as_deref(), Some("flag-ns"));
+        assert!(s.dry_run);
+        assert!(!s.leader_election.enabled);
+        assert_eq!(s.log_format, LogFormat::Json);
+        assert_eq!(s.admin_address.port(), 9999);
+    }
+
+    #[test]
+    fn every_bad_field_is_named() {
+        let cases = [
+            ("admin:\n  address: nowhere\n", "admin.address"),
+            (
+                "leaderElection:\n  leaseDuration: 15 seconds\n",
+                "leaderElection.leaseDuration",
+            ),
+            (
+                "leaderElection:\n  leaseDuration: 5s\n  renewDeadline: 10s\n",
+                "leaderElection.renewDeadline",
+            ),
+            (
+                "leaderElection:\n  retryPeriod: 12s\n",
+                "leaderElection.retryPeriod",
+            ),
+            (
+                "leaderElection:\n  leaseName: Not_Valid\n",
+                "leaderElection.leaseName",
+            ),
+            (
+                "leaderElection:\n  enabled: maybe\n",
+                "leaderElection.enabled",
+            ),
+            ("namespace: UPPER\n", "namespace"),
+            ("resyncInterval: 0s\n", "resyncInterval"),
+            ("aws:\n  region: Tokyo!\n", "aws.region"),
+            ("aws:\n  endpoint: 127.0.0.1:5000\n", "aws.endpoint"),
+            ("aws:\n  emulatorAccount: '123'\n", "aws.emulatorAccount"),
+            ("log:\n  format: xml\n", "log.format"),
+            ("log:\n  level: '[[['\n", "log.level"),
+            ("dryRun: 3\n", "dryRun"),
+        ];
+        for (yaml, field) in cases {
+            assert_eq!(field_of(yaml), field, "for {yaml:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_with_their_path() {
+        let e = resolve(
+            &RunArgs::default(),
+            "leaderElection:\n  leaseDurration: 5s\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "leaderElection.leaseDurration");
+        assert!(e.problem.contains("leaseDurration"), "{}", e.problem);
+        let e = resolve(&RunArgs::default(), "dryrun: true\n").unwrap_err();
+        assert!(e.problem.contains("dryrun"), "{}", e.problem);
+    }
+
+    #[test]
+    fn pod_environment_provides_identity_and_lease_namespace() {
+        let s = Settings::resolve(&RunArgs::default(), FileConfig::default(), |k| match k {
+            "POD_NAME" => Some("snm-abc".into()),
+            "POD_NAMESPACE" => Some("kube-system".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(s.identity, "snm-abc");
+        assert_eq!(s.leader_election.lease_namespace, "kube-system");
+    }
+
+    #[test]
+    fn a_missing_file_names_the_flag() {
+        let args = RunArgs {
+            config: Some("/nonexistent/snm.yaml".into()),
+            ..Default::default()
+        };
+        let e = Settings::load(&args).unwrap_err();
+        assert_eq!(e.field, "--config");
+        assert!(e.problem.contains("/nonexistent/snm.yaml"));
+    }
+}

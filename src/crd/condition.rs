@@ -1,0 +1,124 @@
+//! Conditions in the standard Kubernetes shape, plus a helper that keeps
+//! `lastTransitionTime` stable unless the status actually flips.
+
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: ConditionStatus,
+    /// CamelCase machine-readable reason.
+    pub reason: String,
+    /// Human-readable detail.
+    #[serde(default)]
+    pub message: String,
+    pub last_transition_time: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Sets (or replaces) the condition of `type_` in `conditions`. The transition
+/// time only moves when the status changes, as kubectl users expect.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: impl Into<String>,
+    observed_generation: Option<i64>,
+    now: DateTime<Utc>,
+) {
+    let message = message.into();
+    if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        if existing.status != status {
+            existing.last_transition_time = now;
+        }
+        existing.status = status;
+        existing.reason = reason.to_string();
+        existing.message = message;
+        existing.observed_generation = observed_generation;
+    } else {
+        conditions.push(Condition {
+            type_: type_.to_string(),
+            status,
+            reason: reason.to_string(),
+            message,
+            last_transition_time: now,
+            observed_generation,
+        });
+    }
+}
+
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Schema extension making `conditions` a list-map keyed by `type`, so server-side
+/// apply merges conditions by type instead of replacing the list.
+pub fn list_map_by_type(schema: &mut schemars::Schema) {
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["type"]),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn transition_time_moves_only_when_status_flips() {
+        let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let t1 = t0 + chrono::Duration::minutes(5);
+        let t2 = t1 + chrono::Duration::minutes(5);
+        let mut conds = vec![];
+        set_condition(
+            &mut conds,
+            "Ready",
+            ConditionStatus::True,
+            "Ok",
+            "",
+            Some(1),
+            t0,
+        );
+        set_condition(
+            &mut conds,
+            "Ready",
+            ConditionStatus::True,
+            "StillOk",
+            "x",
+            Some(2),
+            t1,
+        );
+        assert_eq!(conds.len(), 1);
+        assert_eq!(conds[0].last_transition_time, t0);
+        assert_eq!(conds[0].reason, "StillOk");
+        set_condition(
+            &mut conds,
+            "Ready",
+            ConditionStatus::False,
+            "Broken",
+            "y",
+            Some(2),
+            t2,
+        );
+        assert_eq!(conds[0].last_transition_time, t2);
+        assert_eq!(
+            find(&conds, "Ready").map(|c| &c.status),
+            Some(&ConditionStatus::False)
+        );
+    }
+}

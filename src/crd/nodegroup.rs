@@ -1,0 +1,564 @@
+//! `NodeGroup`: one per kops master or worker group, written by the user.
+
+use super::condition::{Condition, list_map_by_type};
+use crate::duration;
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "nodemanager.dev",
+    version = "v1alpha1",
+    kind = "NodeGroup",
+    namespaced,
+    shortname = "ng",
+    category = "nodemanager",
+    status = "NodeGroupStatus",
+    printcolumn(name = "Role", type_ = "string", json_path = ".spec.role"),
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.desired"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyNodes"),
+    printcolumn(
+        name = "Operation",
+        type_ = "string",
+        json_path = ".status.operation.holder"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeGroupSpec {
+    /// Whether the group holds control-plane (Master) or worker (Worker) nodes.
+    pub role: Role,
+    /// AWS region of the ASGs; the manager's configured region when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// The group's Auto Scaling Groups (kops creates one per availability zone).
+    #[schemars(length(min = 1))]
+    pub auto_scaling_groups: Vec<AutoScalingGroupRef>,
+    /// Selects the group's Nodes. Default: the ASGs' kops instance-group labels,
+    /// or the role label when those are unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+    /// How many Ready nodes the group should have.
+    #[schemars(range(min = 0))]
+    pub desired: i32,
+    /// Pause every action on this group (the inventory keeps reporting).
+    #[serde(default)]
+    pub suspend: bool,
+    #[serde(default)]
+    pub replenish: ReplenishSpec,
+    /// Scheduled rolling replacement; no refresh when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh: Option<RefreshSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Role {
+    Master,
+    Worker,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct AutoScalingGroupRef {
+    #[schemars(length(min = 1, max = 255))]
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplenishSpec {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Minimum time between two ASG modifications.
+    #[serde(default = "default_cooldown")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub cooldown: String,
+    /// An instance that has not joined as a Node after this long is removed.
+    #[serde(default = "default_join_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub join_timeout: String,
+}
+
+impl Default for ReplenishSpec {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            cooldown: default_cooldown(),
+            join_timeout: default_join_timeout(),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RefreshSpec {
+    /// Cron expression (seconds field optional), evaluated in `timeZone`.
+    #[schemars(length(min = 1))]
+    pub schedule: String,
+    /// IANA time zone name, e.g. Asia/Tokyo.
+    #[serde(default = "default_time_zone")]
+    pub time_zone: String,
+    /// Extra nodes added before replacing old ones. Default 1 for workers;
+    /// must be 0 for masters (kops cannot run an extra master).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub surplus_nodes: Option<i32>,
+    /// Only nodes older than this are replaced; every node when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub max_node_age: Option<String>,
+    #[serde(default = "default_drain_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub drain_timeout: String,
+    /// What to do when a drain times out.
+    #[serde(default)]
+    pub drain_timeout_action: DrainTimeoutAction,
+    /// How long a new node may take to become Ready.
+    #[serde(default = "default_ready_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub ready_timeout: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum DrainTimeoutAction {
+    /// Terminate the node anyway.
+    Proceed,
+    /// Stop the refresh, leaving the node in service.
+    #[default]
+    Abort,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_cooldown() -> String {
+    "5m".into()
+}
+fn default_join_timeout() -> String {
+    "15m".into()
+}
+fn default_time_zone() -> String {
+    "UTC".into()
+}
+fn default_drain_timeout() -> String {
+    "5m".into()
+}
+fn default_ready_timeout() -> String {
+    "15m".into()
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeGroupStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default)]
+    #[schemars(transform = list_map_by_type)]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_nodes: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_nodes: Option<i32>,
+    #[serde(default)]
+    pub nodes: Vec<NodeStatus>,
+    #[serde(default)]
+    pub not_joined: Vec<NotJoinedInstance>,
+    #[serde(default)]
+    pub auto_scaling_groups: Vec<AutoScalingGroupStatus>,
+    /// The refresh/replenish lock; absent when idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<OperationLock>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_scaling_group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub availability_zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
+    /// spot or on-demand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_time: Option<DateTime<Utc>>,
+    pub ready: bool,
+    pub unschedulable: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotJoinedInstance {
+    pub instance_id: String,
+    pub auto_scaling_group: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub availability_zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_time: Option<DateTime<Utc>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoScalingGroupStatus {
+    pub name: String,
+    pub desired: i32,
+    pub min: i32,
+    pub max: i32,
+    pub instances: i32,
+    /// False when the ASG is not launching what it is asked to.
+    pub launching: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum OperationKind {
+    Refresh,
+    Replenish,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationLock {
+    pub holder: OperationKind,
+    /// Name of the Refresher or Replenisher holding the lock.
+    pub holder_name: String,
+    pub since: DateTime<Utc>,
+}
+
+/// A problem in a NodeGroup's spec that the schema cannot express.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecProblem {
+    /// The field, as a path from `spec`.
+    pub field: String,
+    /// CamelCase reason for the condition.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The spec's settings with defaults applied and strings parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedRefresh {
+    pub schedule: cron::Schedule,
+    pub time_zone: chrono_tz::Tz,
+    pub surplus_nodes: i32,
+    pub max_node_age: Option<std::time::Duration>,
+    pub drain_timeout: std::time::Duration,
+    pub drain_timeout_action: DrainTimeoutAction,
+    pub ready_timeout: std::time::Duration,
+}
+
+impl RefreshSpec {
+    /// Surplus with the role's default (1 for workers, 0 for masters).
+    pub fn effective_surplus(&self, role: Role) -> i32 {
+        self.surplus_nodes.unwrap_or(match role {
+            Role::Worker => 1,
+            Role::Master => 0,
+        })
+    }
+}
+
+impl NodeGroupSpec {
+    /// Checks what the CRD schema cannot: cron syntax, time zone names, duration
+    /// strings, surplus for masters, duplicate ASGs. Pure: no I/O, never panics.
+    pub fn validate(&self) -> Vec<SpecProblem> {
+        let mut problems = Vec::new();
+        let mut push = |field: &str, reason: &'static str, message: String| {
+            problems.push(SpecProblem {
+                field: field.to_string(),
+                reason,
+                message,
+            })
+        };
+        if self.desired < 0 {
+            push(
+                "desired",
+                "InvalidDesired",
+                format!("desired must be >= 0, got {}", self.desired),
+            );
+        }
+        if self.auto_scaling_groups.is_empty() {
+            push(
+                "autoScalingGroups",
+                "NoAutoScalingGroups",
+                "at least one Auto Scaling Group is required".into(),
+            );
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, asg) in self.auto_scaling_groups.iter().enumerate() {
+            if asg.name.trim().is_empty() {
+                push(
+                    &format!("autoScalingGroups[{i}].name"),
+                    "InvalidAutoScalingGroup",
+                    "name must not be empty".into(),
+                );
+            } else if !seen.insert(asg.name.as_str()) {
+                push(
+                    &format!("autoScalingGroups[{i}].name"),
+                    "DuplicateAutoScalingGroup",
+                    format!("Auto Scaling Group {:?} is listed twice", asg.name),
+                );
+            }
+        }
+        for (field, value) in [
+            ("replenish.cooldown", &self.replenish.cooldown),
+            ("replenish.joinTimeout", &self.replenish.join_timeout),
+        ] {
+            if let Err(e) = duration::parse(value) {
+                push(field, "InvalidDuration", e.to_string());
+            }
+        }
+        if let Some(refresh) = &self.refresh {
+            if let Err(e) = parse_schedule(&refresh.schedule) {
+                push("refresh.schedule", "InvalidSchedule", e);
+            }
+            if let Err(e) = refresh.time_zone.parse::<chrono_tz::Tz>() {
+                push(
+                    "refresh.timeZone",
+                    "InvalidTimeZone",
+                    format!("unknown IANA time zone {:?}: {e}", refresh.time_zone),
+                );
+            }
+            match (self.role, refresh.surplus_nodes) {
+                (_, Some(n)) if n < 0 => push(
+                    "refresh.surplusNodes",
+                    "InvalidSurplus",
+                    format!("surplusNodes must be >= 0, got {n}"),
+                ),
+                (Role::Master, Some(n)) if n > 0 => push(
+                    "refresh.surplusNodes",
+                    "SurplusForMasters",
+                    format!(
+                        "surplusNodes must be 0 for masters (kops cannot run an extra master), got {n}"
+                    ),
+                ),
+                _ => {}
+            }
+            let durations = [
+                ("refresh.drainTimeout", Some(&refresh.drain_timeout)),
+                ("refresh.readyTimeout", Some(&refresh.ready_timeout)),
+                ("refresh.maxNodeAge", refresh.max_node_age.as_ref()),
+            ];
+            for (field, value) in durations {
+                if let Some(Err(e)) = value.map(|v| duration::parse(v)) {
+                    push(field, "InvalidDuration", e.to_string());
+                }
+            }
+        }
+        problems
+    }
+
+    /// The refresh settings, parsed; `None` when refresh is unset or invalid
+    /// (callers report [`NodeGroupSpec::validate`] problems instead).
+    pub fn resolved_refresh(&self) -> Option<ResolvedRefresh> {
+        let refresh = self.refresh.as_ref()?;
+        Some(ResolvedRefresh {
+            schedule: parse_schedule(&refresh.schedule).ok()?,
+            time_zone: refresh.time_zone.parse().ok()?,
+            surplus_nodes: refresh.effective_surplus(self.role),
+            max_node_age: match &refresh.max_node_age {
+                Some(v) => Some(duration::parse(v).ok()?),
+                None => None,
+            },
+            drain_timeout: duration::parse(&refresh.drain_timeout).ok()?,
+            drain_timeout_action: refresh.drain_timeout_action,
+            ready_timeout: duration::parse(&refresh.ready_timeout).ok()?,
+        })
+    }
+}
+
+/// Parses a cron expression. The cron crate wants 6 or 7 fields (seconds first,
+/// optional year); users mostly write the classic 5-field form, so a 5-field
+/// expression gets "0" seconds prepended.
+pub fn parse_schedule(expr: &str) -> Result<cron::Schedule, String> {
+    use std::str::FromStr;
+    let fields = expr.split_whitespace().count();
+    let normalized = match fields {
+        5 => format!("0 {}", expr.trim()),
+        6 | 7 => expr.trim().to_string(),
+        n => {
+            return Err(format!(
+                "cron expression {expr:?} has {n} fields; expected 5 (min hour day month weekday), 6 (with seconds) or 7 (with year)"
+            ));
+        }
+    };
+    cron::Schedule::from_str(&normalized)
+        .map_err(|e| format!("invalid cron expression {expr:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn worker_spec() -> NodeGroupSpec {
+        NodeGroupSpec {
+            role: Role::Worker,
+            region: None,
+            auto_scaling_groups: vec![
+                AutoScalingGroupRef {
+                    name: "nodes-a".into(),
+                },
+                AutoScalingGroupRef {
+                    name: "nodes-c".into(),
+                },
+            ],
+            node_selector: None,
+            desired: 3,
+            suspend: false,
+            replenish: ReplenishSpec::default(),
+            refresh: Some(RefreshSpec {
+                schedule: "0 3 * * 1".into(),
+                time_zone: "Asia/Tokyo".into(),
+                surplus_nodes: None,
+                max_node_age: Some("168h".into()),
+                drain_timeout: "5m".into(),
+                drain_timeout_action: DrainTimeoutAction::Abort,
+                ready_timeout: "15m".into(),
+            }),
+        }
+    }
+
+    fn problems_of(spec: &NodeGroupSpec) -> Vec<(&'static str, String)> {
+        spec.validate()
+            .into_iter()
+            .map(|p| (p.reason, p.field))
+            .collect()
+    }
+
+    #[test]
+    fn a_valid_spec_has_no_problems_and_resolves() {
+        let spec = worker_spec();
+        assert!(spec.validate().is_empty(), "{:?}", spec.validate());
+        let resolved = spec.resolved_refresh().expect("resolves");
+        assert_eq!(resolved.surplus_nodes, 1);
+        assert_eq!(resolved.time_zone, chrono_tz::Asia::Tokyo);
+        assert_eq!(
+            resolved.max_node_age,
+            Some(std::time::Duration::from_secs(168 * 3600))
+        );
+    }
+
+    #[test]
+    fn invalid_cron_is_reported_on_the_schedule_field() {
+        let mut spec = worker_spec();
+        spec.refresh.as_mut().unwrap().schedule = "every monday".into();
+        assert_eq!(
+            problems_of(&spec),
+            vec![("InvalidSchedule", "refresh.schedule".to_string())]
+        );
+        spec.refresh.as_mut().unwrap().schedule = "61 * * * *".into();
+        assert_eq!(
+            problems_of(&spec),
+            vec![("InvalidSchedule", "refresh.schedule".to_string())]
+        );
+        assert!(spec.resolved_refresh().is_none());
+    }
+
+    #[test]
+    fn cron_with_and_without_seconds_is_accepted() {
+        assert!(parse_schedule("0 3 * * Mon").is_ok());
+        assert!(parse_schedule("30 0 3 * * Mon").is_ok());
+        assert!(parse_schedule("0 0 3 * * Mon 2027").is_ok());
+        assert!(parse_schedule("* *").is_err());
+    }
+
+    #[test]
+    fn unknown_time_zone_is_reported() {
+        let mut spec = worker_spec();
+        spec.refresh.as_mut().unwrap().time_zone = "Mars/Olympus".into();
+        assert_eq!(
+            problems_of(&spec),
+            vec![("InvalidTimeZone", "refresh.timeZone".to_string())]
+        );
+    }
+
+    #[test]
+    fn surplus_for_masters_is_rejected_but_defaults_to_zero() {
+        let mut spec = worker_spec();
+        spec.role = Role::Master;
+        assert!(spec.validate().is_empty());
+        assert_eq!(spec.resolved_refresh().map(|r| r.surplus_nodes), Some(0));
+        spec.refresh.as_mut().unwrap().surplus_nodes = Some(1);
+        assert_eq!(
+            problems_of(&spec),
+            vec![("SurplusForMasters", "refresh.surplusNodes".to_string())]
+        );
+    }
+
+    #[test]
+    fn negative_counts_and_bad_durations_are_reported() {
+        let mut spec = worker_spec();
+        spec.desired = -1;
+        spec.replenish.cooldown = "5 minutes".into();
+        spec.refresh.as_mut().unwrap().surplus_nodes = Some(-2);
+        spec.refresh.as_mut().unwrap().max_node_age = Some("7d".into());
+        let got = problems_of(&spec);
+        assert!(
+            got.contains(&("InvalidDesired", "desired".into())),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&("InvalidDuration", "replenish.cooldown".into())),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&("InvalidSurplus", "refresh.surplusNodes".into())),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&("InvalidDuration", "refresh.maxNodeAge".into())),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn duplicate_and_missing_asgs_are_reported() {
+        let mut spec = worker_spec();
+        spec.auto_scaling_groups.push(AutoScalingGroupRef {
+            name: "nodes-a".into(),
+        });
+        assert_eq!(
+            problems_of(&spec),
+            vec![(
+                "DuplicateAutoScalingGroup",
+                "autoScalingGroups[2].name".to_string()
+            )]
+        );
+        spec.auto_scaling_groups.clear();
+        assert_eq!(
+            problems_of(&spec),
+            vec![("NoAutoScalingGroups", "autoScalingGroups".to_string())]
+        );
+    }
+
+    #[test]
+    fn defaults_apply_when_fields_are_omitted() {
+        let spec: NodeGroupSpec = serde_json::from_value(serde_json::json!({
+            "role": "Worker",
+            "autoScalingGroups": [{"name": "nodes-a"}],
+            "desired": 2,
+            "refresh": {"schedule": "0 3 * * *"}
+        }))
+        .expect("parses");
+        assert!(spec.replenish.enabled);
+        assert_eq!(spec.replenish.cooldown, "5m");
+        assert_eq!(spec.replenish.join_timeout, "15m");
+        let refresh = spec.refresh.as_ref().expect("refresh");
+        assert_eq!(refresh.time_zone, "UTC");
+        assert_eq!(refresh.drain_timeout, "5m");
+        assert_eq!(refresh.drain_timeout_action, DrainTimeoutAction::Abort);
+        assert_eq!(refresh.ready_timeout, "15m");
+        assert_eq!(refresh.effective_surplus(spec.role), 1);
+    }
+}

@@ -1,0 +1,139 @@
+//! `Refresher`: created by the manager, one per NodeGroup with `refresh` set.
+//! Its status is the persisted memory of a rolling replacement, so a restarted
+//! manager resumes exactly where it was.
+
+use super::condition::{Condition, list_map_by_type};
+use super::nodegroup::{DrainTimeoutAction, Role};
+use chrono::{DateTime, Utc};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "nodemanager.dev",
+    version = "v1alpha1",
+    kind = "Refresher",
+    namespaced,
+    shortname = "rf",
+    category = "nodemanager",
+    status = "RefresherStatus",
+    printcolumn(name = "Group", type_ = "string", json_path = ".spec.nodeGroup"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Next Run", type_ = "string", json_path = ".status.nextRun"),
+    printcolumn(name = "Progress", type_ = "string", json_path = ".status.progress"),
+    printcolumn(
+        name = "Last Result",
+        type_ = "string",
+        json_path = ".status.lastRun.result"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RefresherSpec {
+    /// Name of the owning NodeGroup (same namespace).
+    pub node_group: String,
+    pub role: Role,
+    pub schedule: String,
+    pub time_zone: String,
+    #[schemars(range(min = 0))]
+    pub surplus_nodes: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_node_age: Option<String>,
+    pub drain_timeout: String,
+    pub drain_timeout_action: DrainTimeoutAction,
+    pub ready_timeout: String,
+    #[serde(default)]
+    pub suspend: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RefreshPhase {
+    /// Waiting for the next scheduled run.
+    #[default]
+    Idle,
+    /// Due, waiting for the group's operation lock.
+    WaitingForLock,
+    /// Adding surplus nodes and waiting for them to be Ready.
+    ScalingUp,
+    /// Draining the current target.
+    Draining,
+    /// Target terminated, waiting for its replacement to be Ready.
+    WaitingForReplacement,
+    /// Removing the surplus nodes.
+    ScalingDown,
+    /// Nothing will run: the spec is invalid or the group suspended.
+    Blocked,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RefresherStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default)]
+    pub phase: RefreshPhase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_run: Option<DateTime<Utc>>,
+    /// Start of the run in progress; absent when idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_start: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_target: Option<RefreshTarget>,
+    /// Each ASG's desired count before the run raised it.
+    #[serde(default)]
+    pub original_desired: Vec<AsgDesired>,
+    /// Instances this run terminated (never terminated twice).
+    #[serde(default)]
+    pub replaced_instances: Vec<String>,
+    #[serde(default)]
+    pub replaced: i32,
+    #[serde(default)]
+    pub total: i32,
+    /// "replaced/total" for the printer column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<RunOutcome>,
+    #[serde(default)]
+    #[schemars(transform = list_map_by_type)]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RefreshTarget {
+    pub node: String,
+    pub instance_id: String,
+    pub since: DateTime<Utc>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AsgDesired {
+    pub auto_scaling_group: String,
+    pub desired: i32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RunResult {
+    Succeeded,
+    Failed,
+    Skipped,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunOutcome {
+    pub started: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<DateTime<Utc>>,
+    pub replaced: i32,
+    pub result: RunResult,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

@@ -1,0 +1,100 @@
+//! `Replenisher`: created by the manager, one per NodeGroup with replenish
+//! enabled. Status records its last action and the ASGs it is avoiding.
+
+use super::condition::{Condition, list_map_by_type};
+use super::nodegroup::Role;
+use chrono::{DateTime, Utc};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "nodemanager.dev",
+    version = "v1alpha1",
+    kind = "Replenisher",
+    namespaced,
+    shortname = "rp",
+    category = "nodemanager",
+    status = "ReplenisherStatus",
+    printcolumn(name = "Group", type_ = "string", json_path = ".spec.nodeGroup"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Last Action",
+        type_ = "string",
+        json_path = ".status.lastAction.description"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplenisherSpec {
+    /// Name of the owning NodeGroup (same namespace).
+    pub node_group: String,
+    pub role: Role,
+    #[schemars(range(min = 0))]
+    pub desired: i32,
+    pub cooldown: String,
+    pub join_timeout: String,
+    #[serde(default)]
+    pub suspend: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ReplenishPhase {
+    /// Ready nodes match the desired count.
+    #[default]
+    Steady,
+    /// Raising desired capacity on launching ASGs.
+    ScalingUp,
+    /// Removing explicitly chosen surplus instances.
+    ScalingDown,
+    /// Removing instances that never joined.
+    CleaningUp,
+    /// Waiting out the cooldown or for launched nodes to become Ready.
+    Waiting,
+    /// Not acting: suspended, or a refresh holds the lock.
+    Paused,
+    /// Cannot act: no ASG can launch, or the spec is invalid.
+    Blocked,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplenisherStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default)]
+    pub phase: ReplenishPhase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_action: Option<LastAction>,
+    /// ASGs left out of scale-up, and why.
+    #[serde(default)]
+    pub excluded: Vec<ExcludedAsg>,
+    #[serde(default)]
+    #[schemars(transform = list_map_by_type)]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastAction {
+    pub description: String,
+    pub time: DateTime<Utc>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExcludedAsg {
+    pub auto_scaling_group: String,
+    pub reason: String,
+    pub since: DateTime<Utc>,
+    /// Not retried before this time (backoff grows while it keeps failing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub failures: i32,
+}

@@ -1,0 +1,61 @@
+//! The crate's error type. Each variant keeps its source; `category()` gives a
+//! static label for metrics and Event reasons (never object names).
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("kubernetes API call failed: {context}: {source}")]
+    Kube {
+        context: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("AWS {operation} failed: {message}")]
+    Aws {
+        operation: &'static str,
+        message: String,
+    },
+    #[error("configuration error: {0}")]
+    Config(String),
+    #[error("serialization failed: {context}: {source}")]
+    Serialization {
+        context: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("refused to mutate: this replica is not the leader")]
+    NotLeader,
+    #[error("invalid object: {0}")]
+    InvalidObject(String),
+    #[error("admin server: {0}")]
+    Admin(#[source] std::io::Error),
+}
+
+impl Error {
+    /// A static label for metrics and Event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Kube { source, .. } => match source {
+                kube::Error::Api(status) if status.code == 409 => "kube_conflict",
+                kube::Error::Api(status) if status.code == 429 => "kube_throttled",
+                kube::Error::Api(status) if status.code == 404 => "kube_not_found",
+                _ => "kube",
+            },
+            Error::Aws { .. } => "aws",
+            Error::Config(_) => "config",
+            Error::Serialization { .. } => "serialization",
+            Error::NotLeader => "not_leader",
+            Error::InvalidObject(_) => "invalid_object",
+            Error::Admin(_) => "admin",
+        }
+    }
+
+    /// Wraps a kube error with what we were doing.
+    pub fn kube(context: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+        let context = context.into();
+        move |source| Error::Kube { context, source }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,19 @@
+//! spot-node-manager: keeps a kops cluster of spot instances at its node count and
+//! regularly refreshed. See the README for what each controller does.
+
+pub mod admin;
+pub mod clock;
+pub mod cloud;
+pub mod config;
+pub mod context;
+pub mod controllers;
+pub mod crd;
+pub mod duration;
+pub mod error;
+pub mod leader;
+pub mod manager;
+pub mod metrics;
+pub mod mutation;
+pub mod telemetry;
+
+pub use error::{Error, Result};

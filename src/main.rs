@@ -1,0 +1,53 @@
+use clap::Parser;
+use spot_node_manager::config::{Cli, Command, Settings};
+use spot_node_manager::{crd, manager, telemetry};
+use std::process::ExitCode;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crd { out_dir } => print_crds(out_dir),
+        Command::Run(args) => {
+            let settings = match Settings::load(&args) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("spot-node-manager: invalid configuration: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            telemetry::init(settings.log_format, &settings.log_level);
+            let shutdown = CancellationToken::new();
+            manager::spawn_signal_handler(shutdown.clone());
+            match manager::run(settings, shutdown).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %e, category = e.category(), "spot-node-manager failed");
+                    eprintln!("spot-node-manager: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn print_crds(out_dir: Option<std::path::PathBuf>) -> ExitCode {
+    let result = match out_dir {
+        None => crd::all_yaml()
+            .map(|y| print!("{y}"))
+            .map_err(|e| e.to_string()),
+        Some(dir) => crd::all().into_iter().try_for_each(|(file, crd)| {
+            let yaml = crd::to_yaml(&crd).map_err(|e| e.to_string())?;
+            std::fs::write(dir.join(file), yaml)
+                .map_err(|e| format!("{}: {e}", dir.join(file).display()))
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("spot-node-manager crd: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
