@@ -22,7 +22,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controller-manager.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print every CRD as YAML (or write one file per CRD with --out-dir).
     Crd {
         #[arg(long)]

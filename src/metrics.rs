@@ -90,6 +90,14 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Creates a controller's series at zero so they are scraped before its
+    /// first reconcile.
+    pub fn register_controller(&self, controller: &'static str) {
+        let labels = ControllerLabels { controller };
+        let _ = self.reconciles.get_or_create(&labels);
+        let _ = self.reconcile_duration.get_or_create(&labels);
+    }
+
     pub fn reconciled(
         &self,
         controller: &'static str,

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Runs every controller until `shutdown` is cancelled.
 pub async fn run_all(ctx: Arc<Context>, shutdown: CancellationToken) {
+    ctx.metrics.register_controller(nodegroup::CONTROLLER);
     tokio::join!(nodegroup::run(ctx.clone(), shutdown.clone()));
 }
 

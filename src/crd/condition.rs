@@ -22,6 +22,8 @@ pub struct Condition {
     pub reason: String,
     /// Human-readable detail.
     #[serde(default)]
+    // apiserver 1.20 reads an empty-string schema default as null and rejects the CRD.
+    #[schemars(transform = no_default)]
     pub message: String,
     pub last_transition_time: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -62,6 +64,10 @@ pub fn set_condition(
 
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn no_default(schema: &mut schemars::Schema) {
+    schema.remove("default");
 }
 
 /// Schema extension making `conditions` a list-map keyed by `type`, so server-side

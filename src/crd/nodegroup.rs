@@ -1,4 +1,6 @@
 //! `NodeGroup`: one per kops master or worker group, written by the user.
+// Each `printcolumn(...)` repeats `type_`; clippy mistakes that for a duplicate.
+#![allow(clippy::duplicated_attributes)]
 
 use super::condition::{Condition, list_map_by_type};
 use crate::duration;

@@ -1,6 +1,8 @@
 //! `Refresher`: created by the manager, one per NodeGroup with `refresh` set.
 //! Its status is the persisted memory of a rolling replacement, so a restarted
 //! manager resumes exactly where it was.
+// Each `printcolumn(...)` repeats `type_`; clippy mistakes that for a duplicate.
+#![allow(clippy::duplicated_attributes)]
 
 use super::condition::{Condition, list_map_by_type};
 use super::nodegroup::{DrainTimeoutAction, Role};

@@ -28,7 +28,10 @@ pub struct ControlPlane {
 pub fn control_plane() -> &'static ControlPlane {
     static PLANE: OnceLock<ControlPlane> = OnceLock::new();
     PLANE.get_or_init(|| {
-        if let (Ok(k), Ok(m)) = (std::env::var("SNM_TEST_KUBECONFIG"), std::env::var("SNM_TEST_MOTO_ENDPOINT")) {
+        if let (Ok(k), Ok(m)) = (
+            std::env::var("SNM_TEST_KUBECONFIG"),
+            std::env::var("SNM_TEST_MOTO_ENDPOINT"),
+        ) {
             return ControlPlane {
                 kubeconfig: k.into(),
                 moto_endpoint: m,
@@ -47,7 +50,8 @@ pub fn control_plane() -> &'static ControlPlane {
             "scripts/env-up failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let env_file = std::fs::read_to_string(dir.join("env.sh")).expect("env.sh written by env-up");
+        let env_file =
+            std::fs::read_to_string(dir.join("env.sh")).expect("env.sh written by env-up");
         let var = |name: &str| {
             env_file
                 .lines()
@@ -97,7 +101,12 @@ impl World {
         let client = kube_client().await;
         install_crds(&client).await;
         let namespace = unique(&format!("t-{name}"));
-        let namespace = namespace.chars().take(63).collect::<String>().trim_end_matches('-').to_string();
+        let namespace = namespace
+            .chars()
+            .take(63)
+            .collect::<String>()
+            .trim_end_matches('-')
+            .to_string();
         let ns_api: Api<Namespace> = Api::all(client.clone());
         ns_api
             .create(
@@ -140,7 +149,9 @@ impl World {
     /// namespace stays Terminating; its objects are ours alone anyway.
     pub async fn cleanup(&self) {
         let ns_api: Api<Namespace> = Api::all(self.client.clone());
-        let _ = ns_api.delete(&self.namespace, &DeleteParams::default()).await;
+        let _ = ns_api
+            .delete(&self.namespace, &DeleteParams::default())
+            .await;
     }
 }
 
@@ -169,9 +180,13 @@ pub async fn install_crds(client: &kube::Client) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (_, crd) in spot_node_manager::crd::all() {
         let name = crd.metadata.name.clone().expect("crd name");
-        api.patch(&name, &PatchParams::apply("snm-tests").force(), &Patch::Apply(&crd))
-            .await
-            .expect("apply CRD");
+        api.patch(
+            &name,
+            &PatchParams::apply("snm-tests").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .expect("apply CRD");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let current = api.get(&name).await.expect("get CRD");
@@ -201,7 +216,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -217,13 +235,18 @@ pub fn free_port() -> u16 {
 /// A plain HTTP GET on loopback: (status code, body).
 pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
     let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await.ok()?;
     let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Some((status, body))
 }
 
@@ -257,7 +280,11 @@ impl ManagerProcess {
             .stderr(log_file)
             .spawn()
             .expect("start manager");
-        ManagerProcess { child, admin_port, log }
+        ManagerProcess {
+            child,
+            admin_port,
+            log,
+        }
     }
 
     pub fn logs(&self) -> String {
@@ -266,13 +293,20 @@ impl ManagerProcess {
 
     /// Sends SIGTERM and waits for the process to exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "manager did not exit on SIGTERM:\n{}", self.logs());
+            assert!(
+                Instant::now() < deadline,
+                "manager did not exit on SIGTERM:\n{}",
+                self.logs()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }

@@ -1,0 +1,89 @@
+"""Creates a kops-like layout in moto: for cluster example.com in
+ap-northeast-1, one master ASG and one node ASG per AZ, each with a launch
+template and a spot MixedInstancesPolicy, tagged as kops tags them.
+
+Usage: python demo_aws.py --endpoint http://127.0.0.1:PORT [--account 123456789012]
+"""
+import argparse
+
+import boto3
+
+CLUSTER = "example.com"
+REGION = "ap-northeast-1"
+ZONES = ["ap-northeast-1a", "ap-northeast-1c", "ap-northeast-1d"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--account")
+    parser.add_argument("--nodes-per-asg", type=int, default=1)
+    args = parser.parse_args()
+
+    session = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=REGION
+    )
+    ec2 = session.client("ec2", endpoint_url=args.endpoint)
+    asg = session.client("autoscaling", endpoint_url=args.endpoint)
+    if args.account:
+        for client in (ec2, asg):
+            client.meta.events.register(
+                "before-send.*.*",
+                lambda request, **_: request.headers.__setitem__("x-moto-account-id", args.account),
+            )
+
+    subnets = {
+        s["AvailabilityZone"]: s["SubnetId"]
+        for s in ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])["Subnets"]
+    }
+    roles = {
+        "master": {"types": ["t3.medium", "t3a.medium"], "size": 1, "max": 1},
+        "nodes": {"types": ["m5.large", "m5a.large", "m6i.large"], "size": args.nodes_per_asg, "max": 3},
+    }
+    for role, spec in roles.items():
+        template = f"{role}.{CLUSTER}"
+        ec2.create_launch_template(
+            LaunchTemplateName=template,
+            LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": spec["types"][0]},
+        )
+        for zone in ZONES:
+            if role == "master":
+                name = f"master-{zone}.masters.{CLUSTER}"
+                instance_group = f"master-{zone}"
+                role_tag = "k8s.io/role/master"
+            else:
+                name = f"nodes-{zone}.{CLUSTER}"
+                instance_group = f"nodes-{zone}"
+                role_tag = "k8s.io/role/node"
+            asg.create_auto_scaling_group(
+                AutoScalingGroupName=name,
+                MinSize=spec["size"] if role == "master" else 0,
+                MaxSize=spec["max"],
+                DesiredCapacity=spec["size"],
+                VPCZoneIdentifier=subnets[zone],
+                MixedInstancesPolicy={
+                    "LaunchTemplate": {
+                        "LaunchTemplateSpecification": {"LaunchTemplateName": template, "Version": "$Latest"},
+                        "Overrides": [{"InstanceType": t} for t in spec["types"]],
+                    },
+                    "InstancesDistribution": {
+                        "OnDemandBaseCapacity": 0,
+                        "OnDemandPercentageAboveBaseCapacity": 0,
+                        "SpotAllocationStrategy": "price-capacity-optimized",
+                    },
+                },
+                Tags=[
+                    {"Key": k, "Value": v, "PropagateAtLaunch": True}
+                    for k, v in [
+                        ("KubernetesCluster", CLUSTER),
+                        ("kops.k8s.io/instancegroup", instance_group),
+                        (role_tag, "1"),
+                        ("Name", name),
+                    ]
+                ],
+            )
+            print(f"created ASG {name} ({spec['size']} instance(s))")
+
+
+if __name__ == "__main__":
+    main()

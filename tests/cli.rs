@@ -1,0 +1,78 @@
+//! The binary's command line: bad configuration exits non-zero naming the field.
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_spot-node-manager"))
+        .args(args)
+        .env_remove("SNM_CONFIG")
+        .output()
+        .expect("run binary");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn with_config(yaml: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, yaml).expect("write config");
+    let (code, _, stderr) = run(&["run", "--config", path.to_str().expect("utf-8 path")]);
+    (code, stderr)
+}
+
+#[test]
+fn a_bad_config_field_exits_2_naming_the_field() {
+    let cases = [
+        (
+            "leaderElection:\n  leaseDuration: soon\n",
+            "leaderElection.leaseDuration",
+        ),
+        ("admin:\n  address: 8080\n", "admin.address"),
+        ("aws:\n  endpoint: localhost:5000\n", "aws.endpoint"),
+        ("log:\n  format: xml\n", "log.format"),
+        ("namespaces: [a]\n", "namespaces"),
+    ];
+    for (yaml, field) in cases {
+        let (code, stderr) = with_config(yaml);
+        assert_eq!(code, 2, "exit code for {yaml:?}: {stderr}");
+        assert!(stderr.contains("invalid configuration"), "{stderr}");
+        assert!(
+            stderr.contains(field),
+            "message for {yaml:?} must name {field}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_config_file_is_named() {
+    let (code, _, stderr) = run(&["run", "--config", "/nonexistent/snm.yaml"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("/nonexistent/snm.yaml"), "{stderr}");
+}
+
+#[test]
+fn a_bad_flag_value_is_named() {
+    let (code, _, stderr) = run(&["run", "--log-format", "xml"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("--log-format"), "{stderr}");
+    let (code, _, stderr) = run(&["run", "--admin-address", "nowhere"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("admin.address"), "{stderr}");
+}
+
+#[test]
+fn crd_prints_all_three_crds() {
+    let (code, stdout, stderr) = run(&["crd"]);
+    assert_eq!(code, 0, "{stderr}");
+    for name in [
+        "nodegroups.nodemanager.dev",
+        "refreshers.nodemanager.dev",
+        "replenishers.nodemanager.dev",
+    ] {
+        assert!(stdout.contains(&format!("name: {name}")), "missing {name}");
+    }
+    assert_eq!(stdout.matches("kind: CustomResourceDefinition").count(), 3);
+}

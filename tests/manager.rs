@@ -1,0 +1,151 @@
+//! A running manager process against the real apiserver: admin endpoints,
+//! spec validation reported as conditions and Events, graceful shutdown.
+
+mod support;
+
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use spot_node_manager::crd::condition::find;
+use spot_node_manager::crd::{ConditionStatus, NodeGroup};
+use std::time::Duration;
+use support::{ManagerProcess, World, eventually, http_get};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn group(name: &str, schedule: &str, time_zone: &str) -> NodeGroup {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1",
+        "kind": "NodeGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "role": "Worker",
+            "autoScalingGroups": [{"name": "nodes-a"}],
+            "desired": 3,
+            "refresh": {"schedule": schedule, "timeZone": time_zone}
+        }
+    }))
+    .expect("group")
+}
+
+async fn spec_valid(
+    api: &Api<NodeGroup>,
+    name: &str,
+) -> Option<(ConditionStatus, String, String, Option<i64>)> {
+    let g = api.get(name).await.ok()?;
+    let status = g.status?;
+    let c = find(&status.conditions, "SpecValid")?;
+    Some((
+        c.status.clone(),
+        c.reason.clone(),
+        c.message.clone(),
+        status.observed_generation,
+    ))
+}
+
+#[tokio::test]
+async fn admin_endpoints_answer_on_a_running_manager() {
+    let world = World::new("admin").await;
+    let mut manager = ManagerProcess::start(&world, &["--leader-election", "false"]);
+    let port = manager.admin_port;
+    eventually("readyz 200", WAIT, || async {
+        matches!(http_get(port, "/readyz").await, Some((200, _))).then_some(())
+    })
+    .await;
+    let (code, body) = http_get(port, "/healthz").await.expect("healthz answers");
+    assert_eq!((code, body.as_str()), (200, "ok"));
+    let metrics = manager.metrics().await.expect("metrics answer");
+    assert!(metrics.contains("spot_node_manager_leader 1"), "{metrics}");
+    assert!(
+        metrics.contains(r#"spot_node_manager_reconciles_total{controller="nodegroup"}"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.trim_end().ends_with("# EOF"),
+        "OpenMetrics ends with # EOF"
+    );
+    assert_eq!(http_get(port, "/nope").await.map(|r| r.0), Some(404));
+
+    let status = manager.terminate();
+    assert!(
+        status.success(),
+        "SIGTERM must shut down cleanly: {status:?}\n{}",
+        manager.logs()
+    );
+    assert!(
+        manager.logs().contains("shutting down"),
+        "{}",
+        manager.logs()
+    );
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn invalid_specs_are_reported_as_false_conditions_and_events() {
+    let world = World::new("validate").await;
+    let api: Api<NodeGroup> = world.api();
+    api.create(
+        &PostParams::default(),
+        &group("bad-cron", "every tuesday", "UTC"),
+    )
+    .await
+    .expect("create");
+    api.create(
+        &PostParams::default(),
+        &group("bad-zone", "0 3 * * *", "Mars/Olympus"),
+    )
+    .await
+    .expect("create");
+    api.create(
+        &PostParams::default(),
+        &group("good", "0 3 * * *", "Asia/Tokyo"),
+    )
+    .await
+    .expect("create");
+    let manager = ManagerProcess::start(&world, &["--leader-election", "false"]);
+
+    let (status, reason, message, _) =
+        eventually("bad-cron reported", WAIT, || spec_valid(&api, "bad-cron")).await;
+    assert_eq!(
+        (status, reason.as_str()),
+        (ConditionStatus::False, "InvalidSchedule"),
+        "{message}"
+    );
+    assert!(message.contains("spec.refresh.schedule"), "{message}");
+    let (status, reason, _, _) =
+        eventually("bad-zone reported", WAIT, || spec_valid(&api, "bad-zone")).await;
+    assert_eq!(
+        (status, reason.as_str()),
+        (ConditionStatus::False, "InvalidTimeZone")
+    );
+    let (status, _, _, _) = eventually("good reported", WAIT, || spec_valid(&api, "good")).await;
+    assert_eq!(status, ConditionStatus::True);
+
+    // A Warning Event explains the problem on the group.
+    let events: Api<Event> = world.api();
+    eventually("InvalidSchedule event", WAIT, || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("InvalidSchedule")
+                    && e.type_.as_deref() == Some("Warning")
+            })
+            .then_some(())
+    })
+    .await;
+
+    // Fixing the spec flips the condition and records the new generation.
+    let fix = serde_json::json!({"spec": {"refresh": {"schedule": "0 3 * * Tue"}}});
+    let fixed = api
+        .patch("bad-cron", &PatchParams::default(), &Patch::Merge(&fix))
+        .await
+        .expect("fix");
+    let generation = fixed.metadata.generation;
+    eventually("bad-cron fixed", WAIT, || async {
+        let (status, _, _, observed) = spec_valid(&api, "bad-cron").await?;
+        (status == ConditionStatus::True && observed == generation).then_some(())
+    })
+    .await;
+    drop(manager);
+    world.cleanup().await;
+}
