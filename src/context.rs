@@ -2,7 +2,7 @@
 //! mutation gate, the Event recorder and the settings.
 
 use crate::clock::Clock;
-use crate::cloud::AwsClients;
+use crate::cloud::CloudProvider;
 use crate::config::Settings;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
@@ -22,7 +22,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub mutations: Mutations,
     pub leadership: Leadership,
-    pub aws: Option<AwsClients>,
+    pub cloud: Arc<dyn CloudProvider>,
     recorder: Recorder,
 }
 
@@ -33,7 +33,7 @@ impl Context {
         clock: Arc<dyn Clock>,
         metrics: Arc<Metrics>,
         leadership: Leadership,
-        aws: Option<AwsClients>,
+        cloud: Arc<dyn CloudProvider>,
     ) -> Self {
         let recorder = Recorder::new(
             client.clone(),
@@ -50,7 +50,7 @@ impl Context {
             metrics,
             mutations,
             leadership,
-            aws,
+            cloud,
             recorder,
         }
     }

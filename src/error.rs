@@ -11,9 +11,13 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("AWS {operation} failed: {message}")]
+    #[error("AWS {operation} on {resource} failed: {message}")]
     Aws {
         operation: &'static str,
+        /// The ASG or instance(s) the call was about.
+        resource: String,
+        /// AWS error code, e.g. `Throttling`, `ValidationError`.
+        code: Option<String>,
         message: String,
     },
     #[error("configuration error: {0}")]
@@ -42,7 +46,12 @@ impl Error {
                 kube::Error::Api(status) if status.code == 404 => "kube_not_found",
                 _ => "kube",
             },
-            Error::Aws { .. } => "aws",
+            Error::Aws { code, .. } => match code.as_deref() {
+                Some("Throttling" | "ThrottlingException" | "RequestLimitExceeded") => {
+                    "aws_throttled"
+                }
+                Some(_) | None => "aws",
+            },
             Error::Config(_) => "config",
             Error::Serialization { .. } => "serialization",
             Error::NotLeader => "not_leader",

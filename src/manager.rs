@@ -3,7 +3,7 @@
 
 use crate::admin::{self, Readiness};
 use crate::clock::SystemClock;
-use crate::cloud::{self, AwsClients};
+use crate::cloud::{self, aws::AwsCloudProvider};
 use crate::config::Settings;
 use crate::context::Context;
 use crate::crd::NodeGroup;
@@ -101,9 +101,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
             "no AWS region configured (aws.region, --aws-region or AWS_REGION): AWS calls will fail"
         );
     }
-    let aws = Some(AwsClients::new(
-        &sdk,
-        settings.aws.emulator_account.as_deref(),
+    let cloud = Arc::new(AwsCloudProvider::new(
+        sdk,
+        settings.aws.emulator_account.clone(),
     ));
     if settings.dry_run {
         warn!(
@@ -133,7 +133,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         Arc::new(SystemClock),
         metrics.clone(),
         leadership.clone(),
-        aws,
+        cloud,
     ));
 
     let mut leading = leadership.subscribe();

@@ -7,10 +7,10 @@
 //! - in dry-run, logs the intended mutation and does not perform it;
 //! - counts the outcome in metrics and logs it.
 //!
-//! Writes to the status of our own custom resources are [`Scope::OwnStatus`]:
-//! dry-run lets them through so users can see in status what would happen.
-//! Everything else (AWS, Nodes, Pods, evictions, child resources) is
-//! [`Scope::External`] and is intercepted by dry-run.
+//! Writes to our own custom resources (their status, and the Refresher and
+//! Replenisher children of a NodeGroup) are [`Scope::Own`]: dry-run lets them
+//! through so users can see in status what would happen. Everything else (AWS,
+//! Nodes, Pods, evictions) is [`Scope::External`] and is intercepted by dry-run.
 
 use crate::leader::Leadership;
 use crate::metrics::{Metrics, MutationLabels};
@@ -36,10 +36,10 @@ impl Target {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
-    /// Changes the world: AWS resources, Nodes, Pods, child resources.
+    /// Changes the world: AWS resources, Nodes, Pods, evictions.
     External,
-    /// The status subresource of our own custom resources.
-    OwnStatus,
+    /// Our own custom resources: their status and the manager-created children.
+    Own,
 }
 
 /// A described mutation: what, on which object, and why.
@@ -80,10 +80,10 @@ impl Intent {
         }
     }
 
-    pub fn own_status(action: &'static str, object: impl Into<String>) -> Self {
+    pub fn own(action: &'static str, object: impl Into<String>) -> Self {
         Self {
             target: Target::Kubernetes,
-            scope: Scope::OwnStatus,
+            scope: Scope::Own,
             action,
             object: object.into(),
             detail: String::new(),
@@ -239,10 +239,9 @@ mod tests {
     async fn dry_run_still_writes_own_status() {
         let (m, _) = gate(true, Leadership::always());
         let out = m
-            .perform(
-                Intent::own_status("patch_status", "nodegroup/ns/g"),
-                || async { Ok(1) },
-            )
+            .perform(Intent::own("patch_status", "nodegroup/ns/g"), || async {
+                Ok(1)
+            })
             .await
             .expect("status written");
         assert_eq!(out, Applied::Performed(1));
@@ -254,7 +253,7 @@ mod tests {
         let calls = AtomicUsize::new(0);
         for intent in [
             Intent::aws("terminate_instance", "i-1", ""),
-            Intent::own_status("patch_status", "nodegroup/ns/g"),
+            Intent::own("patch_status", "nodegroup/ns/g"),
         ] {
             let err = m
                 .perform(intent, || async {
@@ -280,6 +279,8 @@ mod tests {
             .perform(Intent::aws("detach_instances", "asg/a", ""), || async {
                 Err::<(), _>(Error::Aws {
                     operation: "DetachInstances",
+                    resource: "asg/a".into(),
+                    code: None,
                     message: "boom".into(),
                 })
             })

@@ -1,6 +1,7 @@
 //! One module per controller, each exposing `run(ctx, shutdown)`.
 //! `run_all` starts every controller and returns when all have stopped.
 
+pub mod inventory;
 pub mod nodegroup;
 
 use crate::context::Context;

@@ -1,21 +1,30 @@
-//! The NodeGroup controller. Today it validates each group's spec and reports
-//! the outcome in status (the `SpecValid` condition, `observedGeneration`);
-//! the node inventory builds on it.
+//! The NodeGroup controller: the node inventory. For each group it validates
+//! the spec, maps the group's Nodes to their instances and ASGs, lists the
+//! instances that never joined, reports per-ASG health, and keeps the group's
+//! child Refresher and Replenisher in step with the spec. It never mutates AWS.
 
+use crate::cloud::Cloud;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::controllers::instrumented;
+use crate::controllers::inventory::{self, AwsView, Membership, node_instance_id, role_matches};
 use crate::crd::condition::{ConditionStatus, set_condition};
-use crate::crd::{NodeGroup, NodeGroupStatus};
+use crate::crd::refresher::RefresherSpec;
+use crate::crd::replenisher::ReplenisherSpec;
+use crate::crd::{NodeGroup, NodeGroupStatus, Refresher, Replenisher};
 use crate::mutation::Intent;
 use crate::{Error, Result};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -23,15 +32,38 @@ use tracing::{debug, info, warn};
 pub const CONTROLLER: &str = "nodegroup";
 pub const SPEC_VALID: &str = "SpecValid";
 
+struct InventoryContext {
+    ctx: Arc<Context>,
+    nodes: Store<Node>,
+}
+
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
-    let api: Api<NodeGroup> = match &ctx.settings.namespace {
+    let groups: Api<NodeGroup> = match &ctx.settings.namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let node_changes = relevant_node_changes(
+        watcher(
+            Api::<Node>::all(ctx.client.clone()),
+            watcher::Config::default().any_semantic(),
+        )
+        .default_backoff()
+        .reflect(node_writer),
+    );
+    let controller = Controller::new(groups, watcher::Config::default().any_semantic());
+    let group_store = controller.store();
     info!(controller = CONTROLLER, "controller started");
-    Controller::new(api, watcher::Config::default().any_semantic())
+    controller
+        .watches_stream(node_changes, move |node| {
+            groups_of_node(&group_store, &node)
+        })
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, error_policy, ctx)
+        .run(
+            reconcile,
+            error_policy,
+            Arc::new(InventoryContext { ctx, nodes }),
+        )
         .for_each(|result| async move {
             match result {
                 Ok((obj, _)) => debug!(controller = CONTROLLER, object = %obj, "reconciled"),
@@ -42,14 +74,77 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     info!(controller = CONTROLLER, "controller stopped");
 }
 
-async fn reconcile(group: Arc<NodeGroup>, ctx: Arc<Context>) -> Result<Action> {
-    instrumented(&ctx, CONTROLLER, reconcile_inner(group, &ctx)).await
+/// What about a Node matters to the inventory. Kubelet heartbeats change
+/// none of it, so they never trigger a sync (and its AWS calls).
+fn node_fingerprint(node: &Node) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    node.labels().hash(&mut h);
+    node.spec
+        .as_ref()
+        .and_then(|s| s.provider_id.clone())
+        .hash(&mut h);
+    inventory::is_unschedulable(node).hash(&mut h);
+    inventory::is_ready(node).hash(&mut h);
+    node.metadata.deletion_timestamp.is_some().hash(&mut h);
+    h.finish()
 }
 
-fn error_policy(group: Arc<NodeGroup>, error: &Error, _ctx: Arc<Context>) -> Action {
+/// Passes a Node on only when its fingerprint changed, and always on delete.
+fn relevant_node_changes(
+    events: impl futures::Stream<Item = Result<watcher::Event<Node>, watcher::Error>> + Send + 'static,
+) -> impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
+    let seen: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    events.filter_map(move |event| {
+        let seen = seen.clone();
+        async move {
+            let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+            match event {
+                Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
+                    let fingerprint = node_fingerprint(&node);
+                    (seen.insert(node.name_any(), fingerprint) != Some(fingerprint))
+                        .then_some(Ok(node))
+                }
+                Ok(watcher::Event::Delete(node)) => {
+                    seen.remove(&node.name_any());
+                    Some(Ok(node))
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+                Err(e) => Some(Err(e)),
+            }
+        }
+    })
+}
+
+/// The groups a Node may belong to: those that list it, and those whose
+/// selector (or role, for the default selector) matches it.
+fn groups_of_node(groups: &Store<NodeGroup>, node: &Node) -> Vec<ObjectRef<NodeGroup>> {
+    let name = node.name_any();
+    groups
+        .state()
+        .iter()
+        .filter(|g| {
+            let listed = g
+                .status
+                .as_ref()
+                .is_some_and(|s| s.nodes.iter().any(|n| n.name == name));
+            let matches = match &g.spec.node_selector {
+                Some(selector) => inventory::selector_matches(selector, node.labels()),
+                None => role_matches(g.spec.role, node.labels()),
+            };
+            listed || matches
+        })
+        .map(|g| ObjectRef::from_obj(g.as_ref()))
+        .collect()
+}
+
+async fn reconcile(group: Arc<NodeGroup>, ictx: Arc<InventoryContext>) -> Result<Action> {
+    instrumented(&ictx.ctx, CONTROLLER, reconcile_inner(group, &ictx)).await
+}
+
+fn error_policy(group: Arc<NodeGroup>, error: &Error, _ctx: Arc<InventoryContext>) -> Action {
     // Conflicts and throttling are expected contention: retry soon, quietly.
     match error.category() {
-        "kube_conflict" | "kube_throttled" | "not_leader" => {
+        "kube_conflict" | "kube_throttled" | "aws_throttled" | "not_leader" => {
             debug!(group = %group.name_any(), error = %error, "retrying");
             Action::requeue(Duration::from_secs(2))
         }
@@ -60,35 +155,280 @@ fn error_policy(group: Arc<NodeGroup>, error: &Error, _ctx: Arc<Context>) -> Act
     }
 }
 
-async fn reconcile_inner(group: Arc<NodeGroup>, ctx: &Context) -> Result<Action> {
+/// Reads the AWS view of a group: one describe of its ASGs, one (paged)
+/// describe of their instances and its Nodes' instances. A constant number of
+/// trait calls per sync, whatever the number of nodes.
+pub async fn observe_aws(cloud: &dyn Cloud, group: &NodeGroup, nodes: &[Node]) -> Result<AwsView> {
+    let names: Vec<String> = group
+        .spec
+        .auto_scaling_groups
+        .iter()
+        .map(|a| a.name.clone())
+        .collect();
+    let asgs = cloud.describe_groups(&names).await?;
+    let membership = Membership::of(group, &asgs);
+    let ids: BTreeSet<String> = asgs
+        .iter()
+        .flat_map(|a| a.instances.iter().map(|i| i.instance_id.clone()))
+        .chain(
+            nodes
+                .iter()
+                .filter(|n| membership.includes(n))
+                .filter_map(node_instance_id),
+        )
+        .collect();
+    let ids: Vec<String> = ids.into_iter().collect();
+    let instances = if ids.is_empty() {
+        vec![]
+    } else {
+        cloud.describe_instances(&ids).await?
+    };
+    Ok(AwsView { asgs, instances })
+}
+
+async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Result<Action> {
+    let ctx = &ictx.ctx;
     let namespace = group.namespace().ok_or_else(|| {
         Error::InvalidObject(format!("NodeGroup {} has no namespace", group.name_any()))
     })?;
     let name = group.name_any();
+    let now = ctx.clock.now();
     let current = group.status.clone().unwrap_or_default();
-    let next = validated_status(&group, &current, ctx.clock.now());
+    let validated = validated_status(&group, &current, now);
+
+    if ictx.nodes.wait_until_ready().await.is_err() {
+        return Err(Error::InvalidObject("node cache closed".into()));
+    }
+    let nodes: Vec<Node> = ictx
+        .nodes
+        .state()
+        .iter()
+        .map(|n| n.as_ref().clone())
+        .collect();
+    let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
+    let (next, requeue) = match observe_aws(cloud.as_ref(), &group, &nodes).await {
+        Ok(view) => (
+            inventory::inventory_status(&group, &nodes, &view, &validated, now),
+            ctx.settings.resync_interval,
+        ),
+        Err(e) => {
+            warn!(group = %name, error = %e, "AWS sync failed");
+            (
+                inventory::sync_failed_status(&group, &validated, &e.to_string(), now),
+                ctx.settings.resync_interval.min(Duration::from_secs(15)),
+            )
+        }
+    };
+
     if next != current {
         let becomes_invalid = is_invalid(&next) && !is_invalid(&current);
+        let becomes_degraded = is_degraded(&next) && !is_degraded(&current);
         write_status(ctx, &namespace, &name, &next).await?;
-        if becomes_invalid
-            && let Some(c) = crate::crd::condition::find(&next.conditions, SPEC_VALID)
-        {
-            ctx.event(
-                &group.object_ref(&()),
-                EventType::Warning,
-                &c.reason,
-                "Validate",
-                c.message.clone(),
-            )
-            .await;
+        for (flag, type_) in [
+            (becomes_invalid, SPEC_VALID),
+            (becomes_degraded, inventory::DEGRADED),
+        ] {
+            if flag && let Some(c) = crate::crd::condition::find(&next.conditions, type_) {
+                ctx.event(
+                    &group.object_ref(&()),
+                    EventType::Warning,
+                    &c.reason,
+                    "Sync",
+                    c.message.clone(),
+                )
+                .await;
+            }
         }
     }
-    Ok(Action::requeue(ctx.settings.resync_interval))
+    // Children follow a valid spec only: an invalid edit must not tear down a
+    // Refresher in the middle of its run.
+    if !is_invalid(&next) {
+        sync_children(ctx, &group, &namespace, &name).await?;
+    }
+    Ok(Action::requeue(requeue))
 }
 
 fn is_invalid(status: &NodeGroupStatus) -> bool {
     crate::crd::condition::find(&status.conditions, SPEC_VALID)
         .is_some_and(|c| c.status == ConditionStatus::False)
+}
+
+fn is_degraded(status: &NodeGroupStatus) -> bool {
+    crate::crd::condition::find(&status.conditions, inventory::DEGRADED)
+        .is_some_and(|c| c.status == ConditionStatus::True)
+}
+
+/// Pure: the children a valid group should have (None = should not exist).
+pub fn child_specs(group: &NodeGroup) -> (Option<RefresherSpec>, Option<ReplenisherSpec>) {
+    let spec = &group.spec;
+    let name = group.name_any();
+    let refresher = spec.refresh.as_ref().map(|r| RefresherSpec {
+        node_group: name.clone(),
+        role: spec.role,
+        schedule: r.schedule.clone(),
+        time_zone: r.time_zone.clone(),
+        surplus_nodes: r.effective_surplus(spec.role),
+        max_node_age: r.max_node_age.clone(),
+        drain_timeout: r.drain_timeout.clone(),
+        drain_timeout_action: r.drain_timeout_action,
+        ready_timeout: r.ready_timeout.clone(),
+        suspend: spec.suspend,
+    });
+    let replenisher = spec.replenish.enabled.then(|| ReplenisherSpec {
+        node_group: name.clone(),
+        role: spec.role,
+        desired: spec.desired,
+        cooldown: spec.replenish.cooldown.clone(),
+        join_timeout: spec.replenish.join_timeout.clone(),
+        suspend: spec.suspend,
+    });
+    (refresher, replenisher)
+}
+
+async fn sync_children(
+    ctx: &Context,
+    group: &NodeGroup,
+    namespace: &str,
+    name: &str,
+) -> Result<()> {
+    let owner = group.controller_owner_ref(&()).ok_or_else(|| {
+        Error::InvalidObject(format!("NodeGroup {namespace}/{name} has no uid yet"))
+    })?;
+    let (refresher, replenisher) = child_specs(group);
+    let refreshers: Api<Refresher> = Api::namespaced(ctx.client.clone(), namespace);
+    let replenishers: Api<Replenisher> = Api::namespaced(ctx.client.clone(), namespace);
+
+    match refresher {
+        Some(spec) => {
+            apply_child::<Refresher, _>(ctx, &refreshers, name, &owner, "Refresher", spec).await?
+        }
+        None => {
+            if let Some(existing) = refreshers
+                .get_opt(name)
+                .await
+                .map_err(Error::kube("get Refresher"))?
+            {
+                // A run in progress holds the original desired counts and the
+                // surplus it added: removing it now would lose them.
+                if existing
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.run_start.is_some())
+                {
+                    warn!(group = %name, "refresh removed from spec but a run is in progress; keeping the Refresher");
+                } else {
+                    delete_child(ctx, &refreshers, namespace, name, "Refresher").await?;
+                }
+            }
+        }
+    }
+    match replenisher {
+        Some(spec) => {
+            apply_child::<Replenisher, _>(ctx, &replenishers, name, &owner, "Replenisher", spec)
+                .await?
+        }
+        None => {
+            if replenishers
+                .get_opt(name)
+                .await
+                .map_err(Error::kube("get Replenisher"))?
+                .is_some()
+            {
+                delete_child(ctx, &replenishers, namespace, name, "Replenisher").await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn apply_child<K, S>(
+    ctx: &Context,
+    api: &Api<K>,
+    name: &str,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    kind: &'static str,
+    spec: S,
+) -> Result<()>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + serde::Serialize,
+    S: serde::Serialize + PartialEq + serde::de::DeserializeOwned,
+{
+    // Skip the write when the child already has exactly this spec and owner.
+    if let Some(existing) = api
+        .get_opt(name)
+        .await
+        .map_err(Error::kube(format!("get {kind} {name}")))?
+    {
+        let value = serde_json::to_value(&existing).map_err(|source| Error::Serialization {
+            context: format!("{kind} {name}"),
+            source,
+        })?;
+        let same_spec = value
+            .get("spec")
+            .and_then(|s| serde_json::from_value::<S>(s.clone()).ok())
+            .is_some_and(|s| s == spec);
+        let owned = existing
+            .meta()
+            .owner_references
+            .as_ref()
+            .is_some_and(|refs| refs.iter().any(|r| r.uid == owner.uid));
+        if same_spec && owned {
+            return Ok(());
+        }
+    }
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": {"name": name, "ownerReferences": [owner]},
+        "spec": spec,
+    });
+    let namespace = api.resource_url().to_string();
+    ctx.mutations
+        .perform(
+            Intent::own("apply_child", format!("{kind}/{name}")),
+            || async {
+                api.patch(
+                    name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&patch),
+                )
+                .await
+                .map_err(Error::kube(format!("apply {kind} {name} ({namespace})")))
+            },
+        )
+        .await?;
+    info!(kind, name, "child resource applied");
+    Ok(())
+}
+
+async fn delete_child<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    namespace: &str,
+    name: &str,
+    kind: &'static str,
+) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    ctx.mutations
+        .perform(
+            Intent::own("delete_child", format!("{kind}/{namespace}/{name}")),
+            || async {
+                match api.delete(name, &DeleteParams::default()).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                    Err(e) => Err(Error::kube(format!("delete {kind} {namespace}/{name}"))(e)),
+                }
+            },
+        )
+        .await?;
+    info!(kind, name, "child resource removed");
+    Ok(())
 }
 
 /// Pure: the status after validating the spec. Keeps every other field as is.
@@ -151,7 +491,7 @@ async fn write_status(
     });
     ctx.mutations
         .perform(
-            Intent::own_status("patch_status", format!("nodegroup/{namespace}/{name}")),
+            Intent::own("patch_status", format!("nodegroup/{namespace}/{name}")),
             || async {
                 api.patch_status(
                     name,
@@ -212,5 +552,128 @@ mod tests {
             first, second,
             "an unchanged group must produce an identical status"
         );
+    }
+}
+
+#[cfg(test)]
+mod inventory_tests {
+    use super::*;
+    use crate::cloud::fake::FakeCloud;
+    use crate::controllers::inventory::tests::{group, node, t0};
+
+    /// A fake cloud with `per_asg` instances in each of 3 ASGs and a Node for each.
+    fn world(per_asg: usize) -> (FakeCloud, Vec<Node>) {
+        let cloud = FakeCloud::new();
+        let mut nodes = vec![];
+        for zone in ["a", "c", "d"] {
+            let name = format!("nodes-{zone}");
+            for (i, id) in cloud
+                .add_group(&name, &format!("zone-{zone}"), per_asg, 1000, t0())
+                .iter()
+                .enumerate()
+            {
+                // The fake's ASGs carry no kops tag: membership falls back to the role label.
+                nodes.push(node(
+                    &format!("n-{zone}-{i}"),
+                    &name,
+                    &format!("zone-{zone}"),
+                    id,
+                    true,
+                ));
+            }
+        }
+        (cloud, nodes)
+    }
+
+    async fn calls_for_one_sync(per_asg: usize) -> (usize, usize) {
+        let (cloud, nodes) = world(per_asg);
+        let g = group(&["nodes-a", "nodes-c", "nodes-d"], (per_asg * 3) as i32);
+        let view = observe_aws(&cloud, &g, &nodes).await.expect("observe");
+        let status = inventory::inventory_status(&g, &nodes, &view, &Default::default(), t0());
+        assert_eq!(status.nodes.len(), per_asg * 3);
+        assert!(status.not_joined.is_empty());
+        (cloud.total_calls(), cloud.calls("describe_instances"))
+    }
+
+    #[tokio::test]
+    async fn aws_calls_per_sync_do_not_grow_with_the_node_count() {
+        let small = calls_for_one_sync(2).await; // 6 nodes
+        let large = calls_for_one_sync(167).await; // 501 nodes
+        assert_eq!(
+            small, large,
+            "calls for 6 nodes {small:?} vs 501 nodes {large:?}"
+        );
+        assert_eq!(
+            small,
+            (2, 1),
+            "one describe of the ASGs, one of the instances"
+        );
+    }
+
+    #[tokio::test]
+    async fn observing_makes_no_mutation() {
+        let (cloud, nodes) = world(2);
+        let g = group(&["nodes-a", "nodes-c", "nodes-d", "missing"], 6);
+        observe_aws(&cloud, &g, &nodes).await.expect("observe");
+        for op in [
+            "set_desired_capacity",
+            "detach_instances",
+            "terminate_in_group",
+            "terminate_instances",
+        ] {
+            assert_eq!(cloud.calls(op), 0, "{op}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_aws_error_is_surfaced_with_its_operation() {
+        let (cloud, nodes) = world(1);
+        cloud.fail_next("describe_groups", "Rate exceeded");
+        let g = group(&["nodes-a"], 1);
+        let err = observe_aws(&cloud, &g, &nodes).await.expect_err("fails");
+        assert!(err.to_string().contains("Rate exceeded"), "{err}");
+    }
+
+    #[test]
+    fn children_follow_the_spec() {
+        let mut g = group(&["nodes-a"], 3);
+        let (refresher, replenisher) = child_specs(&g);
+        assert!(refresher.is_none(), "no refresh configured");
+        let rp = replenisher.expect("replenish is on by default");
+        assert_eq!(
+            (rp.node_group.as_str(), rp.desired, rp.cooldown.as_str()),
+            ("workers", 3, "5m")
+        );
+        g.spec.refresh =
+            Some(serde_json::from_value(serde_json::json!({"schedule": "0 3 * * *"})).unwrap());
+        g.spec.replenish.enabled = false;
+        let (refresher, replenisher) = child_specs(&g);
+        let rf = refresher.expect("refresher");
+        assert_eq!(rf.surplus_nodes, 1, "worker default");
+        assert_eq!(rf.time_zone, "UTC");
+        assert!(replenisher.is_none());
+    }
+
+    #[test]
+    fn heartbeats_do_not_change_the_fingerprint_but_readiness_and_cordons_do() {
+        let n = node("n1", "nodes-a", "zone-a", "i-1", true);
+        let mut heartbeat = n.clone();
+        heartbeat
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()[0]
+            .last_heartbeat_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        heartbeat.metadata.resource_version = Some("999".into());
+        assert_eq!(node_fingerprint(&n), node_fingerprint(&heartbeat));
+        let not_ready = node("n1", "nodes-a", "zone-a", "i-1", false);
+        assert_ne!(node_fingerprint(&n), node_fingerprint(&not_ready));
+        let mut cordoned = n.clone();
+        cordoned.spec.as_mut().unwrap().unschedulable = Some(true);
+        assert_ne!(node_fingerprint(&n), node_fingerprint(&cordoned));
     }
 }

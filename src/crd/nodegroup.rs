@@ -197,6 +197,9 @@ pub struct NodeStatus {
     pub launch_time: Option<DateTime<Utc>>,
     pub ready: bool,
     pub unschedulable: bool,
+    /// Why this node could not be matched to an instance (e.g. a bad providerID).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]

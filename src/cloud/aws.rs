@@ -1,0 +1,315 @@
+//! The real adapter over aws-sdk-autoscaling and aws-sdk-ec2: batched
+//! describes, pagination, errors that name the call and the resource.
+//! Throttling and 5xx are retried with backoff by the SDK's retry config.
+
+use super::{
+    AsgDescription, AsgInstance, AwsClients, Cloud, CloudProvider, InstanceDescription, Lifecycle,
+};
+use crate::{Error, Result};
+use aws_config::SdkConfig;
+use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata};
+use chrono::{DateTime, Utc};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Ids per DescribeInstances request (an instance-id filter takes up to 200 values).
+pub const INSTANCE_PAGE: usize = 100;
+/// ASG names per DescribeAutoScalingGroups request (the API's limit is 100 records).
+const GROUP_PAGE: usize = 50;
+
+pub struct AwsCloud {
+    clients: AwsClients,
+    instance_page: usize,
+}
+
+impl AwsCloud {
+    pub fn new(clients: AwsClients) -> Self {
+        Self {
+            clients,
+            instance_page: INSTANCE_PAGE,
+        }
+    }
+
+    /// Smaller pages, so tests can exercise pagination with few instances.
+    pub fn with_instance_page(mut self, size: usize) -> Self {
+        self.instance_page = size.max(1);
+        self
+    }
+}
+
+fn aws_error<E>(operation: &'static str, resource: impl Into<String>) -> impl FnOnce(E) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let resource = resource.into();
+    move |err| Error::Aws {
+        operation,
+        resource,
+        code: err.code().map(str::to_string),
+        message: err
+            .message()
+            .map(str::to_string)
+            .unwrap_or_else(|| DisplayErrorContext(&err).to_string()),
+    }
+}
+
+fn to_chrono(t: &aws_sdk_ec2::primitives::DateTime) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp(t.secs(), t.subsec_nanos())
+}
+
+#[async_trait::async_trait]
+impl Cloud for AwsCloud {
+    async fn describe_groups(&self, names: &[String]) -> Result<Vec<AsgDescription>> {
+        let mut groups = Vec::new();
+        for chunk in names.chunks(GROUP_PAGE) {
+            let mut pages = self
+                .clients
+                .autoscaling
+                .describe_auto_scaling_groups()
+                .set_auto_scaling_group_names(Some(chunk.to_vec()))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(aws_error("DescribeAutoScalingGroups", chunk.join(",")))?;
+                for g in page.auto_scaling_groups() {
+                    groups.push(describe_group(g));
+                }
+            }
+        }
+        // Why a short ASG is short: its latest scaling activity. Asked only for
+        // ASGs below their desired count, so the cost does not grow with nodes.
+        for group in groups
+            .iter_mut()
+            .filter(|g| (g.active_instances() as i32) < g.desired)
+        {
+            let activities = self
+                .clients
+                .autoscaling
+                .describe_scaling_activities()
+                .auto_scaling_group_name(&group.name)
+                .max_records(5)
+                .send()
+                .await
+                .map_err(aws_error("DescribeScalingActivities", group.name.clone()))?;
+            group.recent_failure = activities.activities().iter().find_map(|a| {
+                let failed = matches!(
+                    a.status_code(),
+                    Some(aws_sdk_autoscaling::types::ScalingActivityStatusCode::Failed)
+                        | Some(aws_sdk_autoscaling::types::ScalingActivityStatusCode::Cancelled)
+                );
+                failed.then(|| {
+                    a.status_message()
+                        .or(a.description())
+                        .unwrap_or("scaling activity failed")
+                        .to_string()
+                })
+            });
+        }
+        Ok(groups)
+    }
+
+    async fn describe_instances(&self, ids: &[String]) -> Result<Vec<InstanceDescription>> {
+        let mut out = Vec::new();
+        for chunk in ids.chunks(self.instance_page) {
+            // A filter, not InstanceIds: an id that no longer exists must not
+            // fail the whole page.
+            let filter = aws_sdk_ec2::types::Filter::builder()
+                .name("instance-id")
+                .set_values(Some(chunk.to_vec()))
+                .build();
+            let mut pages = self
+                .clients
+                .ec2
+                .describe_instances()
+                .filters(filter)
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(aws_error(
+                    "DescribeInstances",
+                    format!("{} instance(s)", chunk.len()),
+                ))?;
+                for reservation in page.reservations() {
+                    for i in reservation.instances() {
+                        let Some(id) = i.instance_id() else { continue };
+                        out.push(InstanceDescription {
+                            instance_id: id.to_string(),
+                            launch_time: i.launch_time().and_then(to_chrono),
+                            availability_zone: i
+                                .placement()
+                                .and_then(|p| p.availability_zone())
+                                .map(str::to_string),
+                            instance_type: i.instance_type().map(|t| t.as_str().to_string()),
+                            lifecycle: match i.instance_lifecycle() {
+                                Some(aws_sdk_ec2::types::InstanceLifecycleType::Spot) => {
+                                    Lifecycle::Spot
+                                }
+                                _ => Lifecycle::OnDemand,
+                            },
+                            state: i
+                                .state()
+                                .and_then(|s| s.name())
+                                .map(|n| n.as_str().to_string())
+                                .unwrap_or_default(),
+                            private_dns_name: i
+                                .private_dns_name()
+                                .filter(|d| !d.is_empty())
+                                .map(str::to_string),
+                            tags: i
+                                .tags()
+                                .iter()
+                                .filter_map(|t| {
+                                    Some((
+                                        t.key()?.to_string(),
+                                        t.value().unwrap_or("").to_string(),
+                                    ))
+                                })
+                                .collect(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn set_desired_capacity(&self, asg: &str, desired: i32) -> Result<()> {
+        self.clients
+            .autoscaling
+            .set_desired_capacity()
+            .auto_scaling_group_name(asg)
+            .desired_capacity(desired)
+            .honor_cooldown(false)
+            .send()
+            .await
+            .map_err(aws_error("SetDesiredCapacity", asg))?;
+        Ok(())
+    }
+
+    async fn detach_instances(&self, asg: &str, ids: &[String], decrement: bool) -> Result<()> {
+        self.clients
+            .autoscaling
+            .detach_instances()
+            .auto_scaling_group_name(asg)
+            .set_instance_ids(Some(ids.to_vec()))
+            .should_decrement_desired_capacity(decrement)
+            .send()
+            .await
+            .map_err(aws_error(
+                "DetachInstances",
+                format!("{asg}: {}", ids.join(",")),
+            ))?;
+        Ok(())
+    }
+
+    async fn terminate_in_group(&self, instance_id: &str, decrement: bool) -> Result<()> {
+        self.clients
+            .autoscaling
+            .terminate_instance_in_auto_scaling_group()
+            .instance_id(instance_id)
+            .should_decrement_desired_capacity(decrement)
+            .send()
+            .await
+            .map_err(aws_error(
+                "TerminateInstanceInAutoScalingGroup",
+                instance_id,
+            ))?;
+        Ok(())
+    }
+
+    async fn terminate_instances(&self, ids: &[String]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.clients
+            .ec2
+            .terminate_instances()
+            .set_instance_ids(Some(ids.to_vec()))
+            .send()
+            .await
+            .map_err(aws_error("TerminateInstances", ids.join(",")))?;
+        Ok(())
+    }
+}
+
+fn describe_group(g: &aws_sdk_autoscaling::types::AutoScalingGroup) -> AsgDescription {
+    let launch_template = g
+        .launch_template()
+        .and_then(|t| t.launch_template_name())
+        .or_else(|| {
+            g.mixed_instances_policy()
+                .and_then(|p| p.launch_template())
+                .and_then(|t| t.launch_template_specification())
+                .and_then(|s| s.launch_template_name())
+        })
+        .map(str::to_string);
+    AsgDescription {
+        name: g.auto_scaling_group_name().unwrap_or_default().to_string(),
+        desired: g.desired_capacity().unwrap_or(0),
+        min: g.min_size().unwrap_or(0),
+        max: g.max_size().unwrap_or(0),
+        instances: g
+            .instances()
+            .iter()
+            .map(|i| AsgInstance {
+                instance_id: i.instance_id().unwrap_or_default().to_string(),
+                availability_zone: i.availability_zone().map(str::to_string),
+                instance_type: i.instance_type().map(str::to_string),
+                lifecycle_state: i
+                    .lifecycle_state()
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_default(),
+                health_status: i.health_status().unwrap_or_default().to_string(),
+            })
+            .filter(|i| !i.instance_id.is_empty())
+            .collect(),
+        launch_template,
+        tags: g
+            .tags()
+            .iter()
+            .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or("").to_string())))
+            .collect(),
+        recent_failure: None,
+    }
+}
+
+/// One [`AwsCloud`] per region, built on first use from the base SDK config.
+pub struct AwsCloudProvider {
+    sdk: SdkConfig,
+    emulator_account: Option<String>,
+    clouds: Mutex<HashMap<Option<String>, Arc<dyn Cloud>>>,
+}
+
+impl AwsCloudProvider {
+    pub fn new(sdk: SdkConfig, emulator_account: Option<String>) -> Self {
+        Self {
+            sdk,
+            emulator_account,
+            clouds: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl CloudProvider for AwsCloudProvider {
+    fn cloud(&self, region: Option<&str>) -> Arc<dyn Cloud> {
+        let key = region.map(str::to_string);
+        let mut clouds = self.clouds.lock().unwrap_or_else(|p| p.into_inner());
+        clouds
+            .entry(key.clone())
+            .or_insert_with(|| {
+                let sdk = match &key {
+                    Some(region) => self
+                        .sdk
+                        .to_builder()
+                        .region(aws_config::Region::new(region.clone()))
+                        .build(),
+                    None => self.sdk.clone(),
+                };
+                Arc::new(AwsCloud::new(AwsClients::new(
+                    &sdk,
+                    self.emulator_account.as_deref(),
+                )))
+            })
+            .clone()
+    }
+}

@@ -1,0 +1,272 @@
+//! An in-memory [`Cloud`] for unit tests of controllers: a small stateful
+//! model of ASGs and instances, call counts per operation, and injection of
+//! the next error.
+
+use super::{AsgDescription, AsgInstance, Cloud, CloudProvider, InstanceDescription, Lifecycle};
+use crate::{Error, Result};
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+#[derive(Default)]
+struct State {
+    groups: BTreeMap<String, AsgDescription>,
+    instances: BTreeMap<String, InstanceDescription>,
+    calls: BTreeMap<&'static str, usize>,
+    next_errors: VecDeque<(&'static str, String)>,
+    next_id: u64,
+}
+
+#[derive(Clone, Default)]
+pub struct FakeCloud {
+    state: Arc<Mutex<State>>,
+}
+
+impl FakeCloud {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds an ASG with `instances` running spot instances launched at `launch_time`.
+    pub fn add_group(
+        &self,
+        name: &str,
+        zone: &str,
+        instances: usize,
+        max: i32,
+        launch_time: DateTime<Utc>,
+    ) -> Vec<String> {
+        let mut state = self.lock();
+        state.groups.insert(
+            name.to_string(),
+            AsgDescription {
+                name: name.to_string(),
+                desired: instances as i32,
+                min: 0,
+                max,
+                instances: vec![],
+                launch_template: Some(format!("{name}-template")),
+                tags: BTreeMap::new(),
+                recent_failure: None,
+            },
+        );
+        (0..instances)
+            .map(|_| launch(&mut state, name, zone, launch_time))
+            .collect()
+    }
+
+    /// Sets desired without launching (an ASG that cannot launch).
+    pub fn set_desired_without_launch(&self, name: &str, desired: i32) {
+        if let Some(g) = self.lock().groups.get_mut(name) {
+            g.desired = desired;
+        }
+    }
+
+    pub fn set_recent_failure(&self, name: &str, failure: Option<&str>) {
+        if let Some(g) = self.lock().groups.get_mut(name) {
+            g.recent_failure = failure.map(str::to_string);
+        }
+    }
+
+    /// Makes the next call of `operation` fail with `message`.
+    pub fn fail_next(&self, operation: &'static str, message: &str) {
+        self.lock()
+            .next_errors
+            .push_back((operation, message.to_string()));
+    }
+
+    pub fn calls(&self, operation: &str) -> usize {
+        self.lock().calls.get(operation).copied().unwrap_or(0)
+    }
+
+    pub fn total_calls(&self) -> usize {
+        self.lock().calls.values().sum()
+    }
+
+    pub fn reset_calls(&self) {
+        self.lock().calls.clear();
+    }
+
+    pub fn group(&self, name: &str) -> Option<AsgDescription> {
+        self.lock().groups.get(name).cloned()
+    }
+
+    pub fn instance(&self, id: &str) -> Option<InstanceDescription> {
+        self.lock().instances.get(id).cloned()
+    }
+
+    fn enter(&self, operation: &'static str) -> Result<std::sync::MutexGuard<'_, State>> {
+        let mut state = self.lock();
+        *state.calls.entry(operation).or_default() += 1;
+        if let Some(pos) = state
+            .next_errors
+            .iter()
+            .position(|(op, _)| *op == operation)
+        {
+            let (_, message) = state
+                .next_errors
+                .remove(pos)
+                .unwrap_or((operation, String::new()));
+            return Err(Error::Aws {
+                operation,
+                resource: "fake".into(),
+                code: Some("Injected".into()),
+                message,
+            });
+        }
+        Ok(state)
+    }
+}
+
+fn launch(state: &mut State, group: &str, zone: &str, launch_time: DateTime<Utc>) -> String {
+    state.next_id += 1;
+    let id = format!("i-{:017x}", state.next_id);
+    state.instances.insert(
+        id.clone(),
+        InstanceDescription {
+            instance_id: id.clone(),
+            launch_time: Some(launch_time),
+            availability_zone: Some(zone.to_string()),
+            instance_type: Some("m5.large".into()),
+            lifecycle: Lifecycle::Spot,
+            state: "running".into(),
+            private_dns_name: None,
+            tags: BTreeMap::new(),
+        },
+    );
+    if let Some(g) = state.groups.get_mut(group) {
+        g.instances.push(AsgInstance {
+            instance_id: id.clone(),
+            availability_zone: Some(zone.to_string()),
+            instance_type: Some("m5.large".into()),
+            lifecycle_state: "InService".into(),
+            health_status: "Healthy".into(),
+        });
+    }
+    id
+}
+
+fn not_found(operation: &'static str, resource: &str) -> Error {
+    Error::Aws {
+        operation,
+        resource: resource.to_string(),
+        code: Some("ValidationError".into()),
+        message: format!("{resource} not found"),
+    }
+}
+
+/// Removes an instance from its group (and optionally replaces it, as an ASG does).
+fn remove_from_group(
+    state: &mut State,
+    instance_id: &str,
+    decrement: bool,
+    replace: bool,
+) -> Result<()> {
+    let (group, zone) = state
+        .groups
+        .values()
+        .find_map(|g| {
+            g.instances
+                .iter()
+                .find(|i| i.instance_id == instance_id)
+                .map(|i| {
+                    (
+                        g.name.clone(),
+                        i.availability_zone.clone().unwrap_or_default(),
+                    )
+                })
+        })
+        .ok_or_else(|| not_found("TerminateInstanceInAutoScalingGroup", instance_id))?;
+    if let Some(g) = state.groups.get_mut(&group) {
+        g.instances.retain(|i| i.instance_id != instance_id);
+        if decrement {
+            g.desired -= 1;
+        }
+    }
+    if replace && !decrement {
+        let now = Utc::now();
+        launch(state, &group, &zone, now);
+    }
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl Cloud for FakeCloud {
+    async fn describe_groups(&self, names: &[String]) -> Result<Vec<AsgDescription>> {
+        let state = self.enter("describe_groups")?;
+        Ok(names
+            .iter()
+            .filter_map(|n| state.groups.get(n).cloned())
+            .collect())
+    }
+
+    async fn describe_instances(&self, ids: &[String]) -> Result<Vec<InstanceDescription>> {
+        let state = self.enter("describe_instances")?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| state.instances.get(id).cloned())
+            .collect())
+    }
+
+    async fn set_desired_capacity(&self, asg: &str, desired: i32) -> Result<()> {
+        let mut state = self.enter("set_desired_capacity")?;
+        let group = state
+            .groups
+            .get(asg)
+            .cloned()
+            .ok_or_else(|| not_found("SetDesiredCapacity", asg))?;
+        let zone = group
+            .instances
+            .first()
+            .and_then(|i| i.availability_zone.clone())
+            .unwrap_or_else(|| "zone-a".into());
+        for _ in group.instances.len() as i32..desired {
+            launch(&mut state, asg, &zone, Utc::now());
+        }
+        if let Some(g) = state.groups.get_mut(asg) {
+            g.desired = desired;
+        }
+        Ok(())
+    }
+
+    async fn detach_instances(&self, asg: &str, ids: &[String], decrement: bool) -> Result<()> {
+        let mut state = self.enter("detach_instances")?;
+        for id in ids {
+            remove_from_group(&mut state, id, decrement, true)?;
+        }
+        if !state.groups.contains_key(asg) {
+            return Err(not_found("DetachInstances", asg));
+        }
+        Ok(())
+    }
+
+    async fn terminate_in_group(&self, instance_id: &str, decrement: bool) -> Result<()> {
+        let mut state = self.enter("terminate_in_group")?;
+        remove_from_group(&mut state, instance_id, decrement, true)?;
+        if let Some(i) = state.instances.get_mut(instance_id) {
+            i.state = "terminated".into();
+        }
+        Ok(())
+    }
+
+    async fn terminate_instances(&self, ids: &[String]) -> Result<()> {
+        let mut state = self.enter("terminate_instances")?;
+        for id in ids {
+            match state.instances.get_mut(id) {
+                Some(i) => i.state = "terminated".into(),
+                None => return Err(not_found("TerminateInstances", id)),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl CloudProvider for FakeCloud {
+    fn cloud(&self, _region: Option<&str>) -> Arc<dyn Cloud> {
+        Arc::new(self.clone())
+    }
+}

@@ -1,0 +1,734 @@
+//! The node inventory, pure: from the group, the cluster's Nodes and the AWS
+//! view of the group's ASGs, compute the group's status. No I/O, no clock.
+
+use crate::cloud::{AsgDescription, InstanceDescription};
+use crate::crd::condition::{ConditionStatus, set_condition};
+use crate::crd::nodegroup::{AutoScalingGroupStatus, NodeStatus, NotJoinedInstance};
+use crate::crd::{NodeGroup, NodeGroupStatus, Role};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::ResourceExt;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub const INSTANCE_GROUP_LABEL: &str = "kops.k8s.io/instancegroup";
+pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
+pub const LEGACY_MASTER_LABEL: &str = "node-role.kubernetes.io/master";
+pub const WORKER_LABEL: &str = "node-role.kubernetes.io/node";
+pub const INVENTORY_SYNCED: &str = "InventorySynced";
+pub const DEGRADED: &str = "Degraded";
+
+/// `aws:///<az>/<instance-id>` → (az, instance id).
+pub fn parse_provider_id(provider_id: &str) -> Result<(String, String), String> {
+    let rest = provider_id
+        .strip_prefix("aws:///")
+        .ok_or_else(|| format!("providerID {provider_id:?} does not start with aws:///"))?;
+    let (az, id) = rest
+        .split_once('/')
+        .ok_or_else(|| format!("providerID {provider_id:?} is not aws:///<zone>/<instance-id>"))?;
+    if az.is_empty() || !id.starts_with("i-") || id.len() < 3 || id.contains('/') {
+        return Err(format!(
+            "providerID {provider_id:?} is not aws:///<zone>/<instance-id>"
+        ));
+    }
+    Ok((az.to_string(), id.to_string()))
+}
+
+/// The instance id a Node runs on, if its providerID says so.
+pub fn node_instance_id(node: &Node) -> Option<String> {
+    let provider_id = node.spec.as_ref()?.provider_id.as_deref()?;
+    parse_provider_id(provider_id).ok().map(|(_, id)| id)
+}
+
+pub fn is_ready(node: &Node) -> bool {
+    node.metadata.deletion_timestamp.is_none()
+        && node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+pub fn is_unschedulable(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// Does a label selector match these labels? (matchLabels and matchExpressions
+/// with In, NotIn, Exists, DoesNotExist; an unknown operator matches nothing.)
+pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let labels_ok = selector
+        .match_labels
+        .as_ref()
+        .is_none_or(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)));
+    let exprs_ok = selector.match_expressions.as_ref().is_none_or(|exprs| {
+        exprs.iter().all(|e| {
+            let values = e.values.as_deref().unwrap_or_default();
+            match e.operator.as_str() {
+                "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
+                "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
+                "Exists" => labels.contains_key(&e.key),
+                "DoesNotExist" => !labels.contains_key(&e.key),
+                _ => false,
+            }
+        })
+    });
+    labels_ok && exprs_ok
+}
+
+/// How the group's Nodes are chosen.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Membership {
+    Selector(LabelSelector),
+    /// Default: the kops instance groups named by the ASGs' tags.
+    InstanceGroups(BTreeSet<String>),
+    /// Default when no ASG carries a kops tag: the role label.
+    Role(Role),
+}
+
+impl Membership {
+    pub fn of(group: &NodeGroup, asgs: &[AsgDescription]) -> Membership {
+        if let Some(selector) = &group.spec.node_selector {
+            return Membership::Selector(selector.clone());
+        }
+        let instance_groups: BTreeSet<String> = asgs
+            .iter()
+            .filter_map(|a| a.tags.get(INSTANCE_GROUP_LABEL).cloned())
+            .collect();
+        if instance_groups.is_empty() {
+            Membership::Role(group.spec.role)
+        } else {
+            Membership::InstanceGroups(instance_groups)
+        }
+    }
+
+    pub fn includes(&self, node: &Node) -> bool {
+        let labels = node.labels();
+        match self {
+            Membership::Selector(s) => selector_matches(s, labels),
+            Membership::InstanceGroups(groups) => labels
+                .get(INSTANCE_GROUP_LABEL)
+                .is_some_and(|g| groups.contains(g)),
+            Membership::Role(role) => role_matches(*role, labels),
+        }
+    }
+}
+
+pub fn role_matches(role: Role, labels: &BTreeMap<String, String>) -> bool {
+    match role {
+        Role::Master => {
+            labels.contains_key(CONTROL_PLANE_LABEL) || labels.contains_key(LEGACY_MASTER_LABEL)
+        }
+        Role::Worker => labels.contains_key(WORKER_LABEL),
+    }
+}
+
+/// The AWS view of a group, as observed in one sync.
+#[derive(Debug, Clone, Default)]
+pub struct AwsView {
+    pub asgs: Vec<AsgDescription>,
+    pub instances: Vec<InstanceDescription>,
+}
+
+/// Pure: the group's next status from what was observed. `previous` supplies
+/// fields this function does not own (conditions of others, the lock).
+pub fn inventory_status(
+    group: &NodeGroup,
+    nodes: &[Node],
+    aws: &AwsView,
+    previous: &NodeGroupStatus,
+    now: DateTime<Utc>,
+) -> NodeGroupStatus {
+    let generation = group.metadata.generation;
+    let mut status = previous.clone();
+    let membership = Membership::of(group, &aws.asgs);
+    let instances: BTreeMap<&str, &InstanceDescription> = aws
+        .instances
+        .iter()
+        .map(|i| (i.instance_id.as_str(), i))
+        .collect();
+    let asg_of: BTreeMap<&str, &str> = aws
+        .asgs
+        .iter()
+        .flat_map(|a| {
+            a.instances
+                .iter()
+                .map(move |i| (i.instance_id.as_str(), a.name.as_str()))
+        })
+        .collect();
+
+    let mut members: Vec<NodeStatus> = nodes
+        .iter()
+        .filter(|n| membership.includes(n))
+        .map(|node| {
+            let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+            let parsed = match provider_id {
+                None | Some("") => Err("node has no providerID".to_string()),
+                Some(p) => parse_provider_id(p),
+            };
+            let (zone, instance_id, problem) = match parsed {
+                Ok((zone, id)) => (Some(zone), Some(id), None),
+                Err(problem) => (None, None, Some(problem)),
+            };
+            let instance = instance_id.as_deref().and_then(|id| instances.get(id));
+            NodeStatus {
+                name: node.name_any(),
+                auto_scaling_group: instance_id
+                    .as_deref()
+                    .and_then(|id| asg_of.get(id))
+                    .map(|s| s.to_string()),
+                availability_zone: instance.and_then(|i| i.availability_zone.clone()).or(zone),
+                instance_type: instance.and_then(|i| i.instance_type.clone()),
+                lifecycle: instance.map(|i| i.lifecycle.as_str().to_string()),
+                launch_time: instance.and_then(|i| i.launch_time),
+                instance_id,
+                ready: is_ready(node),
+                unschedulable: is_unschedulable(node),
+                problem,
+            }
+        })
+        .collect();
+    members.sort_by(|a, b| a.name.cmp(&b.name));
+
+    // Not joined: in the ASGs, alive, and no Node anywhere in the cluster runs on it.
+    let joined: BTreeSet<String> = nodes.iter().filter_map(node_instance_id).collect();
+    let mut not_joined: Vec<NotJoinedInstance> = aws
+        .asgs
+        .iter()
+        .flat_map(|asg| {
+            asg.instances
+                .iter()
+                .filter(|i| {
+                    !i.lifecycle_state.starts_with("Terminat")
+                        && !i.lifecycle_state.starts_with("Detach")
+                })
+                .filter(|i| !joined.contains(&i.instance_id))
+                .map(|i| {
+                    let described = instances.get(i.instance_id.as_str());
+                    NotJoinedInstance {
+                        instance_id: i.instance_id.clone(),
+                        auto_scaling_group: asg.name.clone(),
+                        availability_zone: i.availability_zone.clone(),
+                        launch_time: described.and_then(|d| d.launch_time),
+                    }
+                })
+        })
+        // An instance EC2 already reports as terminated is leaving, not late.
+        .filter(|n| {
+            instances.get(n.instance_id.as_str()).is_none_or(|d| {
+                !matches!(
+                    d.state.as_str(),
+                    "shutting-down" | "terminated" | "stopping" | "stopped"
+                )
+            })
+        })
+        .collect();
+    not_joined.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+
+    let asg_statuses: Vec<AutoScalingGroupStatus> = group
+        .spec
+        .auto_scaling_groups
+        .iter()
+        .filter_map(|r| aws.asgs.iter().find(|a| a.name == r.name))
+        .map(|asg| {
+            let active = asg.active_instances() as i32;
+            let reason = match (&asg.recent_failure, active < asg.desired) {
+                (Some(failure), _) => Some(format!("latest scaling activity failed: {failure}")),
+                (None, true) => Some(format!(
+                    "desired {} but {} instance(s)",
+                    asg.desired, active
+                )),
+                (None, false) => None,
+            };
+            AutoScalingGroupStatus {
+                name: asg.name.clone(),
+                desired: asg.desired,
+                min: asg.min,
+                max: asg.max,
+                instances: active,
+                launching: reason.is_none(),
+                reason,
+            }
+        })
+        .collect();
+
+    let missing: Vec<&str> = group
+        .spec
+        .auto_scaling_groups
+        .iter()
+        .map(|r| r.name.as_str())
+        .filter(|name| !aws.asgs.iter().any(|a| a.name == *name))
+        .collect();
+    let not_launching: Vec<String> = asg_statuses
+        .iter()
+        .filter(|a| !a.launching)
+        .map(|a| {
+            format!(
+                "{} ({})",
+                a.name,
+                a.reason.as_deref().unwrap_or("not launching")
+            )
+        })
+        .collect();
+    let bad_nodes = members.iter().filter(|m| m.problem.is_some()).count();
+
+    status.ready_nodes = Some(members.iter().filter(|m| m.ready).count() as i32);
+    status.desired_nodes = Some(group.spec.desired);
+    status.nodes = members;
+    status.not_joined = not_joined;
+    status.auto_scaling_groups = asg_statuses;
+
+    let mut synced = format!(
+        "{} node(s), {} ready, {} instance(s) not joined",
+        status.nodes.len(),
+        status.ready_nodes.unwrap_or(0),
+        status.not_joined.len()
+    );
+    if bad_nodes > 0 {
+        synced.push_str(&format!(
+            "; {bad_nodes} node(s) with an unusable providerID"
+        ));
+    }
+    set_condition(
+        &mut status.conditions,
+        INVENTORY_SYNCED,
+        ConditionStatus::True,
+        "Synced",
+        synced,
+        generation,
+        now,
+    );
+    let (degraded, reason, message) = if !missing.is_empty() {
+        (
+            ConditionStatus::True,
+            "AutoScalingGroupNotFound",
+            format!("Auto Scaling Group(s) not found: {}", missing.join(", ")),
+        )
+    } else if !not_launching.is_empty() {
+        (
+            ConditionStatus::True,
+            "NotLaunching",
+            format!("not launching: {}", not_launching.join("; ")),
+        )
+    } else {
+        (
+            ConditionStatus::False,
+            "AllLaunching",
+            "every Auto Scaling Group is launching".to_string(),
+        )
+    };
+    set_condition(
+        &mut status.conditions,
+        DEGRADED,
+        degraded,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    status
+}
+
+/// Pure: the status after a failed AWS sync. The last inventory is kept (it
+/// is the best knowledge we have) and the failure is reported.
+pub fn sync_failed_status(
+    group: &NodeGroup,
+    previous: &NodeGroupStatus,
+    error: &str,
+    now: DateTime<Utc>,
+) -> NodeGroupStatus {
+    let mut status = previous.clone();
+    set_condition(
+        &mut status.conditions,
+        INVENTORY_SYNCED,
+        ConditionStatus::False,
+        "AwsError",
+        error.to_string(),
+        group.metadata.generation,
+        now,
+    );
+    status
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::cloud::{AsgInstance, Lifecycle};
+    use chrono::TimeZone;
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus as K8sNodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta};
+
+    pub fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap()
+    }
+
+    /// A kops-like Node for an instance.
+    pub fn node(name: &str, instance_group: &str, zone: &str, instance: &str, ready: bool) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(BTreeMap::from([
+                    (INSTANCE_GROUP_LABEL.to_string(), instance_group.to_string()),
+                    (WORKER_LABEL.to_string(), String::new()),
+                ])),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: Some(format!("aws:///{zone}/{instance}")),
+                ..Default::default()
+            }),
+            status: Some(K8sNodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    pub fn asg(
+        name: &str,
+        instance_group: &str,
+        zone: &str,
+        ids: &[&str],
+        desired: i32,
+    ) -> AsgDescription {
+        AsgDescription {
+            name: name.into(),
+            desired,
+            min: 0,
+            max: 5,
+            instances: ids
+                .iter()
+                .map(|id| AsgInstance {
+                    instance_id: id.to_string(),
+                    availability_zone: Some(zone.into()),
+                    instance_type: Some("m5.large".into()),
+                    lifecycle_state: "InService".into(),
+                    health_status: "Healthy".into(),
+                })
+                .collect(),
+            launch_template: None,
+            tags: BTreeMap::from([(INSTANCE_GROUP_LABEL.to_string(), instance_group.to_string())]),
+            recent_failure: None,
+        }
+    }
+
+    pub fn instance(id: &str, zone: &str) -> InstanceDescription {
+        InstanceDescription {
+            instance_id: id.into(),
+            launch_time: Some(t0()),
+            availability_zone: Some(zone.into()),
+            instance_type: Some("m5.large".into()),
+            lifecycle: Lifecycle::Spot,
+            state: "running".into(),
+            private_dns_name: None,
+            tags: BTreeMap::new(),
+        }
+    }
+
+    pub fn group(asgs: &[&str], desired: i32) -> NodeGroup {
+        let spec = serde_json::from_value(serde_json::json!({
+            "role": "Worker",
+            "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
+            "desired": desired,
+        }))
+        .unwrap();
+        let mut g = NodeGroup::new("workers", spec);
+        g.metadata.generation = Some(1);
+        g
+    }
+
+    fn cond<'a>(s: &'a NodeGroupStatus, t: &str) -> &'a crate::crd::Condition {
+        crate::crd::condition::find(&s.conditions, t).expect(t)
+    }
+
+    #[test]
+    fn provider_ids_are_parsed_or_rejected() {
+        assert_eq!(
+            parse_provider_id("aws:///ap-northeast-1a/i-0abc"),
+            Ok(("ap-northeast-1a".into(), "i-0abc".into()))
+        );
+        for bad in [
+            "",
+            "aws://i-1",
+            "aws:///zone",
+            "gce:///a/i-1",
+            "aws:///a/not-an-id",
+            "aws:///a/i-1/x",
+            "aws:////i-1",
+        ] {
+            assert!(parse_provider_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn nodes_are_mapped_to_instances_asgs_and_zones() {
+        let g = group(&["nodes-a", "nodes-c", "nodes-d"], 3);
+        let nodes = vec![
+            node("n1", "nodes-a", "zone-a", "i-1", true),
+            node("n2", "nodes-c", "zone-c", "i-2", true),
+            node("n3", "nodes-d", "zone-d", "i-3", false),
+            node("other", "gpu", "zone-a", "i-9", true),
+        ];
+        let aws = AwsView {
+            asgs: vec![
+                asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1),
+                asg("nodes-c", "nodes-c", "zone-c", &["i-2"], 1),
+                asg("nodes-d", "nodes-d", "zone-d", &["i-3"], 1),
+            ],
+            instances: vec![
+                instance("i-1", "zone-a"),
+                instance("i-2", "zone-c"),
+                instance("i-3", "zone-d"),
+            ],
+        };
+        let s = inventory_status(&g, &nodes, &aws, &NodeGroupStatus::default(), t0());
+        let names: Vec<_> = s.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["n1", "n2", "n3"],
+            "a node of another instance group is not a member"
+        );
+        let n2 = &s.nodes[1];
+        assert_eq!(n2.instance_id.as_deref(), Some("i-2"));
+        assert_eq!(n2.auto_scaling_group.as_deref(), Some("nodes-c"));
+        assert_eq!(n2.availability_zone.as_deref(), Some("zone-c"));
+        assert_eq!(n2.lifecycle.as_deref(), Some("spot"));
+        assert_eq!(n2.launch_time, Some(t0()));
+        assert_eq!(s.ready_nodes, Some(2), "the NotReady node is not counted");
+        assert_eq!(s.desired_nodes, Some(3));
+        assert!(s.not_joined.is_empty());
+        assert!(s.auto_scaling_groups.iter().all(|a| a.launching));
+        assert_eq!(cond(&s, DEGRADED).status, ConditionStatus::False);
+        assert_eq!(cond(&s, INVENTORY_SYNCED).status, ConditionStatus::True);
+    }
+
+    #[test]
+    fn cordoned_and_deleting_nodes() {
+        let g = group(&["nodes-a"], 2);
+        let mut cordoned = node("n1", "nodes-a", "zone-a", "i-1", true);
+        cordoned.spec.as_mut().unwrap().unschedulable = Some(true);
+        let mut deleting = node("n2", "nodes-a", "zone-a", "i-2", true);
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        let aws = AwsView {
+            asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1", "i-2"], 2)],
+            instances: vec![],
+        };
+        let s = inventory_status(
+            &g,
+            &[cordoned, deleting],
+            &aws,
+            &NodeGroupStatus::default(),
+            t0(),
+        );
+        assert!(s.nodes[0].unschedulable);
+        assert!(s.nodes[0].ready, "cordoned but Ready");
+        assert!(!s.nodes[1].ready, "a node being deleted is not ready");
+        assert_eq!(s.ready_nodes, Some(1));
+    }
+
+    #[test]
+    fn instances_without_a_node_are_not_joined_with_launch_time() {
+        let g = group(&["nodes-a"], 2);
+        let aws = AwsView {
+            asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1", "i-2"], 2)],
+            instances: vec![instance("i-1", "zone-a"), instance("i-2", "zone-a")],
+        };
+        let s = inventory_status(
+            &g,
+            &[node("n1", "nodes-a", "zone-a", "i-1", true)],
+            &aws,
+            &Default::default(),
+            t0(),
+        );
+        assert_eq!(s.not_joined.len(), 1);
+        assert_eq!(s.not_joined[0].instance_id, "i-2");
+        assert_eq!(s.not_joined[0].auto_scaling_group, "nodes-a");
+        assert_eq!(s.not_joined[0].launch_time, Some(t0()));
+    }
+
+    #[test]
+    fn terminating_instances_are_not_reported_as_not_joined() {
+        let g = group(&["nodes-a"], 1);
+        let mut a = asg("nodes-a", "nodes-a", "zone-a", &["i-1", "i-2"], 1);
+        a.instances[1].lifecycle_state = "Terminating".into();
+        let mut gone = instance("i-1", "zone-a");
+        gone.state = "shutting-down".into();
+        let aws = AwsView {
+            asgs: vec![a],
+            instances: vec![gone],
+        };
+        let s = inventory_status(&g, &[], &aws, &Default::default(), t0());
+        assert!(s.not_joined.is_empty(), "{:?}", s.not_joined);
+    }
+
+    #[test]
+    fn a_bad_provider_id_is_reported_on_the_node_and_does_not_break_the_group() {
+        let g = group(&["nodes-a"], 2);
+        let mut bad = node("bad", "nodes-a", "zone-a", "i-x", true);
+        bad.spec.as_mut().unwrap().provider_id = Some("kind://docker/bad".into());
+        let mut none = node("none", "nodes-a", "zone-a", "i-y", true);
+        none.spec.as_mut().unwrap().provider_id = None;
+        let good = node("good", "nodes-a", "zone-a", "i-1", true);
+        let aws = AwsView {
+            asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1)],
+            instances: vec![instance("i-1", "zone-a")],
+        };
+        let s = inventory_status(&g, &[bad, none, good], &aws, &Default::default(), t0());
+        let bad = s.nodes.iter().find(|n| n.name == "bad").unwrap();
+        assert!(bad.instance_id.is_none());
+        assert!(
+            bad.problem
+                .as_deref()
+                .unwrap()
+                .contains("kind://docker/bad")
+        );
+        let none = s.nodes.iter().find(|n| n.name == "none").unwrap();
+        assert_eq!(none.problem.as_deref(), Some("node has no providerID"));
+        let good = s.nodes.iter().find(|n| n.name == "good").unwrap();
+        assert_eq!(good.auto_scaling_group.as_deref(), Some("nodes-a"));
+        assert!(
+            cond(&s, INVENTORY_SYNCED)
+                .message
+                .contains("2 node(s) with an unusable providerID")
+        );
+    }
+
+    #[test]
+    fn a_missing_asg_degrades_the_group_naming_it() {
+        let g = group(&["nodes-a", "nodes-typo"], 1);
+        let aws = AwsView {
+            asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1)],
+            instances: vec![instance("i-1", "zone-a")],
+        };
+        let s = inventory_status(&g, &[], &aws, &Default::default(), t0());
+        let c = cond(&s, DEGRADED);
+        assert_eq!(
+            (c.status.clone(), c.reason.as_str()),
+            (ConditionStatus::True, "AutoScalingGroupNotFound")
+        );
+        assert!(c.message.contains("nodes-typo"));
+        assert_eq!(s.auto_scaling_groups.len(), 1);
+    }
+
+    #[test]
+    fn an_asg_short_of_its_desired_count_or_failing_is_not_launching() {
+        let g = group(&["nodes-a", "nodes-c"], 3);
+        let mut failing = asg("nodes-c", "nodes-c", "zone-c", &["i-3"], 1);
+        failing.recent_failure = Some("InsufficientInstanceCapacity".into());
+        let aws = AwsView {
+            asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 2), failing],
+            instances: vec![],
+        };
+        let s = inventory_status(&g, &[], &aws, &Default::default(), t0());
+        let a = &s.auto_scaling_groups[0];
+        assert!(!a.launching);
+        assert_eq!(a.reason.as_deref(), Some("desired 2 but 1 instance(s)"));
+        assert_eq!((a.desired, a.instances), (2, 1));
+        assert!(!s.auto_scaling_groups[1].launching);
+        assert!(
+            s.auto_scaling_groups[1]
+                .reason
+                .as_deref()
+                .unwrap()
+                .contains("InsufficientInstanceCapacity")
+        );
+        assert_eq!(cond(&s, DEGRADED).reason, "NotLaunching");
+    }
+
+    #[test]
+    fn explicit_selectors_and_role_defaults_choose_members() {
+        let mut g = group(&["nodes-a"], 1);
+        let labels = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        g.spec.node_selector = Some(LabelSelector {
+            match_labels: Some(labels(&[("pool", "web")])),
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: "NotIn".into(),
+                values: Some(vec!["batch".into()]),
+            }]),
+        });
+        let membership = Membership::of(&g, &[]);
+        let with = |pairs: &[(&str, &str)]| {
+            let mut n = node("n", "x", "z", "i-1", true);
+            n.metadata.labels = Some(labels(pairs));
+            n
+        };
+        assert!(membership.includes(&with(&[("pool", "web")])));
+        assert!(!membership.includes(&with(&[("pool", "web"), ("tier", "batch")])));
+        assert!(!membership.includes(&with(&[("pool", "db")])));
+        // No selector and no kops tags: the role label decides.
+        g.spec.node_selector = None;
+        let untagged = AsgDescription {
+            tags: BTreeMap::new(),
+            ..asg("nodes-a", "", "z", &[], 0)
+        };
+        assert_eq!(
+            Membership::of(&g, &[untagged]),
+            Membership::Role(Role::Worker)
+        );
+        assert!(Membership::Role(Role::Worker).includes(&with(&[(WORKER_LABEL, "")])));
+        assert!(!Membership::Role(Role::Master).includes(&with(&[(WORKER_LABEL, "")])));
+        assert!(Membership::Role(Role::Master).includes(&with(&[(CONTROL_PLANE_LABEL, "")])));
+    }
+
+    #[test]
+    fn an_unchanged_world_gives_an_identical_status() {
+        let g = group(&["nodes-a"], 1);
+        let aws = AwsView {
+            asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1)],
+            instances: vec![instance("i-1", "zone-a")],
+        };
+        let nodes = [node("n1", "nodes-a", "zone-a", "i-1", true)];
+        let first = inventory_status(&g, &nodes, &aws, &Default::default(), t0());
+        let second = inventory_status(
+            &g,
+            &nodes,
+            &aws,
+            &first,
+            t0() + chrono::Duration::minutes(1),
+        );
+        assert_eq!(first, second, "nothing is written when nothing changed");
+    }
+
+    #[test]
+    fn an_aws_failure_keeps_the_last_inventory_and_says_so() {
+        let g = group(&["nodes-a"], 1);
+        let aws = AwsView {
+            asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1)],
+            instances: vec![],
+        };
+        let before = inventory_status(
+            &g,
+            &[node("n1", "nodes-a", "zone-a", "i-1", true)],
+            &aws,
+            &Default::default(),
+            t0(),
+        );
+        let after = sync_failed_status(
+            &g,
+            &before,
+            "AWS DescribeAutoScalingGroups failed: throttled",
+            t0(),
+        );
+        assert_eq!(after.nodes, before.nodes);
+        let c = cond(&after, INVENTORY_SYNCED);
+        assert_eq!(
+            (c.status.clone(), c.reason.as_str()),
+            (ConditionStatus::False, "AwsError")
+        );
+    }
+}
