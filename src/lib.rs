@@ -14,6 +14,7 @@ pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod mutation;
+pub mod sim;
 pub mod telemetry;
 
 pub use error::{Error, Result};

@@ -84,14 +84,20 @@ pub enum Membership {
     Selector(LabelSelector),
     /// Default: the kops instance groups named by the ASGs' tags.
     InstanceGroups(BTreeSet<String>),
-    /// Default when no ASG carries a kops tag: the role label.
+    /// Default when the ASGs exist but carry no kops tag: the role label.
     Role(Role),
+    /// None of the group's ASGs exists: nothing to infer membership from, so
+    /// no Node is claimed (rather than every Node of the role).
+    Nothing,
 }
 
 impl Membership {
     pub fn of(group: &NodeGroup, asgs: &[AsgDescription]) -> Membership {
         if let Some(selector) = &group.spec.node_selector {
             return Membership::Selector(selector.clone());
+        }
+        if asgs.is_empty() {
+            return Membership::Nothing;
         }
         let instance_groups: BTreeSet<String> = asgs
             .iter()
@@ -112,6 +118,7 @@ impl Membership {
                 .get(INSTANCE_GROUP_LABEL)
                 .is_some_and(|g| groups.contains(g)),
             Membership::Role(role) => role_matches(*role, labels),
+            Membership::Nothing => false,
         }
     }
 }
@@ -617,6 +624,17 @@ pub(crate) mod tests {
         );
         assert!(c.message.contains("nodes-typo"));
         assert_eq!(s.auto_scaling_groups.len(), 1);
+        // A group none of whose ASGs exists claims no Node at all.
+        let lost = group(&["nodes-typo"], 1);
+        let nodes = [node("n1", "nodes-a", "zone-a", "i-1", true)];
+        let s = inventory_status(
+            &lost,
+            &nodes,
+            &AwsView::default(),
+            &Default::default(),
+            t0(),
+        );
+        assert!(s.nodes.is_empty(), "{:?}", s.nodes);
     }
 
     #[test]

@@ -35,6 +35,10 @@ pub const SPEC_VALID: &str = "SpecValid";
 struct InventoryContext {
     ctx: Arc<Context>,
     nodes: Store<Node>,
+    /// True once the Node cache holds the initial list. (Not
+    /// `Store::wait_until_ready`: with kube-runtime 5 two reconciles waiting on
+    /// it at once leaves one of them asleep forever.)
+    nodes_ready: tokio::sync::watch::Receiver<bool>,
 }
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
@@ -43,6 +47,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         None => Api::all(ctx.client.clone()),
     };
     let (nodes, node_writer) = reflector::store::<Node>();
+    let (ready_tx, nodes_ready) = tokio::sync::watch::channel(false);
     let node_changes = relevant_node_changes(
         watcher(
             Api::<Node>::all(ctx.client.clone()),
@@ -50,6 +55,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         )
         .default_backoff()
         .reflect(node_writer),
+        ready_tx,
     );
     let controller = Controller::new(groups, watcher::Config::default().any_semantic());
     let group_store = controller.store();
@@ -62,7 +68,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         .run(
             reconcile,
             error_policy,
-            Arc::new(InventoryContext { ctx, nodes }),
+            Arc::new(InventoryContext {
+                ctx,
+                nodes,
+                nodes_ready,
+            }),
         )
         .for_each(|result| async move {
             match result {
@@ -90,13 +100,20 @@ fn node_fingerprint(node: &Node) -> u64 {
 }
 
 /// Passes a Node on only when its fingerprint changed, and always on delete.
+/// Signals `ready` once the initial list is in the (already reflected) store.
 fn relevant_node_changes(
     events: impl futures::Stream<Item = Result<watcher::Event<Node>, watcher::Error>> + Send + 'static,
+    ready: tokio::sync::watch::Sender<bool>,
 ) -> impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
     let seen: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let ready = Arc::new(ready);
     events.filter_map(move |event| {
         let seen = seen.clone();
+        let ready = ready.clone();
         async move {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                ready.send_replace(true);
+            }
             let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
             match event {
                 Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
@@ -196,7 +213,8 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     let current = group.status.clone().unwrap_or_default();
     let validated = validated_status(&group, &current, now);
 
-    if ictx.nodes.wait_until_ready().await.is_err() {
+    let mut nodes_ready = ictx.nodes_ready.clone();
+    if nodes_ready.wait_for(|ready| *ready).await.is_err() {
         return Err(Error::InvalidObject("node cache closed".into()));
     }
     let nodes: Vec<Node> = ictx

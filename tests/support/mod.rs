@@ -287,6 +287,17 @@ impl ManagerProcess {
         }
     }
 
+    /// True while the process has not exited.
+    pub fn child_alive(&self) -> bool {
+        std::process::Command::new("kill")
+            .args(["-0", &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+            && !std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
+                .unwrap_or_default()
+                .contains(") Z ")
+    }
+
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -336,5 +347,245 @@ impl ManagerProcess {
 impl Drop for ManagerProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A kops-like set of ASGs in this world's moto account.
+pub struct KopsGroup {
+    /// ASG names, one per zone.
+    pub asgs: Vec<String>,
+    /// The kops instance-group name of each ASG (unique per test).
+    pub instance_groups: Vec<String>,
+    pub zones: Vec<String>,
+}
+
+pub const ZONES: [&str; 3] = ["ap-northeast-1a", "ap-northeast-1c", "ap-northeast-1d"];
+
+impl World {
+    /// A short prefix unique to this world, for names shared cluster-wide.
+    pub fn prefix(&self) -> String {
+        format!("w{}", &self.account[self.account.len() - 6..])
+    }
+
+    /// Creates one ASG per zone for `role` ("nodes" or "master"), each with
+    /// `per_asg` instances, a launch template and a spot MixedInstancesPolicy,
+    /// tagged like kops does. `extra_tags` go on every ASG.
+    pub async fn kops_group(
+        &self,
+        role: &str,
+        zones: &[&str],
+        per_asg: i32,
+        extra_tags: &[(&str, &str)],
+    ) -> KopsGroup {
+        use aws_sdk_autoscaling::types::{
+            InstancesDistribution, LaunchTemplate, LaunchTemplateOverrides,
+            LaunchTemplateSpecification, MixedInstancesPolicy, Tag,
+        };
+        let prefix = self.prefix();
+        let template = format!("{prefix}-{role}");
+        let _ = self
+            .aws
+            .ec2
+            .create_launch_template()
+            .launch_template_name(&template)
+            .launch_template_data(
+                aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                    .image_id("ami-12c6146b")
+                    .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+                    .build(),
+            )
+            .send()
+            .await;
+        let subnets = self
+            .aws
+            .ec2
+            .describe_subnets()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("default-for-az")
+                    .values("true")
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("describe subnets");
+        let subnet_of = |zone: &str| {
+            subnets
+                .subnets()
+                .iter()
+                .find(|s| s.availability_zone() == Some(zone))
+                .and_then(|s| s.subnet_id())
+                .unwrap_or_else(|| panic!("no default subnet in {zone}"))
+                .to_string()
+        };
+        let mut group = KopsGroup {
+            asgs: vec![],
+            instance_groups: vec![],
+            zones: zones.iter().map(|z| z.to_string()).collect(),
+        };
+        for zone in zones {
+            let instance_group = format!("{prefix}-{role}-{zone}");
+            let name = format!("{instance_group}.example.com");
+            let role_tag = if role == "master" {
+                "k8s.io/role/master"
+            } else {
+                "k8s.io/role/node"
+            };
+            let mut tags = vec![
+                ("KubernetesCluster", "example.com".to_string()),
+                ("kops.k8s.io/instancegroup", instance_group.clone()),
+                (role_tag, "1".to_string()),
+            ];
+            tags.extend(extra_tags.iter().map(|(k, v)| (*k, v.to_string())));
+            self.aws
+                .autoscaling
+                .create_auto_scaling_group()
+                .auto_scaling_group_name(&name)
+                .min_size(0)
+                .max_size(5)
+                .desired_capacity(per_asg)
+                .vpc_zone_identifier(subnet_of(zone))
+                .mixed_instances_policy(
+                    MixedInstancesPolicy::builder()
+                        .launch_template(
+                            LaunchTemplate::builder()
+                                .launch_template_specification(
+                                    LaunchTemplateSpecification::builder()
+                                        .launch_template_name(&template)
+                                        .version("$Latest")
+                                        .build(),
+                                )
+                                .overrides(
+                                    LaunchTemplateOverrides::builder()
+                                        .instance_type("m5.large")
+                                        .build(),
+                                )
+                                .overrides(
+                                    LaunchTemplateOverrides::builder()
+                                        .instance_type("m5a.large")
+                                        .build(),
+                                )
+                                .build(),
+                        )
+                        .instances_distribution(
+                            InstancesDistribution::builder()
+                                .on_demand_percentage_above_base_capacity(0)
+                                .spot_allocation_strategy("price-capacity-optimized")
+                                .build(),
+                        )
+                        .build(),
+                )
+                .set_tags(Some(
+                    tags.iter()
+                        .map(|(k, v)| {
+                            Tag::builder()
+                                .key(*k)
+                                .value(v)
+                                .resource_id(&name)
+                                .resource_type("auto-scaling-group")
+                                .propagate_at_launch(true)
+                                .build()
+                        })
+                        .collect(),
+                ))
+                .send()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "create ASG {name}: {}",
+                        aws_sdk_autoscaling::error::DisplayErrorContext(&e)
+                    )
+                });
+            group.asgs.push(name);
+            group.instance_groups.push(instance_group);
+        }
+        group
+    }
+
+    /// Instance ids in an ASG, as moto reports them.
+    pub async fn asg_instances(&self, asg: &str) -> Vec<String> {
+        self.aws
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(asg)
+            .send()
+            .await
+            .expect("describe ASG")
+            .auto_scaling_groups()
+            .first()
+            .map(|g| {
+                g.instances()
+                    .iter()
+                    .filter_map(|i| i.instance_id().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// (desired, instance ids) of every ASG, to check nothing was mutated.
+    pub async fn asg_snapshot(&self, asgs: &[String]) -> Vec<(String, i32, Vec<String>)> {
+        let out = self
+            .aws
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .set_auto_scaling_group_names(Some(asgs.to_vec()))
+            .send()
+            .await
+            .expect("describe ASGs");
+        let mut snapshot: Vec<_> = out
+            .auto_scaling_groups()
+            .iter()
+            .map(|g| {
+                let mut ids: Vec<String> = g
+                    .instances()
+                    .iter()
+                    .filter_map(|i| i.instance_id().map(str::to_string))
+                    .collect();
+                ids.sort();
+                (
+                    g.auto_scaling_group_name().unwrap_or_default().to_string(),
+                    g.desired_capacity().unwrap_or(0),
+                    ids,
+                )
+            })
+            .collect();
+        snapshot.sort();
+        snapshot
+    }
+
+    /// Starts a simulated kubelet for this world's moto account, in-process.
+    pub fn start_sim(&self, register_delay: Duration, ready_delay: Duration) -> SimGuard {
+        let token = tokio_util::sync::CancellationToken::new();
+        let sim = spot_node_manager::sim::SimKubelet::new(
+            self.client.clone(),
+            self.aws.clone(),
+            spot_node_manager::sim::SimConfig {
+                register_delay,
+                ready_delay,
+                poll: Duration::from_millis(300),
+                account: self.account.clone(),
+            },
+        );
+        tokio::spawn(sim.run(token.clone()));
+        SimGuard(token)
+    }
+
+    /// Starts a manager for this world with leader election off and a fast resync.
+    pub fn start_manager(&self, extra: &[&str]) -> (ManagerProcess, tempfile::NamedTempFile) {
+        let config = tempfile::NamedTempFile::new().expect("config");
+        std::fs::write(config.path(), "resyncInterval: 2s\n").expect("write config");
+        let path = config.path().to_str().expect("utf-8").to_string();
+        let mut args = vec!["--config", path.as_str(), "--leader-election", "false"];
+        args.extend_from_slice(extra);
+        (ManagerProcess::start(self, &args), config)
+    }
+}
+
+/// Stops the simulated kubelet when dropped.
+pub struct SimGuard(tokio_util::sync::CancellationToken);
+
+impl Drop for SimGuard {
+    fn drop(&mut self) {
+        self.0.cancel();
     }
 }

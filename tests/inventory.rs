@@ -1,0 +1,408 @@
+//! The node inventory end to end: real apiserver + moto + simulated kubelet,
+//! and the manager as a separate process.
+
+mod support;
+
+use k8s_openapi::api::core::v1::{Node, NodeSpec};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use spot_node_manager::crd::condition::find;
+use spot_node_manager::crd::{ConditionStatus, NodeGroup, NodeGroupStatus, Refresher, Replenisher};
+use std::time::Duration;
+use support::{World, ZONES, eventually};
+
+const WAIT: Duration = Duration::from_secs(60);
+const FAST: Duration = Duration::from_millis(300);
+
+fn worker_group(name: &str, asgs: &[String], desired: i32, extra: serde_json::Value) -> NodeGroup {
+    let mut spec = serde_json::json!({
+        "role": "Worker",
+        "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
+        "desired": desired,
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .expect("group")
+}
+
+async fn status_of(api: &Api<NodeGroup>, name: &str) -> Option<NodeGroupStatus> {
+    api.get(name).await.ok()?.status
+}
+
+fn condition(status: &NodeGroupStatus, type_: &str) -> Option<(ConditionStatus, String, String)> {
+    find(&status.conditions, type_).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test]
+async fn nodes_in_three_asgs_are_mapped_with_readiness_and_cordons() {
+    let world = World::new("inv-map").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    // The third ASG's instance reports NotReady.
+    let not_ready_id = world.asg_instances(&kops.asgs[2]).await.remove(0);
+    world
+        .aws
+        .autoscaling
+        .create_or_update_tags()
+        .tags(
+            aws_sdk_autoscaling::types::Tag::builder()
+                .key(spot_node_manager::sim::NOT_READY_TAG)
+                .value(&not_ready_id)
+                .resource_id(&kops.asgs[2])
+                .resource_type("auto-scaling-group")
+                .propagate_at_launch(false)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("tag");
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group("workers", &kops.asgs, 3, serde_json::json!({})),
+        )
+        .await
+        .expect("create group");
+    let (_manager, _config) = world.start_manager(&[]);
+
+    let status = eventually("3 nodes inventoried", WAIT, || async {
+        let s = status_of(&groups, "workers").await?;
+        (s.nodes.len() == 3 && s.ready_nodes == Some(2)).then_some(s)
+    })
+    .await;
+    for (i, asg) in kops.asgs.iter().enumerate() {
+        let id = world.asg_instances(asg).await.remove(0);
+        let node = status
+            .nodes
+            .iter()
+            .find(|n| n.name == id)
+            .unwrap_or_else(|| panic!("node {id} listed"));
+        assert_eq!(node.instance_id.as_deref(), Some(id.as_str()));
+        assert_eq!(node.auto_scaling_group.as_deref(), Some(asg.as_str()));
+        assert_eq!(node.availability_zone.as_deref(), Some(ZONES[i]));
+        assert!(node.launch_time.is_some());
+        assert!(node.instance_type.is_some());
+        assert_eq!(node.ready, id != not_ready_id);
+    }
+    assert_eq!(status.desired_nodes, Some(3));
+    assert!(status.not_joined.is_empty(), "{:?}", status.not_joined);
+    assert_eq!(status.auto_scaling_groups.len(), 3);
+    assert!(
+        status
+            .auto_scaling_groups
+            .iter()
+            .all(|a| a.launching && a.desired == 1 && a.instances == 1)
+    );
+    let (synced, _, _) = condition(&status, "InventorySynced").expect("synced");
+    assert_eq!(synced, ConditionStatus::True);
+
+    // Cordon one node: the inventory says so.
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let cordon_id = world.asg_instances(&kops.asgs[0]).await.remove(0);
+    nodes
+        .patch(
+            &cordon_id,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .expect("cordon");
+    eventually("cordon reported", WAIT, || async {
+        let s = status_of(&groups, "workers").await?;
+        s.nodes
+            .iter()
+            .any(|n| n.name == cordon_id && n.unschedulable)
+            .then_some(())
+    })
+    .await;
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn never_joined_instances_and_bad_provider_ids_are_reported() {
+    let world = World::new("inv-join").await;
+    let joined = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let never = world
+        .kops_group(
+            "late",
+            &ZONES[1..2],
+            1,
+            &[(spot_node_manager::sim::NEVER_JOIN_TAG, "true")],
+        )
+        .await;
+    let never_id = world.asg_instances(&never.asgs[0]).await.remove(0);
+    let _sim = world.start_sim(FAST, FAST);
+    let mut asgs = joined.asgs.clone();
+    asgs.extend(never.asgs.clone());
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group("workers", &asgs, 2, serde_json::json!({})),
+        )
+        .await
+        .expect("create group");
+    // A Node of this group whose providerID names no AWS instance.
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let bad_name = format!("{}-bad-provider", world.prefix());
+    nodes
+        .create(
+            &PostParams::default(),
+            &Node {
+                metadata: ObjectMeta {
+                    name: Some(bad_name.clone()),
+                    labels: Some(
+                        [(
+                            "kops.k8s.io/instancegroup".to_string(),
+                            joined.instance_groups[0].clone(),
+                        )]
+                        .into(),
+                    ),
+                    ..Default::default()
+                },
+                spec: Some(NodeSpec {
+                    provider_id: Some("kind://docker/not-aws".into()),
+                    ..Default::default()
+                }),
+                status: None,
+            },
+        )
+        .await
+        .expect("create bad node");
+    let (_manager, _config) = world.start_manager(&[]);
+
+    let status = eventually("not-joined and bad node reported", WAIT, || async {
+        let s = status_of(&groups, "workers").await?;
+        (s.not_joined.len() == 1 && s.nodes.len() == 2 && s.ready_nodes == Some(1)).then_some(s)
+    })
+    .await;
+    let late = &status.not_joined[0];
+    assert_eq!(late.instance_id, never_id);
+    assert_eq!(late.auto_scaling_group, never.asgs[0]);
+    assert!(late.launch_time.is_some(), "launch time comes from EC2");
+    let bad = status
+        .nodes
+        .iter()
+        .find(|n| n.name == bad_name)
+        .expect("bad node listed");
+    assert!(bad.instance_id.is_none());
+    assert!(
+        bad.problem
+            .as_deref()
+            .is_some_and(|p| p.contains("kind://docker/not-aws")),
+        "{bad:?}"
+    );
+    let good = status
+        .nodes
+        .iter()
+        .find(|n| n.name != bad_name)
+        .expect("good node");
+    assert_eq!(
+        good.auto_scaling_group.as_deref(),
+        Some(joined.asgs[0].as_str())
+    );
+    let _ = nodes.delete(&bad_name, &Default::default()).await;
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_unknown_asg_degrades_only_its_group() {
+    let world = World::new("inv-missing").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    let typo = format!("{}-nodes-typo.example.com", world.prefix());
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group("broken", &[typo.clone()], 1, serde_json::json!({})),
+        )
+        .await
+        .expect("create broken");
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group("fine", &kops.asgs, 1, serde_json::json!({})),
+        )
+        .await
+        .expect("create fine");
+    let (manager, _config) = world.start_manager(&[]);
+
+    let (degraded, reason, message) = eventually("broken degraded", WAIT, || async {
+        condition(&status_of(&groups, "broken").await?, "Degraded")
+    })
+    .await;
+    assert_eq!(
+        (degraded, reason.as_str()),
+        (ConditionStatus::True, "AutoScalingGroupNotFound")
+    );
+    assert!(message.contains(&typo), "{message}");
+    eventually("fine is fine", WAIT, || async {
+        let s = status_of(&groups, "fine").await?;
+        let (degraded, _, _) = condition(&s, "Degraded")?;
+        (degraded == ConditionStatus::False && s.ready_nodes == Some(1)).then_some(())
+    })
+    .await;
+    assert!(
+        manager.child_alive(),
+        "the manager must not crash:\n{}",
+        manager.logs()
+    );
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn invalid_specs_are_reported_without_any_aws_mutation() {
+    let world = World::new("inv-invalid").await;
+    let nodes_group = world.kops_group("nodes", &ZONES[..2], 1, &[]).await;
+    let masters = world.kops_group("master", &ZONES[..1], 1, &[]).await;
+    let mut all = nodes_group.asgs.clone();
+    all.extend(masters.asgs.clone());
+    let before = world.asg_snapshot(&all).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group(
+                "bad-cron",
+                &nodes_group.asgs,
+                1, // fewer than the 2 running: a valid group might act; this one must not
+                serde_json::json!({"refresh": {"schedule": "at dawn", "timeZone": "Atlantis/Capital"}}),
+            ),
+        )
+        .await
+        .expect("create");
+    let mut master: NodeGroup = worker_group(
+        "master-surplus",
+        &masters.asgs,
+        3, // more than the 1 running
+        serde_json::json!({"refresh": {"schedule": "0 3 * * *", "surplusNodes": 1}}),
+    );
+    master.spec.role = spot_node_manager::crd::Role::Master;
+    groups
+        .create(&PostParams::default(), &master)
+        .await
+        .expect("create");
+    let (manager, _config) = world.start_manager(&[]);
+
+    let (valid, reason, message) = eventually("bad-cron invalid", WAIT, || async {
+        condition(&status_of(&groups, "bad-cron").await?, "SpecValid")
+    })
+    .await;
+    assert_eq!(
+        (valid, reason.as_str()),
+        (ConditionStatus::False, "InvalidSchedule")
+    );
+    assert!(message.contains("spec.refresh.timeZone"), "{message}");
+    let (valid, reason, _) = eventually("master invalid", WAIT, || async {
+        condition(&status_of(&groups, "master-surplus").await?, "SpecValid")
+    })
+    .await;
+    assert_eq!(
+        (valid, reason.as_str()),
+        (ConditionStatus::False, "SurplusForMasters")
+    );
+    // Several resyncs later: no child resources, and moto unchanged.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let refreshers: Api<Refresher> = world.api();
+    let replenishers: Api<Replenisher> = world.api();
+    assert!(
+        refreshers
+            .list(&Default::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+    assert!(
+        replenishers
+            .list(&Default::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+    assert_eq!(
+        world.asg_snapshot(&all).await,
+        before,
+        "no AWS mutation for an invalid spec"
+    );
+    let metrics = manager.metrics().await.unwrap_or_default();
+    assert!(
+        !metrics.contains(r#"target="aws""#),
+        "no AWS mutation attempted:\n{metrics}"
+    );
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn child_resources_follow_the_group_spec() {
+    let world = World::new("inv-children").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let groups: Api<NodeGroup> = world.api();
+    let created = groups
+        .create(
+            &PostParams::default(),
+            &worker_group("workers", &kops.asgs, 1, serde_json::json!({"refresh": {"schedule": "0 3 * * Mon", "timeZone": "Asia/Tokyo"}})),
+        )
+        .await
+        .expect("create");
+    let uid = created.metadata.uid.clone().expect("uid");
+    let (_manager, _config) = world.start_manager(&[]);
+    let refreshers: Api<Refresher> = world.api();
+    let replenishers: Api<Replenisher> = world.api();
+
+    let rf = eventually("refresher created", WAIT, || async {
+        refreshers.get("workers").await.ok()
+    })
+    .await;
+    assert_eq!(rf.spec.node_group, "workers");
+    assert_eq!(rf.spec.surplus_nodes, 1);
+    assert_eq!(rf.spec.time_zone, "Asia/Tokyo");
+    let owner = rf.metadata.owner_references.clone().unwrap_or_default();
+    assert!(
+        owner
+            .iter()
+            .any(|o| o.uid == uid && o.controller == Some(true)),
+        "{owner:?}"
+    );
+    let rp = eventually("replenisher created", WAIT, || async {
+        replenishers.get("workers").await.ok()
+    })
+    .await;
+    assert_eq!((rp.spec.desired, rp.spec.join_timeout.as_str()), (1, "15m"));
+
+    // A spec change reaches the children.
+    let change =
+        serde_json::json!({"spec": {"desired": 2, "refresh": {"schedule": "0 5 * * Tue"}}});
+    groups
+        .patch("workers", &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .expect("patch");
+    eventually("children updated", WAIT, || async {
+        let rf = refreshers.get("workers").await.ok()?;
+        let rp = replenishers.get("workers").await.ok()?;
+        (rf.spec.schedule == "0 5 * * Tue" && rp.spec.desired == 2).then_some(())
+    })
+    .await;
+
+    // Disabling removes them.
+    let disable = serde_json::json!({"spec": {"refresh": null, "replenish": {"enabled": false}}});
+    groups
+        .patch("workers", &PatchParams::default(), &Patch::Merge(&disable))
+        .await
+        .expect("patch");
+    eventually("children removed", WAIT, || async {
+        let rf = refreshers.get_opt("workers").await.ok()?;
+        let rp = replenishers.get_opt("workers").await.ok()?;
+        (rf.is_none() && rp.is_none()).then_some(())
+    })
+    .await;
+    world.cleanup().await;
+}
