@@ -220,7 +220,12 @@ async fn an_unknown_asg_degrades_only_its_group() {
     groups
         .create(
             &PostParams::default(),
-            &worker_group("broken", &[typo.clone()], 1, serde_json::json!({})),
+            &worker_group(
+                "broken",
+                std::slice::from_ref(&typo),
+                1,
+                serde_json::json!({}),
+            ),
         )
         .await
         .expect("create broken");
