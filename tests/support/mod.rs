@@ -442,7 +442,7 @@ impl World {
                 .create_auto_scaling_group()
                 .auto_scaling_group_name(&name)
                 .min_size(0)
-                .max_size(5)
+                .max_size(20)
                 .desired_capacity(per_asg)
                 .vpc_zone_identifier(subnet_of(zone))
                 .mixed_instances_policy(

@@ -1,0 +1,147 @@
+//! The AWS adapter against moto in server mode (not only the fake).
+
+mod support;
+
+use spot_node_manager::cloud::Cloud;
+use spot_node_manager::cloud::aws::AwsCloud;
+use support::{World, ZONES};
+
+fn cloud(world: &World) -> AwsCloud {
+    AwsCloud::new(world.aws.clone())
+}
+
+async fn desired(world: &World, asg: &str) -> i32 {
+    cloud(world)
+        .describe_groups(&[asg.to_string()])
+        .await
+        .expect("describe")[0]
+        .desired
+}
+
+#[tokio::test]
+async fn describe_groups_returns_existing_groups_with_their_instances() {
+    let world = World::new("aws-describe").await;
+    let kops = world.kops_group("nodes", &ZONES[..2], 2, &[]).await;
+    let mut names = kops.asgs.clone();
+    names.push("does-not-exist".into());
+    let groups = cloud(&world)
+        .describe_groups(&names)
+        .await
+        .expect("describe");
+    assert_eq!(groups.len(), 2, "an unknown ASG is simply absent");
+    let g = groups
+        .iter()
+        .find(|g| g.name == kops.asgs[0])
+        .expect("first ASG");
+    assert_eq!((g.desired, g.min, g.max), (2, 0, 20));
+    assert_eq!(g.instances.len(), 2);
+    assert!(
+        g.instances
+            .iter()
+            .all(|i| i.availability_zone.as_deref() == Some(ZONES[0]))
+    );
+    assert!(g.instances.iter().all(|i| i.lifecycle_state == "InService"));
+    assert_eq!(
+        g.launch_template.as_deref(),
+        Some(format!("{}-nodes", world.prefix()).as_str())
+    );
+    assert_eq!(
+        g.tags.get("kops.k8s.io/instancegroup"),
+        Some(&kops.instance_groups[0])
+    );
+    assert!(g.recent_failure.is_none());
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn describe_instances_pages_through_more_ids_than_one_page() {
+    let world = World::new("aws-pages").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 12, &[]).await;
+    let ids = world.asg_instances(&kops.asgs[0]).await;
+    assert_eq!(ids.len(), 12);
+    let mut with_unknown = ids.clone();
+    with_unknown.push("i-00000000000000000".into());
+    let described = cloud(&world)
+        .with_instance_page(5)
+        .describe_instances(&with_unknown)
+        .await
+        .expect("describe in pages of 5");
+    let mut got: Vec<_> = described.iter().map(|i| i.instance_id.clone()).collect();
+    got.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(
+        got, want,
+        "every instance across 3 pages; an unknown id is skipped, not an error"
+    );
+    let one = &described[0];
+    assert!(one.launch_time.is_some());
+    assert_eq!(one.availability_zone.as_deref(), Some(ZONES[0]));
+    assert_eq!(one.state, "running");
+    assert!(one.instance_type.is_some());
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn set_desired_capacity_launches_and_an_unknown_asg_is_a_clear_error() {
+    let world = World::new("aws-desired").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let aws = cloud(&world);
+    aws.set_desired_capacity(&kops.asgs[0], 3)
+        .await
+        .expect("set desired");
+    assert_eq!(desired(&world, &kops.asgs[0]).await, 3);
+    assert_eq!(world.asg_instances(&kops.asgs[0]).await.len(), 3);
+    let err = aws
+        .set_desired_capacity("nodes-nowhere", 2)
+        .await
+        .expect_err("unknown ASG");
+    let text = err.to_string();
+    assert!(
+        text.contains("SetDesiredCapacity") && text.contains("nodes-nowhere"),
+        "{text}"
+    );
+    assert_eq!(err.category(), "aws");
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn detach_and_terminate_honour_the_decrement_flag() {
+    let world = World::new("aws-detach").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 3, &[]).await;
+    let asg = kops.asgs[0].clone();
+    let aws = cloud(&world);
+    let ids = world.asg_instances(&asg).await;
+
+    // Detach with decrement: out of the group, still running, desired 3 -> 2.
+    aws.detach_instances(&asg, &ids[..1], true)
+        .await
+        .expect("detach");
+    assert_eq!(desired(&world, &asg).await, 2);
+    let remaining = world.asg_instances(&asg).await;
+    assert!(!remaining.contains(&ids[0]));
+    assert_eq!(remaining.len(), 2);
+    let detached = aws.describe_instances(&ids[..1]).await.expect("describe");
+    assert_eq!(detached[0].state, "running");
+    // ... then terminated directly.
+    aws.terminate_instances(&ids[..1]).await.expect("terminate");
+    let gone = aws.describe_instances(&ids[..1]).await.expect("describe");
+    assert!(gone.iter().all(|i| i.state != "running"), "{gone:?}");
+
+    // Terminate in group with decrement: desired 2 -> 1, no replacement.
+    aws.terminate_in_group(&ids[1], true)
+        .await
+        .expect("terminate in group");
+    assert_eq!(desired(&world, &asg).await, 1);
+    assert_eq!(world.asg_instances(&asg).await, vec![ids[2].clone()]);
+
+    // Without decrement: the ASG replaces the instance at once.
+    aws.terminate_in_group(&ids[2], false)
+        .await
+        .expect("terminate in group");
+    assert_eq!(desired(&world, &asg).await, 1);
+    let after = world.asg_instances(&asg).await;
+    assert_eq!(after.len(), 1);
+    assert_ne!(after[0], ids[2], "a replacement was launched");
+    world.cleanup().await;
+}

@@ -1,0 +1,74 @@
+//! The shipped IAM policy grants exactly the AWS operations the adapter calls.
+
+use std::collections::BTreeSet;
+
+/// Operation names the adapter reports in its errors: every SDK call it makes
+/// is wrapped by `aws_error("<Operation>", ..)`.
+fn adapter_operations() -> BTreeSet<String> {
+    // rustfmt may wrap the call: compare without whitespace.
+    let source: String = include_str!("../src/cloud/aws.rs")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    source
+        .split("aws_error(\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(str::to_string)
+        .collect()
+}
+
+fn policy_actions() -> BTreeSet<String> {
+    let text = include_str!("../manifests/iam-policy.json");
+    let policy: serde_json::Value = serde_json::from_str(text).expect("valid JSON");
+    policy["Statement"]
+        .as_array()
+        .expect("statements")
+        .iter()
+        .flat_map(|s| s["Action"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn policy_matches_the_adapter_calls() {
+    let service = |op: &str| match op {
+        "DescribeInstances" | "TerminateInstances" => "ec2",
+        _ => "autoscaling",
+    };
+    let expected: BTreeSet<String> = adapter_operations()
+        .iter()
+        .map(|op| format!("{}:{op}", service(op)))
+        .collect();
+    assert!(
+        expected.len() >= 7,
+        "adapter operations found: {expected:?}"
+    );
+    assert_eq!(
+        policy_actions(),
+        expected,
+        "manifests/iam-policy.json must grant exactly what the code calls"
+    );
+}
+
+#[test]
+fn mutating_actions_are_limited_to_the_clusters_tagged_resources() {
+    let text = include_str!("../manifests/iam-policy.json");
+    let policy: serde_json::Value = serde_json::from_str(text).expect("valid JSON");
+    for statement in policy["Statement"].as_array().expect("statements") {
+        let actions: Vec<&str> = statement["Action"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        let mutating = actions.iter().any(|a| !a.contains(":Describe"));
+        if mutating {
+            let tag = &statement["Condition"]["StringEquals"]["aws:ResourceTag/KubernetesCluster"];
+            assert!(
+                tag.is_string(),
+                "{actions:?} must be conditioned on the cluster tag"
+            );
+        }
+    }
+}
