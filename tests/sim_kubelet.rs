@@ -1,0 +1,145 @@
+//! The simulated kubelet (test support) behaves like the kubelets it stands
+//! in for, and the inventory writes nothing when nothing changes.
+
+mod support;
+
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use spot_node_manager::cloud::Cloud;
+use spot_node_manager::cloud::aws::AwsCloud;
+use spot_node_manager::crd::NodeGroup;
+use std::time::Duration;
+use support::{World, ZONES, eventually};
+
+const WAIT: Duration = Duration::from_secs(60);
+const FAST: Duration = Duration::from_millis(300);
+
+#[tokio::test]
+async fn nodes_register_with_kops_labels_and_leave_with_their_instance() {
+    let world = World::new("sim-nodes").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let id = world.asg_instances(&kops.asgs[0]).await.remove(0);
+    let _sim = world.start_sim(FAST, FAST);
+    let nodes: Api<Node> = Api::all(world.client.clone());
+
+    let node = eventually("node ready", WAIT, || async {
+        let n = nodes.get(&id).await.ok()?;
+        spot_node_manager::controllers::inventory::is_ready(&n).then_some(n)
+    })
+    .await;
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("kops.k8s.io/instancegroup"),
+        Some(&kops.instance_groups[0])
+    );
+    assert_eq!(
+        labels
+            .get("topology.kubernetes.io/zone")
+            .map(String::as_str),
+        Some(ZONES[0])
+    );
+    assert!(labels.contains_key("node-role.kubernetes.io/node"));
+    assert_eq!(
+        node.spec.and_then(|s| s.provider_id),
+        Some(format!("aws:///{}/{id}", ZONES[0]))
+    );
+
+    // A pod being deleted on the node is finished, as a kubelet would.
+    let pods: Api<Pod> = world.api();
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some("app".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(id.clone()),
+            containers: vec![Container {
+                name: "app".into(),
+                image: Some("registry.invalid/app".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    };
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    pods.delete("app", &DeleteParams::default())
+        .await
+        .expect("delete pod");
+    eventually("terminating pod finished", WAIT, || async {
+        pods.get_opt("app").await.ok()?.is_none().then_some(())
+    })
+    .await;
+
+    // The instance terminates: its Node goes.
+    AwsCloud::new(world.aws.clone())
+        .terminate_in_group(&id, true)
+        .await
+        .expect("terminate");
+    eventually("node deleted", WAIT, || async {
+        nodes.get_opt(&id).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_settled_group_status_is_not_rewritten_on_resync() {
+    let world = World::new("sim-quiet").await;
+    let kops = world.kops_group("nodes", &ZONES[..2], 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    let group: NodeGroup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
+        "metadata": {"name": "workers"},
+        "spec": {"role": "Worker", "autoScalingGroups": kops.asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(), "desired": 2}
+    }))
+    .expect("group");
+    groups
+        .create(&PostParams::default(), &group)
+        .await
+        .expect("create");
+    let (manager, _config) = world.start_manager(&[]);
+    eventually("settled", WAIT, || async {
+        (groups.get("workers").await.ok()?.status?.ready_nodes == Some(2)).then_some(())
+    })
+    .await;
+    // Let any in-flight write land, then watch several 2 s resyncs.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let version = groups
+        .get("workers")
+        .await
+        .expect("get")
+        .metadata
+        .resource_version;
+    let reconciles_before = reconciles(&manager.metrics().await.unwrap_or_default());
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let reconciles_after = reconciles(&manager.metrics().await.unwrap_or_default());
+    assert!(
+        reconciles_after >= reconciles_before + 2,
+        "resyncs ran ({reconciles_before} -> {reconciles_after})"
+    );
+    assert_eq!(
+        groups
+            .get("workers")
+            .await
+            .expect("get")
+            .metadata
+            .resource_version,
+        version,
+        "nothing changed, so nothing is written"
+    );
+    world.cleanup().await;
+}
+
+fn reconciles(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("spot_node_manager_reconciles_total{controller=\"nodegroup\"} ")
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
