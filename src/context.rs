@@ -17,6 +17,9 @@ pub const FIELD_MANAGER: &str = "spot-node-manager";
 
 pub struct Context {
     pub client: kube::Client,
+    /// Same cluster, without kube's 429 retry: a PDB-blocked eviction must
+    /// surface at once instead of stalling the reconcile.
+    pub eviction_client: kube::Client,
     pub settings: Arc<Settings>,
     pub clock: Arc<dyn Clock>,
     pub metrics: Arc<Metrics>,
@@ -27,8 +30,10 @@ pub struct Context {
 }
 
 impl Context {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: kube::Client,
+        eviction_client: kube::Client,
         settings: Arc<Settings>,
         clock: Arc<dyn Clock>,
         metrics: Arc<Metrics>,
@@ -45,6 +50,7 @@ impl Context {
         let mutations = Mutations::new(settings.dry_run, leadership.clone(), metrics.clone());
         Self {
             client,
+            eviction_client,
             settings,
             clock,
             metrics,

@@ -42,6 +42,17 @@ pub fn spawn_signal_handler(shutdown: CancellationToken) {
 }
 
 pub async fn kube_client(settings: &Settings) -> Result<kube::Client> {
+    kube::Client::try_from(kube_config(settings).await?).map_err(Error::kube("build client"))
+}
+
+/// A client that surfaces HTTP 429 at once (for evictions).
+pub async fn kube_client_without_retry(settings: &Settings) -> Result<kube::Client> {
+    let mut config = kube_config(settings).await?;
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(Error::kube("build eviction client"))
+}
+
+async fn kube_config(settings: &Settings) -> Result<kube::Config> {
     let config = if let Some(path) = &settings.kubeconfig {
         let kubeconfig = Kubeconfig::read_from(path)
             .map_err(|e| Error::Config(format!("kubeconfig {}: {e}", path.display())))?;
@@ -58,7 +69,7 @@ pub async fn kube_client(settings: &Settings) -> Result<kube::Client> {
             ))
         })?
     };
-    kube::Client::try_from(config).map_err(Error::kube("build client"))
+    Ok(config)
 }
 
 /// Fails with a clear message when the CRDs are not installed.
@@ -93,6 +104,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
     ));
 
     let client = kube_client(&settings).await?;
+    let eviction_client = kube_client_without_retry(&settings).await?;
     check_crds(&client, &settings).await?;
 
     let sdk = cloud::load_sdk_config(&settings.aws).await;
@@ -129,6 +141,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
 
     let ctx = Arc::new(Context::new(
         client,
+        eviction_client,
         settings.clone(),
         Arc::new(SystemClock),
         metrics.clone(),

@@ -21,6 +21,12 @@ pub struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DrainLabels {
+    /// started | blocked_by_pdb | finished | timed_out
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MutationLabels {
     /// `aws` or `kubernetes`.
     pub target: &'static str,
@@ -35,6 +41,7 @@ pub struct Metrics {
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
     pub mutations: Family<MutationLabels, Counter>,
+    pub drains: Family<DrainLabels, Counter>,
     pub leader: Gauge,
 }
 
@@ -53,6 +60,8 @@ impl Default for Metrics {
         );
         let mutations = Family::<MutationLabels, Counter>::default();
         let leader = Gauge::default();
+        let drains = Family::<DrainLabels, Counter>::default();
+        registry.register("drains", "Drain steps and outcomes", drains.clone());
         registry.register(
             "reconciles",
             "Reconciliations run, per controller",
@@ -84,6 +93,7 @@ impl Default for Metrics {
             reconcile_errors,
             reconcile_duration,
             mutations,
+            drains,
             leader,
         }
     }
@@ -117,6 +127,10 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    pub fn drain(&self, outcome: &'static str) {
+        self.drains.get_or_create(&DrainLabels { outcome }).inc();
     }
 
     /// The OpenMetrics text exposition.

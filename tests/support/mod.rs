@@ -589,3 +589,36 @@ impl Drop for SimGuard {
         self.0.cancel();
     }
 }
+
+impl World {
+    /// A controller Context against this world (leader election off).
+    pub async fn context(
+        &self,
+        dry_run: bool,
+    ) -> std::sync::Arc<spot_node_manager::context::Context> {
+        let mut settings = spot_node_manager::config::Settings::resolve(
+            &Default::default(),
+            Default::default(),
+            |_| None,
+        )
+        .expect("default settings");
+        settings.kubeconfig = Some(self.kubeconfig().to_path_buf());
+        settings.namespace = Some(self.namespace.clone());
+        settings.dry_run = dry_run;
+        let eviction_client = spot_node_manager::manager::kube_client_without_retry(&settings)
+            .await
+            .expect("eviction client");
+        std::sync::Arc::new(spot_node_manager::context::Context::new(
+            self.client.clone(),
+            eviction_client,
+            std::sync::Arc::new(settings),
+            std::sync::Arc::new(spot_node_manager::clock::SystemClock),
+            std::sync::Arc::new(spot_node_manager::metrics::Metrics::default()),
+            spot_node_manager::leader::Leadership::always(),
+            std::sync::Arc::new(spot_node_manager::cloud::aws::AwsCloudProvider::new(
+                self.aws_sdk.clone(),
+                Some(self.account.clone()),
+            )),
+        ))
+    }
+}

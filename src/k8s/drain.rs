@@ -1,0 +1,220 @@
+//! Drain, one non-blocking step per reconcile: cordon the node, then evict
+//! its pods through the Eviction API (PodDisruptionBudgets respected),
+//! skipping DaemonSet-owned, mirror and finished pods, and waiting for pods
+//! already terminating instead of evicting them again.
+//!
+//! A PDB refusal (HTTP 429) is expected contention: it is reported in the
+//! progress and retried on the next step, never in a loop here. Evictions go
+//! through a client without kube's built-in 429 retry, so a blocked eviction
+//! cannot stall the reconcile. The timeout and what happens at it belong to
+//! the caller, which knows when the drain started.
+
+use crate::context::Context;
+use crate::mutation::{Applied, Intent};
+use crate::{Error, Result};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
+
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodAction {
+    /// Left alone: DaemonSet-owned, mirror (static) or finished.
+    Skip(&'static str),
+    /// Already terminating: wait for it.
+    Wait,
+    Evict,
+}
+
+/// Pure: what a drain does with a pod.
+pub fn classify(pod: &Pod) -> PodAction {
+    if pod.annotations().contains_key(MIRROR_ANNOTATION) {
+        return PodAction::Skip("mirror pod");
+    }
+    if pod.owner_references().iter().any(|o| o.kind == "DaemonSet") {
+        return PodAction::Skip("DaemonSet pod");
+    }
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        return PodAction::Skip("finished pod");
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        return PodAction::Wait;
+    }
+    PodAction::Evict
+}
+
+/// Where a drain stands after one step (pod names as namespace/name).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainProgress {
+    /// Evicted in this step.
+    pub evicted: Vec<String>,
+    /// Refused by a PodDisruptionBudget in this step.
+    pub blocked: Vec<String>,
+    /// Terminating, waited for.
+    pub waiting: Vec<String>,
+    /// Dry-run: what would have been evicted.
+    pub dry_run: Vec<String>,
+}
+
+impl DrainProgress {
+    /// Nothing left on the node that a drain must move.
+    pub fn done(&self) -> bool {
+        self.evicted.is_empty()
+            && self.blocked.is_empty()
+            && self.waiting.is_empty()
+            && self.dry_run.is_empty()
+    }
+}
+
+/// One drain step on `node_name`: cordon (once) and evict what can be evicted.
+pub async fn drain_step(ctx: &Context, node_name: &str) -> Result<DrainProgress> {
+    cordon(ctx, node_name).await?;
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let on_node = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
+        .await
+        .map_err(Error::kube(format!("list pods on node {node_name}")))?;
+    let mut progress = DrainProgress::default();
+    for pod in &on_node.items {
+        let namespace = pod.namespace().unwrap_or_default();
+        let id = format!("{namespace}/{}", pod.name_any());
+        match classify(pod) {
+            PodAction::Skip(_) => {}
+            PodAction::Wait => progress.waiting.push(id),
+            PodAction::Evict => {
+                let api: Api<Pod> = Api::namespaced(ctx.eviction_client.clone(), &namespace);
+                let name = pod.name_any();
+                let outcome = ctx
+                    .mutations
+                    .perform(
+                        Intent::kube(
+                            "evict_pod",
+                            format!("pod/{id}"),
+                            format!("drain of node {node_name}"),
+                        ),
+                        || async {
+                            match api.evict(&name, &EvictParams::default()).await {
+                                Ok(_) => Ok(Evicted::Yes),
+                                Err(kube::Error::Api(s)) if s.code == 429 => {
+                                    Ok(Evicted::BlockedByBudget)
+                                }
+                                Err(kube::Error::Api(s)) if s.code == 404 => Ok(Evicted::Gone),
+                                Err(e) => Err(Error::kube(format!("evict pod {id}"))(e)),
+                            }
+                        },
+                    )
+                    .await?;
+                match outcome {
+                    Applied::Performed(Evicted::Yes) => progress.evicted.push(id),
+                    Applied::Performed(Evicted::BlockedByBudget) => {
+                        ctx.metrics.drain("blocked_by_pdb");
+                        progress.blocked.push(id)
+                    }
+                    Applied::Performed(Evicted::Gone) => {}
+                    Applied::DryRun => progress.dry_run.push(id),
+                }
+            }
+        }
+    }
+    Ok(progress)
+}
+
+enum Evicted {
+    Yes,
+    BlockedByBudget,
+    Gone,
+}
+
+async fn cordon(ctx: &Context, node_name: &str) -> Result<()> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let node = nodes
+        .get(node_name)
+        .await
+        .map_err(Error::kube(format!("get node {node_name}")))?;
+    if node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"spec": {"unschedulable": true}});
+    ctx.mutations
+        .perform(
+            Intent::kube("cordon_node", format!("node/{node_name}"), "drain"),
+            || async {
+                nodes
+                    .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(Error::kube(format!("cordon node {node_name}")))
+            },
+        )
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+
+    fn pod() -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn ordinary_pods_are_evicted() {
+        assert_eq!(classify(&pod()), PodAction::Evict);
+    }
+
+    #[test]
+    fn daemonset_mirror_and_finished_pods_are_skipped() {
+        let mut ds = pod();
+        ds.metadata.owner_references = Some(vec![OwnerReference {
+            kind: "DaemonSet".into(),
+            name: "fluentd".into(),
+            api_version: "apps/v1".into(),
+            uid: "u".into(),
+            ..Default::default()
+        }]);
+        assert_eq!(classify(&ds), PodAction::Skip("DaemonSet pod"));
+        let mut mirror = pod();
+        mirror.metadata.annotations =
+            Some([(MIRROR_ANNOTATION.to_string(), "x".to_string())].into());
+        assert_eq!(classify(&mirror), PodAction::Skip("mirror pod"));
+        let mut done = pod();
+        done.status = Some(PodStatus {
+            phase: Some("Succeeded".into()),
+            ..Default::default()
+        });
+        assert_eq!(classify(&done), PodAction::Skip("finished pod"));
+    }
+
+    #[test]
+    fn terminating_pods_are_waited_for_not_evicted_again() {
+        let mut p = pod();
+        p.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert_eq!(classify(&p), PodAction::Wait);
+    }
+
+    #[test]
+    fn progress_is_done_only_when_nothing_is_left() {
+        assert!(DrainProgress::default().done());
+        let blocked = DrainProgress {
+            blocked: vec!["ns/p".into()],
+            ..Default::default()
+        };
+        assert!(!blocked.done());
+    }
+}

@@ -1,0 +1,5 @@
+//! Kubernetes mechanisms shared by the controllers: the group's operation
+//! lock and the node drain.
+
+pub mod drain;
+pub mod lock;
