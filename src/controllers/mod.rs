@@ -3,6 +3,7 @@
 
 pub mod inventory;
 pub mod nodegroup;
+pub mod replenish_plan;
 
 use crate::context::Context;
 use crate::error::Error;

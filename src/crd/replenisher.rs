@@ -76,6 +76,16 @@ pub struct ReplenisherStatus {
     /// ASGs left out of scale-up, and why.
     #[serde(default)]
     pub excluded: Vec<ExcludedAsg>,
+    /// How many instances this replenisher added to each ASG: the surplus to
+    /// take back, from these ASGs, once the shortage is over.
+    #[serde(default)]
+    pub raised: Vec<AsgCount>,
+    /// The instance being removed (drained, then terminated with decrement).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_in: Option<ScaleInTarget>,
+    /// Time of the last ASG modification, for the cooldown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_modification: Option<DateTime<Utc>>,
     #[serde(default)]
     #[schemars(transform = list_map_by_type)]
     pub conditions: Vec<Condition>,
@@ -86,6 +96,23 @@ pub struct ReplenisherStatus {
 pub struct LastAction {
     pub description: String,
     pub time: DateTime<Utc>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AsgCount {
+    pub auto_scaling_group: String,
+    pub count: i32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleInTarget {
+    pub node: String,
+    pub instance_id: String,
+    pub auto_scaling_group: String,
+    /// When the drain started (its timeout runs from here).
+    pub since: DateTime<Utc>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
