@@ -7,7 +7,23 @@ import argparse
 import signal
 import threading
 
+from moto.autoscaling import models as autoscaling_models
 from moto.server import ThreadedMotoServer
+
+# A spot capacity shortage, which moto cannot model: an ASG carrying this tag
+# launches nothing (its desired count stays above its instance count) until
+# the tag is removed. Toggle it with CreateOrUpdateTags / DeleteTags.
+NO_CAPACITY_TAG = "snm.test/no-capacity"
+_replace = autoscaling_models.FakeAutoScalingGroup.replace_autoscaling_group_instances
+
+
+def _replace_unless_short(self, count_needed, propagated_tags):
+    if any(tag.get("Key") == NO_CAPACITY_TAG for tag in self.tags):
+        return None
+    return _replace(self, count_needed, propagated_tags)
+
+
+autoscaling_models.FakeAutoScalingGroup.replace_autoscaling_group_instances = _replace_unless_short
 
 
 def main() -> None:

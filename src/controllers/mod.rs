@@ -4,6 +4,7 @@
 pub mod inventory;
 pub mod nodegroup;
 pub mod replenish_plan;
+pub mod replenisher;
 
 use crate::context::Context;
 use crate::error::Error;
@@ -15,7 +16,11 @@ use tokio_util::sync::CancellationToken;
 /// Runs every controller until `shutdown` is cancelled.
 pub async fn run_all(ctx: Arc<Context>, shutdown: CancellationToken) {
     ctx.metrics.register_controller(nodegroup::CONTROLLER);
-    tokio::join!(nodegroup::run(ctx.clone(), shutdown.clone()));
+    ctx.metrics.register_controller(replenisher::CONTROLLER);
+    tokio::join!(
+        nodegroup::run(ctx.clone(), shutdown.clone()),
+        replenisher::run(ctx.clone(), shutdown.clone())
+    );
 }
 
 /// Wraps a reconcile with metrics: count, duration, error category.

@@ -142,6 +142,34 @@ fn until(now: DateTime<Utc>, then: DateTime<Utc>) -> Duration {
 }
 
 pub fn plan(input: &Input) -> Plan {
+    let mut plan = plan_inner(input);
+    // Wake up for the next deadline the plan knows about, not a minute later.
+    if let Some(deadline) = next_deadline(input, &plan.status) {
+        plan.requeue = plan.requeue.min(until(input.now, deadline));
+    }
+    plan
+}
+
+/// The earliest future moment at which the plan may decide differently on
+/// the same observations: a join timeout, an exclusion's retry, a drain timeout.
+fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<Utc>> {
+    let joins = input
+        .not_joined
+        .iter()
+        .filter_map(|n| n.launch_time.map(|t| t + chrono(input.join_timeout)));
+    let retries = status.excluded.iter().filter_map(|e| e.retry_after);
+    let drain = status
+        .scale_in
+        .iter()
+        .map(|t| t.since + chrono(SCALE_IN_DRAIN_TIMEOUT));
+    joins
+        .chain(retries)
+        .chain(drain)
+        .filter(|t| *t > input.now)
+        .min()
+}
+
+fn plan_inner(input: &Input) -> Plan {
     let mut status = input.status.clone();
     let now = input.now;
     let finish =
@@ -838,13 +866,13 @@ mod tests {
     #[test]
     fn cooldown_not_over_means_wait_until_it_is() {
         let mut s = Scenario::steady().shortage_in_a();
-        s.status.last_modification = Some(t0() - chrono::Duration::minutes(2));
+        s.status.last_modification = Some(t0() - chrono::Duration::seconds(270));
         let p = s.plan();
         assert_eq!(p.action, Action::Nothing);
         assert_eq!(p.status.phase, ReplenishPhase::Waiting);
         assert_eq!(
             p.requeue,
-            Duration::from_secs(180),
+            Duration::from_secs(30),
             "requeued for the end of the cooldown"
         );
     }
@@ -958,6 +986,28 @@ mod tests {
             p.action
         );
         assert_eq!(p.status.phase, ReplenishPhase::CleaningUp);
+    }
+
+    #[test]
+    fn it_wakes_up_when_a_not_joined_instance_becomes_overdue() {
+        let mut s = Scenario::steady();
+        s.not_joined = vec![NotJoinedView {
+            instance_id: "i-new".into(),
+            asg: "a".into(),
+            launch_time: Some(t0() - chrono::Duration::minutes(14)),
+        }];
+        let p = s.plan();
+        assert_eq!(p.action, Action::ReleaseLock);
+        s.lock = LockState::Free;
+        let p = s.plan();
+        assert_eq!(p.action, Action::Nothing);
+        assert_eq!(p.requeue, Duration::from_secs(60), "due in one minute");
+        s.not_joined[0].launch_time = Some(t0() - chrono::Duration::seconds(14 * 60 + 50));
+        assert_eq!(
+            s.plan().requeue,
+            Duration::from_secs(10),
+            "due in ten seconds, not at the next idle resync"
+        );
     }
 
     #[test]

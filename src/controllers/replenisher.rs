@@ -1,0 +1,519 @@
+//! The Replenisher controller: observe (the group's inventory, a fresh
+//! describe of its ASGs, the lock), decide (`replenish_plan::plan`), act
+//! (through the mutation gate, after re-checking what it may touch).
+
+use crate::cloud::AsgDescription;
+use crate::context::{Context, FIELD_MANAGER};
+use crate::controllers::instrumented;
+use crate::controllers::replenish_plan::{
+    self, Action as PlanAction, AsgView, DesiredChange, Input, LockState, NodeView, NotJoinedView,
+};
+use crate::crd::condition::{ConditionStatus, set_condition};
+use crate::crd::nodegroup::OperationKind;
+use crate::crd::replenisher::{LastAction, ReplenishPhase, ScaleInTarget};
+use crate::crd::{NodeGroup, Replenisher, ReplenisherStatus};
+use crate::k8s::drain::drain_step;
+use crate::k8s::lock::{self, Acquired, Holder};
+use crate::mutation::{Applied, Intent};
+use crate::{Error, Result, duration};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+pub const CONTROLLER: &str = "replenisher";
+pub const REPLENISHED: &str = "Replenished";
+
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let (replenishers, groups): (Api<Replenisher>, Api<NodeGroup>) = match &ctx.settings.namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(ctx.client.clone(), ns),
+        ),
+        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+    };
+    info!(controller = CONTROLLER, "controller started");
+    Controller::new(replenishers, watcher::Config::default().any_semantic())
+        // The group's status (inventory, lock) drives the plan: its changes requeue
+        // the replenisher of the same name.
+        .watches(groups, watcher::Config::default().any_semantic(), |group| {
+            let namespace = group.namespace().unwrap_or_default();
+            Some(ObjectRef::<Replenisher>::new(&group.name_any()).within(&namespace))
+        })
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                debug!(controller = CONTROLLER, error = %e, "reconcile failed");
+            }
+        })
+        .await;
+    info!(controller = CONTROLLER, "controller stopped");
+}
+
+fn error_policy(rp: Arc<Replenisher>, error: &Error, _ctx: Arc<Context>) -> Action {
+    match error.category() {
+        "kube_conflict" | "kube_throttled" | "aws_throttled" | "not_leader" => {
+            debug!(replenisher = %rp.name_any(), error = %error, "retrying");
+            Action::requeue(Duration::from_secs(2))
+        }
+        _ => {
+            warn!(replenisher = %rp.name_any(), error = %error, "reconcile failed");
+            Action::requeue(Duration::from_secs(15))
+        }
+    }
+}
+
+async fn reconcile(rp: Arc<Replenisher>, ctx: Arc<Context>) -> Result<Action> {
+    instrumented(&ctx, CONTROLLER, reconcile_inner(rp, &ctx)).await
+}
+
+fn asg_view(a: &AsgDescription) -> AsgView {
+    let instances = a.active_instances() as i32;
+    let reason = match (&a.recent_failure, instances < a.desired) {
+        (Some(f), _) => Some(format!("latest scaling activity failed: {f}")),
+        (None, true) => Some(format!("desired {} but {instances} instance(s)", a.desired)),
+        (None, false) => None,
+    };
+    AsgView {
+        name: a.name.clone(),
+        desired: a.desired,
+        min: a.min,
+        max: a.max,
+        instances,
+        launching: reason.is_none(),
+        reason,
+    }
+}
+
+async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> {
+    let namespace = rp.namespace().ok_or_else(|| {
+        Error::InvalidObject(format!("Replenisher {} has no namespace", rp.name_any()))
+    })?;
+    let name = rp.name_any();
+    let groups: Api<NodeGroup> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(group) = groups
+        .get_opt(&rp.spec.node_group)
+        .await
+        .map_err(Error::kube(format!(
+            "get NodeGroup {namespace}/{}",
+            rp.spec.node_group
+        )))?
+    else {
+        // No garbage collector guaranteed (and none on test apiservers): just idle.
+        return Ok(Action::requeue(Duration::from_secs(60)));
+    };
+    // Act only on an inventory that has seen the current spec.
+    let Some(group_status) = group
+        .status
+        .clone()
+        .filter(|s| s.observed_generation == group.metadata.generation)
+    else {
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    };
+    let now = ctx.clock.now();
+    let me = Holder {
+        kind: OperationKind::Replenish,
+        name: name.clone(),
+    };
+    let lock_state = match &group_status.operation {
+        None => LockState::Free,
+        Some(l) if l.holder == me.kind && l.holder_name == me.name => LockState::Ours,
+        Some(l) if !lock::holder_exists(&ctx.client, &namespace, l).await? => LockState::Free,
+        Some(l) => LockState::Other(format!("{:?} {}", l.holder, l.holder_name)),
+    };
+    let names: Vec<String> = group
+        .spec
+        .auto_scaling_groups
+        .iter()
+        .map(|a| a.name.clone())
+        .collect();
+    let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
+    let fresh = cloud.describe_groups(&names).await?;
+    let asgs: Vec<AsgView> = fresh.iter().map(asg_view).collect();
+    let nodes: Vec<NodeView> = group_status
+        .nodes
+        .iter()
+        .map(|n| NodeView {
+            name: n.name.clone(),
+            instance_id: n.instance_id.clone(),
+            asg: n.auto_scaling_group.clone(),
+            ready: n.ready,
+            launch_time: n.launch_time,
+        })
+        .collect();
+    let not_joined: Vec<NotJoinedView> = group_status
+        .not_joined
+        .iter()
+        .map(|n| NotJoinedView {
+            instance_id: n.instance_id.clone(),
+            asg: n.auto_scaling_group.clone(),
+            launch_time: n.launch_time,
+        })
+        .collect();
+    let current = rp.status.clone().unwrap_or_default();
+    let plan = replenish_plan::plan(&Input {
+        role: group.spec.role,
+        desired: group.spec.desired,
+        suspend: group.spec.suspend,
+        spec_valid: group.spec.validate().is_empty(),
+        cooldown: duration::parse(&rp.spec.cooldown).unwrap_or(Duration::from_secs(300)),
+        join_timeout: duration::parse(&rp.spec.join_timeout).unwrap_or(Duration::from_secs(900)),
+        asgs: &asgs,
+        nodes: &nodes,
+        not_joined: &not_joined,
+        lock: lock_state,
+        status: &current,
+        now,
+    });
+    debug!(replenisher = %name, action = ?plan.action, message = %plan.message, "planned");
+
+    let mut status = plan.status.clone();
+    status.observed_generation = rp.metadata.generation;
+    let steady = status.phase == ReplenishPhase::Steady;
+    set_condition(
+        &mut status.conditions,
+        REPLENISHED,
+        if steady {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        },
+        &format!("{:?}", status.phase),
+        plan.message.clone(),
+        rp.metadata.generation,
+        now,
+    );
+    let group_ref = group.object_ref(&());
+    let mut requeue = plan.requeue;
+    match plan.action.clone() {
+        PlanAction::Nothing => {}
+        PlanAction::TakeLock => match lock::acquire(ctx, &group, &me, now).await? {
+            Acquired::Yes => requeue = Duration::from_millis(100),
+            Acquired::Conflict => requeue = Duration::from_secs(1),
+            Acquired::No(holder) => {
+                status.phase = ReplenishPhase::Paused;
+                debug!(replenisher = %name, ?holder, "lock held");
+            }
+        },
+        PlanAction::ReleaseLock => {
+            lock::release(ctx, &group, &me).await?;
+        }
+        PlanAction::ScaleUp(changes) => {
+            check_scale_up(&group, &fresh, &changes)?;
+            let mut done = vec![];
+            for change in &changes {
+                let applied = ctx
+                    .mutations
+                    .perform(
+                        Intent::aws(
+                            "set_desired_capacity",
+                            format!("asg/{}", change.asg),
+                            format!("{} -> {} ({})", change.from, change.to, plan.message),
+                        ),
+                        || cloud.set_desired_capacity(&change.asg, change.to),
+                    )
+                    .await?;
+                if applied.performed().is_some() {
+                    done.push(change.clone());
+                }
+            }
+            if !done.is_empty() {
+                replenish_plan::record_scale_up(&mut status, &done, now, plan.message.clone());
+                ctx.event(
+                    &group_ref,
+                    EventType::Normal,
+                    "ScaledUp",
+                    "Replenish",
+                    plan.message.clone(),
+                )
+                .await;
+            }
+        }
+        PlanAction::RemoveNotJoined {
+            asg,
+            instance_id,
+            reason,
+        } => {
+            check_not_joined(&group, &fresh, &asg, &instance_id)?;
+            let ids = vec![instance_id.clone()];
+            let detached = ctx
+                .mutations
+                .perform(
+                    Intent::aws(
+                        "detach_instances",
+                        format!("asg/{asg}"),
+                        format!("{instance_id}: {reason}"),
+                    ),
+                    || cloud.detach_instances(&asg, &ids, true),
+                )
+                .await?;
+            if detached.performed().is_some() {
+                ctx.mutations
+                    .perform(
+                        Intent::aws(
+                            "terminate_instances",
+                            format!("instance/{instance_id}"),
+                            reason.clone(),
+                        ),
+                        || cloud.terminate_instances(&ids),
+                    )
+                    .await?;
+                status.last_modification = Some(now);
+                status.last_action = Some(LastAction {
+                    description: format!("removed {instance_id} from {asg}: {reason}"),
+                    time: now,
+                });
+                ctx.event(
+                    &group_ref,
+                    EventType::Warning,
+                    "RemovedNotJoined",
+                    "Replenish",
+                    plan.message.clone(),
+                )
+                .await;
+            }
+        }
+        PlanAction::Drain(target) => {
+            if status.scale_in.as_ref() != Some(&target) {
+                // Persist the target before touching it: a restart resumes this one.
+                status.scale_in = Some(target.clone());
+                write_status(ctx, &namespace, &name, &status).await?;
+                ctx.metrics.drain("started");
+                ctx.event(
+                    &group_ref,
+                    EventType::Normal,
+                    "DrainStarted",
+                    "Replenish",
+                    format!("draining {} ({})", target.node, plan.message),
+                )
+                .await;
+            }
+            let progress = drain_step(ctx, &target.node).await?;
+            if !progress.blocked.is_empty() {
+                ctx.event(
+                    &group_ref,
+                    EventType::Warning,
+                    "DrainBlocked",
+                    "Replenish",
+                    format!(
+                        "draining {}: blocked by a PodDisruptionBudget: {}",
+                        target.node,
+                        progress.blocked.join(", ")
+                    ),
+                )
+                .await;
+            }
+            if progress.done()
+                || (ctx.mutations.dry_run()
+                    && progress.blocked.is_empty()
+                    && progress.waiting.is_empty())
+            {
+                ctx.metrics.drain("finished");
+                check_scale_in(&group, &group_status, &fresh, &target)?;
+                let terminated = ctx
+                    .mutations
+                    .perform(
+                        Intent::aws(
+                            "terminate_instance_in_auto_scaling_group",
+                            format!("instance/{}", target.instance_id),
+                            format!("decrement {}: {}", target.auto_scaling_group, plan.message),
+                        ),
+                        || cloud.terminate_in_group(&target.instance_id, true),
+                    )
+                    .await?;
+                if let Applied::Performed(()) = terminated {
+                    replenish_plan::record_scale_in(&mut status, &target, now);
+                    ctx.event(
+                        &group_ref,
+                        EventType::Normal,
+                        "ScaledDown",
+                        "Replenish",
+                        status
+                            .last_action
+                            .as_ref()
+                            .map(|a| a.description.clone())
+                            .unwrap_or_default(),
+                    )
+                    .await;
+                }
+            } else {
+                requeue = Duration::from_secs(2);
+            }
+        }
+        PlanAction::AbandonScaleIn { target, reason } => {
+            uncordon(ctx, &target.node).await?;
+            status.scale_in = None;
+            status.last_modification = Some(now);
+            status.last_action = Some(LastAction {
+                description: format!("kept {}: {reason}", target.node),
+                time: now,
+            });
+            ctx.metrics.drain("timed_out");
+            ctx.event(
+                &group_ref,
+                EventType::Warning,
+                "ScaleInAbandoned",
+                "Replenish",
+                reason,
+            )
+            .await;
+        }
+    }
+    if Some(&status) != rp.status.as_ref() {
+        write_status(ctx, &namespace, &name, &status).await?;
+    }
+    Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// Safety: only this group's ASGs, never above their max.
+fn check_scale_up(
+    group: &NodeGroup,
+    fresh: &[AsgDescription],
+    changes: &[DesiredChange],
+) -> Result<()> {
+    for c in changes {
+        let asg = fresh
+            .iter()
+            .find(|a| {
+                a.name == c.asg
+                    && group
+                        .spec
+                        .auto_scaling_groups
+                        .iter()
+                        .any(|r| r.name == c.asg)
+            })
+            .ok_or_else(|| {
+                Error::InvalidObject(format!(
+                    "refusing to scale {}: not one of the group's ASGs",
+                    c.asg
+                ))
+            })?;
+        if c.to > asg.max || c.from != asg.desired {
+            return Err(Error::InvalidObject(format!(
+                "refusing to set {} to {}: max {}, desired now {} (planned from {})",
+                c.asg, c.to, asg.max, asg.desired, c.from
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Safety: the instance is in that ASG of this group, and no Node runs on it.
+fn check_not_joined(
+    group: &NodeGroup,
+    fresh: &[AsgDescription],
+    asg: &str,
+    instance_id: &str,
+) -> Result<()> {
+    let in_asg = fresh
+        .iter()
+        .any(|a| a.name == asg && a.instances.iter().any(|i| i.instance_id == instance_id));
+    let has_node = group.status.as_ref().is_some_and(|s| {
+        s.nodes
+            .iter()
+            .any(|n| n.instance_id.as_deref() == Some(instance_id))
+    });
+    if !in_asg || has_node {
+        return Err(Error::InvalidObject(format!(
+            "refusing to remove {instance_id}: in {asg}: {in_asg}, has a node: {has_node}"
+        )));
+    }
+    Ok(())
+}
+
+/// Safety: the target is in its ASG and removing it keeps Ready >= desired.
+fn check_scale_in(
+    group: &NodeGroup,
+    status: &crate::crd::NodeGroupStatus,
+    fresh: &[AsgDescription],
+    target: &ScaleInTarget,
+) -> Result<()> {
+    let in_asg = fresh.iter().any(|a| {
+        a.name == target.auto_scaling_group
+            && a.desired > a.min
+            && a.instances
+                .iter()
+                .any(|i| i.instance_id == target.instance_id)
+    });
+    let ready_others = status
+        .nodes
+        .iter()
+        .filter(|n| n.ready && n.instance_id.as_deref() != Some(target.instance_id.as_str()))
+        .count() as i32;
+    if !in_asg || ready_others < group.spec.desired {
+        return Err(Error::InvalidObject(format!(
+            "refusing to terminate {}: in {} above min: {in_asg}, other Ready nodes {ready_others} of {}",
+            target.instance_id, target.auto_scaling_group, group.spec.desired
+        )));
+    }
+    Ok(())
+}
+
+async fn uncordon(ctx: &Context, node: &str) -> Result<()> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    if nodes
+        .get_opt(node)
+        .await
+        .map_err(Error::kube(format!("get node {node}")))?
+        .is_none()
+    {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"spec": {"unschedulable": false}});
+    ctx.mutations
+        .perform(
+            Intent::kube(
+                "uncordon_node",
+                format!("node/{node}"),
+                "scale-in abandoned",
+            ),
+            || async {
+                nodes
+                    .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(Error::kube(format!("uncordon node {node}")))
+            },
+        )
+        .await?;
+    Ok(())
+}
+
+async fn write_status(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    status: &ReplenisherStatus,
+) -> Result<()> {
+    let api: Api<Replenisher> = Api::namespaced(ctx.client.clone(), namespace);
+    let patch = serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1",
+        "kind": "Replenisher",
+        "status": status,
+    });
+    ctx.mutations
+        .perform(
+            Intent::own("patch_status", format!("replenisher/{namespace}/{name}")),
+            || async {
+                api.patch_status(
+                    name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&patch),
+                )
+                .await
+                .map_err(Error::kube(format!(
+                    "patch status of Replenisher {namespace}/{name}"
+                )))
+            },
+        )
+        .await?;
+    Ok(())
+}
