@@ -348,3 +348,48 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
     );
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn dry_run_plans_and_logs_but_mutates_nothing() {
+    let world = World::new("rp-dry").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    // One node short of the desired count: a real run would scale up.
+    groups
+        .create(&PostParams::default(), &group(&kops.asgs, 4, "15m"))
+        .await
+        .expect("create");
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let (manager, _config) = world.start_manager(&["--dry-run"]);
+    eventually("a dry-run scale-up", WAIT, || async {
+        let metrics = manager.metrics().await?;
+        metrics
+            .contains(r#"action="set_desired_capacity",outcome="dry_run""#)
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        world.asg_snapshot(&kops.asgs).await,
+        before,
+        "nothing changed in AWS"
+    );
+    let metrics = manager.metrics().await.unwrap_or_default();
+    assert!(
+        !metrics.contains(r#"target="aws",action="set_desired_capacity",outcome="performed""#),
+        "{metrics}"
+    );
+    assert!(
+        manager.logs().contains("dry-run: would mutate"),
+        "the intended mutation is logged"
+    );
+    let rp: Api<Replenisher> = world.api();
+    let status = rp.get("workers").await.expect("rp").status.expect("status");
+    assert!(
+        status.raised.is_empty(),
+        "nothing recorded as done: {:?}",
+        status.raised
+    );
+    world.cleanup().await;
+}

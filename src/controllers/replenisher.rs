@@ -288,22 +288,24 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
                 status.scale_in = Some(target.clone());
                 write_status(ctx, &namespace, &name, &status).await?;
                 ctx.metrics.drain("started");
-                ctx.event(
+                drain_event(
+                    ctx,
                     &group_ref,
+                    &target.node,
                     EventType::Normal,
                     "DrainStarted",
-                    "Replenish",
                     format!("draining {} ({})", target.node, plan.message),
                 )
                 .await;
             }
             let progress = drain_step(ctx, &target.node).await?;
             if !progress.blocked.is_empty() {
-                ctx.event(
+                drain_event(
+                    ctx,
                     &group_ref,
+                    &target.node,
                     EventType::Warning,
                     "DrainBlocked",
-                    "Replenish",
                     format!(
                         "draining {}: blocked by a PodDisruptionBudget: {}",
                         target.node,
@@ -357,12 +359,15 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
                 description: format!("kept {}: {reason}", target.node),
                 time: now,
             });
-            ctx.metrics.drain("timed_out");
-            ctx.event(
+            if reason.contains("timed out") {
+                ctx.metrics.drain("timed_out");
+            }
+            drain_event(
+                ctx,
                 &group_ref,
+                &target.node,
                 EventType::Warning,
                 "ScaleInAbandoned",
-                "Replenish",
                 reason,
             )
             .await;
@@ -456,6 +461,31 @@ fn check_scale_in(
         )));
     }
     Ok(())
+}
+
+/// A drain Event on the group and on the Node (the latter best effort: some
+/// apiservers reject Events on cluster-scoped objects).
+async fn drain_event(
+    ctx: &Context,
+    group: &k8s_openapi::api::core::v1::ObjectReference,
+    node: &str,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    ctx.event(group, type_, reason, "Replenish", note.clone())
+        .await;
+    ctx.event(&node_ref(node), type_, reason, "Replenish", note)
+        .await;
+}
+
+fn node_ref(name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(name.into()),
+        ..Default::default()
+    }
 }
 
 async fn uncordon(ctx: &Context, node: &str) -> Result<()> {
