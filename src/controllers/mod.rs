@@ -18,9 +18,45 @@ pub async fn run_all(ctx: Arc<Context>, shutdown: CancellationToken) {
     ctx.metrics.register_controller(nodegroup::CONTROLLER);
     ctx.metrics.register_controller(replenisher::CONTROLLER);
     tokio::join!(
-        nodegroup::run(ctx.clone(), shutdown.clone()),
-        replenisher::run(ctx.clone(), shutdown.clone())
+        bounded(
+            nodegroup::CONTROLLER,
+            nodegroup::run(ctx.clone(), shutdown.clone()),
+            &shutdown
+        ),
+        bounded(
+            replenisher::CONTROLLER,
+            replenisher::run(ctx.clone(), shutdown.clone()),
+            &shutdown
+        ),
     );
+}
+
+/// How long in-flight reconciles may take to finish after the shutdown signal.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs a controller; once `shutdown` fires, gives it [`SHUTDOWN_GRACE`] to
+/// stop, then drops it. (kube-runtime's graceful shutdown can wait forever
+/// when the signal arrives before its store is ready.) Dropping in-flight work
+/// is safe: every step is persisted before it acts.
+async fn bounded(
+    name: &'static str,
+    controller: impl Future<Output = ()>,
+    shutdown: &CancellationToken,
+) {
+    tokio::pin!(controller);
+    tokio::select! {
+        _ = &mut controller => return,
+        _ = shutdown.cancelled() => {}
+    }
+    if tokio::time::timeout(SHUTDOWN_GRACE, controller)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            controller = name,
+            "did not stop within the grace period; abandoning in-flight work"
+        );
+    }
 }
 
 /// Wraps a reconcile with metrics: count, duration, error category.
