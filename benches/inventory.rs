@@ -36,16 +36,25 @@ fn node(name: &str, zone: &str, instance: &str) -> Node {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
     let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap();
-    println!("{:>7} {:>14} {:>18} {:>10}", "nodes", "compute (us)", "observe+compute (us)", "aws calls");
+    println!(
+        "{:>7} {:>14} {:>18} {:>10}",
+        "nodes", "compute (us)", "observe+compute (us)", "aws calls"
+    );
     for per_asg in [2usize, 17, 167, 1667] {
         let cloud = FakeCloud::new();
         let mut nodes = vec![];
         let mut asgs = vec![];
         for zone in ["a", "c", "d"] {
             let asg = format!("nodes-{zone}");
-            for (i, id) in cloud.add_group(&asg, zone, per_asg, 10_000, t0).iter().enumerate() {
+            for (i, id) in cloud
+                .add_group(&asg, zone, per_asg, 10_000, t0)
+                .iter()
+                .enumerate()
+            {
                 nodes.push(node(&format!("n-{zone}-{i}"), zone, id));
             }
             asgs.push(serde_json::json!({"name": asg}));
@@ -57,19 +66,41 @@ fn main() {
         .expect("group");
         let rounds = (20_000 / nodes.len()).clamp(5, 2000);
         cloud.reset_calls();
-        let view = runtime.block_on(observe_aws(&cloud, &group, &nodes)).expect("observe");
+        let view = runtime
+            .block_on(observe_aws(&cloud, &group, &nodes))
+            .expect("observe");
         let calls = cloud.total_calls();
         let started = Instant::now();
         for _ in 0..rounds {
-            std::hint::black_box(inventory::inventory_status(&group, &nodes, &view, &Default::default(), t0));
+            std::hint::black_box(inventory::inventory_status(
+                &group,
+                &nodes,
+                &view,
+                &Default::default(),
+                t0,
+            ));
         }
         let compute = started.elapsed().as_secs_f64() * 1e6 / rounds as f64;
         let started = Instant::now();
         for _ in 0..rounds {
-            let view = runtime.block_on(observe_aws(&cloud, &group, &nodes)).expect("observe");
-            std::hint::black_box(inventory::inventory_status(&group, &nodes, &view, &Default::default(), t0));
+            let view = runtime
+                .block_on(observe_aws(&cloud, &group, &nodes))
+                .expect("observe");
+            std::hint::black_box(inventory::inventory_status(
+                &group,
+                &nodes,
+                &view,
+                &Default::default(),
+                t0,
+            ));
         }
         let whole = started.elapsed().as_secs_f64() * 1e6 / rounds as f64;
-        println!("{:>7} {:>14.1} {:>18.1} {:>10}", nodes.len(), compute, whole, calls);
+        println!(
+            "{:>7} {:>14.1} {:>18.1} {:>10}",
+            nodes.len(),
+            compute,
+            whole,
+            calls
+        );
     }
 }

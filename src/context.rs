@@ -61,6 +61,47 @@ impl Context {
         }
     }
 
+    /// Server-side applies the status of one of our custom resources with our
+    /// single field manager, through the mutation gate.
+    pub async fn apply_status<K>(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &impl serde::Serialize,
+    ) -> crate::Result<()>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let kind = K::kind(&());
+        let api: kube::Api<K> = kube::Api::namespaced(self.client.clone(), namespace);
+        let patch = serde_json::json!({
+            "apiVersion": K::api_version(&()),
+            "kind": kind,
+            "status": status,
+        });
+        let object = format!("{}/{namespace}/{name}", kind.to_lowercase());
+        self.mutations
+            .perform(
+                crate::mutation::Intent::own("patch_status", object),
+                || async {
+                    api.patch_status(
+                        name,
+                        &kube::api::PatchParams::apply(FIELD_MANAGER).force(),
+                        &kube::api::Patch::Apply(&patch),
+                    )
+                    .await
+                    .map_err(crate::Error::kube(format!(
+                        "patch status of {kind} {namespace}/{name}"
+                    )))
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
     /// Publishes an Event. Best effort: Events are for people, never a reason to
     /// fail a reconcile (1.20 even rejects some for cluster-scoped objects).
     pub async fn event(

@@ -38,16 +38,6 @@ async fn holder(api: &Api<Lease>, name: &str) -> Option<String> {
     api.get(name).await.ok()?.spec?.holder_identity
 }
 
-fn reconciles(metrics: &str) -> u64 {
-    metrics
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("spot_node_manager_reconciles_total{controller=\"nodegroup\"} ")
-        })
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test]
 async fn exactly_one_of_two_replicas_leads_and_sigterm_hands_over() {
     let world = World::new("leader").await;
@@ -95,12 +85,12 @@ async fn exactly_one_of_two_replicas_leads_and_sigterm_hands_over() {
     eventually(
         "leader reconciled the group",
         Duration::from_secs(30),
-        || async { (reconciles(&leader.metrics().await?) > 0).then_some(()) },
+        || async { (support::reconciles(&leader.metrics().await?, "nodegroup") > 0).then_some(()) },
     )
     .await;
     let follower_metrics = follower.metrics().await.expect("follower metrics");
     assert_eq!(
-        reconciles(&follower_metrics),
+        support::reconciles(&follower_metrics, "nodegroup"),
         0,
         "a follower must not reconcile:\n{follower_metrics}"
     );

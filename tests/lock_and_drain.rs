@@ -2,11 +2,9 @@
 
 mod support;
 
-use k8s_openapi::api::core::v1::{Container, Node, NodeSpec, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use spot_node_manager::crd::nodegroup::OperationKind;
 use spot_node_manager::crd::{NodeGroup, Refresher, Replenisher};
 use spot_node_manager::k8s::drain::drain_step;
@@ -167,52 +165,6 @@ async fn a_lock_held_by_a_deleted_holder_is_taken_over() {
     world.cleanup().await;
 }
 
-fn pod(name: &str, node: &str, labels: &[(&str, &str)]) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some(node.into()),
-            containers: vec![Container {
-                name: "c".into(),
-                image: Some("registry.invalid/app".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        status: None,
-    }
-}
-
-fn pdb_api(world: &World) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
-        "poddisruptionbudgets",
-    );
-    Api::namespaced_with(world.client.clone(), &world.namespace, &resource)
-}
-
-async fn set_disruptions_allowed(world: &World, allowed: i32) {
-    let pdbs = pdb_api(world);
-    let pdb = pdbs.get("protected").await.expect("pdb");
-    let generation = pdb.metadata.generation.unwrap_or(1);
-    let status = serde_json::json!({"status": {
-        "observedGeneration": generation, "disruptionsAllowed": allowed,
-        "currentHealthy": 1, "desiredHealthy": 1 - allowed.min(1), "expectedPods": 1,
-    }});
-    pdbs.patch_status("protected", &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .expect("set PDB status (no controller computes it on this apiserver)");
-}
-
 #[tokio::test]
 async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
     let world = World::new("drain").await;
@@ -236,13 +188,13 @@ async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
     let pods: Api<Pod> = world.api();
     pods.create(
         &PostParams::default(),
-        &pod("web", &node_name, &[("app", "web")]),
+        &support::bound_pod("web", &node_name, &[("app", "web")]),
     )
     .await
     .expect("pod");
     pods.create(
         &PostParams::default(),
-        &pod("db", &node_name, &[("app", "protected")]),
+        &support::bound_pod("db", &node_name, &[("app", "protected")]),
     )
     .await
     .expect("pod");
@@ -253,7 +205,7 @@ async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
     pods.patch_status("db", &PatchParams::default(), &Patch::Merge(&running))
         .await
         .expect("pod running");
-    let mut ds = pod("logs", &node_name, &[]);
+    let mut ds = support::bound_pod("logs", &node_name, &[]);
     ds.metadata.owner_references = Some(vec![OwnerReference {
         api_version: "apps/v1".into(),
         kind: "DaemonSet".into(),
@@ -264,7 +216,7 @@ async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
     pods.create(&PostParams::default(), &ds)
         .await
         .expect("ds pod");
-    let mut mirror = pod("static", &node_name, &[]);
+    let mut mirror = support::bound_pod("static", &node_name, &[]);
     mirror.metadata.annotations = Some(
         [(
             "kubernetes.io/config.mirror".to_string(),
@@ -281,11 +233,11 @@ async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "protected"}}}
     }))
     .expect("pdb");
-    pdb_api(&world)
+    support::pdb_api(&world)
         .create(&PostParams::default(), &pdb)
         .await
         .expect("create pdb");
-    set_disruptions_allowed(&world, 0).await;
+    support::set_disruptions_allowed(&world, 1, 0).await;
 
     let ns = &world.namespace;
     let first = drain_step(&ctx, &node_name).await.expect("drain step");
@@ -318,7 +270,7 @@ async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
     );
 
     // The budget allows one disruption: the protected pod goes too.
-    set_disruptions_allowed(&world, 1).await;
+    support::set_disruptions_allowed(&world, 1, 1).await;
     let third = drain_step(&ctx, &node_name).await.expect("drain step");
     assert_eq!(third.evicted, vec![format!("{ns}/db")]);
 
@@ -358,9 +310,12 @@ async fn a_dry_run_drain_neither_cordons_nor_evicts() {
         .await
         .expect("node");
     let pods: Api<Pod> = world.api();
-    pods.create(&PostParams::default(), &pod("web", &node_name, &[]))
-        .await
-        .expect("pod");
+    pods.create(
+        &PostParams::default(),
+        &support::bound_pod("web", &node_name, &[]),
+    )
+    .await
+    .expect("pod");
     let progress = drain_step(&ctx, &node_name).await.expect("drain step");
     assert_eq!(progress.dry_run, vec![format!("{}/web", world.namespace)]);
     let node = nodes.get(&node_name).await.expect("node");

@@ -6,9 +6,7 @@ mod support;
 use aws_sdk_autoscaling::types::Tag;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use spot_node_manager::cloud::Cloud;
 use spot_node_manager::cloud::aws::AwsCloud;
 use spot_node_manager::crd::replenisher::ReplenishPhase;
@@ -214,30 +212,6 @@ async fn an_instance_that_never_joins_is_detached_and_terminated() {
     world.cleanup().await;
 }
 
-fn pdb_api(world: &World) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
-        "poddisruptionbudgets",
-    );
-    Api::namespaced_with(world.client.clone(), &world.namespace, &resource)
-}
-
-async fn set_disruptions_allowed(world: &World, allowed: i32) {
-    let pdbs = pdb_api(world);
-    let generation = pdbs
-        .get("protected")
-        .await
-        .expect("pdb")
-        .metadata
-        .generation
-        .unwrap_or(1);
-    let status = serde_json::json!({"status": {"observedGeneration": generation, "disruptionsAllowed": allowed,
-        "currentHealthy": 2, "desiredHealthy": 2 - allowed, "expectedPods": 2}});
-    pdbs.patch_status("protected", &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .expect("PDB status (no controller computes it here)");
-}
-
 #[tokio::test]
 async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
     let world = World::new("rp-pdb").await;
@@ -295,11 +269,11 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
         "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "protected"}}}
     }))
     .expect("pdb");
-    pdb_api(&world)
+    support::pdb_api(&world)
         .create(&PostParams::default(), &pdb)
         .await
         .expect("pdb");
-    set_disruptions_allowed(&world, 0).await;
+    support::set_disruptions_allowed(&world, 2, 0).await;
 
     // Now let the replenisher act: one node too many.
     groups
@@ -335,7 +309,7 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
     );
 
     // The budget allows one disruption: the node is drained and removed.
-    set_disruptions_allowed(&world, 1).await;
+    support::set_disruptions_allowed(&world, 2, 1).await;
     eventually("surplus removed", WAIT, || async {
         let ids = world.asg_instances(&kops.asgs[0]).await;
         (ids.len() == 1 && !ids.contains(&target.instance_id)).then_some(())

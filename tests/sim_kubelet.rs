@@ -114,9 +114,11 @@ async fn a_settled_group_status_is_not_rewritten_on_resync() {
         .expect("get")
         .metadata
         .resource_version;
-    let reconciles_before = reconciles(&manager.metrics().await.unwrap_or_default());
+    let reconciles_before =
+        support::reconciles(&manager.metrics().await.unwrap_or_default(), "nodegroup");
     tokio::time::sleep(Duration::from_secs(7)).await;
-    let reconciles_after = reconciles(&manager.metrics().await.unwrap_or_default());
+    let reconciles_after =
+        support::reconciles(&manager.metrics().await.unwrap_or_default(), "nodegroup");
     assert!(
         reconciles_after >= reconciles_before + 2,
         "resyncs ran ({reconciles_before} -> {reconciles_after})"
@@ -132,14 +134,4 @@ async fn a_settled_group_status_is_not_rewritten_on_resync() {
         "nothing changed, so nothing is written"
     );
     world.cleanup().await;
-}
-
-fn reconciles(metrics: &str) -> u64 {
-    metrics
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("spot_node_manager_reconciles_total{controller=\"nodegroup\"} ")
-        })
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
 }

@@ -499,31 +499,10 @@ async fn write_status(
     name: &str,
     status: &NodeGroupStatus,
 ) -> Result<()> {
-    let api: Api<NodeGroup> = Api::namespaced(ctx.client.clone(), namespace);
     let mut status = status.clone();
     status.operation = None;
-    let patch = serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1",
-        "kind": "NodeGroup",
-        "status": status,
-    });
-    ctx.mutations
-        .perform(
-            Intent::own("patch_status", format!("nodegroup/{namespace}/{name}")),
-            || async {
-                api.patch_status(
-                    name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&patch),
-                )
-                .await
-                .map_err(Error::kube(format!(
-                    "patch status of NodeGroup {namespace}/{name}"
-                )))
-            },
-        )
-        .await?;
-    Ok(())
+    ctx.apply_status::<NodeGroup>(namespace, name, &status)
+        .await
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! (through the mutation gate, after re-checking what it may touch).
 
 use crate::cloud::AsgDescription;
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::Context;
 use crate::controllers::instrumented;
 use crate::controllers::replenish_plan::{
     self, Action as PlanAction, AsgView, DesiredChange, Input, LockState, NodeView, NotJoinedView,
@@ -523,27 +523,6 @@ async fn write_status(
     name: &str,
     status: &ReplenisherStatus,
 ) -> Result<()> {
-    let api: Api<Replenisher> = Api::namespaced(ctx.client.clone(), namespace);
-    let patch = serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1",
-        "kind": "Replenisher",
-        "status": status,
-    });
-    ctx.mutations
-        .perform(
-            Intent::own("patch_status", format!("replenisher/{namespace}/{name}")),
-            || async {
-                api.patch_status(
-                    name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&patch),
-                )
-                .await
-                .map_err(Error::kube(format!(
-                    "patch status of Replenisher {namespace}/{name}"
-                )))
-            },
-        )
-        .await?;
-    Ok(())
+    ctx.apply_status::<Replenisher>(namespace, name, status)
+        .await
 }

@@ -622,3 +622,83 @@ impl World {
         ))
     }
 }
+
+/// The `policy/v1beta1` PodDisruptionBudget API (the 1.20 apiserver has no v1).
+pub fn pdb_api(world: &World) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    );
+    Api::namespaced_with(world.client.clone(), &world.namespace, &resource)
+}
+
+/// Creates PDB `protected` selecting `app=protected` with `min_available`.
+pub async fn create_pdb(world: &World, min_available: i32) {
+    let pdb: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "protected"},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "protected"}}}
+    }))
+    .expect("pdb");
+    pdb_api(world)
+        .create(&PostParams::default(), &pdb)
+        .await
+        .expect("create pdb");
+}
+
+/// Sets the budget's status, which no controller computes on this apiserver.
+pub async fn set_disruptions_allowed(world: &World, healthy: i32, allowed: i32) {
+    let pdbs = pdb_api(world);
+    let generation = pdbs
+        .get("protected")
+        .await
+        .expect("pdb")
+        .metadata
+        .generation
+        .unwrap_or(1);
+    let status = serde_json::json!({"status": {"observedGeneration": generation, "disruptionsAllowed": allowed,
+        "currentHealthy": healthy, "desiredHealthy": healthy - allowed, "expectedPods": healthy}});
+    pdbs.patch_status("protected", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("set PDB status");
+}
+
+/// A bare pod bound to `node` (no kubelet starts it).
+pub fn bound_pod(
+    name: &str,
+    node: &str,
+    labels: &[(&str, &str)],
+) -> k8s_openapi::api::core::v1::Pod {
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.into()),
+            containers: vec![Container {
+                name: "c".into(),
+                image: Some("registry.invalid/app".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// `spot_node_manager_reconciles_total` of one controller in a metrics text.
+pub fn reconciles(metrics: &str, controller: &str) -> u64 {
+    let prefix = format!("spot_node_manager_reconciles_total{{controller=\"{controller}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
