@@ -139,17 +139,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
     let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
     let fresh = cloud.describe_groups(&names).await?;
     let asgs: Vec<AsgView> = fresh.iter().map(asg_view).collect();
-    let nodes: Vec<NodeView> = group_status
-        .nodes
-        .iter()
-        .map(|n| NodeView {
-            name: n.name.clone(),
-            instance_id: n.instance_id.clone(),
-            asg: n.auto_scaling_group.clone(),
-            ready: n.ready,
-            launch_time: n.launch_time,
-        })
-        .collect();
+    let nodes = node_views(&group_status.nodes, &fresh);
     let not_joined: Vec<NotJoinedView> = group_status
         .not_joined
         .iter()
@@ -379,6 +369,40 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
 }
 
+/// The group's nodes as the plan sees them. A node counts as Ready only while
+/// its instance is still active in its ASG per the fresh describe: after a
+/// termination, the inventory (and a real kubelet) can report the node Ready
+/// for a while, and counting it could remove a second node.
+pub fn node_views(
+    nodes: &[crate::crd::nodegroup::NodeStatus],
+    fresh: &[AsgDescription],
+) -> Vec<NodeView> {
+    nodes
+        .iter()
+        .map(|n| {
+            let active = match (&n.auto_scaling_group, &n.instance_id) {
+                (Some(asg), Some(id)) => fresh.iter().any(|a| {
+                    a.name == *asg
+                        && a.instances.iter().any(|i| {
+                            i.instance_id == *id
+                                && !i.lifecycle_state.starts_with("Terminat")
+                                && !i.lifecycle_state.starts_with("Detach")
+                        })
+                }),
+                // Not in a known ASG: nothing says it is leaving.
+                _ => true,
+            };
+            NodeView {
+                name: n.name.clone(),
+                instance_id: n.instance_id.clone(),
+                asg: n.auto_scaling_group.clone(),
+                ready: n.ready && active,
+                launch_time: n.launch_time,
+            }
+        })
+        .collect()
+}
+
 /// Safety: only this group's ASGs, never above their max.
 fn check_scale_up(
     group: &NodeGroup,
@@ -449,8 +473,7 @@ fn check_scale_in(
                 .iter()
                 .any(|i| i.instance_id == target.instance_id)
     });
-    let ready_others = status
-        .nodes
+    let ready_others = node_views(&status.nodes, fresh)
         .iter()
         .filter(|n| n.ready && n.instance_id.as_deref() != Some(target.instance_id.as_str()))
         .count() as i32;
@@ -525,4 +548,65 @@ async fn write_status(
 ) -> Result<()> {
     ctx.apply_status::<Replenisher>(namespace, name, status)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloud::AsgInstance;
+    use crate::crd::nodegroup::NodeStatus;
+
+    fn status_node(name: &str, asg: &str, id: &str) -> NodeStatus {
+        NodeStatus {
+            name: name.into(),
+            instance_id: Some(id.into()),
+            auto_scaling_group: Some(asg.into()),
+            availability_zone: None,
+            instance_type: None,
+            lifecycle: None,
+            launch_time: None,
+            ready: true,
+            unschedulable: false,
+            problem: None,
+        }
+    }
+
+    fn fresh(asg: &str, instances: &[(&str, &str)]) -> AsgDescription {
+        AsgDescription {
+            name: asg.into(),
+            desired: instances.len() as i32,
+            min: 0,
+            max: 5,
+            instances: instances
+                .iter()
+                .map(|(id, state)| AsgInstance {
+                    instance_id: id.to_string(),
+                    availability_zone: None,
+                    instance_type: None,
+                    lifecycle_state: state.to_string(),
+                    health_status: "Healthy".into(),
+                })
+                .collect(),
+            launch_template: None,
+            tags: Default::default(),
+            recent_failure: None,
+        }
+    }
+
+    #[test]
+    fn a_node_whose_instance_left_its_asg_is_not_counted_ready() {
+        let nodes = [
+            status_node("kept", "a", "i-1"),
+            status_node("terminated", "a", "i-2"),
+            status_node("terminating", "a", "i-3"),
+        ];
+        let asgs = [fresh("a", &[("i-1", "InService"), ("i-3", "Terminating")])];
+        let views = node_views(&nodes, &asgs);
+        let ready: Vec<_> = views
+            .iter()
+            .filter(|n| n.ready)
+            .map(|n| n.name.as_str())
+            .collect();
+        assert_eq!(ready, ["kept"]);
+    }
 }
