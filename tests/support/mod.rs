@@ -122,6 +122,8 @@ impl World {
             .await
             .expect("create test namespace");
         let account = fresh_account();
+        // Shown only when the test fails: where to look.
+        eprintln!("world {name}: namespace {namespace}, moto account {account}");
         let aws_sdk = aws_sdk_config();
         let aws = AwsClients::new(&aws_sdk, Some(&account));
         World {
@@ -155,12 +157,21 @@ impl World {
     }
 }
 
-/// A 12-digit moto account id not used by any other test.
+/// A 12-digit moto account id not used by any other test, in this run or an
+/// earlier one on the same (long-lived) control plane: PIDs wrap, so the
+/// process id alone is not enough.
 pub fn fresh_account() -> String {
+    use std::hash::{Hash, Hasher};
     static N: AtomicU64 = AtomicU64::new(0);
-    let n = N.fetch_add(1, Ordering::SeqCst);
-    let base = (std::process::id() as u64 % 100_000) * 10_000 + n % 10_000;
-    format!("{:012}", 100_000_000_000 + base)
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::process::id().hash(&mut h);
+    N.fetch_add(1, Ordering::SeqCst).hash(&mut h);
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+        .hash(&mut h);
+    format!("{:012}", 100_000_000_000 + h.finish() % 900_000_000_000)
 }
 
 /// SDK config for moto: static credentials, fixed region, endpoint override.
@@ -362,9 +373,10 @@ pub struct KopsGroup {
 pub const ZONES: [&str; 3] = ["ap-northeast-1a", "ap-northeast-1c", "ap-northeast-1d"];
 
 impl World {
-    /// A short prefix unique to this world, for names shared cluster-wide.
+    /// A prefix unique to this world, for names shared cluster-wide (Nodes
+    /// and kops instance-group labels live outside the test's namespace).
     pub fn prefix(&self) -> String {
-        format!("w{}", &self.account[self.account.len() - 6..])
+        format!("w{}", self.account)
     }
 
     /// Creates one ASG per zone for `role` ("nodes" or "master"), each with
