@@ -156,6 +156,30 @@ async fn a_shortage_is_replenished_elsewhere_and_the_layout_comes_back() {
         ),
         "{metrics}"
     );
+    // Each drain is counted, and each action is an Event on the group and in status.
+    assert!(
+        metrics.contains(r#"spot_node_manager_drains_total{outcome="started"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"spot_node_manager_drains_total{outcome="finished"} 1"#),
+        "{metrics}"
+    );
+    let reasons = support::event_reasons(&world).await;
+    for reason in ["ScaledUp", "DrainStarted", "ScaledDown"] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} Event in {reasons:?}"
+        );
+    }
+    let last = replenishers
+        .get("workers")
+        .await
+        .expect("rp")
+        .status
+        .and_then(|s| s.last_action)
+        .expect("last action in status");
+    assert!(last.description.contains("removed"), "{}", last.description);
     world.cleanup().await;
 }
 
@@ -306,6 +330,11 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
         still.as_ref().map(|t| &t.instance_id),
         Some(&target.instance_id),
         "the same target, not a second one"
+    );
+    let reasons = support::event_reasons(&world).await;
+    assert!(
+        reasons.iter().any(|r| r == "DrainBlocked"),
+        "the refusal is an Event: {reasons:?}"
     );
 
     // The budget allows one disruption: the node is drained and removed.

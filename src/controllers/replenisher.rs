@@ -309,7 +309,6 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
                     && progress.blocked.is_empty()
                     && progress.waiting.is_empty())
             {
-                ctx.metrics.drain("finished");
                 check_scale_in(&group, &group_status, &fresh, &target)?;
                 let terminated = ctx
                     .mutations
@@ -323,6 +322,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
                     )
                     .await?;
                 if let Applied::Performed(()) = terminated {
+                    ctx.metrics.drain("finished");
                     replenish_plan::record_scale_in(&mut status, &target, now);
                     ctx.event(
                         &group_ref,

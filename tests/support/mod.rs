@@ -714,3 +714,13 @@ pub fn reconciles(metrics: &str, controller: &str) -> u64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// Reasons of the Events recorded in this world's namespace.
+pub async fn event_reasons(world: &World) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = world.api();
+    events
+        .list(&Default::default())
+        .await
+        .map(|l| l.items.into_iter().filter_map(|e| e.reason).collect())
+        .unwrap_or_default()
+}
