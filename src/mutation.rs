@@ -124,10 +124,6 @@ impl Mutations {
         }
     }
 
-    pub fn dry_run(&self) -> bool {
-        self.dry_run
-    }
-
     pub async fn perform<T, F, Fut>(&self, intent: Intent, op: F) -> Result<Applied<T>>
     where
         F: FnOnce() -> Fut,

@@ -165,26 +165,29 @@ async fn a_lock_held_by_a_deleted_holder_is_taken_over() {
     world.cleanup().await;
 }
 
+/// A bare Node (no kubelet behind it) for pods to be bound to.
+async fn create_node(nodes: &Api<Node>, name: &str) {
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec::default()),
+        status: None,
+    };
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("node");
+}
+
 #[tokio::test]
 async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
     let world = World::new("drain").await;
     let ctx = world.context(false).await;
     let node_name = format!("{}-drain-node", world.prefix());
     let nodes: Api<Node> = Api::all(world.client.clone());
-    nodes
-        .create(
-            &PostParams::default(),
-            &Node {
-                metadata: ObjectMeta {
-                    name: Some(node_name.clone()),
-                    ..Default::default()
-                },
-                spec: Some(NodeSpec::default()),
-                status: None,
-            },
-        )
-        .await
-        .expect("node");
+    create_node(&nodes, &node_name).await;
     let pods: Api<Pod> = world.api();
     pods.create(
         &PostParams::default(),
@@ -295,20 +298,7 @@ async fn a_dry_run_drain_neither_cordons_nor_evicts() {
     let ctx = world.context(true).await;
     let node_name = format!("{}-dry-node", world.prefix());
     let nodes: Api<Node> = Api::all(world.client.clone());
-    nodes
-        .create(
-            &PostParams::default(),
-            &Node {
-                metadata: ObjectMeta {
-                    name: Some(node_name.clone()),
-                    ..Default::default()
-                },
-                spec: Some(NodeSpec::default()),
-                status: None,
-            },
-        )
-        .await
-        .expect("node");
+    create_node(&nodes, &node_name).await;
     let pods: Api<Pod> = world.api();
     pods.create(
         &PostParams::default(),

@@ -37,13 +37,40 @@ pub struct AsgDescription {
 impl AsgDescription {
     /// Instances that count towards capacity (not leaving the group).
     pub fn active_instances(&self) -> usize {
-        self.instances
-            .iter()
-            .filter(|i| {
-                !i.lifecycle_state.starts_with("Terminat")
-                    && !i.lifecycle_state.starts_with("Detach")
-            })
-            .count()
+        self.instances.iter().filter(|i| i.is_active()).count()
+    }
+
+    /// Why the ASG is not launching what it is asked to, if it is not: its
+    /// latest scaling activity failed, or it has fewer instances than desired.
+    pub fn launch_problem(&self) -> Option<String> {
+        let active = self.active_instances() as i32;
+        match (&self.recent_failure, active < self.desired) {
+            (Some(failure), _) => Some(format!("latest scaling activity failed: {failure}")),
+            (None, true) => Some(format!("desired {} but {active} instance(s)", self.desired)),
+            (None, false) => None,
+        }
+    }
+}
+
+impl AsgInstance {
+    /// Counts towards capacity: not terminating or detaching.
+    pub fn is_active(&self) -> bool {
+        !self.lifecycle_state.starts_with("Terminat") && !self.lifecycle_state.starts_with("Detach")
+    }
+}
+
+impl From<&AsgDescription> for crate::crd::nodegroup::AutoScalingGroupStatus {
+    fn from(asg: &AsgDescription) -> Self {
+        let reason = asg.launch_problem();
+        Self {
+            name: asg.name.clone(),
+            desired: asg.desired,
+            min: asg.min,
+            max: asg.max,
+            instances: asg.active_instances() as i32,
+            launching: reason.is_none(),
+            reason,
+        }
     }
 }
 

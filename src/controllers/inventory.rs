@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub const INSTANCE_GROUP_LABEL: &str = "kops.k8s.io/instancegroup";
@@ -141,9 +142,9 @@ pub struct AwsView {
 
 /// Pure: the group's next status from what was observed. `previous` supplies
 /// fields this function does not own (conditions of others, the lock).
-pub fn inventory_status(
+pub fn inventory_status<N: Borrow<Node>>(
     group: &NodeGroup,
-    nodes: &[Node],
+    nodes: &[N],
     aws: &AwsView,
     previous: &NodeGroupStatus,
     now: DateTime<Utc>,
@@ -168,6 +169,7 @@ pub fn inventory_status(
 
     let mut members: Vec<NodeStatus> = nodes
         .iter()
+        .map(Borrow::borrow)
         .filter(|n| membership.includes(n))
         .map(|node| {
             let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
@@ -200,18 +202,17 @@ pub fn inventory_status(
     members.sort_by(|a, b| a.name.cmp(&b.name));
 
     // Not joined: in the ASGs, alive, and no Node anywhere in the cluster runs on it.
-    let joined: BTreeSet<String> = nodes.iter().filter_map(node_instance_id).collect();
+    let joined: BTreeSet<String> = nodes
+        .iter()
+        .filter_map(|n| node_instance_id(n.borrow()))
+        .collect();
     let mut not_joined: Vec<NotJoinedInstance> = aws
         .asgs
         .iter()
         .flat_map(|asg| {
             asg.instances
                 .iter()
-                .filter(|i| {
-                    !i.lifecycle_state.starts_with("Terminat")
-                        && !i.lifecycle_state.starts_with("Detach")
-                })
-                .filter(|i| !joined.contains(&i.instance_id))
+                .filter(|i| i.is_active() && !joined.contains(&i.instance_id))
                 .map(|i| {
                     let described = instances.get(i.instance_id.as_str());
                     NotJoinedInstance {
@@ -239,26 +240,7 @@ pub fn inventory_status(
         .auto_scaling_groups
         .iter()
         .filter_map(|r| aws.asgs.iter().find(|a| a.name == r.name))
-        .map(|asg| {
-            let active = asg.active_instances() as i32;
-            let reason = match (&asg.recent_failure, active < asg.desired) {
-                (Some(failure), _) => Some(format!("latest scaling activity failed: {failure}")),
-                (None, true) => Some(format!(
-                    "desired {} but {} instance(s)",
-                    asg.desired, active
-                )),
-                (None, false) => None,
-            };
-            AutoScalingGroupStatus {
-                name: asg.name.clone(),
-                desired: asg.desired,
-                min: asg.min,
-                max: asg.max,
-                instances: active,
-                launching: reason.is_none(),
-                reason,
-            }
-        })
+        .map(AutoScalingGroupStatus::from)
         .collect();
 
     let missing: Vec<&str> = group
@@ -573,7 +555,7 @@ pub(crate) mod tests {
             asgs: vec![a],
             instances: vec![gone],
         };
-        let s = inventory_status(&g, &[], &aws, &Default::default(), t0());
+        let s = inventory_status::<Node>(&g, &[], &aws, &Default::default(), t0());
         assert!(s.not_joined.is_empty(), "{:?}", s.not_joined);
     }
 
@@ -616,7 +598,7 @@ pub(crate) mod tests {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1)],
             instances: vec![instance("i-1", "zone-a")],
         };
-        let s = inventory_status(&g, &[], &aws, &Default::default(), t0());
+        let s = inventory_status::<Node>(&g, &[], &aws, &Default::default(), t0());
         let c = cond(&s, DEGRADED);
         assert_eq!(
             (c.status.clone(), c.reason.as_str()),
@@ -646,7 +628,7 @@ pub(crate) mod tests {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 2), failing],
             instances: vec![],
         };
-        let s = inventory_status(&g, &[], &aws, &Default::default(), t0());
+        let s = inventory_status::<Node>(&g, &[], &aws, &Default::default(), t0());
         let a = &s.auto_scaling_groups[0];
         assert!(!a.launching);
         assert_eq!(a.reason.as_deref(), Some("desired 2 but 1 instance(s)"));

@@ -60,6 +60,26 @@ async fn bounded(
     }
 }
 
+/// What to do after a failed reconcile. Conflicts, throttling and a lost lease
+/// are expected contention: retry soon, quietly. Anything else: log, back off.
+pub fn retry_after(
+    controller: &'static str,
+    object: &str,
+    error: &Error,
+) -> kube::runtime::controller::Action {
+    use kube::runtime::controller::Action;
+    match error.category() {
+        "kube_conflict" | "kube_throttled" | "aws_throttled" | "not_leader" => {
+            tracing::debug!(controller, object, error = %error, "retrying");
+            Action::requeue(std::time::Duration::from_secs(2))
+        }
+        _ => {
+            tracing::warn!(controller, object, error = %error, "reconcile failed");
+            Action::requeue(std::time::Duration::from_secs(15))
+        }
+    }
+}
+
 /// Wraps a reconcile with metrics: count, duration, error category.
 pub async fn instrumented<T, F>(
     ctx: &Context,

@@ -159,23 +159,19 @@ async fn reconcile(group: Arc<NodeGroup>, ictx: Arc<InventoryContext>) -> Result
 }
 
 fn error_policy(group: Arc<NodeGroup>, error: &Error, _ctx: Arc<InventoryContext>) -> Action {
-    // Conflicts and throttling are expected contention: retry soon, quietly.
-    match error.category() {
-        "kube_conflict" | "kube_throttled" | "aws_throttled" | "not_leader" => {
-            debug!(group = %group.name_any(), error = %error, "retrying");
-            Action::requeue(Duration::from_secs(2))
-        }
-        _ => {
-            warn!(group = %group.name_any(), error = %error, "reconcile failed");
-            Action::requeue(Duration::from_secs(15))
-        }
-    }
+    crate::controllers::retry_after(CONTROLLER, &group.name_any(), error)
 }
 
 /// Reads the AWS view of a group: one describe of its ASGs, one (paged)
 /// describe of their instances and its Nodes' instances. A constant number of
 /// trait calls per sync, whatever the number of nodes.
-pub async fn observe_aws(cloud: &dyn Cloud, group: &NodeGroup, nodes: &[Node]) -> Result<AwsView> {
+/// `nodes` are anything that borrows as a Node: the cache's `Arc`s pass
+/// through without copying every Node on each sync.
+pub async fn observe_aws<N: std::borrow::Borrow<Node>>(
+    cloud: &dyn Cloud,
+    group: &NodeGroup,
+    nodes: &[N],
+) -> Result<AwsView> {
     let names: Vec<String> = group
         .spec
         .auto_scaling_groups
@@ -190,6 +186,7 @@ pub async fn observe_aws(cloud: &dyn Cloud, group: &NodeGroup, nodes: &[Node]) -
         .chain(
             nodes
                 .iter()
+                .map(|n| n.borrow())
                 .filter(|n| membership.includes(n))
                 .filter_map(node_instance_id),
         )
@@ -217,12 +214,7 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     if nodes_ready.wait_for(|ready| *ready).await.is_err() {
         return Err(Error::InvalidObject("node cache closed".into()));
     }
-    let nodes: Vec<Node> = ictx
-        .nodes
-        .state()
-        .iter()
-        .map(|n| n.as_ref().clone())
-        .collect();
+    let nodes = ictx.nodes.state();
     let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
     let (next, requeue) = match observe_aws(cloud.as_ref(), &group, &nodes).await {
         Ok(view) => (

@@ -22,17 +22,8 @@ pub fn exclusion_backoff(failures: i32) -> Duration {
     Duration::from_secs((60u64 << exp).min(1800))
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AsgView {
-    pub name: String,
-    pub desired: i32,
-    pub min: i32,
-    pub max: i32,
-    /// Instances counting towards capacity.
-    pub instances: i32,
-    pub launching: bool,
-    pub reason: Option<String>,
-}
+/// An ASG as the plan sees it: the same figures the inventory reports.
+pub type AsgView = crate::crd::nodegroup::AutoScalingGroupStatus;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeView {
@@ -258,14 +249,16 @@ fn plan_inner(input: &Input) -> Plan {
 
     // 1. A scale-in in progress goes on, or is abandoned.
     if let Some(target) = status.scale_in.clone() {
-        let still_there = input
+        // Still a node of its ASG, or at least an instance of it (not joined).
+        let has_node = input
             .asgs
             .iter()
             .any(|a| a.name == target.auto_scaling_group)
             && input
                 .nodes
                 .iter()
-                .any(|n| n.instance_id.as_deref() == Some(&target.instance_id))
+                .any(|n| n.instance_id.as_deref() == Some(&target.instance_id));
+        let still_there = has_node
             || input
                 .not_joined
                 .iter()
@@ -278,31 +271,25 @@ fn plan_inner(input: &Input) -> Plan {
                 .iter()
                 .any(|n| n.instance_id.as_deref() == Some(&target.instance_id) && n.ready);
             let after = ready - i32::from(target_ready);
-            if after < input.desired {
-                let reason = format!(
+            let abandon = if after < input.desired {
+                Some(format!(
                     "removing {} would leave {after} Ready node(s), below {}",
                     target.node, input.desired
-                );
+                ))
+            } else if now >= target.since + chrono(SCALE_IN_DRAIN_TIMEOUT) {
+                Some(format!("drain of {} timed out", target.node))
+            } else {
+                None
+            };
+            if let Some(reason) = abandon {
+                let action = Action::AbandonScaleIn {
+                    target,
+                    reason: reason.clone(),
+                };
                 return act(
                     status,
                     ReplenishPhase::ScalingDown,
-                    Action::AbandonScaleIn {
-                        target,
-                        reason: reason.clone(),
-                    },
-                    reason,
-                    &input.lock,
-                );
-            }
-            if now >= target.since + chrono(SCALE_IN_DRAIN_TIMEOUT) {
-                let reason = format!("drain of {} timed out", target.node);
-                return act(
-                    status,
-                    ReplenishPhase::ScalingDown,
-                    Action::AbandonScaleIn {
-                        target,
-                        reason: reason.clone(),
-                    },
+                    action,
                     reason,
                     &input.lock,
                 );
@@ -375,13 +362,7 @@ fn plan_inner(input: &Input) -> Plan {
     }
 
     // 3. Too few Ready nodes: what is already on its way does not count twice.
-    let ready_in = |asg: &str| {
-        input
-            .nodes
-            .iter()
-            .filter(|n| n.ready && n.asg.as_deref() == Some(asg))
-            .count() as i32
-    };
+    let ready_in = |asg: &str| ready_in(input.nodes, asg);
     let pending: i32 = input
         .asgs
         .iter()
@@ -522,6 +503,14 @@ fn plan_inner(input: &Input) -> Plan {
     )
 }
 
+/// Ready nodes in one ASG.
+fn ready_in(nodes: &[NodeView], asg: &str) -> i32 {
+    nodes
+        .iter()
+        .filter(|n| n.ready && n.asg.as_deref() == Some(asg))
+        .count() as i32
+}
+
 /// The surplus node to remove: from an ASG we raised (so the original layout
 /// comes back), else from the ASG with the most Ready nodes; the newest node.
 fn choose_victim(input: &Input, status: &ReplenisherStatus) -> Option<ScaleInTarget> {
@@ -532,13 +521,7 @@ fn choose_victim(input: &Input, status: &ReplenisherStatus) -> Option<ScaleInTar
             .find(|r| r.auto_scaling_group == asg)
             .map_or(0, |r| r.count)
     };
-    let ready_in = |asg: &str| {
-        input
-            .nodes
-            .iter()
-            .filter(|n| n.ready && n.asg.as_deref() == Some(asg))
-            .count()
-    };
+    let ready_in = |asg: &str| ready_in(input.nodes, asg);
     let asg = input
         .asgs
         .iter()

@@ -27,7 +27,7 @@ use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 pub const CONTROLLER: &str = "replenisher";
 pub const REPLENISHED: &str = "Replenished";
@@ -60,38 +60,11 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 }
 
 fn error_policy(rp: Arc<Replenisher>, error: &Error, _ctx: Arc<Context>) -> Action {
-    match error.category() {
-        "kube_conflict" | "kube_throttled" | "aws_throttled" | "not_leader" => {
-            debug!(replenisher = %rp.name_any(), error = %error, "retrying");
-            Action::requeue(Duration::from_secs(2))
-        }
-        _ => {
-            warn!(replenisher = %rp.name_any(), error = %error, "reconcile failed");
-            Action::requeue(Duration::from_secs(15))
-        }
-    }
+    crate::controllers::retry_after(CONTROLLER, &rp.name_any(), error)
 }
 
 async fn reconcile(rp: Arc<Replenisher>, ctx: Arc<Context>) -> Result<Action> {
     instrumented(&ctx, CONTROLLER, reconcile_inner(rp, &ctx)).await
-}
-
-fn asg_view(a: &AsgDescription) -> AsgView {
-    let instances = a.active_instances() as i32;
-    let reason = match (&a.recent_failure, instances < a.desired) {
-        (Some(f), _) => Some(format!("latest scaling activity failed: {f}")),
-        (None, true) => Some(format!("desired {} but {instances} instance(s)", a.desired)),
-        (None, false) => None,
-    };
-    AsgView {
-        name: a.name.clone(),
-        desired: a.desired,
-        min: a.min,
-        max: a.max,
-        instances,
-        launching: reason.is_none(),
-        reason,
-    }
 }
 
 async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> {
@@ -138,7 +111,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
         .collect();
     let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
     let fresh = cloud.describe_groups(&names).await?;
-    let asgs: Vec<AsgView> = fresh.iter().map(asg_view).collect();
+    let asgs: Vec<AsgView> = fresh.iter().map(AsgView::from).collect();
     let nodes = node_views(&group_status.nodes, &fresh);
     let not_joined: Vec<NotJoinedView> = group_status
         .not_joined
@@ -304,11 +277,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
                 )
                 .await;
             }
-            if progress.done()
-                || (ctx.mutations.dry_run()
-                    && progress.blocked.is_empty()
-                    && progress.waiting.is_empty())
-            {
+            if progress.done() {
                 check_scale_in(&group, &group_status, &fresh, &target)?;
                 let terminated = ctx
                     .mutations
@@ -383,11 +352,9 @@ pub fn node_views(
             let active = match (&n.auto_scaling_group, &n.instance_id) {
                 (Some(asg), Some(id)) => fresh.iter().any(|a| {
                     a.name == *asg
-                        && a.instances.iter().any(|i| {
-                            i.instance_id == *id
-                                && !i.lifecycle_state.starts_with("Terminat")
-                                && !i.lifecycle_state.starts_with("Detach")
-                        })
+                        && a.instances
+                            .iter()
+                            .any(|i| i.instance_id == *id && i.is_active())
                 }),
                 // Not in a known ASG: nothing says it is leaving.
                 _ => true,

@@ -59,12 +59,10 @@ pub struct DrainProgress {
 }
 
 impl DrainProgress {
-    /// Nothing left on the node that a drain must move.
+    /// Nothing left on the node that a drain must move. In dry-run, pods that
+    /// would have been evicted count as moved: the drain is done as planned.
     pub fn done(&self) -> bool {
-        self.evicted.is_empty()
-            && self.blocked.is_empty()
-            && self.waiting.is_empty()
-            && self.dry_run.is_empty()
+        self.evicted.is_empty() && self.blocked.is_empty() && self.waiting.is_empty()
     }
 }
 
