@@ -172,12 +172,7 @@ pub async fn observe_aws<N: std::borrow::Borrow<Node>>(
     group: &NodeGroup,
     nodes: &[N],
 ) -> Result<AwsView> {
-    let names: Vec<String> = group
-        .spec
-        .auto_scaling_groups
-        .iter()
-        .map(|a| a.name.clone())
-        .collect();
+    let names = group.spec.asg_names();
     let asgs = cloud.describe_groups(&names).await?;
     let membership = Membership::of(group, &asgs);
     let ids: BTreeSet<String> = asgs

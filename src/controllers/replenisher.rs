@@ -103,12 +103,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
         Some(l) if !lock::holder_exists(&ctx.client, &namespace, l).await? => LockState::Free,
         Some(l) => LockState::Other(format!("{:?} {}", l.holder, l.holder_name)),
     };
-    let names: Vec<String> = group
-        .spec
-        .auto_scaling_groups
-        .iter()
-        .map(|a| a.name.clone())
-        .collect();
+    let names = group.spec.asg_names();
     let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
     let fresh = cloud.describe_groups(&names).await?;
     let asgs: Vec<AsgView> = fresh.iter().map(AsgView::from).collect();

@@ -275,6 +275,14 @@ impl RefreshSpec {
 }
 
 impl NodeGroupSpec {
+    /// The names of the group's Auto Scaling Groups.
+    pub fn asg_names(&self) -> Vec<String> {
+        self.auto_scaling_groups
+            .iter()
+            .map(|a| a.name.clone())
+            .collect()
+    }
+
     /// Checks what the CRD schema cannot: cron syntax, time zone names, duration
     /// strings, surplus for masters, duplicate ASGs. Pure: no I/O, never panics.
     pub fn validate(&self) -> Vec<SpecProblem> {
