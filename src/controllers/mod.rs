@@ -3,6 +3,7 @@
 
 pub mod inventory;
 pub mod nodegroup;
+pub mod refresh_plan;
 pub mod refresh_schedule;
 pub mod replenish_plan;
 pub mod replenisher;

@@ -121,11 +121,11 @@ pub struct Plan {
 const SOON: Duration = Duration::from_secs(2);
 const IDLE: Duration = Duration::from_secs(60);
 
-fn chrono(d: Duration) -> chrono::Duration {
+pub(crate) fn chrono(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
-fn until(now: DateTime<Utc>, then: DateTime<Utc>) -> Duration {
+pub(crate) fn until(now: DateTime<Utc>, then: DateTime<Utc>) -> Duration {
     (then - now)
         .to_std()
         .unwrap_or(Duration::ZERO)

@@ -81,6 +81,13 @@ pub struct RefresherStatus {
     pub phase: RefreshPhase,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_run: Option<DateTime<Utc>>,
+    /// The schedule and zone `nextRun` was computed from ("<cron> in <zone>"),
+    /// so an edited schedule is re-evaluated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_run_from: Option<String>,
+    /// When the current phase began (its timeouts count from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_since: Option<DateTime<Utc>>,
     /// Start of the run in progress; absent when idle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_start: Option<DateTime<Utc>>,
@@ -89,6 +96,12 @@ pub struct RefresherStatus {
     /// Each ASG's desired count before the run raised it.
     #[serde(default)]
     pub original_desired: Vec<AsgDesired>,
+    /// Surplus nodes this run added, per ASG (removed before the run ends).
+    #[serde(default)]
+    pub surplus: Vec<AsgDesired>,
+    /// The instances to replace, oldest first, fixed when the run started.
+    #[serde(default)]
+    pub planned_instances: Vec<String>,
     /// Instances this run terminated (never terminated twice).
     #[serde(default)]
     pub replaced_instances: Vec<String>,
@@ -99,6 +112,12 @@ pub struct RefresherStatus {
     /// "replaced/total" for the printer column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<String>,
+    /// Why the run in progress is failing (it is removing its surplus).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    /// What the refresher is doing or waiting for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<RunOutcome>,
     #[serde(default)]
@@ -109,9 +128,26 @@ pub struct RefresherStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RefreshTarget {
-    pub node: String,
+    /// The Node; absent for an instance that never joined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     pub instance_id: String,
+    pub auto_scaling_group: String,
+    pub purpose: TargetPurpose,
+    /// When work on it began (the drain).
     pub since: DateTime<Utc>,
+    /// When its termination was decided; set before the call is made, so a
+    /// restart retries this termination and never picks a second node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminated: Option<DateTime<Utc>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum TargetPurpose {
+    /// An old node, terminated without decrement so its ASG replaces it.
+    Replace,
+    /// A surplus node, terminated with decrement.
+    RemoveSurplus,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
@@ -138,4 +174,46 @@ pub struct RunOutcome {
     pub result: RunResult,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+impl RefresherSpec {
+    /// The settings parsed, or what is wrong with them. The owning NodeGroup's
+    /// validation normally rejects these first; a hand-edited Refresher can
+    /// still carry them.
+    pub fn resolve(&self) -> Result<super::nodegroup::ResolvedRefresh, String> {
+        use crate::duration;
+        let duration_of =
+            |field: &str, v: &str| duration::parse(v).map_err(|e| format!("spec.{field}: {e}"));
+        Ok(super::nodegroup::ResolvedRefresh {
+            schedule: super::nodegroup::parse_schedule(&self.schedule)
+                .map_err(|e| format!("spec.schedule: {e}"))?,
+            time_zone: self.time_zone.parse().map_err(|e| {
+                format!(
+                    "spec.timeZone: unknown IANA time zone {:?}: {e}",
+                    self.time_zone
+                )
+            })?,
+            surplus_nodes: match (self.role, self.surplus_nodes) {
+                (_, n) if n < 0 => return Err(format!("spec.surplusNodes: {n} is negative")),
+                (Role::Master, n) if n > 0 => {
+                    return Err(format!(
+                        "spec.surplusNodes: must be 0 for masters (kops cannot run an extra master), got {n}"
+                    ));
+                }
+                (_, n) => n,
+            },
+            max_node_age: match &self.max_node_age {
+                Some(v) => Some(duration_of("maxNodeAge", v)?),
+                None => None,
+            },
+            drain_timeout: duration_of("drainTimeout", &self.drain_timeout)?,
+            drain_timeout_action: self.drain_timeout_action,
+            ready_timeout: duration_of("readyTimeout", &self.ready_timeout)?,
+        })
+    }
+
+    /// Identifies the schedule `nextRun` was computed from.
+    pub fn schedule_key(&self) -> String {
+        format!("{} in {}", self.schedule, self.time_zone)
+    }
 }
