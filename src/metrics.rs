@@ -27,6 +27,12 @@ pub struct DrainLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RunLabels {
+    /// Succeeded | Failed | Skipped
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MutationLabels {
     /// `aws` or `kubernetes`.
     pub target: &'static str,
@@ -42,6 +48,9 @@ pub struct Metrics {
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
     pub mutations: Family<MutationLabels, Counter>,
     pub drains: Family<DrainLabels, Counter>,
+    pub refresh_runs: Family<RunLabels, Counter>,
+    pub refresh_runs_started: Counter,
+    pub node_replacement_duration: Histogram,
     pub leader: Gauge,
 }
 
@@ -62,6 +71,25 @@ impl Default for Metrics {
         let leader = Gauge::default();
         let drains = Family::<DrainLabels, Counter>::default();
         registry.register("drains", "Drain steps and outcomes", drains.clone());
+        let refresh_runs = Family::<RunLabels, Counter>::default();
+        registry.register(
+            "refresh_runs",
+            "Refresh runs ended, per result (Succeeded, Failed, Skipped)",
+            refresh_runs.clone(),
+        );
+        let refresh_runs_started = Counter::default();
+        registry.register(
+            "refresh_runs_started",
+            "Refresh runs started",
+            refresh_runs_started.clone(),
+        );
+        // 10 s .. ~3 h: a drain plus a new node becoming Ready.
+        let node_replacement_duration = Histogram::new(exponential_buckets(10.0, 2.0, 11));
+        registry.register(
+            "node_replacement_duration_seconds",
+            "From the start of a node's drain to its replacement being Ready",
+            node_replacement_duration.clone(),
+        );
         registry.register(
             "reconciles",
             "Reconciliations run, per controller",
@@ -94,6 +122,9 @@ impl Default for Metrics {
             reconcile_duration,
             mutations,
             drains,
+            refresh_runs,
+            refresh_runs_started,
+            node_replacement_duration,
             leader,
         }
     }
@@ -127,6 +158,10 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    pub fn refresh_run(&self, result: &'static str) {
+        self.refresh_runs.get_or_create(&RunLabels { result }).inc();
     }
 
     pub fn drain(&self, outcome: &'static str) {

@@ -5,6 +5,7 @@ pub mod inventory;
 pub mod nodegroup;
 pub mod refresh_plan;
 pub mod refresh_schedule;
+pub mod refresher;
 pub mod replenish_plan;
 pub mod replenisher;
 
@@ -19,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 pub async fn run_all(ctx: Arc<Context>, shutdown: CancellationToken) {
     ctx.metrics.register_controller(nodegroup::CONTROLLER);
     ctx.metrics.register_controller(replenisher::CONTROLLER);
+    ctx.metrics.register_controller(refresher::CONTROLLER);
     tokio::join!(
         bounded(
             nodegroup::CONTROLLER,
@@ -28,6 +30,11 @@ pub async fn run_all(ctx: Arc<Context>, shutdown: CancellationToken) {
         bounded(
             replenisher::CONTROLLER,
             replenisher::run(ctx.clone(), shutdown.clone()),
+            &shutdown
+        ),
+        bounded(
+            refresher::CONTROLLER,
+            refresher::run(ctx.clone(), shutdown.clone()),
             &shutdown
         ),
     );

@@ -30,16 +30,9 @@ use crate::crd::refresher::{
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
-/// A node of the group, as the plan sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeView {
-    pub name: String,
-    pub instance_id: Option<String>,
-    pub asg: Option<String>,
-    /// Ready, and its instance still active in its ASG.
-    pub ready: bool,
-    pub launch_time: Option<DateTime<Utc>>,
-}
+/// A node of the group, as the plan sees it (`ready` only while its
+/// instance is active in its ASG: see `replenisher::node_views`).
+pub use crate::controllers::replenish_plan::NodeView;
 
 /// An instance that is active (not terminating or detaching) in one of the
 /// group's ASGs, per a fresh describe.

@@ -41,13 +41,7 @@ pub struct NotJoinedView {
     pub launch_time: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockState {
-    Free,
-    Ours,
-    /// Held by another operation (a refresh), named.
-    Other(String),
-}
+pub use crate::k8s::lock::LockState;
 
 pub struct Input<'a> {
     pub role: Role,

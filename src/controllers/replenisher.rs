@@ -6,19 +6,18 @@ use crate::cloud::AsgDescription;
 use crate::context::Context;
 use crate::controllers::instrumented;
 use crate::controllers::replenish_plan::{
-    self, Action as PlanAction, AsgView, DesiredChange, Input, LockState, NodeView, NotJoinedView,
+    self, Action as PlanAction, AsgView, DesiredChange, Input, NodeView, NotJoinedView,
 };
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::replenisher::{LastAction, ReplenishPhase, ScaleInTarget};
 use crate::crd::{NodeGroup, Replenisher, ReplenisherStatus};
-use crate::k8s::drain::drain_step;
+use crate::k8s::drain::{drain_event, drain_step, uncordon};
 use crate::k8s::lock::{self, Acquired, Holder};
 use crate::mutation::{Applied, Intent};
 use crate::{Error, Result, duration};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -97,12 +96,8 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
         kind: OperationKind::Replenish,
         name: name.clone(),
     };
-    let lock_state = match &group_status.operation {
-        None => LockState::Free,
-        Some(l) if l.holder == me.kind && l.holder_name == me.name => LockState::Ours,
-        Some(l) if !lock::holder_exists(&ctx.client, &namespace, l).await? => LockState::Free,
-        Some(l) => LockState::Other(format!("{:?} {}", l.holder, l.holder_name)),
-    };
+    let lock_state =
+        lock::observe(&ctx.client, &namespace, group_status.operation.as_ref(), &me).await?;
     let names = group.spec.asg_names();
     let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
     let fresh = cloud.describe_groups(&names).await?;
@@ -252,6 +247,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
                     &target.node,
                     EventType::Normal,
                     "DrainStarted",
+                    "Replenish",
                     format!("draining {} ({})", target.node, plan.message),
                 )
                 .await;
@@ -264,6 +260,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
                     &target.node,
                     EventType::Warning,
                     "DrainBlocked",
+                    "Replenish",
                     format!(
                         "draining {}: blocked by a PodDisruptionBudget: {}",
                         target.node,
@@ -306,7 +303,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
             }
         }
         PlanAction::AbandonScaleIn { target, reason } => {
-            uncordon(ctx, &target.node).await?;
+            uncordon(ctx, &target.node, "scale-in abandoned").await?;
             status.scale_in = None;
             status.last_modification = Some(now);
             status.last_action = Some(LastAction {
@@ -322,6 +319,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
                 &target.node,
                 EventType::Warning,
                 "ScaleInAbandoned",
+                    "Replenish",
                 reason,
             )
             .await;
@@ -445,60 +443,6 @@ fn check_scale_in(
             target.instance_id, target.auto_scaling_group, group.spec.desired
         )));
     }
-    Ok(())
-}
-
-/// A drain Event on the group and on the Node (the latter best effort: some
-/// apiservers reject Events on cluster-scoped objects).
-async fn drain_event(
-    ctx: &Context,
-    group: &k8s_openapi::api::core::v1::ObjectReference,
-    node: &str,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    ctx.event(group, type_, reason, "Replenish", note.clone())
-        .await;
-    ctx.event(&node_ref(node), type_, reason, "Replenish", note)
-        .await;
-}
-
-fn node_ref(name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
-    k8s_openapi::api::core::v1::ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Node".into()),
-        name: Some(name.into()),
-        ..Default::default()
-    }
-}
-
-async fn uncordon(ctx: &Context, node: &str) -> Result<()> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    if nodes
-        .get_opt(node)
-        .await
-        .map_err(Error::kube(format!("get node {node}")))?
-        .is_none()
-    {
-        return Ok(());
-    }
-    let patch = serde_json::json!({"spec": {"unschedulable": false}});
-    ctx.mutations
-        .perform(
-            Intent::kube(
-                "uncordon_node",
-                format!("node/{node}"),
-                "scale-in abandoned",
-            ),
-            || async {
-                nodes
-                    .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(Error::kube(format!("uncordon node {node}")))
-            },
-        )
-        .await?;
     Ok(())
 }
 

@@ -14,7 +14,9 @@ use crate::mutation::{Applied, Intent};
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
+use kube::runtime::events::EventType;
 
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
@@ -148,6 +150,65 @@ async fn cordon(ctx: &Context, node_name: &str) -> Result<()> {
                     .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map_err(Error::kube(format!("cordon node {node_name}")))
+            },
+        )
+        .await?;
+    Ok(())
+}
+
+/// A drain Event on the group and on the Node (the latter best effort: some
+/// apiservers reject Events on cluster-scoped objects).
+pub async fn drain_event(
+    ctx: &Context,
+    group: &ObjectReference,
+    node: &str,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    ctx.event(group, type_, reason, action, note.clone()).await;
+    ctx.event(&node_ref(node), type_, reason, action, note)
+        .await;
+}
+
+fn node_ref(name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(name.into()),
+        ..Default::default()
+    }
+}
+
+/// Puts a node back in service after a drain was given up. A node that no
+/// longer exists needs nothing.
+pub async fn uncordon(ctx: &Context, node: &str, why: &str) -> Result<()> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let Some(current) = nodes
+        .get_opt(node)
+        .await
+        .map_err(Error::kube(format!("get node {node}")))?
+    else {
+        return Ok(());
+    };
+    if !current
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"spec": {"unschedulable": false}});
+    ctx.mutations
+        .perform(
+            Intent::kube("uncordon_node", format!("node/{node}"), why.to_string()),
+            || async {
+                nodes
+                    .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(Error::kube(format!("uncordon node {node}")))
             },
         )
         .await?;

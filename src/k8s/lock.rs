@@ -44,6 +44,36 @@ pub fn decide(current: Option<&OperationLock>, me: &Holder, holder_exists: bool)
     }
 }
 
+/// The lock as a plan sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockState {
+    /// Free, or held by an operation whose resource is gone.
+    Free,
+    Ours,
+    /// Held by another operation, named.
+    Other(String),
+}
+
+/// Observes the group's lock from `me`'s side.
+pub async fn observe(
+    client: &kube::Client,
+    namespace: &str,
+    current: Option<&OperationLock>,
+    me: &Holder,
+) -> Result<LockState> {
+    let exists = match current {
+        Some(lock) if !(lock.holder == me.kind && lock.holder_name == me.name) => {
+            holder_exists(client, namespace, lock).await?
+        }
+        _ => true,
+    };
+    Ok(match decide(current, me, exists) {
+        LockDecision::Take => LockState::Free,
+        LockDecision::Ours => LockState::Ours,
+        LockDecision::HeldBy(l) => LockState::Other(format!("{:?} {}", l.holder, l.holder_name)),
+    })
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquired {
     /// We hold the lock (newly or already).

@@ -1,0 +1,524 @@
+//! The Refresher controller: observe (the group's inventory, a fresh describe
+//! of its ASGs, the lock), decide (`refresh_plan::plan`), persist the planned
+//! status, then act through the mutation gate after re-checking what it may
+//! touch. The only exception to persist-then-act is an uncordon, which is
+//! idempotent and harmless, so it is done before the status that forgets the
+//! node is written.
+
+use crate::cloud::AsgDescription;
+use crate::context::Context;
+use crate::controllers::refresh_plan::{self, Action as PlanAction, Happening, Input, Member};
+use crate::controllers::replenish_plan::{AsgView, DesiredChange};
+use crate::controllers::{instrumented, replenisher::node_views};
+use crate::crd::condition::{ConditionStatus, set_condition};
+use crate::crd::nodegroup::OperationKind;
+use crate::crd::refresher::{RefreshTarget, RunResult, TargetPurpose};
+use crate::crd::{NodeGroup, Refresher, RefresherStatus};
+use crate::k8s::drain::{drain_event, drain_step, uncordon};
+use crate::k8s::lock::{self, Acquired, Holder};
+use crate::mutation::Intent;
+use crate::{Error, Result};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+pub const CONTROLLER: &str = "refresher";
+pub const SCHEDULE_VALID: &str = "ScheduleValid";
+pub const LAST_RUN_SUCCEEDED: &str = "LastRunSucceeded";
+const EVENT_ACTION: &str = "Refresh";
+
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let (refreshers, groups): (Api<Refresher>, Api<NodeGroup>) = match &ctx.settings.namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(ctx.client.clone(), ns),
+        ),
+        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+    };
+    info!(controller = CONTROLLER, "controller started");
+    Controller::new(refreshers, watcher::Config::default().any_semantic())
+        // The group's status (inventory, lock) drives the plan.
+        .watches(groups, watcher::Config::default().any_semantic(), |group| {
+            let namespace = group.namespace().unwrap_or_default();
+            Some(ObjectRef::<Refresher>::new(&group.name_any()).within(&namespace))
+        })
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                debug!(controller = CONTROLLER, error = %e, "reconcile failed");
+            }
+        })
+        .await;
+    info!(controller = CONTROLLER, "controller stopped");
+}
+
+fn error_policy(rf: Arc<Refresher>, error: &Error, _ctx: Arc<Context>) -> Action {
+    crate::controllers::retry_after(CONTROLLER, &rf.name_any(), error)
+}
+
+async fn reconcile(rf: Arc<Refresher>, ctx: Arc<Context>) -> Result<Action> {
+    instrumented(&ctx, CONTROLLER, reconcile_inner(rf, &ctx)).await
+}
+
+async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
+    let namespace = rf.namespace().ok_or_else(|| {
+        Error::InvalidObject(format!("Refresher {} has no namespace", rf.name_any()))
+    })?;
+    let name = rf.name_any();
+    let groups: Api<NodeGroup> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(group) = groups
+        .get_opt(&rf.spec.node_group)
+        .await
+        .map_err(Error::kube(format!(
+            "get NodeGroup {namespace}/{}",
+            rf.spec.node_group
+        )))?
+    else {
+        return Ok(Action::requeue(Duration::from_secs(60)));
+    };
+    // Act only on an inventory that has seen the current spec.
+    let Some(group_status) = group
+        .status
+        .clone()
+        .filter(|s| s.observed_generation == group.metadata.generation)
+    else {
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    };
+    let now = ctx.clock.now();
+    let me = Holder {
+        kind: OperationKind::Refresh,
+        name: name.clone(),
+    };
+    let lock_state =
+        lock::observe(&ctx.client, &namespace, group_status.operation.as_ref(), &me).await?;
+    let settings = rf.spec.resolve();
+    let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
+    let fresh = cloud.describe_groups(&group.spec.asg_names()).await?;
+    let asgs: Vec<AsgView> = fresh.iter().map(AsgView::from).collect();
+    let members = members(&fresh);
+    let nodes = node_views(&group_status.nodes, &fresh);
+    let current = rf.status.clone().unwrap_or_default();
+    let schedule_key = rf.spec.schedule_key();
+    let plan = refresh_plan::plan(&Input {
+        role: group.spec.role,
+        desired: group.spec.desired,
+        suspended: group.spec.suspend || rf.spec.suspend,
+        dry_run: ctx.settings.dry_run,
+        settings: &settings,
+        schedule_key: &schedule_key,
+        asgs: &asgs,
+        members: &members,
+        nodes: &nodes,
+        lock: lock_state,
+        status: &current,
+        now,
+    });
+    debug!(refresher = %name, action = ?plan.action, message = %plan.message, "planned");
+
+    let mut status = plan.status.clone();
+    status.observed_generation = rf.metadata.generation;
+    match &settings {
+        Ok(_) => set_condition(
+            &mut status.conditions,
+            SCHEDULE_VALID,
+            ConditionStatus::True,
+            "Valid",
+            format!("schedule {schedule_key}"),
+            rf.metadata.generation,
+            now,
+        ),
+        Err(problem) => set_condition(
+            &mut status.conditions,
+            SCHEDULE_VALID,
+            ConditionStatus::False,
+            "InvalidSpec",
+            problem.clone(),
+            rf.metadata.generation,
+            now,
+        ),
+    }
+    if let Some(last) = status.last_run.clone().filter(|l| l.result != RunResult::Skipped) {
+        set_condition(
+            &mut status.conditions,
+            LAST_RUN_SUCCEEDED,
+            if last.result == RunResult::Succeeded {
+                ConditionStatus::True
+            } else {
+                ConditionStatus::False
+            },
+            &format!("{:?}", last.result),
+            last.reason.unwrap_or_else(|| format!("replaced {}", last.replaced)),
+            rf.metadata.generation,
+            now,
+        );
+    }
+    let group_ref = group.object_ref(&());
+    let guard = Guard {
+        group: &group,
+        fresh: &fresh,
+        nodes: &nodes,
+        status: &status,
+    };
+    let mut requeue = plan.requeue;
+
+    if let PlanAction::Uncordon(node) = &plan.action {
+        // Before the status that forgets the node is written (see module docs).
+        guard.owns_node(node)?;
+        uncordon(ctx, node, "refresh gave up on draining it").await?;
+    }
+    if Some(&status) != rf.status.as_ref() {
+        write_status(ctx, &namespace, &name, &status).await?;
+    }
+    report(ctx, &group_ref, &plan.happenings).await;
+
+    match plan.action.clone() {
+        PlanAction::Nothing | PlanAction::Uncordon(_) => {}
+        PlanAction::TakeLock => match lock::acquire(ctx, &group, &me, now).await? {
+            Acquired::Yes => requeue = Duration::from_millis(100),
+            Acquired::Conflict => requeue = Duration::from_secs(1),
+            Acquired::No(holder) => {
+                debug!(refresher = %name, ?holder, "lock held");
+                requeue = Duration::from_secs(5);
+            }
+        },
+        PlanAction::ReleaseLock => {
+            lock::release(ctx, &group, &me).await?;
+        }
+        PlanAction::SetDesired(changes) => {
+            guard.set_desired(&changes)?;
+            for change in &changes {
+                ctx.mutations
+                    .perform(
+                        Intent::aws(
+                            "set_desired_capacity",
+                            format!("asg/{}", change.asg),
+                            format!("{} -> {} ({})", change.from, change.to, plan.message),
+                        ),
+                        || cloud.set_desired_capacity(&change.asg, change.to),
+                    )
+                    .await?;
+            }
+        }
+        PlanAction::Drain(target) => {
+            guard.drain(&target)?;
+            let node = target.node.clone().unwrap_or_default();
+            let first_step = current.current_target.as_ref() != Some(&target);
+            if first_step {
+                ctx.metrics.drain("started");
+                drain_event(
+                    ctx,
+                    &group_ref,
+                    &node,
+                    EventType::Normal,
+                    "DrainStarted",
+                    EVENT_ACTION,
+                    format!("draining {node}: {}", plan.message),
+                )
+                .await;
+            }
+            let exists = Api::<Node>::all(ctx.client.clone())
+                .get_opt(&node)
+                .await
+                .map_err(Error::kube(format!("get node {node}")))?
+                .is_some();
+            let progress = if exists {
+                Some(drain_step(ctx, &node).await?)
+            } else {
+                None
+            };
+            if let Some(p) = progress.as_ref().filter(|p| !p.blocked.is_empty()) {
+                drain_event(
+                    ctx,
+                    &group_ref,
+                    &node,
+                    EventType::Warning,
+                    "DrainBlocked",
+                    EVENT_ACTION,
+                    format!(
+                        "draining {node}: blocked by a PodDisruptionBudget: {}",
+                        p.blocked.join(", ")
+                    ),
+                )
+                .await;
+            }
+            if progress.as_ref().is_none_or(|p| p.done()) {
+                // Record the termination, then make it: a restart retries
+                // this one and never picks another node for the same step.
+                let mut after = status.clone();
+                if let Some(target) = refresh_plan::after_drain(&mut after, now) {
+                    write_status(ctx, &namespace, &name, &after).await?;
+                    ctx.metrics.drain("finished");
+                    let guard = Guard {
+                        status: &after,
+                        ..guard
+                    };
+                    terminate(ctx, &guard, cloud.as_ref(), &target).await?;
+                    requeue = Duration::from_millis(500);
+                }
+            }
+        }
+        PlanAction::Terminate(target) => {
+            terminate(ctx, &guard, cloud.as_ref(), &target).await?;
+        }
+    }
+    Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// Active instances of the group's ASGs, per the fresh describe.
+fn members(fresh: &[AsgDescription]) -> Vec<Member> {
+    fresh
+        .iter()
+        .flat_map(|a| {
+            a.instances
+                .iter()
+                .filter(|i| i.is_active())
+                .map(|i| Member {
+                    asg: a.name.clone(),
+                    instance_id: i.instance_id.clone(),
+                })
+        })
+        .collect()
+}
+
+async fn terminate(
+    ctx: &Context,
+    guard: &Guard<'_>,
+    cloud: &dyn crate::cloud::Cloud,
+    target: &RefreshTarget,
+) -> Result<()> {
+    guard.terminate(target)?;
+    let decrement = target.purpose == TargetPurpose::RemoveSurplus;
+    let detail = match target.purpose {
+        TargetPurpose::Replace => format!(
+            "replace: {} keeps its desired count and launches a new instance",
+            target.auto_scaling_group
+        ),
+        TargetPurpose::RemoveSurplus => {
+            format!("remove surplus: decrement {}", target.auto_scaling_group)
+        }
+    };
+    ctx.mutations
+        .perform(
+            Intent::aws(
+                "terminate_instance_in_auto_scaling_group",
+                format!("instance/{}", target.instance_id),
+                detail,
+            ),
+            || cloud.terminate_in_group(&target.instance_id, decrement),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Events and metrics for what the plan did.
+async fn report(ctx: &Context, group: &ObjectReference, happenings: &[Happening]) {
+    for h in happenings {
+        let (type_, reason, note) = match h {
+            Happening::Started { total, surplus } => {
+                ctx.metrics.refresh_runs_started.inc();
+                (
+                    EventType::Normal,
+                    "RefreshStarted",
+                    format!("replacing {total} node(s), {surplus} surplus"),
+                )
+            }
+            Happening::Skipped(why) => {
+                ctx.metrics.refresh_run("Skipped");
+                (EventType::Normal, "RefreshSkipped", why.clone())
+            }
+            Happening::Planned(what) => {
+                ctx.metrics.refresh_run("Skipped");
+                (EventType::Normal, "RefreshPlanned", what.clone())
+            }
+            Happening::Replaced { node, took } => {
+                ctx.metrics
+                    .node_replacement_duration
+                    .observe(took.as_secs_f64());
+                (
+                    EventType::Normal,
+                    "NodeReplaced",
+                    format!(
+                        "{node} replaced in {}",
+                        crate::duration::format(Duration::from_secs(took.as_secs()))
+                    ),
+                )
+            }
+            Happening::Failed(why) => (EventType::Warning, "RefreshFailed", why.clone()),
+            Happening::Finished { result, replaced } => {
+                let (label, type_) = match result {
+                    RunResult::Succeeded => ("Succeeded", EventType::Normal),
+                    RunResult::Failed => ("Failed", EventType::Warning),
+                    RunResult::Skipped => ("Skipped", EventType::Normal),
+                };
+                ctx.metrics.refresh_run(label);
+                (
+                    type_,
+                    "RefreshFinished",
+                    format!("{label}: replaced {replaced} node(s)"),
+                )
+            }
+        };
+        info!(reason, %note, "refresh");
+        ctx.event(group, type_, reason, EVENT_ACTION, note).await;
+    }
+}
+
+/// Re-checks each mutation against fresh observations before it is made:
+/// only the group's ASGs and instances, never above max, never lowering an
+/// ASG below its active instances (AWS would pick a victim), never removing
+/// a node the group cannot spare, never replacing a node the run did not plan.
+#[derive(Clone, Copy)]
+struct Guard<'a> {
+    group: &'a NodeGroup,
+    fresh: &'a [AsgDescription],
+    nodes: &'a [refresh_plan::NodeView],
+    status: &'a RefresherStatus,
+}
+
+impl Guard<'_> {
+    fn refuse(what: String) -> Error {
+        warn!(refusal = %what, "refresher safety check");
+        Error::InvalidObject(format!("refusing to {what}"))
+    }
+
+    fn asg(&self, name: &str) -> Result<&AsgDescription> {
+        let listed = self
+            .group
+            .spec
+            .auto_scaling_groups
+            .iter()
+            .any(|r| r.name == name);
+        self.fresh
+            .iter()
+            .find(|a| a.name == name && listed)
+            .ok_or_else(|| Self::refuse(format!("touch {name}: not one of the group's ASGs")))
+    }
+
+    fn set_desired(&self, changes: &[DesiredChange]) -> Result<()> {
+        if self.status.run_start.is_none() {
+            return Err(Self::refuse("change capacity outside a run".into()));
+        }
+        for c in changes {
+            let asg = self.asg(&c.asg)?;
+            let active = asg.active_instances() as i32;
+            if c.to > asg.max || c.from != asg.desired || (c.to < c.from && c.to < active) {
+                return Err(Self::refuse(format!(
+                    "set {} to {}: max {}, desired now {} (planned from {}), {active} active instance(s)",
+                    c.asg, c.to, asg.max, asg.desired, c.from
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn owns_node(&self, node: &str) -> Result<()> {
+        let known = self.group.status.as_ref().is_some_and(|s| {
+            s.nodes.iter().any(|n| n.name == node)
+        });
+        if !known {
+            return Err(Self::refuse(format!(
+                "touch node {node}: not one of the group's nodes"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The target's instance is active in one of the group's ASGs; a Replace
+    /// target is one the run planned to replace.
+    fn target(&self, t: &RefreshTarget) -> Result<()> {
+        let asg = self.asg(&t.auto_scaling_group)?;
+        let active = asg
+            .instances
+            .iter()
+            .any(|i| i.instance_id == t.instance_id && i.is_active());
+        let planned = match t.purpose {
+            TargetPurpose::Replace => self.status.planned_instances.contains(&t.instance_id),
+            TargetPurpose::RemoveSurplus => true,
+        };
+        if !active || !planned || self.status.run_start.is_none() {
+            return Err(Self::refuse(format!(
+                "touch {}: active in {}: {active}, planned: {planned}, run in progress: {}",
+                t.instance_id,
+                t.auto_scaling_group,
+                self.status.run_start.is_some()
+            )));
+        }
+        if let Some(node) = &t.node {
+            self.owns_node(node)?;
+        }
+        Ok(())
+    }
+
+    fn drain(&self, t: &RefreshTarget) -> Result<()> {
+        self.target(t)
+    }
+
+    fn terminate(&self, t: &RefreshTarget) -> Result<()> {
+        self.target(t)?;
+        if t.terminated.is_none() {
+            return Err(Self::refuse(format!(
+                "terminate {}: the termination is not recorded",
+                t.instance_id
+            )));
+        }
+        let desired = self.group.spec.desired;
+        let ready_besides = self
+            .nodes
+            .iter()
+            .filter(|n| n.ready && n.instance_id.as_deref() != Some(t.instance_id.as_str()))
+            .count() as i32;
+        let target_ready = self
+            .nodes
+            .iter()
+            .any(|n| n.ready && n.instance_id.as_deref() == Some(t.instance_id.as_str()));
+        let surplus: i32 = self.status.surplus.iter().map(|s| s.desired).sum();
+        let (ok, needed) = match t.purpose {
+            TargetPurpose::Replace => {
+                let needed = desired + surplus - 1;
+                (ready_besides >= needed, needed)
+            }
+            TargetPurpose::RemoveSurplus => {
+                let asg = self.asg(&t.auto_scaling_group)?;
+                let original = self
+                    .status
+                    .original_desired
+                    .iter()
+                    .find(|o| o.auto_scaling_group == t.auto_scaling_group)
+                    .map(|o| o.desired);
+                if original.is_none_or(|o| asg.desired <= o) {
+                    return Err(Self::refuse(format!(
+                        "remove {} from {}: desired {} is not above the recorded {original:?}",
+                        t.instance_id, t.auto_scaling_group, asg.desired
+                    )));
+                }
+                (!target_ready || ready_besides >= desired, desired)
+            }
+        };
+        if !ok {
+            return Err(Self::refuse(format!(
+                "terminate {}: {ready_besides} other Ready node(s), {needed} needed",
+                t.instance_id
+            )));
+        }
+        Ok(())
+    }
+}
+
+async fn write_status(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    status: &RefresherStatus,
+) -> Result<()> {
+    ctx.apply_status::<Refresher>(namespace, name, status).await
+}
