@@ -99,8 +99,13 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
         kind: OperationKind::Refresh,
         name: name.clone(),
     };
-    let lock_state =
-        lock::observe(&ctx.client, &namespace, group_status.operation.as_ref(), &me).await?;
+    let lock_state = lock::observe(
+        &ctx.client,
+        &namespace,
+        group_status.operation.as_ref(),
+        &me,
+    )
+    .await?;
     let settings = rf.spec.resolve();
     let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
     let fresh = cloud.describe_groups(&group.spec.asg_names()).await?;
@@ -147,7 +152,11 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
             now,
         ),
     }
-    if let Some(last) = status.last_run.clone().filter(|l| l.result != RunResult::Skipped) {
+    if let Some(last) = status
+        .last_run
+        .clone()
+        .filter(|l| l.result != RunResult::Skipped)
+    {
         set_condition(
             &mut status.conditions,
             LAST_RUN_SUCCEEDED,
@@ -157,7 +166,8 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
                 ConditionStatus::False
             },
             &format!("{:?}", last.result),
-            last.reason.unwrap_or_else(|| format!("replaced {}", last.replaced)),
+            last.reason
+                .unwrap_or_else(|| format!("replaced {}", last.replaced)),
             rf.metadata.generation,
             now,
         );
@@ -422,9 +432,11 @@ impl Guard<'_> {
     }
 
     fn owns_node(&self, node: &str) -> Result<()> {
-        let known = self.group.status.as_ref().is_some_and(|s| {
-            s.nodes.iter().any(|n| n.name == node)
-        });
+        let known = self
+            .group
+            .status
+            .as_ref()
+            .is_some_and(|s| s.nodes.iter().any(|n| n.name == node));
         if !known {
             return Err(Self::refuse(format!(
                 "touch node {node}: not one of the group's nodes"

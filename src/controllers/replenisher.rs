@@ -96,8 +96,13 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
         kind: OperationKind::Replenish,
         name: name.clone(),
     };
-    let lock_state =
-        lock::observe(&ctx.client, &namespace, group_status.operation.as_ref(), &me).await?;
+    let lock_state = lock::observe(
+        &ctx.client,
+        &namespace,
+        group_status.operation.as_ref(),
+        &me,
+    )
+    .await?;
     let names = group.spec.asg_names();
     let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
     let fresh = cloud.describe_groups(&names).await?;
@@ -319,7 +324,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
                 &target.node,
                 EventType::Warning,
                 "ScaleInAbandoned",
-                    "Replenish",
+                "Replenish",
                 reason,
             )
             .await;
@@ -342,15 +347,16 @@ pub fn node_views(
     nodes
         .iter()
         .map(|n| {
-            let active = match (&n.auto_scaling_group, &n.instance_id) {
-                (Some(asg), Some(id)) => fresh.iter().any(|a| {
-                    a.name == *asg
-                        && a.instances
-                            .iter()
-                            .any(|i| i.instance_id == *id && i.is_active())
+            // Once its instance leaves the ASG, the inventory no longer
+            // names an ASG for the node either: judge by the instance alone.
+            let active = match &n.instance_id {
+                Some(id) => fresh.iter().any(|a| {
+                    a.instances
+                        .iter()
+                        .any(|i| i.instance_id == *id && i.is_active())
                 }),
-                // Not in a known ASG: nothing says it is leaving.
-                _ => true,
+                // No instance known (e.g. a bad providerID): nothing says it is leaving.
+                None => true,
             };
             NodeView {
                 name: n.name.clone(),
@@ -501,10 +507,14 @@ mod tests {
 
     #[test]
     fn a_node_whose_instance_left_its_asg_is_not_counted_ready() {
+        let mut left = status_node("left", "a", "i-4");
+        // The inventory's view once the instance has left its ASG.
+        left.auto_scaling_group = None;
         let nodes = [
             status_node("kept", "a", "i-1"),
             status_node("terminated", "a", "i-2"),
             status_node("terminating", "a", "i-3"),
+            left,
         ];
         let asgs = [fresh("a", &[("i-1", "InService"), ("i-3", "Terminating")])];
         let views = node_views(&nodes, &asgs);

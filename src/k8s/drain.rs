@@ -12,9 +12,9 @@
 use crate::context::Context;
 use crate::mutation::{Applied, Intent};
 use crate::{Error, Result};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 
