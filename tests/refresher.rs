@@ -3,230 +3,13 @@
 
 mod support;
 
-use chrono::{Datelike, Timelike, Utc};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
 use spot_node_manager::crd::refresher::{RefreshPhase, RunResult};
 use spot_node_manager::crd::{NodeGroup, Refresher};
-use spot_node_manager::sim::SIM_ACCOUNT_LABEL;
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::refresh::*;
 use support::{World, ZONES, eventually};
-
-const WAIT: Duration = Duration::from_secs(90);
-const RUN: Duration = Duration::from_secs(240);
-const FAST: Duration = Duration::from_millis(300);
-
-fn group(name: &str, role: &str, asgs: &[String], desired: i32) -> NodeGroup {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
-        "metadata": {"name": name},
-        "spec": {
-            "role": role,
-            "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
-            "desired": desired,
-            "replenish": {"cooldown": "1s"}
-        }
-    }))
-    .expect("group")
-}
-
-/// A cron expression (with seconds and year) that fires once, `secs` from now.
-fn once_in(secs: i64) -> String {
-    let t = Utc::now() + chrono::Duration::seconds(secs);
-    format!(
-        "{} {} {} {} {} * {}",
-        t.second(),
-        t.minute(),
-        t.hour(),
-        t.day(),
-        t.month(),
-        t.year()
-    )
-}
-
-/// Turns refresh on for the group, due a few seconds from now.
-async fn schedule_refresh(world: &World, name: &str, extra: serde_json::Value) {
-    let mut refresh = serde_json::json!({
-        "schedule": once_in(3),
-        "timeZone": "UTC",
-        "drainTimeout": "30s",
-        "readyTimeout": "60s",
-    });
-    if let (Some(r), Some(e)) = (refresh.as_object_mut(), extra.as_object()) {
-        r.extend(e.clone());
-    }
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"refresh": refresh}})),
-        )
-        .await
-        .expect("schedule refresh");
-}
-
-async fn ready_count(groups: &Api<NodeGroup>, name: &str) -> Option<i32> {
-    groups.get(name).await.ok()?.status?.ready_nodes
-}
-
-/// What a sampler saw while a refresh ran.
-#[derive(Debug, Default, Clone)]
-struct Samples {
-    count: usize,
-    /// Fewest Nodes Ready whose instance was in service in one of the ASGs.
-    min_ready: Option<i32>,
-    /// Most desired capacity summed over the ASGs.
-    max_desired: i32,
-}
-
-/// Samples, every 250 ms, the Ready Nodes whose instance is InService in the
-/// group's ASGs (a Node of a terminated instance does not count, however
-/// long its kubelet takes to go), and the ASGs' total desired count.
-fn sample(world: &World, asgs: &[String]) -> (Arc<Mutex<Samples>>, tokio::task::JoinHandle<()>) {
-    let samples = Arc::new(Mutex::new(Samples::default()));
-    let nodes: Api<Node> = Api::all(world.client.clone());
-    let autoscaling = world.aws.autoscaling.clone();
-    let asgs = asgs.to_vec();
-    let selector = format!("{SIM_ACCOUNT_LABEL}={}", world.account);
-    let out = samples.clone();
-    let task = tokio::spawn(async move {
-        loop {
-            let described = autoscaling
-                .describe_auto_scaling_groups()
-                .set_auto_scaling_group_names(Some(asgs.clone()))
-                .send()
-                .await;
-            let listed = nodes.list(&ListParams::default().labels(&selector)).await;
-            if let (Ok(described), Ok(listed)) = (described, listed) {
-                let in_service: BTreeSet<String> = described
-                    .auto_scaling_groups()
-                    .iter()
-                    .flat_map(|g| g.instances())
-                    .filter(|i| i.lifecycle_state().map(|s| s.as_str()) == Some("InService"))
-                    .filter_map(|i| i.instance_id().map(str::to_string))
-                    .collect();
-                let desired: i32 = described
-                    .auto_scaling_groups()
-                    .iter()
-                    .map(|g| g.desired_capacity().unwrap_or(0))
-                    .sum();
-                let ready = listed
-                    .items
-                    .iter()
-                    .filter(|n| is_ready(n))
-                    .filter(|n| instance_of(n).is_some_and(|i| in_service.contains(&i)))
-                    .count() as i32;
-                let mut s = out.lock().expect("samples");
-                s.count += 1;
-                s.min_ready = Some(s.min_ready.map_or(ready, |m| m.min(ready)));
-                s.max_desired = s.max_desired.max(desired);
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    });
-    (samples, task)
-}
-
-fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-fn instance_of(node: &Node) -> Option<String> {
-    let id = node.spec.as_ref()?.provider_id.as_ref()?;
-    Some(id.rsplit('/').next()?.to_string())
-}
-
-/// Instance ids of the account's instances in each EC2 state.
-async fn instances_by_state(world: &World) -> BTreeMap<String, BTreeSet<String>> {
-    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let described = world
-        .aws
-        .ec2
-        .describe_instances()
-        .send()
-        .await
-        .expect("describe instances");
-    for r in described.reservations() {
-        for i in r.instances() {
-            let state = i
-                .state()
-                .and_then(|s| s.name())
-                .map(|n| n.as_str().to_string())
-                .unwrap_or_default();
-            if let Some(id) = i.instance_id() {
-                out.entry(state).or_default().insert(id.to_string());
-            }
-        }
-    }
-    out
-}
-
-async fn all_instances(world: &World, asgs: &[String]) -> BTreeSet<String> {
-    let mut all = BTreeSet::new();
-    for a in asgs {
-        all.extend(world.asg_instances(a).await);
-    }
-    all
-}
-
-/// Waits for the run to end and returns the Refresher.
-async fn run_finished(world: &World, name: &str) -> Refresher {
-    let refreshers: Api<Refresher> = world.api();
-    eventually("the refresh run to end", RUN, || async {
-        let rf = refreshers.get(name).await.ok()?;
-        let status = rf.status.as_ref()?;
-        (status.last_run.is_some() && status.run_start.is_none()).then_some(rf)
-    })
-    .await
-}
-
-/// A Pod on each node, so every drain has something to evict.
-async fn pods_on(world: &World, nodes: &[String]) {
-    let pods: Api<Pod> = world.api();
-    for (i, node) in nodes.iter().enumerate() {
-        pods.create(
-            &PostParams::default(),
-            &support::bound_pod(&format!("app-{i}"), node, &[("app", "web")]),
-        )
-        .await
-        .expect("create pod");
-    }
-}
-
-async fn node_names(world: &World, instances: &BTreeSet<String>) -> Vec<String> {
-    let nodes: Api<Node> = Api::all(world.client.clone());
-    let selector = format!("{SIM_ACCOUNT_LABEL}={}", world.account);
-    nodes
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .expect("nodes")
-        .items
-        .into_iter()
-        .filter(|n| instance_of(n).is_some_and(|i| instances.contains(&i)))
-        .filter_map(|n| n.metadata.name)
-        .collect()
-}
-
-/// How many times an Event with `reason` was recorded (repeats of the same
-/// Event are a series on one object).
-async fn event_count(world: &World, reason: &str) -> i32 {
-    let events: Api<k8s_openapi::api::events::v1::Event> = world.api();
-    events
-        .list(&Default::default())
-        .await
-        .expect("events")
-        .items
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
-        .sum()
-}
 
 #[tokio::test]
 async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired() {
@@ -249,7 +32,7 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
     let before = world.asg_snapshot(&kops.asgs).await;
     let original = all_instances(&world, &kops.asgs).await;
     pods_on(&world, &node_names(&world, &original).await).await;
-    let (samples, sampler) = sample(&world, &kops.asgs);
+    let (samples, sampler) = sample(&world, &kops.asgs, 3);
 
     schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
     let rf = run_finished(&world, "workers").await;
@@ -347,7 +130,7 @@ async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
     })
     .await;
     let original = all_instances(&world, &kops.asgs).await;
-    let (samples, sampler) = sample(&world, &kops.asgs);
+    let (samples, sampler) = sample(&world, &kops.asgs, 3);
 
     schedule_refresh(&world, "masters", serde_json::json!({})).await;
     let rf = run_finished(&world, "masters").await;
@@ -396,7 +179,7 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
     let original = all_instances(&world, &kops.asgs).await;
     // Pods make each drain take two steps, so the Draining phase lasts.
     pods_on(&world, &node_names(&world, &original).await).await;
-    let (samples, sampler) = sample(&world, &kops.asgs);
+    let (samples, sampler) = sample(&world, &kops.asgs, 3);
     schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
 
     // Kill -9 at two different points of the run, restarting each time.

@@ -424,6 +424,15 @@ impl Planner<'_> {
                 IDLE,
             );
         }
+        if input.dry_run {
+            // A run started by a manager without --dry-run: stepping it here
+            // would only record steps that are not made.
+            return (
+                Action::Nothing,
+                "run paused: this manager runs with --dry-run; a manager without it resumes the run".into(),
+                IDLE,
+            );
+        }
         match &input.lock {
             LockState::Ours => {}
             LockState::Free => {
@@ -1773,6 +1782,20 @@ mod tests {
         );
         assert!(matches!(sim.happenings[0], Happening::Planned(_)));
         assert_eq!(sim.lock, LockState::Free);
+    }
+
+    #[test]
+    fn a_run_in_progress_is_paused_under_dry_run() {
+        let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+        sim.step(false);
+        sim.step(false);
+        let before = sim.status.clone();
+        sim.dry_run = true;
+        let plan = sim.step(false);
+        assert_eq!(plan.action, Action::Nothing);
+        assert!(plan.message.contains("--dry-run"), "{}", plan.message);
+        assert_eq!(plan.status.phase, before.phase);
+        assert_eq!(plan.status.run_start, before.run_start);
     }
 
     #[test]

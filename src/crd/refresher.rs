@@ -94,16 +94,16 @@ pub struct RefresherStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_target: Option<RefreshTarget>,
     /// Each ASG's desired count before the run raised it.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub original_desired: Vec<AsgDesired>,
     /// Surplus nodes this run added, per ASG (removed before the run ends).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub surplus: Vec<AsgDesired>,
     /// The instances to replace, oldest first, fixed when the run started.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub planned_instances: Vec<String>,
     /// Instances this run terminated (never terminated twice).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replaced_instances: Vec<String>,
     #[serde(default)]
     pub replaced: i32,

@@ -8,6 +8,8 @@
 //! clients pointing at both.
 #![allow(dead_code)]
 
+pub mod refresh;
+
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};

@@ -1,0 +1,127 @@
+//! How long a refresh of N worker nodes takes against its lower bound, and
+//! the surplus capacity it pays for, end to end: real apiserver + moto +
+//! simulated kubelet, the manager as a process.
+//!
+//! Lower bound: N x (drain + node-ready), where node-ready is the simulated
+//! kubelet's register + ready delay (plus its poll) and a drain of a node
+//! whose pods leave at once costs nothing by itself: one node at a time can
+//! not go faster. Surplus instance-minutes: instances above N, integrated over
+//! the run (sampled every 250 ms).
+//!
+//! Run: `cargo bench --bench refresh` (3, 6 and 12 nodes). Under `cargo test`
+//! a quick run with 3 nodes. Prints a table; asserts only that runs succeed.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use kube::api::{Api, PostParams};
+use spot_node_manager::crd::NodeGroup;
+use spot_node_manager::crd::refresher::RunResult;
+use std::time::Duration;
+use support::refresh::*;
+use support::{World, ZONES, eventually};
+
+const REGISTER: Duration = Duration::from_secs(1);
+const READY: Duration = Duration::from_secs(2);
+/// The simulated kubelet's poll (see `World::start_sim`).
+const SIM_POLL: Duration = Duration::from_millis(300);
+
+struct Figures {
+    nodes: usize,
+    run: f64,
+    bound: f64,
+    mean_replacement: f64,
+    surplus_minutes: f64,
+}
+
+async fn measure(nodes: usize) -> Figures {
+    let per_asg = (nodes / ZONES.len()) as i32;
+    let world = World::new(&format!("bench-refresh-{nodes}")).await;
+    let kops = world.kops_group("nodes", &ZONES, per_asg, &[]).await;
+    let _sim = world.start_sim(REGISTER, READY);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &group("workers", "Worker", &kops.asgs, nodes as i32),
+        )
+        .await
+        .expect("create group");
+    let (manager, _config) = world.start_manager(&[]);
+    eventually("all nodes Ready", RUN, || async {
+        (ready_count(&groups, "workers").await? == nodes as i32).then_some(())
+    })
+    .await;
+    let original = all_instances(&world, &kops.asgs).await;
+    pods_on(&world, &node_names(&world, &original).await).await;
+    let (samples, sampler) = sample(&world, &kops.asgs, nodes as i32);
+    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let rf = run_finished(&world, "workers").await;
+    sampler.abort();
+    let last = rf.status.and_then(|s| s.last_run).expect("last run");
+    assert_eq!(
+        last.result,
+        RunResult::Succeeded,
+        "{last:?}\n{}",
+        manager.logs()
+    );
+    let run = last
+        .finished
+        .map(|f| (f - last.started).num_milliseconds() as f64 / 1000.0)
+        .unwrap_or_default();
+    let metrics = manager.metrics().await.unwrap_or_default();
+    let metric = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    let mean_replacement = metric("spot_node_manager_node_replacement_duration_seconds_sum")
+        / metric("spot_node_manager_node_replacement_duration_seconds_count");
+    let surplus_minutes = samples.lock().expect("samples").extra_instance_secs / 60.0;
+    world.cleanup().await;
+    Figures {
+        nodes,
+        run,
+        bound: nodes as f64 * (REGISTER + READY + SIM_POLL).as_secs_f64(),
+        mean_replacement,
+        surplus_minutes,
+    }
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let sizes: &[usize] = if full { &[3, 6, 12] } else { &[3] };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    println!(
+        "node ready = register {}s + ready {}s + poll {}s; drain of a node whose pods leave at once = 0s",
+        REGISTER.as_secs_f64(),
+        READY.as_secs_f64(),
+        SIM_POLL.as_secs_f64()
+    );
+    println!(
+        "{:>5} {:>9} {:>16} {:>7} {:>22} {:>24}",
+        "nodes",
+        "run (s)",
+        "bound N*(d+r) (s)",
+        "ratio",
+        "mean replacement (s)",
+        "surplus instance-minutes"
+    );
+    for &n in sizes {
+        let f = runtime.block_on(measure(n));
+        println!(
+            "{:>5} {:>9.1} {:>16.1} {:>7.2} {:>22.1} {:>24.2}",
+            f.nodes,
+            f.run,
+            f.bound,
+            f.run / f.bound,
+            f.mean_replacement,
+            f.surplus_minutes
+        );
+    }
+}

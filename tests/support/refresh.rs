@@ -1,0 +1,248 @@
+//! Helpers for refresh tests and the refresh benchmark: groups with a
+//! refresh due in seconds, a sampler of Ready nodes and capacity, and
+//! instance accounting in moto.
+
+use super::{World, eventually};
+use chrono::{Datelike, Timelike, Utc};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use spot_node_manager::crd::{NodeGroup, Refresher};
+use spot_node_manager::sim::SIM_ACCOUNT_LABEL;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const WAIT: Duration = Duration::from_secs(90);
+pub const RUN: Duration = Duration::from_secs(240);
+pub const FAST: Duration = Duration::from_millis(300);
+
+pub fn group(name: &str, role: &str, asgs: &[String], desired: i32) -> NodeGroup {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "role": role,
+            "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
+            "desired": desired,
+            "replenish": {"cooldown": "1s"}
+        }
+    }))
+    .expect("group")
+}
+
+/// A cron expression (with seconds and year) that fires once, `secs` from now.
+pub fn once_in(secs: i64) -> String {
+    let t = Utc::now() + chrono::Duration::seconds(secs);
+    format!(
+        "{} {} {} {} {} * {}",
+        t.second(),
+        t.minute(),
+        t.hour(),
+        t.day(),
+        t.month(),
+        t.year()
+    )
+}
+
+/// Turns refresh on for the group, due a few seconds from now.
+pub async fn schedule_refresh(world: &World, name: &str, extra: serde_json::Value) {
+    let mut refresh = serde_json::json!({
+        "schedule": once_in(3),
+        "timeZone": "UTC",
+        "drainTimeout": "30s",
+        "readyTimeout": "60s",
+    });
+    if let (Some(r), Some(e)) = (refresh.as_object_mut(), extra.as_object()) {
+        r.extend(e.clone());
+    }
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"refresh": refresh}})),
+        )
+        .await
+        .expect("schedule refresh");
+}
+
+pub async fn ready_count(groups: &Api<NodeGroup>, name: &str) -> Option<i32> {
+    groups.get(name).await.ok()?.status?.ready_nodes
+}
+
+/// What a sampler saw while a refresh ran.
+#[derive(Debug, Default, Clone)]
+pub struct Samples {
+    pub count: usize,
+    /// Fewest Nodes Ready whose instance was in service in one of the ASGs.
+    pub min_ready: Option<i32>,
+    /// Most desired capacity summed over the ASGs.
+    pub max_desired: i32,
+    /// Instance-seconds above `baseline` instances (the surplus used).
+    pub extra_instance_secs: f64,
+}
+
+/// Samples, every 250 ms, the Ready Nodes whose instance is InService in the
+/// group's ASGs (a Node of a terminated instance does not count, however
+/// long its kubelet takes to go), and the ASGs' total desired count.
+/// `baseline`: the instance count the group has outside a run.
+pub fn sample(
+    world: &World,
+    asgs: &[String],
+    baseline: i32,
+) -> (Arc<Mutex<Samples>>, tokio::task::JoinHandle<()>) {
+    let samples = Arc::new(Mutex::new(Samples::default()));
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let autoscaling = world.aws.autoscaling.clone();
+    let asgs = asgs.to_vec();
+    let selector = format!("{SIM_ACCOUNT_LABEL}={}", world.account);
+    let out = samples.clone();
+    let task = tokio::spawn(async move {
+        let mut last = Instant::now();
+        loop {
+            let described = autoscaling
+                .describe_auto_scaling_groups()
+                .set_auto_scaling_group_names(Some(asgs.clone()))
+                .send()
+                .await;
+            let listed = nodes.list(&ListParams::default().labels(&selector)).await;
+            if let (Ok(described), Ok(listed)) = (described, listed) {
+                let in_service: BTreeSet<String> = described
+                    .auto_scaling_groups()
+                    .iter()
+                    .flat_map(|g| g.instances())
+                    .filter(|i| i.lifecycle_state().map(|s| s.as_str()) == Some("InService"))
+                    .filter_map(|i| i.instance_id().map(str::to_string))
+                    .collect();
+                let desired: i32 = described
+                    .auto_scaling_groups()
+                    .iter()
+                    .map(|g| g.desired_capacity().unwrap_or(0))
+                    .sum();
+                let ready = listed
+                    .items
+                    .iter()
+                    .filter(|n| is_ready(n))
+                    .filter(|n| instance_of(n).is_some_and(|i| in_service.contains(&i)))
+                    .count() as i32;
+                let active = described
+                    .auto_scaling_groups()
+                    .iter()
+                    .flat_map(|g| g.instances())
+                    .filter(|i| {
+                        i.lifecycle_state()
+                            .is_some_and(|s| !s.as_str().starts_with("Terminat"))
+                    })
+                    .count() as i32;
+                let now = Instant::now();
+                let mut s = out.lock().expect("samples");
+                s.extra_instance_secs +=
+                    f64::from((active - baseline).max(0)) * (now - last).as_secs_f64();
+                last = now;
+                s.count += 1;
+                s.min_ready = Some(s.min_ready.map_or(ready, |m| m.min(ready)));
+                s.max_desired = s.max_desired.max(desired);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    (samples, task)
+}
+
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+pub fn instance_of(node: &Node) -> Option<String> {
+    let id = node.spec.as_ref()?.provider_id.as_ref()?;
+    Some(id.rsplit('/').next()?.to_string())
+}
+
+/// Instance ids of the account's instances in each EC2 state.
+pub async fn instances_by_state(world: &World) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let described = world
+        .aws
+        .ec2
+        .describe_instances()
+        .send()
+        .await
+        .expect("describe instances");
+    for r in described.reservations() {
+        for i in r.instances() {
+            let state = i
+                .state()
+                .and_then(|s| s.name())
+                .map(|n| n.as_str().to_string())
+                .unwrap_or_default();
+            if let Some(id) = i.instance_id() {
+                out.entry(state).or_default().insert(id.to_string());
+            }
+        }
+    }
+    out
+}
+
+pub async fn all_instances(world: &World, asgs: &[String]) -> BTreeSet<String> {
+    let mut all = BTreeSet::new();
+    for a in asgs {
+        all.extend(world.asg_instances(a).await);
+    }
+    all
+}
+
+/// Waits for the run to end and returns the Refresher.
+pub async fn run_finished(world: &World, name: &str) -> Refresher {
+    let refreshers: Api<Refresher> = world.api();
+    eventually("the refresh run to end", RUN, || async {
+        let rf = refreshers.get(name).await.ok()?;
+        let status = rf.status.as_ref()?;
+        (status.last_run.is_some() && status.run_start.is_none()).then_some(rf)
+    })
+    .await
+}
+
+/// A Pod on each node, so every drain has something to evict.
+pub async fn pods_on(world: &World, nodes: &[String]) {
+    let pods: Api<Pod> = world.api();
+    for (i, node) in nodes.iter().enumerate() {
+        pods.create(
+            &PostParams::default(),
+            &super::bound_pod(&format!("app-{i}"), node, &[("app", "web")]),
+        )
+        .await
+        .expect("create pod");
+    }
+}
+
+pub async fn node_names(world: &World, instances: &BTreeSet<String>) -> Vec<String> {
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let selector = format!("{SIM_ACCOUNT_LABEL}={}", world.account);
+    nodes
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .expect("nodes")
+        .items
+        .into_iter()
+        .filter(|n| instance_of(n).is_some_and(|i| instances.contains(&i)))
+        .filter_map(|n| n.metadata.name)
+        .collect()
+}
+
+/// How many times an Event with `reason` was recorded (repeats of the same
+/// Event are a series on one object).
+pub async fn event_count(world: &World, reason: &str) -> i32 {
+    let events: Api<k8s_openapi::api::events::v1::Event> = world.api();
+    events
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}
