@@ -246,9 +246,10 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
             } else {
                 None
             };
-            if progress.as_ref().is_some_and(|p| !p.evicted.is_empty()) {
-                // Evicted pods often go within a second: look again soon.
-                requeue = Duration::from_millis(500);
+            if (now - target.since).num_seconds() < 10 {
+                // Evicted pods often go within a second or two: look again
+                // soon at first, then at the plan's pace.
+                requeue = requeue.min(Duration::from_millis(500));
             }
             if let Some(p) = progress.as_ref().filter(|p| !p.blocked.is_empty()) {
                 drain_event(
