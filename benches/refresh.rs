@@ -14,12 +14,10 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use kube::api::{Api, PostParams};
-use spot_node_manager::crd::NodeGroup;
 use spot_node_manager::crd::refresher::RunResult;
 use std::time::Duration;
+use support::ZONES;
 use support::refresh::*;
-use support::{World, ZONES, eventually};
 
 const REGISTER: Duration = Duration::from_secs(1);
 const READY: Duration = Duration::from_secs(2);
@@ -36,21 +34,23 @@ struct Figures {
 
 async fn measure(nodes: usize) -> Figures {
     let per_asg = (nodes / ZONES.len()) as i32;
-    let world = World::new(&format!("bench-refresh-{nodes}")).await;
-    let kops = world.kops_group("nodes", &ZONES, per_asg, &[]).await;
-    let _sim = world.start_sim(REGISTER, READY);
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &group("workers", "Worker", &kops.asgs, nodes as i32),
-        )
-        .await
-        .expect("create group");
-    let (manager, _config) = world.start_manager(&[]);
-    eventually("all nodes Ready", RUN, || async {
-        (ready_count(&groups, "workers").await? == nodes as i32).then_some(())
-    })
+    let SteadyGroup {
+        world,
+        kops,
+        manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = steady_group(
+        &format!("bench-refresh-{nodes}"),
+        "nodes",
+        "workers",
+        "Worker",
+        &ZONES,
+        per_asg,
+        (REGISTER, READY),
+        &[],
+    )
     .await;
     let original = all_instances(&world, &kops.asgs).await;
     pods_on(&world, &node_names(&world, &original).await).await;

@@ -4,30 +4,32 @@
 mod support;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
+use spot_node_manager::crd::Refresher;
 use spot_node_manager::crd::refresher::{RefreshPhase, RunResult};
-use spot_node_manager::crd::{NodeGroup, Refresher};
 use std::time::Duration;
 use support::refresh::*;
-use support::{World, ZONES, eventually};
+use support::{ZONES, eventually};
 
 #[tokio::test]
 async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired() {
-    let world = World::new("rf-workers").await;
-    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &group("workers", "Worker", &kops.asgs, 3),
-        )
-        .await
-        .expect("create");
-    let (manager, _config) = world.start_manager(&[]);
-    eventually("3 Ready", WAIT, || async {
-        (ready_count(&groups, "workers").await? == 3).then_some(())
-    })
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager,
+        config: _config,
+        sim: _sim,
+    } = steady_group(
+        "rf-workers",
+        "nodes",
+        "workers",
+        "Worker",
+        &ZONES,
+        1,
+        (FAST, FAST),
+        &[],
+    )
     .await;
     let before = world.asg_snapshot(&kops.asgs).await;
     let original = all_instances(&world, &kops.asgs).await;
@@ -113,21 +115,23 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
 
 #[tokio::test]
 async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
-    let world = World::new("rf-masters").await;
-    let kops = world.kops_group("master", &ZONES, 1, &[]).await;
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &group("masters", "Master", &kops.asgs, 3),
-        )
-        .await
-        .expect("create");
-    let (manager, _config) = world.start_manager(&[]);
-    eventually("3 masters Ready", WAIT, || async {
-        (ready_count(&groups, "masters").await? == 3).then_some(())
-    })
+    let SteadyGroup {
+        world,
+        kops,
+        groups: _,
+        manager,
+        config: _config,
+        sim: _sim,
+    } = steady_group(
+        "rf-masters",
+        "master",
+        "masters",
+        "Master",
+        &ZONES,
+        1,
+        (FAST, FAST),
+        &[],
+    )
     .await;
     let original = all_instances(&world, &kops.asgs).await;
     let (samples, sampler) = sample(&world, &kops.asgs, 3);
@@ -159,21 +163,23 @@ async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
 
 #[tokio::test]
 async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
-    let world = World::new("rf-restart").await;
-    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &group("workers", "Worker", &kops.asgs, 3),
-        )
-        .await
-        .expect("create");
-    let (mut manager, _config) = world.start_manager(&[]);
-    eventually("3 Ready", WAIT, || async {
-        (ready_count(&groups, "workers").await? == 3).then_some(())
-    })
+    let SteadyGroup {
+        world,
+        kops,
+        groups: _,
+        mut manager,
+        config: _config,
+        sim: _sim,
+    } = steady_group(
+        "rf-restart",
+        "nodes",
+        "workers",
+        "Worker",
+        &ZONES,
+        1,
+        (FAST, FAST),
+        &[],
+    )
     .await;
     let before = world.asg_snapshot(&kops.asgs).await;
     let original = all_instances(&world, &kops.asgs).await;
@@ -228,21 +234,23 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
 
 #[tokio::test]
 async fn a_dry_run_refresh_plans_and_changes_nothing() {
-    let world = World::new("rf-dry").await;
-    let kops = world.kops_group("nodes", &ZONES[..2], 1, &[]).await;
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &group("workers", "Worker", &kops.asgs, 2),
-        )
-        .await
-        .expect("create");
-    let (_manager, _config) = world.start_manager(&["--dry-run"]);
-    eventually("2 Ready", WAIT, || async {
-        (ready_count(&groups, "workers").await? == 2).then_some(())
-    })
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager: _manager,
+        config: _config,
+        sim: _sim,
+    } = steady_group(
+        "rf-dry",
+        "nodes",
+        "workers",
+        "Worker",
+        &ZONES[..2],
+        1,
+        (FAST, FAST),
+        &["--dry-run"],
+    )
     .await;
     let before = world.asg_snapshot(&kops.asgs).await;
     schedule_refresh(&world, "workers", serde_json::json!({})).await;

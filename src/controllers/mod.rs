@@ -10,10 +10,18 @@ pub mod replenish_plan;
 pub mod replenisher;
 
 use crate::context::Context;
+use crate::crd::{NodeGroup, NodeGroupStatus};
 use crate::error::Error;
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// Runs every controller until `shutdown` is cancelled.
@@ -103,4 +111,79 @@ where
     ctx.metrics
         .reconciled(controller, started.elapsed(), category);
     result
+}
+
+/// Runs the controller of a per-group child resource (Refresher,
+/// Replenisher): reconciled on its own changes and on those of the NodeGroup
+/// of the same name, whose status (inventory, lock) drives its plan.
+pub async fn run_group_child<K, F, Fut>(
+    ctx: Arc<Context>,
+    shutdown: CancellationToken,
+    controller: &'static str,
+    reconcile: F,
+) where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    F: FnMut(Arc<K>, Arc<Context>) -> Fut,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    let (children, groups): (Api<K>, Api<NodeGroup>) = match &ctx.settings.namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(ctx.client.clone(), ns),
+        ),
+        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+    };
+    tracing::info!(controller, "controller started");
+    Controller::new(children, watcher::Config::default().any_semantic())
+        .watches(groups, watcher::Config::default().any_semantic(), |group| {
+            let namespace = group.namespace().unwrap_or_default();
+            Some(ObjectRef::<K>::new(&group.name_any()).within(&namespace))
+        })
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(
+            reconcile,
+            move |child: Arc<K>, error: &Error, _ctx| {
+                retry_after(controller, &child.name_any(), error)
+            },
+            ctx,
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(controller, error = %e, "reconcile failed");
+            }
+        })
+        .await;
+    tracing::info!(controller, "controller stopped");
+}
+
+/// The NodeGroup a child works for, with a status that has seen its current
+/// spec (act only on such an inventory). Err: when to look again.
+pub async fn observed_group(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Result<(NodeGroup, NodeGroupStatus), Duration>, Error> {
+    let groups: Api<NodeGroup> = Api::namespaced(ctx.client.clone(), namespace);
+    let Some(group) = groups
+        .get_opt(name)
+        .await
+        .map_err(Error::kube(format!("get NodeGroup {namespace}/{name}")))?
+    else {
+        // No garbage collector guaranteed (and none on test apiservers): idle.
+        return Ok(Err(Duration::from_secs(60)));
+    };
+    match group
+        .status
+        .clone()
+        .filter(|s| s.observed_generation == group.metadata.generation)
+    {
+        Some(status) => Ok(Ok((group, status))),
+        None => Ok(Err(Duration::from_secs(2))),
+    }
 }

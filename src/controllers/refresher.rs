@@ -18,13 +18,10 @@ use crate::k8s::drain::{drain_event, drain_step, uncordon};
 use crate::k8s::lock::{self, Acquired, Holder};
 use crate::mutation::Intent;
 use crate::{Error, Result};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::api::Api;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,33 +34,8 @@ pub const LAST_RUN_SUCCEEDED: &str = "LastRunSucceeded";
 const EVENT_ACTION: &str = "Refresh";
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
-    let (refreshers, groups): (Api<Refresher>, Api<NodeGroup>) = match &ctx.settings.namespace {
-        Some(ns) => (
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced(ctx.client.clone(), ns),
-        ),
-        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
-    };
-    info!(controller = CONTROLLER, "controller started");
-    Controller::new(refreshers, watcher::Config::default().any_semantic())
-        // The group's status (inventory, lock) drives the plan.
-        .watches(groups, watcher::Config::default().any_semantic(), |group| {
-            let namespace = group.namespace().unwrap_or_default();
-            Some(ObjectRef::<Refresher>::new(&group.name_any()).within(&namespace))
-        })
-        .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                debug!(controller = CONTROLLER, error = %e, "reconcile failed");
-            }
-        })
-        .await;
-    info!(controller = CONTROLLER, "controller stopped");
-}
-
-fn error_policy(rf: Arc<Refresher>, error: &Error, _ctx: Arc<Context>) -> Action {
-    crate::controllers::retry_after(CONTROLLER, &rf.name_any(), error)
+    crate::controllers::run_group_child::<Refresher, _, _>(ctx, shutdown, CONTROLLER, reconcile)
+        .await
 }
 
 async fn reconcile(rf: Arc<Refresher>, ctx: Arc<Context>) -> Result<Action> {
@@ -75,25 +47,11 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
         Error::InvalidObject(format!("Refresher {} has no namespace", rf.name_any()))
     })?;
     let name = rf.name_any();
-    let groups: Api<NodeGroup> = Api::namespaced(ctx.client.clone(), &namespace);
-    let Some(group) = groups
-        .get_opt(&rf.spec.node_group)
-        .await
-        .map_err(Error::kube(format!(
-            "get NodeGroup {namespace}/{}",
-            rf.spec.node_group
-        )))?
-    else {
-        return Ok(Action::requeue(Duration::from_secs(60)));
-    };
-    // Act only on an inventory that has seen the current spec.
-    let Some(group_status) = group
-        .status
-        .clone()
-        .filter(|s| s.observed_generation == group.metadata.generation)
-    else {
-        return Ok(Action::requeue(Duration::from_secs(2)));
-    };
+    let (group, group_status) =
+        match crate::controllers::observed_group(ctx, &namespace, &rf.spec.node_group).await? {
+            Ok(found) => found,
+            Err(again) => return Ok(Action::requeue(again)),
+        };
     let now = ctx.clock.now();
     let me = Holder {
         kind: OperationKind::Refresh,

@@ -16,50 +16,20 @@ use crate::k8s::drain::{drain_event, drain_step, uncordon};
 use crate::k8s::lock::{self, Acquired, Holder};
 use crate::mutation::{Applied, Intent};
 use crate::{Error, Result, duration};
-use futures::StreamExt;
-use kube::api::Api;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::debug;
 
 pub const CONTROLLER: &str = "replenisher";
 pub const REPLENISHED: &str = "Replenished";
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
-    let (replenishers, groups): (Api<Replenisher>, Api<NodeGroup>) = match &ctx.settings.namespace {
-        Some(ns) => (
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced(ctx.client.clone(), ns),
-        ),
-        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
-    };
-    info!(controller = CONTROLLER, "controller started");
-    Controller::new(replenishers, watcher::Config::default().any_semantic())
-        // The group's status (inventory, lock) drives the plan: its changes requeue
-        // the replenisher of the same name.
-        .watches(groups, watcher::Config::default().any_semantic(), |group| {
-            let namespace = group.namespace().unwrap_or_default();
-            Some(ObjectRef::<Replenisher>::new(&group.name_any()).within(&namespace))
-        })
-        .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                debug!(controller = CONTROLLER, error = %e, "reconcile failed");
-            }
-        })
-        .await;
-    info!(controller = CONTROLLER, "controller stopped");
-}
-
-fn error_policy(rp: Arc<Replenisher>, error: &Error, _ctx: Arc<Context>) -> Action {
-    crate::controllers::retry_after(CONTROLLER, &rp.name_any(), error)
+    crate::controllers::run_group_child::<Replenisher, _, _>(ctx, shutdown, CONTROLLER, reconcile)
+        .await
 }
 
 async fn reconcile(rp: Arc<Replenisher>, ctx: Arc<Context>) -> Result<Action> {
@@ -71,26 +41,11 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
         Error::InvalidObject(format!("Replenisher {} has no namespace", rp.name_any()))
     })?;
     let name = rp.name_any();
-    let groups: Api<NodeGroup> = Api::namespaced(ctx.client.clone(), &namespace);
-    let Some(group) = groups
-        .get_opt(&rp.spec.node_group)
-        .await
-        .map_err(Error::kube(format!(
-            "get NodeGroup {namespace}/{}",
-            rp.spec.node_group
-        )))?
-    else {
-        // No garbage collector guaranteed (and none on test apiservers): just idle.
-        return Ok(Action::requeue(Duration::from_secs(60)));
-    };
-    // Act only on an inventory that has seen the current spec.
-    let Some(group_status) = group
-        .status
-        .clone()
-        .filter(|s| s.observed_generation == group.metadata.generation)
-    else {
-        return Ok(Action::requeue(Duration::from_secs(2)));
-    };
+    let (group, group_status) =
+        match crate::controllers::observed_group(ctx, &namespace, &rp.spec.node_group).await? {
+            Ok(found) => found,
+            Err(again) => return Ok(Action::requeue(again)),
+        };
     let now = ctx.clock.now();
     let me = Holder {
         kind: OperationKind::Replenish,

@@ -246,3 +246,55 @@ pub async fn event_count(world: &World, reason: &str) -> i32 {
         .map(|e| e.series.as_ref().map_or(1, |s| s.count))
         .sum()
 }
+
+/// A group at its desired count of Ready nodes, with the manager running.
+pub struct SteadyGroup {
+    pub world: World,
+    pub kops: super::KopsGroup,
+    pub groups: Api<NodeGroup>,
+    pub manager: super::ManagerProcess,
+    pub config: tempfile::NamedTempFile,
+    pub sim: super::SimGuard,
+}
+
+/// Creates `per_asg` instances in each zone's ASG for `kops_role` ("nodes" or
+/// "master"), the NodeGroup `name` of `role` over them, a simulated kubelet
+/// with the given delays and the manager (with `args`), and waits until all
+/// nodes are Ready.
+#[allow(clippy::too_many_arguments)]
+pub async fn steady_group(
+    test: &str,
+    kops_role: &str,
+    name: &str,
+    role: &str,
+    zones: &[&str],
+    per_asg: i32,
+    delays: (Duration, Duration),
+    args: &[&str],
+) -> SteadyGroup {
+    let world = World::new(test).await;
+    let kops = world.kops_group(kops_role, zones, per_asg, &[]).await;
+    let sim = world.start_sim(delays.0, delays.1);
+    let groups: Api<NodeGroup> = world.api();
+    let desired = per_asg * zones.len() as i32;
+    groups
+        .create(
+            &PostParams::default(),
+            &group(name, role, &kops.asgs, desired),
+        )
+        .await
+        .expect("create group");
+    let (manager, config) = world.start_manager(args);
+    eventually(&format!("{desired} Ready"), RUN, || async {
+        (ready_count(&groups, name).await? == desired).then_some(())
+    })
+    .await;
+    SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager,
+        config,
+        sim,
+    }
+}
