@@ -9,9 +9,13 @@ pub mod refresher;
 pub mod replenish_plan;
 pub mod replenisher;
 
+use crate::cloud::AsgDescription;
 use crate::context::Context;
+use crate::controllers::replenish_plan::{AsgView, NodeView};
+use crate::crd::nodegroup::OperationKind;
 use crate::crd::{NodeGroup, NodeGroupStatus};
 use crate::error::Error;
+use crate::k8s::lock::{self, Holder, LockState};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -162,28 +166,78 @@ pub async fn run_group_child<K, F, Fut>(
     tracing::info!(controller, "controller stopped");
 }
 
-/// The NodeGroup a child works for, with a status that has seen its current
-/// spec (act only on such an inventory). Err: when to look again.
-pub async fn observed_group(
+/// What a child controller observes before planning: its NodeGroup (with a
+/// status that has seen the current spec: act only on such an inventory),
+/// the group's lock from its side, and a fresh describe of the group's ASGs.
+pub struct Observed {
+    pub namespace: String,
+    pub name: String,
+    pub me: Holder,
+    pub group: NodeGroup,
+    pub group_status: NodeGroupStatus,
+    pub lock: LockState,
+    pub cloud: Arc<dyn crate::cloud::Cloud>,
+    pub fresh: Vec<AsgDescription>,
+    pub asgs: Vec<AsgView>,
+    /// The group's nodes, Ready only while their instance is active.
+    pub nodes: Vec<NodeView>,
+}
+
+/// Observes for `child` (of `kind`) working on NodeGroup `node_group`.
+/// Ok(Err(d)): nothing to act on yet, look again after `d`.
+pub async fn observe_for<K: Resource>(
     ctx: &Context,
-    namespace: &str,
-    name: &str,
-) -> Result<Result<(NodeGroup, NodeGroupStatus), Duration>, Error> {
-    let groups: Api<NodeGroup> = Api::namespaced(ctx.client.clone(), namespace);
+    child: &K,
+    kind: OperationKind,
+    node_group: &str,
+) -> Result<Result<Observed, Duration>, Error> {
+    let name = child.name_any();
+    let namespace = child.namespace().ok_or_else(|| {
+        Error::InvalidObject(format!("{kind:?} resource {name} has no namespace"))
+    })?;
+    let groups: Api<NodeGroup> = Api::namespaced(ctx.client.clone(), &namespace);
     let Some(group) = groups
-        .get_opt(name)
+        .get_opt(node_group)
         .await
-        .map_err(Error::kube(format!("get NodeGroup {namespace}/{name}")))?
+        .map_err(Error::kube(format!(
+            "get NodeGroup {namespace}/{node_group}"
+        )))?
     else {
         // No garbage collector guaranteed (and none on test apiservers): idle.
         return Ok(Err(Duration::from_secs(60)));
     };
-    match group
+    let Some(group_status) = group
         .status
         .clone()
         .filter(|s| s.observed_generation == group.metadata.generation)
-    {
-        Some(status) => Ok(Ok((group, status))),
-        None => Ok(Err(Duration::from_secs(2))),
-    }
+    else {
+        return Ok(Err(Duration::from_secs(2)));
+    };
+    let me = Holder {
+        kind,
+        name: name.clone(),
+    };
+    let lock = lock::observe(
+        &ctx.client,
+        &namespace,
+        group_status.operation.as_ref(),
+        &me,
+    )
+    .await?;
+    let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
+    let fresh = cloud.describe_groups(&group.spec.asg_names()).await?;
+    let asgs = fresh.iter().map(AsgView::from).collect();
+    let nodes = replenisher::node_views(&group_status.nodes, &fresh);
+    Ok(Ok(Observed {
+        namespace,
+        name,
+        me,
+        group,
+        group_status,
+        lock,
+        cloud,
+        fresh,
+        asgs,
+        nodes,
+    }))
 }

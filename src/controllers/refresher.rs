@@ -8,21 +8,21 @@
 use crate::cloud::AsgDescription;
 use crate::context::Context;
 use crate::controllers::refresh_plan::{self, Action as PlanAction, Happening, Input, Member};
-use crate::controllers::replenish_plan::{AsgView, DesiredChange};
-use crate::controllers::{instrumented, replenisher::node_views};
+use crate::controllers::replenish_plan::DesiredChange;
+use crate::controllers::{Observed, instrumented, observe_for};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::refresher::{RefreshTarget, RunResult, TargetPurpose};
 use crate::crd::{NodeGroup, Refresher, RefresherStatus};
 use crate::k8s::drain::{drain_event, drain_step, uncordon};
-use crate::k8s::lock::{self, Acquired, Holder};
+use crate::k8s::lock::{self, Acquired};
 use crate::mutation::Intent;
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use kube::Resource;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -43,33 +43,31 @@ async fn reconcile(rf: Arc<Refresher>, ctx: Arc<Context>) -> Result<Action> {
 }
 
 async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
-    let namespace = rf.namespace().ok_or_else(|| {
-        Error::InvalidObject(format!("Refresher {} has no namespace", rf.name_any()))
-    })?;
-    let name = rf.name_any();
-    let (group, group_status) =
-        match crate::controllers::observed_group(ctx, &namespace, &rf.spec.node_group).await? {
-            Ok(found) => found,
-            Err(again) => return Ok(Action::requeue(again)),
-        };
-    let now = ctx.clock.now();
-    let me = Holder {
-        kind: OperationKind::Refresh,
-        name: name.clone(),
-    };
-    let lock_state = lock::observe(
-        &ctx.client,
-        &namespace,
-        group_status.operation.as_ref(),
-        &me,
+    let Observed {
+        namespace,
+        name,
+        me,
+        group,
+        group_status: _,
+        lock: lock_state,
+        cloud,
+        fresh,
+        asgs,
+        nodes,
+    } = match observe_for(
+        ctx,
+        rf.as_ref(),
+        OperationKind::Refresh,
+        &rf.spec.node_group,
     )
-    .await?;
+    .await?
+    {
+        Ok(observed) => observed,
+        Err(again) => return Ok(Action::requeue(again)),
+    };
+    let now = ctx.clock.now();
     let settings = rf.spec.resolve();
-    let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
-    let fresh = cloud.describe_groups(&group.spec.asg_names()).await?;
-    let asgs: Vec<AsgView> = fresh.iter().map(AsgView::from).collect();
     let members = members(&fresh);
-    let nodes = node_views(&group_status.nodes, &fresh);
     let current = rf.status.clone().unwrap_or_default();
     let schedule_key = rf.spec.schedule_key();
     let plan = refresh_plan::plan(&Input {

@@ -4,21 +4,21 @@
 
 use crate::cloud::AsgDescription;
 use crate::context::Context;
-use crate::controllers::instrumented;
 use crate::controllers::replenish_plan::{
-    self, Action as PlanAction, AsgView, DesiredChange, Input, NodeView, NotJoinedView,
+    self, Action as PlanAction, DesiredChange, Input, NodeView, NotJoinedView,
 };
+use crate::controllers::{Observed, instrumented, observe_for};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::replenisher::{LastAction, ReplenishPhase, ScaleInTarget};
 use crate::crd::{NodeGroup, Replenisher, ReplenisherStatus};
 use crate::k8s::drain::{drain_event, drain_step, uncordon};
-use crate::k8s::lock::{self, Acquired, Holder};
+use crate::k8s::lock::{self, Acquired};
 use crate::mutation::{Applied, Intent};
 use crate::{Error, Result, duration};
+use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -37,32 +37,29 @@ async fn reconcile(rp: Arc<Replenisher>, ctx: Arc<Context>) -> Result<Action> {
 }
 
 async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> {
-    let namespace = rp.namespace().ok_or_else(|| {
-        Error::InvalidObject(format!("Replenisher {} has no namespace", rp.name_any()))
-    })?;
-    let name = rp.name_any();
-    let (group, group_status) =
-        match crate::controllers::observed_group(ctx, &namespace, &rp.spec.node_group).await? {
-            Ok(found) => found,
-            Err(again) => return Ok(Action::requeue(again)),
-        };
-    let now = ctx.clock.now();
-    let me = Holder {
-        kind: OperationKind::Replenish,
-        name: name.clone(),
-    };
-    let lock_state = lock::observe(
-        &ctx.client,
-        &namespace,
-        group_status.operation.as_ref(),
-        &me,
+    let Observed {
+        namespace,
+        name,
+        me,
+        group,
+        group_status,
+        lock: lock_state,
+        cloud,
+        fresh,
+        asgs,
+        nodes,
+    } = match observe_for(
+        ctx,
+        rp.as_ref(),
+        OperationKind::Replenish,
+        &rp.spec.node_group,
     )
-    .await?;
-    let names = group.spec.asg_names();
-    let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
-    let fresh = cloud.describe_groups(&names).await?;
-    let asgs: Vec<AsgView> = fresh.iter().map(AsgView::from).collect();
-    let nodes = node_views(&group_status.nodes, &fresh);
+    .await?
+    {
+        Ok(observed) => observed,
+        Err(again) => return Ok(Action::requeue(again)),
+    };
+    let now = ctx.clock.now();
     let not_joined: Vec<NotJoinedView> = group_status
         .not_joined
         .iter()
