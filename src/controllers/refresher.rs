@@ -495,3 +495,194 @@ async fn write_status(
 ) -> Result<()> {
     ctx.apply_status::<Refresher>(namespace, name, status).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::replenisher::node_views;
+    use crate::controllers::replenisher::tests::{fresh, status_node};
+    use crate::crd::NodeGroupStatus;
+    use crate::crd::refresher::AsgDesired;
+    use chrono::{TimeZone, Utc};
+
+    /// A worker group of 3 over ASGs a and b: i-1, i-2 in a (a raised by one
+    /// surplus, i-9), i-3 in b; a run in progress planning i-1..i-3.
+    struct Case {
+        group: NodeGroup,
+        fresh: Vec<AsgDescription>,
+        status: RefresherStatus,
+    }
+
+    impl Case {
+        fn new() -> Case {
+            let mut group: NodeGroup = serde_json::from_value(serde_json::json!({
+                "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
+                "metadata": {"name": "workers", "namespace": "ns"},
+                "spec": {"role": "Worker", "desired": 3,
+                         "autoScalingGroups": [{"name": "a"}, {"name": "b"}]}
+            }))
+            .expect("group");
+            group.status = Some(NodeGroupStatus {
+                nodes: vec![
+                    status_node("n1", "a", "i-1"),
+                    status_node("n2", "a", "i-2"),
+                    status_node("n9", "a", "i-9"),
+                    status_node("n3", "b", "i-3"),
+                ],
+                ..Default::default()
+            });
+            let mut a = fresh(
+                "a",
+                &[
+                    ("i-1", "InService"),
+                    ("i-2", "InService"),
+                    ("i-9", "InService"),
+                ],
+            );
+            a.max = 3;
+            let fresh = vec![a, fresh("b", &[("i-3", "InService"), ("i-7", "InService")])];
+            let status = RefresherStatus {
+                run_start: Some(Utc.with_ymd_and_hms(2026, 6, 1, 12, 0, 0).unwrap()),
+                original_desired: vec![
+                    AsgDesired {
+                        auto_scaling_group: "a".into(),
+                        desired: 2,
+                    },
+                    AsgDesired {
+                        auto_scaling_group: "b".into(),
+                        desired: 2,
+                    },
+                ],
+                surplus: vec![AsgDesired {
+                    auto_scaling_group: "a".into(),
+                    desired: 1,
+                }],
+                planned_instances: vec!["i-1".into(), "i-2".into(), "i-3".into()],
+                ..Default::default()
+            };
+            Case {
+                group,
+                fresh,
+                status,
+            }
+        }
+
+        fn check<T>(&self, f: impl FnOnce(&Guard) -> Result<T>) -> Result<T> {
+            let nodes = node_views(
+                &self.group.status.as_ref().expect("status").nodes,
+                &self.fresh,
+            );
+            f(&Guard {
+                group: &self.group,
+                fresh: &self.fresh,
+                nodes: &nodes,
+                status: &self.status,
+            })
+        }
+    }
+
+    fn target(id: &str, asg: &str, node: &str, purpose: TargetPurpose) -> RefreshTarget {
+        RefreshTarget {
+            node: Some(node.into()),
+            instance_id: id.into(),
+            auto_scaling_group: asg.into(),
+            purpose,
+            since: Utc.with_ymd_and_hms(2026, 6, 1, 12, 1, 0).unwrap(),
+            terminated: Some(Utc.with_ymd_and_hms(2026, 6, 1, 12, 2, 0).unwrap()),
+        }
+    }
+
+    fn change(asg: &str, from: i32, to: i32) -> DesiredChange {
+        DesiredChange {
+            asg: asg.into(),
+            from,
+            to,
+        }
+    }
+
+    #[test]
+    fn a_planned_node_may_be_replaced_while_enough_stay_ready() {
+        let case = Case::new();
+        let t = target("i-1", "a", "n1", TargetPurpose::Replace);
+        assert!(case.check(|g| g.terminate(&t)).is_ok());
+    }
+
+    #[test]
+    fn an_unplanned_node_is_never_replaced() {
+        let case = Case::new();
+        // i-9 is the surplus: new, not planned.
+        let t = target("i-9", "a", "n9", TargetPurpose::Replace);
+        assert!(case.check(|g| g.terminate(&t)).is_err());
+        assert!(case.check(|g| g.drain(&t)).is_err());
+    }
+
+    #[test]
+    fn a_termination_not_recorded_first_is_refused() {
+        let case = Case::new();
+        let mut t = target("i-1", "a", "n1", TargetPurpose::Replace);
+        t.terminated = None;
+        assert!(case.check(|g| g.terminate(&t)).is_err());
+    }
+
+    #[test]
+    fn a_replacement_that_would_leave_too_few_ready_is_refused() {
+        let mut case = Case::new();
+        // Another node not Ready: removing n1 would leave 2 Ready, 3 needed.
+        if let Some(s) = case.group.status.as_mut() {
+            s.nodes[1].ready = false;
+        }
+        let t = target("i-1", "a", "n1", TargetPurpose::Replace);
+        assert!(case.check(|g| g.terminate(&t)).is_err());
+    }
+
+    #[test]
+    fn an_instance_outside_the_group_or_not_active_is_never_touched() {
+        let case = Case::new();
+        let elsewhere = target("i-1", "other-asg", "n1", TargetPurpose::Replace);
+        assert!(case.check(|g| g.terminate(&elsewhere)).is_err());
+        let mut leaving = Case::new();
+        leaving.fresh[0].instances[0].lifecycle_state = "Terminating".into();
+        let t = target("i-1", "a", "n1", TargetPurpose::Replace);
+        assert!(leaving.check(|g| g.terminate(&t)).is_err());
+    }
+
+    #[test]
+    fn nothing_is_touched_outside_a_run() {
+        let mut case = Case::new();
+        case.status.run_start = None;
+        let t = target("i-1", "a", "n1", TargetPurpose::Replace);
+        assert!(case.check(|g| g.terminate(&t)).is_err());
+        assert!(case.check(|g| g.set_desired(&[change("b", 2, 3)])).is_err());
+    }
+
+    #[test]
+    fn surplus_is_removed_only_from_an_asg_above_its_recorded_count() {
+        let case = Case::new();
+        let surplus = target("i-9", "a", "n9", TargetPurpose::RemoveSurplus);
+        assert!(case.check(|g| g.terminate(&surplus)).is_ok());
+        // b is at its recorded 2: nothing of it is surplus.
+        let not_surplus = target("i-3", "b", "n3", TargetPurpose::RemoveSurplus);
+        assert!(case.check(|g| g.terminate(&not_surplus)).is_err());
+    }
+
+    #[test]
+    fn capacity_changes_stay_within_max_and_never_make_aws_pick_a_victim() {
+        let case = Case::new();
+        assert!(case.check(|g| g.set_desired(&[change("b", 2, 3)])).is_ok());
+        // Above a's max of 3.
+        assert!(case.check(|g| g.set_desired(&[change("a", 3, 4)])).is_err());
+        // Planned from a stale count.
+        assert!(case.check(|g| g.set_desired(&[change("b", 1, 3)])).is_err());
+        // Below the 3 instances running in a: AWS would choose which to kill.
+        assert!(case.check(|g| g.set_desired(&[change("a", 3, 2)])).is_err());
+        // Not one of the group's ASGs.
+        assert!(case.check(|g| g.set_desired(&[change("c", 1, 2)])).is_err());
+    }
+
+    #[test]
+    fn only_the_groups_nodes_are_uncordoned() {
+        let case = Case::new();
+        assert!(case.check(|g| g.owns_node("n1")).is_ok());
+        assert!(case.check(|g| g.owns_node("someone-elses")).is_err());
+    }
+}

@@ -415,12 +415,12 @@ async fn write_status(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cloud::AsgInstance;
     use crate::crd::nodegroup::NodeStatus;
 
-    fn status_node(name: &str, asg: &str, id: &str) -> NodeStatus {
+    pub(crate) fn status_node(name: &str, asg: &str, id: &str) -> NodeStatus {
         NodeStatus {
             name: name.into(),
             instance_id: Some(id.into()),
@@ -435,7 +435,7 @@ mod tests {
         }
     }
 
-    fn fresh(asg: &str, instances: &[(&str, &str)]) -> AsgDescription {
+    pub(crate) fn fresh(asg: &str, instances: &[(&str, &str)]) -> AsgDescription {
         AsgDescription {
             name: asg.into(),
             desired: instances.len() as i32,
