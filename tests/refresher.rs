@@ -271,3 +271,96 @@ async fn a_dry_run_refresh_plans_and_changes_nothing() {
     );
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() {
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager,
+        config: _config,
+        sim: _sim,
+    } = steady_group(
+        "rf-fail",
+        "nodes",
+        "workers",
+        "Worker",
+        &ZONES,
+        1,
+        (FAST, FAST),
+        &[],
+    )
+    .await;
+    let original = all_instances(&world, &kops.asgs).await;
+    // Pods make each drain take two steps, so the Draining phase lasts.
+    pods_on(&world, &node_names(&world, &original).await).await;
+    let (samples, sampler) = sample(&world, &kops.asgs, 3);
+    schedule_refresh(
+        &world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "readyTimeout": "8s"}),
+    )
+    .await;
+    // Once the surplus is Ready, no new instance joins any more.
+    let refreshers: Api<Refresher> = world.api();
+    eventually("the first drain", RUN, || async {
+        let s = refreshers.get("workers").await.ok()?.status?;
+        (s.phase == RefreshPhase::Draining).then_some(())
+    })
+    .await;
+    for asg in &kops.asgs {
+        world
+            .aws
+            .autoscaling
+            .create_or_update_tags()
+            .tags(
+                aws_sdk_autoscaling::types::Tag::builder()
+                    .key(spot_node_manager::sim::NEVER_JOIN_TAG)
+                    .value("true")
+                    .resource_id(asg)
+                    .resource_type("auto-scaling-group")
+                    .propagate_at_launch(false)
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("tag");
+    }
+    let rf = run_finished(&world, "workers").await;
+    sampler.abort();
+    let samples = samples.lock().expect("samples").clone();
+    let status = rf.status.expect("status");
+    let last = status.last_run.clone().expect("last run");
+    assert_eq!(
+        last.result,
+        RunResult::Failed,
+        "{last:?}\n{}",
+        manager.logs()
+    );
+    let reason = last.reason.clone().unwrap_or_default();
+    assert!(reason.contains("was not Ready within 8s"), "{reason}");
+    assert_eq!(last.replaced, 0);
+    // Never below 3 Ready, even with the replacement missing.
+    assert_eq!(samples.min_ready, Some(3), "{samples:?}");
+    // Exactly one old node went; the other two are kept and schedulable.
+    let now_in_service = all_instances(&world, &kops.asgs).await;
+    let kept: Vec<String> = original.intersection(&now_in_service).cloned().collect();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(world.client.clone());
+    for name in node_names(&world, &kept.iter().cloned().collect()).await {
+        let node = nodes.get(&name).await.expect("node");
+        let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        assert!(!cordoned, "{name} left cordoned");
+    }
+    // The lock is back for the replenisher; the failure is visible.
+    let g = groups.get("workers").await.expect("group");
+    assert_eq!(g.status.and_then(|s| s.operation), None);
+    assert!(event_count(&world, "RefreshFailed").await >= 1);
+    let metrics = manager.metrics().await.expect("metrics");
+    assert!(
+        metrics.contains("spot_node_manager_refresh_runs_total{result=\"Failed\"} 1"),
+        "{metrics}"
+    );
+    world.cleanup().await;
+}
