@@ -214,14 +214,16 @@ async fn an_instance_that_never_joins_is_detached_and_terminated() {
             .then_some(())
     })
     .await;
-    let described = AwsCloud::new(world.aws.clone())
-        .describe_instances(std::slice::from_ref(&late_id))
-        .await
-        .expect("describe");
-    assert!(
-        described.iter().all(|i| i.state != "running"),
-        "terminated: {described:?}"
-    );
+    // Detached first, then terminated: the second call follows the first.
+    let cloud = AwsCloud::new(world.aws.clone());
+    eventually("the detached instance terminated", WAIT, || async {
+        let described = cloud
+            .describe_instances(std::slice::from_ref(&late_id))
+            .await
+            .expect("describe");
+        described.iter().all(|i| i.state != "running").then_some(())
+    })
+    .await;
     let snapshot = world.asg_snapshot(&late.asgs).await;
     assert_eq!(snapshot[0].1, 0, "detached with decrement");
     let rp: Api<Replenisher> = world.api();
