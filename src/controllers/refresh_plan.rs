@@ -212,14 +212,6 @@ impl Planner<'_> {
         self.input.nodes.iter().filter(|n| n.ready).count() as i32
     }
 
-    fn ready_without(&self, instance_id: &str) -> i32 {
-        self.input
-            .nodes
-            .iter()
-            .filter(|n| n.ready && n.instance_id.as_deref() != Some(instance_id))
-            .count() as i32
-    }
-
     fn active(&self, instance_id: &str) -> bool {
         self.input
             .members
@@ -601,28 +593,13 @@ impl Planner<'_> {
         }
     }
 
-    /// Ready nodes that must remain besides the target for it to be removed.
-    fn needed_besides(&self, target: &RefreshTarget) -> i32 {
-        match target.purpose {
-            // Workers with surplus: never below desired. Without surplus (all
-            // masters): every other node Ready.
-            TargetPurpose::Replace => self.whole() - 1,
-            TargetPurpose::RemoveSurplus => self.input.desired,
-        }
-    }
-
-    /// Whether removing the target keeps enough Ready nodes: (safe, Ready
-    /// besides it, needed besides it).
-    fn removal_safety(&self, target: &RefreshTarget) -> (bool, i32, i32) {
-        let ready_besides = self.ready_without(&target.instance_id);
-        let needed = self.needed_besides(target);
-        let target_ready = self.ready() > ready_besides;
-        let safe = match target.purpose {
-            TargetPurpose::Replace => ready_besides >= needed,
-            // Removing a surplus instance that is not Ready costs no Ready node.
-            TargetPurpose::RemoveSurplus => !target_ready || ready_besides >= needed,
-        };
-        (safe, ready_besides, needed)
+    fn removal_safety(&self, target: &RefreshTarget) -> Removal {
+        removal(
+            target,
+            self.input.nodes,
+            self.input.desired,
+            self.surplus_total(),
+        )
     }
 
     /// A termination recorded but not made (the manager died in between):
@@ -630,7 +607,11 @@ impl Planner<'_> {
     /// the drain logic hold or give up, so a restart never removes a node
     /// the group can no longer spare.
     fn retry_termination(&mut self, target: RefreshTarget) -> Step {
-        let (safe, ready_besides, needed) = self.removal_safety(&target);
+        let Removal {
+            safe,
+            ready_besides,
+            needed,
+        } = self.removal_safety(&target);
         if safe {
             let message = format!("terminating {}", target.instance_id);
             return (Action::Terminate(target), message, SOON);
@@ -676,7 +657,11 @@ impl Planner<'_> {
                 Duration::ZERO,
             );
         }
-        let (safe, ready_besides, needed) = self.removal_safety(&target);
+        let Removal {
+            safe,
+            ready_besides,
+            needed,
+        } = self.removal_safety(&target);
         let drain_deadline = target.since + chrono(settings.drain_timeout);
         let give_up = |this: &mut Self, reason: String| -> Step {
             this.status.current_target = None;
@@ -909,6 +894,42 @@ impl Planner<'_> {
             None => format!("run succeeded: replaced {replaced} of {total}"),
         };
         (Action::ReleaseLock, message, SOON)
+    }
+}
+
+/// Whether the group can spare a target, by the Ready nodes besides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Removal {
+    pub safe: bool,
+    pub ready_besides: i32,
+    pub needed: i32,
+}
+
+/// The one rule for removing a target, used by the plan and re-checked by the
+/// reconcile before the termination: replacing an old node keeps Ready at
+/// desired + surplus - 1 (workers with surplus: never below desired; without
+/// surplus, masters: every other node Ready); removing surplus keeps Ready at
+/// desired, and removing one that is not Ready costs no Ready node.
+pub fn removal(target: &RefreshTarget, nodes: &[NodeView], desired: i32, surplus: i32) -> Removal {
+    let id = Some(target.instance_id.as_str());
+    let ready_besides = nodes
+        .iter()
+        .filter(|n| n.ready && n.instance_id.as_deref() != id)
+        .count() as i32;
+    let target_ready = nodes
+        .iter()
+        .any(|n| n.ready && n.instance_id.as_deref() == id);
+    let (safe, needed) = match target.purpose {
+        TargetPurpose::Replace => {
+            let needed = desired + surplus - 1;
+            (ready_besides >= needed, needed)
+        }
+        TargetPurpose::RemoveSurplus => (!target_ready || ready_besides >= desired, desired),
+    };
+    Removal {
+        safe,
+        ready_besides,
+        needed,
     }
 }
 

@@ -444,43 +444,27 @@ impl Guard<'_> {
                 t.instance_id
             )));
         }
-        let desired = self.group.spec.desired;
-        let ready_besides = self
-            .nodes
-            .iter()
-            .filter(|n| n.ready && n.instance_id.as_deref() != Some(t.instance_id.as_str()))
-            .count() as i32;
-        let target_ready = self
-            .nodes
-            .iter()
-            .any(|n| n.ready && n.instance_id.as_deref() == Some(t.instance_id.as_str()));
+        if t.purpose == TargetPurpose::RemoveSurplus {
+            let asg = self.asg(&t.auto_scaling_group)?;
+            let original = self
+                .status
+                .original_desired
+                .iter()
+                .find(|o| o.auto_scaling_group == t.auto_scaling_group)
+                .map(|o| o.desired);
+            if original.is_none_or(|o| asg.desired <= o) {
+                return Err(Self::refuse(format!(
+                    "remove {} from {}: desired {} is not above the recorded {original:?}",
+                    t.instance_id, t.auto_scaling_group, asg.desired
+                )));
+            }
+        }
         let surplus: i32 = self.status.surplus.iter().map(|s| s.desired).sum();
-        let (ok, needed) = match t.purpose {
-            TargetPurpose::Replace => {
-                let needed = desired + surplus - 1;
-                (ready_besides >= needed, needed)
-            }
-            TargetPurpose::RemoveSurplus => {
-                let asg = self.asg(&t.auto_scaling_group)?;
-                let original = self
-                    .status
-                    .original_desired
-                    .iter()
-                    .find(|o| o.auto_scaling_group == t.auto_scaling_group)
-                    .map(|o| o.desired);
-                if original.is_none_or(|o| asg.desired <= o) {
-                    return Err(Self::refuse(format!(
-                        "remove {} from {}: desired {} is not above the recorded {original:?}",
-                        t.instance_id, t.auto_scaling_group, asg.desired
-                    )));
-                }
-                (!target_ready || ready_besides >= desired, desired)
-            }
-        };
-        if !ok {
+        let r = refresh_plan::removal(t, self.nodes, self.group.spec.desired, surplus);
+        if !r.safe {
             return Err(Self::refuse(format!(
-                "terminate {}: {ready_besides} other Ready node(s), {needed} needed",
-                t.instance_id
+                "terminate {}: {} other Ready node(s), {} needed",
+                t.instance_id, r.ready_besides, r.needed
             )));
         }
         Ok(())
