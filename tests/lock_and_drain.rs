@@ -322,3 +322,14 @@ async fn a_dry_run_drain_neither_cordons_nor_evicts() {
     let _ = nodes.delete(&node_name, &DeleteParams::default()).await;
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_node_that_is_gone_has_nothing_left_to_drain() {
+    let world = World::new("drain-gone").await;
+    let ctx = world.context(false).await;
+    let progress = drain_step(&ctx, &format!("{}-never-existed", world.prefix()))
+        .await
+        .expect("drain step");
+    assert!(progress.done(), "{progress:?}");
+    world.cleanup().await;
+}

@@ -18,9 +18,8 @@ use crate::k8s::drain::{drain_event, drain_step, uncordon};
 use crate::k8s::lock::{self, Acquired};
 use crate::mutation::Intent;
 use crate::{Error, Result};
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
-use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use std::sync::Arc;
@@ -192,22 +191,13 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
                 )
                 .await;
             }
-            let exists = Api::<Node>::all(ctx.client.clone())
-                .get_opt(&node)
-                .await
-                .map_err(Error::kube(format!("get node {node}")))?
-                .is_some();
-            let progress = if exists {
-                Some(drain_step(ctx, &node).await?)
-            } else {
-                None
-            };
+            let progress = drain_step(ctx, &node).await?;
             if (now - target.since).num_seconds() < 10 {
                 // Evicted pods often go within a second or two: look again
                 // soon at first, then at the plan's pace.
                 requeue = requeue.min(Duration::from_millis(500));
             }
-            if let Some(p) = progress.as_ref().filter(|p| !p.blocked.is_empty()) {
+            if !progress.blocked.is_empty() {
                 drain_event(
                     ctx,
                     &group_ref,
@@ -217,12 +207,12 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
                     EVENT_ACTION,
                     format!(
                         "draining {node}: blocked by a PodDisruptionBudget: {}",
-                        p.blocked.join(", ")
+                        progress.blocked.join(", ")
                     ),
                 )
                 .await;
             }
-            if progress.as_ref().is_none_or(|p| p.done()) {
+            if progress.done() {
                 // Record the termination, then make it: a restart retries
                 // this one and never picks another node for the same step.
                 let mut after = status.clone();

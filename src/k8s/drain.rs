@@ -69,8 +69,11 @@ impl DrainProgress {
 }
 
 /// One drain step on `node_name`: cordon (once) and evict what can be evicted.
+/// A node that no longer exists has nothing left to drain.
 pub async fn drain_step(ctx: &Context, node_name: &str) -> Result<DrainProgress> {
-    cordon(ctx, node_name).await?;
+    if !cordon(ctx, node_name).await? {
+        return Ok(DrainProgress::default());
+    }
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let on_node = pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
@@ -127,19 +130,23 @@ enum Evicted {
     Gone,
 }
 
-async fn cordon(ctx: &Context, node_name: &str) -> Result<()> {
+/// Cordons the node once; false when the node does not exist.
+async fn cordon(ctx: &Context, node_name: &str) -> Result<bool> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let node = nodes
-        .get(node_name)
+    let Some(node) = nodes
+        .get_opt(node_name)
         .await
-        .map_err(Error::kube(format!("get node {node_name}")))?;
+        .map_err(Error::kube(format!("get node {node_name}")))?
+    else {
+        return Ok(false);
+    };
     if node
         .spec
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false)
     {
-        return Ok(());
+        return Ok(true);
     }
     let patch = serde_json::json!({"spec": {"unschedulable": true}});
     ctx.mutations
@@ -153,7 +160,7 @@ async fn cordon(ctx: &Context, node_name: &str) -> Result<()> {
             },
         )
         .await?;
-    Ok(())
+    Ok(true)
 }
 
 /// A drain Event on the group and on the Node (the latter best effort: some
