@@ -16,6 +16,7 @@ use crate::crd::nodegroup::OperationKind;
 use crate::crd::{NodeGroup, NodeGroupStatus};
 use crate::error::Error;
 use crate::k8s::lock::{self, Holder, LockState};
+use crate::mutation::{Applied, Intent};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -240,4 +241,44 @@ pub async fn observe_for<K: Resource>(
         asgs,
         nodes,
     }))
+}
+
+/// Sets an ASG's desired capacity, through the mutation gate.
+pub async fn set_desired_capacity(
+    ctx: &Context,
+    cloud: &dyn crate::cloud::Cloud,
+    change: &replenish_plan::DesiredChange,
+    why: &str,
+) -> Result<Applied<()>, Error> {
+    ctx.mutations
+        .perform(
+            Intent::aws(
+                "set_desired_capacity",
+                format!("asg/{}", change.asg),
+                format!("{} -> {} ({why})", change.from, change.to),
+            ),
+            || cloud.set_desired_capacity(&change.asg, change.to),
+        )
+        .await
+}
+
+/// Terminates an instance through its ASG (with or without decrementing its
+/// desired count), through the mutation gate.
+pub async fn terminate_in_group(
+    ctx: &Context,
+    cloud: &dyn crate::cloud::Cloud,
+    instance_id: &str,
+    decrement: bool,
+    why: String,
+) -> Result<Applied<()>, Error> {
+    ctx.mutations
+        .perform(
+            Intent::aws(
+                "terminate_instance_in_auto_scaling_group",
+                format!("instance/{instance_id}"),
+                why,
+            ),
+            || cloud.terminate_in_group(instance_id, decrement),
+        )
+        .await
 }

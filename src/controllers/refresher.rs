@@ -9,14 +9,13 @@ use crate::cloud::AsgDescription;
 use crate::context::Context;
 use crate::controllers::refresh_plan::{self, Action as PlanAction, Happening, Input, Member};
 use crate::controllers::replenish_plan::DesiredChange;
-use crate::controllers::{Observed, instrumented, observe_for};
+use crate::controllers::{Observed, instrumented, observe_for, set_desired_capacity};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::refresher::{RefreshTarget, RunResult, TargetPurpose};
 use crate::crd::{NodeGroup, Refresher, RefresherStatus};
 use crate::k8s::drain::{drain_event, drain_step, uncordon};
 use crate::k8s::lock::{self, Acquired};
-use crate::mutation::Intent;
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
@@ -162,16 +161,7 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
         PlanAction::SetDesired(changes) => {
             guard.set_desired(&changes)?;
             for change in &changes {
-                ctx.mutations
-                    .perform(
-                        Intent::aws(
-                            "set_desired_capacity",
-                            format!("asg/{}", change.asg),
-                            format!("{} -> {} ({})", change.from, change.to, plan.message),
-                        ),
-                        || cloud.set_desired_capacity(&change.asg, change.to),
-                    )
-                    .await?;
+                set_desired_capacity(ctx, cloud.as_ref(), change, &plan.message).await?;
             }
         }
         PlanAction::Drain(target) => {
@@ -268,15 +258,7 @@ async fn terminate(
             format!("remove surplus: decrement {}", target.auto_scaling_group)
         }
     };
-    ctx.mutations
-        .perform(
-            Intent::aws(
-                "terminate_instance_in_auto_scaling_group",
-                format!("instance/{}", target.instance_id),
-                detail,
-            ),
-            || cloud.terminate_in_group(&target.instance_id, decrement),
-        )
+    crate::controllers::terminate_in_group(ctx, cloud, &target.instance_id, decrement, detail)
         .await?;
     Ok(())
 }

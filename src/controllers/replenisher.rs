@@ -7,7 +7,9 @@ use crate::context::Context;
 use crate::controllers::replenish_plan::{
     self, Action as PlanAction, DesiredChange, Input, NodeView, NotJoinedView,
 };
-use crate::controllers::{Observed, instrumented, observe_for};
+use crate::controllers::{
+    Observed, instrumented, observe_for, set_desired_capacity, terminate_in_group,
+};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::replenisher::{LastAction, ReplenishPhase, ScaleInTarget};
@@ -121,17 +123,8 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
             check_scale_up(&group, &fresh, &changes)?;
             let mut done = vec![];
             for change in &changes {
-                let applied = ctx
-                    .mutations
-                    .perform(
-                        Intent::aws(
-                            "set_desired_capacity",
-                            format!("asg/{}", change.asg),
-                            format!("{} -> {} ({})", change.from, change.to, plan.message),
-                        ),
-                        || cloud.set_desired_capacity(&change.asg, change.to),
-                    )
-                    .await?;
+                let applied =
+                    set_desired_capacity(ctx, cloud.as_ref(), change, &plan.message).await?;
                 if applied.performed().is_some() {
                     done.push(change.clone());
                 }
@@ -228,17 +221,14 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
             }
             if progress.done() {
                 check_scale_in(&group, &group_status, &fresh, &target)?;
-                let terminated = ctx
-                    .mutations
-                    .perform(
-                        Intent::aws(
-                            "terminate_instance_in_auto_scaling_group",
-                            format!("instance/{}", target.instance_id),
-                            format!("decrement {}: {}", target.auto_scaling_group, plan.message),
-                        ),
-                        || cloud.terminate_in_group(&target.instance_id, true),
-                    )
-                    .await?;
+                let terminated = terminate_in_group(
+                    ctx,
+                    cloud.as_ref(),
+                    &target.instance_id,
+                    true,
+                    format!("decrement {}: {}", target.auto_scaling_group, plan.message),
+                )
+                .await?;
                 if let Applied::Performed(()) = terminated {
                     ctx.metrics.drain("finished");
                     replenish_plan::record_scale_in(&mut status, &target, now);
