@@ -44,21 +44,12 @@ async fn nodes_in_three_asgs_are_mapped_with_readiness_and_cordons() {
     // The third ASG's instance reports NotReady.
     let not_ready_id = world.asg_instances(&kops.asgs[2]).await.remove(0);
     world
-        .aws
-        .autoscaling
-        .create_or_update_tags()
-        .tags(
-            aws_sdk_autoscaling::types::Tag::builder()
-                .key(spot_node_manager::sim::NOT_READY_TAG)
-                .value(&not_ready_id)
-                .resource_id(&kops.asgs[2])
-                .resource_type("auto-scaling-group")
-                .propagate_at_launch(false)
-                .build(),
+        .tag_asg(
+            &kops.asgs[2],
+            spot_node_manager::sim::NOT_READY_TAG,
+            &not_ready_id,
         )
-        .send()
-        .await
-        .expect("tag");
+        .await;
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
     groups

@@ -20,17 +20,7 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
         manager,
         config: _config,
         sim: _sim,
-    } = steady_group(
-        "rf-workers",
-        "nodes",
-        "workers",
-        "Worker",
-        &ZONES,
-        1,
-        (FAST, FAST),
-        &[],
-    )
-    .await;
+    } = three_workers("rf-workers").await;
     let before = world.asg_snapshot(&kops.asgs).await;
     let original = all_instances(&world, &kops.asgs).await;
     pods_on(&world, &node_names(&world, &original).await).await;
@@ -170,17 +160,7 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
         mut manager,
         config: _config,
         sim: _sim,
-    } = steady_group(
-        "rf-restart",
-        "nodes",
-        "workers",
-        "Worker",
-        &ZONES,
-        1,
-        (FAST, FAST),
-        &[],
-    )
-    .await;
+    } = three_workers("rf-restart").await;
     let before = world.asg_snapshot(&kops.asgs).await;
     let original = all_instances(&world, &kops.asgs).await;
     // Pods make each drain take two steps, so the Draining phase lasts.
@@ -281,17 +261,7 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
         manager,
         config: _config,
         sim: _sim,
-    } = steady_group(
-        "rf-fail",
-        "nodes",
-        "workers",
-        "Worker",
-        &ZONES,
-        1,
-        (FAST, FAST),
-        &[],
-    )
-    .await;
+    } = three_workers("rf-fail").await;
     let original = all_instances(&world, &kops.asgs).await;
     // Pods make each drain take two steps, so the Draining phase lasts.
     pods_on(&world, &node_names(&world, &original).await).await;
@@ -311,21 +281,8 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
     .await;
     for asg in &kops.asgs {
         world
-            .aws
-            .autoscaling
-            .create_or_update_tags()
-            .tags(
-                aws_sdk_autoscaling::types::Tag::builder()
-                    .key(spot_node_manager::sim::NEVER_JOIN_TAG)
-                    .value("true")
-                    .resource_id(asg)
-                    .resource_type("auto-scaling-group")
-                    .propagate_at_launch(false)
-                    .build(),
-            )
-            .send()
-            .await
-            .expect("tag");
+            .tag_asg(asg, spot_node_manager::sim::NEVER_JOIN_TAG, "true")
+            .await;
     }
     let rf = run_finished(&world, "workers").await;
     sampler.abort();

@@ -3,7 +3,6 @@
 
 mod support;
 
-use aws_sdk_autoscaling::types::Tag;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -32,16 +31,6 @@ fn group(asgs: &[String], desired: i32, join_timeout: &str) -> NodeGroup {
     .expect("group")
 }
 
-fn tag(asg: &str, key: &str, value: &str) -> Tag {
-    Tag::builder()
-        .key(key)
-        .value(value)
-        .resource_id(asg)
-        .resource_type("auto-scaling-group")
-        .propagate_at_launch(false)
-        .build()
-}
-
 async fn ready_nodes(groups: &Api<NodeGroup>) -> Option<i32> {
     groups.get("workers").await.ok()?.status?.ready_nodes
 }
@@ -68,14 +57,7 @@ async fn a_shortage_is_replenished_elsewhere_and_the_layout_comes_back() {
 
     // Spot capacity runs out in zone a, and its node is reclaimed.
     let short = &kops.asgs[0];
-    world
-        .aws
-        .autoscaling
-        .create_or_update_tags()
-        .tags(tag(short, NO_CAPACITY, "true"))
-        .send()
-        .await
-        .expect("tag");
+    world.tag_asg(short, NO_CAPACITY, "true").await;
     let lost = world.asg_instances(short).await.remove(0);
     AwsCloud::new(world.aws.clone())
         .terminate_in_group(&lost, false)
@@ -108,14 +90,7 @@ async fn a_shortage_is_replenished_elsewhere_and_the_layout_comes_back() {
 
     // The shortage ends: the original ASG launches again. (Real ASGs keep
     // retrying; moto launches only when asked, so the test asks.)
-    world
-        .aws
-        .autoscaling
-        .delete_tags()
-        .tags(tag(short, NO_CAPACITY, "true"))
-        .send()
-        .await
-        .expect("untag");
+    world.untag_asg(short, NO_CAPACITY, "true").await;
     AwsCloud::new(world.aws.clone())
         .set_desired_capacity(short, 1)
         .await

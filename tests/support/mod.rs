@@ -516,6 +516,28 @@ impl World {
         group
     }
 
+    /// Tags an ASG (the simulations read such tags: spot shortage, nodes
+    /// that never join or are not Ready).
+    pub async fn tag_asg(&self, asg: &str, key: &str, value: &str) {
+        self.aws
+            .autoscaling
+            .create_or_update_tags()
+            .tags(asg_tag(asg, key, value))
+            .send()
+            .await
+            .expect("tag ASG");
+    }
+
+    pub async fn untag_asg(&self, asg: &str, key: &str, value: &str) {
+        self.aws
+            .autoscaling
+            .delete_tags()
+            .tags(asg_tag(asg, key, value))
+            .send()
+            .await
+            .expect("untag ASG");
+    }
+
     /// Instance ids in an ASG, as moto reports them.
     pub async fn asg_instances(&self, asg: &str) -> Vec<String> {
         self.aws
@@ -725,4 +747,14 @@ pub async fn event_reasons(world: &World) -> Vec<String> {
         .await
         .map(|l| l.items.into_iter().filter_map(|e| e.reason).collect())
         .unwrap_or_default()
+}
+
+fn asg_tag(asg: &str, key: &str, value: &str) -> aws_sdk_autoscaling::types::Tag {
+    aws_sdk_autoscaling::types::Tag::builder()
+        .key(key)
+        .value(value)
+        .resource_id(asg)
+        .resource_type("auto-scaling-group")
+        .propagate_at_launch(false)
+        .build()
 }

@@ -298,3 +298,18 @@ pub async fn steady_group(
         sim,
     }
 }
+
+/// The usual case: NodeGroup `workers`, one Ready worker in each of three ASGs.
+pub async fn three_workers(test: &str) -> SteadyGroup {
+    steady_group(
+        test,
+        "nodes",
+        "workers",
+        "Worker",
+        &super::ZONES,
+        1,
+        (FAST, FAST),
+        &[],
+    )
+    .await
+}
