@@ -35,6 +35,15 @@ fn node(name: &str, zone: &str, instance: &str) -> Node {
     }
 }
 
+/// Mean wall time of `round`, in microseconds.
+fn micros_per_round(rounds: usize, mut round: impl FnMut()) -> f64 {
+    let started = Instant::now();
+    for _ in 0..rounds {
+        round();
+    }
+    started.elapsed().as_secs_f64() * 1e6 / rounds as f64
+}
+
 fn main() {
     // `cargo bench` passes --bench; under `cargo test` this is a quick smoke run.
     let full = std::env::args().any(|a| a == "--bench");
@@ -73,31 +82,18 @@ fn main() {
             .block_on(observe_aws(&cloud, &group, &nodes))
             .expect("observe");
         let calls = cloud.total_calls();
-        let started = Instant::now();
-        for _ in 0..rounds {
-            std::hint::black_box(inventory::inventory_status(
-                &group,
-                &nodes,
-                &view,
-                &Default::default(),
-                t0,
-            ));
-        }
-        let compute = started.elapsed().as_secs_f64() * 1e6 / rounds as f64;
-        let started = Instant::now();
-        for _ in 0..rounds {
+        let status = |view: &inventory::AwsView| {
+            inventory::inventory_status(&group, &nodes, view, &Default::default(), t0)
+        };
+        let compute = micros_per_round(rounds, || {
+            std::hint::black_box(status(&view));
+        });
+        let whole = micros_per_round(rounds, || {
             let view = runtime
                 .block_on(observe_aws(&cloud, &group, &nodes))
                 .expect("observe");
-            std::hint::black_box(inventory::inventory_status(
-                &group,
-                &nodes,
-                &view,
-                &Default::default(),
-                t0,
-            ));
-        }
-        let whole = started.elapsed().as_secs_f64() * 1e6 / rounds as f64;
+            std::hint::black_box(status(&view));
+        });
         println!(
             "{:>7} {:>14.1} {:>18.1} {:>10}",
             nodes.len(),
