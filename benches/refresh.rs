@@ -70,13 +70,7 @@ async fn measure(nodes: usize) -> Figures {
         .map(|f| (f - last.started).num_milliseconds() as f64 / 1000.0)
         .unwrap_or_default();
     let metrics = manager.metrics().await.unwrap_or_default();
-    let metric = |name: &str| -> f64 {
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(f64::NAN)
-    };
+    let metric = |name: &str| support::metric(&metrics, name).unwrap_or(f64::NAN);
     let mean_replacement = metric("spot_node_manager_node_replacement_duration_seconds_sum")
         / metric("spot_node_manager_node_replacement_duration_seconds_count");
     let surplus_minutes = samples.lock().expect("samples").extra_instance_secs / 60.0;

@@ -729,14 +729,22 @@ pub fn bound_pod(
     }
 }
 
-/// `spot_node_manager_reconciles_total` of one controller in a metrics text.
-pub fn reconciles(metrics: &str, controller: &str) -> u64 {
-    let prefix = format!("spot_node_manager_reconciles_total{{controller=\"{controller}\"}} ");
+/// The value of one series (name with its labels, as exposed) in a metrics text.
+pub fn metric(metrics: &str, series: &str) -> Option<f64> {
+    let prefix = format!("{series} ");
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+}
+
+/// `spot_node_manager_reconciles_total` of one controller in a metrics text.
+pub fn reconciles(metrics: &str, controller: &str) -> u64 {
+    metric(
+        metrics,
+        &format!("spot_node_manager_reconciles_total{{controller=\"{controller}\"}}"),
+    )
+    .unwrap_or(0.0) as u64
 }
 
 /// Reasons of the Events recorded in this world's namespace.
