@@ -24,20 +24,13 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
     let before = world.asg_snapshot(&kops.asgs).await;
     let original = all_instances(&world, &kops.asgs).await;
     pods_on(&world, &node_names(&world, &original).await).await;
-    let (samples, sampler) = sample(&world, &kops.asgs, 3);
+    let sampler = sample(&world, &kops.asgs, 3);
 
     schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
     let rf = run_finished(&world, "workers").await;
-    sampler.abort();
-    let samples = samples.lock().expect("samples").clone();
-    let status = rf.status.clone().expect("status");
+    let samples = sampler.stop();
+    let status = succeeded(rf, &manager);
     let last = status.last_run.clone().expect("last run");
-    assert_eq!(
-        last.result,
-        RunResult::Succeeded,
-        "{last:?}\n{}",
-        manager.logs()
-    );
     assert_eq!(last.replaced, 3);
     assert_eq!(status.phase, RefreshPhase::Idle);
     assert_eq!(status.progress.as_deref(), Some("3/3"));
@@ -52,10 +45,7 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
     let after = world.asg_snapshot(&kops.asgs).await;
     let now_in_service = all_instances(&world, &kops.asgs).await;
     assert!(now_in_service.is_disjoint(&original), "{after:?}");
-    let desired = |snap: &[(String, i32, Vec<String>)]| -> Vec<(String, i32)> {
-        snap.iter().map(|(n, d, _)| (n.clone(), *d)).collect()
-    };
-    assert_eq!(desired(&after), desired(&before));
+    assert_eq!(desired_counts(&after), desired_counts(&before));
     assert!(after.iter().all(|(_, _, ids)| ids.len() == 1), "{after:?}");
     let states = instances_by_state(&world).await;
     let terminated = states.get("terminated").cloned().unwrap_or_default();
@@ -124,19 +114,12 @@ async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
     )
     .await;
     let original = all_instances(&world, &kops.asgs).await;
-    let (samples, sampler) = sample(&world, &kops.asgs, 3);
+    let sampler = sample(&world, &kops.asgs, 3);
 
     schedule_refresh(&world, "masters", serde_json::json!({})).await;
     let rf = run_finished(&world, "masters").await;
-    sampler.abort();
-    let samples = samples.lock().expect("samples").clone();
-    let last = rf.status.and_then(|s| s.last_run).expect("last run");
-    assert_eq!(
-        last.result,
-        RunResult::Succeeded,
-        "{last:?}\n{}",
-        manager.logs()
-    );
+    let samples = sampler.stop();
+    let last = succeeded(rf, &manager).last_run.expect("last run");
     assert_eq!(last.replaced, 3);
     // One master out at a time, never an extra one.
     assert_eq!(samples.min_ready, Some(2), "{samples:?}");
@@ -165,7 +148,7 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
     let original = all_instances(&world, &kops.asgs).await;
     // Pods make each drain take two steps, so the Draining phase lasts.
     pods_on(&world, &node_names(&world, &original).await).await;
-    let (samples, sampler) = sample(&world, &kops.asgs, 3);
+    let sampler = sample(&world, &kops.asgs, 3);
     schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
 
     // Kill -9 at two different points of the run, restarting each time.
@@ -185,16 +168,8 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
         configs.push(config);
     }
     let rf = run_finished(&world, "workers").await;
-    sampler.abort();
-    let samples = samples.lock().expect("samples").clone();
-    let status = rf.status.expect("status");
-    let last = status.last_run.clone().expect("last run");
-    assert_eq!(
-        last.result,
-        RunResult::Succeeded,
-        "{last:?}\n{}",
-        manager.logs()
-    );
+    let samples = sampler.stop();
+    let last = succeeded(rf, &manager).last_run.expect("last run");
     assert_eq!(last.replaced, 3);
     assert_eq!(samples.min_ready, Some(3), "{samples:?}");
     // Exactly one termination per old node, plus the one surplus.
@@ -205,10 +180,7 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
     assert!(original.is_subset(&terminated));
     assert_eq!(terminated.len(), 4, "{terminated:?}");
     let after = world.asg_snapshot(&kops.asgs).await;
-    let desired = |snap: &[(String, i32, Vec<String>)]| -> Vec<(String, i32)> {
-        snap.iter().map(|(n, d, _)| (n.clone(), *d)).collect()
-    };
-    assert_eq!(desired(&after), desired(&before));
+    assert_eq!(desired_counts(&after), desired_counts(&before));
     world.cleanup().await;
 }
 
@@ -265,7 +237,7 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
     let original = all_instances(&world, &kops.asgs).await;
     // Pods make each drain take two steps, so the Draining phase lasts.
     pods_on(&world, &node_names(&world, &original).await).await;
-    let (samples, sampler) = sample(&world, &kops.asgs, 3);
+    let sampler = sample(&world, &kops.asgs, 3);
     schedule_refresh(
         &world,
         "workers",
@@ -285,8 +257,7 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
             .await;
     }
     let rf = run_finished(&world, "workers").await;
-    sampler.abort();
-    let samples = samples.lock().expect("samples").clone();
+    let samples = sampler.stop();
     let status = rf.status.expect("status");
     let last = status.last_run.clone().expect("last run");
     assert_eq!(

@@ -85,12 +85,21 @@ pub struct Samples {
 /// Samples, every 250 ms, the Ready Nodes whose instance is InService in the
 /// group's ASGs (a Node of a terminated instance does not count, however
 /// long its kubelet takes to go), and the ASGs' total desired count.
+/// A running sampler; `stop` ends it and returns what it saw.
+pub struct Sampler {
+    samples: Arc<Mutex<Samples>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Sampler {
+    pub fn stop(self) -> Samples {
+        self.task.abort();
+        self.samples.lock().expect("samples").clone()
+    }
+}
+
 /// `baseline`: the instance count the group has outside a run.
-pub fn sample(
-    world: &World,
-    asgs: &[String],
-    baseline: i32,
-) -> (Arc<Mutex<Samples>>, tokio::task::JoinHandle<()>) {
+pub fn sample(world: &World, asgs: &[String], baseline: i32) -> Sampler {
     let samples = Arc::new(Mutex::new(Samples::default()));
     let nodes: Api<Node> = Api::all(world.client.clone());
     let autoscaling = world.aws.autoscaling.clone();
@@ -146,7 +155,7 @@ pub fn sample(
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     });
-    (samples, task)
+    Sampler { samples, task }
 }
 
 pub fn is_ready(node: &Node) -> bool {
@@ -312,4 +321,26 @@ pub async fn three_workers(test: &str) -> SteadyGroup {
         &[],
     )
     .await
+}
+
+/// The Refresher's status, asserting its last run succeeded (with the
+/// manager's log when it did not).
+pub fn succeeded(
+    rf: Refresher,
+    manager: &super::ManagerProcess,
+) -> spot_node_manager::crd::RefresherStatus {
+    let status = rf.status.expect("status");
+    let last = status.last_run.as_ref().expect("last run");
+    assert_eq!(
+        last.result,
+        spot_node_manager::crd::refresher::RunResult::Succeeded,
+        "{last:?}\n{}",
+        manager.logs()
+    );
+    status
+}
+
+/// (ASG, desired) of an `asg_snapshot`.
+pub fn desired_counts(snapshot: &[(String, i32, Vec<String>)]) -> Vec<(String, i32)> {
+    snapshot.iter().map(|(n, d, _)| (n.clone(), *d)).collect()
 }
