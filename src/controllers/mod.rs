@@ -185,12 +185,15 @@ pub struct Observed {
 }
 
 /// Observes for `child` (of `kind`) working on NodeGroup `node_group`.
-/// Ok(Err(d)): nothing to act on yet, look again after `d`.
+/// Without `describe`, the ASGs are not described (`fresh` is empty): for a
+/// plan that does not look at them. Ok(Err(d)): nothing to act on yet, look
+/// again after `d`.
 pub async fn observe_for<K: Resource>(
     ctx: &Context,
     child: &K,
     kind: OperationKind,
     node_group: &str,
+    describe: bool,
 ) -> Result<Result<Observed, Duration>, Error> {
     let name = child.name_any();
     let namespace = child.namespace().ok_or_else(|| {
@@ -226,7 +229,11 @@ pub async fn observe_for<K: Resource>(
     )
     .await?;
     let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
-    let fresh = cloud.describe_groups(&group.spec.asg_names()).await?;
+    let fresh = if describe {
+        cloud.describe_groups(&group.spec.asg_names()).await?
+    } else {
+        vec![]
+    };
     let asgs = fresh.iter().map(AsgView::from).collect();
     let nodes = replenisher::node_views(&group_status.nodes, &fresh);
     Ok(Ok(Observed {

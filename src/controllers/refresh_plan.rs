@@ -141,6 +141,22 @@ pub fn plan(input: &Input) -> Plan {
     }
 }
 
+/// Whether a plan from `status` at `now` can look at the ASGs and nodes: a
+/// run in progress, a run due, or a schedule not yet evaluated. Otherwise the
+/// plan only reports the next run, so the reconcile skips describing the ASGs.
+pub fn needs_observation(
+    status: Option<&RefresherStatus>,
+    schedule_key: &str,
+    now: DateTime<Utc>,
+) -> bool {
+    let Some(status) = status else {
+        return true;
+    };
+    status.run_start.is_some()
+        || status.next_run_from.as_deref() != Some(schedule_key)
+        || status.next_run.is_some_and(|t| t <= now)
+}
+
 /// The drain of the current target is complete (or given up with `Proceed`):
 /// record the termination in the status before it is made. Returns the target
 /// to terminate, or None when there is no target being drained.
@@ -1386,6 +1402,28 @@ mod tests {
                 .as_ref()
                 .map(|r| (r.result, r.reason.clone()))
         }
+    }
+
+    #[test]
+    fn a_plan_that_needs_no_observation_does_not_depend_on_it() {
+        let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+        sim.status.next_run = Some(sim.now + chrono::Duration::hours(1));
+        assert!(!needs_observation(Some(&sim.status), &sim.key, sim.now));
+        let with = sim.plan();
+        sim.instances.clear();
+        sim.asgs.clear();
+        let without = sim.plan();
+        assert_eq!(with, without);
+        // Due, running, or a new schedule: observations are needed.
+        assert!(needs_observation(
+            Some(&sim.status),
+            &sim.key,
+            sim.now + chrono::Duration::hours(1)
+        ));
+        assert!(needs_observation(Some(&sim.status), "edited", sim.now));
+        sim.status.run_start = Some(sim.now);
+        assert!(needs_observation(Some(&sim.status), &sim.key, sim.now));
+        assert!(needs_observation(None, &sim.key, sim.now));
     }
 
     #[test]

@@ -57,6 +57,13 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
         rf.as_ref(),
         OperationKind::Refresh,
         &rf.spec.node_group,
+        // Idle and not due: the plan looks at nothing AWS would say, so
+        // the group's frequent status updates cost no AWS call.
+        refresh_plan::needs_observation(
+            rf.status.as_ref(),
+            &rf.spec.schedule_key(),
+            ctx.clock.now(),
+        ),
     )
     .await?
     {

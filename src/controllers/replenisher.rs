@@ -55,6 +55,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
         rp.as_ref(),
         OperationKind::Replenish,
         &rp.spec.node_group,
+        true,
     )
     .await?
     {
