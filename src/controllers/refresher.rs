@@ -14,7 +14,7 @@ use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::refresher::{RefreshTarget, RunResult, TargetPurpose};
 use crate::crd::{NodeGroup, Refresher, RefresherStatus};
-use crate::k8s::drain::{drain_event, drain_step, uncordon};
+use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
 use crate::k8s::lock::{self, Acquired};
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -189,11 +189,7 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
                 .await;
             }
             let progress = drain_step(ctx, &node).await?;
-            if (now - target.since).num_seconds() < 10 {
-                // Evicted pods often go within a second or two: look again
-                // soon at first, then at the plan's pace.
-                requeue = requeue.min(Duration::from_millis(500));
-            }
+            requeue = requeue.min(next_step_after(target.since, now));
             if !progress.blocked.is_empty() {
                 drain_event(
                     ctx,

@@ -14,7 +14,7 @@ use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::replenisher::{LastAction, ReplenishPhase, ScaleInTarget};
 use crate::crd::{NodeGroup, Replenisher, ReplenisherStatus};
-use crate::k8s::drain::{drain_event, drain_step, uncordon};
+use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
 use crate::k8s::lock::{self, Acquired};
 use crate::mutation::{Applied, Intent};
 use crate::{Error, Result, duration};
@@ -247,7 +247,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
                     .await;
                 }
             } else {
-                requeue = Duration::from_secs(2);
+                requeue = next_step_after(target.since, now);
             }
         }
         PlanAction::AbandonScaleIn { target, reason } => {

@@ -68,6 +68,19 @@ impl DrainProgress {
     }
 }
 
+/// When to take the next step of a drain that started at `started`: evicted
+/// pods often go within a second or two, so soon at first, then every 2 s.
+pub fn next_step_after(
+    started: chrono::DateTime<chrono::Utc>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> std::time::Duration {
+    if now - started < chrono::Duration::seconds(10) {
+        std::time::Duration::from_millis(500)
+    } else {
+        std::time::Duration::from_secs(2)
+    }
+}
+
 /// One drain step on `node_name`: cordon (once) and evict what can be evicted.
 /// A node that no longer exists has nothing left to drain.
 pub async fn drain_step(ctx: &Context, node_name: &str) -> Result<DrainProgress> {
