@@ -167,6 +167,27 @@ pub async fn run_group_child<K, F, Fut>(
     tracing::info!(controller, "controller stopped");
 }
 
+/// The child as stored now. The controller's cache can lag this manager's
+/// own status writes (a reconcile triggered by the NodeGroup can run before
+/// the watch delivers the write); planning from it would redo or undo a step.
+/// None: it was deleted.
+pub async fn reread<K>(ctx: &Context, child: &K) -> Result<Option<K>, Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let name = child.name_any();
+    let namespace = child
+        .namespace()
+        .ok_or_else(|| Error::InvalidObject(format!("{name} has no namespace")))?;
+    Api::<K>::namespaced(ctx.client.clone(), &namespace)
+        .get_opt(&name)
+        .await
+        .map_err(Error::kube(format!("get {namespace}/{name}")))
+}
+
 /// What a child controller observes before planning: its NodeGroup (with a
 /// status that has seen the current spec: act only on such an inventory),
 /// the group's lock from its side, and a fresh describe of the group's ASGs.

@@ -41,6 +41,9 @@ async fn reconcile(rf: Arc<Refresher>, ctx: Arc<Context>) -> Result<Action> {
 }
 
 async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
+    let Some(rf) = crate::controllers::reread(ctx, rf.as_ref()).await? else {
+        return Ok(Action::await_change());
+    };
     let Observed {
         namespace,
         name,
@@ -54,7 +57,7 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
         nodes,
     } = match observe_for(
         ctx,
-        rf.as_ref(),
+        &rf,
         OperationKind::Refresh,
         &rf.spec.node_group,
         // Idle and not due: the plan looks at nothing AWS would say, so

@@ -39,6 +39,9 @@ async fn reconcile(rp: Arc<Replenisher>, ctx: Arc<Context>) -> Result<Action> {
 }
 
 async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> {
+    let Some(rp) = crate::controllers::reread(ctx, rp.as_ref()).await? else {
+        return Ok(Action::await_change());
+    };
     let Observed {
         namespace,
         name,
@@ -52,7 +55,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
         nodes,
     } = match observe_for(
         ctx,
-        rp.as_ref(),
+        &rp,
         OperationKind::Replenish,
         &rp.spec.node_group,
         true,
