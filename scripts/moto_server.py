@@ -1,42 +1,456 @@
-"""moto in server mode, through ThreadedMotoServer so tests can adjust the
-emulator's behaviour where moto does not model AWS (see test-environment.md).
+"""moto in server mode, made as rude as a real Auto Scaling Group.
 
-Usage: python moto_server.py --port PORT
+moto launches and terminates instances synchronously inside the API call,
+enforces no min/max, records no scaling activities, ignores suspended
+processes and replaces an instance terminated through EC2 at once. A real ASG
+does none of that, and controllers tested against the kind version meet the
+real one as a surprise. This wrapper takes capacity management away from the
+API calls and gives it to a loop that runs like an ASG's own:
+
+- Launch timing: SetDesiredCapacity (or a termination without decrement) only
+  records the desired count. A launch begins `launch-lag` seconds after the
+  group fell short, the new instances are `Pending` for `pending-time`
+  seconds, then `InService`.
+- Health checks: a member whose EC2 instance was terminated or stopped from
+  outside (a spot loss) is marked Unhealthy after `health-check-delay` seconds,
+  then taken out of the group and replaced (unless HealthCheck or
+  ReplaceUnhealthy is suspended).
+- Shortage: an ASG tagged `snm.test/no-capacity` cannot launch; each attempt
+  records a Failed scaling activity with AWS's status message, and the attempt
+  is retried every `capacity-retry` seconds, as real groups keep trying.
+- Scaling activities: launches (InProgress, then Successful once InService),
+  failures, terminations and detaches, served newest first by
+  DescribeScalingActivities.
+- Refusals with AWS's ValidationError text: SetDesiredCapacity outside
+  [min, max]; TerminateInstanceInAutoScalingGroup or DetachInstances with
+  decrement below min; UpdateAutoScalingGroup with desired outside the bounds;
+  unknown groups and instances.
+- Suspended processes: Launch, Terminate, HealthCheck, ReplaceUnhealthy
+  (AZRebalance is recorded; these single-AZ groups never rebalance).
+- Standby instances are not capacity: entering Standby without decrement
+  launches a replacement.
+- Spot groups: a MixedInstancesPolicy group with spot above its on-demand base
+  launches instances with InstanceLifecycle=spot and an override's type.
+- Scale-in by lowering desired picks its victims as AWS does (the caller has
+  no say), recorded as an activity whose cause names the capacity change.
+
+Timings are flags (defaults below) and can be set per ASG with the tags
+`snm.test/launch-lag`, `snm.test/pending-time`, `snm.test/health-check-delay`
+and `snm.test/capacity-retry` (seconds). A test that pins a timing to zero must
+say why; the defaults are what every test and the demo run with.
+
+Usage: python moto_server.py --port PORT [--launch-lag S] [--pending-time S]
+       [--health-check-delay S] [--capacity-retry S] [--terminating-time S]
 """
 import argparse
 import signal
 import threading
+import time
 
-from moto.autoscaling import models as autoscaling_models
-from moto.server import ThreadedMotoServer
+from moto.autoscaling import models as asg_models
+from moto.autoscaling import responses as asg_responses
+from moto.autoscaling.exceptions import ValidationError
+from moto.core.responses import ActionResult
+from moto.core.utils import utcnow
+from moto.moto_server import werkzeug_app
 
-# A spot capacity shortage, which moto cannot model: an ASG carrying this tag
-# launches nothing (its desired count stays above its instance count) until
-# the tag is removed. Toggle it with CreateOrUpdateTags / DeleteTags.
 NO_CAPACITY_TAG = "snm.test/no-capacity"
-_replace = autoscaling_models.FakeAutoScalingGroup.replace_autoscaling_group_instances
+TIMING_TAGS = {
+    "launch_lag": "snm.test/launch-lag",
+    "pending_time": "snm.test/pending-time",
+    "health_check_delay": "snm.test/health-check-delay",
+    "capacity_retry": "snm.test/capacity-retry",
+    "terminating_time": "snm.test/terminating-time",
+}
+DEFAULTS = {
+    "launch_lag": 1.0,
+    "pending_time": 2.0,
+    "health_check_delay": 3.0,
+    "capacity_retry": 10.0,
+    "terminating_time": 1.0,
+}
+TICK = 0.2
+SHORTAGE_MESSAGE = (
+    "Could not launch Spot Instances. InsufficientInstanceCapacity - There is no Spot "
+    "capacity available that matches your request. Launching EC2 instance failed."
+)
+CAPACITY_STATES = ("InService", "Pending")
+LOST_EC2_STATES = ("shutting-down", "terminated", "stopping", "stopped")
+
+# One lock for the API and the groups' loop: moto's models are not thread-safe
+# and the loop changes them between requests, as AWS does.
+LOCK = threading.RLock()
+
+FakeGroup = asg_models.FakeAutoScalingGroup
+Backend = asg_models.AutoScalingBackend
 
 
-def _replace_unless_short(self, count_needed, propagated_tags):
-    if any(tag.get("Key") == NO_CAPACITY_TAG for tag in self.tags):
-        return None
-    return _replace(self, count_needed, propagated_tags)
+def now() -> float:
+    return time.monotonic()
 
 
-autoscaling_models.FakeAutoScalingGroup.replace_autoscaling_group_instances = _replace_unless_short
+def timing(group, key: str) -> float:
+    for tag in group.tags:
+        if tag.get("Key") == TIMING_TAGS[key]:
+            try:
+                return max(0.0, float(tag.get("Value", "")))
+            except ValueError:
+                pass
+    return DEFAULTS[key]
+
+
+def has_tag(group, key: str) -> bool:
+    return any(tag.get("Key") == key for tag in group.tags)
+
+
+def suspended(group, process: str) -> bool:
+    return process in group._suspended_processes
+
+
+def activities(group) -> list:
+    if not hasattr(group, "_snm_activities"):
+        group._snm_activities = []
+    return group._snm_activities
+
+
+def record(group, description: str, cause: str, status: str, message: str | None = None):
+    activity = asg_models.Activity(description, cause, group, status_code=status)
+    activity.status_message = message
+    activity.progress = 100 if status in ("Successful", "Failed") else 30
+    activities(group).append(activity)
+    del activities(group)[:-100]
+    return activity
+
+
+def capacity(group) -> list:
+    return [s for s in group.instance_states if s.lifecycle_state in CAPACITY_STATES]
+
+
+# --- API: record, refuse, never launch or terminate inline -------------------
+
+
+def set_desired_only(self, new_capacity):
+    """The API records the count; the group's loop launches or terminates."""
+    self.desired_capacity = self.min_size if new_capacity is None else new_capacity
+
+
+FakeGroup.set_desired_capacity = set_desired_only
+
+
+def get_group(backend, name):
+    group = backend.autoscaling_groups.get(name)
+    if group is None:
+        raise ValidationError("AutoScalingGroup name not found - null")
+    return group
+
+
+_set_desired = Backend.set_desired_capacity
+
+
+def set_desired_checked(self, group_name, desired_capacity):
+    group = get_group(self, group_name)
+    if desired_capacity is not None:
+        if desired_capacity > group.max_size:
+            raise ValidationError(
+                f"New SetDesiredCapacity value {desired_capacity} is above max value "
+                f"{group.max_size} for the AutoScalingGroup."
+            )
+        if desired_capacity < group.min_size:
+            raise ValidationError(
+                f"New SetDesiredCapacity value {desired_capacity} is below min value "
+                f"{group.min_size} for the AutoScalingGroup."
+            )
+    return _set_desired(self, group_name, desired_capacity)
+
+
+Backend.set_desired_capacity = set_desired_checked
+
+_update_group = Backend.update_auto_scaling_group
+
+
+def update_group_checked(self, name, availability_zones, desired_capacity, max_size, min_size, *args, **kwargs):
+    group = get_group(self, name)
+    lo = group.min_size if min_size is None else min_size
+    hi = group.max_size if max_size is None else max_size
+    if desired_capacity is not None and not lo <= desired_capacity <= hi:
+        raise ValidationError(
+            f"Desired capacity:{desired_capacity} must be between the specified "
+            f"min size:{lo} and max size:{hi}"
+        )
+    if desired_capacity is None:
+        # AWS moves desired into new bounds (moto compares with instance counts).
+        desired_capacity = min(max(group.desired_capacity, lo), hi)
+    return _update_group(
+        self, name, availability_zones, desired_capacity, max_size, min_size, *args, **kwargs
+    )
+
+
+Backend.update_auto_scaling_group = update_group_checked
+
+
+def below_min_message(group, verb: str) -> str:
+    return (
+        f"Currently, desiredSize equals minSize ({group.min_size}). {verb} instance without "
+        "replacement will violate group's min size constraint. Either set "
+        "shouldDecrementDesiredCapacity flag to false or lower group's min size."
+    )
+
+
+_detach = Backend.detach_instances
+
+
+def detach_checked(self, group_name, instance_ids, should_decrement):
+    group = get_group(self, group_name)
+    members = {s.instance.id for s in group.instance_states}
+    for instance_id in instance_ids:
+        if instance_id not in members:
+            raise ValidationError(
+                f"The instance {instance_id} is not part of Auto Scaling group {group_name}."
+            )
+    if should_decrement and group.desired_capacity - len(instance_ids) < group.min_size:
+        raise ValidationError(below_min_message(group, "Detaching"))
+    result = _detach(self, group_name, instance_ids, should_decrement)
+    for instance_id in instance_ids:
+        record(
+            group,
+            f"Detaching EC2 instance: {instance_id}",
+            f"At {utcnow()} instance {instance_id} was detached in response to a user request.",
+            "Successful",
+        )
+    return result
+
+
+Backend.detach_instances = detach_checked
+
+
+def terminate_checked(self, instance_id, should_decrement):
+    """Terminating, then gone after terminating-time; desired drops only with
+    decrement, otherwise the loop launches a replacement after its lag."""
+    for group in self.autoscaling_groups.values():
+        for state in group.instance_states:
+            if state.instance.id != instance_id:
+                continue
+            if state.lifecycle_state.startswith("Terminat"):
+                raise ValidationError(
+                    f"The instance {instance_id} is already terminating."
+                )
+            if should_decrement and group.desired_capacity - 1 < group.min_size:
+                raise ValidationError(below_min_message(group, "Terminating"))
+            original = group.desired_capacity
+            if should_decrement:
+                group.desired_capacity -= 1
+            begin_termination(group, state, "in response to a user request", original)
+            return asg_models.TerminateInstanceActivity(state.instance, original)
+    raise ValidationError(f"Instance Id not found - No managed instance found for instance id {instance_id}")
+
+
+Backend.terminate_instance = terminate_checked
+
+
+def no_inline_replacement(self, instance_ids):
+    """EC2 terminated a member: the group notices through its health check."""
+
+
+Backend.notify_terminate_instances = no_inline_replacement
+
+
+def describe_scaling_activities(self):
+    name = self._get_param("AutoScalingGroupName")
+    max_records = int(self._get_param("MaxRecords") or 100)
+    groups = self.autoscaling_backend.autoscaling_groups
+    selected = [groups[name]] if name in groups else ([] if name else list(groups.values()))
+    found = [a for g in selected for a in activities(g)]
+    found.sort(key=lambda a: a.start_time, reverse=True)
+    return ActionResult({"Activities": found[:max_records]})
+
+
+asg_responses.AutoScalingResponse.describe_scaling_activities = describe_scaling_activities
+
+
+# --- the group's own loop ----------------------------------------------------
+
+
+def begin_termination(group, state, why: str, original: int):
+    state.lifecycle_state = "Terminating"
+    state._snm_gone_at = now() + timing(group, "terminating_time")
+    instance = state.instance
+    if instance.state not in ("terminated", "shutting-down"):
+        group.ec2_backend.terminate_instances([instance.id])
+    shrink = (
+        f", shrinking the capacity from {original} to {group.desired_capacity}"
+        if group.desired_capacity < original
+        else ""
+    )
+    state._snm_activity = record(
+        group,
+        f"Terminating EC2 instance: {instance.id}",
+        f"At {utcnow()} instance {instance.id} was taken out of service {why}{shrink}.",
+        "InProgress",
+    )
+
+
+def spot_overrides(group):
+    """(is spot, override instance types) for a MixedInstancesPolicy group."""
+    policy = group.mixed_instances_policy or {}
+    overrides = policy.get("LaunchTemplate", {}).get("Overrides", []) or []
+    distribution = policy.get("InstancesDistribution", {}) or {}
+    on_demand_pct = int(distribution.get("OnDemandPercentageAboveBaseCapacity", 100))
+    types = [o["InstanceType"] for o in overrides if o.get("InstanceType")]
+    return bool(policy) and on_demand_pct < 100, types
+
+
+def launch(group, count: int):
+    before = {id(s) for s in group.instance_states}
+    _replace(group, count, group.get_propagated_tags())
+    spot, types = spot_overrides(group)
+    ready_at = now() + timing(group, "pending_time")
+    launched = [s for s in group.instance_states if id(s) not in before]
+    for n, state in enumerate(launched):
+        state.lifecycle_state = "Pending"
+        state._snm_ready_at = ready_at
+        if spot:
+            state.instance.lifecycle = "spot"
+        if types:
+            # Spread over the overrides, as a diversified spot allocation does.
+            chosen = types[(len(activities(group)) + n) % len(types)]
+            state.instance.instance_type = chosen
+            state.instance_type = chosen
+        state._snm_activity = record(
+            group,
+            f"Launching a new EC2 instance: {state.instance.id}",
+            f"At {utcnow()} an instance was started in response to a difference between "
+            f"desired and actual capacity, increasing the capacity from "
+            f"{len(capacity(group)) - 1} to {group.desired_capacity}.",
+            "InProgress",
+        )
+
+
+def step_group(group):
+    t = now()
+    # Pending -> InService; Terminating -> gone.
+    for state in list(group.instance_states):
+        if state.lifecycle_state == "Pending" and t >= getattr(state, "_snm_ready_at", 0):
+            state.lifecycle_state = "InService"
+            finish(state)
+        elif state.lifecycle_state == "Terminating" and t >= getattr(state, "_snm_gone_at", 0):
+            group.instance_states = [s for s in group.instance_states if s is not state]
+            finish(state)
+
+    # Health check: members whose instance EC2 ended from outside.
+    for state in capacity(group):
+        if state.instance.state not in LOST_EC2_STATES:
+            continue
+        noticed = getattr(state, "_snm_lost_at", None)
+        if noticed is None:
+            state._snm_lost_at = t
+            continue
+        if t - noticed < timing(group, "health_check_delay") or suspended(group, "HealthCheck"):
+            continue
+        state.health_status = "Unhealthy"
+        if not suspended(group, "ReplaceUnhealthy"):
+            begin_termination(
+                group,
+                state,
+                "in response to an EC2 health check indicating it has been terminated or stopped",
+                group.desired_capacity,
+            )
+
+    # Capacity towards desired.
+    have = len(capacity(group))
+    if have < group.desired_capacity:
+        group._snm_short_since = getattr(group, "_snm_short_since", None) or t
+        last_failure = getattr(group, "_snm_last_failure", None)
+        waited = t - group._snm_short_since >= timing(group, "launch_lag")
+        retry_due = last_failure is None or t - last_failure >= timing(group, "capacity_retry")
+        if waited and retry_due and not suspended(group, "Launch"):
+            if has_tag(group, NO_CAPACITY_TAG):
+                group._snm_last_failure = t
+                record(
+                    group,
+                    "Launching a new EC2 instance.  Status Reason: " + SHORTAGE_MESSAGE,
+                    f"At {utcnow()} an instance was started in response to a difference "
+                    f"between desired and actual capacity, increasing the capacity from "
+                    f"{have} to {group.desired_capacity}.",
+                    "Failed",
+                    SHORTAGE_MESSAGE,
+                )
+            else:
+                group._snm_last_failure = None
+                group._snm_short_since = None
+                launch(group, group.desired_capacity - have)
+    else:
+        group._snm_short_since = None
+        group._snm_last_failure = None
+        if have > group.desired_capacity and not suspended(group, "Terminate"):
+            # AWS chooses: the oldest instances (the caller has no say).
+            extra = have - group.desired_capacity
+            victims = [s for s in capacity(group) if not s.protected_from_scale_in][:extra]
+            for state in victims:
+                begin_termination(
+                    group,
+                    state,
+                    "in response to a user request, shrinking the capacity",
+                    have,
+                )
+
+
+def finish(state):
+    activity = getattr(state, "_snm_activity", None)
+    if activity is not None:
+        activity.status_code = "Successful"
+        activity.progress = 100
+        activity.end_time = utcnow()
+
+
+_replace = FakeGroup.replace_autoscaling_group_instances
+
+
+def backends():
+    for regions in list(asg_models.autoscaling_backends.values()):
+        for backend in list(regions.values()):
+            yield backend
+
+
+def loop(stop: threading.Event):
+    while not stop.wait(TICK):
+        with LOCK:
+            for backend in backends():
+                for group in list(backend.autoscaling_groups.values()):
+                    try:
+                        step_group(group)
+                    except Exception as e:  # keep the loop alive; say what broke
+                        print(f"emulator: {group.name}: {e!r}", flush=True)
+
+
+_dispatch = werkzeug_app.DomainDispatcherApplication.__call__
+
+
+def locked_dispatch(self, environ, start_response):
+    with LOCK:
+        return _dispatch(self, environ, start_response)
+
+
+werkzeug_app.DomainDispatcherApplication.__call__ = locked_dispatch
 
 
 def main() -> None:
+    from moto.server import ThreadedMotoServer
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    for key, default in DEFAULTS.items():
+        parser.add_argument("--" + key.replace("_", "-"), type=float, default=default)
     args = parser.parse_args()
+    for key in DEFAULTS:
+        DEFAULTS[key] = getattr(args, key)
 
     server = ThreadedMotoServer(ip_address=args.host, port=args.port, verbose=False)
     server.start()
-    print(f"moto listening on http://{args.host}:{args.port}", flush=True)
-
     stop = threading.Event()
+    threading.Thread(target=loop, args=(stop,), daemon=True).start()
+    print(f"moto listening on http://{args.host}:{args.port} with {DEFAULTS}", flush=True)
+
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()

@@ -10,6 +10,7 @@ pub mod controllers;
 pub mod crd;
 pub mod duration;
 pub mod error;
+pub mod fault;
 pub mod k8s;
 pub mod leader;
 pub mod manager;

@@ -106,42 +106,41 @@ async fn set_desired_capacity_launches_and_an_unknown_asg_is_a_clear_error() {
 }
 
 #[tokio::test]
-async fn detach_and_terminate_honour_the_decrement_flag() {
-    let world = World::new("aws-detach").await;
+async fn terminate_in_group_honours_the_decrement_flag_and_the_asgs_min() {
+    let world = World::new("aws-terminate").await;
     let kops = world.kops_group("nodes", &ZONES[..1], 3, &[]).await;
     let asg = kops.asgs[0].clone();
     let aws = cloud(&world);
-    let ids = world.asg_instances(&asg).await;
+    let ids = world.wait_in_service(&asg, 3).await;
 
-    // Detach with decrement: out of the group, still running, desired 3 -> 2.
-    aws.detach_instances(&asg, &ids[..1], true)
+    // kops groups sit at their min: a decrement below it is refused, with
+    // AWS's message, and nothing happens.
+    let err = aws
+        .terminate_in_group(&ids[0], true)
         .await
-        .expect("detach");
-    assert_eq!(desired(&world, &asg).await, 2);
-    let remaining = world.asg_instances(&asg).await;
-    assert!(!remaining.contains(&ids[0]));
-    assert_eq!(remaining.len(), 2);
-    let detached = aws.describe_instances(&ids[..1]).await.expect("describe");
-    assert_eq!(detached[0].state, "running");
-    // ... then terminated directly.
-    aws.terminate_instances(&ids[..1]).await.expect("terminate");
-    let gone = aws.describe_instances(&ids[..1]).await.expect("describe");
-    assert!(gone.iter().all(|i| i.state != "running"), "{gone:?}");
+        .expect_err("below min");
+    assert!(
+        err.to_string().contains("desiredSize equals minSize"),
+        "{err}"
+    );
+    assert_eq!(desired(&world, &asg).await, 3);
 
-    // Terminate in group with decrement: desired 2 -> 1, no replacement.
+    // Without decrement: terminated, and the ASG launches a replacement
+    // (after its launch lag, Pending first).
+    aws.terminate_in_group(&ids[0], false)
+        .await
+        .expect("terminate in group");
+    assert_eq!(desired(&world, &asg).await, 3);
+    let after = world.wait_in_service(&asg, 3).await;
+    assert!(!after.contains(&ids[0]), "a replacement was launched");
+
+    // Above min: decremented, no replacement.
+    world.set_min(&asg, 1).await;
     aws.terminate_in_group(&ids[1], true)
         .await
         .expect("terminate in group");
-    assert_eq!(desired(&world, &asg).await, 1);
-    assert_eq!(world.asg_instances(&asg).await, vec![ids[2].clone()]);
-
-    // Without decrement: the ASG replaces the instance at once.
-    aws.terminate_in_group(&ids[2], false)
-        .await
-        .expect("terminate in group");
-    assert_eq!(desired(&world, &asg).await, 1);
-    let after = world.asg_instances(&asg).await;
-    assert_eq!(after.len(), 1);
-    assert_ne!(after[0], ids[2], "a replacement was launched");
+    assert_eq!(desired(&world, &asg).await, 2);
+    let left = world.wait_in_service(&asg, 2).await;
+    assert!(!left.contains(&ids[1]));
     world.cleanup().await;
 }

@@ -33,7 +33,7 @@ fn policy_actions() -> BTreeSet<String> {
 #[test]
 fn policy_matches_the_adapter_calls() {
     let service = |op: &str| match op {
-        "DescribeInstances" | "TerminateInstances" => "ec2",
+        "DescribeInstances" => "ec2",
         _ => "autoscaling",
     };
     let expected: BTreeSet<String> = adapter_operations()
@@ -41,7 +41,7 @@ fn policy_matches_the_adapter_calls() {
         .map(|op| format!("{}:{op}", service(op)))
         .collect();
     assert!(
-        expected.len() >= 7,
+        expected.len() >= 5,
         "adapter operations found: {expected:?}"
     );
     assert_eq!(

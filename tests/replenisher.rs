@@ -1,16 +1,18 @@
-//! The replenisher end to end: real apiserver + moto (with a simulated spot
-//! shortage) + simulated kubelet, and the manager as a separate process.
+//! The replenisher end to end: real apiserver + the rude emulator (launch
+//! lag, Pending, health-check replacement, scaling activities, min/max, a
+//! simulated spot shortage) + simulated kubelet, the manager as a process.
 
 mod support;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use spot_node_manager::cloud::Cloud;
 use spot_node_manager::cloud::aws::AwsCloud;
 use spot_node_manager::crd::replenisher::ReplenishPhase;
 use spot_node_manager::crd::{NodeGroup, Replenisher};
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 use support::{World, ZONES, eventually};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -35,9 +37,74 @@ async fn ready_nodes(groups: &Api<NodeGroup>) -> Option<i32> {
     groups.get("workers").await.ok()?.status?.ready_nodes
 }
 
+/// Samples the group's ASGs every 100 ms until stopped: the highest summed
+/// desired count, and every instance id ever seen.
+struct AsgSampler {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<(i32, BTreeSet<String>)>,
+}
+
+impl AsgSampler {
+    fn start(world: &World, asgs: &[String]) -> AsgSampler {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let client = world.aws.autoscaling.clone();
+        let asgs = asgs.to_vec();
+        let token = stop.clone();
+        let task = tokio::spawn(async move {
+            let (mut max_desired, mut seen) = (0, BTreeSet::new());
+            while !token.is_cancelled() {
+                if let Ok(out) = client
+                    .describe_auto_scaling_groups()
+                    .set_auto_scaling_group_names(Some(asgs.clone()))
+                    .send()
+                    .await
+                {
+                    let groups = out.auto_scaling_groups();
+                    max_desired =
+                        max_desired.max(groups.iter().filter_map(|g| g.desired_capacity()).sum());
+                    seen.extend(
+                        groups
+                            .iter()
+                            .flat_map(|g| g.instances())
+                            .filter_map(|i| i.instance_id().map(str::to_string)),
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (max_desired, seen)
+        });
+        AsgSampler { stop, task }
+    }
+
+    async fn finish(self) -> (i32, BTreeSet<String>) {
+        self.stop.cancel();
+        self.task.await.expect("sampler")
+    }
+}
+
+async fn steady(world: &World, groups: &Api<NodeGroup>, count: i32) {
+    let replenishers: Api<Replenisher> = world.api();
+    eventually(&format!("steady with {count} Ready"), WAIT, || async {
+        let rp = replenishers.get("workers").await.ok()?;
+        (ready_nodes(groups).await? == count && rp.status?.phase == ReplenishPhase::Steady)
+            .then_some(())
+    })
+    .await;
+}
+
+fn performed(metrics: &str, action: &str) -> u64 {
+    support::metric(
+        metrics,
+        &format!(
+            "spot_node_manager_mutations_total{{target=\"aws\",action=\"{action}\",outcome=\"performed\"}}"
+        ),
+    )
+    .unwrap_or(0.0) as u64
+}
+
 #[tokio::test]
-async fn a_shortage_is_replenished_elsewhere_and_the_layout_comes_back() {
-    let world = World::new("rp-shortage").await;
+async fn a_spot_loss_is_replaced_by_its_own_asg_and_the_manager_orders_nothing() {
+    let world = World::new("rp-loss").await;
     let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
@@ -46,92 +113,175 @@ async fn a_shortage_is_replenished_elsewhere_and_the_layout_comes_back() {
         .await
         .expect("create");
     let (manager, _config) = world.start_manager(&[]);
-    let replenishers: Api<Replenisher> = world.api();
-    eventually("steady with 3 Ready", WAIT, || async {
-        let rp = replenishers.get("workers").await.ok()?;
-        (ready_nodes(&groups).await? == 3 && rp.status?.phase == ReplenishPhase::Steady)
-            .then_some(())
+    steady(&world, &groups, 3).await;
+    let original = world.asg_snapshot(&kops.asgs).await;
+    let sampler = AsgSampler::start(&world, &kops.asgs);
+
+    // EC2 reclaims one worker, without warning.
+    let lost = world.asg_instances(&kops.asgs[0]).await.remove(0);
+    world.lose_instance(&lost).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    eventually("the lost node is gone", WAIT, || async {
+        nodes.get_opt(&lost).await.ok()?.is_none().then_some(())
     })
     .await;
+    eventually("a replacement in the same ASG, Ready", WAIT, || async {
+        let ids = world.asg_instances(&kops.asgs[0]).await;
+        (ids.len() == 1 && ids[0] != lost && ready_nodes(&groups).await? == 3).then_some(())
+    })
+    .await;
+    steady(&world, &groups, 3).await;
+    let (max_desired, seen) = sampler.finish().await;
+
+    assert_eq!(
+        max_desired, 3,
+        "summed desired never above the group's count"
+    );
+    let original_ids: BTreeSet<String> = original
+        .iter()
+        .flat_map(|(_, _, ids)| ids.clone())
+        .collect();
+    assert_eq!(
+        seen.difference(&original_ids).count(),
+        1,
+        "exactly one new instance"
+    );
+    let layout = |s: &[(String, i32, Vec<String>)]| {
+        s.iter()
+            .map(|(n, d, ids)| (n.clone(), *d, ids.len()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        layout(&world.asg_snapshot(&kops.asgs).await),
+        layout(&original),
+        "layout unchanged"
+    );
+    let metrics = manager.metrics().await.unwrap_or_default();
+    assert_eq!(performed(&metrics, "set_desired_capacity"), 0, "{metrics}");
+    assert_eq!(
+        performed(&metrics, "terminate_instance_in_auto_scaling_group"),
+        0,
+        "{metrics}"
+    );
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back() {
+    let world = World::new("rp-shortage").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let short = kops.asgs[0].clone();
+    // The short ASG retries every 5 s, as a real one keeps trying.
+    world.set_timing(&short, "capacity-retry", 5.0).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(&PostParams::default(), &group(&kops.asgs, 3, "15m"))
+        .await
+        .expect("create");
+    // A resync far away: whatever happens within the test is driven by watches.
+    let (manager, _config) = world.start_manager_with("resyncInterval: 10m\n", &[], &[]);
+    steady(&world, &groups, 3).await;
     let original = world.asg_snapshot(&kops.asgs).await;
+    let sampler = AsgSampler::start(&world, &kops.asgs);
 
     // Spot capacity runs out in zone a, and its node is reclaimed.
-    let short = &kops.asgs[0];
-    world.tag_asg(short, NO_CAPACITY, "true").await;
-    let lost = world.asg_instances(short).await.remove(0);
-    AwsCloud::new(world.aws.clone())
-        .terminate_in_group(&lost, false)
-        .await
-        .expect("reclaim");
-    assert!(
-        world.asg_instances(short).await.is_empty(),
-        "the short ASG cannot replace it"
-    );
-
-    // The replenisher launches the missing node in another zone.
-    let rp = eventually("replenished in another ASG", WAIT, || async {
-        let rp = replenishers.get("workers").await.ok()?;
-        let s = rp.status.clone()?;
-        (ready_nodes(&groups).await? == 3 && !s.raised.is_empty()).then_some(s)
+    world.tag_asg(&short, NO_CAPACITY, "true").await;
+    let lost = world.asg_instances(&short).await.remove(0);
+    let loss = Instant::now();
+    world.lose_instance(&lost).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    eventually("the lost node is gone", WAIT, || async {
+        nodes.get_opt(&lost).await.ok()?.is_none().then_some(())
     })
     .await;
-    assert!(
-        rp.raised.iter().all(|r| r.auto_scaling_group != *short),
-        "{:?}",
-        rp.raised
+    let node_gone = Instant::now();
+
+    // One raise, on an ASG that can launch.
+    let raised_asg = eventually("a raise in another ASG", WAIT, || async {
+        let snapshot = world.asg_snapshot(&kops.asgs).await;
+        snapshot
+            .iter()
+            .find(|(name, desired, _)| *name != short && *desired == 2)
+            .map(|(name, _, _)| name.clone())
+    })
+    .await;
+    let raised_at = Instant::now();
+    eventually("3 Ready again", WAIT, || async {
+        (ready_nodes(&groups).await? == 3).then_some(())
+    })
+    .await;
+    let restored_at = Instant::now();
+    let replenishers: Api<Replenisher> = world.api();
+    let rp = replenishers
+        .get("workers")
+        .await
+        .expect("rp")
+        .status
+        .expect("status");
+    assert_eq!(
+        rp.raised,
+        vec![spot_node_manager::crd::replenisher::AsgCount {
+            auto_scaling_group: raised_asg.clone(),
+            count: 1
+        }]
     );
     assert!(
-        rp.excluded.iter().any(|e| e.auto_scaling_group == *short),
+        rp.excluded
+            .iter()
+            .any(|e| e.auto_scaling_group == short
+                && e.reason.contains("InsufficientInstanceCapacity")),
         "{:?}",
         rp.excluded
     );
-    let raised_asg = rp.raised[0].auto_scaling_group.clone();
-    assert_eq!(world.asg_instances(&raised_asg).await.len(), 2);
+    eprintln!(
+        "FIGURES shortage: node gone {:.1}s after the loss; raise {:.1}s after the node went; Ready restored {:.1}s after the loss",
+        (node_gone - loss).as_secs_f64(),
+        (raised_at - node_gone).as_secs_f64(),
+        (restored_at - loss).as_secs_f64()
+    );
 
-    // The shortage ends: the original ASG launches again. (Real ASGs keep
-    // retrying; moto launches only when asked, so the test asks.)
-    world.untag_asg(short, NO_CAPACITY, "true").await;
-    AwsCloud::new(world.aws.clone())
-        .set_desired_capacity(short, 1)
-        .await
-        .expect("retry launch");
-
-    // The temporary node is drained and removed; the layout is the original one.
+    // The shortage ends: the short ASG's own retry launches; the temporary
+    // node is drained and removed explicitly; the layout is the original one.
+    world.untag_asg(&short, NO_CAPACITY, "true").await;
     eventually("layout restored", WAIT, || async {
         let now = world.asg_snapshot(&kops.asgs).await;
-        let desired_now: Vec<_> = now
-            .iter()
-            .map(|(n, d, ids)| (n.clone(), *d, ids.len()))
-            .collect();
-        let desired_then: Vec<_> = original
-            .iter()
-            .map(|(n, d, ids)| (n.clone(), *d, ids.len()))
-            .collect();
+        let counts = |s: &[(String, i32, Vec<String>)]| {
+            s.iter()
+                .map(|(n, d, ids)| (n.clone(), *d, ids.len()))
+                .collect::<Vec<_>>()
+        };
         let rp = replenishers.get("workers").await.ok()?.status?;
-        (desired_now == desired_then
+        (counts(&now) == counts(&original)
             && ready_nodes(&groups).await? == 3
             && rp.raised.is_empty()
             && rp.phase == ReplenishPhase::Steady)
             .then_some(())
     })
     .await;
+    let (max_desired, seen) = sampler.finish().await;
+    let original_ids: BTreeSet<String> = original
+        .iter()
+        .flat_map(|(_, _, ids)| ids.clone())
+        .collect();
+    assert_eq!(max_desired, 4, "one raise for one lost node");
+    assert_eq!(
+        seen.difference(&original_ids).count(),
+        2,
+        "two launches: the temporary node, and the short ASG's own once it can"
+    );
     let g = groups.get("workers").await.expect("group");
     assert!(
         g.status.and_then(|s| s.operation).is_none(),
         "the lock is released when steady"
     );
     let metrics = manager.metrics().await.unwrap_or_default();
-    assert!(
-        metrics.contains(r#"action="set_desired_capacity",outcome="performed"} 1"#),
-        "{metrics}"
+    assert_eq!(performed(&metrics, "set_desired_capacity"), 1, "{metrics}");
+    assert_eq!(
+        performed(&metrics, "terminate_instance_in_auto_scaling_group"),
+        1,
+        "one explicit scale-in: {metrics}"
     );
-    assert!(
-        metrics.contains(
-            r#"action="terminate_instance_in_auto_scaling_group",outcome="performed"} 1"#
-        ),
-        "{metrics}"
-    );
-    // Each drain is counted, and each action is an Event on the group and in status.
     assert!(
         metrics.contains(r#"spot_node_manager_drains_total{outcome="started"} 1"#),
         "{metrics}"
@@ -159,9 +309,11 @@ async fn a_shortage_is_replenished_elsewhere_and_the_layout_comes_back() {
 }
 
 #[tokio::test]
-async fn an_instance_that_never_joins_is_detached_and_terminated() {
+async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_blocks_scale_up() {
     let world = World::new("rp-join").await;
     let joined = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    // At its min (kops): a removal cannot decrement, so the ASG launches a
+    // fresh instance, which never joins either.
     let late = world
         .kops_group(
             "late",
@@ -170,46 +322,68 @@ async fn an_instance_that_never_joins_is_detached_and_terminated() {
             &[(spot_node_manager::sim::NEVER_JOIN_TAG, "true")],
         )
         .await;
-    let late_id = world.asg_instances(&late.asgs[0]).await.remove(0);
+    let first = world.asg_instances(&late.asgs[0]).await.remove(0);
     let _sim = world.start_sim(FAST, FAST);
     let mut asgs = joined.asgs.clone();
     asgs.extend(late.asgs.clone());
     let groups: Api<NodeGroup> = world.api();
     groups
-        .create(&PostParams::default(), &group(&asgs, 1, "3s"))
+        .create(&PostParams::default(), &group(&asgs, 2, "3s"))
         .await
         .expect("create");
-    let (_manager, _config) = world.start_manager(&[]);
+    let (manager, _config) = world.start_manager(&[]);
 
-    eventually("never-joined instance removed", WAIT, || async {
-        world
-            .asg_instances(&late.asgs[0])
-            .await
-            .is_empty()
-            .then_some(())
+    // The missing node is launched where instances join, without waiting
+    // for the cleanup.
+    eventually("2 Ready", WAIT, || async {
+        (ready_nodes(&groups).await? == 2).then_some(())
     })
     .await;
-    // Detached first, then terminated: the second call follows the first.
+    // The never-joined instance is terminated in its ASG; the ASG replaces it.
+    let second = eventually("a fresh instance in its place", WAIT, || async {
+        let ids = world.asg_instances(&late.asgs[0]).await;
+        (ids.len() == 1 && ids[0] != first).then(|| ids[0].clone())
+    })
+    .await;
+    assert_eq!(
+        world.asg_snapshot(&late.asgs).await[0].1,
+        1,
+        "no decrement at min"
+    );
+    // The replacement never joins either: removed again after a backoff,
+    // reported in status and an Event.
+    let replenishers: Api<Replenisher> = world.api();
+    let removals = eventually("the second removal", Duration::from_secs(150), || async {
+        let status = replenishers.get("workers").await.ok()?.status?;
+        let ids = world.asg_instances(&late.asgs[0]).await;
+        (!ids.contains(&second) && ids.len() == 1).then_some(status.removals)
+    })
+    .await;
+    assert!(
+        removals
+            .iter()
+            .any(|r| r.auto_scaling_group == late.asgs[0] && r.count == 2),
+        "{removals:?}"
+    );
+    let reasons = support::event_reasons(&world).await;
+    assert!(reasons.iter().any(|r| r == "NotJoinedAgain"), "{reasons:?}");
+    // One call per removal, and no instance ever left running outside an ASG.
+    let metrics = manager.metrics().await.unwrap_or_default();
+    assert!(
+        performed(&metrics, "terminate_instance_in_auto_scaling_group") >= 2,
+        "{metrics}"
+    );
     let cloud = AwsCloud::new(world.aws.clone());
-    eventually("the detached instance terminated", WAIT, || async {
+    for id in [&first, &second] {
         let described = cloud
-            .describe_instances(std::slice::from_ref(&late_id))
+            .describe_instances(std::slice::from_ref(id))
             .await
             .expect("describe");
-        described.iter().all(|i| i.state != "running").then_some(())
-    })
-    .await;
-    let snapshot = world.asg_snapshot(&late.asgs).await;
-    assert_eq!(snapshot[0].1, 0, "detached with decrement");
-    let rp: Api<Replenisher> = world.api();
-    let last = rp
-        .get("workers")
-        .await
-        .expect("rp")
-        .status
-        .and_then(|s| s.last_action)
-        .expect("last action");
-    assert!(last.description.contains(&late_id), "{}", last.description);
+        assert!(
+            described.iter().all(|i| i.state != "running"),
+            "{id} is left running: {described:?}"
+        );
+    }
     world.cleanup().await;
 }
 
@@ -218,6 +392,8 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
     let world = World::new("rp-pdb").await;
     let kops = world.kops_group("nodes", &ZONES[..1], 2, &[]).await;
     let ids = world.asg_instances(&kops.asgs[0]).await;
+    // Room to shrink: a surplus node above the ASG's min.
+    world.set_min(&kops.asgs[0], 1).await;
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
     // Replenisher off until the pods are in place.

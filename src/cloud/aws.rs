@@ -76,8 +76,10 @@ impl Cloud for AwsCloud {
                 }
             }
         }
-        // Why a short ASG is short: its latest scaling activity. Asked only for
-        // ASGs below their desired count, so the cost does not grow with nodes.
+        // Why an ASG below its desired count is there: its newest launch
+        // activity. Asked only for such ASGs, so the cost does not grow with
+        // nodes. Only the newest launch counts: an old failure followed by a
+        // launch in flight is not a shortage.
         for group in groups
             .iter_mut()
             .filter(|g| (g.active_instances() as i32) < g.desired)
@@ -87,23 +89,28 @@ impl Cloud for AwsCloud {
                 .autoscaling
                 .describe_scaling_activities()
                 .auto_scaling_group_name(&group.name)
-                .max_records(5)
+                .max_records(10)
                 .send()
                 .await
                 .map_err(aws_error("DescribeScalingActivities", group.name.clone()))?;
-            group.recent_failure = activities.activities().iter().find_map(|a| {
-                let failed = matches!(
-                    a.status_code(),
-                    Some(aws_sdk_autoscaling::types::ScalingActivityStatusCode::Failed)
-                        | Some(aws_sdk_autoscaling::types::ScalingActivityStatusCode::Cancelled)
-                );
-                failed.then(|| {
-                    a.status_message()
-                        .or(a.description())
-                        .unwrap_or("scaling activity failed")
-                        .to_string()
-                })
-            });
+            group.recent_failure = activities
+                .activities()
+                .iter()
+                .find(|a| a.description().is_some_and(|d| d.starts_with("Launching")))
+                .and_then(|a| {
+                    let failed =
+                        matches!(
+                        a.status_code(),
+                        Some(aws_sdk_autoscaling::types::ScalingActivityStatusCode::Failed)
+                            | Some(aws_sdk_autoscaling::types::ScalingActivityStatusCode::Cancelled)
+                    );
+                    failed.then(|| {
+                        a.status_message()
+                            .or(a.description())
+                            .unwrap_or("scaling activity failed")
+                            .to_string()
+                    })
+                });
         }
         Ok(groups)
     }
@@ -186,22 +193,6 @@ impl Cloud for AwsCloud {
         Ok(())
     }
 
-    async fn detach_instances(&self, asg: &str, ids: &[String], decrement: bool) -> Result<()> {
-        self.clients
-            .autoscaling
-            .detach_instances()
-            .auto_scaling_group_name(asg)
-            .set_instance_ids(Some(ids.to_vec()))
-            .should_decrement_desired_capacity(decrement)
-            .send()
-            .await
-            .map_err(aws_error(
-                "DetachInstances",
-                format!("{asg}: {}", ids.join(",")),
-            ))?;
-        Ok(())
-    }
-
     async fn terminate_in_group(&self, instance_id: &str, decrement: bool) -> Result<()> {
         self.clients
             .autoscaling
@@ -214,20 +205,6 @@ impl Cloud for AwsCloud {
                 "TerminateInstanceInAutoScalingGroup",
                 instance_id,
             ))?;
-        Ok(())
-    }
-
-    async fn terminate_instances(&self, ids: &[String]) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        self.clients
-            .ec2
-            .terminate_instances()
-            .set_instance_ids(Some(ids.to_vec()))
-            .send()
-            .await
-            .map_err(aws_error("TerminateInstances", ids.join(",")))?;
         Ok(())
     }
 }
@@ -270,6 +247,11 @@ fn describe_group(g: &aws_sdk_autoscaling::types::AutoScalingGroup) -> AsgDescri
             .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or("").to_string())))
             .collect(),
         recent_failure: None,
+        suspended_processes: g
+            .suspended_processes()
+            .iter()
+            .filter_map(|p| p.process_name().map(str::to_string))
+            .collect(),
     }
 }
 

@@ -52,6 +52,7 @@ impl FakeCloud {
                 launch_template: Some(format!("{name}-template")),
                 tags: BTreeMap::new(),
                 recent_failure: None,
+                suspended_processes: vec![],
             },
         );
         (0..instances)
@@ -159,6 +160,16 @@ fn not_found(operation: &'static str, resource: &str) -> Error {
     }
 }
 
+/// AWS's refusal of a call that breaks the group's bounds.
+fn refused(operation: &'static str, resource: &str, message: String) -> Error {
+    Error::Aws {
+        operation,
+        resource: resource.to_string(),
+        code: Some("ValidationError".into()),
+        message,
+    }
+}
+
 /// Removes an instance from its group (and optionally replaces it, as an ASG does).
 fn remove_from_group(
     state: &mut State,
@@ -181,6 +192,19 @@ fn remove_from_group(
                 })
         })
         .ok_or_else(|| not_found("TerminateInstanceInAutoScalingGroup", instance_id))?;
+    if let Some(g) = state.groups.get(&group)
+        && decrement
+        && g.desired - 1 < g.min
+    {
+        return Err(refused(
+            "TerminateInstanceInAutoScalingGroup",
+            instance_id,
+            format!(
+                "Currently, desiredSize equals minSize ({}). Terminating instance without replacement will violate group's min size constraint.",
+                g.min
+            ),
+        ));
+    }
     if let Some(g) = state.groups.get_mut(&group) {
         g.instances.retain(|i| i.instance_id != instance_id);
         if decrement {
@@ -219,6 +243,16 @@ impl Cloud for FakeCloud {
             .get(asg)
             .cloned()
             .ok_or_else(|| not_found("SetDesiredCapacity", asg))?;
+        if desired < group.min || desired > group.max {
+            return Err(refused(
+                "SetDesiredCapacity",
+                asg,
+                format!(
+                    "New SetDesiredCapacity value {desired} is outside [{}, {}] for the AutoScalingGroup.",
+                    group.min, group.max
+                ),
+            ));
+        }
         let zone = group
             .instances
             .first()
@@ -233,33 +267,11 @@ impl Cloud for FakeCloud {
         Ok(())
     }
 
-    async fn detach_instances(&self, asg: &str, ids: &[String], decrement: bool) -> Result<()> {
-        let mut state = self.enter("detach_instances")?;
-        for id in ids {
-            remove_from_group(&mut state, id, decrement, true)?;
-        }
-        if !state.groups.contains_key(asg) {
-            return Err(not_found("DetachInstances", asg));
-        }
-        Ok(())
-    }
-
     async fn terminate_in_group(&self, instance_id: &str, decrement: bool) -> Result<()> {
         let mut state = self.enter("terminate_in_group")?;
         remove_from_group(&mut state, instance_id, decrement, true)?;
         if let Some(i) = state.instances.get_mut(instance_id) {
             i.state = "terminated".into();
-        }
-        Ok(())
-    }
-
-    async fn terminate_instances(&self, ids: &[String]) -> Result<()> {
-        let mut state = self.enter("terminate_instances")?;
-        for id in ids {
-            match state.instances.get_mut(id) {
-                Some(i) => i.state = "terminated".into(),
-                None => return Err(not_found("TerminateInstances", id)),
-            }
         }
         Ok(())
     }

@@ -30,47 +30,71 @@ pub struct AsgDescription {
     /// Launch template name (plain or from the MixedInstancesPolicy).
     pub launch_template: Option<String>,
     pub tags: BTreeMap<String, String>,
-    /// The latest scaling activity's failure, when it failed recently.
+    /// The newest launch activity's failure message, when that activity
+    /// failed (described only for an ASG below its desired count).
     pub recent_failure: Option<String>,
+    /// Suspended scaling processes (Launch, Terminate, HealthCheck, ...).
+    pub suspended_processes: Vec<String>,
 }
 
+/// How long an ASG may sit below its desired count, its launch in flight
+/// (AWS starts a launch some seconds after it is asked for, and the instance
+/// is Pending for a while), before it counts as short. A failed launch
+/// activity makes it short at once.
+pub const LAUNCH_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The scaling processes without which an ASG cannot do what we ask of it.
+pub const LAUNCH: &str = "Launch";
+pub const TERMINATE: &str = "Terminate";
+
 impl AsgDescription {
-    /// Instances that count towards capacity (not leaving the group).
+    /// Instances that count as capacity (InService or Pending).
     pub fn active_instances(&self) -> usize {
         self.instances.iter().filter(|i| i.is_active()).count()
     }
 
-    /// Why the ASG is not launching what it is asked to, if it is not: its
-    /// latest scaling activity failed, or it has fewer instances than desired.
-    pub fn launch_problem(&self) -> Option<String> {
-        let active = self.active_instances() as i32;
-        match (&self.recent_failure, active < self.desired) {
-            (Some(failure), _) => Some(format!("latest scaling activity failed: {failure}")),
-            (None, true) => Some(format!("desired {} but {active} instance(s)", self.desired)),
-            (None, false) => None,
-        }
+    /// Instances still Pending (launched, not yet InService).
+    pub fn pending_instances(&self) -> usize {
+        self.instances.iter().filter(|i| i.is_pending()).count()
+    }
+
+    pub fn is_suspended(&self, process: &str) -> bool {
+        self.suspended_processes.iter().any(|p| p == process)
     }
 }
 
 impl AsgInstance {
-    /// Counts towards capacity: not terminating or detaching.
+    /// Counts as capacity, as AWS counts it: InService or Pending. Not
+    /// Standby, terminating, detaching, or warm-pool states.
     pub fn is_active(&self) -> bool {
-        !self.lifecycle_state.starts_with("Terminat") && !self.lifecycle_state.starts_with("Detach")
+        self.lifecycle_state == "InService" || self.is_pending()
+    }
+
+    pub fn is_pending(&self) -> bool {
+        self.lifecycle_state.starts_with("Pending")
     }
 }
 
 impl From<&AsgDescription> for crate::crd::nodegroup::AutoScalingGroupStatus {
+    /// The figures, judged as if first seen behind just now (callers that
+    /// remember longer judge again: `AutoScalingGroupStatus::judge`).
     fn from(asg: &AsgDescription) -> Self {
-        let reason = asg.launch_problem();
-        Self {
+        let mut status = Self {
             name: asg.name.clone(),
             desired: asg.desired,
             min: asg.min,
             max: asg.max,
             instances: asg.active_instances() as i32,
-            launching: reason.is_none(),
-            reason,
-        }
+            pending: asg.pending_instances() as i32,
+            launching: true,
+            reason: None,
+            behind_since: None,
+            launch_failure: asg.recent_failure.clone(),
+            suspended_processes: asg.suspended_processes.clone(),
+        };
+        status.reason = status.launch_problem(None);
+        status.launching = status.reason.is_none();
+        status
     }
 }
 
@@ -123,12 +147,11 @@ pub trait Cloud: Send + Sync {
     /// The given instances that exist, described in pages of ids.
     async fn describe_instances(&self, ids: &[String]) -> Result<Vec<InstanceDescription>>;
     async fn set_desired_capacity(&self, asg: &str, desired: i32) -> Result<()>;
-    /// Detaches instances from their ASG (they keep running).
-    async fn detach_instances(&self, asg: &str, ids: &[String], decrement: bool) -> Result<()>;
-    /// Terminates one instance through its ASG.
+    /// Terminates one instance through its ASG, with or without lowering
+    /// the ASG's desired count. The only way we remove an instance: it never
+    /// leaves an instance running outside every ASG (as detach-then-terminate
+    /// can, when the second call fails).
     async fn terminate_in_group(&self, instance_id: &str, decrement: bool) -> Result<()>;
-    /// Terminates instances (e.g. after detaching them).
-    async fn terminate_instances(&self, ids: &[String]) -> Result<()>;
 }
 
 /// Gives the [`Cloud`] for a region (groups may name their own region).

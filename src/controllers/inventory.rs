@@ -240,7 +240,14 @@ pub fn inventory_status<N: Borrow<Node>>(
         .auto_scaling_groups
         .iter()
         .filter_map(|r| aws.asgs.iter().find(|a| a.name == r.name))
-        .map(AutoScalingGroupStatus::from)
+        .map(|a| {
+            let remembered = previous
+                .auto_scaling_groups
+                .iter()
+                .find(|p| p.name == a.name)
+                .and_then(|p| p.behind_since);
+            AutoScalingGroupStatus::from(a).judge(remembered, now)
+        })
         .collect();
 
     let missing: Vec<&str> = group
@@ -404,6 +411,7 @@ pub(crate) mod tests {
             launch_template: None,
             tags: BTreeMap::from([(INSTANCE_GROUP_LABEL.to_string(), instance_group.to_string())]),
             recent_failure: None,
+            suspended_processes: vec![],
         }
     }
 
@@ -620,28 +628,49 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn an_asg_short_of_its_desired_count_or_failing_is_not_launching() {
+    fn an_asg_behind_launches_within_the_grace_and_is_short_after_it_or_on_a_failure() {
         let g = group(&["nodes-a", "nodes-c"], 3);
-        let mut failing = asg("nodes-c", "nodes-c", "zone-c", &["i-3"], 1);
+        let mut failing = asg("nodes-c", "nodes-c", "zone-c", &["i-3"], 2);
         failing.recent_failure = Some("InsufficientInstanceCapacity".into());
         let aws = AwsView {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 2), failing],
             instances: vec![],
         };
-        let s = inventory_status::<Node>(&g, &[], &aws, &Default::default(), t0());
+        // First seen behind: a launch in flight counts as launching; a
+        // failed launch does not.
+        let first = inventory_status::<Node>(&g, &[], &aws, &Default::default(), t0());
+        let a = &first.auto_scaling_groups[0];
+        assert!(a.launching, "{a:?}");
+        assert_eq!(a.behind_since, Some(t0()));
+        assert_eq!((a.desired, a.instances), (2, 1));
+        let c = &first.auto_scaling_groups[1];
+        assert!(!c.launching);
+        assert!(
+            c.reason
+                .as_deref()
+                .unwrap_or_default()
+                .contains("InsufficientInstanceCapacity"),
+            "{c:?}"
+        );
+        assert_eq!(cond(&first, DEGRADED).reason, "NotLaunching");
+
+        // Still behind past the grace: short, and since when is remembered.
+        let later = t0() + chrono::Duration::from_std(crate::cloud::LAUNCH_GRACE).unwrap();
+        let s = inventory_status::<Node>(&g, &[], &aws, &first, later);
         let a = &s.auto_scaling_groups[0];
         assert!(!a.launching);
-        assert_eq!(a.reason.as_deref(), Some("desired 2 but 1 instance(s)"));
-        assert_eq!((a.desired, a.instances), (2, 1));
-        assert!(!s.auto_scaling_groups[1].launching);
-        assert!(
-            s.auto_scaling_groups[1]
-                .reason
-                .as_deref()
-                .unwrap()
-                .contains("InsufficientInstanceCapacity")
+        assert_eq!(a.behind_since, Some(t0()));
+        assert_eq!(
+            a.reason.as_deref(),
+            Some("desired 2 but 1 instance(s) for 1m")
         );
-        assert_eq!(cond(&s, DEGRADED).reason, "NotLaunching");
+
+        // Caught up: no longer behind, and the memory goes.
+        let mut caught_up = aws.clone();
+        caught_up.asgs[0] = asg("nodes-a", "nodes-a", "zone-a", &["i-1", "i-2"], 2);
+        let s = inventory_status::<Node>(&g, &[], &caught_up, &s, later);
+        assert!(s.auto_scaling_groups[0].launching);
+        assert_eq!(s.auto_scaling_groups[0].behind_since, None);
     }
 
     #[test]

@@ -787,6 +787,7 @@ impl Planner<'_> {
         }
         let mut changes = vec![];
         let mut victim = None;
+        let mut waiting = None;
         for o in &self.status.original_desired {
             let Some(asg) = input.asgs.iter().find(|a| a.name == o.auto_scaling_group) else {
                 continue;
@@ -799,13 +800,23 @@ impl Planner<'_> {
                     from: asg.desired,
                     to: o.desired.min(asg.max),
                 });
-            } else if asg.desired > o.desired && (active.len() as i32) < asg.desired {
-                // Launches still pending (or failing): cancel them, terminating nothing.
-                changes.push(DesiredChange {
-                    asg: asg.name.clone(),
-                    from: asg.desired,
-                    to: (active.len() as i32).max(o.desired),
-                });
+            } else if asg.desired > o.desired
+                && ((active.len() as i32) < asg.desired || asg.pending > 0)
+            {
+                if asg.launching || asg.pending > 0 {
+                    // A launch in flight or Pending: lowering desired now could
+                    // make AWS pick a victim. Wait for it; it is then removed
+                    // like any surplus, explicitly.
+                    waiting.get_or_insert_with(|| asg.name.clone());
+                } else {
+                    // The launch failed and nothing is Pending: cancel it,
+                    // terminating nothing.
+                    changes.push(DesiredChange {
+                        asg: asg.name.clone(),
+                        from: asg.desired,
+                        to: (active.len() as i32).max(o.desired),
+                    });
+                }
             } else if asg.desired > o.desired && victim.is_none() {
                 victim = self.surplus_victim(&asg.name, &active);
                 if victim.is_none() {
@@ -817,6 +828,26 @@ impl Planner<'_> {
         if !changes.is_empty() {
             let message = format!("restoring the layout: {}", describe_changes(&changes));
             return Some((Action::SetDesired(changes), message, SOON));
+        }
+        if victim.is_none()
+            && let Some(asg) = waiting
+        {
+            let deadline = self.since_phase() + chrono(settings.ready_timeout);
+            if input.now < deadline {
+                return Some((
+                    Action::Nothing,
+                    format!(
+                        "waiting for the launch in flight in {asg} before removing the surplus"
+                    ),
+                    SOON.min(until(input.now, deadline)),
+                ));
+            }
+            return Some(self.finish_run(
+                settings,
+                Some(format!(
+                    "a surplus launch in {asg} never landed: its desired count is left above the recorded one"
+                )),
+            ));
         }
         match victim {
             Some(Ok(target)) => {
@@ -1188,7 +1219,7 @@ mod tests {
                     max: a.max,
                     instances: self.instances.iter().filter(|i| i.asg == a.name).count() as i32,
                     launching: a.launching,
-                    reason: None,
+                    ..Default::default()
                 })
                 .collect();
             let members = self

@@ -8,19 +8,22 @@ use crate::controllers::replenish_plan::{
     self, Action as PlanAction, DesiredChange, Input, NodeView, NotJoinedView,
 };
 use crate::controllers::{
-    Observed, instrumented, observe_for, set_desired_capacity, terminate_in_group,
+    Observed, instrumented, observe_for, persist_then, set_desired_capacity, terminate_in_group,
+    write_if_changed,
 };
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
-use crate::crd::replenisher::{LastAction, ReplenishPhase, ScaleInTarget};
+use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
 use crate::crd::{NodeGroup, Replenisher, ReplenisherStatus};
 use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
 use crate::k8s::lock::{self, Acquired};
-use crate::mutation::{Applied, Intent};
+use crate::mutation::Applied;
 use crate::{Error, Result, duration};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -75,6 +78,11 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
             launch_time: n.launch_time,
         })
         .collect();
+    let active: BTreeSet<String> = fresh
+        .iter()
+        .flat_map(|a| a.instances.iter().filter(|i| i.is_active()))
+        .map(|i| i.instance_id.clone())
+        .collect();
     let current = rp.status.clone().unwrap_or_default();
     let plan = replenish_plan::plan(&Input {
         role: group.spec.role,
@@ -86,6 +94,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
         asgs: &asgs,
         nodes: &nodes,
         not_joined: &not_joined,
+        active: &active,
         lock: lock_state,
         status: &current,
         now,
@@ -109,6 +118,8 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
         now,
     );
     let group_ref = group.object_ref(&());
+    let at = (namespace.as_str(), name.as_str());
+    let mut written = rp.status.clone();
     let mut requeue = plan.requeue;
     match plan.action.clone() {
         PlanAction::Nothing => {}
@@ -125,16 +136,26 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
         }
         PlanAction::ScaleUp(changes) => {
             check_scale_up(&group, &fresh, &changes)?;
-            let mut done = vec![];
-            for change in &changes {
-                let applied =
-                    set_desired_capacity(ctx, cloud.as_ref(), change, &plan.message).await?;
-                if applied.performed().is_some() {
-                    done.push(change.clone());
-                }
-            }
-            if !done.is_empty() {
-                replenish_plan::record_scale_up(&mut status, &done, now, plan.message.clone());
+            let performed = persist_then::<Replenisher, _, _, _, _>(
+                ctx,
+                at,
+                &mut written,
+                &status,
+                "replenisher:scale_up",
+                || async {
+                    let mut performed = true;
+                    for change in &changes {
+                        let applied =
+                            set_desired_capacity(ctx, cloud.as_ref(), change, &plan.message)
+                                .await?;
+                        performed &= applied.performed().is_some();
+                    }
+                    Ok(performed)
+                },
+            )
+            .await?;
+            if performed {
+                replenish_plan::raise_landed(&mut status);
                 ctx.event(
                     &group_ref,
                     EventType::Normal,
@@ -145,40 +166,27 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
                 .await;
             }
         }
-        PlanAction::RemoveNotJoined {
-            asg,
-            instance_id,
-            reason,
-        } => {
-            check_not_joined(&group, &fresh, &asg, &instance_id)?;
-            let ids = vec![instance_id.clone()];
-            let detached = ctx
-                .mutations
-                .perform(
-                    Intent::aws(
-                        "detach_instances",
-                        format!("asg/{asg}"),
-                        format!("{instance_id}: {reason}"),
-                    ),
-                    || cloud.detach_instances(&asg, &ids, true),
-                )
-                .await?;
-            if detached.performed().is_some() {
-                ctx.mutations
-                    .perform(
-                        Intent::aws(
-                            "terminate_instances",
-                            format!("instance/{instance_id}"),
-                            reason.clone(),
-                        ),
-                        || cloud.terminate_instances(&ids),
+        PlanAction::RemoveNotJoined(target) => {
+            check_not_joined(&group, &fresh, &target)?;
+            let applied = persist_then::<Replenisher, _, _, _, _>(
+                ctx,
+                at,
+                &mut written,
+                &status,
+                "replenisher:remove_not_joined",
+                || {
+                    terminate_in_group(
+                        ctx,
+                        cloud.as_ref(),
+                        &target.instance_id,
+                        target.decrement,
+                        format!("{}: {}", target.auto_scaling_group, target.reason),
                     )
-                    .await?;
-                status.last_modification = Some(now);
-                status.last_action = Some(LastAction {
-                    description: format!("removed {instance_id} from {asg}: {reason}"),
-                    time: now,
-                });
+                },
+            )
+            .await?;
+            if applied.performed().is_some() {
+                replenish_plan::finish_cleanup(&mut status);
                 ctx.event(
                     &group_ref,
                     EventType::Warning,
@@ -187,13 +195,32 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
                     plan.message.clone(),
                 )
                 .await;
+                if let Some(run) = status
+                    .removals
+                    .iter()
+                    .find(|r| r.auto_scaling_group == target.auto_scaling_group && r.count > 1)
+                {
+                    ctx.event(
+                        &group_ref,
+                        EventType::Warning,
+                        "NotJoinedAgain",
+                        "Replenish",
+                        format!(
+                            "{} instance(s) of {} in a row never joined; the next removal there waits until {}",
+                            run.count,
+                            run.auto_scaling_group,
+                            run.retry_after.to_rfc3339()
+                        ),
+                    )
+                    .await;
+                }
             }
         }
         PlanAction::Drain(target) => {
-            if status.scale_in.as_ref() != Some(&target) {
-                // Persist the target before touching it: a restart resumes this one.
-                status.scale_in = Some(target.clone());
-                write_status(ctx, &namespace, &name, &status).await?;
+            let first_step = current.scale_in.as_ref() != Some(&target);
+            // The target is in the status: written before the first eviction.
+            write_if_changed::<Replenisher, _>(ctx, at, &mut written, &status).await?;
+            if first_step {
                 ctx.metrics.drain("started");
                 drain_event(
                     ctx,
@@ -225,42 +252,28 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
             }
             if progress.done() {
                 check_scale_in(&group, &group_status, &fresh, &target)?;
-                let terminated = terminate_in_group(
-                    ctx,
-                    cloud.as_ref(),
-                    &target.instance_id,
-                    true,
-                    format!("decrement {}: {}", target.auto_scaling_group, plan.message),
-                )
-                .await?;
-                if let Applied::Performed(()) = terminated {
+                if let Some(target) = replenish_plan::record_termination(&mut status, now) {
+                    terminate_scale_in(ctx, at, &mut written, &mut status, &cloud, &target).await?;
                     ctx.metrics.drain("finished");
-                    replenish_plan::record_scale_in(&mut status, &target, now);
-                    ctx.event(
-                        &group_ref,
-                        EventType::Normal,
-                        "ScaledDown",
-                        "Replenish",
-                        status
-                            .last_action
-                            .as_ref()
-                            .map(|a| a.description.clone())
-                            .unwrap_or_default(),
-                    )
-                    .await;
+                    if status.scale_in.is_none() {
+                        scaled_down_event(ctx, &group_ref, &status).await;
+                    }
                 }
             } else {
                 requeue = next_step_after(target.since, now);
             }
         }
+        PlanAction::Terminate(target) => {
+            check_scale_in(&group, &group_status, &fresh, &target)?;
+            terminate_scale_in(ctx, at, &mut written, &mut status, &cloud, &target).await?;
+            if status.scale_in.is_none() {
+                scaled_down_event(ctx, &group_ref, &status).await;
+            }
+        }
         PlanAction::AbandonScaleIn { target, reason } => {
+            // Uncordon (idempotent) before the status that forgets the node.
             uncordon(ctx, &target.node, "scale-in abandoned").await?;
-            status.scale_in = None;
-            status.last_modification = Some(now);
-            status.last_action = Some(LastAction {
-                description: format!("kept {}: {reason}", target.node),
-                time: now,
-            });
+            replenish_plan::abandon_scale_in(&mut status, &reason, now);
             if reason.contains("timed out") {
                 ctx.metrics.drain("timed_out");
             }
@@ -276,10 +289,59 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
             .await;
         }
     }
-    if Some(&status) != rp.status.as_ref() {
-        write_status(ctx, &namespace, &name, &status).await?;
-    }
+    write_if_changed::<Replenisher, _>(ctx, at, &mut written, &status).await?;
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// The recorded termination of a drained scale-in target, with decrement:
+/// written, then made, then marked done.
+async fn terminate_scale_in(
+    ctx: &Context,
+    at: (&str, &str),
+    written: &mut Option<ReplenisherStatus>,
+    status: &mut ReplenisherStatus,
+    cloud: &Arc<dyn crate::cloud::Cloud>,
+    target: &ScaleInTarget,
+) -> Result<()> {
+    let applied = persist_then::<Replenisher, _, _, _, _>(
+        ctx,
+        at,
+        written,
+        status,
+        "replenisher:scale_in",
+        || {
+            terminate_in_group(
+                ctx,
+                cloud.as_ref(),
+                &target.instance_id,
+                true,
+                format!(
+                    "decrement {}: scale-in of {}",
+                    target.auto_scaling_group, target.node
+                ),
+            )
+        },
+    )
+    .await?;
+    if let Applied::Performed(()) = applied {
+        replenish_plan::finish_scale_in(status, target);
+    }
+    Ok(())
+}
+
+async fn scaled_down_event(ctx: &Context, group_ref: &ObjectReference, status: &ReplenisherStatus) {
+    ctx.event(
+        group_ref,
+        EventType::Normal,
+        "ScaledDown",
+        "Replenish",
+        status
+            .last_action
+            .as_ref()
+            .map(|a| a.description.clone())
+            .unwrap_or_default(),
+    )
+    .await;
 }
 
 /// The group's nodes as the plan sees them. A node counts as Ready only while
@@ -348,24 +410,36 @@ fn check_scale_up(
     Ok(())
 }
 
-/// Safety: the instance is in that ASG of this group, and no Node runs on it.
+/// Safety: the instance is active in that ASG of this group, no Node runs on
+/// it, and a decrement keeps the ASG at or above its min.
 fn check_not_joined(
     group: &NodeGroup,
     fresh: &[AsgDescription],
-    asg: &str,
-    instance_id: &str,
+    target: &crate::crd::replenisher::CleanupTarget,
 ) -> Result<()> {
-    let in_asg = fresh
-        .iter()
-        .any(|a| a.name == asg && a.instances.iter().any(|i| i.instance_id == instance_id));
+    let asg = fresh.iter().find(|a| {
+        a.name == target.auto_scaling_group
+            && group
+                .spec
+                .auto_scaling_groups
+                .iter()
+                .any(|r| r.name == a.name)
+    });
+    let in_asg = asg.is_some_and(|a| {
+        a.instances
+            .iter()
+            .any(|i| i.instance_id == target.instance_id && i.is_active())
+    });
+    let above_min = asg.is_some_and(|a| a.desired > a.min);
     let has_node = group.status.as_ref().is_some_and(|s| {
         s.nodes
             .iter()
-            .any(|n| n.instance_id.as_deref() == Some(instance_id))
+            .any(|n| n.instance_id.as_deref() == Some(target.instance_id.as_str()))
     });
-    if !in_asg || has_node {
+    if !in_asg || has_node || (target.decrement && !above_min) {
         return Err(Error::InvalidObject(format!(
-            "refusing to remove {instance_id}: in {asg}: {in_asg}, has a node: {has_node}"
+            "refusing to remove {}: active in {}: {in_asg}, has a node: {has_node}, decrement {} above min: {above_min}",
+            target.instance_id, target.auto_scaling_group, target.decrement
         )));
     }
     Ok(())
@@ -383,7 +457,7 @@ fn check_scale_in(
             && a.desired > a.min
             && a.instances
                 .iter()
-                .any(|i| i.instance_id == target.instance_id)
+                .any(|i| i.instance_id == target.instance_id && i.is_active())
     });
     let ready_others = node_views(&status.nodes, fresh)
         .iter()
@@ -396,16 +470,6 @@ fn check_scale_in(
         )));
     }
     Ok(())
-}
-
-async fn write_status(
-    ctx: &Context,
-    namespace: &str,
-    name: &str,
-    status: &ReplenisherStatus,
-) -> Result<()> {
-    ctx.apply_status::<Replenisher>(namespace, name, status)
-        .await
 }
 
 #[cfg(test)]
@@ -448,6 +512,7 @@ pub(crate) mod tests {
             launch_template: None,
             tags: Default::default(),
             recent_failure: None,
+            suspended_processes: vec![],
         }
     }
 

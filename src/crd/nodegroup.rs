@@ -213,18 +213,82 @@ pub struct NotJoinedInstance {
     pub launch_time: Option<DateTime<Utc>>,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoScalingGroupStatus {
     pub name: String,
     pub desired: i32,
     pub min: i32,
     pub max: i32,
+    /// Capacity as AWS counts it: InService and Pending instances.
     pub instances: i32,
-    /// False when the ASG is not launching what it is asked to.
+    /// Of which Pending (launched, not yet InService).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pending: i32,
+    /// False when the ASG cannot be counted on to launch: Launch suspended,
+    /// its newest launch failed, or below desired for longer than the launch
+    /// grace. A launch in flight (lag, Pending) within the grace is launching.
     pub launching: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Since when it has been seen below its desired count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind_since: Option<DateTime<Utc>>,
+    /// The newest launch activity's failure, while below desired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_failure: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspended_processes: Vec<String>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+impl AutoScalingGroupStatus {
+    /// Below its desired count: a launch is due, in flight, or failing.
+    pub fn is_behind(&self) -> bool {
+        self.instances < self.desired
+    }
+
+    pub fn is_suspended(&self, process: &str) -> bool {
+        self.suspended_processes.iter().any(|p| p == process)
+    }
+
+    /// Why the ASG cannot be counted on to launch, if it cannot, having been
+    /// behind for `behind_for` (None: not seen behind before).
+    pub fn launch_problem(&self, behind_for: Option<std::time::Duration>) -> Option<String> {
+        if self.is_suspended(crate::cloud::LAUNCH) {
+            return Some("its Launch process is suspended".into());
+        }
+        if !self.is_behind() {
+            return None;
+        }
+        if let Some(failure) = &self.launch_failure {
+            return Some(format!("latest launch failed: {failure}"));
+        }
+        let behind_for = behind_for.unwrap_or_default();
+        (behind_for >= crate::cloud::LAUNCH_GRACE).then(|| {
+            format!(
+                "desired {} but {} instance(s) for {}",
+                self.desired,
+                self.instances,
+                crate::duration::format(behind_for)
+            )
+        })
+    }
+
+    /// Judged with what the caller remembers of since when it is behind:
+    /// sets `behind_since`, `launching` and `reason`.
+    pub fn judge(mut self, remembered: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Self {
+        self.behind_since = self.is_behind().then(|| remembered.unwrap_or(now).min(now));
+        let behind_for = self
+            .behind_since
+            .and_then(|since| (now - since).to_std().ok());
+        self.reason = self.launch_problem(behind_for);
+        self.launching = self.reason.is_none();
+        self
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

@@ -83,6 +83,21 @@ pub struct ReplenisherStatus {
     /// The instance being removed (drained, then terminated with decrement).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_in: Option<ScaleInTarget>,
+    /// Raises recorded before they are made: after a restart, each is
+    /// checked against the ASG's desired count (landed or not), never redone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub raising: Vec<Raise>,
+    /// The never-joined instance being removed, recorded before the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleanup: Option<CleanupTarget>,
+    /// Never-joined instances removed per ASG in a row (reset once one of
+    /// its instances joins): the next removal backs off while it grows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removals: Vec<NotJoinedRemovals>,
+    /// Since when each ASG has been below its desired count: the launch
+    /// grace runs from here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub behind: Vec<AsgSince>,
     /// Time of the last ASG modification, for the cooldown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_modification: Option<DateTime<Utc>>,
@@ -112,6 +127,47 @@ pub struct ScaleInTarget {
     pub instance_id: String,
     pub auto_scaling_group: String,
     /// When the drain started (its timeout runs from here).
+    pub since: DateTime<Utc>,
+    /// Set (and the raise record taken back) before the termination is
+    /// made: a restart retries that termination, never a second node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminating: Option<DateTime<Utc>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Raise {
+    pub auto_scaling_group: String,
+    pub from: i32,
+    pub to: i32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CleanupTarget {
+    pub instance_id: String,
+    pub auto_scaling_group: String,
+    pub reason: String,
+    /// Lower the ASG's desired count with it (only while above its min;
+    /// otherwise the ASG launches a fresh instance in its place).
+    pub decrement: bool,
+    pub since: DateTime<Utc>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotJoinedRemovals {
+    pub auto_scaling_group: String,
+    pub count: i32,
+    pub last: DateTime<Utc>,
+    /// No further removal in this ASG before then.
+    pub retry_after: DateTime<Utc>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AsgSince {
+    pub auto_scaling_group: String,
     pub since: DateTime<Utc>,
 }
 

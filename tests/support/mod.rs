@@ -273,6 +273,11 @@ pub struct ManagerProcess {
 impl ManagerProcess {
     /// Starts `spot-node-manager run` against the test control plane.
     pub fn start(world: &World, extra_args: &[&str]) -> ManagerProcess {
+        Self::start_env(world, extra_args, &[])
+    }
+
+    /// The same, with extra environment variables (e.g. `SNM_CRASH_AT`).
+    pub fn start_env(world: &World, extra_args: &[&str], env: &[(&str, &str)]) -> ManagerProcess {
         let admin_port = free_port();
         let log = std::env::temp_dir().join(format!("{}.log", unique("snm-manager")));
         let log_file = std::fs::File::create(&log).expect("log file");
@@ -289,6 +294,7 @@ impl ManagerProcess {
             .env("AWS_ACCESS_KEY_ID", "testing")
             .env("AWS_SECRET_ACCESS_KEY", "testing")
             .env("RUST_LOG", "spot_node_manager=debug,info")
+            .envs(env.iter().copied())
             .stdout(log_file.try_clone().expect("log"))
             .stderr(log_file)
             .spawn()
@@ -383,7 +389,9 @@ impl World {
 
     /// Creates one ASG per zone for `role` ("nodes" or "master"), each with
     /// `per_asg` instances, a launch template and a spot MixedInstancesPolicy,
-    /// tagged like kops does. `extra_tags` go on every ASG.
+    /// tagged like kops does, sitting at its min as kops groups do (min =
+    /// desired, max 20). `extra_tags` go on every ASG. Returns once the
+    /// emulator has launched them all (InService).
     pub async fn kops_group(
         &self,
         role: &str,
@@ -455,7 +463,7 @@ impl World {
                 .autoscaling
                 .create_auto_scaling_group()
                 .auto_scaling_group_name(&name)
-                .min_size(0)
+                .min_size(per_asg)
                 .max_size(20)
                 .desired_capacity(per_asg)
                 .vpc_zone_identifier(subnet_of(zone))
@@ -513,7 +521,99 @@ impl World {
             group.asgs.push(name);
             group.instance_groups.push(instance_group);
         }
+        for asg in &group.asgs {
+            self.wait_in_service(asg, per_asg as usize).await;
+        }
         group
+    }
+
+    /// Waits until `asg` has exactly `count` instances, all InService, and
+    /// returns their ids (the emulator launches after a lag, Pending first).
+    pub async fn wait_in_service(&self, asg: &str, count: usize) -> Vec<String> {
+        eventually(
+            &format!("{count} InService instance(s) in {asg}"),
+            Duration::from_secs(60),
+            || async {
+                let out = self
+                    .aws
+                    .autoscaling
+                    .describe_auto_scaling_groups()
+                    .auto_scaling_group_names(asg)
+                    .send()
+                    .await
+                    .ok()?;
+                let g = out.auto_scaling_groups().first()?.clone();
+                let states: Vec<(String, String)> = g
+                    .instances()
+                    .iter()
+                    .map(|i| {
+                        (
+                            i.instance_id().unwrap_or_default().to_string(),
+                            i.lifecycle_state()
+                                .map(|s| s.as_str().to_string())
+                                .unwrap_or_default(),
+                        )
+                    })
+                    .collect();
+                (states.len() == count && states.iter().all(|(_, s)| s == "InService"))
+                    .then(|| states.into_iter().map(|(id, _)| id).collect())
+            },
+        )
+        .await
+    }
+
+    /// Sets an ASG's min size (and nothing else).
+    pub async fn set_min(&self, asg: &str, min: i32) {
+        self.aws
+            .autoscaling
+            .update_auto_scaling_group()
+            .auto_scaling_group_name(asg)
+            .min_size(min)
+            .send()
+            .await
+            .expect("set min size");
+    }
+
+    /// Sets one of the emulator's timings for an ASG, in seconds (tags
+    /// `snm.test/launch-lag`, `pending-time`, `health-check-delay`,
+    /// `capacity-retry`, `terminating-time`; see scripts/moto_server.py).
+    pub async fn set_timing(&self, asg: &str, timing: &str, seconds: f64) {
+        self.tag_asg(asg, &format!("snm.test/{timing}"), &seconds.to_string())
+            .await;
+    }
+
+    /// Terminates an instance through EC2, as a spot interruption does: its
+    /// ASG notices through its health check and replaces it.
+    pub async fn lose_instance(&self, instance_id: &str) {
+        self.aws
+            .ec2
+            .terminate_instances()
+            .instance_ids(instance_id)
+            .send()
+            .await
+            .expect("terminate instance through EC2");
+    }
+
+    /// The ASG's scaling activities, newest first: (status, description).
+    pub async fn activities(&self, asg: &str) -> Vec<(String, String)> {
+        self.aws
+            .autoscaling
+            .describe_scaling_activities()
+            .auto_scaling_group_name(asg)
+            .send()
+            .await
+            .expect("describe scaling activities")
+            .activities()
+            .iter()
+            .map(|a| {
+                (
+                    a.status_code()
+                        .map(|c| c.as_str().to_string())
+                        .unwrap_or_default(),
+                    a.description().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
     }
 
     /// Tags an ASG (the simulations read such tags: spot shortage, nodes
@@ -608,12 +708,22 @@ impl World {
 
     /// Starts a manager for this world with leader election off and a fast resync.
     pub fn start_manager(&self, extra: &[&str]) -> (ManagerProcess, tempfile::NamedTempFile) {
+        self.start_manager_with("resyncInterval: 2s\n", extra, &[])
+    }
+
+    /// Starts a manager with this config file, extra flags and environment.
+    pub fn start_manager_with(
+        &self,
+        config_yaml: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> (ManagerProcess, tempfile::NamedTempFile) {
         let config = tempfile::NamedTempFile::new().expect("config");
-        std::fs::write(config.path(), "resyncInterval: 2s\n").expect("write config");
+        std::fs::write(config.path(), config_yaml).expect("write config");
         let path = config.path().to_str().expect("utf-8").to_string();
         let mut args = vec!["--config", path.as_str(), "--leader-election", "false"];
         args.extend_from_slice(extra);
-        (ManagerProcess::start(self, &args), config)
+        (ManagerProcess::start_env(self, &args, env), config)
     }
 }
 

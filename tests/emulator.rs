@@ -1,0 +1,320 @@
+//! The emulator every test runs against (`scripts/moto_server.py`) is as rude
+//! as a real Auto Scaling Group: launches take time, min/max are enforced,
+//! scaling activities are recorded, lost instances are replaced by the ASG's
+//! own loop, suspended processes are honoured. Checked here through the SDK,
+//! so a test elsewhere that passes does not pass because the emulator is kind.
+
+mod support;
+
+use aws_sdk_autoscaling::error::ProvideErrorMetadata;
+use std::time::{Duration, Instant};
+use support::{World, ZONES, eventually};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn describe(world: &World, asg: &str) -> aws_sdk_autoscaling::types::AutoScalingGroup {
+    world
+        .aws
+        .autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(asg)
+        .send()
+        .await
+        .expect("describe")
+        .auto_scaling_groups()
+        .first()
+        .cloned()
+        .expect("the ASG")
+}
+
+fn states(g: &aws_sdk_autoscaling::types::AutoScalingGroup) -> Vec<String> {
+    g.instances()
+        .iter()
+        .map(|i| {
+            i.lifecycle_state()
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_launch_starts_after_a_lag_and_is_pending_before_in_service() {
+    let world = World::new("emu-lag").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let asg = &kops.asgs[0];
+    world.set_timing(asg, "launch-lag", 1.5).await;
+    world.set_timing(asg, "pending-time", 1.5).await;
+    let asked = Instant::now();
+    world
+        .aws
+        .autoscaling
+        .set_desired_capacity()
+        .auto_scaling_group_name(asg)
+        .desired_capacity(2)
+        .send()
+        .await
+        .expect("raise");
+    // Asked for, not launched: desired above the instance count meanwhile.
+    let g = describe(&world, asg).await;
+    assert_eq!((g.desired_capacity(), g.instances().len()), (Some(2), 1));
+    eventually("a Pending instance", WAIT, || async {
+        states(&describe(&world, asg).await)
+            .contains(&"Pending".to_string())
+            .then_some(())
+    })
+    .await;
+    world.wait_in_service(asg, 2).await;
+    eprintln!("raise to InService: {:?}", asked.elapsed());
+    let activities = world.activities(asg).await;
+    assert_eq!(activities[0].0, "Successful", "{activities:?}");
+    assert!(
+        activities[0]
+            .1
+            .starts_with("Launching a new EC2 instance: i-")
+    );
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn spot_groups_launch_spot_instances_of_an_override_type() {
+    let world = World::new("emu-spot").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 2, &[]).await;
+    let ids = world.asg_instances(&kops.asgs[0]).await;
+    let out = world
+        .aws
+        .ec2
+        .describe_instances()
+        .set_instance_ids(Some(ids))
+        .send()
+        .await
+        .expect("describe instances");
+    let instances: Vec<_> = out
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .collect();
+    assert_eq!(instances.len(), 2);
+    for i in instances {
+        assert_eq!(
+            i.instance_lifecycle(),
+            Some(&aws_sdk_ec2::types::InstanceLifecycleType::Spot)
+        );
+        let t = i.instance_type().map(|t| t.as_str()).unwrap_or_default();
+        assert!(["m5.large", "m5a.large"].contains(&t), "{t}");
+    }
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn calls_outside_the_bounds_are_refused_with_aws_text() {
+    let world = World::new("emu-bounds").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let asg = &kops.asgs[0];
+    let id = world.asg_instances(asg).await.remove(0);
+    let asg_api = &world.aws.autoscaling;
+
+    let above = asg_api
+        .set_desired_capacity()
+        .auto_scaling_group_name(asg)
+        .desired_capacity(21)
+        .send()
+        .await
+        .expect_err("above max");
+    assert_eq!(above.code(), Some("ValidationError"));
+    assert!(
+        above
+            .message()
+            .unwrap_or_default()
+            .contains("above max value 20"),
+        "{above:?}"
+    );
+    let below = asg_api
+        .set_desired_capacity()
+        .auto_scaling_group_name(asg)
+        .desired_capacity(0)
+        .send()
+        .await
+        .expect_err("below min");
+    assert!(
+        below
+            .message()
+            .unwrap_or_default()
+            .contains("below min value 1")
+    );
+    let terminate = asg_api
+        .terminate_instance_in_auto_scaling_group()
+        .instance_id(&id)
+        .should_decrement_desired_capacity(true)
+        .send()
+        .await
+        .expect_err("decrement below min");
+    assert!(
+        terminate
+            .message()
+            .unwrap_or_default()
+            .contains("desiredSize equals minSize (1)"),
+        "{terminate:?}"
+    );
+    let detach = asg_api
+        .detach_instances()
+        .auto_scaling_group_name(asg)
+        .instance_ids(&id)
+        .should_decrement_desired_capacity(true)
+        .send()
+        .await
+        .expect_err("detach below min");
+    assert!(
+        detach
+            .message()
+            .unwrap_or_default()
+            .contains("desiredSize equals minSize (1)")
+    );
+    // Nothing happened.
+    let g = describe(&world, asg).await;
+    assert_eq!(
+        (g.desired_capacity(), states(&g)),
+        (Some(1), vec!["InService".to_string()])
+    );
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_instance_terminated_through_ec2_is_replaced_by_the_asgs_health_check() {
+    let world = World::new("emu-loss").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let asg = &kops.asgs[0];
+    let lost = world.asg_instances(asg).await.remove(0);
+    world.lose_instance(&lost).await;
+    // Not at once: the ASG still lists it until its health check notices.
+    assert_eq!(world.asg_instances(asg).await, vec![lost.clone()]);
+    let replacement = eventually("a replacement", WAIT, || async {
+        let ids = world.wait_in_service(asg, 1).await;
+        (ids[0] != lost).then(|| ids[0].clone())
+    })
+    .await;
+    let activities = world.activities(asg).await;
+    assert!(
+        activities
+            .iter()
+            .any(|(_, d)| d == &format!("Terminating EC2 instance: {lost}")),
+        "{activities:?}"
+    );
+    assert_eq!(
+        activities[0].1,
+        format!("Launching a new EC2 instance: {replacement}"),
+        "newest first"
+    );
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_short_asg_records_failed_launches_and_keeps_retrying_until_capacity_returns() {
+    let world = World::new("emu-short").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let asg = &kops.asgs[0];
+    world.set_timing(asg, "capacity-retry", 1.0).await;
+    world.tag_asg(asg, "snm.test/no-capacity", "true").await;
+    world
+        .aws
+        .autoscaling
+        .set_desired_capacity()
+        .auto_scaling_group_name(asg)
+        .desired_capacity(2)
+        .send()
+        .await
+        .expect("raise");
+    let failed = eventually("two failed attempts", WAIT, || async {
+        let failed: Vec<_> = world
+            .activities(asg)
+            .await
+            .into_iter()
+            .filter(|(s, _)| s == "Failed")
+            .collect();
+        (failed.len() >= 2).then_some(failed)
+    })
+    .await;
+    assert!(
+        failed[0]
+            .1
+            .contains("Could not launch Spot Instances. InsufficientInstanceCapacity"),
+        "{failed:?}"
+    );
+    let message = world
+        .aws
+        .autoscaling
+        .describe_scaling_activities()
+        .auto_scaling_group_name(asg)
+        .send()
+        .await
+        .expect("activities")
+        .activities()[0]
+        .status_message()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        message.starts_with("Could not launch Spot Instances"),
+        "{message}"
+    );
+    // Capacity returns: the ASG's own retry launches, nobody asks again.
+    world.untag_asg(asg, "snm.test/no-capacity", "true").await;
+    world.wait_in_service(asg, 2).await;
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn suspended_launch_and_standby_are_honoured() {
+    let world = World::new("emu-suspend").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let asg = &kops.asgs[0];
+    let asg_api = &world.aws.autoscaling;
+    asg_api
+        .suspend_processes()
+        .auto_scaling_group_name(asg)
+        .scaling_processes("Launch")
+        .send()
+        .await
+        .expect("suspend");
+    asg_api
+        .set_desired_capacity()
+        .auto_scaling_group_name(asg)
+        .desired_capacity(2)
+        .send()
+        .await
+        .expect("raise");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(world.asg_instances(asg).await.len(), 1, "Launch suspended");
+    let g = describe(&world, asg).await;
+    assert_eq!(
+        g.suspended_processes()
+            .iter()
+            .filter_map(|p| p.process_name())
+            .collect::<Vec<_>>(),
+        ["Launch"]
+    );
+    asg_api
+        .resume_processes()
+        .auto_scaling_group_name(asg)
+        .scaling_processes("Launch")
+        .send()
+        .await
+        .expect("resume");
+    let ids = world.wait_in_service(asg, 2).await;
+
+    // Standby is not capacity: without a decrement, the ASG launches another.
+    asg_api
+        .enter_standby()
+        .auto_scaling_group_name(asg)
+        .instance_ids(&ids[0])
+        .should_decrement_desired_capacity(false)
+        .send()
+        .await
+        .expect("standby");
+    eventually("a replacement for the Standby instance", WAIT, || async {
+        let s = states(&describe(&world, asg).await);
+        (s.iter().filter(|s| *s == "InService").count() == 2 && s.contains(&"Standby".into()))
+            .then_some(())
+    })
+    .await;
+    world.cleanup().await;
+}

@@ -1,0 +1,139 @@
+//! Persist, then act, in the replenisher: the manager is killed (abort, as
+//! `kill -9`) right after writing what it is about to do and right after
+//! doing it, at every step of a shortage and its end, and restarted each time.
+//! No raise is ordered twice, no record of a raise is lost, exactly one
+//! surplus instance is removed, and the layout comes back.
+//! Needs the `fault-injection` feature (scripts/test enables it).
+#![cfg(feature = "fault-injection")]
+
+mod support;
+
+use kube::api::{Api, PostParams};
+use spot_node_manager::crd::replenisher::ReplenishPhase;
+use spot_node_manager::crd::{NodeGroup, Replenisher};
+use std::time::Duration;
+use support::{World, ZONES, eventually};
+
+const WAIT: Duration = Duration::from_secs(90);
+const FAST: Duration = Duration::from_millis(300);
+const NO_CAPACITY: &str = "snm.test/no-capacity";
+
+fn group(asgs: &[String]) -> NodeGroup {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
+        "metadata": {"name": "workers"},
+        "spec": {
+            "role": "Worker",
+            "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
+            "desired": 3,
+            "replenish": {"cooldown": "1s", "joinTimeout": "15m"}
+        }
+    }))
+    .expect("group")
+}
+
+async fn ready_nodes(groups: &Api<NodeGroup>) -> Option<i32> {
+    groups.get("workers").await.ok()?.status?.ready_nodes
+}
+
+/// Runs the manager until it aborts at `point`, then returns.
+async fn crash_at(world: &World, point: &str) {
+    let (mut manager, _config) =
+        world.start_manager_with("resyncInterval: 2s\n", &[], &[("SNM_CRASH_AT", point)]);
+    eventually(&format!("a crash at {point}"), WAIT, || async {
+        (!manager.child_alive()).then_some(())
+    })
+    .await;
+    assert!(
+        manager.logs().contains(&format!("crash point {point}")),
+        "exited without reaching {point}:\n{}",
+        manager.logs()
+    );
+    manager.kill();
+}
+
+#[tokio::test]
+async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_the_layout() {
+    let world = World::new("rp-restart").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let short = kops.asgs[0].clone();
+    world.set_timing(&short, "capacity-retry", 3.0).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(&PostParams::default(), &group(&kops.asgs))
+        .await
+        .expect("create");
+    eventually("3 nodes", WAIT, || async {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(world.client.clone());
+        let n = nodes
+            .list(&kube::api::ListParams::default().labels(&format!(
+                "{}={}",
+                spot_node_manager::sim::SIM_ACCOUNT_LABEL,
+                world.account
+            )))
+            .await
+            .ok()?
+            .items
+            .len();
+        (n == 3).then_some(())
+    })
+    .await;
+    let original = world.asg_snapshot(&kops.asgs).await;
+
+    // A shortage in zone a, and its node reclaimed.
+    world.tag_asg(&short, NO_CAPACITY, "true").await;
+    let lost = world.asg_instances(&short).await.remove(0);
+    world.lose_instance(&lost).await;
+
+    // The raise: killed after recording it, then after making it.
+    crash_at(&world, "replenisher:scale_up:persisted").await;
+    crash_at(&world, "replenisher:scale_up:acted").await;
+    let raised = world.asg_snapshot(&kops.asgs).await;
+    let total: i32 = raised.iter().map(|(_, d, _)| d).sum();
+    assert_eq!(total, 4, "one raise, not two: {raised:?}");
+
+    // The shortage ends; the surplus goes: killed after recording the
+    // termination, then after making it.
+    world.untag_asg(&short, NO_CAPACITY, "true").await;
+    crash_at(&world, "replenisher:scale_in:persisted").await;
+    crash_at(&world, "replenisher:scale_in:acted").await;
+
+    let (_manager, _config) = world.start_manager(&[]);
+    let replenishers: Api<Replenisher> = world.api();
+    eventually("layout restored", WAIT, || async {
+        let now = world.asg_snapshot(&kops.asgs).await;
+        let counts = |s: &[(String, i32, Vec<String>)]| {
+            s.iter()
+                .map(|(n, d, ids)| (n.clone(), *d, ids.len()))
+                .collect::<Vec<_>>()
+        };
+        let rp = replenishers.get("workers").await.ok()?.status?;
+        (counts(&now) == counts(&original)
+            && ready_nodes(&groups).await? == 3
+            && rp.raised.is_empty()
+            && rp.raising.is_empty()
+            && rp.scale_in.is_none()
+            && rp.phase == ReplenishPhase::Steady)
+            .then_some(())
+    })
+    .await;
+    // Exactly one instance was removed by scale-in: the raised ASG's extra.
+    let terminations: usize = {
+        let mut n = 0;
+        for asg in &kops.asgs {
+            n += world
+                .activities(asg)
+                .await
+                .iter()
+                .filter(|(_, d)| d.starts_with("Terminating EC2 instance"))
+                .count();
+        }
+        n
+    };
+    assert_eq!(
+        terminations, 2,
+        "the lost instance (health check) and one surplus instance"
+    );
+    world.cleanup().await;
+}
