@@ -4,7 +4,8 @@ mod support;
 
 use spot_node_manager::cloud::Cloud;
 use spot_node_manager::cloud::aws::AwsCloud;
-use support::{World, ZONES};
+use std::time::Duration;
+use support::{World, ZONES, eventually};
 
 fn cloud(world: &World) -> AwsCloud {
     AwsCloud::new(world.aws.clone())
@@ -33,7 +34,7 @@ async fn describe_groups_returns_existing_groups_with_their_instances() {
         .iter()
         .find(|g| g.name == kops.asgs[0])
         .expect("first ASG");
-    assert_eq!((g.desired, g.min, g.max), (2, 0, 20));
+    assert_eq!((g.desired, g.min, g.max), (2, 2, 20));
     assert_eq!(g.instances.len(), 2);
     assert!(
         g.instances
@@ -50,6 +51,50 @@ async fn describe_groups_returns_existing_groups_with_their_instances() {
         Some(&kops.instance_groups[0])
     );
     assert!(g.recent_failure.is_none());
+    assert!(g.suspended_processes.is_empty());
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_short_asg_reports_its_newest_launch_failure_and_suspended_processes() {
+    let world = World::new("aws-short").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let asg = &kops.asgs[0];
+    world.tag_asg(asg, "snm.test/no-capacity", "true").await;
+    world
+        .aws
+        .autoscaling
+        .suspend_processes()
+        .auto_scaling_group_name(asg)
+        .scaling_processes("AZRebalance")
+        .send()
+        .await
+        .expect("suspend");
+    let aws = cloud(&world);
+    aws.set_desired_capacity(asg, 2).await.expect("raise");
+    let g = eventually("a failed launch", Duration::from_secs(30), || async {
+        let g = aws.describe_groups(std::slice::from_ref(asg)).await.ok()?;
+        g.into_iter().find(|g| g.recent_failure.is_some())
+    })
+    .await;
+    assert!(
+        g.recent_failure
+            .as_deref()
+            .is_some_and(|f| f.starts_with("Could not launch Spot Instances")),
+        "{g:?}"
+    );
+    assert_eq!(g.suspended_processes, ["AZRebalance"]);
+    // Capacity returns: the newest launch succeeds, and the old failure no
+    // longer counts.
+    world.untag_asg(asg, "snm.test/no-capacity", "true").await;
+    world.wait_in_service(asg, 2).await;
+    aws.set_desired_capacity(asg, 3).await.expect("raise");
+    let g = eventually("a launch in flight", Duration::from_secs(30), || async {
+        let g = aws.describe_groups(std::slice::from_ref(asg)).await.ok()?;
+        g.into_iter().find(|g| g.active_instances() < 3)
+    })
+    .await;
+    assert!(g.recent_failure.is_none(), "{g:?}");
     world.cleanup().await;
 }
 
@@ -91,7 +136,8 @@ async fn set_desired_capacity_launches_and_an_unknown_asg_is_a_clear_error() {
         .await
         .expect("set desired");
     assert_eq!(desired(&world, &kops.asgs[0]).await, 3);
-    assert_eq!(world.asg_instances(&kops.asgs[0]).await.len(), 3);
+    // Launched by the ASG after its lag, not inside the call.
+    world.wait_in_service(&kops.asgs[0], 3).await;
     let err = aws
         .set_desired_capacity("nodes-nowhere", 2)
         .await

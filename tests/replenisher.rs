@@ -311,6 +311,9 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
 #[tokio::test]
 async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_blocks_scale_up() {
     let world = World::new("rp-join").await;
+    // The kubelet runs before the instances boot, as in a real cluster: with
+    // a 3 s join timeout, a node registering late would be a never-joined one.
+    let _sim = world.start_sim(FAST, FAST);
     let joined = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
     // At its min (kops): a removal cannot decrement, so the ASG launches a
     // fresh instance, which never joins either.
@@ -323,7 +326,17 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
         )
         .await;
     let first = world.asg_instances(&late.asgs[0]).await.remove(0);
-    let _sim = world.start_sim(FAST, FAST);
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let joined_id = world.asg_instances(&joined.asgs[0]).await.remove(0);
+    eventually("the joined node", WAIT, || async {
+        nodes
+            .get_opt(&joined_id)
+            .await
+            .ok()?
+            .filter(spot_node_manager::controllers::inventory::is_ready)
+            .map(|_| ())
+    })
+    .await;
     let mut asgs = joined.asgs.clone();
     asgs.extend(late.asgs.clone());
     let groups: Api<NodeGroup> = world.api();

@@ -623,11 +623,19 @@ fn scale_up(s: &Stage) -> Option<Plan> {
             ),
         ));
     }
+    // An ASG whose instances are not joining (a removal run in progress) is
+    // no place for another one.
+    let not_joining = |a: &&AsgView| {
+        s.status
+            .removals
+            .iter()
+            .any(|r| r.auto_scaling_group == a.name)
+    };
     let mut candidates: Vec<AsgView> = s
         .asgs
         .iter()
         .filter(usable)
-        .filter(|a| a.desired < a.max)
+        .filter(|a| a.desired < a.max && !not_joining(a))
         .cloned()
         .collect();
     if candidates.is_empty() {
@@ -1532,6 +1540,13 @@ mod tests {
             Duration::from_secs(2),
             "next step soon, removal due in 40s"
         );
+        // Its instances do not join: no raise goes there.
+        s.desired = 4;
+        let Action::ScaleUp(changes) = s.plan().action else {
+            panic!("a raise")
+        };
+        assert!(changes.iter().all(|c| c.asg != "c"), "{changes:?}");
+        s.desired = 3;
         // Due: removed, and the next one backs off twice as long.
         s.status.removals[0].retry_after = t0();
         let p = s.plan();
