@@ -39,6 +39,9 @@ pub struct SimConfig {
     pub poll: Duration,
     /// Label value separating this simulator's Nodes from others'.
     pub account: String,
+    /// Masters: from Node Ready to its control-plane pods (kube-apiserver,
+    /// etcd-manager) Ready.
+    pub control_plane_delay: Duration,
 }
 
 impl Default for SimConfig {
@@ -48,6 +51,7 @@ impl Default for SimConfig {
             ready_delay: Duration::from_secs(3),
             poll: Duration::from_millis(500),
             account: "default".into(),
+            control_plane_delay: Duration::from_secs(2),
         }
     }
 }
@@ -67,6 +71,7 @@ pub struct SimKubelet {
     config: SimConfig,
     first_seen: HashMap<String, Instant>,
     registered_at: HashMap<String, Instant>,
+    ready_at: HashMap<String, Instant>,
 }
 
 impl SimKubelet {
@@ -79,6 +84,7 @@ impl SimKubelet {
             config,
             first_seen: HashMap::new(),
             registered_at: HashMap::new(),
+            ready_at: HashMap::new(),
         }
     }
 
@@ -177,8 +183,10 @@ impl SimKubelet {
                     Err(e) => return Err(Error::kube(format!("delete node {name}"))(e)),
                 }
                 self.registered_at.remove(name);
+                self.ready_at.remove(name);
             }
         }
+        let mut control_plane = BTreeMap::new();
         for (id, instance) in &running {
             let Some(member) = members.get(*id) else {
                 continue;
@@ -202,7 +210,15 @@ impl SimKubelet {
             if ready != current || !existing.contains_key(*id) {
                 self.set_ready(id, ready).await?;
             }
+            if ready && member.master {
+                let since = *self.ready_at.entry(id.to_string()).or_insert(now);
+                control_plane.insert(
+                    id.to_string(),
+                    now.duration_since(since) >= self.config.control_plane_delay,
+                );
+            }
         }
+        self.sync_control_plane(&control_plane).await?;
         self.finish_terminating_pods(&existing).await
     }
 
@@ -269,6 +285,70 @@ impl SimKubelet {
             .await
             .map_err(Error::kube(format!("set node {id} ready={ready}")))?;
         debug!(node = id, ready, "node readiness set");
+        Ok(())
+    }
+
+    /// kops's static control-plane pods on Ready masters (mirror pods in
+    /// kube-system), Ready after `control_plane_delay`; gone with their node.
+    async fn sync_control_plane(&self, masters: &BTreeMap<String, bool>) -> Result<()> {
+        use crate::k8s::control_plane::{APP_LABEL, NAMESPACE, REQUIRED_APPS};
+        let api: Api<Pod> = Api::namespaced(self.pods.clone().into_client(), NAMESPACE);
+        let selector = format!("{SIM_ACCOUNT_LABEL}={}", self.config.account);
+        let existing = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(Error::kube("list control-plane pods"))?;
+        let mut present = BTreeMap::new();
+        for pod in existing.items {
+            let node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            if !masters.contains_key(&node) {
+                match api
+                    .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+                    .await
+                {
+                    Ok(_) | Err(kube::Error::Api(_)) => {}
+                    Err(e) => return Err(Error::kube("delete control-plane pod")(e)),
+                }
+                continue;
+            }
+            present.insert(
+                pod.name_any(),
+                crate::k8s::control_plane::is_pod_ready(&pod),
+            );
+        }
+        for (node, up) in masters {
+            for app in REQUIRED_APPS {
+                let name = format!("{app}-{node}");
+                if !present.contains_key(&name) {
+                    let pod: Pod = serde_json::from_value(serde_json::json!({
+                        "metadata": {
+                            "name": name,
+                            "labels": {APP_LABEL: app, SIM_ACCOUNT_LABEL: self.config.account},
+                            "annotations": {crate::k8s::drain::MIRROR_ANNOTATION: "sim"},
+                        },
+                        "spec": {"nodeName": node, "containers": [{"name": app, "image": "registry.invalid/static"}]},
+                    }))
+                    .map_err(|e| Error::InvalidObject(format!("control-plane pod: {e}")))?;
+                    match api.create(&PostParams::default(), &pod).await {
+                        Ok(_) | Err(kube::Error::Api(_)) => {}
+                        Err(e) => return Err(Error::kube("create control-plane pod")(e)),
+                    }
+                }
+                let is_ready = present.get(&name).copied().unwrap_or(false);
+                if is_ready != *up {
+                    let status = if *up { "True" } else { "False" };
+                    let patch = serde_json::json!({"status": {"phase": "Running", "conditions": [
+                        {"type": "Ready", "status": status}]}});
+                    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map_err(Error::kube(format!("set {name} ready={up}")))?;
+                }
+            }
+        }
         Ok(())
     }
 

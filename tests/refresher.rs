@@ -3,13 +3,14 @@
 
 mod support;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use spot_node_manager::crd::Refresher;
 use spot_node_manager::crd::refresher::{RefreshPhase, RunResult};
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 use support::refresh::*;
-use support::{ZONES, eventually};
+use support::{World, ZONES, eventually};
 
 #[tokio::test]
 async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired() {
@@ -41,8 +42,17 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
     assert_eq!(samples.max_desired, 4, "{samples:?}");
 
     // Every original node replaced, each instance terminated once, the
-    // surplus gone, and the layout back: one per ASG, desired as before.
-    let after = world.asg_snapshot(&kops.asgs).await;
+    // surplus gone, and the layout back: one per ASG, desired as before
+    // (once the last termination is through: AWS lists a Terminating
+    // instance for a while).
+    let after = eventually("terminations through", WAIT, || async {
+        let after = world.asg_snapshot(&kops.asgs).await;
+        after
+            .iter()
+            .all(|(_, _, ids)| ids.len() == 1)
+            .then_some(after)
+    })
+    .await;
     let now_in_service = all_instances(&world, &kops.asgs).await;
     assert!(now_in_service.is_disjoint(&original), "{after:?}");
     assert_eq!(desired_counts(&after), desired_counts(&before));
@@ -93,6 +103,70 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
     world.cleanup().await;
 }
 
+/// Samples every 250 ms when each original master was first seen cordoned
+/// and when each new master's control-plane pods were first all Ready.
+type FirstSeen = (BTreeMap<String, Instant>, BTreeMap<String, Instant>);
+
+struct ControlPlaneSampler {
+    times: std::sync::Arc<std::sync::Mutex<FirstSeen>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ControlPlaneSampler {
+    fn start(world: &World, original: &BTreeSet<String>) -> ControlPlaneSampler {
+        let times: std::sync::Arc<std::sync::Mutex<FirstSeen>> = Default::default();
+        let nodes: Api<Node> = Api::all(world.client.clone());
+        let pods: Api<Pod> = Api::namespaced(world.client.clone(), "kube-system");
+        let selector = format!(
+            "{}={}",
+            spot_node_manager::sim::SIM_ACCOUNT_LABEL,
+            world.account
+        );
+        let original = original.clone();
+        let out = times.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let listed = nodes.list(&ListParams::default().labels(&selector)).await;
+                let cp = pods.list(&ListParams::default().labels(&selector)).await;
+                if let (Ok(listed), Ok(cp)) = (listed, cp) {
+                    let up = spot_node_manager::k8s::control_plane::nodes_with_ready_control_plane(
+                        &cp.items,
+                    );
+                    let now = Instant::now();
+                    let mut t = out.lock().expect("times");
+                    for node in listed.items {
+                        let name = node.metadata.name.clone().unwrap_or_default();
+                        let cordoned = node
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.unschedulable)
+                            .unwrap_or(false);
+                        if original.contains(&name) && cordoned {
+                            t.0.entry(name).or_insert(now);
+                        } else if !original.contains(&name) && up.contains(&name) {
+                            t.1.entry(name).or_insert(now);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        });
+        ControlPlaneSampler { times, task }
+    }
+
+    /// (cordon times of the old masters, control-plane Ready times of the
+    /// new ones), each sorted.
+    fn stop(self) -> (Vec<Instant>, Vec<Instant>) {
+        self.task.abort();
+        let t = self.times.lock().expect("times");
+        let mut cordoned: Vec<Instant> = t.0.values().copied().collect();
+        let mut ready: Vec<Instant> = t.1.values().copied().collect();
+        cordoned.sort();
+        ready.sort();
+        (cordoned, ready)
+    }
+}
+
 #[tokio::test]
 async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
     let SteadyGroup {
@@ -115,10 +189,30 @@ async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
     .await;
     let original = all_instances(&world, &kops.asgs).await;
     let sampler = sample(&world, &kops.asgs, 3);
+    let control_plane = ControlPlaneSampler::start(&world, &original);
 
-    schedule_refresh(&world, "masters", serde_json::json!({})).await;
+    schedule_refresh(
+        &world,
+        "masters",
+        serde_json::json!({"masterSettleTime": "2s"}),
+    )
+    .await;
     let rf = run_finished(&world, "masters").await;
     let samples = sampler.stop();
+    // The next master is cordoned only once the previous replacement's
+    // control-plane pods (kube-apiserver, etcd-manager) are Ready.
+    let (cordoned, control_plane_ready) = control_plane.stop();
+    assert_eq!(cordoned.len(), 3, "{cordoned:?}");
+    assert_eq!(control_plane_ready.len(), 3, "{control_plane_ready:?}");
+    for k in 1..3 {
+        assert!(
+            cordoned[k] > control_plane_ready[k - 1],
+            "master {} cordoned {:?} before replacement {}'s control plane was Ready",
+            k + 1,
+            control_plane_ready[k - 1] - cordoned[k],
+            k
+        );
+    }
     let last = succeeded(rf, &manager).last_run.expect("last run");
     assert_eq!(last.replaced, 3);
     // One master out at a time, never an extra one.

@@ -79,6 +79,7 @@ async fn main() -> ExitCode {
         account: args
             .aws_emulator_account
             .unwrap_or_else(|| "default".into()),
+        ..SimConfig::default()
     };
     let shutdown = CancellationToken::new();
     spot_node_manager::manager::spawn_signal_handler(shutdown.clone());

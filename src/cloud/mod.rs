@@ -73,6 +73,12 @@ impl AsgInstance {
     pub fn is_pending(&self) -> bool {
         self.lifecycle_state.starts_with("Pending")
     }
+
+    /// Launched and in service: AWS is done with it (a Pending instance may
+    /// still be abandoned by a lifecycle hook).
+    pub fn is_in_service(&self) -> bool {
+        self.lifecycle_state == "InService"
+    }
 }
 
 impl From<&AsgDescription> for crate::crd::nodegroup::AutoScalingGroupStatus {

@@ -277,6 +277,7 @@ pub fn child_specs(group: &NodeGroup) -> (Option<RefresherSpec>, Option<Replenis
         drain_timeout: r.drain_timeout.clone(),
         drain_timeout_action: r.drain_timeout_action,
         ready_timeout: r.ready_timeout.clone(),
+        master_settle_time: r.master_settle_time.clone(),
         suspend: spec.suspend,
     });
     let replenisher = spec.replenish.enabled.then(|| ReplenisherSpec {

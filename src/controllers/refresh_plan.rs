@@ -28,6 +28,7 @@ use crate::crd::refresher::{
     AsgDesired, RefreshPhase, RefreshTarget, RefresherStatus, RunOutcome, RunResult, TargetPurpose,
 };
 use chrono::{DateTime, Utc};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// A node of the group, as the plan sees it (`ready` only while its
@@ -55,6 +56,9 @@ pub struct Input<'a> {
     pub asgs: &'a [AsgView],
     pub members: &'a [Member],
     pub nodes: &'a [NodeView],
+    /// Masters: the nodes whose control-plane pods (kube-apiserver,
+    /// etcd-manager) are all Ready. Looked at only between replacements.
+    pub control_plane_ready: &'a BTreeSet<String>,
     pub lock: LockState,
     pub status: &'a RefresherStatus,
     pub now: DateTime<Utc>,
@@ -266,6 +270,9 @@ impl Planner<'_> {
         }
         if input.suspended {
             return Some(self.skip("the group is suspended".into(), settings));
+        }
+        if let Some(why) = blocking_processes(input.asgs) {
+            return Some(self.skip(why, settings));
         }
         let ready = self.ready();
         if ready < input.desired {
@@ -511,6 +518,17 @@ impl Planner<'_> {
                     let (ready, whole) = (self.ready(), self.whole());
                     let node = target.node.clone().unwrap_or(target.instance_id.clone());
                     if ready >= whole {
+                        match self.control_plane_settling(settings) {
+                            Ok(Some(waiting)) => return waiting,
+                            Ok(None) => {}
+                            Err(reason) => {
+                                self.status.current_target = None;
+                                self.fail(reason);
+                                continue;
+                            }
+                        }
+                    }
+                    if ready >= whole {
                         let took = (now - target.since).to_std().unwrap_or(Duration::ZERO);
                         self.happenings.push(Happening::Replaced { node, took });
                         self.status.replaced += 1;
@@ -556,6 +574,62 @@ impl Planner<'_> {
     }
 
     /// ASGs below their recorded desired count plus this run's surplus.
+    /// Masters, once the replacement is Ready: wait until every master's
+    /// control-plane pods are Ready, then the settle time, before the next
+    /// master is touched. Ok(None): go on; Err: not Ready in time.
+    fn control_plane_settling(
+        &mut self,
+        settings: &ResolvedRefresh,
+    ) -> Result<Option<Step>, String> {
+        let input = self.input;
+        if input.role != Role::Master {
+            return Ok(None);
+        }
+        let mut waiting_for: Vec<&str> = input
+            .nodes
+            .iter()
+            .filter(|n| n.ready && !input.control_plane_ready.contains(&n.name))
+            .map(|n| n.name.as_str())
+            .collect();
+        waiting_for.sort();
+        let deadline = self.since_phase() + chrono(settings.ready_timeout);
+        if !waiting_for.is_empty() {
+            self.status.control_plane_ready_since = None;
+            if input.now >= deadline {
+                return Err(format!(
+                    "control-plane pods not Ready within {} on {}",
+                    crate::duration::format(settings.ready_timeout),
+                    waiting_for.join(", ")
+                ));
+            }
+            return Ok(Some((
+                Action::Nothing,
+                format!(
+                    "waiting for control-plane pods (kube-apiserver, etcd-manager) on {}",
+                    waiting_for.join(", ")
+                ),
+                SOON.min(until(input.now, deadline)),
+            )));
+        }
+        let since = *self
+            .status
+            .control_plane_ready_since
+            .get_or_insert(input.now);
+        let settled = since + chrono(settings.master_settle_time);
+        if input.now < settled {
+            return Ok(Some((
+                Action::Nothing,
+                format!(
+                    "control plane Ready; settling until {}",
+                    settled.to_rfc3339()
+                ),
+                until(input.now, settled),
+            )));
+        }
+        self.status.control_plane_ready_since = None;
+        Ok(None)
+    }
+
     fn raise_changes(&self) -> Vec<DesiredChange> {
         self.status
             .original_desired
@@ -944,6 +1018,21 @@ impl Planner<'_> {
     }
 }
 
+/// Why a run cannot start on these ASGs, if one has a process suspended
+/// that a run needs: Launch (surplus and replacements) or Terminate.
+pub fn blocking_processes(asgs: &[AsgView]) -> Option<String> {
+    let blocked: Vec<String> = asgs
+        .iter()
+        .flat_map(|a| {
+            [crate::cloud::LAUNCH, crate::cloud::TERMINATE]
+                .into_iter()
+                .filter(|p| a.is_suspended(p))
+                .map(move |p| format!("{} has its {p} process suspended", a.name))
+        })
+        .collect();
+    (!blocked.is_empty()).then(|| blocked.join("; "))
+}
+
 /// Whether the group can spare a target, by the Ready nodes besides it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Removal {
@@ -1076,6 +1165,7 @@ mod tests {
             drain_timeout: Duration::from_secs(300),
             drain_timeout_action: DrainTimeoutAction::Abort,
             ready_timeout: Duration::from_secs(900),
+            master_settle_time: Duration::from_secs(10),
         }
     }
 
@@ -1103,6 +1193,7 @@ mod tests {
         desired: i32,
         max: i32,
         launching: bool,
+        suspended: Vec<String>,
     }
 
     /// A group and its ASGs as the plan would observe them, driven the way the
@@ -1123,6 +1214,8 @@ mod tests {
         lock: LockState,
         /// Drains of these nodes never finish (a PodDisruptionBudget).
         stuck: Vec<String>,
+        /// Masters whose control-plane pods are not Ready.
+        control_plane_down: BTreeSet<String>,
         /// Drain steps taken per node: a drain finishes on its second step.
         drain_steps: Vec<String>,
         terminated: Vec<String>,
@@ -1153,6 +1246,7 @@ mod tests {
                         desired: per_asg,
                         max: per_asg + 3,
                         launching: true,
+                        suspended: vec![],
                     })
                     .collect(),
                 instances: vec![],
@@ -1164,6 +1258,7 @@ mod tests {
                 },
                 lock: LockState::Free,
                 stuck: vec![],
+                control_plane_down: BTreeSet::new(),
                 drain_steps: vec![],
                 terminated: vec![],
                 happenings: vec![],
@@ -1219,6 +1314,7 @@ mod tests {
                     max: a.max,
                     instances: self.instances.iter().filter(|i| i.asg == a.name).count() as i32,
                     launching: a.launching,
+                    suspended_processes: a.suspended.clone(),
                     ..Default::default()
                 })
                 .collect();
@@ -1247,6 +1343,11 @@ mod tests {
 
         fn plan(&self) -> Plan {
             let (asgs, members, nodes) = self.views();
+            let control_plane_ready: BTreeSet<String> = nodes
+                .iter()
+                .map(|n| n.name.clone())
+                .filter(|n| !self.control_plane_down.contains(n))
+                .collect();
             plan(&Input {
                 role: self.role,
                 desired: self.desired,
@@ -1257,6 +1358,7 @@ mod tests {
                 asgs: &asgs,
                 members: &members,
                 nodes: &nodes,
+                control_plane_ready: &control_plane_ready,
                 lock: self.lock.clone(),
                 status: &self.status,
                 now: self.now,
@@ -1586,6 +1688,31 @@ mod tests {
     }
 
     #[test]
+    fn an_asg_with_launch_or_terminate_suspended_skips_the_run_naming_both() {
+        let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+        sim.asgs[1].suspended = vec!["AZRebalance".into(), "Launch".into()];
+        sim.asgs[2].suspended = vec!["Terminate".into()];
+        let plan = sim.step(false);
+        assert_eq!(plan.action, Action::Nothing);
+        assert_eq!(
+            sim.result(),
+            Some((
+                RunResult::Skipped,
+                Some(
+                    "asg-1 has its Launch process suspended; asg-2 has its Terminate process suspended"
+                        .into()
+                )
+            ))
+        );
+        assert!(sim.terminated.is_empty());
+        // AZRebalance alone does not stop a run.
+        let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+        sim.asgs[1].suspended = vec!["AZRebalance".into()];
+        sim.run_to_end(200);
+        assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    }
+
+    #[test]
     fn too_few_ready_nodes_skip_the_run() {
         let mut sim = Sim::new(Role::Worker, 3, 1, 1);
         sim.instances[0].ready = false;
@@ -1829,6 +1956,60 @@ mod tests {
         // Each termination left the other two Ready.
         assert!(sim.ready_after_terminations.iter().all(|r| *r == 2));
         assert_eq!(sim.layout(), layout);
+    }
+
+    #[test]
+    fn the_next_master_waits_for_the_control_plane_and_the_settle_time() {
+        let mut sim = Sim::new(Role::Master, 3, 1, 0);
+        let originals: BTreeSet<String> = sim
+            .instances
+            .iter()
+            .map(|i| Sim::node_name(&i.id))
+            .collect();
+        // Run until the first replacement is Ready, its control plane down.
+        for _ in 0..60 {
+            sim.step(false);
+            let new: Vec<String> = sim
+                .instances
+                .iter()
+                .map(|i| Sim::node_name(&i.id))
+                .filter(|n| !originals.contains(n))
+                .collect();
+            sim.control_plane_down.extend(new);
+            sim.all_join_and_ready();
+            sim.advance(1);
+            if sim.terminated.len() == 1 && sim.ready_count() == 3 {
+                break;
+            }
+        }
+        assert_eq!(sim.terminated.len(), 1);
+        let drains_so_far = sim.drain_steps.len();
+        for _ in 0..30 {
+            let plan = sim.step(false);
+            assert!(
+                plan.message.contains("control-plane pods"),
+                "{}",
+                plan.message
+            );
+            sim.advance(1);
+        }
+        assert_eq!(
+            sim.drain_steps.len(),
+            drains_so_far,
+            "no second master touched"
+        );
+        // Up: still the settle time (10 s here) before the next master.
+        sim.control_plane_down.clear();
+        for _ in 0..9 {
+            let plan = sim.step(false);
+            assert!(plan.message.contains("settling"), "{}", plan.message);
+            sim.advance(1);
+        }
+        assert_eq!(sim.drain_steps.len(), drains_so_far);
+        sim.advance(1);
+        sim.run_to_end(300);
+        assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+        assert_eq!(sim.terminated.len(), 3);
     }
 
     #[test]

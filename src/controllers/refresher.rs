@@ -29,6 +29,8 @@ use tracing::{debug, info, warn};
 pub const CONTROLLER: &str = "refresher";
 pub const SCHEDULE_VALID: &str = "ScheduleValid";
 pub const LAST_RUN_SUCCEEDED: &str = "LastRunSucceeded";
+/// False while an ASG of the group has Launch or Terminate suspended.
+pub const SCALING_PROCESSES: &str = "ScalingProcesses";
 const EVENT_ACTION: &str = "Refresh";
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
@@ -78,6 +80,14 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
     let members = members(&fresh);
     let current = rf.status.clone().unwrap_or_default();
     let schedule_key = rf.spec.schedule_key();
+    // Masters between replacements: which nodes' control planes are up.
+    let control_plane_ready = if group.spec.role == crate::crd::Role::Master
+        && current.phase == crate::crd::refresher::RefreshPhase::WaitingForReplacement
+    {
+        crate::k8s::control_plane::ready_nodes(ctx).await?
+    } else {
+        Default::default()
+    };
     let plan = refresh_plan::plan(&Input {
         role: group.spec.role,
         desired: group.spec.desired,
@@ -88,6 +98,7 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
         asgs: &asgs,
         members: &members,
         nodes: &nodes,
+        control_plane_ready: &control_plane_ready,
         lock: lock_state,
         status: &current,
         now,
@@ -115,6 +126,29 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
             rf.metadata.generation,
             now,
         ),
+    }
+    // Whether the ASGs let a run do its work (Launch, Terminate not suspended).
+    match refresh_plan::blocking_processes(&asgs) {
+        Some(why) => set_condition(
+            &mut status.conditions,
+            SCALING_PROCESSES,
+            ConditionStatus::False,
+            "ProcessSuspended",
+            why,
+            rf.metadata.generation,
+            now,
+        ),
+        None if !asgs.is_empty() => set_condition(
+            &mut status.conditions,
+            SCALING_PROCESSES,
+            ConditionStatus::True,
+            "Active",
+            "Launch and Terminate are active on every ASG",
+            rf.metadata.generation,
+            now,
+        ),
+        // Not described this reconcile (idle, not due): keep what was known.
+        None => {}
     }
     if let Some(last) = status
         .last_run

@@ -345,9 +345,10 @@ async fn scaled_down_event(ctx: &Context, group_ref: &ObjectReference, status: &
 }
 
 /// The group's nodes as the plan sees them. A node counts as Ready only while
-/// its instance is still active in its ASG per the fresh describe: after a
+/// its instance is InService in its ASG per the fresh describe: after a
 /// termination, the inventory (and a real kubelet) can report the node Ready
-/// for a while, and counting it could remove a second node.
+/// for a while, and counting it could remove a second node; before AWS has
+/// finished launching it (Pending), it may still be abandoned.
 pub fn node_views(
     nodes: &[crate::crd::nodegroup::NodeStatus],
     fresh: &[AsgDescription],
@@ -361,7 +362,7 @@ pub fn node_views(
                 Some(id) => fresh.iter().any(|a| {
                     a.instances
                         .iter()
-                        .any(|i| i.instance_id == *id && i.is_active())
+                        .any(|i| i.instance_id == *id && i.is_in_service())
                 }),
                 // No instance known (e.g. a bad providerID): nothing says it is leaving.
                 None => true,
@@ -517,7 +518,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_node_whose_instance_left_its_asg_is_not_counted_ready() {
+    fn a_node_counts_ready_only_while_its_instance_is_in_service() {
         let mut left = status_node("left", "a", "i-4");
         // The inventory's view once the instance has left its ASG.
         left.auto_scaling_group = None;
@@ -526,8 +527,18 @@ pub(crate) mod tests {
             status_node("terminated", "a", "i-2"),
             status_node("terminating", "a", "i-3"),
             left,
+            status_node("pending", "a", "i-5"),
+            status_node("standby", "a", "i-6"),
         ];
-        let asgs = [fresh("a", &[("i-1", "InService"), ("i-3", "Terminating")])];
+        let asgs = [fresh(
+            "a",
+            &[
+                ("i-1", "InService"),
+                ("i-3", "Terminating"),
+                ("i-5", "Pending"),
+                ("i-6", "Standby"),
+            ],
+        )];
         let views = node_views(&nodes, &asgs);
         let ready: Vec<_> = views
             .iter()

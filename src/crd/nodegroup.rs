@@ -125,6 +125,15 @@ pub struct RefreshSpec {
     #[serde(default = "default_ready_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub ready_timeout: String,
+    /// Masters: after a replacement's control-plane pods (kube-apiserver,
+    /// etcd-manager) are Ready, wait this long before the next master.
+    #[serde(default = "default_master_settle_time")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub master_settle_time: String,
+}
+
+fn default_master_settle_time() -> String {
+    "2m".into()
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
@@ -326,6 +335,7 @@ pub struct ResolvedRefresh {
     pub drain_timeout: std::time::Duration,
     pub drain_timeout_action: DrainTimeoutAction,
     pub ready_timeout: std::time::Duration,
+    pub master_settle_time: std::time::Duration,
 }
 
 impl RefreshSpec {
@@ -425,6 +435,10 @@ impl NodeGroupSpec {
             let durations = [
                 ("refresh.drainTimeout", Some(&refresh.drain_timeout)),
                 ("refresh.readyTimeout", Some(&refresh.ready_timeout)),
+                (
+                    "refresh.masterSettleTime",
+                    Some(&refresh.master_settle_time),
+                ),
                 ("refresh.maxNodeAge", refresh.max_node_age.as_ref()),
             ];
             for (field, value) in durations {
@@ -451,6 +465,7 @@ impl NodeGroupSpec {
             drain_timeout: duration::parse(&refresh.drain_timeout).ok()?,
             drain_timeout_action: refresh.drain_timeout_action,
             ready_timeout: duration::parse(&refresh.ready_timeout).ok()?,
+            master_settle_time: duration::parse(&refresh.master_settle_time).ok()?,
         })
     }
 }
@@ -502,6 +517,7 @@ mod tests {
                 drain_timeout: "5m".into(),
                 drain_timeout_action: DrainTimeoutAction::Abort,
                 ready_timeout: "15m".into(),
+                master_settle_time: "2m".into(),
             }),
         }
     }

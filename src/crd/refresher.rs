@@ -49,8 +49,14 @@ pub struct RefresherSpec {
     pub drain_timeout: String,
     pub drain_timeout_action: DrainTimeoutAction,
     pub ready_timeout: String,
+    #[serde(default = "default_master_settle_time")]
+    pub master_settle_time: String,
     #[serde(default)]
     pub suspend: bool,
+}
+
+fn default_master_settle_time() -> String {
+    "2m".into()
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -93,6 +99,10 @@ pub struct RefresherStatus {
     pub run_start: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_target: Option<RefreshTarget>,
+    /// Masters: since when every master's control-plane pods are Ready
+    /// after a replacement (the settle time runs from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_ready_since: Option<DateTime<Utc>>,
     /// Each ASG's desired count before the run raised it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub original_desired: Vec<AsgDesired>,
@@ -209,6 +219,7 @@ impl RefresherSpec {
             drain_timeout: duration_of("drainTimeout", &self.drain_timeout)?,
             drain_timeout_action: self.drain_timeout_action,
             ready_timeout: duration_of("readyTimeout", &self.ready_timeout)?,
+            master_settle_time: duration_of("masterSettleTime", &self.master_settle_time)?,
         })
     }
 

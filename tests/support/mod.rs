@@ -700,6 +700,7 @@ impl World {
                 ready_delay,
                 poll: Duration::from_millis(300),
                 account: self.account.clone(),
+                control_plane_delay: Duration::from_secs(2),
             },
         );
         tokio::spawn(sim.run(token.clone()));

@@ -1,0 +1,119 @@
+//! kops's control plane on a master node: the static kube-apiserver and
+//! etcd-manager pods (mirror pods in kube-system, labelled `k8s-app`). A
+//! replaced master is only back once they are Ready.
+
+use crate::context::Context;
+use crate::{Error, Result};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use std::collections::{BTreeMap, BTreeSet};
+
+pub const NAMESPACE: &str = "kube-system";
+pub const APP_LABEL: &str = "k8s-app";
+/// Every master runs these; `etcd-manager-events` too when present.
+pub const REQUIRED_APPS: [&str; 2] = ["kube-apiserver", "etcd-manager-main"];
+pub const OPTIONAL_APPS: [&str; 1] = ["etcd-manager-events"];
+
+/// The nodes whose control-plane pods are all present and Ready.
+pub async fn ready_nodes(ctx: &Context) -> Result<BTreeSet<String>> {
+    let apps: Vec<&str> = REQUIRED_APPS
+        .iter()
+        .chain(&OPTIONAL_APPS)
+        .copied()
+        .collect();
+    let selector = format!("{APP_LABEL} in ({})", apps.join(","));
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), NAMESPACE)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(Error::kube("list control-plane pods"))?;
+    Ok(nodes_with_ready_control_plane(&pods.items))
+}
+
+/// Not being deleted, and its Ready condition True.
+pub fn is_pod_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Pure: nodes with every required app's pod, and every control-plane pod
+/// on them, Ready.
+pub fn nodes_with_ready_control_plane(pods: &[Pod]) -> BTreeSet<String> {
+    let mut by_node: BTreeMap<&str, Vec<(&str, bool)>> = BTreeMap::new();
+    for pod in pods {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            continue;
+        };
+        let Some(app) = pod.metadata.labels.as_ref().and_then(|l| l.get(APP_LABEL)) else {
+            continue;
+        };
+        by_node
+            .entry(node)
+            .or_default()
+            .push((app.as_str(), is_pod_ready(pod)));
+    }
+    by_node
+        .into_iter()
+        .filter(|(_, pods)| {
+            pods.iter().all(|(_, ready)| *ready)
+                && REQUIRED_APPS
+                    .iter()
+                    .all(|app| pods.iter().any(|(a, _)| a == app))
+        })
+        .map(|(node, _)| node.to_string())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+    use kube::api::ObjectMeta;
+
+    fn pod(app: &str, node: &str, ready: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("{app}-{node}")),
+                labels: Some([(APP_LABEL.to_string(), app.to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some(node.into()),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_node_counts_once_every_control_plane_pod_on_it_is_ready() {
+        let pods = [
+            pod("kube-apiserver", "m1", true),
+            pod("etcd-manager-main", "m1", true),
+            pod("etcd-manager-events", "m1", true),
+            // Not Ready yet.
+            pod("kube-apiserver", "m2", true),
+            pod("etcd-manager-main", "m2", false),
+            // etcd-manager missing.
+            pod("kube-apiserver", "m3", true),
+            // An optional pod not Ready holds the node back too.
+            pod("kube-apiserver", "m4", true),
+            pod("etcd-manager-main", "m4", true),
+            pod("etcd-manager-events", "m4", false),
+        ];
+        assert_eq!(
+            nodes_with_ready_control_plane(&pods),
+            BTreeSet::from(["m1".to_string()])
+        );
+    }
+}
