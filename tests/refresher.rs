@@ -25,6 +25,11 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
     let before = world.asg_snapshot(&kops.asgs).await;
     let original = all_instances(&world, &kops.asgs).await;
     pods_on(&world, &node_names(&world, &original).await).await;
+    // Slow launches: desired stays above the instances for 2 s, then 2 s Pending.
+    for asg in &kops.asgs {
+        world.set_timing(asg, "launch-lag", 2.0).await;
+        world.set_timing(asg, "pending-time", 2.0).await;
+    }
     let sampler = sample(&world, &kops.asgs, 3);
 
     schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
@@ -61,6 +66,21 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
     let terminated = states.get("terminated").cloned().unwrap_or_default();
     assert!(original.is_subset(&terminated), "{states:?}");
     assert_eq!(terminated.len(), 4, "3 old nodes and 1 surplus: {states:?}");
+    // AWS never chose a victim: every termination in the ASGs' activities is
+    // one the manager asked for, by instance, and logged.
+    let logs = without_colours(&manager.logs());
+    for asg in &kops.asgs {
+        for (_, description) in world.activities(asg).await {
+            if let Some(id) = description.strip_prefix("Terminating EC2 instance: ") {
+                assert!(
+                    logs.contains(&format!(
+                        "action=\"terminate_instance_in_auto_scaling_group\" object=instance/{id}"
+                    )),
+                    "{id} in {asg} was terminated without the manager choosing it"
+                );
+            }
+        }
+    }
     eventually("3 Ready after the run", WAIT, || async {
         (ready_count(&groups, "workers").await? == 3).then_some(())
     })
@@ -105,6 +125,24 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
 
 /// Samples every 250 ms when each original master was first seen cordoned
 /// and when each new master's control-plane pods were first all Ready.
+/// The log as plain text (the manager colours its fields).
+fn without_colours(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 type FirstSeen = (BTreeMap<String, Instant>, BTreeMap<String, Instant>);
 
 struct ControlPlaneSampler {

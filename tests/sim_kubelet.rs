@@ -5,8 +5,6 @@ mod support;
 
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
-use spot_node_manager::cloud::Cloud;
-use spot_node_manager::cloud::aws::AwsCloud;
 use spot_node_manager::crd::NodeGroup;
 use std::time::Duration;
 use support::{World, ZONES, eventually};
@@ -74,10 +72,7 @@ async fn nodes_register_with_kops_labels_and_leave_with_their_instance() {
     .await;
 
     // The instance terminates: its Node goes.
-    AwsCloud::new(world.aws.clone())
-        .terminate_in_group(&id, true)
-        .await
-        .expect("terminate");
+    world.lose_instance(&id).await;
     eventually("node deleted", WAIT, || async {
         nodes.get_opt(&id).await.ok()?.is_none().then_some(())
     })
@@ -133,5 +128,65 @@ async fn a_settled_group_status_is_not_rewritten_on_resync() {
         version,
         "nothing changed, so nothing is written"
     );
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_master_runs_the_static_control_plane_pods_ready_after_a_delay() {
+    use spot_node_manager::k8s::control_plane::{NAMESPACE, nodes_with_ready_control_plane};
+    let world = World::new("sim-masters").await;
+    let kops = world.kops_group("master", &ZONES[..1], 1, &[]).await;
+    let id = world.asg_instances(&kops.asgs[0]).await.remove(0);
+    let _sim = world.start_sim(FAST, FAST);
+    let pods: Api<Pod> = Api::namespaced(world.client.clone(), NAMESPACE);
+    let selector = format!(
+        "{}={}",
+        spot_node_manager::sim::SIM_ACCOUNT_LABEL,
+        world.account
+    );
+    let list = || async {
+        pods.list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+    };
+    // Created with the node, not Ready at first (the delay is 2 s).
+    let created = eventually("control-plane pods", WAIT, || async {
+        let items = list().await;
+        (items.len() == 2).then_some(items)
+    })
+    .await;
+    let mut names: Vec<String> = created
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            format!("etcd-manager-main-{id}"),
+            format!("kube-apiserver-{id}")
+        ]
+    );
+    assert!(
+        created.iter().all(|p| p
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))),
+        "mirror pods: never evicted"
+    );
+    eventually("control plane Ready", WAIT, || async {
+        nodes_with_ready_control_plane(&list().await)
+            .contains(&id)
+            .then_some(())
+    })
+    .await;
+    // Gone with the instance.
+    world.lose_instance(&id).await;
+    eventually("control-plane pods gone", WAIT, || async {
+        list().await.is_empty().then_some(())
+    })
+    .await;
     world.cleanup().await;
 }
