@@ -57,7 +57,9 @@ def main() -> None:
                 role_tag = "k8s.io/role/node"
             asg.create_auto_scaling_group(
                 AutoScalingGroupName=name,
-                MinSize=spec["size"] if role == "master" else 0,
+                # kops: an instance group sits at its min (minSize = maxSize
+                # for masters; workers leave room for surplus and shortages).
+                MinSize=spec["size"],
                 MaxSize=spec["max"],
                 DesiredCapacity=spec["size"],
                 VPCZoneIdentifier=subnets[zone],
