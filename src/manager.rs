@@ -113,10 +113,10 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
             "no AWS region configured (aws.region, --aws-region or AWS_REGION): AWS calls will fail"
         );
     }
-    let cloud = Arc::new(AwsCloudProvider::new(
-        sdk,
-        settings.aws.emulator_account.clone(),
-    ));
+    let cloud = Arc::new(
+        AwsCloudProvider::new(sdk, settings.aws.emulator_account.clone())
+            .with_metrics(metrics.clone()),
+    );
     if settings.dry_run {
         warn!(
             "dry-run: no AWS or Kubernetes object will be mutated; intended mutations are logged"

@@ -41,8 +41,15 @@ pub struct MutationLabels {
     pub outcome: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AwsCallLabels {
+    /// The API operation, e.g. DescribeAutoScalingGroups.
+    pub operation: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
+    pub aws_calls: Family<AwsCallLabels, Counter>,
     pub reconciles: Family<ControllerLabels, Counter>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
@@ -69,6 +76,12 @@ impl Default for Metrics {
         );
         let mutations = Family::<MutationLabels, Counter>::default();
         let leader = Gauge::default();
+        let aws_calls = Family::<AwsCallLabels, Counter>::default();
+        registry.register(
+            "aws_calls",
+            "AWS API requests made, per operation (each page counts; failures too)",
+            aws_calls.clone(),
+        );
         let drains = Family::<DrainLabels, Counter>::default();
         registry.register("drains", "Drain steps and outcomes", drains.clone());
         let refresh_runs = Family::<RunLabels, Counter>::default();
@@ -117,6 +130,7 @@ impl Default for Metrics {
         );
         Self {
             registry,
+            aws_calls,
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -162,6 +176,12 @@ impl Metrics {
 
     pub fn refresh_run(&self, result: &'static str) {
         self.refresh_runs.get_or_create(&RunLabels { result }).inc();
+    }
+
+    pub fn aws_call(&self, operation: &'static str) {
+        self.aws_calls
+            .get_or_create(&AwsCallLabels { operation })
+            .inc();
     }
 
     pub fn drain(&self, outcome: &'static str) {

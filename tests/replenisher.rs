@@ -92,6 +92,16 @@ async fn steady(world: &World, groups: &Api<NodeGroup>, count: i32) {
     .await;
 }
 
+/// AWS requests the manager has made so far, all operations.
+async fn aws_calls(manager: &support::ManagerProcess) -> f64 {
+    let metrics = manager.metrics().await.unwrap_or_default();
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("spot_node_manager_aws_calls_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 fn performed(metrics: &str, action: &str) -> u64 {
     support::metric(
         metrics,
@@ -183,12 +193,17 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
     let (manager, _config) = world.start_manager_with("resyncInterval: 10m\n", &[], &[]);
     steady(&world, &groups, 3).await;
     let original = world.asg_snapshot(&kops.asgs).await;
+    // AWS calls while steady, over 20 s.
+    let calls_before = aws_calls(&manager).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let steady_per_min = (aws_calls(&manager).await - calls_before) * 3.0;
     let sampler = AsgSampler::start(&world, &kops.asgs);
 
     // Spot capacity runs out in zone a, and its node is reclaimed.
     world.tag_asg(&short, NO_CAPACITY, "true").await;
     let lost = world.asg_instances(&short).await.remove(0);
     let loss = Instant::now();
+    let calls_at_loss = aws_calls(&manager).await;
     world.lose_instance(&lost).await;
     let nodes: Api<Node> = Api::all(world.client.clone());
     eventually("the lost node is gone", WAIT, || async {
@@ -212,6 +227,8 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
     })
     .await;
     let restored_at = Instant::now();
+    let short_per_min =
+        (aws_calls(&manager).await - calls_at_loss) / (restored_at - loss).as_secs_f64() * 60.0;
     let replenishers: Api<Replenisher> = world.api();
     let rp = replenishers
         .get("workers")
@@ -239,6 +256,9 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
         (node_gone - loss).as_secs_f64(),
         (raised_at - node_gone).as_secs_f64(),
         (restored_at - loss).as_secs_f64()
+    );
+    eprintln!(
+        "FIGURES AWS calls per minute for the group: {short_per_min:.0} while short, {steady_per_min:.0} while steady (resync 10m)"
     );
 
     // The shortage ends: the short ASG's own retry launches; the temporary

@@ -20,6 +20,8 @@ const GROUP_PAGE: usize = 50;
 pub struct AwsCloud {
     clients: AwsClients,
     instance_page: usize,
+    /// Counts every request, when set (the manager's; not the test tools').
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl AwsCloud {
@@ -27,6 +29,18 @@ impl AwsCloud {
         Self {
             clients,
             instance_page: INSTANCE_PAGE,
+            metrics: None,
+        }
+    }
+
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    fn count(&self, operation: &'static str) {
+        if let Some(m) = &self.metrics {
+            m.aws_call(operation);
         }
     }
 
@@ -70,6 +84,7 @@ impl Cloud for AwsCloud {
                 .into_paginator()
                 .send();
             while let Some(page) = pages.next().await {
+                self.count("DescribeAutoScalingGroups");
                 let page = page.map_err(aws_error("DescribeAutoScalingGroups", chunk.join(",")))?;
                 for g in page.auto_scaling_groups() {
                     groups.push(describe_group(g));
@@ -84,6 +99,7 @@ impl Cloud for AwsCloud {
             .iter_mut()
             .filter(|g| (g.active_instances() as i32) < g.desired)
         {
+            self.count("DescribeScalingActivities");
             let activities = self
                 .clients
                 .autoscaling
@@ -132,6 +148,7 @@ impl Cloud for AwsCloud {
                 .into_paginator()
                 .send();
             while let Some(page) = pages.next().await {
+                self.count("DescribeInstances");
                 let page = page.map_err(aws_error(
                     "DescribeInstances",
                     format!("{} instance(s)", chunk.len()),
@@ -181,6 +198,7 @@ impl Cloud for AwsCloud {
     }
 
     async fn set_desired_capacity(&self, asg: &str, desired: i32) -> Result<()> {
+        self.count("SetDesiredCapacity");
         self.clients
             .autoscaling
             .set_desired_capacity()
@@ -194,6 +212,7 @@ impl Cloud for AwsCloud {
     }
 
     async fn terminate_in_group(&self, instance_id: &str, decrement: bool) -> Result<()> {
+        self.count("TerminateInstanceInAutoScalingGroup");
         self.clients
             .autoscaling
             .terminate_instance_in_auto_scaling_group()
@@ -259,6 +278,7 @@ fn describe_group(g: &aws_sdk_autoscaling::types::AutoScalingGroup) -> AsgDescri
 pub struct AwsCloudProvider {
     sdk: SdkConfig,
     emulator_account: Option<String>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     clouds: Mutex<HashMap<Option<String>, Arc<dyn Cloud>>>,
 }
 
@@ -267,8 +287,15 @@ impl AwsCloudProvider {
         Self {
             sdk,
             emulator_account,
+            metrics: None,
             clouds: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Counts the clouds' requests in `spot_node_manager_aws_calls_total`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 }
 
@@ -287,10 +314,11 @@ impl CloudProvider for AwsCloudProvider {
                         .build(),
                     None => self.sdk.clone(),
                 };
-                Arc::new(AwsCloud::new(AwsClients::new(
-                    &sdk,
-                    self.emulator_account.as_deref(),
-                )))
+                let cloud = AwsCloud::new(AwsClients::new(&sdk, self.emulator_account.as_deref()));
+                Arc::new(match &self.metrics {
+                    Some(m) => cloud.with_metrics(m.clone()),
+                    None => cloud,
+                })
             })
             .clone()
     }

@@ -371,7 +371,7 @@ fn judge(input: &Input, status: &mut ReplenisherStatus) -> Vec<AsgView> {
     asgs
 }
 
-/// 1. Nothing while the spec is invalid, the group suspended, or a refresh
+/// Nothing while the spec is invalid, the group suspended, or a refresh
 /// holds the lock.
 fn guards(s: &Stage) -> Option<Plan> {
     if !s.input.spec_valid {
