@@ -522,3 +522,55 @@ async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing(
     assert_eq!(g.status.and_then(|s| s.operation), None);
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_run_is_skipped_while_an_asg_has_launch_suspended_naming_it() {
+    let SteadyGroup {
+        world,
+        kops,
+        groups: _,
+        manager,
+        config: _config,
+        sim: _sim,
+    } = three_workers("rf-suspended").await;
+    world
+        .aws
+        .autoscaling
+        .suspend_processes()
+        .auto_scaling_group_name(&kops.asgs[1])
+        .scaling_processes("Launch")
+        .send()
+        .await
+        .expect("suspend Launch");
+    let before = world.asg_snapshot(&kops.asgs).await;
+
+    schedule_refresh(&world, "workers", serde_json::json!({})).await;
+    let rf = run_finished(&world, "workers").await;
+    let status = rf.status.expect("status");
+    let last = status.last_run.expect("last run");
+    let expected = format!("{} has its Launch process suspended", kops.asgs[1]);
+    assert_eq!(last.result, RunResult::Skipped);
+    assert_eq!(last.reason.as_deref(), Some(expected.as_str()));
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ScalingProcesses")
+        .expect("ScalingProcesses condition");
+    assert_eq!(
+        (condition.status.clone(), condition.reason.as_str()),
+        (
+            spot_node_manager::crd::condition::ConditionStatus::False,
+            "ProcessSuspended"
+        )
+    );
+    assert_eq!(condition.message, expected);
+    assert!(event_count(&world, "RefreshSkipped").await >= 1);
+    // Nothing was touched.
+    assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
+    let metrics = manager.metrics().await.unwrap_or_default();
+    assert!(
+        !metrics.contains(r#"target="aws",action="set_desired_capacity",outcome="performed""#),
+        "{metrics}"
+    );
+    world.cleanup().await;
+}
