@@ -123,8 +123,6 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
     world.cleanup().await;
 }
 
-/// Samples every 250 ms when each original master was first seen cordoned
-/// and when each new master's control-plane pods were first all Ready.
 /// The log as plain text (the manager colours its fields).
 fn without_colours(log: &str) -> String {
     let mut out = String::with_capacity(log.len());
@@ -145,13 +143,20 @@ fn without_colours(log: &str) -> String {
 
 type FirstSeen = (BTreeMap<String, Instant>, BTreeMap<String, Instant>);
 
+/// When each original master was first seen cordoned (from a watch on the
+/// Nodes: every update arrives, even for a Node deleted right after its
+/// cordon, which polling can miss) and when each new master's control-plane
+/// pods were first all Ready (polled every 250 ms; the settle time between
+/// the two is seconds).
 struct ControlPlaneSampler {
     times: std::sync::Arc<std::sync::Mutex<FirstSeen>>,
-    task: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl ControlPlaneSampler {
     fn start(world: &World, original: &BTreeSet<String>) -> ControlPlaneSampler {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
         let times: std::sync::Arc<std::sync::Mutex<FirstSeen>> = Default::default();
         let nodes: Api<Node> = Api::all(world.client.clone());
         let pods: Api<Pod> = Api::namespaced(world.client.clone(), "kube-system");
@@ -160,42 +165,62 @@ impl ControlPlaneSampler {
             spot_node_manager::sim::SIM_ACCOUNT_LABEL,
             world.account
         );
-        let original = original.clone();
-        let out = times.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let listed = nodes.list(&ListParams::default().labels(&selector)).await;
-                let cp = pods.list(&ListParams::default().labels(&selector)).await;
-                if let (Ok(listed), Ok(cp)) = (listed, cp) {
-                    let up = spot_node_manager::k8s::control_plane::nodes_with_ready_control_plane(
-                        &cp.items,
-                    );
-                    let now = Instant::now();
-                    let mut t = out.lock().expect("times");
-                    for node in listed.items {
-                        let name = node.metadata.name.clone().unwrap_or_default();
-                        let cordoned = node
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.unschedulable)
-                            .unwrap_or(false);
-                        if original.contains(&name) && cordoned {
-                            t.0.entry(name).or_insert(now);
-                        } else if !original.contains(&name) && up.contains(&name) {
+        let cordons = {
+            let original = original.clone();
+            let out = times.clone();
+            let config = watcher::Config::default().labels(&selector);
+            tokio::spawn(async move {
+                let mut events = watcher(nodes, config)
+                    .default_backoff()
+                    .touched_objects()
+                    .boxed();
+                while let Some(event) = events.next().await {
+                    let Ok(node) = event else { continue };
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    let cordoned = node
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.unschedulable)
+                        .unwrap_or(false);
+                    if original.contains(&name) && cordoned {
+                        let now = Instant::now();
+                        out.lock().expect("times").0.entry(name).or_insert(now);
+                    }
+                }
+            })
+        };
+        let control_plane = {
+            let original = original.clone();
+            let out = times.clone();
+            tokio::spawn(async move {
+                loop {
+                    if let Ok(cp) = pods.list(&ListParams::default().labels(&selector)).await {
+                        let up =
+                            spot_node_manager::k8s::control_plane::nodes_with_ready_control_plane(
+                                &cp.items,
+                            );
+                        let now = Instant::now();
+                        let mut t = out.lock().expect("times");
+                        for name in up.into_iter().filter(|n| !original.contains(n)) {
                             t.1.entry(name).or_insert(now);
                         }
                     }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
                 }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        });
-        ControlPlaneSampler { times, task }
+            })
+        };
+        ControlPlaneSampler {
+            times,
+            tasks: vec![cordons, control_plane],
+        }
     }
 
     /// (cordon times of the old masters, control-plane Ready times of the
     /// new ones), each sorted.
     fn stop(self) -> (Vec<Instant>, Vec<Instant>) {
-        self.task.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
         let t = self.times.lock().expect("times");
         let mut cordoned: Vec<Instant> = t.0.values().copied().collect();
         let mut ready: Vec<Instant> = t.1.values().copied().collect();

@@ -137,3 +137,84 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
     );
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn killed_after_recording_and_after_removing_a_never_joined_instance_it_removes_it_once() {
+    let world = World::new("rp-restart-join").await;
+    let _sim = world.start_sim(FAST, FAST);
+    let joined = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    // At its min, as kops groups are: the removal does not decrement, and the
+    // ASG launches a fresh instance (which never joins either).
+    let late = world
+        .kops_group(
+            "late",
+            &ZONES[1..2],
+            1,
+            &[(spot_node_manager::sim::NEVER_JOIN_TAG, "true")],
+        )
+        .await;
+    let first = world.asg_instances(&late.asgs[0]).await.remove(0);
+    let mut asgs = joined.asgs.clone();
+    asgs.extend(late.asgs.clone());
+    let mut spec = group(&asgs);
+    spec.spec.desired = 2;
+    spec.spec.replenish.join_timeout = "3s".into();
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(&PostParams::default(), &spec)
+        .await
+        .expect("create");
+
+    // Killed right after recording the removal: the record survives.
+    crash_at(&world, "replenisher:remove_not_joined:persisted").await;
+    let replenishers: Api<Replenisher> = world.api();
+    let recorded = replenishers
+        .get("workers")
+        .await
+        .expect("rp")
+        .status
+        .and_then(|s| s.cleanup)
+        .expect("the removal is recorded before the call");
+    assert_eq!(recorded.instance_id, first);
+    assert!(!recorded.decrement, "no decrement at min");
+    assert!(
+        world.asg_instances(&late.asgs[0]).await.contains(&first),
+        "not terminated before the crash"
+    );
+
+    // Restarted, it retries that same removal once its backoff is over, and
+    // is killed right after making it.
+    crash_at(&world, "replenisher:remove_not_joined:acted").await;
+    let (_manager, _config) = world.start_manager(&[]);
+    let status = eventually("the removal settled", WAIT, || async {
+        let status = replenishers.get("workers").await.ok()?.status?;
+        (status.cleanup.is_none() && status.last_action.is_some()).then_some(status)
+    })
+    .await;
+    let terminations: Vec<String> = world
+        .activities(&late.asgs[0])
+        .await
+        .into_iter()
+        .map(|(_, d)| d)
+        .filter(|d| d.starts_with("Terminating EC2 instance"))
+        .collect();
+    assert_eq!(
+        terminations,
+        vec![format!("Terminating EC2 instance: {first}")],
+        "the never-joined instance is terminated once, and nothing else"
+    );
+    assert!(
+        status
+            .removals
+            .iter()
+            .any(|r| r.auto_scaling_group == late.asgs[0] && r.count == 1),
+        "the retry of the recorded removal is not counted as another instance: {:?}",
+        status.removals
+    );
+    assert_eq!(
+        world.asg_snapshot(&late.asgs).await[0].1,
+        1,
+        "desired unchanged at min: the ASG replaces the instance"
+    );
+    world.cleanup().await;
+}

@@ -527,14 +527,17 @@ fn remove_not_joined(s: &Stage) -> Option<Plan> {
         decrement,
         since: now,
     };
-    // Each attempt counts towards the ASG's backoff, a failed call too: a
-    // refused or failing removal never holds up the other stages.
+    // Each attempt waits for the ASG's backoff, a failed call too: a refused
+    // or failing removal never holds up the other stages. The count is of
+    // instances that never joined: retrying the recorded one (a failed call,
+    // a restart) is not another.
     let count = status
         .removals
         .iter()
         .find(|r| r.auto_scaling_group == instance.asg)
         .map_or(0, |r| r.count)
-        + 1;
+        + i32::from(!retrying);
+    let count = count.max(1);
     status
         .removals
         .retain(|r| r.auto_scaling_group != instance.asg);
@@ -1574,6 +1577,26 @@ mod tests {
             p.action
         );
         assert_eq!(p.status.removals[0].count, 1);
+    }
+
+    #[test]
+    fn retrying_the_recorded_removal_after_a_restart_is_not_another_instance_that_never_joined() {
+        let mut s = Scenario::steady();
+        s.not_joined = vec![never_joined("i-late", "a", 20)];
+        let first = s.plan();
+        assert!(matches!(first.action, Action::RemoveNotJoined(_)));
+        // Killed after the record, before the call: the instance is still in
+        // its ASG. Once the backoff is over, the same instance is removed,
+        // and it still counts as the first that never joined.
+        s.status = first.status;
+        s.status.removals[0].retry_after = t0();
+        let p = s.plan();
+        let Action::RemoveNotJoined(target) = &p.action else {
+            panic!("{:?}", p.action)
+        };
+        assert_eq!(target.instance_id, "i-late");
+        assert!(p.message.starts_with("retrying"), "{}", p.message);
+        assert_eq!(p.status.removals[0].count, 1, "{:?}", p.status.removals);
     }
 
     // ---- properties over random states ----
