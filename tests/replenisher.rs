@@ -257,8 +257,13 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
         (raised_at - node_gone).as_secs_f64(),
         (restored_at - loss).as_secs_f64()
     );
+    // The shortage goes on with Ready restored: what it costs per minute.
+    let calls_restored = aws_calls(&manager).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+
+    let still_short_per_min = (aws_calls(&manager).await - calls_restored) * 3.0;
     eprintln!(
-        "FIGURES AWS calls per minute for the group: {short_per_min:.0} while short, {steady_per_min:.0} while steady (resync 10m)"
+        "FIGURES AWS calls per minute for the group: {short_per_min:.0} from the loss to Ready restored, {still_short_per_min:.0} while the shortage goes on, {steady_per_min:.0} while steady (resync 10m)"
     );
 
     // The shortage ends: the short ASG's own retry launches; the temporary
