@@ -16,7 +16,6 @@ pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod mutation;
-pub mod sim;
 pub mod telemetry;
 
 pub use error::{Error, Result};

@@ -46,7 +46,7 @@ async fn nodes_in_three_asgs_are_mapped_with_readiness_and_cordons() {
     world
         .tag_asg(
             &kops.asgs[2],
-            spot_node_manager::sim::NOT_READY_TAG,
+            snm_testkit::sim::NOT_READY_TAG,
             &not_ready_id,
         )
         .await;
@@ -123,7 +123,7 @@ async fn never_joined_instances_and_bad_provider_ids_are_reported() {
             "late",
             &ZONES[1..2],
             1,
-            &[(spot_node_manager::sim::NEVER_JOIN_TAG, "true")],
+            &[(snm_testkit::sim::NEVER_JOIN_TAG, "true")],
         )
         .await;
     let never_id = world.asg_instances(&never.asgs[0]).await.remove(0);

@@ -160,11 +160,7 @@ impl ControlPlaneSampler {
         let times: std::sync::Arc<std::sync::Mutex<FirstSeen>> = Default::default();
         let nodes: Api<Node> = Api::all(world.client.clone());
         let pods: Api<Pod> = Api::namespaced(world.client.clone(), "kube-system");
-        let selector = format!(
-            "{}={}",
-            spot_node_manager::sim::SIM_ACCOUNT_LABEL,
-            world.account
-        );
+        let selector = format!("{}={}", snm_testkit::sim::SIM_ACCOUNT_LABEL, world.account);
         let cordons = {
             let original = original.clone();
             let out = times.clone();
@@ -410,7 +406,7 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
     .await;
     for asg in &kops.asgs {
         world
-            .tag_asg(asg, spot_node_manager::sim::NEVER_JOIN_TAG, "true")
+            .tag_asg(asg, snm_testkit::sim::NEVER_JOIN_TAG, "true")
             .await;
     }
     let rf = run_finished(&world, "workers").await;

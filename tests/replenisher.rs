@@ -347,7 +347,7 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
             "late",
             &ZONES[1..2],
             1,
-            &[(spot_node_manager::sim::NEVER_JOIN_TAG, "true")],
+            &[(snm_testkit::sim::NEVER_JOIN_TAG, "true")],
         )
         .await;
     let first = world.asg_instances(&late.asgs[0]).await.remove(0);

@@ -69,7 +69,7 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
         let n = nodes
             .list(&kube::api::ListParams::default().labels(&format!(
                 "{}={}",
-                spot_node_manager::sim::SIM_ACCOUNT_LABEL,
+                snm_testkit::sim::SIM_ACCOUNT_LABEL,
                 world.account
             )))
             .await
@@ -150,7 +150,7 @@ async fn killed_after_recording_and_after_removing_a_never_joined_instance_it_re
             "late",
             &ZONES[1..2],
             1,
-            &[(spot_node_manager::sim::NEVER_JOIN_TAG, "true")],
+            &[(snm_testkit::sim::NEVER_JOIN_TAG, "true")],
         )
         .await;
     let first = world.asg_instances(&late.asgs[0]).await.remove(0);

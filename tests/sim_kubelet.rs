@@ -139,11 +139,7 @@ async fn a_master_runs_the_static_control_plane_pods_ready_after_a_delay() {
     let id = world.asg_instances(&kops.asgs[0]).await.remove(0);
     let _sim = world.start_sim(FAST, FAST);
     let pods: Api<Pod> = Api::namespaced(world.client.clone(), NAMESPACE);
-    let selector = format!(
-        "{}={}",
-        spot_node_manager::sim::SIM_ACCOUNT_LABEL,
-        world.account
-    );
+    let selector = format!("{}={}", snm_testkit::sim::SIM_ACCOUNT_LABEL, world.account);
     let list = || async {
         pods.list(&kube::api::ListParams::default().labels(&selector))
             .await

@@ -692,10 +692,10 @@ impl World {
     /// Starts a simulated kubelet for this world's moto account, in-process.
     pub fn start_sim(&self, register_delay: Duration, ready_delay: Duration) -> SimGuard {
         let token = tokio_util::sync::CancellationToken::new();
-        let sim = spot_node_manager::sim::SimKubelet::new(
+        let sim = snm_testkit::sim::SimKubelet::new(
             self.client.clone(),
             self.aws.clone(),
-            spot_node_manager::sim::SimConfig {
+            snm_testkit::sim::SimConfig {
                 register_delay,
                 ready_delay,
                 poll: Duration::from_millis(300),

@@ -12,13 +12,15 @@
 //! It only touches Nodes labelled with its own [`SIM_ACCOUNT_LABEL`], so tests
 //! sharing one apiserver (each with its own emulator account) stay apart.
 
-use crate::cloud::aws::AwsCloud;
-use crate::cloud::{AwsClients, Cloud};
-use crate::controllers::inventory::{CONTROL_PLANE_LABEL, INSTANCE_GROUP_LABEL, WORKER_LABEL};
-use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use spot_node_manager::cloud::aws::AwsCloud;
+use spot_node_manager::cloud::{AwsClients, Cloud};
+use spot_node_manager::controllers::inventory::{
+    CONTROL_PLANE_LABEL, INSTANCE_GROUP_LABEL, WORKER_LABEL,
+};
+use spot_node_manager::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -206,7 +208,7 @@ impl SimKubelet {
                 !member.not_ready && now.duration_since(registered) >= self.config.ready_delay;
             let current = existing
                 .get(*id)
-                .is_some_and(crate::controllers::inventory::is_ready);
+                .is_some_and(spot_node_manager::controllers::inventory::is_ready);
             if ready != current || !existing.contains_key(*id) {
                 self.set_ready(id, ready).await?;
             }
@@ -291,7 +293,7 @@ impl SimKubelet {
     /// kops's static control-plane pods on Ready masters (mirror pods in
     /// kube-system), Ready after `control_plane_delay`; gone with their node.
     async fn sync_control_plane(&self, masters: &BTreeMap<String, bool>) -> Result<()> {
-        use crate::k8s::control_plane::{APP_LABEL, NAMESPACE, REQUIRED_APPS};
+        use spot_node_manager::k8s::control_plane::{APP_LABEL, NAMESPACE, REQUIRED_APPS};
         let api: Api<Pod> = Api::namespaced(self.pods.clone().into_client(), NAMESPACE);
         let selector = format!("{SIM_ACCOUNT_LABEL}={}", self.config.account);
         let existing = api
@@ -317,7 +319,7 @@ impl SimKubelet {
             }
             present.insert(
                 pod.name_any(),
-                crate::k8s::control_plane::is_pod_ready(&pod),
+                spot_node_manager::k8s::control_plane::is_pod_ready(&pod),
             );
         }
         for (node, up) in masters {
@@ -328,7 +330,7 @@ impl SimKubelet {
                         "metadata": {
                             "name": name,
                             "labels": {APP_LABEL: app, SIM_ACCOUNT_LABEL: self.config.account},
-                            "annotations": {crate::k8s::drain::MIRROR_ANNOTATION: "sim"},
+                            "annotations": {spot_node_manager::k8s::drain::MIRROR_ANNOTATION: "sim"},
                         },
                         "spec": {"nodeName": node, "containers": [{"name": app, "image": "registry.invalid/static"}]},
                     }))

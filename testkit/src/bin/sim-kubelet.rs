@@ -1,9 +1,9 @@
-//! Test support: runs the simulated kubelet (see `spot_node_manager::sim`)
+//! Test support: runs the simulated kubelet (see `snm_testkit::sim`)
 //! against a kubeconfig and an AWS endpoint (the moto emulator).
 
 use clap::Parser;
+use snm_testkit::sim::{SimConfig, SimKubelet};
 use spot_node_manager::cloud::AwsClients;
-use spot_node_manager::sim::{SimConfig, SimKubelet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
