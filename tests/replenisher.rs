@@ -358,7 +358,7 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
             .get_opt(&joined_id)
             .await
             .ok()?
-            .filter(spot_node_manager::controllers::inventory::is_ready)
+            .filter(spot_node_manager::k8s::node::is_ready)
             .map(|_| ())
     })
     .await;

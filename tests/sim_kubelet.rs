@@ -22,7 +22,7 @@ async fn nodes_register_with_kops_labels_and_leave_with_their_instance() {
 
     let node = eventually("node ready", WAIT, || async {
         let n = nodes.get(&id).await.ok()?;
-        spot_node_manager::controllers::inventory::is_ready(&n).then_some(n)
+        spot_node_manager::k8s::node::is_ready(&n).then_some(n)
     })
     .await;
     let labels = node.metadata.labels.clone().unwrap_or_default();

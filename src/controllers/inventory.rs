@@ -12,50 +12,13 @@ use kube::ResourceExt;
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
-pub const INSTANCE_GROUP_LABEL: &str = "kops.k8s.io/instancegroup";
-pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
-pub const LEGACY_MASTER_LABEL: &str = "node-role.kubernetes.io/master";
-pub const WORKER_LABEL: &str = "node-role.kubernetes.io/node";
+use crate::k8s::node::{
+    INSTANCE_GROUP_LABEL, is_ready, is_unschedulable, node_instance_id, parse_provider_id,
+    role_matches,
+};
+
 pub const INVENTORY_SYNCED: &str = "InventorySynced";
 pub const DEGRADED: &str = "Degraded";
-
-/// `aws:///<az>/<instance-id>` → (az, instance id).
-pub fn parse_provider_id(provider_id: &str) -> Result<(String, String), String> {
-    let rest = provider_id
-        .strip_prefix("aws:///")
-        .ok_or_else(|| format!("providerID {provider_id:?} does not start with aws:///"))?;
-    let (az, id) = rest
-        .split_once('/')
-        .ok_or_else(|| format!("providerID {provider_id:?} is not aws:///<zone>/<instance-id>"))?;
-    if az.is_empty() || !id.starts_with("i-") || id.len() < 3 || id.contains('/') {
-        return Err(format!(
-            "providerID {provider_id:?} is not aws:///<zone>/<instance-id>"
-        ));
-    }
-    Ok((az.to_string(), id.to_string()))
-}
-
-/// The instance id a Node runs on, if its providerID says so.
-pub fn node_instance_id(node: &Node) -> Option<String> {
-    let provider_id = node.spec.as_ref()?.provider_id.as_deref()?;
-    parse_provider_id(provider_id).ok().map(|(_, id)| id)
-}
-
-pub fn is_ready(node: &Node) -> bool {
-    node.metadata.deletion_timestamp.is_none()
-        && node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-pub fn is_unschedulable(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-}
 
 /// Does a label selector match these labels? (matchLabels and matchExpressions
 /// with In, NotIn, Exists, DoesNotExist; an unknown operator matches nothing.)
@@ -121,15 +84,6 @@ impl Membership {
             Membership::Role(role) => role_matches(*role, labels),
             Membership::Nothing => false,
         }
-    }
-}
-
-pub fn role_matches(role: Role, labels: &BTreeMap<String, String>) -> bool {
-    match role {
-        Role::Master => {
-            labels.contains_key(CONTROL_PLANE_LABEL) || labels.contains_key(LEGACY_MASTER_LABEL)
-        }
-        Role::Worker => labels.contains_key(WORKER_LABEL),
     }
 }
 
@@ -352,6 +306,7 @@ pub fn sync_failed_status(
 pub(crate) mod tests {
     use super::*;
     use crate::cloud::{AsgInstance, Lifecycle};
+    use crate::k8s::node::{CONTROL_PLANE_LABEL, WORKER_LABEL};
     use chrono::TimeZone;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus as K8sNodeStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta};

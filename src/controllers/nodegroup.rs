@@ -6,11 +6,12 @@
 use crate::cloud::Cloud;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::controllers::instrumented;
-use crate::controllers::inventory::{self, AwsView, Membership, node_instance_id, role_matches};
+use crate::controllers::inventory::{self, AwsView, Membership};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::refresher::RefresherSpec;
 use crate::crd::replenisher::ReplenisherSpec;
 use crate::crd::{NodeGroup, NodeGroupStatus, Refresher, Replenisher};
+use crate::k8s::node::{self, node_instance_id, role_matches};
 use crate::mutation::Intent;
 use crate::{Error, Result};
 use chrono::{DateTime, Utc};
@@ -93,8 +94,8 @@ fn node_fingerprint(node: &Node) -> u64 {
         .as_ref()
         .and_then(|s| s.provider_id.clone())
         .hash(&mut h);
-    inventory::is_unschedulable(node).hash(&mut h);
-    inventory::is_ready(node).hash(&mut h);
+    node::is_unschedulable(node).hash(&mut h);
+    node::is_ready(node).hash(&mut h);
     node.metadata.deletion_timestamp.is_some().hash(&mut h);
     h.finish()
 }

@@ -1,6 +1,7 @@
 //! Kubernetes mechanisms shared by the controllers: the group's operation
-//! lock and the node drain.
+//! lock, the node drain, node helpers and masters' control-plane pods.
 
 pub mod control_plane;
 pub mod drain;
 pub mod lock;
+pub mod node;

@@ -17,9 +17,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use spot_node_manager::cloud::aws::AwsCloud;
 use spot_node_manager::cloud::{AwsClients, Cloud};
-use spot_node_manager::controllers::inventory::{
-    CONTROL_PLANE_LABEL, INSTANCE_GROUP_LABEL, WORKER_LABEL,
-};
+use spot_node_manager::k8s::node::{CONTROL_PLANE_LABEL, INSTANCE_GROUP_LABEL, WORKER_LABEL};
 use spot_node_manager::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -208,7 +206,7 @@ impl SimKubelet {
                 !member.not_ready && now.duration_since(registered) >= self.config.ready_delay;
             let current = existing
                 .get(*id)
-                .is_some_and(spot_node_manager::controllers::inventory::is_ready);
+                .is_some_and(spot_node_manager::k8s::node::is_ready);
             if ready != current || !existing.contains_key(*id) {
                 self.set_ready(id, ready).await?;
             }
