@@ -8,8 +8,8 @@ use chrono::{TimeZone, Utc};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use spot_node_manager::cloud::fake::FakeCloud;
-use spot_node_manager::controllers::inventory;
-use spot_node_manager::controllers::nodegroup::observe_aws;
+use spot_node_manager::controllers::inventory::controller::observe_aws;
+use spot_node_manager::controllers::inventory::plan;
 use spot_node_manager::crd::NodeGroup;
 use spot_node_manager::k8s::node::WORKER_LABEL;
 use std::time::Instant;
@@ -83,8 +83,8 @@ fn main() {
             .block_on(observe_aws(&cloud, &group, &nodes))
             .expect("observe");
         let calls = cloud.total_calls();
-        let status = |view: &inventory::AwsView| {
-            inventory::inventory_status(&group, &nodes, view, &Default::default(), t0)
+        let status = |view: &plan::AwsView| {
+            plan::inventory_status(&group, &nodes, view, &Default::default(), t0)
         };
         let compute = micros_per_round(rounds, || {
             std::hint::black_box(status(&view));

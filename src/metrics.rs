@@ -204,24 +204,24 @@ mod tests {
     #[test]
     fn reconcile_metrics_are_labelled_by_controller_and_category() {
         let m = Metrics::default();
-        m.reconciled("nodegroup", Duration::from_millis(20), None);
+        m.reconciled("inventory", Duration::from_millis(20), None);
         m.reconciled(
-            "nodegroup",
+            "inventory",
             Duration::from_millis(30),
             Some("kube_conflict"),
         );
         let text = m.encode();
         assert!(
-            text.contains(r#"spot_node_manager_reconciles_total{controller="nodegroup"} 2"#),
+            text.contains(r#"spot_node_manager_reconciles_total{controller="inventory"} 2"#),
             "{text}"
         );
         assert!(
-            text.contains(r#"spot_node_manager_reconcile_errors_total{controller="nodegroup",category="kube_conflict"} 1"#),
+            text.contains(r#"spot_node_manager_reconcile_errors_total{controller="inventory",category="kube_conflict"} 1"#),
             "{text}"
         );
         assert!(
             text.contains(
-                r#"spot_node_manager_reconcile_duration_seconds_count{controller="nodegroup"} 2"#
+                r#"spot_node_manager_reconcile_duration_seconds_count{controller="inventory"} 2"#
             ),
             "{text}"
         );

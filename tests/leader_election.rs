@@ -85,12 +85,12 @@ async fn exactly_one_of_two_replicas_leads_and_sigterm_hands_over() {
     eventually(
         "leader reconciled the group",
         Duration::from_secs(30),
-        || async { (support::reconciles(&leader.metrics().await?, "nodegroup") > 0).then_some(()) },
+        || async { (support::reconciles(&leader.metrics().await?, "inventory") > 0).then_some(()) },
     )
     .await;
     let follower_metrics = follower.metrics().await.expect("follower metrics");
     assert_eq!(
-        support::reconciles(&follower_metrics, "nodegroup"),
+        support::reconciles(&follower_metrics, "inventory"),
         0,
         "a follower must not reconcile:\n{follower_metrics}"
     );

@@ -56,7 +56,7 @@ async fn admin_endpoints_answer_on_a_running_manager() {
     let metrics = manager.metrics().await.expect("metrics answer");
     assert!(metrics.contains("spot_node_manager_leader 1"), "{metrics}");
     assert!(
-        metrics.contains(r#"spot_node_manager_reconciles_total{controller="nodegroup"}"#),
+        metrics.contains(r#"spot_node_manager_reconciles_total{controller="inventory"}"#),
         "{metrics}"
     );
     assert!(

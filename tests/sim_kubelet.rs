@@ -110,10 +110,10 @@ async fn a_settled_group_status_is_not_rewritten_on_resync() {
         .metadata
         .resource_version;
     let reconciles_before =
-        support::reconciles(&manager.metrics().await.unwrap_or_default(), "nodegroup");
+        support::reconciles(&manager.metrics().await.unwrap_or_default(), "inventory");
     tokio::time::sleep(Duration::from_secs(7)).await;
     let reconciles_after =
-        support::reconciles(&manager.metrics().await.unwrap_or_default(), "nodegroup");
+        support::reconciles(&manager.metrics().await.unwrap_or_default(), "inventory");
     assert!(
         reconciles_after >= reconciles_before + 2,
         "resyncs ran ({reconciles_before} -> {reconciles_after})"

@@ -2,7 +2,6 @@
 //! `run_all` starts every controller and returns when all have stopped.
 
 pub mod inventory;
-pub mod nodegroup;
 pub mod refresh_plan;
 pub mod refresh_schedule;
 pub mod refresher;
@@ -31,13 +30,13 @@ use tokio_util::sync::CancellationToken;
 
 /// Runs every controller until `shutdown` is cancelled.
 pub async fn run_all(ctx: Arc<Context>, shutdown: CancellationToken) {
-    ctx.metrics.register_controller(nodegroup::CONTROLLER);
+    ctx.metrics.register_controller(inventory::CONTROLLER);
     ctx.metrics.register_controller(replenisher::CONTROLLER);
     ctx.metrics.register_controller(refresher::CONTROLLER);
     tokio::join!(
         bounded(
-            nodegroup::CONTROLLER,
-            nodegroup::run(ctx.clone(), shutdown.clone()),
+            inventory::CONTROLLER,
+            inventory::run(ctx.clone(), shutdown.clone()),
             &shutdown
         ),
         bounded(

@@ -3,10 +3,10 @@
 //! instances that never joined, reports per-ASG health, and keeps the group's
 //! child Refresher and Replenisher in step with the spec. It never mutates AWS.
 
+use super::plan::{self, AwsView, Membership};
 use crate::cloud::Cloud;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::controllers::instrumented;
-use crate::controllers::inventory::{self, AwsView, Membership};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::refresher::RefresherSpec;
 use crate::crd::replenisher::ReplenisherSpec;
@@ -30,7 +30,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-pub const CONTROLLER: &str = "nodegroup";
+pub const CONTROLLER: &str = "inventory";
 pub const SPEC_VALID: &str = "SpecValid";
 
 struct InventoryContext {
@@ -146,7 +146,7 @@ fn groups_of_node(groups: &Store<NodeGroup>, node: &Node) -> Vec<ObjectRef<NodeG
                 .as_ref()
                 .is_some_and(|s| s.nodes.iter().any(|n| n.name == name));
             let matches = match &g.spec.node_selector {
-                Some(selector) => inventory::selector_matches(selector, node.labels()),
+                Some(selector) => plan::selector_matches(selector, node.labels()),
                 None => role_matches(g.spec.role, node.labels()),
             };
             listed || matches
@@ -214,13 +214,13 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
     let (next, requeue) = match observe_aws(cloud.as_ref(), &group, &nodes).await {
         Ok(view) => (
-            inventory::inventory_status(&group, &nodes, &view, &validated, now),
+            plan::inventory_status(&group, &nodes, &view, &validated, now),
             ctx.settings.resync_interval,
         ),
         Err(e) => {
             warn!(group = %name, error = %e, "AWS sync failed");
             (
-                inventory::sync_failed_status(&group, &validated, &e.to_string(), now),
+                plan::sync_failed_status(&group, &validated, &e.to_string(), now),
                 ctx.settings.resync_interval.min(Duration::from_secs(15)),
             )
         }
@@ -232,7 +232,7 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
         write_status(ctx, &namespace, &name, &next).await?;
         for (flag, type_) in [
             (becomes_invalid, SPEC_VALID),
-            (becomes_degraded, inventory::DEGRADED),
+            (becomes_degraded, plan::DEGRADED),
         ] {
             if flag && let Some(c) = crate::crd::condition::find(&next.conditions, type_) {
                 ctx.event(
@@ -260,7 +260,7 @@ fn is_invalid(status: &NodeGroupStatus) -> bool {
 }
 
 fn is_degraded(status: &NodeGroupStatus) -> bool {
-    crate::crd::condition::find(&status.conditions, inventory::DEGRADED)
+    crate::crd::condition::find(&status.conditions, plan::DEGRADED)
         .is_some_and(|c| c.status == ConditionStatus::True)
 }
 
@@ -545,7 +545,7 @@ mod tests {
 mod inventory_tests {
     use super::*;
     use crate::cloud::fake::FakeCloud;
-    use crate::controllers::inventory::tests::{group, node, t0};
+    use crate::controllers::inventory::plan::tests::{group, node, t0};
 
     /// A fake cloud with `per_asg` instances in each of 3 ASGs and a Node for each.
     fn world(per_asg: usize) -> (FakeCloud, Vec<Node>) {
@@ -575,7 +575,7 @@ mod inventory_tests {
         let (cloud, nodes) = world(per_asg);
         let g = group(&["nodes-a", "nodes-c", "nodes-d"], (per_asg * 3) as i32);
         let view = observe_aws(&cloud, &g, &nodes).await.expect("observe");
-        let status = inventory::inventory_status(&g, &nodes, &view, &Default::default(), t0());
+        let status = plan::inventory_status(&g, &nodes, &view, &Default::default(), t0());
         assert_eq!(status.nodes.len(), per_asg * 3);
         assert!(status.not_joined.is_empty());
         (cloud.total_calls(), cloud.calls("describe_instances"))
