@@ -448,7 +448,7 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
 
 #[tokio::test]
 async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing() {
-    use spot_node_manager::controllers::refresh_schedule::next_run;
+    use spot_node_manager::controllers::refresher::schedule::next_run;
     use spot_node_manager::crd::nodegroup::parse_schedule;
     let SteadyGroup {
         world,

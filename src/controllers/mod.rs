@@ -2,15 +2,13 @@
 //! `run_all` starts every controller and returns when all have stopped.
 
 pub mod inventory;
-pub mod refresh_plan;
-pub mod refresh_schedule;
 pub mod refresher;
-pub mod replenish_plan;
 pub mod replenisher;
+pub mod vocabulary;
 
 use crate::cloud::AsgDescription;
 use crate::context::Context;
-use crate::controllers::replenish_plan::{AsgView, NodeView};
+use crate::controllers::vocabulary::{AsgView, NodeView};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::{NodeGroup, NodeGroupStatus};
 use crate::error::Error;
@@ -255,7 +253,7 @@ pub async fn observe_for<K: Resource>(
         vec![]
     };
     let asgs = fresh.iter().map(AsgView::from).collect();
-    let nodes = replenisher::node_views(&group_status.nodes, &fresh);
+    let nodes = vocabulary::node_views(&group_status.nodes, &fresh);
     Ok(Ok(Observed {
         namespace,
         name,
@@ -327,7 +325,7 @@ where
 pub async fn set_desired_capacity(
     ctx: &Context,
     cloud: &dyn crate::cloud::Cloud,
-    change: &replenish_plan::DesiredChange,
+    change: &vocabulary::DesiredChange,
     why: &str,
 ) -> Result<Applied<()>, Error> {
     ctx.mutations

@@ -4,9 +4,10 @@
 
 use crate::cloud::AsgDescription;
 use crate::context::Context;
-use crate::controllers::replenish_plan::{
-    self, Action as PlanAction, DesiredChange, Input, NodeView, NotJoinedView,
+use crate::controllers::replenisher::plan::{
+    self as replenish_plan, Action as PlanAction, Input, NotJoinedView,
 };
+use crate::controllers::vocabulary::{DesiredChange, node_views};
 use crate::controllers::{
     Observed, instrumented, observe_for, persist_then, set_desired_capacity, terminate_in_group,
     write_if_changed,
@@ -344,40 +345,6 @@ async fn scaled_down_event(ctx: &Context, group_ref: &ObjectReference, status: &
     .await;
 }
 
-/// The group's nodes as the plan sees them. A node counts as Ready only while
-/// its instance is InService in its ASG per the fresh describe: after a
-/// termination, the inventory (and a real kubelet) can report the node Ready
-/// for a while, and counting it could remove a second node; before AWS has
-/// finished launching it (Pending), it may still be abandoned.
-pub fn node_views(
-    nodes: &[crate::crd::nodegroup::NodeStatus],
-    fresh: &[AsgDescription],
-) -> Vec<NodeView> {
-    nodes
-        .iter()
-        .map(|n| {
-            // Once its instance leaves the ASG, the inventory no longer
-            // names an ASG for the node either: judge by the instance alone.
-            let active = match &n.instance_id {
-                Some(id) => fresh.iter().any(|a| {
-                    a.instances
-                        .iter()
-                        .any(|i| i.instance_id == *id && i.is_in_service())
-                }),
-                // No instance known (e.g. a bad providerID): nothing says it is leaving.
-                None => true,
-            };
-            NodeView {
-                name: n.name.clone(),
-                instance_id: n.instance_id.clone(),
-                asg: n.auto_scaling_group.clone(),
-                ready: n.ready && active,
-                launch_time: n.launch_time,
-            }
-        })
-        .collect()
-}
-
 /// Safety: only this group's ASGs, never above their max.
 fn check_scale_up(
     group: &NodeGroup,
@@ -471,80 +438,4 @@ fn check_scale_in(
         )));
     }
     Ok(())
-}
-
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use crate::cloud::AsgInstance;
-    use crate::crd::nodegroup::NodeStatus;
-
-    pub(crate) fn status_node(name: &str, asg: &str, id: &str) -> NodeStatus {
-        NodeStatus {
-            name: name.into(),
-            instance_id: Some(id.into()),
-            auto_scaling_group: Some(asg.into()),
-            availability_zone: None,
-            instance_type: None,
-            lifecycle: None,
-            launch_time: None,
-            ready: true,
-            unschedulable: false,
-            problem: None,
-        }
-    }
-
-    pub(crate) fn fresh(asg: &str, instances: &[(&str, &str)]) -> AsgDescription {
-        AsgDescription {
-            name: asg.into(),
-            desired: instances.len() as i32,
-            min: 0,
-            max: 5,
-            instances: instances
-                .iter()
-                .map(|(id, state)| AsgInstance {
-                    instance_id: id.to_string(),
-                    availability_zone: None,
-                    instance_type: None,
-                    lifecycle_state: state.to_string(),
-                    health_status: "Healthy".into(),
-                })
-                .collect(),
-            launch_template: None,
-            tags: Default::default(),
-            recent_failure: None,
-            suspended_processes: vec![],
-        }
-    }
-
-    #[test]
-    fn a_node_counts_ready_only_while_its_instance_is_in_service() {
-        let mut left = status_node("left", "a", "i-4");
-        // The inventory's view once the instance has left its ASG.
-        left.auto_scaling_group = None;
-        let nodes = [
-            status_node("kept", "a", "i-1"),
-            status_node("terminated", "a", "i-2"),
-            status_node("terminating", "a", "i-3"),
-            left,
-            status_node("pending", "a", "i-5"),
-            status_node("standby", "a", "i-6"),
-        ];
-        let asgs = [fresh(
-            "a",
-            &[
-                ("i-1", "InService"),
-                ("i-3", "Terminating"),
-                ("i-5", "Pending"),
-                ("i-6", "Standby"),
-            ],
-        )];
-        let views = node_views(&nodes, &asgs);
-        let ready: Vec<_> = views
-            .iter()
-            .filter(|n| n.ready)
-            .map(|n| n.name.as_str())
-            .collect();
-        assert_eq!(ready, ["kept"]);
-    }
 }

@@ -20,8 +20,8 @@
 //! most one planned node is worked on at a time, no instance is terminated
 //! twice, and a run ends with every ASG at its recorded desired count.
 
-use crate::controllers::refresh_schedule::next_run;
-use crate::controllers::replenish_plan::{AsgView, DesiredChange, LockState, chrono, until};
+use crate::controllers::refresher::schedule::next_run;
+use crate::controllers::vocabulary::{AsgView, DesiredChange, LockState, to_chrono, until};
 use crate::crd::Role;
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
 use crate::crd::refresher::{
@@ -31,9 +31,7 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// A node of the group, as the plan sees it (`ready` only while its
-/// instance is active in its ASG: see `replenisher::node_views`).
-pub use crate::controllers::replenish_plan::NodeView;
+pub use crate::controllers::vocabulary::NodeView;
 
 /// An instance that is active (not terminating or detaching) in one of the
 /// group's ASGs, per a fresh describe.
@@ -480,7 +478,7 @@ impl Planner<'_> {
                         self.next_target();
                         continue;
                     }
-                    let deadline = self.since_phase() + chrono(settings.ready_timeout);
+                    let deadline = self.since_phase() + to_chrono(settings.ready_timeout);
                     if now >= deadline {
                         self.fail(format!(
                             "surplus not Ready within {}: {ready} of {whole} nodes Ready",
@@ -538,7 +536,7 @@ impl Planner<'_> {
                         self.next_target();
                         continue;
                     }
-                    let deadline = self.since_phase() + chrono(settings.ready_timeout);
+                    let deadline = self.since_phase() + to_chrono(settings.ready_timeout);
                     if now >= deadline {
                         self.status.current_target = None;
                         self.fail(format!(
@@ -592,7 +590,7 @@ impl Planner<'_> {
             .map(|n| n.name.as_str())
             .collect();
         waiting_for.sort();
-        let deadline = self.since_phase() + chrono(settings.ready_timeout);
+        let deadline = self.since_phase() + to_chrono(settings.ready_timeout);
         if !waiting_for.is_empty() {
             self.status.control_plane_ready_since = None;
             if input.now >= deadline {
@@ -615,7 +613,7 @@ impl Planner<'_> {
             .status
             .control_plane_ready_since
             .get_or_insert(input.now);
-        let settled = since + chrono(settings.master_settle_time);
+        let settled = since + to_chrono(settings.master_settle_time);
         if input.now < settled {
             return Ok(Some((
                 Action::Nothing,
@@ -752,7 +750,7 @@ impl Planner<'_> {
             ready_besides,
             needed,
         } = self.removal_safety(&target);
-        let drain_deadline = target.since + chrono(settings.drain_timeout);
+        let drain_deadline = target.since + to_chrono(settings.drain_timeout);
         let give_up = |this: &mut Self, reason: String| -> Step {
             this.status.current_target = None;
             if target.purpose == TargetPurpose::RemoveSurplus {
@@ -788,7 +786,7 @@ impl Planner<'_> {
         };
         if !safe {
             // Waiting for Ready nodes elsewhere, bounded like a replacement.
-            let deadline = drain_deadline + chrono(settings.ready_timeout);
+            let deadline = drain_deadline + to_chrono(settings.ready_timeout);
             if now >= deadline {
                 return give_up(
                     self,
@@ -906,7 +904,7 @@ impl Planner<'_> {
         if victim.is_none()
             && let Some(asg) = waiting
         {
-            let deadline = self.since_phase() + chrono(settings.ready_timeout);
+            let deadline = self.since_phase() + to_chrono(settings.ready_timeout);
             if input.now < deadline {
                 return Some((
                     Action::Nothing,
@@ -930,7 +928,7 @@ impl Planner<'_> {
                 Some(self.draining(settings))
             }
             Some(Err(asg)) => {
-                let deadline = self.since_phase() + chrono(settings.ready_timeout);
+                let deadline = self.since_phase() + to_chrono(settings.ready_timeout);
                 if input.now >= deadline {
                     return Some(self.finish_run(
                         settings,
@@ -1080,7 +1078,7 @@ fn targets(input: &Input, max_age: Option<Duration>) -> Vec<String> {
             let id = n.instance_id.as_deref()?;
             let launched = n.launch_time.as_ref()?;
             let member = input.members.iter().any(|m| m.instance_id == id);
-            let old_enough = max_age.is_none_or(|age| *launched + chrono(age) <= input.now);
+            let old_enough = max_age.is_none_or(|age| *launched + to_chrono(age) <= input.now);
             (member && old_enough).then_some((launched, n.name.as_str(), id))
         })
         .collect();

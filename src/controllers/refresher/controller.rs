@@ -7,8 +7,10 @@
 
 use crate::cloud::AsgDescription;
 use crate::context::Context;
-use crate::controllers::refresh_plan::{self, Action as PlanAction, Happening, Input, Member};
-use crate::controllers::replenish_plan::DesiredChange;
+use crate::controllers::refresher::plan::{
+    self as refresh_plan, Action as PlanAction, Happening, Input, Member,
+};
+use crate::controllers::vocabulary::DesiredChange;
 use crate::controllers::{Observed, instrumented, observe_for, set_desired_capacity};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
@@ -495,8 +497,8 @@ async fn write_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::replenisher::node_views;
-    use crate::controllers::replenisher::tests::{fresh, status_node};
+    use crate::controllers::vocabulary::node_views;
+    use crate::controllers::vocabulary::tests::{fresh, status_node};
     use crate::crd::NodeGroupStatus;
     use crate::crd::refresher::AsgDesired;
     use chrono::{TimeZone, Utc};

@@ -14,6 +14,9 @@
 //! Ready nodes are below the desired count, never counting twice what is
 //! already on its way.
 
+use crate::controllers::vocabulary::{
+    AsgView, DesiredChange, LockState, NodeView, to_chrono, until,
+};
 use crate::crd::Role;
 use crate::crd::replenisher::{
     AsgCount, AsgSince, CleanupTarget, ExcludedAsg, LastAction, NotJoinedRemovals, Raise,
@@ -33,26 +36,12 @@ pub fn exclusion_backoff(failures: i32) -> Duration {
     Duration::from_secs((60u64 << exp).min(1800))
 }
 
-/// An ASG as the plan sees it: the same figures the inventory reports.
-pub type AsgView = crate::crd::nodegroup::AutoScalingGroupStatus;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeView {
-    pub name: String,
-    pub instance_id: Option<String>,
-    pub asg: Option<String>,
-    pub ready: bool,
-    pub launch_time: Option<DateTime<Utc>>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotJoinedView {
     pub instance_id: String,
     pub asg: String,
     pub launch_time: Option<DateTime<Utc>>,
 }
-
-pub use crate::k8s::lock::LockState;
 
 pub struct Input<'a> {
     pub role: Role,
@@ -70,13 +59,6 @@ pub struct Input<'a> {
     pub lock: LockState,
     pub status: &'a ReplenisherStatus,
     pub now: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DesiredChange {
-    pub asg: String,
-    pub from: i32,
-    pub to: i32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,17 +111,6 @@ pub struct Plan {
 const SOON: Duration = Duration::from_secs(2);
 const IDLE: Duration = Duration::from_secs(60);
 
-pub(crate) fn chrono(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
-}
-
-pub(crate) fn until(now: DateTime<Utc>, then: DateTime<Utc>) -> Duration {
-    (then - now)
-        .to_std()
-        .unwrap_or(Duration::ZERO)
-        .max(Duration::from_millis(500))
-}
-
 pub fn plan(input: &Input) -> Plan {
     let mut plan = plan_inner(input);
     // Wake up for the next deadline the plan knows about, not a minute later.
@@ -156,17 +127,17 @@ fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<U
     let joins = input
         .not_joined
         .iter()
-        .filter_map(|n| n.launch_time.map(|t| t + chrono(input.join_timeout)));
+        .filter_map(|n| n.launch_time.map(|t| t + to_chrono(input.join_timeout)));
     let retries = status.excluded.iter().filter_map(|e| e.retry_after);
     let removals = status.removals.iter().map(|r| r.retry_after);
     let graces = status
         .behind
         .iter()
-        .map(|b| b.since + chrono(crate::cloud::LAUNCH_GRACE));
+        .map(|b| b.since + to_chrono(crate::cloud::LAUNCH_GRACE));
     let drain = status
         .scale_in
         .iter()
-        .map(|t| t.since + chrono(SCALE_IN_DRAIN_TIMEOUT));
+        .map(|t| t.since + to_chrono(SCALE_IN_DRAIN_TIMEOUT));
     joins
         .chain(retries)
         .chain(removals)
@@ -263,13 +234,13 @@ impl Stage<'_> {
     }
 
     fn cooldown_left(&self) -> Option<Duration> {
-        let end = self.status.last_modification? + chrono(self.input.cooldown);
+        let end = self.status.last_modification? + to_chrono(self.input.cooldown);
         (self.input.now < end).then(|| until(self.input.now, end))
     }
 
     fn overdue(&self, n: &NotJoinedView) -> bool {
         n.launch_time
-            .is_some_and(|t| self.input.now >= t + chrono(self.input.join_timeout))
+            .is_some_and(|t| self.input.now >= t + to_chrono(self.input.join_timeout))
     }
 }
 
@@ -428,7 +399,7 @@ fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
             target.node, input.desired
         ))
     } else if target.terminating.is_none()
-        && input.now >= target.since + chrono(SCALE_IN_DRAIN_TIMEOUT)
+        && input.now >= target.since + to_chrono(SCALE_IN_DRAIN_TIMEOUT)
     {
         Some(format!("drain of {} timed out", target.node))
     } else {
@@ -545,7 +516,7 @@ fn remove_not_joined(s: &Stage) -> Option<Plan> {
         auto_scaling_group: instance.asg.clone(),
         count,
         last: now,
-        retry_after: now + chrono(exclusion_backoff(count)),
+        retry_after: now + to_chrono(exclusion_backoff(count)),
     });
     status.cleanup = Some(target.clone());
     let how = if decrement {
@@ -592,7 +563,7 @@ fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
             !n.ready
                 && n.asg.as_deref() == Some(asg.name.as_str())
                 && n.launch_time
-                    .is_some_and(|t| input.now >= t + chrono(input.join_timeout))
+                    .is_some_and(|t| input.now >= t + to_chrono(input.join_timeout))
         })
         .count() as i32;
     let stuck_instances = input
@@ -793,14 +764,14 @@ fn update_exclusions(status: &mut ReplenisherStatus, asgs: &[AsgView], now: Date
                 auto_scaling_group: asg.name.clone(),
                 reason: asg.reason.clone().unwrap_or_else(|| "not launching".into()),
                 since: now,
-                retry_after: Some(now + chrono(exclusion_backoff(1))),
+                retry_after: Some(now + to_chrono(exclusion_backoff(1))),
                 failures: 1,
             }),
             (false, Some(i)) => {
                 let e = &mut status.excluded[i];
                 if e.retry_after.is_none_or(|t| now >= t) {
                     e.failures += 1;
-                    e.retry_after = Some(now + chrono(exclusion_backoff(e.failures)));
+                    e.retry_after = Some(now + to_chrono(exclusion_backoff(e.failures)));
                     e.reason = asg.reason.clone().unwrap_or_else(|| "not launching".into());
                 }
             }
@@ -1389,7 +1360,7 @@ mod tests {
         s.status = p.status;
         let active = s.active();
         let later = plan(&Input {
-            now: t0() + chrono(crate::cloud::LAUNCH_GRACE),
+            now: t0() + to_chrono(crate::cloud::LAUNCH_GRACE),
             ..input_of(&s, &active)
         });
         assert_eq!(

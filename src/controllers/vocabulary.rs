@@ -1,0 +1,155 @@
+//! The vocabulary both child controllers (replenisher, refresher) plan in:
+//! the group's nodes and ASGs as a plan sees them, a desired-count change,
+//! the lock from a controller's side, and time helpers. Neither controller
+//! imports from the other; both import from here.
+
+use crate::cloud::AsgDescription;
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+pub use crate::k8s::lock::LockState;
+
+/// An ASG as the plan sees it: the same figures the inventory reports.
+pub type AsgView = crate::crd::nodegroup::AutoScalingGroupStatus;
+
+/// A node of the group, as a plan sees it (`ready` only while its instance
+/// is in service in its ASG: see [`node_views`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    pub name: String,
+    pub instance_id: Option<String>,
+    pub asg: Option<String>,
+    pub ready: bool,
+    pub launch_time: Option<DateTime<Utc>>,
+}
+
+/// One ASG's desired count, from what it was to what it is to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredChange {
+    pub asg: String,
+    pub from: i32,
+    pub to: i32,
+}
+
+/// A std duration as a chrono one (saturating).
+pub fn to_chrono(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
+
+/// How long from `now` until `then`, at least half a second (a requeue).
+pub fn until(now: DateTime<Utc>, then: DateTime<Utc>) -> Duration {
+    (then - now)
+        .to_std()
+        .unwrap_or(Duration::ZERO)
+        .max(Duration::from_millis(500))
+}
+
+/// The group's nodes as the plan sees them. A node counts as Ready only while
+/// its instance is InService in its ASG per the fresh describe: after a
+/// termination, the inventory (and a real kubelet) can report the node Ready
+/// for a while, and counting it could remove a second node; before AWS has
+/// finished launching it (Pending), it may still be abandoned.
+pub fn node_views(
+    nodes: &[crate::crd::nodegroup::NodeStatus],
+    fresh: &[AsgDescription],
+) -> Vec<NodeView> {
+    nodes
+        .iter()
+        .map(|n| {
+            // Once its instance leaves the ASG, the inventory no longer
+            // names an ASG for the node either: judge by the instance alone.
+            let active = match &n.instance_id {
+                Some(id) => fresh.iter().any(|a| {
+                    a.instances
+                        .iter()
+                        .any(|i| i.instance_id == *id && i.is_in_service())
+                }),
+                // No instance known (e.g. a bad providerID): nothing says it is leaving.
+                None => true,
+            };
+            NodeView {
+                name: n.name.clone(),
+                instance_id: n.instance_id.clone(),
+                asg: n.auto_scaling_group.clone(),
+                ready: n.ready && active,
+                launch_time: n.launch_time,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::cloud::AsgInstance;
+    use crate::crd::nodegroup::NodeStatus;
+
+    pub(crate) fn status_node(name: &str, asg: &str, id: &str) -> NodeStatus {
+        NodeStatus {
+            name: name.into(),
+            instance_id: Some(id.into()),
+            auto_scaling_group: Some(asg.into()),
+            availability_zone: None,
+            instance_type: None,
+            lifecycle: None,
+            launch_time: None,
+            ready: true,
+            unschedulable: false,
+            problem: None,
+        }
+    }
+
+    pub(crate) fn fresh(asg: &str, instances: &[(&str, &str)]) -> AsgDescription {
+        AsgDescription {
+            name: asg.into(),
+            desired: instances.len() as i32,
+            min: 0,
+            max: 5,
+            instances: instances
+                .iter()
+                .map(|(id, state)| AsgInstance {
+                    instance_id: id.to_string(),
+                    availability_zone: None,
+                    instance_type: None,
+                    lifecycle_state: state.to_string(),
+                    health_status: "Healthy".into(),
+                })
+                .collect(),
+            launch_template: None,
+            tags: Default::default(),
+            recent_failure: None,
+            suspended_processes: vec![],
+        }
+    }
+
+    #[test]
+    fn a_node_counts_ready_only_while_its_instance_is_in_service() {
+        let mut left = status_node("left", "a", "i-4");
+        // The inventory's view once the instance has left its ASG.
+        left.auto_scaling_group = None;
+        let nodes = [
+            status_node("kept", "a", "i-1"),
+            status_node("terminated", "a", "i-2"),
+            status_node("terminating", "a", "i-3"),
+            left,
+            status_node("pending", "a", "i-5"),
+            status_node("standby", "a", "i-6"),
+        ];
+        let asgs = [fresh(
+            "a",
+            &[
+                ("i-1", "InService"),
+                ("i-3", "Terminating"),
+                ("i-5", "Pending"),
+                ("i-6", "Standby"),
+            ],
+        )];
+        let views = node_views(&nodes, &asgs);
+        let ready: Vec<_> = views
+            .iter()
+            .filter(|n| n.ready)
+            .map(|n| n.name.as_str())
+            .collect();
+        assert_eq!(ready, ["kept"]);
+    }
+}
