@@ -60,6 +60,15 @@ impl Error {
         }
     }
 
+    /// Expected contention, not a failure: a conflict, throttling (Kubernetes
+    /// or AWS), a lost lease. Retried soon, quietly.
+    pub fn is_expected_contention(&self) -> bool {
+        matches!(
+            self.category(),
+            "kube_conflict" | "kube_throttled" | "aws_throttled" | "not_leader"
+        )
+    }
+
     /// Wraps a kube error with what we were doing.
     pub fn kube(context: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
         let context = context.into();
@@ -68,3 +77,28 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contention_is_retried_quietly_and_failures_are_not() {
+        let throttled = Error::Aws {
+            operation: "DescribeAutoScalingGroups",
+            resource: "asg/a".into(),
+            code: Some("Throttling".into()),
+            message: "Rate exceeded".into(),
+        };
+        let refused = Error::Aws {
+            operation: "SetDesiredCapacity",
+            resource: "asg/a".into(),
+            code: Some("ValidationError".into()),
+            message: "above max".into(),
+        };
+        assert!(throttled.is_expected_contention());
+        assert!(Error::NotLeader.is_expected_contention());
+        assert!(!refused.is_expected_contention());
+        assert!(!Error::InvalidObject("refusing".into()).is_expected_contention());
+    }
+}

@@ -6,7 +6,7 @@
 use super::plan::{self, AwsView, Membership};
 use crate::cloud::Cloud;
 use crate::context::{Context, FIELD_MANAGER};
-use crate::controllers::instrumented;
+use crate::controllers::runtime::instrumented;
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::refresher::RefresherSpec;
 use crate::crd::replenisher::ReplenisherSpec;
@@ -160,7 +160,7 @@ async fn reconcile(group: Arc<NodeGroup>, ictx: Arc<InventoryContext>) -> Result
 }
 
 fn error_policy(group: Arc<NodeGroup>, error: &Error, _ctx: Arc<InventoryContext>) -> Action {
-    crate::controllers::retry_after(CONTROLLER, &group.name_any(), error)
+    crate::controllers::runtime::retry_after(CONTROLLER, &group.name_any(), error)
 }
 
 /// Reads the AWS view of a group: one describe of its ASGs, one (paged)

@@ -7,11 +7,13 @@
 
 use crate::cloud::AsgDescription;
 use crate::context::Context;
+use crate::controllers::actions::set_desired_capacity;
+use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, observe_group};
 use crate::controllers::refresher::plan::{
     self as refresh_plan, Action as PlanAction, Happening, Input, Member,
 };
+use crate::controllers::runtime::instrumented;
 use crate::controllers::vocabulary::DesiredChange;
-use crate::controllers::{Observed, instrumented, observe_for, set_desired_capacity};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::refresher::{RefreshTarget, RunResult, TargetPurpose};
@@ -36,8 +38,10 @@ pub const SCALING_PROCESSES: &str = "ScalingProcesses";
 const EVENT_ACTION: &str = "Refresh";
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
-    crate::controllers::run_group_child::<Refresher, _, _>(ctx, shutdown, CONTROLLER, reconcile)
-        .await
+    crate::controllers::runtime::run_group_child::<Refresher, _, _>(
+        ctx, shutdown, CONTROLLER, reconcile,
+    )
+    .await
 }
 
 async fn reconcile(rf: Arc<Refresher>, ctx: Arc<Context>) -> Result<Action> {
@@ -45,38 +49,40 @@ async fn reconcile(rf: Arc<Refresher>, ctx: Arc<Context>) -> Result<Action> {
 }
 
 async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
-    let Some(rf) = crate::controllers::reread(ctx, rf.as_ref()).await? else {
+    let Some(rf) = crate::controllers::runtime::reread(ctx, rf.as_ref()).await? else {
         return Ok(Action::await_change());
     };
-    let Observed {
+    let observed =
+        match observe_group(ctx, &rf, OperationKind::Refresh, &rf.spec.node_group).await? {
+            Observation::Group(observed) => observed,
+            Observation::NotYet(again) => return Ok(Action::requeue(again)),
+        };
+    // Idle and not due: the plan looks at nothing AWS would say
+    // (`needs_observation` is tested for exactly that), so the group's
+    // frequent status updates cost no AWS call.
+    let described = if refresh_plan::needs_observation(
+        rf.status.as_ref(),
+        &rf.spec.schedule_key(),
+        ctx.clock.now(),
+    ) {
+        Some(observed.describe().await?)
+    } else {
+        None
+    };
+    let DescribedAsgs { fresh, asgs, nodes } = described.unwrap_or(DescribedAsgs {
+        fresh: vec![],
+        asgs: vec![],
+        nodes: vec![],
+    });
+    let ObservedGroup {
         namespace,
         name,
         me,
         group,
-        group_status: _,
         lock: lock_state,
         cloud,
-        fresh,
-        asgs,
-        nodes,
-    } = match observe_for(
-        ctx,
-        &rf,
-        OperationKind::Refresh,
-        &rf.spec.node_group,
-        // Idle and not due: the plan looks at nothing AWS would say, so
-        // the group's frequent status updates cost no AWS call.
-        refresh_plan::needs_observation(
-            rf.status.as_ref(),
-            &rf.spec.schedule_key(),
-            ctx.clock.now(),
-        ),
-    )
-    .await?
-    {
-        Ok(observed) => observed,
-        Err(again) => return Ok(Action::requeue(again)),
-    };
+        ..
+    } = *observed;
     let now = ctx.clock.now();
     let settings = rf.spec.resolve();
     let members = members(&fresh);
@@ -300,8 +306,14 @@ async fn terminate(
             format!("remove surplus: decrement {}", target.auto_scaling_group)
         }
     };
-    crate::controllers::terminate_in_group(ctx, cloud, &target.instance_id, decrement, detail)
-        .await?;
+    crate::controllers::actions::terminate_in_group(
+        ctx,
+        cloud,
+        &target.instance_id,
+        decrement,
+        detail,
+    )
+    .await?;
     Ok(())
 }
 

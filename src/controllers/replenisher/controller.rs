@@ -4,14 +4,15 @@
 
 use crate::cloud::AsgDescription;
 use crate::context::Context;
+use crate::controllers::actions::{
+    persist_then, set_desired_capacity, terminate_in_group, write_if_changed,
+};
+use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, observe_group};
 use crate::controllers::replenisher::plan::{
     self as replenish_plan, Action as PlanAction, Input, NotJoinedView,
 };
+use crate::controllers::runtime::instrumented;
 use crate::controllers::vocabulary::{DesiredChange, node_views};
-use crate::controllers::{
-    Observed, instrumented, observe_for, persist_then, set_desired_capacity, terminate_in_group,
-    write_if_changed,
-};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
@@ -34,8 +35,10 @@ pub const CONTROLLER: &str = "replenisher";
 pub const REPLENISHED: &str = "Replenished";
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
-    crate::controllers::run_group_child::<Replenisher, _, _>(ctx, shutdown, CONTROLLER, reconcile)
-        .await
+    crate::controllers::runtime::run_group_child::<Replenisher, _, _>(
+        ctx, shutdown, CONTROLLER, reconcile,
+    )
+    .await
 }
 
 async fn reconcile(rp: Arc<Replenisher>, ctx: Arc<Context>) -> Result<Action> {
@@ -43,10 +46,16 @@ async fn reconcile(rp: Arc<Replenisher>, ctx: Arc<Context>) -> Result<Action> {
 }
 
 async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> {
-    let Some(rp) = crate::controllers::reread(ctx, rp.as_ref()).await? else {
+    let Some(rp) = crate::controllers::runtime::reread(ctx, rp.as_ref()).await? else {
         return Ok(Action::await_change());
     };
-    let Observed {
+    let observed =
+        match observe_group(ctx, &rp, OperationKind::Replenish, &rp.spec.node_group).await? {
+            Observation::Group(observed) => observed,
+            Observation::NotYet(again) => return Ok(Action::requeue(again)),
+        };
+    let DescribedAsgs { fresh, asgs, nodes } = observed.describe().await?;
+    let ObservedGroup {
         namespace,
         name,
         me,
@@ -54,21 +63,7 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
         group_status,
         lock: lock_state,
         cloud,
-        fresh,
-        asgs,
-        nodes,
-    } = match observe_for(
-        ctx,
-        &rp,
-        OperationKind::Replenish,
-        &rp.spec.node_group,
-        true,
-    )
-    .await?
-    {
-        Ok(observed) => observed,
-        Err(again) => return Ok(Action::requeue(again)),
-    };
+    } = *observed;
     let now = ctx.clock.now();
     let not_joined: Vec<NotJoinedView> = group_status
         .not_joined

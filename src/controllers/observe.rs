@@ -1,0 +1,109 @@
+//! What a child controller observes before planning: its NodeGroup (with the
+//! inventory), the group's lock from its side, and, as a separate step, a
+//! fresh describe of the group's ASGs.
+
+use super::vocabulary::{AsgView, NodeView, node_views};
+use crate::cloud::{AsgDescription, Cloud};
+use crate::context::Context;
+use crate::crd::nodegroup::OperationKind;
+use crate::crd::{NodeGroup, NodeGroupStatus};
+use crate::error::Error;
+use crate::k8s::lock::{self, Holder, LockState};
+use kube::api::Api;
+use kube::{Resource, ResourceExt};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The group as a child controller sees it: its NodeGroup with a status that
+/// has seen the current spec (act only on such an inventory), and the
+/// group's lock from its side.
+pub struct ObservedGroup {
+    pub namespace: String,
+    pub name: String,
+    pub me: Holder,
+    pub group: NodeGroup,
+    pub group_status: NodeGroupStatus,
+    pub lock: LockState,
+    pub cloud: Arc<dyn Cloud>,
+}
+
+/// Whether there is a group to plan for.
+pub enum Observation {
+    Group(Box<ObservedGroup>),
+    /// Nothing to act on yet (no NodeGroup, or its status has not seen its
+    /// spec): look again after this long.
+    NotYet(Duration),
+}
+
+/// A fresh describe of the group's ASGs, and the group's nodes judged by it.
+pub struct DescribedAsgs {
+    pub fresh: Vec<AsgDescription>,
+    pub asgs: Vec<AsgView>,
+    /// The group's nodes, Ready only while their instance is in service.
+    pub nodes: Vec<NodeView>,
+}
+
+/// Observes the group for `child` (of `kind`) working on NodeGroup `node_group`.
+pub async fn observe_group<K: Resource>(
+    ctx: &Context,
+    child: &K,
+    kind: OperationKind,
+    node_group: &str,
+) -> Result<Observation, Error> {
+    let name = child.name_any();
+    let namespace = child.namespace().ok_or_else(|| {
+        Error::InvalidObject(format!("{kind:?} resource {name} has no namespace"))
+    })?;
+    let groups: Api<NodeGroup> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(group) = groups
+        .get_opt(node_group)
+        .await
+        .map_err(Error::kube(format!(
+            "get NodeGroup {namespace}/{node_group}"
+        )))?
+    else {
+        // No garbage collector guaranteed (and none on test apiservers): idle.
+        return Ok(Observation::NotYet(Duration::from_secs(60)));
+    };
+    let Some(group_status) = group
+        .status
+        .clone()
+        .filter(|s| s.observed_generation == group.metadata.generation)
+    else {
+        return Ok(Observation::NotYet(Duration::from_secs(2)));
+    };
+    let me = Holder {
+        kind,
+        name: name.clone(),
+    };
+    let lock = lock::observe(
+        &ctx.client,
+        &namespace,
+        group_status.operation.as_ref(),
+        &me,
+    )
+    .await?;
+    let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
+    Ok(Observation::Group(Box::new(ObservedGroup {
+        namespace,
+        name,
+        me,
+        group,
+        group_status,
+        lock,
+        cloud,
+    })))
+}
+
+impl ObservedGroup {
+    /// Describes the group's ASGs (one AWS call) and judges its nodes by it.
+    pub async fn describe(&self) -> Result<DescribedAsgs, Error> {
+        let fresh = self
+            .cloud
+            .describe_groups(&self.group.spec.asg_names())
+            .await?;
+        let asgs = fresh.iter().map(AsgView::from).collect();
+        let nodes = node_views(&self.group_status.nodes, &fresh);
+        Ok(DescribedAsgs { fresh, asgs, nodes })
+    }
+}

@@ -1,0 +1,169 @@
+//! The controllers' runtime: starting and stopping them, the retry policy,
+//! reconcile metrics, and the runner of the per-group child controllers.
+
+use super::{inventory, refresher, replenisher};
+use crate::context::Context;
+use crate::crd::NodeGroup;
+use crate::error::Error;
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Runs every controller until `shutdown` is cancelled.
+pub async fn run_all(ctx: Arc<Context>, shutdown: CancellationToken) {
+    ctx.metrics.register_controller(inventory::CONTROLLER);
+    ctx.metrics.register_controller(replenisher::CONTROLLER);
+    ctx.metrics.register_controller(refresher::CONTROLLER);
+    tokio::join!(
+        bounded(
+            inventory::CONTROLLER,
+            inventory::run(ctx.clone(), shutdown.clone()),
+            &shutdown
+        ),
+        bounded(
+            replenisher::CONTROLLER,
+            replenisher::run(ctx.clone(), shutdown.clone()),
+            &shutdown
+        ),
+        bounded(
+            refresher::CONTROLLER,
+            refresher::run(ctx.clone(), shutdown.clone()),
+            &shutdown
+        ),
+    );
+}
+
+/// How long in-flight reconciles may take to finish after the shutdown signal.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs a controller; once `shutdown` fires, gives it [`SHUTDOWN_GRACE`] to
+/// stop, then drops it. (kube-runtime's graceful shutdown can wait forever
+/// when the signal arrives before its store is ready.) Dropping in-flight work
+/// is safe: every step is persisted before it acts.
+async fn bounded(
+    name: &'static str,
+    controller: impl Future<Output = ()>,
+    shutdown: &CancellationToken,
+) {
+    tokio::pin!(controller);
+    tokio::select! {
+        _ = &mut controller => return,
+        _ = shutdown.cancelled() => {}
+    }
+    if tokio::time::timeout(SHUTDOWN_GRACE, controller)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            controller = name,
+            "did not stop within the grace period; abandoning in-flight work"
+        );
+    }
+}
+
+/// What to do after a failed reconcile. Conflicts, throttling and a lost lease
+/// are expected contention: retry soon, quietly. Anything else: log, back off.
+pub fn retry_after(controller: &'static str, object: &str, error: &Error) -> Action {
+    if error.is_expected_contention() {
+        tracing::debug!(controller, object, error = %error, "retrying");
+        Action::requeue(std::time::Duration::from_secs(2))
+    } else {
+        tracing::warn!(controller, object, error = %error, "reconcile failed");
+        Action::requeue(std::time::Duration::from_secs(15))
+    }
+}
+
+/// Wraps a reconcile with metrics: count, duration, error category.
+pub async fn instrumented<T, F>(
+    ctx: &Context,
+    controller: &'static str,
+    reconcile: F,
+) -> Result<T, Error>
+where
+    F: Future<Output = Result<T, Error>>,
+{
+    let started = Instant::now();
+    let result = reconcile.await;
+    let category = result.as_ref().err().map(Error::category);
+    ctx.metrics
+        .reconciled(controller, started.elapsed(), category);
+    result
+}
+
+/// Runs the controller of a per-group child resource (Refresher,
+/// Replenisher): reconciled on its own changes and on those of the NodeGroup
+/// of the same name, whose status (inventory, lock) drives its plan.
+pub async fn run_group_child<K, F, Fut>(
+    ctx: Arc<Context>,
+    shutdown: CancellationToken,
+    controller: &'static str,
+    reconcile: F,
+) where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    F: FnMut(Arc<K>, Arc<Context>) -> Fut,
+    Fut: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    let (children, groups): (Api<K>, Api<NodeGroup>) = match &ctx.settings.namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(ctx.client.clone(), ns),
+        ),
+        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+    };
+    tracing::info!(controller, "controller started");
+    Controller::new(children, watcher::Config::default().any_semantic())
+        .watches(groups, watcher::Config::default().any_semantic(), |group| {
+            let namespace = group.namespace().unwrap_or_default();
+            Some(ObjectRef::<K>::new(&group.name_any()).within(&namespace))
+        })
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(
+            reconcile,
+            move |child: Arc<K>, error: &Error, _ctx| {
+                retry_after(controller, &child.name_any(), error)
+            },
+            ctx,
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(controller, error = %e, "reconcile failed");
+            }
+        })
+        .await;
+    tracing::info!(controller, "controller stopped");
+}
+
+/// The child as stored now. The controller's cache can lag this manager's
+/// own status writes (a reconcile triggered by the NodeGroup can run before
+/// the watch delivers the write); planning from it would redo or undo a step.
+/// None: it was deleted.
+pub async fn reread<K>(ctx: &Context, child: &K) -> Result<Option<K>, Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let name = child.name_any();
+    let namespace = child
+        .namespace()
+        .ok_or_else(|| Error::InvalidObject(format!("{name} has no namespace")))?;
+    Api::<K>::namespaced(ctx.client.clone(), &namespace)
+        .get_opt(&name)
+        .await
+        .map_err(Error::kube(format!("get {namespace}/{name}")))
+}
