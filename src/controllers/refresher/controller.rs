@@ -382,13 +382,119 @@ struct Guard<'a> {
     status: &'a RefresherStatus,
 }
 
-impl Guard<'_> {
-    fn refuse(what: String) -> Error {
-        warn!(refusal = %what, "refresher safety check");
-        Error::InvalidObject(format!("refusing to {what}"))
-    }
+/// The check of [`Guard`] that refused a mutation, with what it saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Refusal {
+    OutsideARun,
+    NotTheGroupsAsg {
+        asg: String,
+    },
+    NotTheGroupsNode {
+        node: String,
+    },
+    AboveMax {
+        asg: String,
+        to: i32,
+        max: i32,
+    },
+    StaleCount {
+        asg: String,
+        planned_from: i32,
+        desired: i32,
+    },
+    /// Lowering desired below the active instances: AWS would pick a victim.
+    AwsWouldPickAVictim {
+        asg: String,
+        to: i32,
+        active: i32,
+    },
+    NotActive {
+        instance: String,
+        asg: String,
+    },
+    NotPlanned {
+        instance: String,
+    },
+    TerminationNotRecorded {
+        instance: String,
+    },
+    NotAboveRecordedCount {
+        instance: String,
+        asg: String,
+        desired: i32,
+        recorded: Option<i32>,
+    },
+    TooFewReady {
+        instance: String,
+        ready_besides: i32,
+        needed: i32,
+    },
+}
 
-    fn asg(&self, name: &str) -> Result<&AsgDescription> {
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::OutsideARun => write!(f, "act outside a run"),
+            Refusal::NotTheGroupsAsg { asg } => {
+                write!(f, "touch {asg}: not one of the group's ASGs")
+            }
+            Refusal::NotTheGroupsNode { node } => {
+                write!(f, "touch node {node}: not one of the group's nodes")
+            }
+            Refusal::AboveMax { asg, to, max } => {
+                write!(f, "set {asg} to {to}: above its max {max}")
+            }
+            Refusal::StaleCount {
+                asg,
+                planned_from,
+                desired,
+            } => write!(
+                f,
+                "set {asg}: planned from {planned_from}, desired is now {desired}"
+            ),
+            Refusal::AwsWouldPickAVictim { asg, to, active } => write!(
+                f,
+                "lower {asg} to {to}: {active} active instance(s), AWS would pick which to terminate"
+            ),
+            Refusal::NotActive { instance, asg } => {
+                write!(f, "touch {instance}: not active in {asg}")
+            }
+            Refusal::NotPlanned { instance } => {
+                write!(f, "replace {instance}: the run did not plan it")
+            }
+            Refusal::TerminationNotRecorded { instance } => {
+                write!(f, "terminate {instance}: the termination is not recorded")
+            }
+            Refusal::NotAboveRecordedCount {
+                instance,
+                asg,
+                desired,
+                recorded,
+            } => write!(
+                f,
+                "remove {instance} from {asg}: desired {desired} is not above the recorded {recorded:?}"
+            ),
+            Refusal::TooFewReady {
+                instance,
+                ready_besides,
+                needed,
+            } => write!(
+                f,
+                "terminate {instance}: {ready_besides} other Ready node(s), {needed} needed"
+            ),
+        }
+    }
+}
+
+impl From<Refusal> for Error {
+    fn from(refusal: Refusal) -> Error {
+        warn!(%refusal, "refresher safety check");
+        Error::InvalidObject(format!("refusing to {refusal}"))
+    }
+}
+
+impl Guard<'_> {
+    fn asg(&self, name: &str) -> Result<&AsgDescription, Refusal> {
         let listed = self
             .group
             .spec
@@ -398,59 +504,76 @@ impl Guard<'_> {
         self.fresh
             .iter()
             .find(|a| a.name == name && listed)
-            .ok_or_else(|| Self::refuse(format!("touch {name}: not one of the group's ASGs")))
+            .ok_or_else(|| Refusal::NotTheGroupsAsg { asg: name.into() })
     }
 
-    fn set_desired(&self, changes: &[DesiredChange]) -> Result<()> {
+    fn set_desired(&self, changes: &[DesiredChange]) -> Result<(), Refusal> {
         if self.status.run_start.is_none() {
-            return Err(Self::refuse("change capacity outside a run".into()));
+            return Err(Refusal::OutsideARun);
         }
         for c in changes {
             let asg = self.asg(&c.asg)?;
             let active = asg.active_instances() as i32;
-            if c.to > asg.max || c.from != asg.desired || (c.to < c.from && c.to < active) {
-                return Err(Self::refuse(format!(
-                    "set {} to {}: max {}, desired now {} (planned from {}), {active} active instance(s)",
-                    c.asg, c.to, asg.max, asg.desired, c.from
-                )));
+            if c.to > asg.max {
+                return Err(Refusal::AboveMax {
+                    asg: c.asg.clone(),
+                    to: c.to,
+                    max: asg.max,
+                });
+            }
+            if c.from != asg.desired {
+                return Err(Refusal::StaleCount {
+                    asg: c.asg.clone(),
+                    planned_from: c.from,
+                    desired: asg.desired,
+                });
+            }
+            if c.to < c.from && c.to < active {
+                return Err(Refusal::AwsWouldPickAVictim {
+                    asg: c.asg.clone(),
+                    to: c.to,
+                    active,
+                });
             }
         }
         Ok(())
     }
 
-    fn owns_node(&self, node: &str) -> Result<()> {
+    fn owns_node(&self, node: &str) -> Result<(), Refusal> {
         let known = self
             .group
             .status
             .as_ref()
             .is_some_and(|s| s.nodes.iter().any(|n| n.name == node));
         if !known {
-            return Err(Self::refuse(format!(
-                "touch node {node}: not one of the group's nodes"
-            )));
+            return Err(Refusal::NotTheGroupsNode { node: node.into() });
         }
         Ok(())
     }
 
-    /// The target's instance is active in one of the group's ASGs; a Replace
-    /// target is one the run planned to replace.
-    fn target(&self, t: &RefreshTarget) -> Result<()> {
+    /// Within a run, the target's instance is active in one of the group's
+    /// ASGs, and a Replace target is one the run planned to replace.
+    fn target(&self, t: &RefreshTarget) -> Result<(), Refusal> {
+        if self.status.run_start.is_none() {
+            return Err(Refusal::OutsideARun);
+        }
         let asg = self.asg(&t.auto_scaling_group)?;
         let active = asg
             .instances
             .iter()
             .any(|i| i.instance_id == t.instance_id && i.is_active());
-        let planned = match t.purpose {
-            TargetPurpose::Replace => self.status.planned_instances.contains(&t.instance_id),
-            TargetPurpose::RemoveSurplus => true,
-        };
-        if !active || !planned || self.status.run_start.is_none() {
-            return Err(Self::refuse(format!(
-                "touch {}: active in {}: {active}, planned: {planned}, run in progress: {}",
-                t.instance_id,
-                t.auto_scaling_group,
-                self.status.run_start.is_some()
-            )));
+        if !active {
+            return Err(Refusal::NotActive {
+                instance: t.instance_id.clone(),
+                asg: t.auto_scaling_group.clone(),
+            });
+        }
+        if t.purpose == TargetPurpose::Replace
+            && !self.status.planned_instances.contains(&t.instance_id)
+        {
+            return Err(Refusal::NotPlanned {
+                instance: t.instance_id.clone(),
+            });
         }
         if let Some(node) = &t.node {
             self.owns_node(node)?;
@@ -458,40 +581,42 @@ impl Guard<'_> {
         Ok(())
     }
 
-    fn drain(&self, t: &RefreshTarget) -> Result<()> {
+    fn drain(&self, t: &RefreshTarget) -> Result<(), Refusal> {
         self.target(t)
     }
 
-    fn terminate(&self, t: &RefreshTarget) -> Result<()> {
+    fn terminate(&self, t: &RefreshTarget) -> Result<(), Refusal> {
         self.target(t)?;
         if t.terminated.is_none() {
-            return Err(Self::refuse(format!(
-                "terminate {}: the termination is not recorded",
-                t.instance_id
-            )));
+            return Err(Refusal::TerminationNotRecorded {
+                instance: t.instance_id.clone(),
+            });
         }
         if t.purpose == TargetPurpose::RemoveSurplus {
             let asg = self.asg(&t.auto_scaling_group)?;
-            let original = self
+            let recorded = self
                 .status
                 .original_desired
                 .iter()
                 .find(|o| o.auto_scaling_group == t.auto_scaling_group)
                 .map(|o| o.desired);
-            if original.is_none_or(|o| asg.desired <= o) {
-                return Err(Self::refuse(format!(
-                    "remove {} from {}: desired {} is not above the recorded {original:?}",
-                    t.instance_id, t.auto_scaling_group, asg.desired
-                )));
+            if recorded.is_none_or(|o| asg.desired <= o) {
+                return Err(Refusal::NotAboveRecordedCount {
+                    instance: t.instance_id.clone(),
+                    asg: t.auto_scaling_group.clone(),
+                    desired: asg.desired,
+                    recorded,
+                });
             }
         }
         let surplus: i32 = self.status.surplus.iter().map(|s| s.desired).sum();
         let r = refresh_plan::removal(t, self.nodes, self.group.spec.desired, surplus);
         if !r.safe {
-            return Err(Self::refuse(format!(
-                "terminate {}: {} other Ready node(s), {} needed",
-                t.instance_id, r.ready_besides, r.needed
-            )));
+            return Err(Refusal::TooFewReady {
+                instance: t.instance_id.clone(),
+                ready_besides: r.ready_besides,
+                needed: r.needed,
+            });
         }
         Ok(())
     }
@@ -577,7 +702,7 @@ mod tests {
             }
         }
 
-        fn check<T>(&self, f: impl FnOnce(&Guard) -> Result<T>) -> Result<T> {
+        fn check<T>(&self, f: impl FnOnce(&Guard) -> Result<T, Refusal>) -> Result<T, Refusal> {
             let nodes = node_views(
                 &self.group.status.as_ref().expect("status").nodes,
                 &self.fresh,
@@ -622,8 +747,11 @@ mod tests {
         let case = Case::new();
         // i-9 is the surplus: new, not planned.
         let t = target("i-9", "a", "n9", TargetPurpose::Replace);
-        assert!(case.check(|g| g.terminate(&t)).is_err());
-        assert!(case.check(|g| g.drain(&t)).is_err());
+        let not_planned = Err(Refusal::NotPlanned {
+            instance: "i-9".into(),
+        });
+        assert_eq!(case.check(|g| g.terminate(&t)), not_planned);
+        assert_eq!(case.check(|g| g.drain(&t)), not_planned);
     }
 
     #[test]
@@ -631,7 +759,12 @@ mod tests {
         let case = Case::new();
         let mut t = target("i-1", "a", "n1", TargetPurpose::Replace);
         t.terminated = None;
-        assert!(case.check(|g| g.terminate(&t)).is_err());
+        assert_eq!(
+            case.check(|g| g.terminate(&t)),
+            Err(Refusal::TerminationNotRecorded {
+                instance: "i-1".into()
+            })
+        );
     }
 
     #[test]
@@ -642,18 +775,36 @@ mod tests {
             s.nodes[1].ready = false;
         }
         let t = target("i-1", "a", "n1", TargetPurpose::Replace);
-        assert!(case.check(|g| g.terminate(&t)).is_err());
+        assert_eq!(
+            case.check(|g| g.terminate(&t)),
+            Err(Refusal::TooFewReady {
+                instance: "i-1".into(),
+                ready_besides: 2,
+                needed: 3
+            })
+        );
     }
 
     #[test]
     fn an_instance_outside_the_group_or_not_active_is_never_touched() {
         let case = Case::new();
         let elsewhere = target("i-1", "other-asg", "n1", TargetPurpose::Replace);
-        assert!(case.check(|g| g.terminate(&elsewhere)).is_err());
+        assert_eq!(
+            case.check(|g| g.terminate(&elsewhere)),
+            Err(Refusal::NotTheGroupsAsg {
+                asg: "other-asg".into()
+            })
+        );
         let mut leaving = Case::new();
         leaving.fresh[0].instances[0].lifecycle_state = "Terminating".into();
         let t = target("i-1", "a", "n1", TargetPurpose::Replace);
-        assert!(leaving.check(|g| g.terminate(&t)).is_err());
+        assert_eq!(
+            leaving.check(|g| g.terminate(&t)),
+            Err(Refusal::NotActive {
+                instance: "i-1".into(),
+                asg: "a".into()
+            })
+        );
     }
 
     #[test]
@@ -661,8 +812,11 @@ mod tests {
         let mut case = Case::new();
         case.status.run_start = None;
         let t = target("i-1", "a", "n1", TargetPurpose::Replace);
-        assert!(case.check(|g| g.terminate(&t)).is_err());
-        assert!(case.check(|g| g.set_desired(&[change("b", 2, 3)])).is_err());
+        assert_eq!(case.check(|g| g.terminate(&t)), Err(Refusal::OutsideARun));
+        assert_eq!(
+            case.check(|g| g.set_desired(&[change("b", 2, 3)])),
+            Err(Refusal::OutsideARun)
+        );
     }
 
     #[test]
@@ -672,7 +826,15 @@ mod tests {
         assert!(case.check(|g| g.terminate(&surplus)).is_ok());
         // b is at its recorded 2: nothing of it is surplus.
         let not_surplus = target("i-3", "b", "n3", TargetPurpose::RemoveSurplus);
-        assert!(case.check(|g| g.terminate(&not_surplus)).is_err());
+        assert_eq!(
+            case.check(|g| g.terminate(&not_surplus)),
+            Err(Refusal::NotAboveRecordedCount {
+                instance: "i-3".into(),
+                asg: "b".into(),
+                desired: 2,
+                recorded: Some(2)
+            })
+        );
     }
 
     #[test]
@@ -680,19 +842,48 @@ mod tests {
         let case = Case::new();
         assert!(case.check(|g| g.set_desired(&[change("b", 2, 3)])).is_ok());
         // Above a's max of 3.
-        assert!(case.check(|g| g.set_desired(&[change("a", 3, 4)])).is_err());
+        assert_eq!(
+            case.check(|g| g.set_desired(&[change("a", 3, 4)])),
+            Err(Refusal::AboveMax {
+                asg: "a".into(),
+                to: 4,
+                max: 3
+            })
+        );
         // Planned from a stale count.
-        assert!(case.check(|g| g.set_desired(&[change("b", 1, 3)])).is_err());
+        assert_eq!(
+            case.check(|g| g.set_desired(&[change("b", 1, 3)])),
+            Err(Refusal::StaleCount {
+                asg: "b".into(),
+                planned_from: 1,
+                desired: 2
+            })
+        );
         // Below the 3 instances running in a: AWS would choose which to kill.
-        assert!(case.check(|g| g.set_desired(&[change("a", 3, 2)])).is_err());
+        assert_eq!(
+            case.check(|g| g.set_desired(&[change("a", 3, 2)])),
+            Err(Refusal::AwsWouldPickAVictim {
+                asg: "a".into(),
+                to: 2,
+                active: 3
+            })
+        );
         // Not one of the group's ASGs.
-        assert!(case.check(|g| g.set_desired(&[change("c", 1, 2)])).is_err());
+        assert_eq!(
+            case.check(|g| g.set_desired(&[change("c", 1, 2)])),
+            Err(Refusal::NotTheGroupsAsg { asg: "c".into() })
+        );
     }
 
     #[test]
     fn only_the_groups_nodes_are_uncordoned() {
         let case = Case::new();
         assert!(case.check(|g| g.owns_node("n1")).is_ok());
-        assert!(case.check(|g| g.owns_node("someone-elses")).is_err());
+        assert_eq!(
+            case.check(|g| g.owns_node("someone-elses")),
+            Err(Refusal::NotTheGroupsNode {
+                node: "someone-elses".into()
+            })
+        );
     }
 }
