@@ -340,34 +340,124 @@ async fn scaled_down_event(ctx: &Context, group_ref: &ObjectReference, status: &
     .await;
 }
 
-/// Safety: only this group's ASGs, never above their max.
+/// The safety check that refused a replenisher mutation, with what it saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Refusal {
+    NotTheGroupsAsg {
+        asg: String,
+    },
+    AboveMax {
+        asg: String,
+        to: i32,
+        max: i32,
+    },
+    StaleCount {
+        asg: String,
+        planned_from: i32,
+        desired: i32,
+    },
+    NotActiveInAsg {
+        instance: String,
+        asg: String,
+    },
+    HasANode {
+        instance: String,
+    },
+    DecrementAtMin {
+        instance: String,
+        asg: String,
+    },
+    TooFewReady {
+        instance: String,
+        ready_besides: i32,
+        desired: i32,
+    },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::NotTheGroupsAsg { asg } => {
+                write!(f, "touch {asg}: not one of the group's ASGs")
+            }
+            Refusal::AboveMax { asg, to, max } => {
+                write!(f, "set {asg} to {to}: above its max {max}")
+            }
+            Refusal::StaleCount {
+                asg,
+                planned_from,
+                desired,
+            } => write!(
+                f,
+                "set {asg}: planned from {planned_from}, desired is now {desired}"
+            ),
+            Refusal::NotActiveInAsg { instance, asg } => {
+                write!(
+                    f,
+                    "remove {instance}: not active in {asg} (or {asg} is at its min)"
+                )
+            }
+            Refusal::HasANode { instance } => write!(f, "remove {instance}: a Node runs on it"),
+            Refusal::DecrementAtMin { instance, asg } => {
+                write!(f, "remove {instance} with decrement: {asg} is at its min")
+            }
+            Refusal::TooFewReady {
+                instance,
+                ready_besides,
+                desired,
+            } => write!(
+                f,
+                "terminate {instance}: {ready_besides} other Ready node(s), {desired} desired"
+            ),
+        }
+    }
+}
+
+impl From<Refusal> for Error {
+    fn from(refusal: Refusal) -> Error {
+        tracing::warn!(%refusal, "replenisher safety check");
+        Error::InvalidObject(format!("refusing to {refusal}"))
+    }
+}
+
+/// The group's ASG of that name, per the fresh describe.
+fn groups_asg<'a>(
+    group: &NodeGroup,
+    fresh: &'a [AsgDescription],
+    name: &str,
+) -> Result<&'a AsgDescription, Refusal> {
+    let listed = group
+        .spec
+        .auto_scaling_groups
+        .iter()
+        .any(|r| r.name == name);
+    fresh
+        .iter()
+        .find(|a| a.name == name && listed)
+        .ok_or_else(|| Refusal::NotTheGroupsAsg { asg: name.into() })
+}
+
+/// Safety: only this group's ASGs, never above their max, never from a stale count.
 fn check_scale_up(
     group: &NodeGroup,
     fresh: &[AsgDescription],
     changes: &[DesiredChange],
-) -> Result<()> {
+) -> Result<(), Refusal> {
     for c in changes {
-        let asg = fresh
-            .iter()
-            .find(|a| {
-                a.name == c.asg
-                    && group
-                        .spec
-                        .auto_scaling_groups
-                        .iter()
-                        .any(|r| r.name == c.asg)
-            })
-            .ok_or_else(|| {
-                Error::InvalidObject(format!(
-                    "refusing to scale {}: not one of the group's ASGs",
-                    c.asg
-                ))
-            })?;
-        if c.to > asg.max || c.from != asg.desired {
-            return Err(Error::InvalidObject(format!(
-                "refusing to set {} to {}: max {}, desired now {} (planned from {})",
-                c.asg, c.to, asg.max, asg.desired, c.from
-            )));
+        let asg = groups_asg(group, fresh, &c.asg)?;
+        if c.to > asg.max {
+            return Err(Refusal::AboveMax {
+                asg: c.asg.clone(),
+                to: c.to,
+                max: asg.max,
+            });
+        }
+        if c.from != asg.desired {
+            return Err(Refusal::StaleCount {
+                asg: c.asg.clone(),
+                planned_from: c.from,
+                desired: asg.desired,
+            });
         }
     }
     Ok(())
@@ -379,58 +469,243 @@ fn check_not_joined(
     group: &NodeGroup,
     fresh: &[AsgDescription],
     target: &crate::crd::replenisher::CleanupTarget,
-) -> Result<()> {
-    let asg = fresh.iter().find(|a| {
-        a.name == target.auto_scaling_group
-            && group
-                .spec
-                .auto_scaling_groups
-                .iter()
-                .any(|r| r.name == a.name)
-    });
-    let in_asg = asg.is_some_and(|a| {
-        a.instances
-            .iter()
-            .any(|i| i.instance_id == target.instance_id && i.is_active())
-    });
-    let above_min = asg.is_some_and(|a| a.desired > a.min);
+) -> Result<(), Refusal> {
+    let asg = groups_asg(group, fresh, &target.auto_scaling_group)?;
+    let in_asg = asg
+        .instances
+        .iter()
+        .any(|i| i.instance_id == target.instance_id && i.is_active());
+    if !in_asg {
+        return Err(Refusal::NotActiveInAsg {
+            instance: target.instance_id.clone(),
+            asg: target.auto_scaling_group.clone(),
+        });
+    }
     let has_node = group.status.as_ref().is_some_and(|s| {
         s.nodes
             .iter()
             .any(|n| n.instance_id.as_deref() == Some(target.instance_id.as_str()))
     });
-    if !in_asg || has_node || (target.decrement && !above_min) {
-        return Err(Error::InvalidObject(format!(
-            "refusing to remove {}: active in {}: {in_asg}, has a node: {has_node}, decrement {} above min: {above_min}",
-            target.instance_id, target.auto_scaling_group, target.decrement
-        )));
+    if has_node {
+        return Err(Refusal::HasANode {
+            instance: target.instance_id.clone(),
+        });
+    }
+    if target.decrement && asg.desired <= asg.min {
+        return Err(Refusal::DecrementAtMin {
+            instance: target.instance_id.clone(),
+            asg: target.auto_scaling_group.clone(),
+        });
     }
     Ok(())
 }
 
-/// Safety: the target is in its ASG and removing it keeps Ready >= desired.
+/// Safety: the target is active in its ASG above min (the termination
+/// decrements), and removing it keeps Ready >= desired.
 fn check_scale_in(
     group: &NodeGroup,
     status: &crate::crd::NodeGroupStatus,
     fresh: &[AsgDescription],
     target: &ScaleInTarget,
-) -> Result<()> {
-    let in_asg = fresh.iter().any(|a| {
-        a.name == target.auto_scaling_group
-            && a.desired > a.min
-            && a.instances
-                .iter()
-                .any(|i| i.instance_id == target.instance_id && i.is_active())
-    });
-    let ready_others = node_views(&status.nodes, fresh)
+) -> Result<(), Refusal> {
+    let asg = groups_asg(group, fresh, &target.auto_scaling_group)?;
+    let in_asg = asg
+        .instances
+        .iter()
+        .any(|i| i.instance_id == target.instance_id && i.is_active());
+    if !in_asg {
+        return Err(Refusal::NotActiveInAsg {
+            instance: target.instance_id.clone(),
+            asg: target.auto_scaling_group.clone(),
+        });
+    }
+    if asg.desired <= asg.min {
+        return Err(Refusal::DecrementAtMin {
+            instance: target.instance_id.clone(),
+            asg: target.auto_scaling_group.clone(),
+        });
+    }
+    let ready_besides = node_views(&status.nodes, fresh)
         .iter()
         .filter(|n| n.ready && n.instance_id.as_deref() != Some(target.instance_id.as_str()))
         .count() as i32;
-    if !in_asg || ready_others < group.spec.desired {
-        return Err(Error::InvalidObject(format!(
-            "refusing to terminate {}: in {} above min: {in_asg}, other Ready nodes {ready_others} of {}",
-            target.instance_id, target.auto_scaling_group, group.spec.desired
-        )));
+    if ready_besides < group.spec.desired {
+        return Err(Refusal::TooFewReady {
+            instance: target.instance_id.clone(),
+            ready_besides,
+            desired: group.spec.desired,
+        });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::inventory::plan::tests::{group, t0};
+    use crate::controllers::vocabulary::tests::{fresh, status_node};
+    use crate::crd::replenisher::CleanupTarget;
+
+    /// Group of ASGs a (i-1, i-2 with nodes n1, n2; i-9 never joined) and b
+    /// (i-3 with n3), desired 2; a sits above its min of 1, b at its min.
+    struct Case {
+        group: NodeGroup,
+        fresh: Vec<AsgDescription>,
+    }
+
+    impl Case {
+        fn new() -> Case {
+            let mut g = group(&["a", "b"], 2);
+            g.status = Some(crate::crd::NodeGroupStatus {
+                nodes: vec![
+                    status_node("n1", "a", "i-1"),
+                    status_node("n2", "a", "i-2"),
+                    status_node("n3", "b", "i-3"),
+                ],
+                ..Default::default()
+            });
+            let mut a = fresh(
+                "a",
+                &[
+                    ("i-1", "InService"),
+                    ("i-2", "InService"),
+                    ("i-9", "InService"),
+                ],
+            );
+            a.min = 1;
+            a.max = 4;
+            let mut b = fresh("b", &[("i-3", "InService")]);
+            b.min = 1;
+            Case {
+                group: g,
+                fresh: vec![a, b],
+            }
+        }
+
+        fn status(&self) -> &crate::crd::NodeGroupStatus {
+            self.group.status.as_ref().expect("status")
+        }
+    }
+
+    fn change(asg: &str, from: i32, to: i32) -> DesiredChange {
+        DesiredChange {
+            asg: asg.into(),
+            from,
+            to,
+        }
+    }
+
+    fn cleanup(instance: &str, asg: &str, decrement: bool) -> CleanupTarget {
+        CleanupTarget {
+            instance_id: instance.into(),
+            auto_scaling_group: asg.into(),
+            reason: "not joined".into(),
+            decrement,
+            since: t0(),
+        }
+    }
+
+    fn scale_in(node: &str, instance: &str, asg: &str) -> ScaleInTarget {
+        ScaleInTarget {
+            node: node.into(),
+            instance_id: instance.into(),
+            auto_scaling_group: asg.into(),
+            since: t0(),
+            terminating: None,
+        }
+    }
+
+    #[test]
+    fn a_raise_goes_only_to_the_groups_asgs_within_max_from_the_current_count() {
+        let c = Case::new();
+        let check = |changes: &[DesiredChange]| check_scale_up(&c.group, &c.fresh, changes);
+        assert_eq!(check(&[change("a", 3, 4)]), Ok(()));
+        assert_eq!(
+            check(&[change("a", 3, 5)]),
+            Err(Refusal::AboveMax {
+                asg: "a".into(),
+                to: 5,
+                max: 4
+            })
+        );
+        assert_eq!(
+            check(&[change("a", 2, 3)]),
+            Err(Refusal::StaleCount {
+                asg: "a".into(),
+                planned_from: 2,
+                desired: 3
+            })
+        );
+        assert_eq!(
+            check(&[change("elsewhere", 1, 2)]),
+            Err(Refusal::NotTheGroupsAsg {
+                asg: "elsewhere".into()
+            })
+        );
+    }
+
+    #[test]
+    fn only_an_active_instance_without_a_node_is_removed_and_decremented_only_above_min() {
+        let c = Case::new();
+        let check = |t: &CleanupTarget| check_not_joined(&c.group, &c.fresh, t);
+        assert_eq!(check(&cleanup("i-9", "a", true)), Ok(()));
+        assert_eq!(
+            check(&cleanup("i-1", "a", false)),
+            Err(Refusal::HasANode {
+                instance: "i-1".into()
+            })
+        );
+        assert_eq!(
+            check(&cleanup("i-42", "a", false)),
+            Err(Refusal::NotActiveInAsg {
+                instance: "i-42".into(),
+                asg: "a".into()
+            })
+        );
+        let mut at_min = Case::new();
+        at_min.fresh[0].min = 3;
+        assert_eq!(
+            check_not_joined(&at_min.group, &at_min.fresh, &cleanup("i-9", "a", true)),
+            Err(Refusal::DecrementAtMin {
+                instance: "i-9".into(),
+                asg: "a".into()
+            })
+        );
+        assert_eq!(
+            check_not_joined(&at_min.group, &at_min.fresh, &cleanup("i-9", "a", false)),
+            Ok(()),
+            "at min, removed without decrement: the ASG replaces it"
+        );
+    }
+
+    #[test]
+    fn a_scale_in_keeps_ready_at_desired_and_its_asg_at_min() {
+        let c = Case::new();
+        let check = |t: &ScaleInTarget| check_scale_in(&c.group, c.status(), &c.fresh, t);
+        assert_eq!(check(&scale_in("n2", "i-2", "a")), Ok(()));
+        assert_eq!(
+            check(&scale_in("n3", "i-3", "b")),
+            Err(Refusal::DecrementAtMin {
+                instance: "i-3".into(),
+                asg: "b".into()
+            })
+        );
+        let mut short = Case::new();
+        if let Some(s) = short.group.status.as_mut() {
+            s.nodes[2].ready = false;
+        }
+        assert_eq!(
+            check_scale_in(
+                &short.group,
+                short.status(),
+                &short.fresh,
+                &scale_in("n2", "i-2", "a")
+            ),
+            Err(Refusal::TooFewReady {
+                instance: "i-2".into(),
+                ready_besides: 1,
+                desired: 2
+            })
+        );
+    }
 }
