@@ -563,7 +563,20 @@ async fn dry_run_plans_and_logs_but_mutates_nothing() {
             .then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // For 3 s, while it keeps planning the raise: never recorded as done.
+    let rp: Api<Replenisher> = world.api();
+    let watching = Instant::now();
+    while watching.elapsed() < Duration::from_secs(3) {
+        if let Some(status) = rp.get("workers").await.ok().and_then(|r| r.status) {
+            assert!(
+                status.raised.is_empty() && status.raising.is_empty(),
+                "a raise recorded in a dry run: raised {:?}, raising {:?}",
+                status.raised,
+                status.raising
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(
         world.asg_snapshot(&kops.asgs).await,
         before,
@@ -578,7 +591,6 @@ async fn dry_run_plans_and_logs_but_mutates_nothing() {
         manager.logs().contains("dry-run: would mutate"),
         "the intended mutation is logged"
     );
-    let rp: Api<Replenisher> = world.api();
     let status = rp.get("workers").await.expect("rp").status.expect("status");
     assert!(
         status.raised.is_empty(),

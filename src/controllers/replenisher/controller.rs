@@ -132,6 +132,11 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
         }
         PlanAction::ScaleUp(changes) => {
             check_scale_up(&group, &fresh, &changes)?;
+            if ctx.settings.dry_run {
+                // Nothing will be made: record nothing as done, not even
+                // between this write and the next.
+                replenish_plan::raise_not_made(&mut status);
+            }
             let performed = persist_then::<Replenisher, _, _, _, _>(
                 ctx,
                 at,
@@ -150,7 +155,9 @@ async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> 
                 },
             )
             .await?;
-            if performed {
+            if !performed {
+                replenish_plan::raise_not_made(&mut status);
+            } else {
                 replenish_plan::raise_landed(&mut status);
                 ctx.event(
                     &group_ref,

@@ -820,6 +820,15 @@ pub fn raise_landed(status: &mut ReplenisherStatus) {
     status.raising.clear();
 }
 
+/// The recorded raise was not made (dry-run): take it back from `raised`, so
+/// nothing is remembered as done. The cooldown's start stays, so a dry run
+/// logs its intent once per cooldown rather than on every reconcile.
+pub fn raise_not_made(status: &mut ReplenisherStatus) {
+    for raise in std::mem::take(&mut status.raising) {
+        add_raised(status, &raise.auto_scaling_group, raise.from - raise.to);
+    }
+}
+
 /// Records, before it is made, the termination (with decrement) of a drained
 /// scale-in target: the raise it takes back, the cooldown's start.
 pub fn record_termination(
@@ -1451,6 +1460,28 @@ mod tests {
         assert!(p.status.raising.is_empty());
         assert_eq!(p.status.raised[0].count, 1);
         assert_eq!(p.action, Action::Nothing, "{}", p.message);
+    }
+
+    #[test]
+    fn a_raise_not_made_in_a_dry_run_is_not_remembered_as_done() {
+        let s = Scenario::steady().shortage_in_a();
+        let p = s.plan();
+        let Action::ScaleUp(changes) = &p.action else {
+            panic!("{:?}", p.action)
+        };
+        let mut status = p.status.clone();
+        assert_eq!(status.raised.len(), 1, "recorded before the call");
+        raise_not_made(&mut status);
+        assert!(status.raising.is_empty());
+        assert!(
+            status.raised.is_empty(),
+            "{:?} after {changes:?}",
+            status.raised
+        );
+        assert_eq!(
+            status.last_modification, p.status.last_modification,
+            "the cooldown still paces the dry run's log"
+        );
     }
 
     fn never_joined(id: &str, asg: &str, minutes_old: i64) -> NotJoinedView {
