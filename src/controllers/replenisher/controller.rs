@@ -444,6 +444,38 @@ fn groups_asg<'a>(
         .ok_or_else(|| Refusal::NotTheGroupsAsg { asg: name.into() })
 }
 
+/// The group's ASG of that name, with the instance active in it.
+fn active_member<'a>(
+    group: &NodeGroup,
+    fresh: &'a [AsgDescription],
+    asg_name: &str,
+    instance: &str,
+) -> Result<&'a AsgDescription, Refusal> {
+    let asg = groups_asg(group, fresh, asg_name)?;
+    if !asg
+        .instances
+        .iter()
+        .any(|i| i.instance_id == instance && i.is_active())
+    {
+        return Err(Refusal::NotActiveInAsg {
+            instance: instance.into(),
+            asg: asg_name.into(),
+        });
+    }
+    Ok(asg)
+}
+
+/// A termination with decrement keeps the ASG at or above its min.
+fn decrement_allowed(asg: &AsgDescription, instance: &str) -> Result<(), Refusal> {
+    if asg.desired <= asg.min {
+        return Err(Refusal::DecrementAtMin {
+            instance: instance.into(),
+            asg: asg.name.clone(),
+        });
+    }
+    Ok(())
+}
+
 /// Safety: only this group's ASGs, never above their max, never from a stale count.
 fn check_scale_up(
     group: &NodeGroup,
@@ -477,17 +509,12 @@ fn check_not_joined(
     fresh: &[AsgDescription],
     target: &crate::crd::replenisher::CleanupTarget,
 ) -> Result<(), Refusal> {
-    let asg = groups_asg(group, fresh, &target.auto_scaling_group)?;
-    let in_asg = asg
-        .instances
-        .iter()
-        .any(|i| i.instance_id == target.instance_id && i.is_active());
-    if !in_asg {
-        return Err(Refusal::NotActiveInAsg {
-            instance: target.instance_id.clone(),
-            asg: target.auto_scaling_group.clone(),
-        });
-    }
+    let asg = active_member(
+        group,
+        fresh,
+        &target.auto_scaling_group,
+        &target.instance_id,
+    )?;
     let has_node = group.status.as_ref().is_some_and(|s| {
         s.nodes
             .iter()
@@ -498,11 +525,8 @@ fn check_not_joined(
             instance: target.instance_id.clone(),
         });
     }
-    if target.decrement && asg.desired <= asg.min {
-        return Err(Refusal::DecrementAtMin {
-            instance: target.instance_id.clone(),
-            asg: target.auto_scaling_group.clone(),
-        });
+    if target.decrement {
+        decrement_allowed(asg, &target.instance_id)?;
     }
     Ok(())
 }
@@ -515,23 +539,13 @@ fn check_scale_in(
     fresh: &[AsgDescription],
     target: &ScaleInTarget,
 ) -> Result<(), Refusal> {
-    let asg = groups_asg(group, fresh, &target.auto_scaling_group)?;
-    let in_asg = asg
-        .instances
-        .iter()
-        .any(|i| i.instance_id == target.instance_id && i.is_active());
-    if !in_asg {
-        return Err(Refusal::NotActiveInAsg {
-            instance: target.instance_id.clone(),
-            asg: target.auto_scaling_group.clone(),
-        });
-    }
-    if asg.desired <= asg.min {
-        return Err(Refusal::DecrementAtMin {
-            instance: target.instance_id.clone(),
-            asg: target.auto_scaling_group.clone(),
-        });
-    }
+    let asg = active_member(
+        group,
+        fresh,
+        &target.auto_scaling_group,
+        &target.instance_id,
+    )?;
+    decrement_allowed(asg, &target.instance_id)?;
     let ready_besides = node_views(&status.nodes, fresh)
         .iter()
         .filter(|n| n.ready && n.instance_id.as_deref() != Some(target.instance_id.as_str()))
