@@ -339,20 +339,14 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
     // The kubelet runs before the instances boot, as in a real cluster: with
     // a 3 s join timeout, a node registering late would be a never-joined one.
     let _sim = world.start_sim(FAST, FAST);
-    let joined = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
-    // At its min (kops): a removal cannot decrement, so the ASG launches a
-    // fresh instance, which never joins either.
-    let late = world
-        .kops_group(
-            "late",
-            &ZONES[1..2],
-            1,
-            &[(snm_testkit::sim::NEVER_JOIN_TAG, "true")],
-        )
-        .await;
-    let first = world.asg_instances(&late.asgs[0]).await.remove(0);
+    let support::NeverJoining {
+        joined_asg,
+        late_asg,
+        first,
+        asgs,
+    } = world.joined_and_never_joining().await;
     let nodes: Api<Node> = Api::all(world.client.clone());
-    let joined_id = world.asg_instances(&joined.asgs[0]).await.remove(0);
+    let joined_id = world.asg_instances(&joined_asg).await.remove(0);
     eventually("the joined node", WAIT, || async {
         nodes
             .get_opt(&joined_id)
@@ -362,8 +356,6 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
             .map(|_| ())
     })
     .await;
-    let mut asgs = joined.asgs.clone();
-    asgs.extend(late.asgs.clone());
     let groups: Api<NodeGroup> = world.api();
     groups
         .create(&PostParams::default(), &group(&asgs, 2, "3s"))
@@ -379,12 +371,12 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
     .await;
     // The never-joined instance is terminated in its ASG; the ASG replaces it.
     let second = eventually("a fresh instance in its place", WAIT, || async {
-        let ids = world.asg_instances(&late.asgs[0]).await;
+        let ids = world.asg_instances(&late_asg).await;
         (ids.len() == 1 && ids[0] != first).then(|| ids[0].clone())
     })
     .await;
     assert_eq!(
-        world.asg_snapshot(&late.asgs).await[0].1,
+        world.asg_snapshot(std::slice::from_ref(&late_asg)).await[0].1,
         1,
         "no decrement at min"
     );
@@ -393,14 +385,14 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
     let replenishers: Api<Replenisher> = world.api();
     let removals = eventually("the second removal", Duration::from_secs(150), || async {
         let status = replenishers.get("workers").await.ok()?.status?;
-        let ids = world.asg_instances(&late.asgs[0]).await;
+        let ids = world.asg_instances(&late_asg).await;
         (!ids.contains(&second) && ids.len() == 1).then_some(status.removals)
     })
     .await;
     assert!(
         removals
             .iter()
-            .any(|r| r.auto_scaling_group == late.asgs[0] && r.count == 2),
+            .any(|r| r.auto_scaling_group == late_asg && r.count == 2),
         "{removals:?}"
     );
     let reasons = support::event_reasons(&world).await;

@@ -142,20 +142,12 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
 async fn killed_after_recording_and_after_removing_a_never_joined_instance_it_removes_it_once() {
     let world = World::new("rp-restart-join").await;
     let _sim = world.start_sim(FAST, FAST);
-    let joined = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
-    // At its min, as kops groups are: the removal does not decrement, and the
-    // ASG launches a fresh instance (which never joins either).
-    let late = world
-        .kops_group(
-            "late",
-            &ZONES[1..2],
-            1,
-            &[(snm_testkit::sim::NEVER_JOIN_TAG, "true")],
-        )
-        .await;
-    let first = world.asg_instances(&late.asgs[0]).await.remove(0);
-    let mut asgs = joined.asgs.clone();
-    asgs.extend(late.asgs.clone());
+    let support::NeverJoining {
+        late_asg,
+        first,
+        asgs,
+        ..
+    } = world.joined_and_never_joining().await;
     let mut spec = group(&asgs);
     spec.spec.desired = 2;
     spec.spec.replenish.join_timeout = "3s".into();
@@ -178,7 +170,7 @@ async fn killed_after_recording_and_after_removing_a_never_joined_instance_it_re
     assert_eq!(recorded.instance_id, first);
     assert!(!recorded.decrement, "no decrement at min");
     assert!(
-        world.asg_instances(&late.asgs[0]).await.contains(&first),
+        world.asg_instances(&late_asg).await.contains(&first),
         "not terminated before the crash"
     );
 
@@ -192,7 +184,7 @@ async fn killed_after_recording_and_after_removing_a_never_joined_instance_it_re
     })
     .await;
     let terminations: Vec<String> = world
-        .activities(&late.asgs[0])
+        .activities(&late_asg)
         .await
         .into_iter()
         .map(|(_, d)| d)
@@ -207,12 +199,12 @@ async fn killed_after_recording_and_after_removing_a_never_joined_instance_it_re
         status
             .removals
             .iter()
-            .any(|r| r.auto_scaling_group == late.asgs[0] && r.count == 1),
+            .any(|r| r.auto_scaling_group == late_asg && r.count == 1),
         "the retry of the recorded removal is not counted as another instance: {:?}",
         status.removals
     );
     assert_eq!(
-        world.asg_snapshot(&late.asgs).await[0].1,
+        world.asg_snapshot(std::slice::from_ref(&late_asg)).await[0].1,
         1,
         "desired unchanged at min: the ASG replaces the instance"
     );

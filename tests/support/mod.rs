@@ -370,6 +370,16 @@ impl Drop for ManagerProcess {
 }
 
 /// A kops-like set of ASGs in this world's moto account.
+/// See [`World::joined_and_never_joining`].
+pub struct NeverJoining {
+    pub joined_asg: String,
+    pub late_asg: String,
+    /// The late ASG's instance, which never joins.
+    pub first: String,
+    /// Both ASGs.
+    pub asgs: Vec<String>,
+}
+
 pub struct KopsGroup {
     /// ASG names, one per zone.
     pub asgs: Vec<String>,
@@ -525,6 +535,32 @@ impl World {
             self.wait_in_service(asg, per_asg as usize).await;
         }
         group
+    }
+
+    /// Two kops ASGs at their min (as kops groups are): `nodes`, one
+    /// instance that joins, and `late`, one instance that never joins (a
+    /// removal there cannot decrement, so the ASG launches a fresh instance,
+    /// which never joins either).
+    pub async fn joined_and_never_joining(&self) -> NeverJoining {
+        let joined = self.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+        let late = self
+            .kops_group(
+                "late",
+                &ZONES[1..2],
+                1,
+                &[(snm_testkit::sim::NEVER_JOIN_TAG, "true")],
+            )
+            .await;
+        let late_asg = late.asgs[0].clone();
+        let first = self.asg_instances(&late_asg).await.remove(0);
+        let mut asgs = joined.asgs.clone();
+        asgs.extend(late.asgs.clone());
+        NeverJoining {
+            joined_asg: joined.asgs[0].clone(),
+            late_asg,
+            first,
+            asgs,
+        }
     }
 
     /// Waits until `asg` has exactly `count` instances, all InService, and
