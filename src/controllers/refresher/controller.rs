@@ -9,9 +9,8 @@ use crate::cloud::AsgDescription;
 use crate::context::Context;
 use crate::controllers::actions::set_desired_capacity;
 use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, observe_group};
-use crate::controllers::refresher::plan::{
-    self as refresh_plan, Action as PlanAction, Happening, Input, Member,
-};
+use crate::controllers::refresher::execute::{Drained, Effects, execute};
+use crate::controllers::refresher::plan::{self as refresh_plan, Happening, Input, Member};
 use crate::controllers::runtime::instrumented;
 use crate::controllers::vocabulary::DesiredChange;
 use crate::crd::condition::{ConditionStatus, set_condition};
@@ -19,8 +18,9 @@ use crate::crd::nodegroup::OperationKind;
 use crate::crd::refresher::{RefreshTarget, RunResult, TargetPurpose};
 use crate::crd::{NodeGroup, Refresher, RefresherStatus};
 use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
-use crate::k8s::lock::{self, Acquired};
+use crate::k8s::lock::{self, Acquired, Holder};
 use crate::{Error, Result};
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::controller::Action;
@@ -178,99 +178,149 @@ async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
             now,
         );
     }
-    let group_ref = group.object_ref(&());
-    let guard = Guard {
+    let mut cluster = Cluster {
+        ctx,
+        namespace: &namespace,
+        name: &name,
+        me: &me,
         group: &group,
+        group_ref: group.object_ref(&()),
         fresh: &fresh,
         nodes: &nodes,
-        status: &status,
+        cloud: cloud.as_ref(),
+        now,
     };
-    let mut requeue = plan.requeue;
+    let requeue = execute(&mut cluster, rf.status.as_ref(), &plan, &status, now).await?;
+    Ok(Action::requeue(requeue))
+}
 
-    if let PlanAction::Uncordon(node) = &plan.action {
-        // Before the status that forgets the node is written (see module docs).
-        guard.owns_node(node)?;
-        uncordon(ctx, node, "refresh gave up on draining it").await?;
-    }
-    if Some(&status) != rf.status.as_ref() {
-        write_status(ctx, &namespace, &name, &status).await?;
-    }
-    report(ctx, &group_ref, &plan.happenings).await;
+/// The executor's effects on the cluster and AWS: each mutation re-checked
+/// by the [`Guard`] against this reconcile's fresh observations first.
+struct Cluster<'a> {
+    ctx: &'a Context,
+    namespace: &'a str,
+    name: &'a str,
+    me: &'a Holder,
+    group: &'a NodeGroup,
+    group_ref: ObjectReference,
+    fresh: &'a [AsgDescription],
+    nodes: &'a [refresh_plan::NodeView],
+    cloud: &'a dyn crate::cloud::Cloud,
+    now: DateTime<Utc>,
+}
 
-    match plan.action.clone() {
-        PlanAction::Nothing | PlanAction::Uncordon(_) => {}
-        PlanAction::TakeLock => match lock::acquire(ctx, &group, &me, now).await? {
-            Acquired::Yes => requeue = Duration::from_millis(100),
-            Acquired::Conflict => requeue = Duration::from_secs(1),
-            Acquired::No(holder) => {
-                debug!(refresher = %name, ?holder, "lock held");
-                requeue = Duration::from_secs(5);
-            }
-        },
-        PlanAction::ReleaseLock => {
-            lock::release(ctx, &group, &me).await?;
+impl Cluster<'_> {
+    fn guard<'s>(&'s self, status: &'s RefresherStatus) -> Guard<'s> {
+        Guard {
+            group: self.group,
+            fresh: self.fresh,
+            nodes: self.nodes,
+            status,
         }
-        PlanAction::SetDesired(changes) => {
-            guard.set_desired(&changes)?;
-            for change in &changes {
-                set_desired_capacity(ctx, cloud.as_ref(), change, &plan.message).await?;
-            }
-        }
-        PlanAction::Drain(target) => {
-            guard.drain(&target)?;
-            let node = target.node.clone().unwrap_or_default();
-            let first_step = current.current_target.as_ref() != Some(&target);
-            if first_step {
-                ctx.metrics.drain("started");
-                drain_event(
-                    ctx,
-                    &group_ref,
-                    &node,
-                    EventType::Normal,
-                    "DrainStarted",
-                    EVENT_ACTION,
-                    format!("draining {node}: {}", plan.message),
-                )
-                .await;
-            }
-            let progress = drain_step(ctx, &node).await?;
-            requeue = requeue.min(next_step_after(target.since, now));
-            if !progress.blocked.is_empty() {
-                drain_event(
-                    ctx,
-                    &group_ref,
-                    &node,
-                    EventType::Warning,
-                    "DrainBlocked",
-                    EVENT_ACTION,
-                    format!(
-                        "draining {node}: blocked by a PodDisruptionBudget: {}",
-                        progress.blocked.join(", ")
-                    ),
-                )
-                .await;
-            }
-            if progress.done() {
-                // Record the termination, then make it: a restart retries
-                // this one and never picks another node for the same step.
-                let mut after = status.clone();
-                if let Some(target) = refresh_plan::after_drain(&mut after, now) {
-                    write_status(ctx, &namespace, &name, &after).await?;
-                    ctx.metrics.drain("finished");
-                    let guard = Guard {
-                        status: &after,
-                        ..guard
-                    };
-                    terminate(ctx, &guard, cloud.as_ref(), &target).await?;
-                    requeue = Duration::from_millis(500);
+    }
+}
+
+impl Effects for Cluster<'_> {
+    async fn uncordon(&mut self, node: &str, status: &RefresherStatus) -> Result<()> {
+        self.guard(status).owns_node(node)?;
+        uncordon(self.ctx, node, "refresh gave up on draining it").await
+    }
+
+    async fn write_status(&mut self, status: &RefresherStatus) -> Result<()> {
+        write_status(self.ctx, self.namespace, self.name, status).await
+    }
+
+    fn reached(&mut self, point: &str) -> Result<()> {
+        crate::fault::crash_point(point);
+        Ok(())
+    }
+
+    async fn report(&mut self, happenings: &[Happening]) {
+        report(self.ctx, &self.group_ref, happenings).await
+    }
+
+    async fn take_lock(&mut self) -> Result<Duration> {
+        Ok(
+            match lock::acquire(self.ctx, self.group, self.me, self.now).await? {
+                Acquired::Yes => Duration::from_millis(100),
+                Acquired::Conflict => Duration::from_secs(1),
+                Acquired::No(holder) => {
+                    debug!(refresher = %self.name, ?holder, "lock held");
+                    Duration::from_secs(5)
                 }
-            }
-        }
-        PlanAction::Terminate(target) => {
-            terminate(ctx, &guard, cloud.as_ref(), &target).await?;
-        }
+            },
+        )
     }
-    Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+
+    async fn release_lock(&mut self) -> Result<()> {
+        lock::release(self.ctx, self.group, self.me).await?;
+        Ok(())
+    }
+
+    async fn set_desired(
+        &mut self,
+        changes: &[DesiredChange],
+        status: &RefresherStatus,
+        why: &str,
+    ) -> Result<()> {
+        self.guard(status).set_desired(changes)?;
+        for change in changes {
+            set_desired_capacity(self.ctx, self.cloud, change, why).await?;
+        }
+        Ok(())
+    }
+
+    async fn drain_step(
+        &mut self,
+        target: &RefreshTarget,
+        status: &RefresherStatus,
+        first: bool,
+        why: &str,
+    ) -> Result<Drained> {
+        self.guard(status).drain(target)?;
+        let ctx = self.ctx;
+        let node = target.node.clone().unwrap_or_default();
+        if first {
+            ctx.metrics.drain("started");
+            drain_event(
+                ctx,
+                &self.group_ref,
+                &node,
+                EventType::Normal,
+                "DrainStarted",
+                EVENT_ACTION,
+                format!("draining {node}: {why}"),
+            )
+            .await;
+        }
+        let progress = drain_step(ctx, &node).await?;
+        if !progress.blocked.is_empty() {
+            drain_event(
+                ctx,
+                &self.group_ref,
+                &node,
+                EventType::Warning,
+                "DrainBlocked",
+                EVENT_ACTION,
+                format!(
+                    "draining {node}: blocked by a PodDisruptionBudget: {}",
+                    progress.blocked.join(", ")
+                ),
+            )
+            .await;
+        }
+        if progress.done() {
+            ctx.metrics.drain("finished");
+        }
+        Ok(Drained {
+            done: progress.done(),
+            requeue: next_step_after(target.since, self.now),
+        })
+    }
+
+    async fn terminate(&mut self, target: &RefreshTarget, status: &RefresherStatus) -> Result<()> {
+        terminate(self.ctx, &self.guard(status), self.cloud, target).await
+    }
 }
 
 /// Active instances of the group's ASGs, per the fresh describe.

@@ -1,8 +1,10 @@
 //! The refresher, one per group: cron-scheduled rolling replacement
-//! (`schedule`: the next run in a time zone; `plan`: the pure state machine;
-//! `controller`: observe, persist, act).
+//! (`schedule`: the next run in a time zone; `plan`: the pure state machine,
+//! one module per phase; `execute`: the order a step is carried out in;
+//! `controller`: observe, decide, then execute against the cluster and AWS).
 
 pub mod controller;
+pub mod execute;
 pub mod plan;
 pub mod schedule;
 

@@ -1,0 +1,108 @@
+//! The refresher's executor: the order in which a planned step is carried
+//! out. The reconcile runs it against the cluster and AWS; the plan's
+//! property test runs the same function against its simulated group, so the
+//! order the test proves safe is the order the controller uses.
+//!
+//! Order: an uncordon (idempotent) before the status that forgets the node;
+//! the planned status written; the step's happenings reported; the action.
+//! A drain that finishes records its termination (second write) before the
+//! termination is made.
+
+use super::plan::{Action, Happening, Plan, after_drain};
+use crate::Result;
+use crate::controllers::vocabulary::DesiredChange;
+use crate::crd::refresher::{RefreshTarget, RefresherStatus};
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// Crash points (see `crate::fault`): the planned status is stored, the
+/// action not made.
+pub const PERSISTED: &str = "refresher:step:persisted";
+/// A finished drain's termination is stored, the termination not made.
+pub const TERMINATION_PERSISTED: &str = "refresher:terminate:persisted";
+
+/// After a drain step: whether the node is drained, and when to look again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    pub done: bool,
+    pub requeue: Duration,
+}
+
+/// What carrying out a step needs from the world. Each mutation gets the
+/// status that records it, so an implementation can re-check it first.
+#[allow(async_fn_in_trait)] // Used with static dispatch only.
+pub trait Effects {
+    async fn uncordon(&mut self, node: &str, status: &RefresherStatus) -> Result<()>;
+    async fn write_status(&mut self, status: &RefresherStatus) -> Result<()>;
+    /// A named point between a write and the action that follows it.
+    fn reached(&mut self, point: &str) -> Result<()>;
+    async fn report(&mut self, happenings: &[Happening]);
+    /// Returns when to look again.
+    async fn take_lock(&mut self) -> Result<Duration>;
+    async fn release_lock(&mut self) -> Result<()>;
+    async fn set_desired(
+        &mut self,
+        changes: &[DesiredChange],
+        status: &RefresherStatus,
+        why: &str,
+    ) -> Result<()>;
+    /// One drain step; `first` when this target was not being drained before.
+    async fn drain_step(
+        &mut self,
+        target: &RefreshTarget,
+        status: &RefresherStatus,
+        first: bool,
+        why: &str,
+    ) -> Result<Drained>;
+    /// Terminates a target whose termination `status` records.
+    async fn terminate(&mut self, target: &RefreshTarget, status: &RefresherStatus) -> Result<()>;
+}
+
+/// Carries out `plan`, whose status (with the reconcile's conditions) is
+/// `status`; `stored` is what the Refresher's status was. Returns when to
+/// reconcile again.
+pub async fn execute<E: Effects>(
+    effects: &mut E,
+    stored: Option<&RefresherStatus>,
+    plan: &Plan,
+    status: &RefresherStatus,
+    now: DateTime<Utc>,
+) -> Result<Duration> {
+    let mut requeue = plan.requeue;
+    if let Action::Uncordon(node) = &plan.action {
+        effects.uncordon(node, status).await?;
+    }
+    if Some(status) != stored {
+        effects.write_status(status).await?;
+    }
+    effects.reached(PERSISTED)?;
+    effects.report(&plan.happenings).await;
+    match &plan.action {
+        Action::Nothing | Action::Uncordon(_) => {}
+        Action::TakeLock => requeue = effects.take_lock().await?,
+        Action::ReleaseLock => effects.release_lock().await?,
+        Action::SetDesired(changes) => {
+            effects.set_desired(changes, status, &plan.message).await?;
+        }
+        Action::Drain(target) => {
+            let first = stored.and_then(|s| s.current_target.as_ref()) != Some(target);
+            let drained = effects
+                .drain_step(target, status, first, &plan.message)
+                .await?;
+            requeue = requeue.min(drained.requeue);
+            if drained.done {
+                // Record the termination, then make it: a restart retries
+                // this one and never picks another node for the same step.
+                let mut after = status.clone();
+                if let Some(target) = after_drain(&mut after, now) {
+                    effects.write_status(&after).await?;
+                    effects.reached(TERMINATION_PERSISTED)?;
+                    effects.terminate(&target, &after).await?;
+                    requeue = Duration::from_millis(500);
+                }
+            }
+        }
+        Action::Terminate(target) => effects.terminate(target, status).await?,
+    }
+    Ok(requeue.max(Duration::from_millis(100)))
+}

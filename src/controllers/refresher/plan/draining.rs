@@ -1,0 +1,258 @@
+//! `Draining` (and a surplus node's drain in `ScalingDown`): the current
+//! target is drained, held while the group cannot spare it, or given up;
+//! once drained, its termination is recorded before it is made.
+
+use super::{Action, Next, NodeView, Planner, SOON, Step, after_drain};
+use crate::controllers::vocabulary::{to_chrono, until};
+use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
+use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
+use std::time::Duration;
+
+impl Planner<'_> {
+    pub(super) fn draining_phase(&mut self, settings: &ResolvedRefresh) -> Next {
+        if self.drain_pending() {
+            return Next::Step(self.draining(settings));
+        }
+        // No target yet (or it finished): pick the next one.
+        self.next_target(settings)
+    }
+
+    /// A target is chosen and its termination not yet recorded.
+    pub(super) fn drain_pending(&self) -> bool {
+        self.status
+            .current_target
+            .as_ref()
+            .is_some_and(|t| t.terminated.is_none())
+    }
+
+    /// The oldest planned instance still in service becomes the target (phase
+    /// `Draining`) and its drain starts; with none left, `ScalingDown`.
+    pub(super) fn next_target(&mut self, settings: &ResolvedRefresh) -> Next {
+        let input = self.input;
+        let next = self.status.planned_instances.iter().find_map(|id| {
+            if self.status.replaced_instances.contains(id) || !self.active(id) {
+                return None;
+            }
+            let node = input
+                .nodes
+                .iter()
+                .find(|n| n.instance_id.as_deref() == Some(id.as_str()))?;
+            Some(RefreshTarget {
+                node: Some(node.name.clone()),
+                instance_id: id.clone(),
+                auto_scaling_group: node.asg.clone()?,
+                purpose: TargetPurpose::Replace,
+                since: input.now,
+                terminated: None,
+            })
+        });
+        match next {
+            Some(target) => {
+                self.status.current_target = Some(target);
+                self.enter(RefreshPhase::Draining);
+                Next::Step(self.draining(settings))
+            }
+            None => {
+                self.status.current_target = None;
+                Next::Enter(RefreshPhase::ScalingDown)
+            }
+        }
+    }
+
+    /// A target chosen, not yet terminated: drain it, or give up on it.
+    pub(super) fn draining(&mut self, settings: &ResolvedRefresh) -> Step {
+        let now = self.input.now;
+        let Some(target) = self.status.current_target.clone() else {
+            return Step::wait("no target", SOON);
+        };
+        let label = target
+            .node
+            .clone()
+            .unwrap_or_else(|| target.instance_id.clone());
+        if !self.active(&target.instance_id) {
+            // Gone by other means (a spot interruption): nothing to terminate.
+            self.status.current_target = None;
+            if target.purpose == TargetPurpose::Replace {
+                self.status.phase = RefreshPhase::Draining;
+            }
+            return Step::wait(
+                format!("{label} left its ASG by other means"),
+                Duration::ZERO,
+            );
+        }
+        let Removal {
+            safe,
+            ready_besides,
+            needed,
+        } = self.removal_safety(&target);
+        let drain_deadline = target.since + to_chrono(settings.drain_timeout);
+        if !safe {
+            // Waiting for Ready nodes elsewhere, bounded like a replacement.
+            let deadline = drain_deadline + to_chrono(settings.ready_timeout);
+            if now >= deadline {
+                return self.give_up(
+                    &target,
+                    format!(
+                        "gave up on {label}: removing it would leave {ready_besides} Ready, fewer than {needed}"
+                    ),
+                );
+            }
+            return Step::wait(
+                format!(
+                    "holding {label}: removing it now would leave {ready_besides} Ready, fewer than {needed}"
+                ),
+                SOON.min(until(now, deadline)),
+            );
+        }
+        if target.node.is_none() {
+            // An instance that never joined: nothing to drain.
+            return self.terminate_now(format!("terminating {label} (never joined)"));
+        }
+        if now >= drain_deadline {
+            let after = crate::duration::format(settings.drain_timeout);
+            return match settings.drain_timeout_action {
+                DrainTimeoutAction::Proceed => self.terminate_now(format!(
+                    "drain of {label} timed out after {after}; terminating it anyway (drainTimeoutAction Proceed)"
+                )),
+                DrainTimeoutAction::Abort => self.give_up(
+                    &target,
+                    format!("drain of {label} timed out after {after} (drainTimeoutAction Abort)"),
+                ),
+            };
+        }
+        let what = match target.purpose {
+            TargetPurpose::Replace => format!(
+                "draining {label} ({} of {})",
+                self.status.replaced + 1,
+                self.status.total
+            ),
+            TargetPurpose::RemoveSurplus => format!("draining surplus node {label}"),
+        };
+        Step::act(
+            Action::Drain(target),
+            what,
+            SOON.min(until(now, drain_deadline)),
+        )
+    }
+
+    /// Leaves the target in service (uncordoned) and fails the run.
+    fn give_up(&mut self, target: &RefreshTarget, reason: String) -> Step {
+        self.status.current_target = None;
+        if target.purpose == TargetPurpose::RemoveSurplus {
+            // Keep this surplus node rather than loop on it: its ASG's
+            // current count becomes the layout to end at, and the failure
+            // says so. The replenisher removes extra Ready nodes later.
+            let current = self
+                .input
+                .asgs
+                .iter()
+                .find(|a| a.name == target.auto_scaling_group)
+                .map(|a| a.desired);
+            if let (Some(o), Some(current)) = (
+                self.status
+                    .original_desired
+                    .iter_mut()
+                    .find(|o| o.auto_scaling_group == target.auto_scaling_group),
+                current,
+            ) {
+                o.desired = current;
+            }
+            let label = target.node.as_deref().unwrap_or(&target.instance_id);
+            self.record_failure(format!(
+                "{reason}; surplus node {label} kept in {}",
+                target.auto_scaling_group
+            ));
+        } else {
+            self.record_failure(reason.clone());
+        }
+        self.enter(RefreshPhase::ScalingDown);
+        match target.node.clone() {
+            Some(node) => Step::act(Action::Uncordon(node), reason, Duration::ZERO),
+            None => Step::wait(reason, Duration::ZERO),
+        }
+    }
+
+    fn terminate_now(&mut self, message: String) -> Step {
+        match after_drain(&mut self.status, self.input.now) {
+            Some(target) => Step::act(Action::Terminate(target), message, SOON),
+            None => Step::wait(message, SOON),
+        }
+    }
+
+    fn removal_safety(&self, target: &RefreshTarget) -> Removal {
+        removal(
+            target,
+            self.input.nodes,
+            self.input.desired,
+            self.surplus_total(),
+        )
+    }
+
+    /// A termination recorded but not made (the manager died in between):
+    /// make it if it is still safe; otherwise take the record back and let
+    /// the drain logic hold or give up, so a restart never removes a node
+    /// the group can no longer spare.
+    pub(super) fn retry_termination(&mut self, target: RefreshTarget) -> Step {
+        let Removal {
+            safe,
+            ready_besides,
+            needed,
+        } = self.removal_safety(&target);
+        if safe {
+            let message = format!("terminating {}", target.instance_id);
+            return Step::act(Action::Terminate(target), message, SOON);
+        }
+        if let Some(t) = self.status.current_target.as_mut() {
+            t.terminated = None;
+        }
+        self.status
+            .replaced_instances
+            .retain(|id| *id != target.instance_id);
+        if target.purpose == TargetPurpose::Replace {
+            self.status.phase = RefreshPhase::Draining;
+        }
+        Step::wait(
+            format!(
+                "holding {}: terminating it now would leave {ready_besides} Ready, fewer than {needed}",
+                target.instance_id
+            ),
+            SOON,
+        )
+    }
+}
+
+/// Whether the group can spare a target, by the Ready nodes besides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Removal {
+    pub safe: bool,
+    pub ready_besides: i32,
+    pub needed: i32,
+}
+
+/// The one rule for removing a target, used by the plan and re-checked by the
+/// reconcile before the termination: replacing an old node keeps Ready at
+/// desired + surplus - 1 (workers with surplus: never below desired; without
+/// surplus, masters: every other node Ready); removing surplus keeps Ready at
+/// desired, and removing one that is not Ready costs no Ready node.
+pub fn removal(target: &RefreshTarget, nodes: &[NodeView], desired: i32, surplus: i32) -> Removal {
+    let id = Some(target.instance_id.as_str());
+    let ready_besides = nodes
+        .iter()
+        .filter(|n| n.ready && n.instance_id.as_deref() != id)
+        .count() as i32;
+    let target_ready = nodes
+        .iter()
+        .any(|n| n.ready && n.instance_id.as_deref() == id);
+    let (safe, needed) = match target.purpose {
+        TargetPurpose::Replace => {
+            let needed = desired + surplus - 1;
+            (ready_besides >= needed, needed)
+        }
+        TargetPurpose::RemoveSurplus => (!target_ready || ready_besides >= desired, desired),
+    };
+    Removal {
+        safe,
+        ready_besides,
+        needed,
+    }
+}

@@ -1,0 +1,253 @@
+//! No run in progress: wait for the schedule, skip a run that cannot start
+//! (with the reason), or start one and record what it will do.
+
+use super::{Happening, IDLE, Input, LOCK_RETRY, Planner, SOON, Step, surplus_of};
+use crate::controllers::refresher::schedule::next_run;
+use crate::controllers::vocabulary::{AsgView, LockState, to_chrono, until};
+use crate::crd::Role;
+use crate::crd::nodegroup::ResolvedRefresh;
+use crate::crd::refresher::{AsgDesired, RefreshPhase, RunOutcome, RunResult};
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+impl Planner<'_> {
+    /// Not running. Some(step) unless a run starts now.
+    pub(super) fn idle(&mut self, settings: &ResolvedRefresh) -> Option<Step> {
+        let input = self.input;
+        let now = input.now;
+        if self.status.next_run_from.as_deref() != Some(input.schedule_key) {
+            self.schedule_next(settings);
+        }
+        let due = self.status.next_run.is_some_and(|t| now >= t);
+        if !due {
+            self.status.phase = RefreshPhase::Idle;
+            let (message, requeue) = match self.status.next_run {
+                Some(t) => (
+                    format!("next run at {}", t.to_rfc3339()),
+                    until(now, t).min(IDLE),
+                ),
+                None => ("the schedule never fires again".to_string(), IDLE),
+            };
+            // A lock still held here was left by a run that ended just before a restart.
+            return Some(Step::act(self.release_if_ours(), message, requeue));
+        }
+        if input.suspended {
+            return Some(self.skip("the group is suspended".into(), settings));
+        }
+        if let Some(why) = blocking_processes(input.asgs) {
+            return Some(self.skip(why, settings));
+        }
+        let ready = self.ready();
+        if ready < input.desired {
+            return Some(self.skip(
+                format!("only {ready} of {} nodes are Ready", input.desired),
+                settings,
+            ));
+        }
+        let planned = targets(input, settings.max_node_age);
+        if planned.is_empty() {
+            let why = match settings.max_node_age {
+                Some(age) => format!("no node is older than {}", crate::duration::format(age)),
+                None => "the group has no node to replace".into(),
+            };
+            return Some(self.skip(why, settings));
+        }
+        let wanted = match input.role {
+            Role::Worker => settings.surplus_nodes,
+            Role::Master => 0,
+        };
+        let surplus = distribute(wanted, input.asgs);
+        let placed: i32 = surplus.iter().map(|s| s.desired).sum();
+        if placed < wanted {
+            return Some(self.skip(
+                format!(
+                    "cannot add {wanted} surplus node(s): only {placed} fit on ASGs that are launching and below their max"
+                ),
+                settings,
+            ));
+        }
+        if input.dry_run {
+            let plan = format!(
+                "dry run: would add {} and replace {} node(s) in this order: {}",
+                describe_counts(&surplus),
+                planned.len(),
+                planned.join(", ")
+            );
+            self.happenings.push(Happening::Planned(plan.clone()));
+            self.finish_idle(now, RunResult::Skipped, Some(plan.clone()), settings);
+            return Some(Step::wait(plan, SOON));
+        }
+        match &input.lock {
+            LockState::Other(holder) => {
+                self.status.phase = RefreshPhase::WaitingForLock;
+                return Some(Step::wait(
+                    format!("due; waiting for the group's lock, held by {holder}"),
+                    LOCK_RETRY,
+                ));
+            }
+            LockState::Free => {
+                self.status.phase = RefreshPhase::WaitingForLock;
+                return Some(Step::act(
+                    super::Action::TakeLock,
+                    "due; taking the group's lock",
+                    Duration::ZERO,
+                ));
+            }
+            LockState::Ours => {}
+        }
+        self.start(planned, surplus);
+        None
+    }
+
+    fn start(&mut self, planned: Vec<String>, surplus: Vec<AsgDesired>) {
+        let input = self.input;
+        let placed = surplus.iter().map(|s| s.desired).sum();
+        let st = &mut self.status;
+        st.run_start = Some(input.now);
+        st.phase = RefreshPhase::ScalingUp;
+        st.phase_since = Some(input.now);
+        st.original_desired = input
+            .asgs
+            .iter()
+            .map(|a| AsgDesired {
+                auto_scaling_group: a.name.clone(),
+                desired: a.desired,
+            })
+            .collect();
+        st.surplus = surplus;
+        st.total = planned.len() as i32;
+        st.planned_instances = planned;
+        st.replaced_instances = vec![];
+        st.replaced = 0;
+        st.current_target = None;
+        st.failure = None;
+        st.progress = Some(format!("0/{}", st.total));
+        self.happenings.push(Happening::Started {
+            total: self.status.planned_instances.len(),
+            surplus: placed,
+        });
+    }
+
+    fn skip(&mut self, reason: String, settings: &ResolvedRefresh) -> Step {
+        self.happenings.push(Happening::Skipped(reason.clone()));
+        self.finish_idle(
+            self.input.now,
+            RunResult::Skipped,
+            Some(reason.clone()),
+            settings,
+        );
+        Step::act(
+            self.release_if_ours(),
+            format!("run skipped: {reason}"),
+            SOON,
+        )
+    }
+
+    pub(super) fn schedule_next(&mut self, settings: &ResolvedRefresh) {
+        self.status.next_run = next_run(&settings.schedule, settings.time_zone, self.input.now);
+        self.status.next_run_from = Some(self.input.schedule_key.to_string());
+    }
+
+    /// Records how the run (or the skipped one) went and clears the run.
+    pub(super) fn finish_idle(
+        &mut self,
+        started: DateTime<Utc>,
+        result: RunResult,
+        reason: Option<String>,
+        settings: &ResolvedRefresh,
+    ) {
+        let now = self.input.now;
+        let st = &mut self.status;
+        let replaced = if result == RunResult::Skipped {
+            0
+        } else {
+            st.replaced
+        };
+        st.last_run = Some(RunOutcome {
+            started,
+            finished: Some(now),
+            replaced,
+            result,
+            reason,
+        });
+        st.phase = RefreshPhase::Idle;
+        st.run_start = None;
+        st.phase_since = None;
+        st.current_target = None;
+        st.original_desired = vec![];
+        st.surplus = vec![];
+        st.planned_instances = vec![];
+        st.replaced_instances = vec![];
+        st.failure = None;
+        self.schedule_next(settings);
+    }
+}
+
+/// Why a run cannot start on these ASGs, if one has a process suspended
+/// that a run needs: Launch (surplus and replacements) or Terminate.
+pub fn blocking_processes(asgs: &[AsgView]) -> Option<String> {
+    let blocked: Vec<String> = asgs
+        .iter()
+        .flat_map(|a| {
+            [crate::cloud::LAUNCH, crate::cloud::TERMINATE]
+                .into_iter()
+                .filter(|p| a.is_suspended(p))
+                .map(move |p| format!("{} has its {p} process suspended", a.name))
+        })
+        .collect();
+    (!blocked.is_empty()).then(|| blocked.join("; "))
+}
+
+/// The instances a run replaces, oldest first: nodes of the group whose
+/// instance is active in a group ASG and whose launch time is known and
+/// (with `max_age`) at least that old. Nodes launched later are new.
+fn targets(input: &Input, max_age: Option<Duration>) -> Vec<String> {
+    let mut old: Vec<(&DateTime<Utc>, &str, &str)> = input
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            let id = n.instance_id.as_deref()?;
+            let launched = n.launch_time.as_ref()?;
+            let member = input.members.iter().any(|m| m.instance_id == id);
+            let old_enough = max_age.is_none_or(|age| *launched + to_chrono(age) <= input.now);
+            (member && old_enough).then_some((launched, n.name.as_str(), id))
+        })
+        .collect();
+    old.sort();
+    old.into_iter().map(|(_, _, id)| id.to_string()).collect()
+}
+
+/// Spreads `n` surplus nodes over ASGs that are launching and below their
+/// max, the least loaded first.
+fn distribute(n: i32, asgs: &[AsgView]) -> Vec<AsgDesired> {
+    let mut added: Vec<AsgDesired> = vec![];
+    for _ in 0..n {
+        let load = |a: &AsgView| a.desired + surplus_of(&added, &a.name);
+        let Some(asg) = asgs
+            .iter()
+            .filter(|a| a.launching && load(a) < a.max)
+            .min_by(|a, b| (load(a), &a.name).cmp(&(load(b), &b.name)))
+        else {
+            break;
+        };
+        match added.iter_mut().find(|s| s.auto_scaling_group == asg.name) {
+            Some(s) => s.desired += 1,
+            None => added.push(AsgDesired {
+                auto_scaling_group: asg.name.clone(),
+                desired: 1,
+            }),
+        }
+    }
+    added
+}
+
+fn describe_counts(surplus: &[AsgDesired]) -> String {
+    if surplus.is_empty() {
+        return "no surplus".into();
+    }
+    surplus
+        .iter()
+        .map(|s| format!("{} on {}", s.desired, s.auto_scaling_group))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

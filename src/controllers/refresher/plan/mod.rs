@@ -1,0 +1,400 @@
+//! The refresher's decisions, pure: from what was observed and `now`, one
+//! [`Step`] and the next status. No I/O; the reconcile persists the status
+//! and carries the step's action out.
+//!
+//! A run, per group, one module per phase:
+//! 1. [`idle`]: due (schedule in its time zone), healthy (Ready >= desired),
+//!    not suspended, lock taken: record the start, each ASG's desired count,
+//!    the surplus per ASG and the instances to replace (oldest first);
+//! 2. [`scaling_up`]: raise the ASGs by the surplus, wait for Ready >= desired + surplus;
+//! 3. [`draining`]: the next planned instance, once removing it keeps enough Ready;
+//! 4. [`replacing`] (`WaitingForReplacement`): terminated without decrement
+//!    (decided and persisted before the call), wait for Ready to be whole again;
+//! 5. [`scaling_down`]: every ASG back to its recorded count, surplus nodes
+//!    chosen explicitly, drained, terminated with decrement; release the lock.
+//!
+//! Each phase is a transition: a step to take now, or the next phase to
+//! enter ([`Next`]). Phases are only entered forward (see [`rank`]), and
+//! `ScalingDown` always yields a step, so a plan never loops.
+//!
+//! A failure (surplus or replacement not Ready in time, a drain timing out
+//! with `Abort`) records its reason and goes to `ScalingDown`: the surplus
+//! goes, old nodes stay. Invariants (property-tested in `tests`): Ready never
+//! drops below the desired count during a worker refresh with surplus, at
+//! most one planned node is worked on at a time, no instance is terminated
+//! twice, and a run ends with every ASG at its recorded desired count.
+
+mod draining;
+mod idle;
+mod replacing;
+mod scaling_down;
+mod scaling_up;
+#[cfg(test)]
+mod tests;
+
+use crate::controllers::vocabulary::{AsgView, DesiredChange, LockState};
+use crate::crd::Role;
+use crate::crd::nodegroup::ResolvedRefresh;
+use crate::crd::refresher::{
+    AsgDesired, RefreshPhase, RefreshTarget, RefresherStatus, RunResult, TargetPurpose,
+};
+use chrono::{DateTime, Utc};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+pub use crate::controllers::vocabulary::NodeView;
+pub use draining::{Removal, removal};
+pub use idle::blocking_processes;
+
+/// An instance that is active (not terminating or detaching) in one of the
+/// group's ASGs, per a fresh describe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub asg: String,
+    pub instance_id: String,
+}
+
+pub struct Input<'a> {
+    pub role: Role,
+    pub desired: i32,
+    /// The group or the Refresher is suspended.
+    pub suspended: bool,
+    pub dry_run: bool,
+    /// The Refresher's settings, or why they are invalid.
+    pub settings: &'a Result<ResolvedRefresh, String>,
+    /// Identifies the schedule (see `RefresherSpec::schedule_key`).
+    pub schedule_key: &'a str,
+    pub asgs: &'a [AsgView],
+    pub members: &'a [Member],
+    pub nodes: &'a [NodeView],
+    /// Masters: the nodes whose control-plane pods (kube-apiserver,
+    /// etcd-manager) are all Ready. Looked at only between replacements.
+    pub control_plane_ready: &'a BTreeSet<String>,
+    pub lock: LockState,
+    pub status: &'a RefresherStatus,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Nothing,
+    TakeLock,
+    ReleaseLock,
+    /// Set ASGs' desired capacity (surplus up, layout back).
+    SetDesired(Vec<DesiredChange>),
+    /// One drain step on the target's node; once drained, [`after_drain`]
+    /// decides the termination, which is persisted before it is made.
+    Drain(RefreshTarget),
+    /// Carry out a termination already recorded in status (`terminated` set):
+    /// Replace without decrement, RemoveSurplus with decrement.
+    Terminate(RefreshTarget),
+    /// Put a node back in service (a drain given up). Idempotent, so the
+    /// reconcile does it before persisting the status that forgets the node.
+    Uncordon(String),
+}
+
+impl Action {
+    /// Whether carrying it out changes AWS or a Node (and so needs the lock).
+    pub fn mutates(&self) -> bool {
+        matches!(
+            self,
+            Action::SetDesired(_) | Action::Drain(_) | Action::Terminate(_) | Action::Uncordon(_)
+        )
+    }
+}
+
+/// What happened in this step, for Events and metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Happening {
+    Started {
+        total: usize,
+        surplus: i32,
+    },
+    Skipped(String),
+    /// Dry run: what the run would do.
+    Planned(String),
+    Replaced {
+        node: String,
+        took: Duration,
+    },
+    Failed(String),
+    Finished {
+        result: RunResult,
+        replaced: i32,
+    },
+}
+
+/// One reconcile's worth of work: the action, why, and when to look again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub action: Action,
+    pub message: String,
+    pub requeue: Duration,
+}
+
+impl Step {
+    fn act(action: Action, message: impl Into<String>, requeue: Duration) -> Step {
+        Step {
+            action,
+            message: message.into(),
+            requeue,
+        }
+    }
+
+    /// Nothing to do but look again after `requeue`.
+    fn wait(message: impl Into<String>, requeue: Duration) -> Step {
+        Step::act(Action::Nothing, message, requeue)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub action: Action,
+    pub status: RefresherStatus,
+    pub message: String,
+    pub requeue: Duration,
+    pub happenings: Vec<Happening>,
+}
+
+/// What a phase decides: a step now, or the phase to go on in.
+enum Next {
+    Step(Step),
+    Enter(RefreshPhase),
+}
+
+const SOON: Duration = Duration::from_secs(2);
+const LOCK_RETRY: Duration = Duration::from_secs(5);
+/// Re-check the schedule at least this often (a clock jump, an edit missed).
+const IDLE: Duration = Duration::from_secs(300);
+
+pub fn plan(input: &Input) -> Plan {
+    let mut planner = Planner {
+        input,
+        status: input.status.clone(),
+        happenings: vec![],
+    };
+    let Step {
+        action,
+        message,
+        requeue,
+    } = planner.decide();
+    let mut status = planner.status;
+    status.message = Some(message.clone());
+    Plan {
+        action,
+        status,
+        message,
+        requeue,
+        happenings: planner.happenings,
+    }
+}
+
+/// Whether a plan from `status` at `now` can look at the ASGs and nodes: a
+/// run in progress, a run due, or a schedule not yet evaluated. Otherwise the
+/// plan only reports the next run, so the reconcile skips describing the ASGs.
+pub fn needs_observation(
+    status: Option<&RefresherStatus>,
+    schedule_key: &str,
+    now: DateTime<Utc>,
+) -> bool {
+    let Some(status) = status else {
+        return true;
+    };
+    status.run_start.is_some()
+        || status.next_run_from.as_deref() != Some(schedule_key)
+        || status.next_run.is_some_and(|t| t <= now)
+}
+
+/// The drain of the current target is complete (or given up with `Proceed`):
+/// record the termination in the status before it is made. Returns the target
+/// to terminate, or None when there is no target being drained.
+pub fn after_drain(status: &mut RefresherStatus, now: DateTime<Utc>) -> Option<RefreshTarget> {
+    let target = status.current_target.as_mut()?;
+    if target.terminated.is_some() {
+        return None;
+    }
+    target.terminated = Some(now);
+    let target = target.clone();
+    if target.purpose == TargetPurpose::Replace {
+        if !status.replaced_instances.contains(&target.instance_id) {
+            status.replaced_instances.push(target.instance_id.clone());
+        }
+        status.phase = RefreshPhase::WaitingForReplacement;
+    }
+    status.phase_since = Some(now);
+    Some(target)
+}
+
+/// The order a run goes through its phases; a plan only enters a phase of a
+/// higher rank than the one it is in, which bounds the transitions.
+fn rank(phase: RefreshPhase) -> u8 {
+    match phase {
+        RefreshPhase::Idle | RefreshPhase::WaitingForLock | RefreshPhase::Blocked => 0,
+        RefreshPhase::ScalingUp => 1,
+        RefreshPhase::Draining => 2,
+        RefreshPhase::WaitingForReplacement => 3,
+        RefreshPhase::ScalingDown => 4,
+    }
+}
+
+struct Planner<'a> {
+    input: &'a Input<'a>,
+    status: RefresherStatus,
+    happenings: Vec<Happening>,
+}
+
+impl Planner<'_> {
+    fn decide(&mut self) -> Step {
+        let settings = match self.input.settings {
+            Ok(s) => s,
+            Err(problem) => {
+                if self.status.run_start.is_some() {
+                    return Step::wait(
+                        format!("run paused: the Refresher's spec is invalid: {problem}"),
+                        IDLE,
+                    );
+                }
+                self.status.phase = RefreshPhase::Blocked;
+                self.status.next_run = None;
+                self.status.next_run_from = None;
+                return Step::act(self.release_if_ours(), format!("no run: {problem}"), IDLE);
+            }
+        };
+        if self.status.run_start.is_none()
+            && let Some(step) = self.idle(settings)
+        {
+            return step;
+        }
+        if let Some(paused) = self.paused() {
+            return paused;
+        }
+        self.run(settings)
+    }
+
+    /// A run in progress that may not step now: suspended, a dry-run
+    /// manager, or the lock not ours.
+    fn paused(&self) -> Option<Step> {
+        let input = self.input;
+        if input.suspended {
+            return Some(Step::wait("run paused: the group is suspended", IDLE));
+        }
+        if input.dry_run {
+            // A run started by a manager without --dry-run: stepping it here
+            // would only record steps that are not made.
+            return Some(Step::wait(
+                "run paused: this manager runs with --dry-run; a manager without it resumes the run",
+                IDLE,
+            ));
+        }
+        match &input.lock {
+            LockState::Ours => None,
+            LockState::Free => Some(Step::act(
+                Action::TakeLock,
+                "retaking the group's lock",
+                Duration::ZERO,
+            )),
+            LockState::Other(holder) => Some(Step::wait(
+                format!("run paused: {holder} holds the group's lock"),
+                LOCK_RETRY,
+            )),
+        }
+    }
+
+    /// Runs the phase transitions until one yields a step.
+    fn run(&mut self, settings: &ResolvedRefresh) -> Step {
+        loop {
+            let from = self.status.phase;
+            match self.transition(settings) {
+                Next::Step(step) => return step,
+                Next::Enter(to) if rank(to) > rank(from) => self.enter(to),
+                Next::Enter(to) => {
+                    // Unreachable by construction; never loop on it.
+                    return Step::wait(format!("in phase {from:?}, not entering {to:?}"), SOON);
+                }
+            }
+        }
+    }
+
+    /// The transition function: what the current phase decides.
+    fn transition(&mut self, settings: &ResolvedRefresh) -> Next {
+        match self.status.phase {
+            RefreshPhase::ScalingUp => self.scaling_up(settings),
+            RefreshPhase::Draining => self.draining_phase(settings),
+            RefreshPhase::WaitingForReplacement => self.waiting_for_replacement(settings),
+            RefreshPhase::ScalingDown => Next::Step(self.scaling_down(settings)),
+            // A run without a running phase (hand-edited status): resume from the top.
+            RefreshPhase::Idle | RefreshPhase::WaitingForLock | RefreshPhase::Blocked => {
+                Next::Enter(RefreshPhase::ScalingUp)
+            }
+        }
+    }
+
+    fn release_if_ours(&self) -> Action {
+        if self.input.lock == LockState::Ours {
+            Action::ReleaseLock
+        } else {
+            Action::Nothing
+        }
+    }
+
+    fn ready(&self) -> i32 {
+        self.input.nodes.iter().filter(|n| n.ready).count() as i32
+    }
+
+    fn active(&self, instance_id: &str) -> bool {
+        self.input
+            .members
+            .iter()
+            .any(|m| m.instance_id == instance_id)
+    }
+
+    fn surplus_total(&self) -> i32 {
+        self.status.surplus.iter().map(|s| s.desired).sum()
+    }
+
+    /// Ready nodes the group should have while nothing is being replaced.
+    fn whole(&self) -> i32 {
+        self.input.desired + self.surplus_total()
+    }
+
+    /// Records a failure; the run then goes to `ScalingDown`.
+    fn record_failure(&mut self, reason: String) {
+        self.happenings.push(Happening::Failed(reason.clone()));
+        self.status.failure = Some(match self.status.failure.take() {
+            Some(earlier) => format!("{earlier}; {reason}"),
+            None => reason,
+        });
+    }
+
+    fn fail(&mut self, reason: String) -> Next {
+        self.record_failure(reason);
+        Next::Enter(RefreshPhase::ScalingDown)
+    }
+
+    fn enter(&mut self, phase: RefreshPhase) {
+        self.status.phase = phase;
+        self.status.phase_since = Some(self.input.now);
+    }
+
+    fn since_phase(&self) -> DateTime<Utc> {
+        self.status
+            .phase_since
+            .or(self.status.run_start)
+            .unwrap_or(self.input.now)
+    }
+}
+
+fn surplus_of(surplus: &[AsgDesired], asg: &str) -> i32 {
+    surplus
+        .iter()
+        .find(|s| s.auto_scaling_group == asg)
+        .map_or(0, |s| s.desired)
+}
+
+fn describe_changes(changes: &[DesiredChange]) -> String {
+    changes
+        .iter()
+        .map(|c| format!("{} {}->{}", c.asg, c.from, c.to))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

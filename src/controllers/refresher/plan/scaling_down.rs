@@ -1,0 +1,211 @@
+//! `ScalingDown`: every ASG back to its recorded desired count. Surplus
+//! nodes are chosen explicitly and drained like a replacement, then
+//! terminated with decrement; the run ends and the lock is released.
+
+use super::{Action, Happening, Member, NodeView, Planner, SOON, Step, describe_changes};
+use crate::controllers::vocabulary::{DesiredChange, to_chrono, until};
+use crate::crd::nodegroup::ResolvedRefresh;
+use crate::crd::refresher::{AsgDesired, RefreshTarget, RunResult, TargetPurpose};
+
+/// What the layout needs next, ASG by ASG.
+#[derive(Default)]
+struct Layout {
+    /// Desired counts to set (restored, or a failed launch cancelled).
+    changes: Vec<DesiredChange>,
+    /// A surplus node to remove, or the ASG where none can go yet.
+    victim: Option<Result<RefreshTarget, String>>,
+    /// An ASG with a launch in flight to wait for.
+    waiting: Option<String>,
+}
+
+impl Planner<'_> {
+    /// Back to the recorded layout; then the run ends. Always a step: this
+    /// is the last phase.
+    pub(super) fn scaling_down(&mut self, settings: &ResolvedRefresh) -> Step {
+        let input = self.input;
+        if self.drain_pending() {
+            return self.draining(settings);
+        }
+        if let Some(target) = self.status.current_target.clone() {
+            let original = original_of(&self.status.original_desired, &target.auto_scaling_group);
+            let asg_desired = input
+                .asgs
+                .iter()
+                .find(|a| a.name == target.auto_scaling_group)
+                .map(|a| a.desired);
+            // A termination recorded but not seen done yet, and still needed.
+            if self.active(&target.instance_id) && asg_desired.is_some_and(|d| Some(d) > original) {
+                return self.retry_termination(target);
+            }
+            self.status.current_target = None;
+        }
+        let Layout {
+            changes,
+            victim,
+            waiting,
+        } = self.layout();
+        if !changes.is_empty() {
+            let message = format!("restoring the layout: {}", describe_changes(&changes));
+            return Step::act(Action::SetDesired(changes), message, SOON);
+        }
+        let deadline = self.since_phase() + to_chrono(settings.ready_timeout);
+        if victim.is_none()
+            && let Some(asg) = waiting
+        {
+            if input.now < deadline {
+                return Step::wait(
+                    format!(
+                        "waiting for the launch in flight in {asg} before removing the surplus"
+                    ),
+                    SOON.min(until(input.now, deadline)),
+                );
+            }
+            return self.finish_run(
+                settings,
+                Some(format!(
+                    "a surplus launch in {asg} never landed: its desired count is left above the recorded one"
+                )),
+            );
+        }
+        match victim {
+            Some(Ok(target)) => {
+                self.status.current_target = Some(target);
+                self.status.phase_since = Some(input.now);
+                self.draining(settings)
+            }
+            Some(Err(asg)) => {
+                if input.now >= deadline {
+                    return self.finish_run(
+                        settings,
+                        Some(format!(
+                            "surplus left in {asg}: no node could be removed while keeping {} Ready",
+                            input.desired
+                        )),
+                    );
+                }
+                Step::wait(
+                    format!(
+                        "keeping the surplus in {asg} until removing it leaves {} Ready ({} Ready now)",
+                        input.desired,
+                        self.ready(),
+                    ),
+                    SOON.min(until(input.now, deadline)),
+                )
+            }
+            None => self.finish_run(settings, None),
+        }
+    }
+
+    /// Compares each ASG with its recorded count.
+    fn layout(&self) -> Layout {
+        let input = self.input;
+        let mut layout = Layout::default();
+        for o in &self.status.original_desired {
+            let Some(asg) = input.asgs.iter().find(|a| a.name == o.auto_scaling_group) else {
+                continue;
+            };
+            let active: Vec<&Member> = input.members.iter().filter(|m| m.asg == asg.name).collect();
+            if asg.desired < o.desired {
+                // Lower than recorded (changed by someone else): restore it.
+                layout.changes.push(DesiredChange {
+                    asg: asg.name.clone(),
+                    from: asg.desired,
+                    to: o.desired.min(asg.max),
+                });
+            } else if asg.desired > o.desired
+                && ((active.len() as i32) < asg.desired || asg.pending > 0)
+            {
+                if asg.launching || asg.pending > 0 {
+                    // A launch in flight or Pending: lowering desired now could
+                    // make AWS pick a victim. Wait for it; it is then removed
+                    // like any surplus, explicitly.
+                    layout.waiting.get_or_insert_with(|| asg.name.clone());
+                } else {
+                    // The launch failed and nothing is Pending: cancel it,
+                    // terminating nothing.
+                    layout.changes.push(DesiredChange {
+                        asg: asg.name.clone(),
+                        from: asg.desired,
+                        to: (active.len() as i32).max(o.desired),
+                    });
+                }
+            } else if asg.desired > o.desired && layout.victim.is_none() {
+                layout.victim = Some(
+                    self.surplus_victim(&asg.name, &active)
+                        .ok_or_else(|| asg.name.clone()),
+                );
+            }
+        }
+        layout.changes.retain(|c| c.from != c.to);
+        layout
+    }
+
+    /// Which instance of `asg` goes: one that never joined, else one that is
+    /// not Ready, else the newest Ready node (it carries the fewest pods).
+    /// None when removing any would leave too few Ready.
+    fn surplus_victim(&self, asg: &str, active: &[&Member]) -> Option<RefreshTarget> {
+        let input = self.input;
+        let node_of = |id: &str| {
+            input
+                .nodes
+                .iter()
+                .find(|n| n.instance_id.as_deref() == Some(id))
+        };
+        let target = |m: &Member, node: Option<&NodeView>| RefreshTarget {
+            node: node.map(|n| n.name.clone()),
+            instance_id: m.instance_id.clone(),
+            auto_scaling_group: asg.to_string(),
+            purpose: TargetPurpose::RemoveSurplus,
+            since: input.now,
+            terminated: None,
+        };
+        if let Some(m) = active.iter().find(|m| node_of(&m.instance_id).is_none()) {
+            return Some(target(m, None));
+        }
+        if let Some((m, n)) = active.iter().find_map(|m| {
+            let n = node_of(&m.instance_id)?;
+            (!n.ready).then_some((m, n))
+        }) {
+            return Some(target(m, Some(n)));
+        }
+        if self.ready() - 1 < input.desired {
+            return None;
+        }
+        active
+            .iter()
+            .filter_map(|m| node_of(&m.instance_id).map(|n| (m, n)))
+            .max_by(|(_, a), (_, b)| (a.launch_time, &a.name).cmp(&(b.launch_time, &b.name)))
+            .map(|(m, n)| target(m, Some(n)))
+    }
+
+    fn finish_run(&mut self, settings: &ResolvedRefresh, leftover: Option<String>) -> Step {
+        let started = self.status.run_start.unwrap_or(self.input.now);
+        let reason = match (self.status.failure.clone(), leftover) {
+            (Some(f), Some(l)) => Some(format!("{f}; {l}")),
+            (f, l) => f.or(l),
+        };
+        let result = if reason.is_some() {
+            RunResult::Failed
+        } else {
+            RunResult::Succeeded
+        };
+        let replaced = self.status.replaced;
+        let total = self.status.total;
+        self.happenings
+            .push(Happening::Finished { result, replaced });
+        self.finish_idle(started, result, reason.clone(), settings);
+        self.status.progress = Some(format!("{replaced}/{total}"));
+        let message = match reason {
+            Some(r) => format!("run failed after replacing {replaced} of {total}: {r}"),
+            None => format!("run succeeded: replaced {replaced} of {total}"),
+        };
+        Step::act(Action::ReleaseLock, message, SOON)
+    }
+}
+
+fn original_of(original: &[AsgDesired], asg: &str) -> Option<i32> {
+    original
+        .iter()
+        .find(|s| s.auto_scaling_group == asg)
+        .map(|s| s.desired)
+}

@@ -1,0 +1,53 @@
+//! `ScalingUp`: raise the ASGs by the run's surplus and wait until it is
+//! Ready, bounded by the ready timeout.
+
+use super::{Action, Next, Planner, SOON, Step, describe_changes, surplus_of};
+use crate::controllers::vocabulary::{DesiredChange, to_chrono, until};
+use crate::crd::nodegroup::ResolvedRefresh;
+
+impl Planner<'_> {
+    pub(super) fn scaling_up(&mut self, settings: &ResolvedRefresh) -> Next {
+        let now = self.input.now;
+        let changes = self.raise_changes();
+        if !changes.is_empty() {
+            let message = format!("adding surplus: {}", describe_changes(&changes));
+            return Next::Step(Step::act(Action::SetDesired(changes), message, SOON));
+        }
+        let (ready, whole) = (self.ready(), self.whole());
+        if ready >= whole {
+            return self.next_target(settings);
+        }
+        let deadline = self.since_phase() + to_chrono(settings.ready_timeout);
+        if now >= deadline {
+            return self.fail(format!(
+                "surplus not Ready within {}: {ready} of {whole} nodes Ready",
+                crate::duration::format(settings.ready_timeout)
+            ));
+        }
+        Next::Step(Step::wait(
+            format!("waiting for surplus: {ready} of {whole} nodes Ready"),
+            SOON.min(until(now, deadline)),
+        ))
+    }
+
+    /// ASGs below their recorded desired count plus this run's surplus.
+    fn raise_changes(&self) -> Vec<DesiredChange> {
+        self.status
+            .original_desired
+            .iter()
+            .filter_map(|o| {
+                let asg = self
+                    .input
+                    .asgs
+                    .iter()
+                    .find(|a| a.name == o.auto_scaling_group)?;
+                let want = o.desired + surplus_of(&self.status.surplus, &asg.name);
+                (asg.desired < want && want <= asg.max).then(|| DesiredChange {
+                    asg: asg.name.clone(),
+                    from: asg.desired,
+                    to: want,
+                })
+            })
+            .collect()
+    }
+}
