@@ -1,0 +1,113 @@
+//! Instances that never joined: terminated in their ASG, one at a time,
+//! with a backoff per ASG while its replacements keep not joining.
+
+use super::{Action, Plan, Stage, exclusion_backoff};
+use crate::controllers::vocabulary::to_chrono;
+use crate::crd::Role;
+use crate::crd::replenisher::{CleanupTarget, NotJoinedRemovals, ReplenishPhase};
+
+/// Instances not joined after the join timeout (masters: any instance beyond
+/// the count, at once) are terminated in their ASG, one at a time. Backs off
+/// per ASG while its replacements keep not joining; never waits on the
+/// cooldown, and a removal not yet due passes on to the other stages.
+pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
+    let input = s.input;
+    let now = input.now;
+    // A recorded cleanup whose instance is still there: that one, once due.
+    let total_instances: i32 = s.asgs.iter().map(|a| a.instances).sum();
+    let extra_master = input.role == Role::Master && total_instances > input.desired;
+    let candidate = input
+        .not_joined
+        .iter()
+        .filter(|n| input.active.contains(&n.instance_id))
+        .filter(|n| {
+            s.status
+                .removals
+                .iter()
+                .find(|r| r.auto_scaling_group == n.asg)
+                .is_none_or(|r| now >= r.retry_after)
+        })
+        .find_map(|n| {
+            if let Some(c) = s
+                .status
+                .cleanup
+                .as_ref()
+                .filter(|c| c.instance_id == n.instance_id)
+            {
+                return Some((n, c.reason.clone()));
+            }
+            if s.overdue(n) {
+                Some((
+                    n,
+                    format!(
+                        "not joined within {}",
+                        crate::duration::format(input.join_timeout)
+                    ),
+                ))
+            } else if extra_master {
+                Some((
+                    n,
+                    format!("extra master beyond the configured {}", input.desired),
+                ))
+            } else {
+                None
+            }
+        })?;
+    let (instance, reason) = candidate;
+    let asg = s.asg(&instance.asg)?;
+    let decrement = asg.desired > asg.min;
+    let mut status = s.status.clone();
+    let retrying = status
+        .cleanup
+        .as_ref()
+        .is_some_and(|c| c.instance_id == instance.instance_id);
+    let target = CleanupTarget {
+        instance_id: instance.instance_id.clone(),
+        auto_scaling_group: instance.asg.clone(),
+        reason: reason.clone(),
+        decrement,
+        since: now,
+    };
+    // Each attempt waits for the ASG's backoff, a failed call too: a refused
+    // or failing removal never holds up the other stages. The count is of
+    // instances that never joined: retrying the recorded one (a failed call,
+    // a restart) is not another.
+    let count = status
+        .removals
+        .iter()
+        .find(|r| r.auto_scaling_group == instance.asg)
+        .map_or(0, |r| r.count)
+        + i32::from(!retrying);
+    let count = count.max(1);
+    status
+        .removals
+        .retain(|r| r.auto_scaling_group != instance.asg);
+    status.removals.push(NotJoinedRemovals {
+        auto_scaling_group: instance.asg.clone(),
+        count,
+        last: now,
+        retry_after: now + to_chrono(exclusion_backoff(count)),
+    });
+    status.cleanup = Some(target.clone());
+    let how = if decrement {
+        "decrementing desired"
+    } else {
+        "at min: the ASG launches a fresh one"
+    };
+    let message = format!(
+        "{} {} from {} ({how}): {reason}",
+        if retrying {
+            "retrying removal of"
+        } else {
+            "removing"
+        },
+        instance.instance_id,
+        instance.asg
+    );
+    Some(s.act(
+        status,
+        ReplenishPhase::CleaningUp,
+        Action::RemoveNotJoined(target),
+        message,
+    ))
+}

@@ -1,0 +1,313 @@
+//! The replenisher's decisions, pure: from what was observed and `now`, one
+//! action and the next status. No I/O; the reconcile writes the status (which
+//! records what is about to be done) and then carries the action out.
+//!
+//! One stage per step of the README's behaviour list, each returning a plan
+//! or passing on: guards (invalid, suspended, a refresh holds the lock), a
+//! scale-in in progress, instances that never joined, too few Ready nodes,
+//! too many, steady. Before them, the records of earlier actions are checked
+//! against what is observed (a raise or termination a restart interrupted).
+//!
+//! Invariants (property-tested below): no mutating action without holding the
+//! group's lock; never more than an ASG's max; never remove a Ready node
+//! unless Ready nodes stay at or above the desired count; scale-up only while
+//! Ready nodes are below the desired count, never counting twice what is
+//! already on its way.
+
+mod cleanup;
+mod records;
+mod scale_in;
+mod scale_up;
+#[cfg(test)]
+mod tests;
+
+use cleanup::remove_not_joined;
+use records::{judge, settle_records, update_exclusions};
+use scale_in::{scale_in, scale_in_in_progress};
+use scale_up::scale_up;
+
+pub use records::{
+    abandon_scale_in, finish_cleanup, finish_scale_in, raise_landed, raise_not_made,
+    record_termination,
+};
+
+use crate::controllers::vocabulary::{
+    AsgView, DesiredChange, LockState, NodeView, to_chrono, until,
+};
+use crate::crd::Role;
+use crate::crd::replenisher::{CleanupTarget, ReplenishPhase, ReplenisherStatus, ScaleInTarget};
+use chrono::{DateTime, Utc};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// A drain for scale-in that takes longer than this is abandoned (the node is
+/// uncordoned and kept) and retried after the cooldown.
+pub const SCALE_IN_DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
+/// Backoff for an ASG that is not launching, or whose instances keep not
+/// joining: 1m, 2m, 4m ... at most 30m.
+pub fn exclusion_backoff(failures: i32) -> Duration {
+    let exp = failures.clamp(1, 6) - 1;
+    Duration::from_secs((60u64 << exp).min(1800))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotJoinedView {
+    pub instance_id: String,
+    pub asg: String,
+    pub launch_time: Option<DateTime<Utc>>,
+}
+
+pub struct Input<'a> {
+    pub role: Role,
+    pub desired: i32,
+    pub suspend: bool,
+    /// The group's spec is valid (the inventory's SpecValid condition).
+    pub spec_valid: bool,
+    pub cooldown: Duration,
+    pub join_timeout: Duration,
+    pub asgs: &'a [AsgView],
+    pub nodes: &'a [NodeView],
+    pub not_joined: &'a [NotJoinedView],
+    /// Instances that count as capacity in the group's ASGs (fresh describe).
+    pub active: &'a BTreeSet<String>,
+    pub lock: LockState,
+    pub status: &'a ReplenisherStatus,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Nothing,
+    TakeLock,
+    ReleaseLock,
+    /// Raise desired capacity on launching ASGs (recorded in `raising` first).
+    ScaleUp(Vec<DesiredChange>),
+    /// Terminate an instance that never joined through its ASG (recorded in
+    /// `cleanup` first), decrementing only while desired is above min.
+    RemoveNotJoined(CleanupTarget),
+    /// One drain step on the target (persisted first); once drained, the
+    /// termination is recorded ([`record_termination`]) and then made.
+    Drain(ScaleInTarget),
+    /// Make the recorded termination of a drained target, with decrement.
+    Terminate(ScaleInTarget),
+    /// Give up removing the target: uncordon it, keep it.
+    AbandonScaleIn {
+        target: ScaleInTarget,
+        reason: String,
+    },
+}
+
+impl Action {
+    /// Whether carrying it out changes AWS or a Node (and so needs the lock).
+    pub fn mutates(&self) -> bool {
+        matches!(
+            self,
+            Action::ScaleUp(_)
+                | Action::RemoveNotJoined(_)
+                | Action::Drain(_)
+                | Action::Terminate(_)
+                | Action::AbandonScaleIn { .. }
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub action: Action,
+    /// The status to write before the action: it records what the action is
+    /// about to do, so a restart neither repeats nor forgets it.
+    pub status: ReplenisherStatus,
+    /// What it is doing or waiting for, for status and logs.
+    pub message: String,
+    pub requeue: Duration,
+}
+
+const SOON: Duration = Duration::from_secs(2);
+const IDLE: Duration = Duration::from_secs(60);
+
+pub fn plan(input: &Input) -> Plan {
+    let mut plan = plan_inner(input);
+    // Wake up for the next deadline the plan knows about, not a minute later.
+    if let Some(deadline) = next_deadline(input, &plan.status) {
+        plan.requeue = plan.requeue.min(until(input.now, deadline));
+    }
+    plan
+}
+
+/// The earliest future moment at which the plan may decide differently on
+/// the same observations: a join timeout, an exclusion's retry, a removal's
+/// backoff, the end of a launch grace, a drain timeout.
+fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<Utc>> {
+    let joins = input
+        .not_joined
+        .iter()
+        .filter_map(|n| n.launch_time.map(|t| t + to_chrono(input.join_timeout)));
+    let retries = status.excluded.iter().filter_map(|e| e.retry_after);
+    let removals = status.removals.iter().map(|r| r.retry_after);
+    let graces = status
+        .behind
+        .iter()
+        .map(|b| b.since + to_chrono(crate::cloud::LAUNCH_GRACE));
+    let drain = status
+        .scale_in
+        .iter()
+        .map(|t| t.since + to_chrono(SCALE_IN_DRAIN_TIMEOUT));
+    joins
+        .chain(retries)
+        .chain(removals)
+        .chain(graces)
+        .chain(drain)
+        .filter(|t| *t > input.now)
+        .min()
+}
+
+/// What every stage decides from: the input, the ASGs judged with what this
+/// replenisher remembers, and the status with earlier records settled.
+struct Stage<'a> {
+    input: &'a Input<'a>,
+    asgs: Vec<AsgView>,
+    status: ReplenisherStatus,
+    ready: i32,
+}
+
+impl Stage<'_> {
+    fn finish(
+        &self,
+        mut status: ReplenisherStatus,
+        phase: ReplenishPhase,
+        action: Action,
+        message: String,
+        requeue: Duration,
+    ) -> Plan {
+        status.phase = phase;
+        Plan {
+            action,
+            status,
+            message,
+            requeue,
+        }
+    }
+
+    /// Not acting: give the lock back if we hold it, say why.
+    fn idle(&self, status: ReplenisherStatus, phase: ReplenishPhase, message: String) -> Plan {
+        if self.input.lock == LockState::Ours {
+            self.finish(status, phase, Action::ReleaseLock, message, SOON)
+        } else {
+            self.finish(status, phase, Action::Nothing, message, IDLE)
+        }
+    }
+
+    /// A mutation needs the lock first.
+    fn act(
+        &self,
+        status: ReplenisherStatus,
+        phase: ReplenishPhase,
+        action: Action,
+        message: String,
+    ) -> Plan {
+        match &self.input.lock {
+            LockState::Ours => self.finish(status, phase, action, message, SOON),
+            // The record of what we are about to do is written only with the
+            // lock: until then, nothing was decided.
+            LockState::Free => self.finish(
+                self.status.clone(),
+                phase,
+                Action::TakeLock,
+                format!("taking the lock to: {message}"),
+                Duration::ZERO,
+            ),
+            LockState::Other(holder) => self.finish(
+                self.status.clone(),
+                ReplenishPhase::Paused,
+                Action::Nothing,
+                format!("{holder} holds the group's lock"),
+                IDLE,
+            ),
+        }
+    }
+
+    fn wait(&self, message: String, requeue: Duration) -> Plan {
+        self.finish(
+            self.status.clone(),
+            ReplenishPhase::Waiting,
+            Action::Nothing,
+            message,
+            requeue,
+        )
+    }
+
+    fn asg(&self, name: &str) -> Option<&AsgView> {
+        self.asgs.iter().find(|a| a.name == name)
+    }
+
+    fn excluded(&self, name: &str) -> bool {
+        self.status
+            .excluded
+            .iter()
+            .any(|e| e.auto_scaling_group == name)
+    }
+
+    fn cooldown_left(&self) -> Option<Duration> {
+        let end = self.status.last_modification? + to_chrono(self.input.cooldown);
+        (self.input.now < end).then(|| until(self.input.now, end))
+    }
+
+    fn overdue(&self, n: &NotJoinedView) -> bool {
+        n.launch_time
+            .is_some_and(|t| self.input.now >= t + to_chrono(self.input.join_timeout))
+    }
+}
+
+fn plan_inner(input: &Input) -> Plan {
+    let mut status = input.status.clone();
+    settle_records(input, &mut status);
+    let asgs = judge(input, &mut status);
+    update_exclusions(&mut status, &asgs, input.now);
+    let stage = Stage {
+        input,
+        ready: input.nodes.iter().filter(|n| n.ready).count() as i32,
+        asgs,
+        status,
+    };
+    guards(&stage)
+        .or_else(|| scale_in_in_progress(&stage))
+        .or_else(|| remove_not_joined(&stage))
+        .or_else(|| scale_up(&stage))
+        .or_else(|| scale_in(&stage))
+        .unwrap_or_else(|| {
+            stage.idle(
+                stage.status.clone(),
+                ReplenishPhase::Steady,
+                format!("{}/{} Ready", stage.ready, input.desired),
+            )
+        })
+}
+
+/// Nothing while the spec is invalid, the group suspended, or a refresh
+/// holds the lock.
+fn guards(s: &Stage) -> Option<Plan> {
+    if !s.input.spec_valid {
+        return Some(s.idle(
+            s.status.clone(),
+            ReplenishPhase::Blocked,
+            "the NodeGroup spec is invalid".into(),
+        ));
+    }
+    if s.input.suspend {
+        return Some(s.idle(
+            s.status.clone(),
+            ReplenishPhase::Paused,
+            "the NodeGroup is suspended".into(),
+        ));
+    }
+    if let LockState::Other(holder) = &s.input.lock {
+        return Some(s.finish(
+            s.status.clone(),
+            ReplenishPhase::Paused,
+            Action::Nothing,
+            format!("{holder} holds the group's lock"),
+            IDLE,
+        ));
+    }
+    None
+}

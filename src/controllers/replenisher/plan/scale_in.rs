@@ -1,0 +1,156 @@
+//! Stage 2 and the last stage: a scale-in in progress goes on or is
+//! abandoned; too many Ready nodes (after a shortage, the raise taken back)
+//! start a scale-in of one chosen node.
+
+use super::scale_up::ready_in;
+use super::{Action, Plan, SCALE_IN_DRAIN_TIMEOUT, Stage};
+use crate::controllers::vocabulary::to_chrono;
+use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
+use std::time::Duration;
+
+/// A scale-in in progress goes on (drain, then the recorded termination), or
+/// is abandoned.
+pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
+    let target = s.status.scale_in.clone()?;
+    let input = s.input;
+    let mut status = s.status.clone();
+    if !input.active.contains(&target.instance_id) {
+        // Gone without us (e.g. a spot loss): nothing left to remove.
+        status.scale_in = None;
+        return Some(s.finish(
+            status,
+            ReplenishPhase::Waiting,
+            Action::Nothing,
+            format!("{} left its ASG by itself", target.node),
+            Duration::ZERO,
+        ));
+    }
+    let target_ready = input
+        .nodes
+        .iter()
+        .any(|n| n.instance_id.as_deref() == Some(&target.instance_id) && n.ready);
+    let after = s.ready - i32::from(target_ready);
+    let abandon = if after < input.desired {
+        Some(format!(
+            "removing {} would leave {after} Ready node(s), below {}",
+            target.node, input.desired
+        ))
+    } else if target.terminating.is_none()
+        && input.now >= target.since + to_chrono(SCALE_IN_DRAIN_TIMEOUT)
+    {
+        Some(format!("drain of {} timed out", target.node))
+    } else {
+        None
+    };
+    if let Some(reason) = abandon {
+        let action = Action::AbandonScaleIn {
+            target,
+            reason: reason.clone(),
+        };
+        return Some(s.act(status, ReplenishPhase::ScalingDown, action, reason));
+    }
+    if target.terminating.is_some() {
+        let message = format!(
+            "terminating {} in {} (recorded before a restart)",
+            target.node, target.auto_scaling_group
+        );
+        return Some(s.act(
+            status,
+            ReplenishPhase::ScalingDown,
+            Action::Terminate(target),
+            message,
+        ));
+    }
+    let message = format!(
+        "draining {} to remove it from {}",
+        target.node, target.auto_scaling_group
+    );
+    Some(s.act(
+        status,
+        ReplenishPhase::ScalingDown,
+        Action::Drain(target),
+        message,
+    ))
+}
+
+/// Too many Ready nodes (a shortage ended): take one back, explicitly chosen.
+pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
+    let input = s.input;
+    if s.ready <= input.desired {
+        return None;
+    }
+    if let Some(left) = s.cooldown_left() {
+        return Some(s.wait(
+            format!(
+                "cooldown before removing {} surplus node(s)",
+                s.ready - input.desired
+            ),
+            left,
+        ));
+    }
+    let Some(target) = choose_victim(s) else {
+        return Some(s.idle(
+            s.status.clone(),
+            ReplenishPhase::Blocked,
+            "surplus nodes but no ASG can shrink (at min)".into(),
+        ));
+    };
+    let message = format!(
+        "{}/{} Ready: removing {} from {}",
+        s.ready, input.desired, target.node, target.auto_scaling_group
+    );
+    let mut status = s.status.clone();
+    status.scale_in = Some(target.clone());
+    Some(s.act(
+        status,
+        ReplenishPhase::ScalingDown,
+        Action::Drain(target),
+        message,
+    ))
+}
+
+/// The surplus node to remove: from an ASG we raised (so the original layout
+/// comes back), else from the ASG with the most Ready nodes; the newest node.
+/// Never from an ASG with launches in flight: it is still settling.
+pub(super) fn choose_victim(s: &Stage) -> Option<ScaleInTarget> {
+    let input = s.input;
+    let raised = |asg: &str| {
+        s.status
+            .raised
+            .iter()
+            .find(|r| r.auto_scaling_group == asg)
+            .map_or(0, |r| r.count)
+    };
+    let ready_in = |asg: &str| ready_in(input.nodes, asg);
+    let asg = s
+        .asgs
+        .iter()
+        .filter(|a| a.desired > a.min && ready_in(&a.name) > 0)
+        .filter(|a| !a.is_behind() && a.pending == 0)
+        .max_by(|a, b| {
+            (
+                raised(&a.name),
+                ready_in(&a.name),
+                std::cmp::Reverse(&a.name),
+            )
+                .cmp(&(
+                    raised(&b.name),
+                    ready_in(&b.name),
+                    std::cmp::Reverse(&b.name),
+                ))
+        })?;
+    let node = input
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.ready && n.asg.as_deref() == Some(asg.name.as_str()) && n.instance_id.is_some()
+        })
+        .max_by(|a, b| (a.launch_time, &a.name).cmp(&(b.launch_time, &b.name)))?;
+    Some(ScaleInTarget {
+        node: node.name.clone(),
+        instance_id: node.instance_id.clone()?,
+        auto_scaling_group: asg.name.clone(),
+        since: input.now,
+        terminating: None,
+    })
+}

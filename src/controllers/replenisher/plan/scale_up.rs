@@ -1,0 +1,135 @@
+//! Too few Ready nodes: raise desired on the ASGs that can launch, counting
+//! what is already on its way once.
+
+use super::records::record_raise;
+use super::{Action, Plan, SOON, Stage};
+use crate::controllers::vocabulary::{AsgView, DesiredChange, NodeView, to_chrono};
+use crate::crd::Role;
+use crate::crd::replenisher::ReplenishPhase;
+
+/// Ready nodes of one ASG.
+pub(super) fn ready_in(nodes: &[NodeView], asg: &str) -> i32 {
+    nodes
+        .iter()
+        .filter(|n| n.ready && n.asg.as_deref() == Some(asg))
+        .count() as i32
+}
+
+/// What a launching ASG will still bring: its desired count less its Ready
+/// nodes and less what is stuck (NotReady nodes past the join timeout,
+/// never-joined instances past it). A launch due, in flight or Pending, a
+/// node joining, and a lost instance the ASG will replace all count.
+pub(super) fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
+    let input = s.input;
+    let stuck_nodes = input
+        .nodes
+        .iter()
+        .filter(|n| {
+            !n.ready
+                && n.asg.as_deref() == Some(asg.name.as_str())
+                && n.launch_time
+                    .is_some_and(|t| input.now >= t + to_chrono(input.join_timeout))
+        })
+        .count() as i32;
+    let stuck_instances = input
+        .not_joined
+        .iter()
+        .filter(|n| n.asg == asg.name && s.overdue(n))
+        .count() as i32;
+    (asg.desired - ready_in(input.nodes, &asg.name) - stuck_nodes - stuck_instances).max(0)
+}
+
+/// Too few Ready nodes: raise desired on ASGs that are launching and below
+/// max, spread over them; what is already on its way is not ordered twice.
+pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
+    let input = s.input;
+    if s.ready >= input.desired {
+        return None;
+    }
+    let usable = |a: &&AsgView| a.launching && !s.excluded(&a.name);
+    let coming: i32 = s.asgs.iter().filter(usable).map(|a| on_the_way(s, a)).sum();
+    let deficit = input.desired - s.ready - coming;
+    if deficit <= 0 {
+        return Some(s.wait(format!("{coming} node(s) on their way"), SOON));
+    }
+    if input.role == Role::Master {
+        return Some(s.idle(
+            s.status.clone(),
+            ReplenishPhase::Blocked,
+            format!(
+                "{}/{} masters Ready; masters are never launched outside their own ASG",
+                s.ready, input.desired
+            ),
+        ));
+    }
+    // An ASG whose instances are not joining (a removal run in progress) is
+    // no place for another one.
+    let not_joining = |a: &&AsgView| {
+        s.status
+            .removals
+            .iter()
+            .any(|r| r.auto_scaling_group == a.name)
+    };
+    let mut candidates: Vec<AsgView> = s
+        .asgs
+        .iter()
+        .filter(usable)
+        .filter(|a| a.desired < a.max && !not_joining(a))
+        .cloned()
+        .collect();
+    if candidates.is_empty() {
+        return Some(s.idle(
+            s.status.clone(),
+            ReplenishPhase::Blocked,
+            format!(
+                "{}/{} Ready and no ASG can launch (not launching, backing off, or at max)",
+                s.ready, input.desired
+            ),
+        ));
+    }
+    if let Some(left) = s.cooldown_left() {
+        return Some(s.wait(format!("cooldown before scaling up by {deficit}"), left));
+    }
+    let mut added = 0;
+    while added < deficit {
+        // Spread: the candidate with the lowest desired count (then name) gets the next one.
+        let Some(next) = candidates
+            .iter_mut()
+            .filter(|a| a.desired < a.max)
+            .min_by(|a, b| (a.desired, &a.name).cmp(&(b.desired, &b.name)))
+        else {
+            break;
+        };
+        next.desired += 1;
+        added += 1;
+    }
+    let changes: Vec<DesiredChange> = candidates
+        .iter()
+        .filter_map(|c| {
+            let from = s.asg(&c.name)?.desired;
+            (c.desired != from).then(|| DesiredChange {
+                asg: c.name.clone(),
+                from,
+                to: c.desired,
+            })
+        })
+        .collect();
+    let message = format!(
+        "{}/{} Ready: adding {added} on {}",
+        s.ready,
+        input.desired,
+        changes
+            .iter()
+            .map(|c| format!("{} {}->{}", c.asg, c.from, c.to))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut status = s.status.clone();
+    record_raise(&mut status, &changes, input.now, message.clone());
+    Some(s.act(
+        status,
+        ReplenishPhase::ScalingUp,
+        Action::ScaleUp(changes),
+        message,
+    ))
+}
