@@ -81,29 +81,6 @@ impl AsgInstance {
     }
 }
 
-impl From<&AsgDescription> for crate::crd::nodegroup::AutoScalingGroupStatus {
-    /// The figures, judged as if first seen behind just now (callers that
-    /// remember longer judge again: `AutoScalingGroupStatus::judge`).
-    fn from(asg: &AsgDescription) -> Self {
-        let mut status = Self {
-            name: asg.name.clone(),
-            desired: asg.desired,
-            min: asg.min,
-            max: asg.max,
-            instances: asg.active_instances() as i32,
-            pending: asg.pending_instances() as i32,
-            launching: true,
-            reason: None,
-            behind_since: None,
-            launch_failure: asg.recent_failure.clone(),
-            suspended_processes: asg.suspended_processes.clone(),
-        };
-        status.reason = status.launch_problem(None);
-        status.launching = status.reason.is_none();
-        status
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AsgInstance {
     pub instance_id: String,

@@ -4,13 +4,127 @@
 //! imports from the other; both import from here.
 
 use crate::cloud::AsgDescription;
+use crate::crd::nodegroup::AutoScalingGroupStatus;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
 pub use crate::k8s::lock::LockState;
 
-/// An ASG as the plan sees it: the same figures the inventory reports.
-pub type AsgView = crate::crd::nodegroup::AutoScalingGroupStatus;
+/// An ASG as a plan sees it: the figures of a fresh describe, judged
+/// (whether it can be counted on to launch). The inventory reports the same
+/// figures in the group's status ([`AutoScalingGroupStatus`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AsgView {
+    pub name: String,
+    pub desired: i32,
+    pub min: i32,
+    pub max: i32,
+    /// Capacity as AWS counts it: InService and Pending instances.
+    pub instances: i32,
+    /// Of which Pending (launched, not yet InService).
+    pub pending: i32,
+    /// False when the ASG cannot be counted on to launch: Launch suspended,
+    /// its newest launch failed, or below desired for longer than the launch
+    /// grace. A launch in flight (lag, Pending) within the grace is launching.
+    pub launching: bool,
+    /// Why it is not launching.
+    pub reason: Option<String>,
+    /// Since when it has been seen below its desired count.
+    pub behind_since: Option<DateTime<Utc>>,
+    /// The newest launch activity's failure, while below desired.
+    pub launch_failure: Option<String>,
+    pub suspended_processes: Vec<String>,
+}
+
+impl AsgView {
+    /// Below its desired count: a launch is due, in flight, or failing.
+    pub fn is_behind(&self) -> bool {
+        self.instances < self.desired
+    }
+
+    pub fn is_suspended(&self, process: &str) -> bool {
+        self.suspended_processes.iter().any(|p| p == process)
+    }
+
+    /// Why the ASG cannot be counted on to launch, if it cannot, having been
+    /// behind for `behind_for` (None: not seen behind before).
+    pub fn launch_problem(&self, behind_for: Option<std::time::Duration>) -> Option<String> {
+        if self.is_suspended(crate::cloud::LAUNCH) {
+            return Some("its Launch process is suspended".into());
+        }
+        if !self.is_behind() {
+            return None;
+        }
+        if let Some(failure) = &self.launch_failure {
+            return Some(format!("latest launch failed: {failure}"));
+        }
+        let behind_for = behind_for.unwrap_or_default();
+        (behind_for >= crate::cloud::LAUNCH_GRACE).then(|| {
+            format!(
+                "desired {} but {} instance(s) for {}",
+                self.desired,
+                self.instances,
+                crate::duration::format(behind_for)
+            )
+        })
+    }
+
+    /// Judged with what the caller remembers of since when it is behind:
+    /// sets `behind_since`, `launching` and `reason`.
+    pub fn judge(mut self, remembered: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Self {
+        self.behind_since = self.is_behind().then(|| remembered.unwrap_or(now).min(now));
+        let behind_for = self
+            .behind_since
+            .and_then(|since| (now - since).to_std().ok());
+        self.reason = self.launch_problem(behind_for);
+        self.launching = self.reason.is_none();
+        self
+    }
+}
+
+impl From<&AsgDescription> for AsgView {
+    /// The figures, judged as if first seen behind just now (callers that
+    /// remember longer judge again: [`AsgView::judge`]).
+    fn from(asg: &AsgDescription) -> Self {
+        let view = AsgView {
+            name: asg.name.clone(),
+            desired: asg.desired,
+            min: asg.min,
+            max: asg.max,
+            instances: asg.active_instances() as i32,
+            pending: asg.pending_instances() as i32,
+            launching: true,
+            reason: None,
+            behind_since: None,
+            launch_failure: asg.recent_failure.clone(),
+            suspended_processes: asg.suspended_processes.clone(),
+        };
+        let reason = view.launch_problem(None);
+        AsgView {
+            launching: reason.is_none(),
+            reason,
+            ..view
+        }
+    }
+}
+
+impl From<AsgView> for AutoScalingGroupStatus {
+    fn from(v: AsgView) -> Self {
+        AutoScalingGroupStatus {
+            name: v.name,
+            desired: v.desired,
+            min: v.min,
+            max: v.max,
+            instances: v.instances,
+            pending: v.pending,
+            launching: v.launching,
+            reason: v.reason,
+            behind_since: v.behind_since,
+            launch_failure: v.launch_failure,
+            suspended_processes: v.suspended_processes,
+        }
+    }
+}
 
 /// A node of the group, as a plan sees it (`ready` only while its instance
 /// is in service in its ASG: see [`node_views`]).

@@ -254,52 +254,6 @@ fn is_zero(n: &i32) -> bool {
     *n == 0
 }
 
-impl AutoScalingGroupStatus {
-    /// Below its desired count: a launch is due, in flight, or failing.
-    pub fn is_behind(&self) -> bool {
-        self.instances < self.desired
-    }
-
-    pub fn is_suspended(&self, process: &str) -> bool {
-        self.suspended_processes.iter().any(|p| p == process)
-    }
-
-    /// Why the ASG cannot be counted on to launch, if it cannot, having been
-    /// behind for `behind_for` (None: not seen behind before).
-    pub fn launch_problem(&self, behind_for: Option<std::time::Duration>) -> Option<String> {
-        if self.is_suspended(crate::cloud::LAUNCH) {
-            return Some("its Launch process is suspended".into());
-        }
-        if !self.is_behind() {
-            return None;
-        }
-        if let Some(failure) = &self.launch_failure {
-            return Some(format!("latest launch failed: {failure}"));
-        }
-        let behind_for = behind_for.unwrap_or_default();
-        (behind_for >= crate::cloud::LAUNCH_GRACE).then(|| {
-            format!(
-                "desired {} but {} instance(s) for {}",
-                self.desired,
-                self.instances,
-                crate::duration::format(behind_for)
-            )
-        })
-    }
-
-    /// Judged with what the caller remembers of since when it is behind:
-    /// sets `behind_since`, `launching` and `reason`.
-    pub fn judge(mut self, remembered: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Self {
-        self.behind_since = self.is_behind().then(|| remembered.unwrap_or(now).min(now));
-        let behind_for = self
-            .behind_since
-            .and_then(|since| (now - since).to_std().ok());
-        self.reason = self.launch_problem(behind_for);
-        self.launching = self.reason.is_none();
-        self
-    }
-}
-
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum OperationKind {
     Refresh,

@@ -2,6 +2,7 @@
 //! view of the group's ASGs, compute the group's status. No I/O, no clock.
 
 use crate::cloud::{AsgDescription, InstanceDescription};
+use crate::controllers::vocabulary::AsgView;
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::{AutoScalingGroupStatus, NodeStatus, NotJoinedInstance};
 use crate::crd::{NodeGroup, NodeGroupStatus, Role};
@@ -200,7 +201,7 @@ pub fn inventory_status<N: Borrow<Node>>(
                 .iter()
                 .find(|p| p.name == a.name)
                 .and_then(|p| p.behind_since);
-            AutoScalingGroupStatus::from(a).judge(remembered, now)
+            AsgView::from(a).judge(remembered, now).into()
         })
         .collect();
 

@@ -5,6 +5,7 @@
 
 pub mod controller;
 pub mod execute;
+pub mod guard;
 pub mod plan;
 pub mod schedule;
 

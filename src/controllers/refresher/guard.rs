@@ -1,0 +1,520 @@
+//! The refresher's safety checks: every mutation re-checked against this
+//! reconcile's fresh observations before it is made. Each check that
+//! refuses is named by a [`Refusal`].
+
+use super::plan::{NodeView, removal};
+use crate::Error;
+use crate::cloud::AsgDescription;
+use crate::controllers::vocabulary::DesiredChange;
+use crate::crd::refresher::{RefreshTarget, TargetPurpose};
+use crate::crd::{NodeGroup, RefresherStatus};
+use tracing::warn;
+
+/// Re-checks each mutation against fresh observations before it is made:
+/// only the group's ASGs and instances, never above max, never lowering an
+/// ASG below its active instances (AWS would pick a victim), never removing
+/// a node the group cannot spare, never replacing a node the run did not plan.
+#[derive(Clone, Copy)]
+pub struct Guard<'a> {
+    pub group: &'a NodeGroup,
+    pub fresh: &'a [AsgDescription],
+    pub nodes: &'a [NodeView],
+    pub status: &'a RefresherStatus,
+}
+
+/// The check of [`Guard`] that refused a mutation, with what it saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    OutsideARun,
+    NotTheGroupsAsg {
+        asg: String,
+    },
+    NotTheGroupsNode {
+        node: String,
+    },
+    AboveMax {
+        asg: String,
+        to: i32,
+        max: i32,
+    },
+    StaleCount {
+        asg: String,
+        planned_from: i32,
+        desired: i32,
+    },
+    /// Lowering desired below the active instances: AWS would pick a victim.
+    AwsWouldPickAVictim {
+        asg: String,
+        to: i32,
+        active: i32,
+    },
+    NotActive {
+        instance: String,
+        asg: String,
+    },
+    NotPlanned {
+        instance: String,
+    },
+    TerminationNotRecorded {
+        instance: String,
+    },
+    NotAboveRecordedCount {
+        instance: String,
+        asg: String,
+        desired: i32,
+        recorded: Option<i32>,
+    },
+    TooFewReady {
+        instance: String,
+        ready_besides: i32,
+        needed: i32,
+    },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::OutsideARun => write!(f, "act outside a run"),
+            Refusal::NotTheGroupsAsg { asg } => {
+                write!(f, "touch {asg}: not one of the group's ASGs")
+            }
+            Refusal::NotTheGroupsNode { node } => {
+                write!(f, "touch node {node}: not one of the group's nodes")
+            }
+            Refusal::AboveMax { asg, to, max } => {
+                write!(f, "set {asg} to {to}: above its max {max}")
+            }
+            Refusal::StaleCount {
+                asg,
+                planned_from,
+                desired,
+            } => write!(
+                f,
+                "set {asg}: planned from {planned_from}, desired is now {desired}"
+            ),
+            Refusal::AwsWouldPickAVictim { asg, to, active } => write!(
+                f,
+                "lower {asg} to {to}: {active} active instance(s), AWS would pick which to terminate"
+            ),
+            Refusal::NotActive { instance, asg } => {
+                write!(f, "touch {instance}: not active in {asg}")
+            }
+            Refusal::NotPlanned { instance } => {
+                write!(f, "replace {instance}: the run did not plan it")
+            }
+            Refusal::TerminationNotRecorded { instance } => {
+                write!(f, "terminate {instance}: the termination is not recorded")
+            }
+            Refusal::NotAboveRecordedCount {
+                instance,
+                asg,
+                desired,
+                recorded,
+            } => write!(
+                f,
+                "remove {instance} from {asg}: desired {desired} is not above the recorded {recorded:?}"
+            ),
+            Refusal::TooFewReady {
+                instance,
+                ready_besides,
+                needed,
+            } => write!(
+                f,
+                "terminate {instance}: {ready_besides} other Ready node(s), {needed} needed"
+            ),
+        }
+    }
+}
+
+impl From<Refusal> for Error {
+    fn from(refusal: Refusal) -> Error {
+        warn!(%refusal, "refresher safety check");
+        Error::InvalidObject(format!("refusing to {refusal}"))
+    }
+}
+
+impl Guard<'_> {
+    fn asg(&self, name: &str) -> Result<&AsgDescription, Refusal> {
+        let listed = self
+            .group
+            .spec
+            .auto_scaling_groups
+            .iter()
+            .any(|r| r.name == name);
+        self.fresh
+            .iter()
+            .find(|a| a.name == name && listed)
+            .ok_or_else(|| Refusal::NotTheGroupsAsg { asg: name.into() })
+    }
+
+    pub fn set_desired(&self, changes: &[DesiredChange]) -> Result<(), Refusal> {
+        if self.status.run_start.is_none() {
+            return Err(Refusal::OutsideARun);
+        }
+        for c in changes {
+            let asg = self.asg(&c.asg)?;
+            let active = asg.active_instances() as i32;
+            if c.to > asg.max {
+                return Err(Refusal::AboveMax {
+                    asg: c.asg.clone(),
+                    to: c.to,
+                    max: asg.max,
+                });
+            }
+            if c.from != asg.desired {
+                return Err(Refusal::StaleCount {
+                    asg: c.asg.clone(),
+                    planned_from: c.from,
+                    desired: asg.desired,
+                });
+            }
+            if c.to < c.from && c.to < active {
+                return Err(Refusal::AwsWouldPickAVictim {
+                    asg: c.asg.clone(),
+                    to: c.to,
+                    active,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn owns_node(&self, node: &str) -> Result<(), Refusal> {
+        let known = self
+            .group
+            .status
+            .as_ref()
+            .is_some_and(|s| s.nodes.iter().any(|n| n.name == node));
+        if !known {
+            return Err(Refusal::NotTheGroupsNode { node: node.into() });
+        }
+        Ok(())
+    }
+
+    /// Within a run, the target's instance is active in one of the group's
+    /// ASGs, and a Replace target is one the run planned to replace.
+    fn target(&self, t: &RefreshTarget) -> Result<(), Refusal> {
+        if self.status.run_start.is_none() {
+            return Err(Refusal::OutsideARun);
+        }
+        let asg = self.asg(&t.auto_scaling_group)?;
+        let active = asg
+            .instances
+            .iter()
+            .any(|i| i.instance_id == t.instance_id && i.is_active());
+        if !active {
+            return Err(Refusal::NotActive {
+                instance: t.instance_id.clone(),
+                asg: t.auto_scaling_group.clone(),
+            });
+        }
+        if t.purpose == TargetPurpose::Replace
+            && !self.status.planned_instances.contains(&t.instance_id)
+        {
+            return Err(Refusal::NotPlanned {
+                instance: t.instance_id.clone(),
+            });
+        }
+        if let Some(node) = &t.node {
+            self.owns_node(node)?;
+        }
+        Ok(())
+    }
+
+    pub fn drain(&self, t: &RefreshTarget) -> Result<(), Refusal> {
+        self.target(t)
+    }
+
+    pub fn terminate(&self, t: &RefreshTarget) -> Result<(), Refusal> {
+        self.target(t)?;
+        if t.terminated.is_none() {
+            return Err(Refusal::TerminationNotRecorded {
+                instance: t.instance_id.clone(),
+            });
+        }
+        if t.purpose == TargetPurpose::RemoveSurplus {
+            let asg = self.asg(&t.auto_scaling_group)?;
+            let recorded = self
+                .status
+                .original_desired
+                .iter()
+                .find(|o| o.auto_scaling_group == t.auto_scaling_group)
+                .map(|o| o.desired);
+            if recorded.is_none_or(|o| asg.desired <= o) {
+                return Err(Refusal::NotAboveRecordedCount {
+                    instance: t.instance_id.clone(),
+                    asg: t.auto_scaling_group.clone(),
+                    desired: asg.desired,
+                    recorded,
+                });
+            }
+        }
+        let surplus: i32 = self.status.surplus.iter().map(|s| s.desired).sum();
+        let r = removal(t, self.nodes, self.group.spec.desired, surplus);
+        if !r.safe {
+            return Err(Refusal::TooFewReady {
+                instance: t.instance_id.clone(),
+                ready_besides: r.ready_besides,
+                needed: r.needed,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::vocabulary::node_views;
+    use crate::controllers::vocabulary::tests::{fresh, status_node};
+    use crate::crd::NodeGroupStatus;
+    use crate::crd::refresher::AsgDesired;
+    use chrono::{TimeZone, Utc};
+
+    /// A worker group of 3 over ASGs a and b: i-1, i-2 in a (a raised by one
+    /// surplus, i-9), i-3 in b; a run in progress planning i-1..i-3.
+    struct Case {
+        group: NodeGroup,
+        fresh: Vec<AsgDescription>,
+        status: RefresherStatus,
+    }
+
+    impl Case {
+        fn new() -> Case {
+            let mut group: NodeGroup = serde_json::from_value(serde_json::json!({
+                "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
+                "metadata": {"name": "workers", "namespace": "ns"},
+                "spec": {"role": "Worker", "desired": 3,
+                         "autoScalingGroups": [{"name": "a"}, {"name": "b"}]}
+            }))
+            .expect("group");
+            group.status = Some(NodeGroupStatus {
+                nodes: vec![
+                    status_node("n1", "a", "i-1"),
+                    status_node("n2", "a", "i-2"),
+                    status_node("n9", "a", "i-9"),
+                    status_node("n3", "b", "i-3"),
+                ],
+                ..Default::default()
+            });
+            let mut a = fresh(
+                "a",
+                &[
+                    ("i-1", "InService"),
+                    ("i-2", "InService"),
+                    ("i-9", "InService"),
+                ],
+            );
+            a.max = 3;
+            let fresh = vec![a, fresh("b", &[("i-3", "InService"), ("i-7", "InService")])];
+            let status = RefresherStatus {
+                run_start: Some(Utc.with_ymd_and_hms(2026, 6, 1, 12, 0, 0).unwrap()),
+                original_desired: vec![
+                    AsgDesired {
+                        auto_scaling_group: "a".into(),
+                        desired: 2,
+                    },
+                    AsgDesired {
+                        auto_scaling_group: "b".into(),
+                        desired: 2,
+                    },
+                ],
+                surplus: vec![AsgDesired {
+                    auto_scaling_group: "a".into(),
+                    desired: 1,
+                }],
+                planned_instances: vec!["i-1".into(), "i-2".into(), "i-3".into()],
+                ..Default::default()
+            };
+            Case {
+                group,
+                fresh,
+                status,
+            }
+        }
+
+        fn check<T>(&self, f: impl FnOnce(&Guard) -> Result<T, Refusal>) -> Result<T, Refusal> {
+            let nodes = node_views(
+                &self.group.status.as_ref().expect("status").nodes,
+                &self.fresh,
+            );
+            f(&Guard {
+                group: &self.group,
+                fresh: &self.fresh,
+                nodes: &nodes,
+                status: &self.status,
+            })
+        }
+    }
+
+    fn target(id: &str, asg: &str, node: &str, purpose: TargetPurpose) -> RefreshTarget {
+        RefreshTarget {
+            node: Some(node.into()),
+            instance_id: id.into(),
+            auto_scaling_group: asg.into(),
+            purpose,
+            since: Utc.with_ymd_and_hms(2026, 6, 1, 12, 1, 0).unwrap(),
+            terminated: Some(Utc.with_ymd_and_hms(2026, 6, 1, 12, 2, 0).unwrap()),
+        }
+    }
+
+    fn change(asg: &str, from: i32, to: i32) -> DesiredChange {
+        DesiredChange {
+            asg: asg.into(),
+            from,
+            to,
+        }
+    }
+
+    #[test]
+    fn a_planned_node_may_be_replaced_while_enough_stay_ready() {
+        let case = Case::new();
+        let t = target("i-1", "a", "n1", TargetPurpose::Replace);
+        assert!(case.check(|g| g.terminate(&t)).is_ok());
+    }
+
+    #[test]
+    fn an_unplanned_node_is_never_replaced() {
+        let case = Case::new();
+        // i-9 is the surplus: new, not planned.
+        let t = target("i-9", "a", "n9", TargetPurpose::Replace);
+        let not_planned = Err(Refusal::NotPlanned {
+            instance: "i-9".into(),
+        });
+        assert_eq!(case.check(|g| g.terminate(&t)), not_planned);
+        assert_eq!(case.check(|g| g.drain(&t)), not_planned);
+    }
+
+    #[test]
+    fn a_termination_not_recorded_first_is_refused() {
+        let case = Case::new();
+        let mut t = target("i-1", "a", "n1", TargetPurpose::Replace);
+        t.terminated = None;
+        assert_eq!(
+            case.check(|g| g.terminate(&t)),
+            Err(Refusal::TerminationNotRecorded {
+                instance: "i-1".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_replacement_that_would_leave_too_few_ready_is_refused() {
+        let mut case = Case::new();
+        // Another node not Ready: removing n1 would leave 2 Ready, 3 needed.
+        if let Some(s) = case.group.status.as_mut() {
+            s.nodes[1].ready = false;
+        }
+        let t = target("i-1", "a", "n1", TargetPurpose::Replace);
+        assert_eq!(
+            case.check(|g| g.terminate(&t)),
+            Err(Refusal::TooFewReady {
+                instance: "i-1".into(),
+                ready_besides: 2,
+                needed: 3
+            })
+        );
+    }
+
+    #[test]
+    fn an_instance_outside_the_group_or_not_active_is_never_touched() {
+        let case = Case::new();
+        let elsewhere = target("i-1", "other-asg", "n1", TargetPurpose::Replace);
+        assert_eq!(
+            case.check(|g| g.terminate(&elsewhere)),
+            Err(Refusal::NotTheGroupsAsg {
+                asg: "other-asg".into()
+            })
+        );
+        let mut leaving = Case::new();
+        leaving.fresh[0].instances[0].lifecycle_state = "Terminating".into();
+        let t = target("i-1", "a", "n1", TargetPurpose::Replace);
+        assert_eq!(
+            leaving.check(|g| g.terminate(&t)),
+            Err(Refusal::NotActive {
+                instance: "i-1".into(),
+                asg: "a".into()
+            })
+        );
+    }
+
+    #[test]
+    fn nothing_is_touched_outside_a_run() {
+        let mut case = Case::new();
+        case.status.run_start = None;
+        let t = target("i-1", "a", "n1", TargetPurpose::Replace);
+        assert_eq!(case.check(|g| g.terminate(&t)), Err(Refusal::OutsideARun));
+        assert_eq!(
+            case.check(|g| g.set_desired(&[change("b", 2, 3)])),
+            Err(Refusal::OutsideARun)
+        );
+    }
+
+    #[test]
+    fn surplus_is_removed_only_from_an_asg_above_its_recorded_count() {
+        let case = Case::new();
+        let surplus = target("i-9", "a", "n9", TargetPurpose::RemoveSurplus);
+        assert!(case.check(|g| g.terminate(&surplus)).is_ok());
+        // b is at its recorded 2: nothing of it is surplus.
+        let not_surplus = target("i-3", "b", "n3", TargetPurpose::RemoveSurplus);
+        assert_eq!(
+            case.check(|g| g.terminate(&not_surplus)),
+            Err(Refusal::NotAboveRecordedCount {
+                instance: "i-3".into(),
+                asg: "b".into(),
+                desired: 2,
+                recorded: Some(2)
+            })
+        );
+    }
+
+    #[test]
+    fn capacity_changes_stay_within_max_and_never_make_aws_pick_a_victim() {
+        let case = Case::new();
+        assert!(case.check(|g| g.set_desired(&[change("b", 2, 3)])).is_ok());
+        // Above a's max of 3.
+        assert_eq!(
+            case.check(|g| g.set_desired(&[change("a", 3, 4)])),
+            Err(Refusal::AboveMax {
+                asg: "a".into(),
+                to: 4,
+                max: 3
+            })
+        );
+        // Planned from a stale count.
+        assert_eq!(
+            case.check(|g| g.set_desired(&[change("b", 1, 3)])),
+            Err(Refusal::StaleCount {
+                asg: "b".into(),
+                planned_from: 1,
+                desired: 2
+            })
+        );
+        // Below the 3 instances running in a: AWS would choose which to kill.
+        assert_eq!(
+            case.check(|g| g.set_desired(&[change("a", 3, 2)])),
+            Err(Refusal::AwsWouldPickAVictim {
+                asg: "a".into(),
+                to: 2,
+                active: 3
+            })
+        );
+        // Not one of the group's ASGs.
+        assert_eq!(
+            case.check(|g| g.set_desired(&[change("c", 1, 2)])),
+            Err(Refusal::NotTheGroupsAsg { asg: "c".into() })
+        );
+    }
+
+    #[test]
+    fn only_the_groups_nodes_are_uncordoned() {
+        let case = Case::new();
+        assert!(case.check(|g| g.owns_node("n1")).is_ok());
+        assert_eq!(
+            case.check(|g| g.owns_node("someone-elses")),
+            Err(Refusal::NotTheGroupsNode {
+                node: "someone-elses".into()
+            })
+        );
+    }
+}
