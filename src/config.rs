@@ -300,6 +300,13 @@ impl Settings {
                 format!("{endpoint:?} must start with http:// or https://"),
             ));
         }
+        #[cfg(not(feature = "test-support"))]
+        if aws.emulator_account.is_some() {
+            return Err(ConfigError::new(
+                "aws.emulatorAccount",
+                "is for tests against the moto emulator; this build does not include it",
+            ));
+        }
         if let Some(account) = &aws.emulator_account
             && (account.len() != 12 || !account.chars().all(|c| c.is_ascii_digit()))
         {

@@ -1,5 +1,7 @@
 //! What `cargo install --path .` installs: the manager alone. Test support
-//! (the simulated kubelet) lives in the `testkit` workspace member.
+//! (the simulated kubelet) lives in the `testkit` workspace member, and the
+//! test-only support (emulator accounts, the fake cloud) is a feature only the
+//! test kit turns on.
 
 use std::process::Command;
 
@@ -64,4 +66,27 @@ fn the_product_package_installs_only_the_manager() {
         !normal_deps.contains(&"snm-testkit"),
         "the product must not depend on its test kit: {normal_deps:?}"
     );
+    // Test hooks (crash points, the emulator's accounts) are features the
+    // product never turns on by itself; only the test kit asks for one.
+    let features = product["features"].as_object().expect("features");
+    for hook in ["fault-injection", "test-support"] {
+        assert!(
+            features.contains_key(hook),
+            "feature {hook} missing: {features:?}"
+        );
+    }
+    let default = features.get("default").and_then(|d| d.as_array());
+    assert!(
+        default.is_none_or(|d| d.is_empty()),
+        "the product turns on features by default: {default:?}"
+    );
+    let kit_uses: Vec<&str> = testkit["dependencies"]
+        .as_array()
+        .expect("dependencies")
+        .iter()
+        .filter(|d| d["name"] == "spot-node-manager")
+        .flat_map(|d| d["features"].as_array().into_iter().flatten())
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert_eq!(kit_uses, vec!["test-support"]);
 }

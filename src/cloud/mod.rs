@@ -1,11 +1,15 @@
 //! The AWS layer: a small trait owned by the project with exactly the
 //! operations the controllers need ([`Cloud`]), the real adapter over the SDK
-//! ([`aws::AwsCloud`]) and an in-memory fake ([`fake::FakeCloud`]).
+//! ([`aws::AwsCloud`]); for tests only (feature `test-support`), an in-memory
+//! fake (`fake`) and the emulator's account header (`emulator`).
 //!
 //! Mutations here are not guarded: controllers call them only through the
 //! mutation gate (`crate::mutation`), after checking what they may touch.
 
 pub mod aws;
+#[cfg(feature = "test-support")]
+pub mod emulator;
+#[cfg(any(test, feature = "test-support"))]
 pub mod fake;
 
 use crate::Result;
@@ -15,9 +19,6 @@ use std::sync::Arc;
 
 use crate::config::AwsSettings;
 use aws_config::{BehaviorVersion, SdkConfig};
-use aws_sdk_ec2::config::interceptors::BeforeTransmitInterceptorContextMut;
-use aws_sdk_ec2::config::{ConfigBag, Intercept, RuntimeComponents};
-use aws_sdk_ec2::error::BoxError;
 
 /// An Auto Scaling Group as the controllers see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,9 +143,6 @@ pub trait CloudProvider: Send + Sync {
     fn cloud(&self, region: Option<&str>) -> Arc<dyn Cloud>;
 }
 
-/// Header moto uses to keep separate state per account.
-pub const EMULATOR_ACCOUNT_HEADER: &str = "x-moto-account-id";
-
 #[derive(Clone, Debug)]
 pub struct AwsClients {
     pub autoscaling: aws_sdk_autoscaling::Client,
@@ -166,38 +164,22 @@ pub async fn load_sdk_config(settings: &AwsSettings) -> SdkConfig {
 
 impl AwsClients {
     pub fn new(sdk: &SdkConfig, emulator_account: Option<&str>) -> Self {
-        let mut asg = aws_sdk_autoscaling::config::Builder::from(sdk);
-        let mut ec2 = aws_sdk_ec2::config::Builder::from(sdk);
-        if let Some(account) = emulator_account {
-            asg = asg.interceptor(EmulatorAccount(account.to_string()));
-            ec2 = ec2.interceptor(EmulatorAccount(account.to_string()));
-        }
+        let asg = aws_sdk_autoscaling::config::Builder::from(sdk);
+        let ec2 = aws_sdk_ec2::config::Builder::from(sdk);
+        #[cfg(feature = "test-support")]
+        let (asg, ec2) = match emulator_account {
+            Some(account) => (
+                asg.interceptor(emulator::EmulatorAccount(account.to_string())),
+                ec2.interceptor(emulator::EmulatorAccount(account.to_string())),
+            ),
+            None => (asg, ec2),
+        };
+        // Without the test-only feature the configuration refuses an account.
+        #[cfg(not(feature = "test-support"))]
+        let _ = emulator_account;
         Self {
             autoscaling: aws_sdk_autoscaling::Client::from_conf(asg.build()),
             ec2: aws_sdk_ec2::Client::from_conf(ec2.build()),
         }
-    }
-}
-
-/// Adds the emulator's account header to every request.
-#[derive(Debug, Clone)]
-pub struct EmulatorAccount(pub String);
-
-impl Intercept for EmulatorAccount {
-    fn name(&self) -> &'static str {
-        "EmulatorAccount"
-    }
-
-    fn modify_before_signing(
-        &self,
-        context: &mut BeforeTransmitInterceptorContextMut<'_>,
-        _runtime_components: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        context
-            .request_mut()
-            .headers_mut()
-            .insert(EMULATOR_ACCOUNT_HEADER, self.0.clone());
-        Ok(())
     }
 }
