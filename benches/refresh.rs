@@ -13,8 +13,7 @@
 //! Run: `cargo bench --bench refresh` (3, 6 and 12 nodes). Under `cargo test`
 //! a quick run with 3 nodes. Prints a table; asserts only that runs succeed.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use snm_testkit as support;
 
 use std::time::Duration;
 use support::ZONES;
@@ -49,24 +48,20 @@ async fn measure(nodes: usize) -> Figures {
         config: _config,
         sim: _sim,
         ..
-    } = steady_group(
-        &format!("bench-refresh-{nodes}"),
-        "nodes",
-        "workers",
-        "Worker",
-        &ZONES,
-        per_asg,
-        (REGISTER, READY),
-        &[],
-    )
-    .await;
+    } = SteadyGroup::workers(&format!("bench-refresh-{nodes}"))
+        .per_asg(per_asg)
+        .delays(REGISTER, READY)
+        .start()
+        .await;
     let original = all_instances(&world, &kops.asgs).await;
     pods_on(&world, &node_names(&world, &original).await).await;
     let sampler = sample(&world, &kops.asgs, nodes as i32);
     schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
     let rf = run_finished(&world, "workers").await;
     let samples = sampler.stop();
-    let last = succeeded(rf, &manager).last_run.expect("last run");
+    let last = assert_run_succeeded(rf, &manager)
+        .last_run
+        .expect("last run");
     let run = last
         .finished
         .map(|f| (f - last.started).num_milliseconds() as f64 / 1000.0)

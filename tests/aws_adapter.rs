@@ -1,11 +1,11 @@
 //! The AWS adapter against moto in server mode (not only the fake).
 
-mod support;
+use snm_testkit as support;
 
 use spot_node_manager::cloud::Cloud;
 use spot_node_manager::cloud::aws::AwsCloud;
 use std::time::Duration;
-use support::{World, ZONES, eventually};
+use support::{World, ZONES, assert_eventually};
 
 fn cloud(world: &World) -> AwsCloud {
     AwsCloud::new(world.aws.clone())
@@ -72,7 +72,7 @@ async fn a_short_asg_reports_its_newest_launch_failure_and_suspended_processes()
         .expect("suspend");
     let aws = cloud(&world);
     aws.set_desired_capacity(asg, 2).await.expect("raise");
-    let g = eventually("a failed launch", Duration::from_secs(30), || async {
+    let g = assert_eventually("a failed launch", Duration::from_secs(30), || async {
         let g = aws.describe_groups(std::slice::from_ref(asg)).await.ok()?;
         g.into_iter().find(|g| g.recent_failure.is_some())
     })
@@ -89,7 +89,7 @@ async fn a_short_asg_reports_its_newest_launch_failure_and_suspended_processes()
     world.untag_asg(asg, "snm.test/no-capacity", "true").await;
     world.wait_in_service(asg, 2).await;
     aws.set_desired_capacity(asg, 3).await.expect("raise");
-    let g = eventually("a launch in flight", Duration::from_secs(30), || async {
+    let g = assert_eventually("a launch in flight", Duration::from_secs(30), || async {
         let g = aws.describe_groups(std::slice::from_ref(asg)).await.ok()?;
         g.into_iter().find(|g| g.active_instances() < 3)
     })

@@ -1,7 +1,7 @@
 //! Each test acts in its own moto account through the emulator header, so
 //! tests sharing one moto server never see each other's resources.
 
-mod support;
+use snm_testkit as support;
 
 use support::World;
 

@@ -4,11 +4,11 @@
 //! own loop, suspended processes are honoured. Checked here through the SDK,
 //! so a test elsewhere that passes does not pass because the emulator is kind.
 
-mod support;
+use snm_testkit as support;
 
 use aws_sdk_autoscaling::error::ProvideErrorMetadata;
 use std::time::{Duration, Instant};
-use support::{World, ZONES, eventually};
+use support::{World, ZONES, assert_eventually};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -58,7 +58,7 @@ async fn a_launch_starts_after_a_lag_and_is_pending_before_in_service() {
     // Asked for, not launched: desired above the instance count meanwhile.
     let g = describe(&world, asg).await;
     assert_eq!((g.desired_capacity(), g.instances().len()), (Some(2), 1));
-    eventually("a Pending instance", WAIT, || async {
+    assert_eventually("a Pending instance", WAIT, || async {
         states(&describe(&world, asg).await)
             .contains(&"Pending".to_string())
             .then_some(())
@@ -188,7 +188,7 @@ async fn an_instance_terminated_through_ec2_is_replaced_by_the_asgs_health_check
     world.lose_instance(&lost).await;
     // Not at once: the ASG still lists it until its health check notices.
     assert_eq!(world.asg_instances(asg).await, vec![lost.clone()]);
-    let replacement = eventually("a replacement", WAIT, || async {
+    let replacement = assert_eventually("a replacement", WAIT, || async {
         let ids = world.wait_in_service(asg, 1).await;
         (ids[0] != lost).then(|| ids[0].clone())
     })
@@ -224,7 +224,7 @@ async fn a_short_asg_records_failed_launches_and_keeps_retrying_until_capacity_r
         .send()
         .await
         .expect("raise");
-    let failed = eventually("two failed attempts", WAIT, || async {
+    let failed = assert_eventually("two failed attempts", WAIT, || async {
         let failed: Vec<_> = world
             .activities(asg)
             .await
@@ -310,7 +310,7 @@ async fn suspended_launch_and_standby_are_honoured() {
         .send()
         .await
         .expect("standby");
-    eventually("a replacement for the Standby instance", WAIT, || async {
+    assert_eventually("a replacement for the Standby instance", WAIT, || async {
         let s = states(&describe(&world, asg).await);
         (s.iter().filter(|s| *s == "InService").count() == 2 && s.contains(&"Standby".into()))
             .then_some(())

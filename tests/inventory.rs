@@ -1,14 +1,14 @@
 //! The node inventory end to end: real apiserver + moto + simulated kubelet,
 //! and the manager as a separate process.
 
-mod support;
+use snm_testkit as support;
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use spot_node_manager::crd::condition::find;
 use spot_node_manager::crd::{ConditionStatus, NodeGroup, NodeGroupStatus, Refresher, Replenisher};
 use std::time::Duration;
-use support::{World, ZONES, eventually};
+use support::{World, ZONES, assert_eventually};
 
 const WAIT: Duration = Duration::from_secs(60);
 const FAST: Duration = Duration::from_millis(300);
@@ -61,7 +61,7 @@ async fn nodes_in_three_asgs_are_mapped_with_readiness_and_cordons() {
         .expect("create group");
     let (_manager, _config) = world.start_manager(&[]);
 
-    let status = eventually("3 nodes inventoried", WAIT, || async {
+    let status = assert_eventually("3 nodes inventoried", WAIT, || async {
         let s = status_of(&groups, "workers").await?;
         (s.nodes.len() == 3 && s.ready_nodes == Some(2)).then_some(s)
     })
@@ -103,7 +103,7 @@ async fn nodes_in_three_asgs_are_mapped_with_readiness_and_cordons() {
         )
         .await
         .expect("cordon");
-    eventually("cordon reported", WAIT, || async {
+    assert_eventually("cordon reported", WAIT, || async {
         let s = status_of(&groups, "workers").await?;
         s.nodes
             .iter()
@@ -167,7 +167,7 @@ async fn never_joined_instances_and_bad_provider_ids_are_reported() {
         .expect("create bad node");
     let (_manager, _config) = world.start_manager(&[]);
 
-    let status = eventually("not-joined and bad node reported", WAIT, || async {
+    let status = assert_eventually("not-joined and bad node reported", WAIT, || async {
         let s = status_of(&groups, "workers").await?;
         (s.not_joined.len() == 1 && s.nodes.len() == 2 && s.ready_nodes == Some(1)).then_some(s)
     })
@@ -229,7 +229,7 @@ async fn an_unknown_asg_degrades_only_its_group() {
         .expect("create fine");
     let (manager, _config) = world.start_manager(&[]);
 
-    let (degraded, reason, message) = eventually("broken degraded", WAIT, || async {
+    let (degraded, reason, message) = assert_eventually("broken degraded", WAIT, || async {
         condition(&status_of(&groups, "broken").await?, "Degraded")
     })
     .await;
@@ -238,7 +238,7 @@ async fn an_unknown_asg_degrades_only_its_group() {
         (ConditionStatus::True, "AutoScalingGroupNotFound")
     );
     assert!(message.contains(&typo), "{message}");
-    eventually("fine is fine", WAIT, || async {
+    assert_eventually("fine is fine", WAIT, || async {
         let s = status_of(&groups, "fine").await?;
         let (degraded, _, _) = condition(&s, "Degraded")?;
         (degraded == ConditionStatus::False && s.ready_nodes == Some(1)).then_some(())
@@ -287,7 +287,7 @@ async fn invalid_specs_are_reported_without_any_aws_mutation() {
         .expect("create");
     let (manager, _config) = world.start_manager(&[]);
 
-    let (valid, reason, message) = eventually("bad-cron invalid", WAIT, || async {
+    let (valid, reason, message) = assert_eventually("bad-cron invalid", WAIT, || async {
         condition(&status_of(&groups, "bad-cron").await?, "SpecValid")
     })
     .await;
@@ -296,7 +296,7 @@ async fn invalid_specs_are_reported_without_any_aws_mutation() {
         (ConditionStatus::False, "InvalidSchedule")
     );
     assert!(message.contains("spec.refresh.timeZone"), "{message}");
-    let (valid, reason, _) = eventually("master invalid", WAIT, || async {
+    let (valid, reason, _) = assert_eventually("master invalid", WAIT, || async {
         condition(&status_of(&groups, "master-surplus").await?, "SpecValid")
     })
     .await;
@@ -329,7 +329,7 @@ async fn invalid_specs_are_reported_without_any_aws_mutation() {
         before,
         "no AWS mutation for an invalid spec"
     );
-    let metrics = manager.metrics().await.unwrap_or_default();
+    let metrics = manager.assert_metrics().await;
     assert!(
         !metrics.contains(r#"target="aws""#),
         "no AWS mutation attempted:\n{metrics}"
@@ -354,7 +354,7 @@ async fn child_resources_follow_the_group_spec() {
     let refreshers: Api<Refresher> = world.api();
     let replenishers: Api<Replenisher> = world.api();
 
-    let rf = eventually("refresher created", WAIT, || async {
+    let rf = assert_eventually("refresher created", WAIT, || async {
         refreshers.get("workers").await.ok()
     })
     .await;
@@ -368,7 +368,7 @@ async fn child_resources_follow_the_group_spec() {
             .any(|o| o.uid == uid && o.controller == Some(true)),
         "{owner:?}"
     );
-    let rp = eventually("replenisher created", WAIT, || async {
+    let rp = assert_eventually("replenisher created", WAIT, || async {
         replenishers.get("workers").await.ok()
     })
     .await;
@@ -381,7 +381,7 @@ async fn child_resources_follow_the_group_spec() {
         .patch("workers", &PatchParams::default(), &Patch::Merge(&change))
         .await
         .expect("patch");
-    eventually("children updated", WAIT, || async {
+    assert_eventually("children updated", WAIT, || async {
         let rf = refreshers.get("workers").await.ok()?;
         let rp = replenishers.get("workers").await.ok()?;
         (rf.spec.schedule == "0 5 * * Tue" && rp.spec.desired == 2).then_some(())
@@ -394,11 +394,55 @@ async fn child_resources_follow_the_group_spec() {
         .patch("workers", &PatchParams::default(), &Patch::Merge(&disable))
         .await
         .expect("patch");
-    eventually("children removed", WAIT, || async {
+    assert_eventually("children removed", WAIT, || async {
         let rf = refreshers.get_opt("workers").await.ok()?;
         let rp = replenishers.get_opt("workers").await.ok()?;
         (rf.is_none() && rp.is_none()).then_some(())
     })
     .await;
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_settled_group_status_is_not_rewritten_on_resync() {
+    let world = World::new("sim-quiet").await;
+    let kops = world.kops_group("nodes", &ZONES[..2], 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    let group = worker_group("workers", &kops.asgs, 2, serde_json::json!({}));
+    groups
+        .create(&PostParams::default(), &group)
+        .await
+        .expect("create");
+    let (manager, _config) = world.start_manager(&[]);
+    assert_eventually("settled", WAIT, || async {
+        (groups.get("workers").await.ok()?.status?.ready_nodes == Some(2)).then_some(())
+    })
+    .await;
+    // Let any in-flight write land, then watch several 2 s resyncs.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let version = groups
+        .get("workers")
+        .await
+        .expect("get")
+        .metadata
+        .resource_version;
+    let reconciles_before = support::reconciles(&manager.assert_metrics().await, "inventory");
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let reconciles_after = support::reconciles(&manager.assert_metrics().await, "inventory");
+    assert!(
+        reconciles_after >= reconciles_before + 2,
+        "resyncs ran ({reconciles_before} -> {reconciles_after})"
+    );
+    assert_eq!(
+        groups
+            .get("workers")
+            .await
+            .expect("get")
+            .metadata
+            .resource_version,
+        version,
+        "nothing changed, so nothing is written"
+    );
     world.cleanup().await;
 }

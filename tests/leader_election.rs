@@ -1,13 +1,13 @@
 //! Two manager processes against the real apiserver: exactly one leads, only
 //! the leader's controllers act, and stopping it hands leadership over.
 
-mod support;
+use snm_testkit as support;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};
 use spot_node_manager::crd::NodeGroup;
 use std::time::Duration;
-use support::{ManagerProcess, World, eventually};
+use support::{ManagerProcess, World, assert_eventually};
 
 const LEASE_DURATION: Duration = Duration::from_secs(4);
 
@@ -58,7 +58,7 @@ async fn exactly_one_of_two_replicas_leads_and_sigterm_hands_over() {
     let b = start(&world, &config, "replica-b");
     let leases: Api<Lease> = world.api();
 
-    let (a_leads, b_leads) = eventually("one leader", Duration::from_secs(30), || async {
+    let (a_leads, b_leads) = assert_eventually("one leader", Duration::from_secs(30), || async {
         let (x, y) = leaders(&a, &b).await?;
         (x ^ y).then_some((x, y))
     })
@@ -82,7 +82,7 @@ async fn exactly_one_of_two_replicas_leads_and_sigterm_hands_over() {
     );
 
     // Only the leader's controllers reconcile.
-    eventually(
+    assert_eventually(
         "leader reconciled the group",
         Duration::from_secs(30),
         || async { (support::reconciles(&leader.metrics().await?, "inventory") > 0).then_some(()) },
@@ -105,7 +105,7 @@ async fn exactly_one_of_two_replicas_leads_and_sigterm_hands_over() {
         "{}",
         leader.logs()
     );
-    eventually(
+    assert_eventually(
         "follower takes over",
         LEASE_DURATION + Duration::from_secs(2),
         || async {
@@ -123,19 +123,19 @@ async fn a_killed_leader_is_replaced_after_its_lease_expires() {
     let world = World::new("leaderkill").await;
     let config = config_file(&world, "snm-leader-kill");
     let mut a = start(&world, &config, "kill-a");
-    eventually("a leads", Duration::from_secs(30), || async {
+    assert_eventually("a leads", Duration::from_secs(30), || async {
         a.is_leader().await?.then_some(())
     })
     .await;
     let b = start(&world, &config, "kill-b");
-    eventually("b answers as follower", Duration::from_secs(30), || async {
+    assert_eventually("b answers as follower", Duration::from_secs(30), || async {
         (!b.is_leader().await?).then_some(())
     })
     .await;
     // No graceful release: b must wait for the lease to expire, then take it.
     a.kill();
     let leases: Api<Lease> = world.api();
-    eventually("b takes over", LEASE_DURATION * 3, || async {
+    assert_eventually("b takes over", LEASE_DURATION * 3, || async {
         (b.is_leader().await?
             && holder(&leases, "snm-leader-kill").await.as_deref() == Some("kill-b"))
         .then_some(())

@@ -1,6 +1,6 @@
 //! The operation lock and the drain against the real apiserver.
 
-mod support;
+use snm_testkit as support;
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};

@@ -1,14 +1,14 @@
 //! A running manager process against the real apiserver: admin endpoints,
 //! spec validation reported as conditions and Events, graceful shutdown.
 
-mod support;
+use snm_testkit as support;
 
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use spot_node_manager::crd::condition::find;
 use spot_node_manager::crd::{ConditionStatus, NodeGroup};
 use std::time::Duration;
-use support::{ManagerProcess, World, eventually, http_get};
+use support::{ManagerProcess, World, assert_eventually, http_get};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -47,7 +47,7 @@ async fn admin_endpoints_answer_on_a_running_manager() {
     let world = World::new("admin").await;
     let mut manager = ManagerProcess::start(&world, &["--leader-election", "false"]);
     let port = manager.admin_port;
-    eventually("readyz 200", WAIT, || async {
+    assert_eventually("readyz 200", WAIT, || async {
         matches!(http_get(port, "/readyz").await, Some((200, _))).then_some(())
     })
     .await;
@@ -104,7 +104,7 @@ async fn invalid_specs_are_reported_as_false_conditions_and_events() {
     let manager = ManagerProcess::start(&world, &["--leader-election", "false"]);
 
     let (status, reason, message, _) =
-        eventually("bad-cron reported", WAIT, || spec_valid(&api, "bad-cron")).await;
+        assert_eventually("bad-cron reported", WAIT, || spec_valid(&api, "bad-cron")).await;
     assert_eq!(
         (status, reason.as_str()),
         (ConditionStatus::False, "InvalidSchedule"),
@@ -112,17 +112,18 @@ async fn invalid_specs_are_reported_as_false_conditions_and_events() {
     );
     assert!(message.contains("spec.refresh.schedule"), "{message}");
     let (status, reason, _, _) =
-        eventually("bad-zone reported", WAIT, || spec_valid(&api, "bad-zone")).await;
+        assert_eventually("bad-zone reported", WAIT, || spec_valid(&api, "bad-zone")).await;
     assert_eq!(
         (status, reason.as_str()),
         (ConditionStatus::False, "InvalidTimeZone")
     );
-    let (status, _, _, _) = eventually("good reported", WAIT, || spec_valid(&api, "good")).await;
+    let (status, _, _, _) =
+        assert_eventually("good reported", WAIT, || spec_valid(&api, "good")).await;
     assert_eq!(status, ConditionStatus::True);
 
     // A Warning Event explains the problem on the group.
     let events: Api<Event> = world.api();
-    eventually("InvalidSchedule event", WAIT, || async {
+    assert_eventually("InvalidSchedule event", WAIT, || async {
         let list = events.list(&Default::default()).await.ok()?;
         list.items
             .iter()
@@ -141,7 +142,7 @@ async fn invalid_specs_are_reported_as_false_conditions_and_events() {
         .await
         .expect("fix");
     let generation = fixed.metadata.generation;
-    eventually("bad-cron fixed", WAIT, || async {
+    assert_eventually("bad-cron fixed", WAIT, || async {
         let (status, _, _, observed) = spec_valid(&api, "bad-cron").await?;
         (status == ConditionStatus::True && observed == generation).then_some(())
     })

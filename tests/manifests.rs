@@ -1,7 +1,7 @@
 //! Every shipped manifest applies cleanly to a real apiserver; invalid
 //! NodeGroups are rejected by the CRD's schema validation.
 
-mod support;
+use snm_testkit as support;
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::{Discovery, Scope};

@@ -1,7 +1,7 @@
 //! The refresher end to end: real apiserver + moto + simulated kubelet, the
 //! manager as a separate process (killed mid-run in one test).
 
-mod support;
+use snm_testkit as support;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
@@ -10,7 +10,7 @@ use spot_node_manager::crd::refresher::{RefreshPhase, RunResult};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use support::refresh::*;
-use support::{World, ZONES, eventually};
+use support::{World, ZONES, assert_eventually};
 
 #[tokio::test]
 async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired() {
@@ -35,7 +35,7 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
     schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
     let rf = run_finished(&world, "workers").await;
     let samples = sampler.stop();
-    let status = succeeded(rf, &manager);
+    let status = assert_run_succeeded(rf, &manager);
     let last = status.last_run.clone().expect("last run");
     assert_eq!(last.replaced, 3);
     assert_eq!(status.phase, RefreshPhase::Idle);
@@ -50,7 +50,7 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
     // surplus gone, and the layout back: one per ASG, desired as before
     // (once the last termination is through: AWS lists a Terminating
     // instance for a while).
-    let after = eventually("terminations through", WAIT, || async {
+    let after = assert_eventually("terminations through", WAIT, || async {
         let after = world.asg_snapshot(&kops.asgs).await;
         after
             .iter()
@@ -81,7 +81,7 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
             }
         }
     }
-    eventually("3 Ready after the run", WAIT, || async {
+    assert_eventually("3 Ready after the run", WAIT, || async {
         (ready_count(&groups, "workers").await? == 3).then_some(())
     })
     .await;
@@ -235,17 +235,7 @@ async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
         manager,
         config: _config,
         sim: _sim,
-    } = steady_group(
-        "rf-masters",
-        "master",
-        "masters",
-        "Master",
-        &ZONES,
-        1,
-        (FAST, FAST),
-        &[],
-    )
-    .await;
+    } = SteadyGroup::masters("rf-masters").start().await;
     let original = all_instances(&world, &kops.asgs).await;
     let sampler = sample(&world, &kops.asgs, 3);
     let control_plane = ControlPlaneSampler::start(&world, &original);
@@ -272,7 +262,9 @@ async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
             k
         );
     }
-    let last = succeeded(rf, &manager).last_run.expect("last run");
+    let last = assert_run_succeeded(rf, &manager)
+        .last_run
+        .expect("last run");
     assert_eq!(last.replaced, 3);
     // One master out at a time, never an extra one.
     assert_eq!(samples.min_ready, Some(2), "{samples:?}");
@@ -308,7 +300,7 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
     let mut configs = vec![];
     let refreshers: Api<Refresher> = world.api();
     for phase in [RefreshPhase::WaitingForReplacement, RefreshPhase::Draining] {
-        let seen = eventually(&format!("phase {phase:?}"), RUN, || async {
+        let seen = assert_eventually(&format!("phase {phase:?}"), RUN, || async {
             let s = refreshers.get("workers").await.ok()?.status?;
             (s.phase == phase && s.run_start.is_some()).then_some(s.replaced)
         })
@@ -322,7 +314,9 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
     }
     let rf = run_finished(&world, "workers").await;
     let samples = sampler.stop();
-    let last = succeeded(rf, &manager).last_run.expect("last run");
+    let last = assert_run_succeeded(rf, &manager)
+        .last_run
+        .expect("last run");
     assert_eq!(last.replaced, 3);
     assert_eq!(samples.min_ready, Some(3), "{samples:?}");
     // Exactly one termination per old node, plus the one surplus.
@@ -346,17 +340,11 @@ async fn a_dry_run_refresh_plans_and_changes_nothing() {
         manager: _manager,
         config: _config,
         sim: _sim,
-    } = steady_group(
-        "rf-dry",
-        "nodes",
-        "workers",
-        "Worker",
-        &ZONES[..2],
-        1,
-        (FAST, FAST),
-        &["--dry-run"],
-    )
-    .await;
+    } = SteadyGroup::workers("rf-dry")
+        .zones(&ZONES[..2])
+        .manager_args(&["--dry-run"])
+        .start()
+        .await;
     let before = world.asg_snapshot(&kops.asgs).await;
     schedule_refresh(&world, "workers", serde_json::json!({})).await;
     let rf = run_finished(&world, "workers").await;
@@ -399,7 +387,7 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
     .await;
     // Once the surplus is Ready, no new instance joins any more.
     let refreshers: Api<Refresher> = world.api();
-    eventually("the first drain", RUN, || async {
+    assert_eventually("the first drain", RUN, || async {
         let s = refreshers.get("workers").await.ok()?.status?;
         (s.phase == RefreshPhase::Draining).then_some(())
     })
@@ -457,17 +445,10 @@ async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing(
         manager: _manager,
         config: _config,
         sim: _sim,
-    } = steady_group(
-        "rf-schedule",
-        "nodes",
-        "workers",
-        "Worker",
-        &ZONES[..1],
-        1,
-        (FAST, FAST),
-        &[],
-    )
-    .await;
+    } = SteadyGroup::workers("rf-schedule")
+        .zones(&ZONES[..1])
+        .start()
+        .await;
     // Daily at 02:30 in Tokyo: status shows that instant.
     let schedule = "30 2 * * *";
     let expected = next_run(
@@ -483,7 +464,7 @@ async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing(
     )
     .await;
     let refreshers: Api<Refresher> = world.api();
-    eventually("nextRun in status", WAIT, || async {
+    assert_eventually("nextRun in status", WAIT, || async {
         let s = refreshers.get("workers").await.ok()?.status?;
         (s.next_run == Some(expected) && s.phase == RefreshPhase::Idle).then_some(())
     })
@@ -520,7 +501,7 @@ async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing(
         .create(&kube::api::PostParams::default(), &bad)
         .await
         .expect("create");
-    let status = eventually("ScheduleValid False", WAIT, || async {
+    let status = assert_eventually("ScheduleValid False", WAIT, || async {
         let s = refreshers.get("hand-made").await.ok()?.status?;
         let valid = s.conditions.iter().find(|c| c.type_ == "ScheduleValid")?;
         (valid.status == spot_node_manager::crd::condition::ConditionStatus::False)
@@ -588,7 +569,7 @@ async fn a_run_is_skipped_while_an_asg_has_launch_suspended_naming_it() {
     assert!(event_count(&world, "RefreshSkipped").await >= 1);
     // Nothing was touched.
     assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
-    let metrics = manager.metrics().await.unwrap_or_default();
+    let metrics = manager.assert_metrics().await;
     assert!(
         !metrics.contains(r#"target="aws",action="set_desired_capacity",outcome="performed""#),
         "{metrics}"

@@ -2,7 +2,7 @@
 //! lag, Pending, health-check replacement, scaling activities, min/max, a
 //! simulated spot shortage) + simulated kubelet, the manager as a process.
 
-mod support;
+use snm_testkit as support;
 
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -13,7 +13,7 @@ use spot_node_manager::crd::replenisher::ReplenishPhase;
 use spot_node_manager::crd::{NodeGroup, Replenisher};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
-use support::{World, ZONES, eventually};
+use support::{World, ZONES, assert_eventually};
 
 const WAIT: Duration = Duration::from_secs(90);
 const FAST: Duration = Duration::from_millis(300);
@@ -84,7 +84,7 @@ impl AsgSampler {
 
 async fn steady(world: &World, groups: &Api<NodeGroup>, count: i32) {
     let replenishers: Api<Replenisher> = world.api();
-    eventually(&format!("steady with {count} Ready"), WAIT, || async {
+    assert_eventually(&format!("steady with {count} Ready"), WAIT, || async {
         let rp = replenishers.get("workers").await.ok()?;
         (ready_nodes(groups).await? == count && rp.status?.phase == ReplenishPhase::Steady)
             .then_some(())
@@ -94,7 +94,7 @@ async fn steady(world: &World, groups: &Api<NodeGroup>, count: i32) {
 
 /// AWS requests the manager has made so far, all operations.
 async fn aws_calls(manager: &support::ManagerProcess) -> f64 {
-    let metrics = manager.metrics().await.unwrap_or_default();
+    let metrics = manager.assert_metrics().await;
     metrics
         .lines()
         .filter(|l| l.starts_with("spot_node_manager_aws_calls_total{"))
@@ -131,11 +131,11 @@ async fn a_spot_loss_is_replaced_by_its_own_asg_and_the_manager_orders_nothing()
     let lost = world.asg_instances(&kops.asgs[0]).await.remove(0);
     world.lose_instance(&lost).await;
     let nodes: Api<Node> = Api::all(world.client.clone());
-    eventually("the lost node is gone", WAIT, || async {
+    assert_eventually("the lost node is gone", WAIT, || async {
         nodes.get_opt(&lost).await.ok()?.is_none().then_some(())
     })
     .await;
-    eventually("a replacement in the same ASG, Ready", WAIT, || async {
+    assert_eventually("a replacement in the same ASG, Ready", WAIT, || async {
         let ids = world.asg_instances(&kops.asgs[0]).await;
         (ids.len() == 1 && ids[0] != lost && ready_nodes(&groups).await? == 3).then_some(())
     })
@@ -166,7 +166,7 @@ async fn a_spot_loss_is_replaced_by_its_own_asg_and_the_manager_orders_nothing()
         layout(&original),
         "layout unchanged"
     );
-    let metrics = manager.metrics().await.unwrap_or_default();
+    let metrics = manager.assert_metrics().await;
     assert_eq!(performed(&metrics, "set_desired_capacity"), 0, "{metrics}");
     assert_eq!(
         performed(&metrics, "terminate_instance_in_auto_scaling_group"),
@@ -206,14 +206,14 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
     let calls_at_loss = aws_calls(&manager).await;
     world.lose_instance(&lost).await;
     let nodes: Api<Node> = Api::all(world.client.clone());
-    eventually("the lost node is gone", WAIT, || async {
+    assert_eventually("the lost node is gone", WAIT, || async {
         nodes.get_opt(&lost).await.ok()?.is_none().then_some(())
     })
     .await;
     let node_gone = Instant::now();
 
     // One raise, on an ASG that can launch.
-    let raised_asg = eventually("a raise in another ASG", WAIT, || async {
+    let raised_asg = assert_eventually("a raise in another ASG", WAIT, || async {
         let snapshot = world.asg_snapshot(&kops.asgs).await;
         snapshot
             .iter()
@@ -222,7 +222,7 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
     })
     .await;
     let raised_at = Instant::now();
-    eventually("3 Ready again", WAIT, || async {
+    assert_eventually("3 Ready again", WAIT, || async {
         (ready_nodes(&groups).await? == 3).then_some(())
     })
     .await;
@@ -269,7 +269,7 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
     // The shortage ends: the short ASG's own retry launches; the temporary
     // node is drained and removed explicitly; the layout is the original one.
     world.untag_asg(&short, NO_CAPACITY, "true").await;
-    eventually("layout restored", WAIT, || async {
+    assert_eventually("layout restored", WAIT, || async {
         let now = world.asg_snapshot(&kops.asgs).await;
         let counts = |s: &[(String, i32, Vec<String>)]| {
             s.iter()
@@ -300,7 +300,7 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
         g.status.and_then(|s| s.operation).is_none(),
         "the lock is released when steady"
     );
-    let metrics = manager.metrics().await.unwrap_or_default();
+    let metrics = manager.assert_metrics().await;
     assert_eq!(performed(&metrics, "set_desired_capacity"), 1, "{metrics}");
     assert_eq!(
         performed(&metrics, "terminate_instance_in_auto_scaling_group"),
@@ -347,7 +347,7 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
     } = world.joined_and_never_joining().await;
     let nodes: Api<Node> = Api::all(world.client.clone());
     let joined_id = world.asg_instances(&joined_asg).await.remove(0);
-    eventually("the joined node", WAIT, || async {
+    assert_eventually("the joined node", WAIT, || async {
         nodes
             .get_opt(&joined_id)
             .await
@@ -365,12 +365,12 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
 
     // The missing node is launched where instances join, without waiting
     // for the cleanup.
-    eventually("2 Ready", WAIT, || async {
+    assert_eventually("2 Ready", WAIT, || async {
         (ready_nodes(&groups).await? == 2).then_some(())
     })
     .await;
     // The never-joined instance is terminated in its ASG; the ASG replaces it.
-    let second = eventually("a fresh instance in its place", WAIT, || async {
+    let second = assert_eventually("a fresh instance in its place", WAIT, || async {
         let ids = world.asg_instances(&late_asg).await;
         (ids.len() == 1 && ids[0] != first).then(|| ids[0].clone())
     })
@@ -383,7 +383,7 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
     // The replacement never joins either: removed again after a backoff,
     // reported in status and an Event.
     let replenishers: Api<Replenisher> = world.api();
-    let removals = eventually("the second removal", Duration::from_secs(150), || async {
+    let removals = assert_eventually("the second removal", Duration::from_secs(150), || async {
         let status = replenishers.get("workers").await.ok()?.status?;
         let ids = world.asg_instances(&late_asg).await;
         (!ids.contains(&second) && ids.len() == 1).then_some(status.removals)
@@ -398,7 +398,7 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
     let reasons = support::event_reasons(&world).await;
     assert!(reasons.iter().any(|r| r == "NotJoinedAgain"), "{reasons:?}");
     // One call per removal, and no instance ever left running outside an ASG.
-    let metrics = manager.metrics().await.unwrap_or_default();
+    let metrics = manager.assert_metrics().await;
     assert!(
         performed(&metrics, "terminate_instance_in_auto_scaling_group") >= 2,
         "{metrics}"
@@ -434,7 +434,7 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
         .await
         .expect("create");
     let (_manager, _config) = world.start_manager(&[]);
-    eventually("2 Ready", WAIT, || async {
+    assert_eventually("2 Ready", WAIT, || async {
         (ready_nodes(&groups).await? == 2).then_some(())
     })
     .await;
@@ -492,7 +492,7 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
         .await
         .expect("enable");
     let replenishers: Api<Replenisher> = world.api();
-    let target = eventually("a scale-in target is being drained", WAIT, || async {
+    let target = assert_eventually("a scale-in target is being drained", WAIT, || async {
         replenishers.get("workers").await.ok()?.status?.scale_in
     })
     .await;
@@ -522,7 +522,7 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
 
     // The budget allows one disruption: the node is drained and removed.
     support::set_disruptions_allowed(&world, 2, 1).await;
-    eventually("surplus removed", WAIT, || async {
+    assert_eventually("surplus removed", WAIT, || async {
         let ids = world.asg_instances(&kops.asgs[0]).await;
         (ids.len() == 1 && !ids.contains(&target.instance_id)).then_some(())
     })
@@ -548,7 +548,7 @@ async fn dry_run_plans_and_logs_but_mutates_nothing() {
         .expect("create");
     let before = world.asg_snapshot(&kops.asgs).await;
     let (manager, _config) = world.start_manager(&["--dry-run"]);
-    eventually("a dry-run scale-up", WAIT, || async {
+    assert_eventually("a dry-run scale-up", WAIT, || async {
         let metrics = manager.metrics().await?;
         metrics
             .contains(r#"action="set_desired_capacity",outcome="dry_run""#)
@@ -574,7 +574,7 @@ async fn dry_run_plans_and_logs_but_mutates_nothing() {
         before,
         "nothing changed in AWS"
     );
-    let metrics = manager.metrics().await.unwrap_or_default();
+    let metrics = manager.assert_metrics().await;
     assert!(
         !metrics.contains(r#"target="aws",action="set_desired_capacity",outcome="performed""#),
         "{metrics}"

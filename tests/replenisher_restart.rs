@@ -6,13 +6,13 @@
 //! Needs the `fault-injection` feature (scripts/test enables it).
 #![cfg(feature = "fault-injection")]
 
-mod support;
+use snm_testkit as support;
 
 use kube::api::{Api, PostParams};
 use spot_node_manager::crd::replenisher::ReplenishPhase;
 use spot_node_manager::crd::{NodeGroup, Replenisher};
 use std::time::Duration;
-use support::{World, ZONES, eventually};
+use support::{World, ZONES, assert_eventually};
 
 const WAIT: Duration = Duration::from_secs(90);
 const FAST: Duration = Duration::from_millis(300);
@@ -37,10 +37,10 @@ async fn ready_nodes(groups: &Api<NodeGroup>) -> Option<i32> {
 }
 
 /// Runs the manager until it aborts at `point`, then returns.
-async fn crash_at(world: &World, point: &str) {
+async fn assert_crashes_at(world: &World, point: &str) {
     let (mut manager, _config) =
         world.start_manager_with("resyncInterval: 2s\n", &[], &[("SNM_CRASH_AT", point)]);
-    eventually(&format!("a crash at {point}"), WAIT, || async {
+    assert_eventually(&format!("a crash at {point}"), WAIT, || async {
         (!manager.child_alive()).then_some(())
     })
     .await;
@@ -64,7 +64,7 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
         .create(&PostParams::default(), &group(&kops.asgs))
         .await
         .expect("create");
-    eventually("3 nodes", WAIT, || async {
+    assert_eventually("3 nodes", WAIT, || async {
         let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(world.client.clone());
         let n = nodes
             .list(&kube::api::ListParams::default().labels(&format!(
@@ -87,8 +87,8 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
     world.lose_instance(&lost).await;
 
     // The raise: killed after recording it, then after making it.
-    crash_at(&world, "replenisher:scale_up:persisted").await;
-    crash_at(&world, "replenisher:scale_up:acted").await;
+    assert_crashes_at(&world, "replenisher:scale_up:persisted").await;
+    assert_crashes_at(&world, "replenisher:scale_up:acted").await;
     let raised = world.asg_snapshot(&kops.asgs).await;
     let total: i32 = raised.iter().map(|(_, d, _)| d).sum();
     assert_eq!(total, 4, "one raise, not two: {raised:?}");
@@ -96,12 +96,12 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
     // The shortage ends; the surplus goes: killed after recording the
     // termination, then after making it.
     world.untag_asg(&short, NO_CAPACITY, "true").await;
-    crash_at(&world, "replenisher:scale_in:persisted").await;
-    crash_at(&world, "replenisher:scale_in:acted").await;
+    assert_crashes_at(&world, "replenisher:scale_in:persisted").await;
+    assert_crashes_at(&world, "replenisher:scale_in:acted").await;
 
     let (_manager, _config) = world.start_manager(&[]);
     let replenishers: Api<Replenisher> = world.api();
-    eventually("layout restored", WAIT, || async {
+    assert_eventually("layout restored", WAIT, || async {
         let now = world.asg_snapshot(&kops.asgs).await;
         let counts = |s: &[(String, i32, Vec<String>)]| {
             s.iter()
@@ -158,7 +158,7 @@ async fn killed_after_recording_and_after_removing_a_never_joined_instance_it_re
         .expect("create");
 
     // Killed right after recording the removal: the record survives.
-    crash_at(&world, "replenisher:remove_not_joined:persisted").await;
+    assert_crashes_at(&world, "replenisher:remove_not_joined:persisted").await;
     let replenishers: Api<Replenisher> = world.api();
     let recorded = replenishers
         .get("workers")
@@ -176,9 +176,9 @@ async fn killed_after_recording_and_after_removing_a_never_joined_instance_it_re
 
     // Restarted, it retries that same removal once its backoff is over, and
     // is killed right after making it.
-    crash_at(&world, "replenisher:remove_not_joined:acted").await;
+    assert_crashes_at(&world, "replenisher:remove_not_joined:acted").await;
     let (_manager, _config) = world.start_manager(&[]);
-    let status = eventually("the removal settled", WAIT, || async {
+    let status = assert_eventually("the removal settled", WAIT, || async {
         let status = replenishers.get("workers").await.ok()?.status?;
         (status.cleanup.is_none() && status.last_action.is_some()).then_some(status)
     })

@@ -1,13 +1,12 @@
 //! The simulated kubelet (test support) behaves like the kubelets it stands
-//! in for, and the inventory writes nothing when nothing changes.
+//! in for.
 
-mod support;
+use snm_testkit as support;
 
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
-use spot_node_manager::crd::NodeGroup;
 use std::time::Duration;
-use support::{World, ZONES, eventually};
+use support::{World, ZONES, assert_eventually};
 
 const WAIT: Duration = Duration::from_secs(60);
 const FAST: Duration = Duration::from_millis(300);
@@ -20,7 +19,7 @@ async fn nodes_register_with_kops_labels_and_leave_with_their_instance() {
     let _sim = world.start_sim(FAST, FAST);
     let nodes: Api<Node> = Api::all(world.client.clone());
 
-    let node = eventually("node ready", WAIT, || async {
+    let node = assert_eventually("node ready", WAIT, || async {
         let n = nodes.get(&id).await.ok()?;
         spot_node_manager::k8s::node::is_ready(&n).then_some(n)
     })
@@ -66,68 +65,17 @@ async fn nodes_register_with_kops_labels_and_leave_with_their_instance() {
     pods.delete("app", &DeleteParams::default())
         .await
         .expect("delete pod");
-    eventually("terminating pod finished", WAIT, || async {
+    assert_eventually("terminating pod finished", WAIT, || async {
         pods.get_opt("app").await.ok()?.is_none().then_some(())
     })
     .await;
 
     // The instance terminates: its Node goes.
     world.lose_instance(&id).await;
-    eventually("node deleted", WAIT, || async {
+    assert_eventually("node deleted", WAIT, || async {
         nodes.get_opt(&id).await.ok()?.is_none().then_some(())
     })
     .await;
-    world.cleanup().await;
-}
-
-#[tokio::test]
-async fn a_settled_group_status_is_not_rewritten_on_resync() {
-    let world = World::new("sim-quiet").await;
-    let kops = world.kops_group("nodes", &ZONES[..2], 1, &[]).await;
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    let group: NodeGroup = serde_json::from_value(serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
-        "metadata": {"name": "workers"},
-        "spec": {"role": "Worker", "autoScalingGroups": kops.asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(), "desired": 2}
-    }))
-    .expect("group");
-    groups
-        .create(&PostParams::default(), &group)
-        .await
-        .expect("create");
-    let (manager, _config) = world.start_manager(&[]);
-    eventually("settled", WAIT, || async {
-        (groups.get("workers").await.ok()?.status?.ready_nodes == Some(2)).then_some(())
-    })
-    .await;
-    // Let any in-flight write land, then watch several 2 s resyncs.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let version = groups
-        .get("workers")
-        .await
-        .expect("get")
-        .metadata
-        .resource_version;
-    let reconciles_before =
-        support::reconciles(&manager.metrics().await.unwrap_or_default(), "inventory");
-    tokio::time::sleep(Duration::from_secs(7)).await;
-    let reconciles_after =
-        support::reconciles(&manager.metrics().await.unwrap_or_default(), "inventory");
-    assert!(
-        reconciles_after >= reconciles_before + 2,
-        "resyncs ran ({reconciles_before} -> {reconciles_after})"
-    );
-    assert_eq!(
-        groups
-            .get("workers")
-            .await
-            .expect("get")
-            .metadata
-            .resource_version,
-        version,
-        "nothing changed, so nothing is written"
-    );
     world.cleanup().await;
 }
 
@@ -147,7 +95,7 @@ async fn a_master_runs_the_static_control_plane_pods_ready_after_a_delay() {
             .unwrap_or_default()
     };
     // Created with the node, not Ready at first (the delay is 2 s).
-    let created = eventually("control-plane pods", WAIT, || async {
+    let created = assert_eventually("control-plane pods", WAIT, || async {
         let items = list().await;
         (items.len() == 2).then_some(items)
     })
@@ -172,7 +120,7 @@ async fn a_master_runs_the_static_control_plane_pods_ready_after_a_delay() {
             .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))),
         "mirror pods: never evicted"
     );
-    eventually("control plane Ready", WAIT, || async {
+    assert_eventually("control plane Ready", WAIT, || async {
         nodes_with_ready_control_plane(&list().await)
             .contains(&id)
             .then_some(())
@@ -180,7 +128,7 @@ async fn a_master_runs_the_static_control_plane_pods_ready_after_a_delay() {
     .await;
     // Gone with the instance.
     world.lose_instance(&id).await;
-    eventually("control-plane pods gone", WAIT, || async {
+    assert_eventually("control-plane pods gone", WAIT, || async {
         list().await.is_empty().then_some(())
     })
     .await;

@@ -2,11 +2,11 @@
 //! refresh due in seconds, a sampler of Ready nodes and capacity, and
 //! instance accounting in moto.
 
-use super::{World, eventually};
+use crate::sim::SIM_ACCOUNT_LABEL;
+use crate::{World, assert_eventually};
 use chrono::{Datelike, Timelike, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use snm_testkit::sim::SIM_ACCOUNT_LABEL;
 use spot_node_manager::crd::{NodeGroup, Refresher};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -206,7 +206,7 @@ pub async fn all_instances(world: &World, asgs: &[String]) -> BTreeSet<String> {
 /// Waits for the run to end and returns the Refresher.
 pub async fn run_finished(world: &World, name: &str) -> Refresher {
     let refreshers: Api<Refresher> = world.api();
-    eventually("the refresh run to end", RUN, || async {
+    assert_eventually("the refresh run to end", RUN, || async {
         let rf = refreshers.get(name).await.ok()?;
         let status = rf.status.as_ref()?;
         (status.last_run.is_some() && status.run_start.is_none()).then_some(rf)
@@ -266,66 +266,116 @@ pub struct SteadyGroup {
     pub sim: super::SimGuard,
 }
 
-/// Creates `per_asg` instances in each zone's ASG for `kops_role` ("nodes" or
-/// "master"), the NodeGroup `name` of `role` over them, a simulated kubelet
-/// with the given delays and the manager (with `args`), and waits until all
-/// nodes are Ready.
-#[allow(clippy::too_many_arguments)]
-pub async fn steady_group(
-    test: &str,
-    kops_role: &str,
-    name: &str,
-    role: &str,
-    zones: &[&str],
+/// How to build a [`SteadyGroup`]: one Ready node per zone in each of the
+/// three zones, the simulated kubelet fast, the manager with no extra flags,
+/// unless told otherwise.
+pub struct SteadyGroupBuilder {
+    test: String,
+    kops_role: &'static str,
+    name: &'static str,
+    role: &'static str,
+    zones: Vec<&'static str>,
     per_asg: i32,
     delays: (Duration, Duration),
-    args: &[&str],
-) -> SteadyGroup {
-    let world = World::new(test).await;
-    let kops = world.kops_group(kops_role, zones, per_asg, &[]).await;
-    let sim = world.start_sim(delays.0, delays.1);
-    let groups: Api<NodeGroup> = world.api();
-    let desired = per_asg * zones.len() as i32;
-    groups
-        .create(
-            &PostParams::default(),
-            &group(name, role, &kops.asgs, desired),
-        )
-        .await
-        .expect("create group");
-    let (manager, config) = world.start_manager(args);
-    eventually(&format!("{desired} Ready"), RUN, || async {
-        (ready_count(&groups, name).await? == desired).then_some(())
-    })
-    .await;
-    SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config,
-        sim,
+    args: Vec<String>,
+}
+
+impl SteadyGroup {
+    /// NodeGroup `workers` (role Worker) over kops "nodes" ASGs.
+    pub fn workers(test: &str) -> SteadyGroupBuilder {
+        SteadyGroupBuilder::new(test, "nodes", "workers", "Worker")
+    }
+
+    /// NodeGroup `masters` (role Master) over kops "master" ASGs.
+    pub fn masters(test: &str) -> SteadyGroupBuilder {
+        SteadyGroupBuilder::new(test, "master", "masters", "Master")
+    }
+}
+
+impl SteadyGroupBuilder {
+    fn new(
+        test: &str,
+        kops_role: &'static str,
+        name: &'static str,
+        role: &'static str,
+    ) -> SteadyGroupBuilder {
+        SteadyGroupBuilder {
+            test: test.to_string(),
+            kops_role,
+            name,
+            role,
+            zones: crate::ZONES.to_vec(),
+            per_asg: 1,
+            delays: (FAST, FAST),
+            args: vec![],
+        }
+    }
+
+    /// One ASG per zone.
+    pub fn zones(mut self, zones: &[&'static str]) -> Self {
+        self.zones = zones.to_vec();
+        self
+    }
+
+    pub fn per_asg(mut self, per_asg: i32) -> Self {
+        self.per_asg = per_asg;
+        self
+    }
+
+    /// The simulated kubelet's register and Ready delays.
+    pub fn delays(mut self, register: Duration, ready: Duration) -> Self {
+        self.delays = (register, ready);
+        self
+    }
+
+    /// Extra flags for the manager.
+    pub fn manager_args(mut self, args: &[&str]) -> Self {
+        self.args = args.iter().map(|a| a.to_string()).collect();
+        self
+    }
+
+    /// Creates the ASGs, the NodeGroup over them, a simulated kubelet and
+    /// the manager, and waits until all nodes are Ready.
+    pub async fn start(self) -> SteadyGroup {
+        let world = World::new(&self.test).await;
+        let kops = world
+            .kops_group(self.kops_role, &self.zones, self.per_asg, &[])
+            .await;
+        let sim = world.start_sim(self.delays.0, self.delays.1);
+        let groups: Api<NodeGroup> = world.api();
+        let desired = self.per_asg * self.zones.len() as i32;
+        groups
+            .create(
+                &PostParams::default(),
+                &group(self.name, self.role, &kops.asgs, desired),
+            )
+            .await
+            .expect("create group");
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let (manager, config) = world.start_manager(&args);
+        assert_eventually(&format!("{desired} Ready"), RUN, || async {
+            (ready_count(&groups, self.name).await? == desired).then_some(())
+        })
+        .await;
+        SteadyGroup {
+            world,
+            kops,
+            groups,
+            manager,
+            config,
+            sim,
+        }
     }
 }
 
 /// The usual case: NodeGroup `workers`, one Ready worker in each of three ASGs.
 pub async fn three_workers(test: &str) -> SteadyGroup {
-    steady_group(
-        test,
-        "nodes",
-        "workers",
-        "Worker",
-        &super::ZONES,
-        1,
-        (FAST, FAST),
-        &[],
-    )
-    .await
+    SteadyGroup::workers(test).start().await
 }
 
 /// The Refresher's status, asserting its last run succeeded (with the
 /// manager's log when it did not).
-pub fn succeeded(
+pub fn assert_run_succeeded(
     rf: Refresher,
     manager: &super::ManagerProcess,
 ) -> spot_node_manager::crd::RefresherStatus {

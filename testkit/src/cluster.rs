@@ -1,0 +1,85 @@
+//! Kubernetes objects tests put in a world: PodDisruptionBudgets, pods
+//! bound to a node; the Events recorded there.
+
+use crate::world::World;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+
+/// The `policy/v1beta1` PodDisruptionBudget API (the 1.20 apiserver has no v1).
+pub fn pdb_api(world: &World) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget"),
+        "poddisruptionbudgets",
+    );
+    Api::namespaced_with(world.client.clone(), &world.namespace, &resource)
+}
+
+/// Creates PDB `protected` selecting `app=protected` with `min_available`.
+pub async fn create_pdb(world: &World, min_available: i32) {
+    let pdb: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "protected"},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "protected"}}}
+    }))
+    .expect("pdb");
+    pdb_api(world)
+        .create(&PostParams::default(), &pdb)
+        .await
+        .expect("create pdb");
+}
+
+/// Sets the budget's status, which no controller computes on this apiserver.
+pub async fn set_disruptions_allowed(world: &World, healthy: i32, allowed: i32) {
+    let pdbs = pdb_api(world);
+    let generation = pdbs
+        .get("protected")
+        .await
+        .expect("pdb")
+        .metadata
+        .generation
+        .unwrap_or(1);
+    let status = serde_json::json!({"status": {"observedGeneration": generation, "disruptionsAllowed": allowed,
+        "currentHealthy": healthy, "desiredHealthy": healthy - allowed, "expectedPods": healthy}});
+    pdbs.patch_status("protected", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("set PDB status");
+}
+
+/// A bare pod bound to `node` (no kubelet starts it).
+pub fn bound_pod(
+    name: &str,
+    node: &str,
+    labels: &[(&str, &str)],
+) -> k8s_openapi::api::core::v1::Pod {
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.into()),
+            containers: vec![Container {
+                name: "c".into(),
+                image: Some("registry.invalid/app".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// Reasons of the Events recorded in this world's namespace.
+pub async fn event_reasons(world: &World) -> Vec<String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = world.api();
+    events
+        .list(&Default::default())
+        .await
+        .map(|l| l.items.into_iter().filter_map(|e| e.reason).collect())
+        .unwrap_or_default()
+}

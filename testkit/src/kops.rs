@@ -1,0 +1,373 @@
+//! kops-like Auto Scaling Groups in a world's moto account, and what tests
+//! do to them (lose an instance, set timings, read activities).
+
+use crate::assert_eventually;
+use crate::world::World;
+use std::time::Duration;
+
+/// A kops-like set of ASGs in this world's moto account.
+/// See [`World::joined_and_never_joining`].
+pub struct NeverJoining {
+    pub joined_asg: String,
+    pub late_asg: String,
+    /// The late ASG's instance, which never joins.
+    pub first: String,
+    /// Both ASGs.
+    pub asgs: Vec<String>,
+}
+
+pub struct KopsGroup {
+    /// ASG names, one per zone.
+    pub asgs: Vec<String>,
+    /// The kops instance-group name of each ASG (unique per test).
+    pub instance_groups: Vec<String>,
+    pub zones: Vec<String>,
+}
+
+pub const ZONES: [&str; 3] = ["ap-northeast-1a", "ap-northeast-1c", "ap-northeast-1d"];
+
+impl World {
+    /// A prefix unique to this world, for names shared cluster-wide (Nodes
+    /// and kops instance-group labels live outside the test's namespace).
+    pub fn prefix(&self) -> String {
+        format!("w{}", self.account)
+    }
+
+    /// Creates one ASG per zone for `role` ("nodes" or "master"), each with
+    /// `per_asg` instances, a launch template and a spot MixedInstancesPolicy,
+    /// tagged like kops does, sitting at its min as kops groups do (min =
+    /// desired, max 20). `extra_tags` go on every ASG. Returns once the
+    /// emulator has launched them all (InService).
+    pub async fn kops_group(
+        &self,
+        role: &str,
+        zones: &[&str],
+        per_asg: i32,
+        extra_tags: &[(&str, &str)],
+    ) -> KopsGroup {
+        use aws_sdk_autoscaling::types::{
+            InstancesDistribution, LaunchTemplate, LaunchTemplateOverrides,
+            LaunchTemplateSpecification, MixedInstancesPolicy, Tag,
+        };
+        let prefix = self.prefix();
+        let template = format!("{prefix}-{role}");
+        let _ = self
+            .aws
+            .ec2
+            .create_launch_template()
+            .launch_template_name(&template)
+            .launch_template_data(
+                aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                    .image_id("ami-12c6146b")
+                    .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+                    .build(),
+            )
+            .send()
+            .await;
+        let subnets = self
+            .aws
+            .ec2
+            .describe_subnets()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("default-for-az")
+                    .values("true")
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("describe subnets");
+        let subnet_of = |zone: &str| {
+            subnets
+                .subnets()
+                .iter()
+                .find(|s| s.availability_zone() == Some(zone))
+                .and_then(|s| s.subnet_id())
+                .unwrap_or_else(|| panic!("no default subnet in {zone}"))
+                .to_string()
+        };
+        let mut group = KopsGroup {
+            asgs: vec![],
+            instance_groups: vec![],
+            zones: zones.iter().map(|z| z.to_string()).collect(),
+        };
+        for zone in zones {
+            let instance_group = format!("{prefix}-{role}-{zone}");
+            let name = format!("{instance_group}.example.com");
+            let role_tag = if role == "master" {
+                "k8s.io/role/master"
+            } else {
+                "k8s.io/role/node"
+            };
+            let mut tags = vec![
+                ("KubernetesCluster", "example.com".to_string()),
+                ("kops.k8s.io/instancegroup", instance_group.clone()),
+                (role_tag, "1".to_string()),
+            ];
+            tags.extend(extra_tags.iter().map(|(k, v)| (*k, v.to_string())));
+            self.aws
+                .autoscaling
+                .create_auto_scaling_group()
+                .auto_scaling_group_name(&name)
+                .min_size(per_asg)
+                .max_size(20)
+                .desired_capacity(per_asg)
+                .vpc_zone_identifier(subnet_of(zone))
+                .mixed_instances_policy(
+                    MixedInstancesPolicy::builder()
+                        .launch_template(
+                            LaunchTemplate::builder()
+                                .launch_template_specification(
+                                    LaunchTemplateSpecification::builder()
+                                        .launch_template_name(&template)
+                                        .version("$Latest")
+                                        .build(),
+                                )
+                                .overrides(
+                                    LaunchTemplateOverrides::builder()
+                                        .instance_type("m5.large")
+                                        .build(),
+                                )
+                                .overrides(
+                                    LaunchTemplateOverrides::builder()
+                                        .instance_type("m5a.large")
+                                        .build(),
+                                )
+                                .build(),
+                        )
+                        .instances_distribution(
+                            InstancesDistribution::builder()
+                                .on_demand_percentage_above_base_capacity(0)
+                                .spot_allocation_strategy("price-capacity-optimized")
+                                .build(),
+                        )
+                        .build(),
+                )
+                .set_tags(Some(
+                    tags.iter()
+                        .map(|(k, v)| {
+                            Tag::builder()
+                                .key(*k)
+                                .value(v)
+                                .resource_id(&name)
+                                .resource_type("auto-scaling-group")
+                                .propagate_at_launch(true)
+                                .build()
+                        })
+                        .collect(),
+                ))
+                .send()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "create ASG {name}: {}",
+                        aws_sdk_autoscaling::error::DisplayErrorContext(&e)
+                    )
+                });
+            group.asgs.push(name);
+            group.instance_groups.push(instance_group);
+        }
+        for asg in &group.asgs {
+            self.wait_in_service(asg, per_asg as usize).await;
+        }
+        group
+    }
+
+    /// Two kops ASGs at their min (as kops groups are): `nodes`, one
+    /// instance that joins, and `late`, one instance that never joins (a
+    /// removal there cannot decrement, so the ASG launches a fresh instance,
+    /// which never joins either).
+    pub async fn joined_and_never_joining(&self) -> NeverJoining {
+        let joined = self.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+        let late = self
+            .kops_group(
+                "late",
+                &ZONES[1..2],
+                1,
+                &[(crate::sim::NEVER_JOIN_TAG, "true")],
+            )
+            .await;
+        let late_asg = late.asgs[0].clone();
+        let first = self.asg_instances(&late_asg).await.remove(0);
+        let mut asgs = joined.asgs.clone();
+        asgs.extend(late.asgs.clone());
+        NeverJoining {
+            joined_asg: joined.asgs[0].clone(),
+            late_asg,
+            first,
+            asgs,
+        }
+    }
+
+    /// Waits until `asg` has exactly `count` instances, all InService, and
+    /// returns their ids (the emulator launches after a lag, Pending first).
+    pub async fn wait_in_service(&self, asg: &str, count: usize) -> Vec<String> {
+        assert_eventually(
+            &format!("{count} InService instance(s) in {asg}"),
+            Duration::from_secs(60),
+            || async {
+                let out = self
+                    .aws
+                    .autoscaling
+                    .describe_auto_scaling_groups()
+                    .auto_scaling_group_names(asg)
+                    .send()
+                    .await
+                    .ok()?;
+                let g = out.auto_scaling_groups().first()?.clone();
+                let states: Vec<(String, String)> = g
+                    .instances()
+                    .iter()
+                    .map(|i| {
+                        (
+                            i.instance_id().unwrap_or_default().to_string(),
+                            i.lifecycle_state()
+                                .map(|s| s.as_str().to_string())
+                                .unwrap_or_default(),
+                        )
+                    })
+                    .collect();
+                (states.len() == count && states.iter().all(|(_, s)| s == "InService"))
+                    .then(|| states.into_iter().map(|(id, _)| id).collect())
+            },
+        )
+        .await
+    }
+
+    /// Sets an ASG's min size (and nothing else).
+    pub async fn set_min(&self, asg: &str, min: i32) {
+        self.aws
+            .autoscaling
+            .update_auto_scaling_group()
+            .auto_scaling_group_name(asg)
+            .min_size(min)
+            .send()
+            .await
+            .expect("set min size");
+    }
+
+    /// Sets one of the emulator's timings for an ASG, in seconds (tags
+    /// `snm.test/launch-lag`, `pending-time`, `health-check-delay`,
+    /// `capacity-retry`, `terminating-time`; see scripts/moto_server.py).
+    pub async fn set_timing(&self, asg: &str, timing: &str, seconds: f64) {
+        self.tag_asg(asg, &format!("snm.test/{timing}"), &seconds.to_string())
+            .await;
+    }
+
+    /// Terminates an instance through EC2, as a spot interruption does: its
+    /// ASG notices through its health check and replaces it.
+    pub async fn lose_instance(&self, instance_id: &str) {
+        self.aws
+            .ec2
+            .terminate_instances()
+            .instance_ids(instance_id)
+            .send()
+            .await
+            .expect("terminate instance through EC2");
+    }
+
+    /// The ASG's scaling activities, newest first: (status, description).
+    pub async fn activities(&self, asg: &str) -> Vec<(String, String)> {
+        self.aws
+            .autoscaling
+            .describe_scaling_activities()
+            .auto_scaling_group_name(asg)
+            .send()
+            .await
+            .expect("describe scaling activities")
+            .activities()
+            .iter()
+            .map(|a| {
+                (
+                    a.status_code()
+                        .map(|c| c.as_str().to_string())
+                        .unwrap_or_default(),
+                    a.description().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Tags an ASG (the simulations read such tags: spot shortage, nodes
+    /// that never join or are not Ready).
+    pub async fn tag_asg(&self, asg: &str, key: &str, value: &str) {
+        self.aws
+            .autoscaling
+            .create_or_update_tags()
+            .tags(asg_tag(asg, key, value))
+            .send()
+            .await
+            .expect("tag ASG");
+    }
+
+    pub async fn untag_asg(&self, asg: &str, key: &str, value: &str) {
+        self.aws
+            .autoscaling
+            .delete_tags()
+            .tags(asg_tag(asg, key, value))
+            .send()
+            .await
+            .expect("untag ASG");
+    }
+
+    /// Instance ids in an ASG, as moto reports them.
+    pub async fn asg_instances(&self, asg: &str) -> Vec<String> {
+        self.aws
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(asg)
+            .send()
+            .await
+            .expect("describe ASG")
+            .auto_scaling_groups()
+            .first()
+            .map(|g| {
+                g.instances()
+                    .iter()
+                    .filter_map(|i| i.instance_id().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// (desired, instance ids) of every ASG, to check nothing was mutated.
+    pub async fn asg_snapshot(&self, asgs: &[String]) -> Vec<(String, i32, Vec<String>)> {
+        let out = self
+            .aws
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .set_auto_scaling_group_names(Some(asgs.to_vec()))
+            .send()
+            .await
+            .expect("describe ASGs");
+        let mut snapshot: Vec<_> = out
+            .auto_scaling_groups()
+            .iter()
+            .map(|g| {
+                let mut ids: Vec<String> = g
+                    .instances()
+                    .iter()
+                    .filter_map(|i| i.instance_id().map(str::to_string))
+                    .collect();
+                ids.sort();
+                (
+                    g.auto_scaling_group_name().unwrap_or_default().to_string(),
+                    g.desired_capacity().unwrap_or(0),
+                    ids,
+                )
+            })
+            .collect();
+        snapshot.sort();
+        snapshot
+    }
+}
+
+fn asg_tag(asg: &str, key: &str, value: &str) -> aws_sdk_autoscaling::types::Tag {
+    aws_sdk_autoscaling::types::Tag::builder()
+        .key(key)
+        .value(value)
+        .resource_id(asg)
+        .resource_type("auto-scaling-group")
+        .propagate_at_launch(false)
+        .build()
+}

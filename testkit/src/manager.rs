@@ -1,0 +1,189 @@
+//! A manager process started from the binary cargo built for the tests, its
+//! admin endpoints, and reading its metrics.
+
+use crate::plane::{control_plane, free_port, unique};
+use crate::world::World;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// The manager binary cargo built for the running test or bench:
+/// `SNM_MANAGER_BIN`, else `spot-node-manager` in the profile directory the
+/// test binary runs from (`target/<profile>/deps/..`).
+pub fn manager_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("SNM_MANAGER_BIN") {
+        return path.into();
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join("spot-node-manager"))
+        .expect("the test binary runs from target/<profile>/deps");
+    assert!(
+        path.exists(),
+        "no manager binary at {} (cargo builds it for integration tests and benches; or set SNM_MANAGER_BIN)",
+        path.display()
+    );
+    path
+}
+
+/// A plain HTTP GET on loopback: (status code, body).
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// A manager process, killed when dropped.
+pub struct ManagerProcess {
+    pub child: Child,
+    pub admin_port: u16,
+    pub log: PathBuf,
+}
+
+impl ManagerProcess {
+    /// Starts `spot-node-manager run` against the test control plane.
+    pub fn start(world: &World, extra_args: &[&str]) -> ManagerProcess {
+        Self::start_env(world, extra_args, &[])
+    }
+
+    /// The same, with extra environment variables (e.g. `SNM_CRASH_AT`).
+    pub fn start_env(world: &World, extra_args: &[&str], env: &[(&str, &str)]) -> ManagerProcess {
+        let admin_port = free_port();
+        let log = std::env::temp_dir().join(format!("{}.log", unique("snm-manager")));
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(manager_binary())
+            .arg("run")
+            .arg("--kubeconfig")
+            .arg(world.kubeconfig())
+            .args(["--namespace", &world.namespace])
+            .args(["--admin-address", &format!("127.0.0.1:{admin_port}")])
+            .args(["--aws-region", "ap-northeast-1"])
+            .args(["--aws-endpoint", &control_plane().moto_endpoint])
+            .args(["--aws-emulator-account", &world.account])
+            .args(extra_args)
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("RUST_LOG", "spot_node_manager=debug,info")
+            .envs(env.iter().copied())
+            .stdout(log_file.try_clone().expect("log"))
+            .stderr(log_file)
+            .spawn()
+            .expect("start manager");
+        ManagerProcess {
+            child,
+            admin_port,
+            log,
+        }
+    }
+
+    /// True while the process has not exited.
+    pub fn child_alive(&self) -> bool {
+        std::process::Command::new("kill")
+            .args(["-0", &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+            && !std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
+                .unwrap_or_default()
+                .contains(") Z ")
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "manager did not exit on SIGTERM:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub async fn metrics(&self) -> Option<String> {
+        match http_get(self.admin_port, "/metrics").await {
+            Some((200, body)) => Some(body),
+            _ => None,
+        }
+    }
+
+    /// The metrics text, failing the test when the endpoint does not answer
+    /// or serves none of the manager's metrics: a check that some series is
+    /// absent must not pass on an empty body.
+    pub async fn assert_metrics(&self) -> String {
+        let body = self.metrics().await.unwrap_or_else(|| {
+            panic!(
+                "the metrics endpoint on port {} did not answer:\n{}",
+                self.admin_port,
+                self.logs()
+            )
+        });
+        assert!(
+            body.contains("spot_node_manager_"),
+            "no manager metrics served:\n{body}"
+        );
+        body
+    }
+
+    /// The value of the `spot_node_manager_leader` gauge.
+    pub async fn is_leader(&self) -> Option<bool> {
+        let metrics = self.metrics().await?;
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("spot_node_manager_leader "))
+            .map(|v| v.trim() == "1")
+    }
+}
+
+impl Drop for ManagerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The value of one series (name with its labels, as exposed) in a metrics text.
+pub fn metric(metrics: &str, series: &str) -> Option<f64> {
+    let prefix = format!("{series} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `spot_node_manager_reconciles_total` of one controller in a metrics text.
+pub fn reconciles(metrics: &str, controller: &str) -> u64 {
+    metric(
+        metrics,
+        &format!("spot_node_manager_reconciles_total{{controller=\"{controller}\"}}"),
+    )
+    .unwrap_or(0.0) as u64
+}

@@ -1,0 +1,165 @@
+//! An isolated world per test: its own namespace and moto account, clients
+//! for both, and what runs in it (the simulated kubelet, a manager).
+
+use crate::manager::ManagerProcess;
+use crate::plane::{
+    aws_sdk_config, control_plane, fresh_account, install_crds, kube_client, unique,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use spot_node_manager::cloud::AwsClients;
+use std::path::Path;
+use std::time::Duration;
+
+pub struct World {
+    pub client: kube::Client,
+    pub namespace: String,
+    /// This test's moto account.
+    pub account: String,
+    pub aws_sdk: aws_config::SdkConfig,
+    pub aws: AwsClients,
+}
+
+impl World {
+    /// A fresh namespace and moto account, with the CRDs installed.
+    pub async fn new(name: &str) -> World {
+        let client = kube_client().await;
+        install_crds(&client).await;
+        let namespace = unique(&format!("t-{name}"));
+        let namespace = namespace
+            .chars()
+            .take(63)
+            .collect::<String>()
+            .trim_end_matches('-')
+            .to_string();
+        let ns_api: Api<Namespace> = Api::all(client.clone());
+        ns_api
+            .create(
+                &PostParams::default(),
+                &Namespace {
+                    metadata: ObjectMeta {
+                        name: Some(namespace.clone()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("create test namespace");
+        let account = fresh_account();
+        // Shown only when the test fails: where to look.
+        eprintln!("world {name}: namespace {namespace}, moto account {account}");
+        let aws_sdk = aws_sdk_config();
+        let aws = AwsClients::new(&aws_sdk, Some(&account));
+        World {
+            client,
+            namespace,
+            account,
+            aws_sdk,
+            aws,
+        }
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        &control_plane().kubeconfig
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Best effort: there is no namespace controller on this apiserver, so the
+    /// namespace stays Terminating; its objects are ours alone anyway.
+    pub async fn cleanup(&self) {
+        let ns_api: Api<Namespace> = Api::all(self.client.clone());
+        let _ = ns_api
+            .delete(&self.namespace, &DeleteParams::default())
+            .await;
+    }
+}
+
+impl World {
+    /// Starts a simulated kubelet for this world's moto account, in-process.
+    pub fn start_sim(&self, register_delay: Duration, ready_delay: Duration) -> SimGuard {
+        let token = tokio_util::sync::CancellationToken::new();
+        let sim = crate::sim::SimKubelet::new(
+            self.client.clone(),
+            self.aws.clone(),
+            crate::sim::SimConfig {
+                register_delay,
+                ready_delay,
+                poll: Duration::from_millis(300),
+                account: self.account.clone(),
+                control_plane_delay: Duration::from_secs(2),
+            },
+        );
+        tokio::spawn(sim.run(token.clone()));
+        SimGuard(token)
+    }
+
+    /// Starts a manager for this world with leader election off and a fast resync.
+    pub fn start_manager(&self, extra: &[&str]) -> (ManagerProcess, tempfile::NamedTempFile) {
+        self.start_manager_with("resyncInterval: 2s\n", extra, &[])
+    }
+
+    /// Starts a manager with this config file, extra flags and environment.
+    pub fn start_manager_with(
+        &self,
+        config_yaml: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> (ManagerProcess, tempfile::NamedTempFile) {
+        let config = tempfile::NamedTempFile::new().expect("config");
+        std::fs::write(config.path(), config_yaml).expect("write config");
+        let path = config.path().to_str().expect("utf-8").to_string();
+        let mut args = vec!["--config", path.as_str(), "--leader-election", "false"];
+        args.extend_from_slice(extra);
+        (ManagerProcess::start_env(self, &args, env), config)
+    }
+}
+
+/// Stops the simulated kubelet when dropped.
+pub struct SimGuard(tokio_util::sync::CancellationToken);
+
+impl Drop for SimGuard {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+impl World {
+    /// A controller Context against this world (leader election off).
+    pub async fn context(
+        &self,
+        dry_run: bool,
+    ) -> std::sync::Arc<spot_node_manager::context::Context> {
+        let mut settings = spot_node_manager::config::Settings::resolve(
+            &Default::default(),
+            Default::default(),
+            |_| None,
+        )
+        .expect("default settings");
+        settings.kubeconfig = Some(self.kubeconfig().to_path_buf());
+        settings.namespace = Some(self.namespace.clone());
+        settings.dry_run = dry_run;
+        let eviction_client = spot_node_manager::manager::kube_client_without_retry(&settings)
+            .await
+            .expect("eviction client");
+        std::sync::Arc::new(spot_node_manager::context::Context::new(
+            self.client.clone(),
+            eviction_client,
+            std::sync::Arc::new(settings),
+            std::sync::Arc::new(spot_node_manager::clock::SystemClock),
+            std::sync::Arc::new(spot_node_manager::metrics::Metrics::default()),
+            spot_node_manager::leader::Leadership::always(),
+            std::sync::Arc::new(spot_node_manager::cloud::aws::AwsCloudProvider::new(
+                self.aws_sdk.clone(),
+                Some(self.account.clone()),
+            )),
+        ))
+    }
+}
