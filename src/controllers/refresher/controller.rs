@@ -49,7 +49,7 @@ async fn reconcile(rf: Arc<Refresher>, ctx: Arc<Context>) -> Result<Action> {
     instrumented(&ctx, CONTROLLER, reconcile_inner(rf, &ctx)).await
 }
 
-async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
+pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {
     let Some(rf) = crate::controllers::runtime::reread(ctx, rf.as_ref()).await? else {
         return Ok(Action::await_change());
     };

@@ -7,6 +7,8 @@ pub mod controller;
 pub mod execute;
 pub mod guard;
 pub mod plan;
+#[cfg(test)]
+mod reconcile_tests;
 pub mod schedule;
 
 pub use controller::{CONTROLLER, run};
