@@ -6,6 +6,8 @@
 
 pub mod actions;
 pub mod inventory;
+#[cfg(test)]
+pub(crate) mod mock_api;
 pub mod observe;
 pub mod refresher;
 pub mod replenisher;

@@ -6,105 +6,13 @@
 
 use super::controller::reconcile_inner;
 use crate::cloud::fake::FakeCloud;
-use crate::context::Context;
+use crate::controllers::mock_api::{MockApi, NS, Seen, calls, path};
 use crate::controllers::vocabulary::tests::status_node;
 use crate::crd::nodegroup::{OperationKind, OperationLock};
 use crate::crd::refresher::{AsgDesired, RefreshPhase};
 use crate::crd::{NodeGroup, NodeGroupStatus, Refresher, RefresherStatus};
 use chrono::Utc;
-use http::{Request, Response, StatusCode};
-use kube::client::Body;
-use std::sync::{Arc, Mutex};
-
-const NS: &str = "team";
-
-/// One request the mocked apiserver answered, and what the fake cloud's ASG
-/// `a` wanted at that moment.
-#[derive(Debug, Clone)]
-struct Seen {
-    call: String,
-    body: serde_json::Value,
-    a_desired_then: i32,
-}
-
-/// What the mocked apiserver serves.
-struct ApiServer {
-    refresher: Refresher,
-    group: NodeGroup,
-    cloud: FakeCloud,
-    /// Answer status writes with a 500.
-    refuse_status_writes: bool,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl ApiServer {
-    fn answer(&self, method: &http::Method, path: &str) -> (StatusCode, serde_json::Value) {
-        let base = format!("/apis/nodemanager.dev/v1alpha1/namespaces/{NS}");
-        let at = |resource: &str| path == format!("{base}/{resource}");
-        match method.as_str() {
-            "GET" if at("refreshers/workers") => (StatusCode::OK, json(&self.refresher)),
-            "GET" if at("nodegroups/workers") => (StatusCode::OK, json(&self.group)),
-            "GET" if at("replenishers/workers") => (StatusCode::OK, replenisher()),
-            "PATCH" if at("refreshers/workers/status") && self.refuse_status_writes => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                status_json(500, "etcdserver: request timed out"),
-            ),
-            "PATCH" if at("refreshers/workers/status") => (StatusCode::OK, json(&self.refresher)),
-            "POST" if path.ends_with("/events") => (StatusCode::CREATED, serde_json::json!({})),
-            _ => (StatusCode::NOT_FOUND, status_json(404, "not found")),
-        }
-    }
-}
-
-fn json<T: serde::Serialize>(object: &T) -> serde_json::Value {
-    serde_json::to_value(object).unwrap_or_default()
-}
-
-/// The group's Replenisher, as a lock holder that exists.
-fn replenisher() -> serde_json::Value {
-    serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "Replenisher",
-        "metadata": {"name": "workers", "namespace": NS},
-        "spec": {"nodeGroup": "workers", "role": "Worker", "desired": 3,
-                 "cooldown": "1m", "joinTimeout": "10m"},
-    })
-}
-
-fn status_json(code: u16, message: &str) -> serde_json::Value {
-    serde_json::json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {},
-        "status": "Failure", "message": message, "code": code,
-    })
-}
-
-/// Serves requests until every client is gone.
-async fn serve(
-    mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
-    server: ApiServer,
-) {
-    while let Some((request, respond)) = handle.next_request().await {
-        let method = request.method().clone();
-        let path = request.uri().path().to_string();
-        let bytes = request
-            .into_body()
-            .collect_bytes()
-            .await
-            .unwrap_or_default();
-        let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-        let a_desired_then = server.cloud.group("a").map_or(-1, |g| g.desired);
-        server.seen.lock().expect("log").push(Seen {
-            call: format!("{method} {path}"),
-            body,
-            a_desired_then,
-        });
-        let (code, answer) = server.answer(&method, &path);
-        let response = Response::builder()
-            .status(code)
-            .body(Body::from(serde_json::to_vec(&answer).unwrap_or_default()))
-            .expect("response");
-        respond.send_response(response);
-    }
-}
+use std::sync::Arc;
 
 /// Workers over ASGs a, b, c with one Ready node each, and a refresh run in
 /// `ScalingUp` that holds the group's lock and wants one surplus node in `a`.
@@ -120,7 +28,7 @@ fn scaling_up() -> (FakeCloud, NodeGroup, Refresher) {
     }
     let mut group: NodeGroup = serde_json::from_value(serde_json::json!({
         "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
-        "metadata": {"name": "workers", "namespace": NS, "generation": 1},
+        "metadata": {"name": "workers", "namespace": NS, "generation": 1, "resourceVersion": "7"},
         "spec": {"role": "Worker", "desired": 3,
                  "autoScalingGroups": [{"name": "a"}, {"name": "b"}, {"name": "c"}]},
     }))
@@ -160,19 +68,14 @@ fn scaling_up() -> (FakeCloud, NodeGroup, Refresher) {
     (cloud, group, refresher)
 }
 
-async fn context(client: kube::Client, cloud: &FakeCloud) -> Arc<Context> {
-    let settings =
-        crate::config::Settings::resolve(&Default::default(), Default::default(), |_| None)
-            .expect("default settings");
-    Arc::new(Context::new(
-        client.clone(),
-        client,
-        Arc::new(settings),
-        Arc::new(crate::clock::SystemClock),
-        Arc::new(crate::metrics::Metrics::default()),
-        crate::leader::Leadership::always(),
-        Arc::new(cloud.clone()),
-    ))
+/// The group's Replenisher, as a lock holder that exists.
+fn replenisher() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "Replenisher",
+        "metadata": {"name": "workers", "namespace": NS},
+        "spec": {"nodeGroup": "workers", "role": "Worker", "desired": 3,
+                 "cooldown": "1m", "joinTimeout": "10m"},
+    })
 }
 
 /// Runs one reconcile of the Refresher against the mocked apiserver.
@@ -182,31 +85,17 @@ async fn reconcile_once(
     refresher: Refresher,
     refuse_status_writes: bool,
 ) -> (crate::Result<kube::runtime::controller::Action>, Vec<Seen>) {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let seen = Arc::new(Mutex::new(vec![]));
-    let server = tokio::spawn(serve(
-        handle,
-        ApiServer {
-            refresher: refresher.clone(),
-            group,
-            cloud: cloud.clone(),
-            refuse_status_writes,
-            seen: seen.clone(),
-        },
-    ));
-    let ctx = context(kube::Client::new(service, NS), cloud).await;
+    let mut api = MockApi::new(cloud, &["a", "b", "c"])
+        .serve(path("refreshers", "workers"), &refresher)
+        .serve(path("nodegroups", "workers"), &group)
+        .serve(path("replenishers", "workers"), &replenisher());
+    if refuse_status_writes {
+        api = api.refuse_status_writes(path("refreshers", "workers"));
+    }
+    let (ctx, seen) = api.start().await;
     let result = reconcile_inner(Arc::new(refresher), &ctx).await;
-    drop(ctx);
-    server.abort();
     let seen = seen.lock().expect("log").clone();
     (result, seen)
-}
-
-fn calls(seen: &[Seen]) -> Vec<&str> {
-    seen.iter()
-        .map(|s| s.call.as_str())
-        .filter(|c| !c.ends_with("/events"))
-        .collect()
 }
 
 #[tokio::test]
@@ -214,13 +103,12 @@ async fn it_observes_then_persists_the_step_then_acts() {
     let (cloud, group, refresher) = scaling_up();
     let (result, seen) = reconcile_once(&cloud, group, refresher, false).await;
     result.expect("reconcile");
-    let base = format!("/apis/nodemanager.dev/v1alpha1/namespaces/{NS}");
     assert_eq!(
         calls(&seen),
         vec![
-            format!("GET {base}/refreshers/workers"),
-            format!("GET {base}/nodegroups/workers"),
-            format!("PATCH {base}/refreshers/workers/status"),
+            format!("GET {}", path("refreshers", "workers")),
+            format!("GET {}", path("nodegroups", "workers")),
+            format!("PATCH {}/status", path("refreshers", "workers")),
         ],
         "observe (the Refresher, its group), then persist"
     );
@@ -228,7 +116,8 @@ async fn it_observes_then_persists_the_step_then_acts() {
     assert_eq!(write.body["status"]["phase"], "ScalingUp");
     assert_eq!(write.body["status"]["message"], "adding surplus: a 1->2");
     assert_eq!(
-        write.a_desired_then, 1,
+        write.desired_then.get("a"),
+        Some(&1),
         "the step was written before the ASG was touched"
     );
     // One describe to observe, then the action the status recorded.

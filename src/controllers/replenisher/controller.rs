@@ -45,7 +45,7 @@ async fn reconcile(rp: Arc<Replenisher>, ctx: Arc<Context>) -> Result<Action> {
     instrumented(&ctx, CONTROLLER, reconcile_inner(rp, &ctx)).await
 }
 
-async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> {
+pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> {
     let Some(rp) = crate::controllers::runtime::reread(ctx, rp.as_ref()).await? else {
         return Ok(Action::await_change());
     };

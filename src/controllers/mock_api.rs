@@ -1,0 +1,153 @@
+//! For the reconcile tests: a mocked apiserver (kube's tower-test mock
+//! service) serving the objects a test sets up, recording every request with
+//! the fake cloud's desired counts at that moment, and a controller Context
+//! over it and the fake cloud.
+
+use crate::cloud::fake::FakeCloud;
+use crate::context::Context;
+use http::{Request, Response, StatusCode};
+use kube::client::Body;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+pub const NS: &str = "team";
+
+/// One request the mocked apiserver answered.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Method and path, e.g. `PATCH /apis/.../refreshers/workers/status`.
+    pub call: String,
+    pub body: serde_json::Value,
+    /// Each watched ASG's desired count when the request arrived.
+    pub desired_then: BTreeMap<String, i32>,
+}
+
+/// Serves `objects` (by API path) to GETs and to status writes on them.
+pub struct MockApi {
+    objects: BTreeMap<String, serde_json::Value>,
+    /// Status writes to these paths are answered with a 500.
+    refused: Vec<String>,
+    cloud: FakeCloud,
+    watched: Vec<String>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+/// The path of one of our custom resources in [`NS`].
+pub fn path(plural: &str, name: &str) -> String {
+    format!("/apis/nodemanager.dev/v1alpha1/namespaces/{NS}/{plural}/{name}")
+}
+
+impl MockApi {
+    /// `watched`: the fake cloud's ASGs whose desired count each request records.
+    pub fn new(cloud: &FakeCloud, watched: &[&str]) -> MockApi {
+        MockApi {
+            objects: BTreeMap::new(),
+            refused: vec![],
+            cloud: cloud.clone(),
+            watched: watched.iter().map(|w| w.to_string()).collect(),
+            seen: Arc::default(),
+        }
+    }
+
+    pub fn serve(mut self, path: String, object: &impl serde::Serialize) -> Self {
+        let object = serde_json::to_value(object).unwrap_or_default();
+        self.objects.insert(path, object);
+        self
+    }
+
+    /// Status writes to the object at `path` fail, as when etcd times out.
+    pub fn refuse_status_writes(mut self, path: String) -> Self {
+        self.refused.push(path);
+        self
+    }
+
+    fn answer(&self, method: &str, path: &str) -> (StatusCode, serde_json::Value) {
+        let object = |p: &str| self.objects.get(p).cloned();
+        match (method, path.strip_suffix("/status")) {
+            ("GET", None) => match object(path) {
+                Some(o) => (StatusCode::OK, o),
+                None => not_found(),
+            },
+            ("PATCH", Some(base)) if self.refused.iter().any(|r| r == base) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                status(500, "etcdserver: request timed out"),
+            ),
+            ("PATCH", Some(base)) => match object(base) {
+                Some(o) => (StatusCode::OK, o),
+                None => not_found(),
+            },
+            ("POST", None) if path.ends_with("/events") => {
+                (StatusCode::CREATED, serde_json::json!({}))
+            }
+            _ => not_found(),
+        }
+    }
+
+    /// A Context whose client talks to this apiserver, and the log of what
+    /// it was asked. The server runs until the Context is dropped.
+    pub async fn start(self) -> (Arc<Context>, Arc<Mutex<Vec<Seen>>>) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let seen = self.seen.clone();
+        let cloud = self.cloud.clone();
+        tokio::spawn(async move {
+            while let Some((request, respond)) = handle.next_request().await {
+                let method = request.method().to_string();
+                let path = request.uri().path().to_string();
+                let bytes = request
+                    .into_body()
+                    .collect_bytes()
+                    .await
+                    .unwrap_or_default();
+                let desired_then = self
+                    .watched
+                    .iter()
+                    .filter_map(|w| Some((w.clone(), self.cloud.group(w)?.desired)))
+                    .collect();
+                self.seen.lock().expect("log").push(Seen {
+                    call: format!("{method} {path}"),
+                    body: serde_json::from_slice(&bytes).unwrap_or_default(),
+                    desired_then,
+                });
+                let (code, answer) = self.answer(&method, &path);
+                let response = Response::builder()
+                    .status(code)
+                    .body(Body::from(serde_json::to_vec(&answer).unwrap_or_default()))
+                    .expect("response");
+                respond.send_response(response);
+            }
+        });
+        let client = kube::Client::new(service, NS);
+        let settings =
+            crate::config::Settings::resolve(&Default::default(), Default::default(), |_| None)
+                .expect("default settings");
+        let ctx = Arc::new(Context::new(
+            client.clone(),
+            client,
+            Arc::new(settings),
+            Arc::new(crate::clock::SystemClock),
+            Arc::new(crate::metrics::Metrics::default()),
+            crate::leader::Leadership::always(),
+            Arc::new(cloud),
+        ));
+        (ctx, seen)
+    }
+}
+
+/// The calls made, Events left out.
+pub fn calls(seen: &[Seen]) -> Vec<String> {
+    seen.iter()
+        .map(|s| s.call.clone())
+        .filter(|c| !c.ends_with("/events"))
+        .collect()
+}
+
+fn not_found() -> (StatusCode, serde_json::Value) {
+    (StatusCode::NOT_FOUND, status(404, "not found"))
+}
+
+fn status(code: u16, message: &str) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "code": code,
+    })
+}
