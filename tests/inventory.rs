@@ -446,3 +446,44 @@ async fn a_settled_group_status_is_not_rewritten_on_resync() {
     );
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn deleting_a_group_garbage_collects_its_children() {
+    let world = World::new("inv-gc").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group(
+                "workers",
+                &kops.asgs,
+                1,
+                serde_json::json!({"refresh": {"schedule": "0 3 * * Mon"}}),
+            ),
+        )
+        .await
+        .expect("create");
+    let (manager, _config) = world.start_manager(&[]);
+    let refreshers: Api<Refresher> = world.api();
+    let replenishers: Api<Replenisher> = world.api();
+    assert_eventually("children created", WAIT, || async {
+        let rf = refreshers.get_opt("workers").await.ok()?;
+        let rp = replenishers.get_opt("workers").await.ok()?;
+        (rf.is_some() && rp.is_some()).then_some(())
+    })
+    .await;
+    // The real garbage collector, not the manager, removes what the group owns.
+    groups
+        .delete("workers", &Default::default())
+        .await
+        .expect("delete group");
+    assert_eventually("children garbage-collected", WAIT, || async {
+        let rf = refreshers.get_opt("workers").await.ok()?;
+        let rp = replenishers.get_opt("workers").await.ok()?;
+        (rf.is_none() && rp.is_none()).then_some(())
+    })
+    .await;
+    assert!(manager.child_alive(), "{}", manager.logs());
+    world.cleanup().await;
+}

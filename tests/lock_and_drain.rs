@@ -240,7 +240,7 @@ async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
         .create(&PostParams::default(), &pdb)
         .await
         .expect("create pdb");
-    support::set_disruptions_allowed(&world, 1, 0).await;
+    support::assert_pdb_allows(&world, 0).await;
 
     let ns = &world.namespace;
     let first = drain_step(&ctx, &node_name).await.expect("drain step");
@@ -273,7 +273,8 @@ async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
     );
 
     // The budget allows one disruption: the protected pod goes too.
-    support::set_disruptions_allowed(&world, 1, 1).await;
+    support::set_min_available(&world, 0).await;
+    support::assert_pdb_allows(&world, 1).await;
     let third = drain_step(&ctx, &node_name).await.expect("drain step");
     assert_eq!(third.evicted, vec![format!("{ns}/db")]);
 

@@ -26,24 +26,35 @@ pub async fn create_pdb(world: &World, min_available: i32) {
         .expect("create pdb");
 }
 
-/// Sets the budget's status, which no controller computes on this apiserver.
-pub async fn set_disruptions_allowed(world: &World, healthy: i32, allowed: i32) {
-    let pdbs = pdb_api(world);
-    let generation = pdbs
-        .get("protected")
+/// Changes the budget's floor; the disruption controller recomputes its status.
+pub async fn set_min_available(world: &World, min_available: i32) {
+    let patch = serde_json::json!({"spec": {"minAvailable": min_available}});
+    pdb_api(world)
+        .patch("protected", &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .expect("pdb")
-        .metadata
-        .generation
-        .unwrap_or(1);
-    let status = serde_json::json!({"status": {"observedGeneration": generation, "disruptionsAllowed": allowed,
-        "currentHealthy": healthy, "desiredHealthy": healthy - allowed, "expectedPods": healthy}});
-    pdbs.patch_status("protected", &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .expect("set PDB status");
+        .expect("set minAvailable");
 }
 
-/// A bare pod bound to `node` (no kubelet starts it).
+/// Waits until the disruption controller has computed the budget's current
+/// spec and allows `allowed` disruptions; fails the test otherwise.
+pub async fn assert_pdb_allows(world: &World, allowed: i64) {
+    let pdbs = pdb_api(world);
+    crate::assert_eventually(
+        &format!("the disruption controller allows {allowed} disruption(s)"),
+        std::time::Duration::from_secs(60),
+        || async {
+            let pdb = pdbs.get("protected").await.ok()?;
+            let status = pdb.data.get("status")?;
+            let observed = status.get("observedGeneration")?.as_i64();
+            (observed == pdb.metadata.generation
+                && status.get("disruptionsAllowed")?.as_i64() == Some(allowed))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+/// A bare pod bound to `node` (a simulated kubelet runs it if the node is one of its own).
 pub fn bound_pod(
     name: &str,
     node: &str,

@@ -4,7 +4,8 @@
 //! tests and benches build on, by topic: the local control plane
 //! ([`plane`]), an isolated world per test ([`world`]), kops-like ASGs in it
 //! ([`kops`]), Kubernetes objects in it ([`cluster`]), a manager process
-//! ([`manager`]), refresh helpers ([`refresh`]). The product crate uses it as
+//! ([`manager`]), refresh helpers ([`refresh`]), a Deployment with a budget
+//! and its availability ([`workload`]). The product crate uses it as
 //! a dev-dependency only; `cargo install --path .` installs the manager alone.
 //!
 //! Tests use it as `use snm_testkit as support;`.
@@ -15,6 +16,7 @@ pub mod manager;
 pub mod plane;
 pub mod refresh;
 pub mod sim;
+pub mod workload;
 pub mod world;
 
 pub use cluster::*;

@@ -2,8 +2,13 @@
 //! like kops nodes to a real apiserver: every running instance of an ASG tagged
 //! as a kops instance group registers as a Node (named after the instance id,
 //! with providerID, kops/role/zone/type labels) after `register_delay`, turns
-//! Ready after `ready_delay`, and is deleted when its instance terminates. It
-//! also finishes pods being deleted on its nodes, as a kubelet would.
+//! Ready after `ready_delay`, and is deleted when its instance terminates.
+//! Like a kubelet it renews each Node's Lease in `kube-node-lease` (the node
+//! lifecycle controller's heartbeat), reports capacity so the scheduler can
+//! place pods, runs the pods bound to its Ready nodes (Running, then Ready
+//! after `pod_ready_delay`) and finishes a pod being deleted once its
+//! `terminationGracePeriodSeconds` (capped by `max_termination_grace`) has
+//! passed.
 //!
 //! Markers a test sets on an ASG by tag: [`NEVER_JOIN_TAG`] (its instances
 //! never register) and [`NOT_READY_TAG`] (comma-separated instance ids whose
@@ -12,6 +17,7 @@
 //! It only touches Nodes labelled with its own [`SIM_ACCOUNT_LABEL`], so tests
 //! sharing one apiserver (each with its own emulator account) stay apart.
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -42,7 +48,16 @@ pub struct SimConfig {
     /// Masters: from Node Ready to its control-plane pods (kube-apiserver,
     /// etcd-manager) Ready.
     pub control_plane_delay: Duration,
+    /// From a pod bound to a Ready node to the pod Ready.
+    pub pod_ready_delay: Duration,
+    /// A deleted pod takes its grace period to go, at most this long.
+    pub max_termination_grace: Duration,
 }
+
+/// How often a Node's Lease is renewed, and for how long it holds: a
+/// kubelet's defaults (10 s; the node lifecycle controller's grace is 40 s).
+const LEASE_RENEW: Duration = Duration::from_secs(10);
+const LEASE_SECONDS: i32 = 40;
 
 impl Default for SimConfig {
     fn default() -> Self {
@@ -52,6 +67,8 @@ impl Default for SimConfig {
             poll: Duration::from_millis(500),
             account: "default".into(),
             control_plane_delay: Duration::from_secs(2),
+            pod_ready_delay: Duration::from_secs(1),
+            max_termination_grace: Duration::from_secs(2),
         }
     }
 }
@@ -72,10 +89,15 @@ pub struct SimKubelet {
     first_seen: HashMap<String, Instant>,
     registered_at: HashMap<String, Instant>,
     ready_at: HashMap<String, Instant>,
+    leases: Api<Lease>,
+    renewed_at: HashMap<String, Instant>,
+    /// Pods (namespace/name) first seen bound to a Ready node of ours.
+    pod_seen: HashMap<String, Instant>,
 }
 
 impl SimKubelet {
     pub fn new(client: kube::Client, aws: AwsClients, config: SimConfig) -> Self {
+        let client_for_leases = client.clone();
         Self {
             nodes: Api::all(client.clone()),
             pods: Api::all(client),
@@ -85,6 +107,9 @@ impl SimKubelet {
             first_seen: HashMap::new(),
             registered_at: HashMap::new(),
             ready_at: HashMap::new(),
+            leases: Api::namespaced(client_for_leases, "kube-node-lease"),
+            renewed_at: HashMap::new(),
+            pod_seen: HashMap::new(),
         }
     }
 
@@ -184,6 +209,11 @@ impl SimKubelet {
                 }
                 self.registered_at.remove(name);
                 self.ready_at.remove(name);
+                self.renewed_at.remove(name);
+                match self.leases.delete(name, &DeleteParams::default()).await {
+                    Ok(_) | Err(kube::Error::Api(_)) => {}
+                    Err(e) => return Err(Error::kube(format!("delete lease {name}"))(e)),
+                }
             }
         }
         let mut control_plane = BTreeMap::new();
@@ -210,6 +240,7 @@ impl SimKubelet {
             if ready != current || !existing.contains_key(*id) {
                 self.set_ready(id, ready).await?;
             }
+            self.renew_lease(id, now).await?;
             if ready && member.master {
                 let since = *self.ready_at.entry(id.to_string()).or_insert(now);
                 control_plane.insert(
@@ -219,7 +250,35 @@ impl SimKubelet {
             }
         }
         self.sync_control_plane(&control_plane).await?;
-        self.finish_terminating_pods(&existing).await
+        self.run_pods(&existing).await
+    }
+
+    /// The kubelet's heartbeat: the node lifecycle controller marks a Node
+    /// whose Lease is not renewed within its grace (40 s) Unknown.
+    async fn renew_lease(&mut self, node: &str, now: Instant) -> Result<()> {
+        if self
+            .renewed_at
+            .get(node)
+            .is_some_and(|t| now.duration_since(*t) < LEASE_RENEW)
+        {
+            return Ok(());
+        }
+        let lease = serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": node, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": node, "leaseDurationSeconds": LEASE_SECONDS,
+                     "renewTime": micro_time_now()},
+        });
+        self.leases
+            .patch(
+                node,
+                &PatchParams::apply("sim-kubelet").force(),
+                &Patch::Apply(&lease),
+            )
+            .await
+            .map_err(Error::kube(format!("renew lease of {node}")))?;
+        self.renewed_at.insert(node.to_string(), now);
+        Ok(())
     }
 
     async fn register(
@@ -276,10 +335,15 @@ impl SimKubelet {
         } else {
             ("False", "KubeletNotReady")
         };
-        let patch = serde_json::json!({"status": {"conditions": [{
-            "type": "Ready", "status": status, "reason": reason,
-            "lastHeartbeatTime": now, "lastTransitionTime": now,
-        }]}});
+        // Capacity as an m5.large reports it, so the scheduler places pods.
+        let resources = serde_json::json!({"cpu": "2", "memory": "8Gi", "pods": "110"});
+        let patch = serde_json::json!({"status": {
+            "capacity": resources, "allocatable": resources,
+            "conditions": [{
+                "type": "Ready", "status": status, "reason": reason,
+                "lastHeartbeatTime": now, "lastTransitionTime": now,
+            }],
+        }});
         self.nodes
             .patch_status(id, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -352,8 +416,11 @@ impl SimKubelet {
         Ok(())
     }
 
-    /// Stands in for the kubelet: pods being deleted on our nodes go away.
-    async fn finish_terminating_pods(&self, nodes: &BTreeMap<String, Node>) -> Result<()> {
+    /// Stands in for the kubelet on our nodes: pods bound to a Ready node
+    /// run and turn Ready after `pod_ready_delay`; a pod being deleted goes
+    /// once its grace period (at most `max_termination_grace`) has passed.
+    /// The control-plane mirror pods are [`Self::sync_control_plane`]'s.
+    async fn run_pods(&mut self, nodes: &BTreeMap<String, Node>) -> Result<()> {
         if nodes.is_empty() {
             return Ok(());
         }
@@ -362,33 +429,123 @@ impl SimKubelet {
             .list(&ListParams::default())
             .await
             .map_err(Error::kube("list pods"))?;
+        let now = Instant::now();
+        let mut seen = HashMap::new();
         for pod in pods.items {
-            let on_our_node = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .is_some_and(|n| nodes.contains_key(n));
-            if !on_our_node || pod.metadata.deletion_timestamp.is_none() {
+            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+                continue;
+            };
+            let Some(node) = nodes.get(node) else {
+                continue;
+            };
+            if pod.labels().contains_key(SIM_ACCOUNT_LABEL) {
                 continue;
             }
             let Some(namespace) = pod.namespace() else {
                 continue;
             };
+            let name = pod.name_any();
             let api: Api<Pod> = Api::namespaced(self.pods.clone().into_client(), &namespace);
+            if let Some(deleted) = &pod.metadata.deletion_timestamp {
+                if grace_over(&pod, deleted, self.config.max_termination_grace) {
+                    match api
+                        .delete(&name, &DeleteParams::default().grace_period(0))
+                        .await
+                    {
+                        Ok(_) | Err(kube::Error::Api(_)) => {}
+                        Err(e) => {
+                            return Err(Error::kube(format!("finish pod {namespace}/{name}"))(e));
+                        }
+                    }
+                }
+                continue;
+            }
+            if !spot_node_manager::k8s::node::is_ready(node) || is_pod_ready(&pod) {
+                continue;
+            }
+            let key = format!("{namespace}/{name}");
+            let first = *self.pod_seen.get(&key).unwrap_or(&now);
+            seen.insert(key.clone(), first);
+            let ready = now.duration_since(first) >= self.config.pod_ready_delay;
+            let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            if running && !ready {
+                continue;
+            }
+            let patch = pod_status(&pod, ready);
             match api
-                .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
-                Ok(_) => {}
+                Ok(_) => debug!(pod = %key, ready, "pod running"),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    return Err(Error::kube(format!(
-                        "finish pod {namespace}/{}",
-                        pod.name_any()
-                    ))(e));
-                }
+                Err(e) => return Err(Error::kube(format!("run pod {key}"))(e)),
             }
         }
+        self.pod_seen = seen;
         Ok(())
     }
+}
+
+fn micro_time_now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+fn is_pod_ready(pod: &Pod) -> bool {
+    spot_node_manager::k8s::control_plane::is_pod_ready(pod)
+}
+
+/// Whether a pod being deleted has had its grace period (capped), counted
+/// from when the deletion was asked for.
+fn grace_over(
+    pod: &Pod,
+    deleted: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    cap: Duration,
+) -> bool {
+    let grace = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .unwrap_or(0)
+        .max(0) as u64;
+    let Ok(until_deadline) = std::time::Duration::try_from(
+        deleted
+            .0
+            .duration_since(k8s_openapi::jiff::Timestamp::now()),
+    ) else {
+        // The deadline (asked + grace) has passed.
+        return true;
+    };
+    // Asked at deadline - grace; done at asked + min(grace, cap).
+    let waited = Duration::from_secs(grace).saturating_sub(until_deadline);
+    waited >= Duration::from_secs(grace).min(cap)
+}
+
+/// A running pod's status, as a kubelet reports it.
+fn pod_status(pod: &Pod, ready: bool) -> serde_json::Value {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let flag = if ready { "True" } else { "False" };
+    let containers: Vec<serde_json::Value> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .map(|c| {
+            serde_json::json!({
+                "name": c.name, "image": c.image.clone().unwrap_or_default(),
+                "imageID": "", "ready": ready, "restartCount": 0, "started": true,
+                "state": {"running": {"startedAt": now}},
+            })
+        })
+        .collect();
+    serde_json::json!({"status": {
+        "phase": "Running",
+        "startTime": now,
+        "podIP": "10.0.0.1",
+        "hostIP": "10.0.0.1",
+        "containerStatuses": containers,
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": flag, "lastTransitionTime": now},
+            {"type": "Ready", "status": flag, "lastTransitionTime": now},
+        ],
+    }})
 }

@@ -95,6 +95,7 @@ impl World {
                 poll: Duration::from_millis(300),
                 account: self.account.clone(),
                 control_plane_delay: Duration::from_secs(2),
+                ..Default::default()
             },
         );
         tokio::spawn(sim.run(token.clone()));

@@ -1,0 +1,124 @@
+//! A workload on a world's nodes: a Deployment with a PodDisruptionBudget,
+//! run by the real controllers and scheduler and the simulated kubelet, and a
+//! sampler of its Ready pods (what a user cares about while nodes change).
+
+use crate::sim::SIM_ACCOUNT_LABEL;
+use crate::world::World;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub const APP: &str = "web";
+
+/// Deployment `web` with `replicas` pods, placed only on this world's nodes,
+/// and PDB `web` allowing `max_unavailable` of them to be disrupted.
+pub async fn deploy_web(world: &World, replicas: i32, max_unavailable: i32) {
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": APP},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": APP}},
+            "template": {
+                "metadata": {"labels": {"app": APP}},
+                "spec": {
+                    // Other tests' nodes share this apiserver: stay on ours.
+                    "nodeSelector": {SIM_ACCOUNT_LABEL: world.account},
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": APP, "image": "registry.invalid/web"}],
+                },
+            },
+        },
+    }))
+    .expect("deployment");
+    let deployments: Api<Deployment> = world.api();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("create deployment");
+    let pdb: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": APP},
+        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": {"app": APP}}},
+    }))
+    .expect("pdb");
+    crate::pdb_api(world)
+        .create(&PostParams::default(), &pdb)
+        .await
+        .expect("create pdb");
+}
+
+/// The workload's Ready pods (not being deleted), with their nodes.
+pub async fn ready_web_pods(world: &World) -> Vec<(String, String)> {
+    ready_in(&world.api()).await
+}
+
+async fn ready_in(pods: &Api<Pod>) -> Vec<(String, String)> {
+    let Ok(list) = pods
+        .list(&ListParams::default().labels(&format!("app={APP}")))
+        .await
+    else {
+        return vec![];
+    };
+    list.items
+        .iter()
+        .filter(|p| spot_node_manager::k8s::control_plane::is_pod_ready(p))
+        .map(|p| {
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            (p.name_any(), node)
+        })
+        .collect()
+}
+
+/// What a pod sampler saw.
+#[derive(Debug, Default, Clone)]
+pub struct PodSamples {
+    pub count: usize,
+    pub min_ready: Option<usize>,
+    /// Every pod seen Ready, and every node one ran on.
+    pub pods: BTreeSet<String>,
+    pub nodes: BTreeSet<String>,
+}
+
+pub struct PodSampler {
+    stop: tokio_util::sync::CancellationToken,
+    samples: Arc<Mutex<PodSamples>>,
+}
+
+impl PodSampler {
+    pub fn stop(self) -> PodSamples {
+        self.stop.cancel();
+        self.samples.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+/// Samples the workload's Ready pods every 250 ms until stopped.
+pub fn sample_web(world: &World) -> PodSampler {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let samples = Arc::new(Mutex::new(PodSamples::default()));
+    let pods: Api<Pod> = world.api();
+    let (token, out) = (stop.clone(), samples.clone());
+    tokio::spawn(async move {
+        while !token.is_cancelled() {
+            let ready = ready_in(&pods).await;
+            if let Ok(mut s) = out.lock() {
+                s.count += 1;
+                s.min_ready = Some(s.min_ready.map_or(ready.len(), |m| m.min(ready.len())));
+                for (pod, node) in ready {
+                    s.pods.insert(pod);
+                    s.nodes.insert(node);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    PodSampler { stop, samples }
+}
