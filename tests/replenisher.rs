@@ -521,8 +521,9 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
     );
 
     // The budget allows one disruption: the node is drained and removed.
+    // (The drain takes the one disruption at once, so the budget's status
+    // may show it for only a moment: wait for the removal itself.)
     support::set_min_available(&world, 1).await;
-    support::assert_pdb_allows(&world, 1).await;
     assert_eventually("surplus removed", WAIT, || async {
         let ids = world.asg_instances(&kops.asgs[0]).await;
         (ids.len() == 1 && !ids.contains(&target.instance_id)).then_some(())
