@@ -122,3 +122,42 @@ pub fn sample_web(world: &World) -> PodSampler {
     });
     PodSampler { stop, samples }
 }
+
+/// DaemonSet `agent` on this world's nodes: the real DaemonSet controller
+/// puts one pod on each, and a drain must leave them be.
+pub async fn deploy_agent(world: &World) {
+    let daemon_set: k8s_openapi::api::apps::v1::DaemonSet =
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "agent"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "agent"}},
+                "template": {
+                    "metadata": {"labels": {"app": "agent"}},
+                    "spec": {
+                        "nodeSelector": {SIM_ACCOUNT_LABEL: world.account},
+                        "terminationGracePeriodSeconds": 1,
+                        "containers": [{"name": "agent", "image": "registry.invalid/agent"}],
+                    },
+                },
+            },
+        }))
+        .expect("daemon set");
+    let api: Api<k8s_openapi::api::apps::v1::DaemonSet> = world.api();
+    api.create(&PostParams::default(), &daemon_set)
+        .await
+        .expect("create daemon set");
+}
+
+/// The nodes running a Ready `agent` pod.
+pub async fn nodes_with_ready_agent(world: &World) -> BTreeSet<String> {
+    let pods: Api<Pod> = world.api();
+    let Ok(list) = pods.list(&ListParams::default().labels("app=agent")).await else {
+        return BTreeSet::new();
+    };
+    list.items
+        .iter()
+        .filter(|p| spot_node_manager::k8s::control_plane::is_pod_ready(p))
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect()
+}
