@@ -6,12 +6,16 @@
 
 use snm_testkit as support;
 
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use spot_node_manager::crd::replenisher::ReplenishPhase;
+use spot_node_manager::crd::{NodeGroup, Replenisher};
 use std::collections::BTreeSet;
-use support::assert_eventually;
 use support::refresh::*;
 use support::workload::{
     deploy_agent, deploy_web, nodes_with_ready_agent, ready_web_pods, sample_web,
 };
+use support::{World, ZONES, assert_eventually};
 
 const REPLICAS: usize = 6;
 
@@ -79,5 +83,102 @@ async fn a_refresh_keeps_the_workload_within_its_budget_and_moves_every_pod() {
         moved.iter().all(|p| !after.iter().any(|(q, _)| q == *p)),
         "every original pod was evicted and recreated: before {before:?}, after {after:?}"
     );
+    world.cleanup().await;
+}
+
+/// The emulator's marker: the ASG's launches fail for lack of capacity.
+const NO_CAPACITY: &str = "snm.test/no-capacity";
+
+#[tokio::test]
+async fn replenishing_a_lost_node_and_scaling_back_in_keeps_the_workload_within_its_budget() {
+    let world = World::new("wl-shortage").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let short = kops.asgs[0].clone();
+    world.set_timing(&short, "capacity-retry", 5.0).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &group("workers", "Worker", &kops.asgs, 3),
+        )
+        .await
+        .expect("create group");
+    let (manager, _config) = world.start_manager(&[]);
+    let replenishers: Api<Replenisher> = world.api();
+    let steady = || async {
+        let rp = replenishers.get("workers").await.ok()?.status?;
+        (ready_count(&groups, "workers").await? == 3
+            && rp.phase == ReplenishPhase::Steady
+            && rp.raised.is_empty())
+        .then_some(())
+    };
+    assert_eventually("steady with 3 Ready", RUN, steady).await;
+    deploy_web(&world, REPLICAS as i32, 1).await;
+    assert_eventually("6 Ready pods", WAIT, || async {
+        (ready_web_pods(&world).await.len() == REPLICAS).then_some(())
+    })
+    .await;
+
+    // A spot loss in a zone out of capacity: its pods go with it (not ours
+    // to protect), the replenisher launches elsewhere, the pods come back.
+    world.tag_asg(&short, NO_CAPACITY, "true").await;
+    let lost = world.asg_instances(&short).await.remove(0);
+    world.lose_instance(&lost).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    assert_eventually("the lost node is gone", WAIT, || async {
+        nodes.get_opt(&lost).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert_eventually("3 Ready nodes and 6 Ready pods again", RUN, || async {
+        (ready_count(&groups, "workers").await? == 3
+            && ready_web_pods(&world).await.len() == REPLICAS)
+            .then_some(())
+    })
+    .await;
+
+    // Spread the pods over the three nodes, the raised one included (a
+    // rollout, as a user's next deploy would), so the scale-in has pods to move.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = world.api();
+    let restart = serde_json::json!({"spec": {"template": {"metadata": {"annotations":
+        {"snm.test/restarted": "1"}}}}});
+    deployments
+        .patch("web", &PatchParams::default(), &Patch::Merge(&restart))
+        .await
+        .expect("restart the deployment");
+    assert_eventually("6 Ready pods over 3 nodes", RUN, || async {
+        let ready = ready_web_pods(&world).await;
+        let on: BTreeSet<&String> = ready.iter().map(|(_, n)| n).collect();
+        (ready.len() == REPLICAS && on.len() == 3).then_some(())
+    })
+    .await;
+
+    // From here on every disruption is ours: the capacity returns, the short
+    // ASG launches its own node again, and the replenisher drains and removes
+    // the one it raised, explicitly, within the budget.
+    let sampler = sample_web(&world);
+    world.untag_asg(&short, NO_CAPACITY, "true").await;
+    assert_eventually("scaled back in to the original layout", RUN, || async {
+        let layout = world.asg_snapshot(&kops.asgs).await;
+        let back = layout
+            .iter()
+            .all(|(_, desired, ids)| *desired == 1 && ids.len() == 1);
+        (back && ready_web_pods(&world).await.len() == REPLICAS).then_some(())
+    })
+    .await;
+    assert_eventually("steady again", WAIT, steady).await;
+    let samples = sampler.stop();
+    println!(
+        "FIGURES workload through the scale-in: min Ready pods {:?} of {REPLICAS} (budget floor {}), {} samples",
+        samples.min_ready,
+        REPLICAS - 1,
+        samples.count
+    );
+    assert!(samples.count > 10, "too few samples: {samples:?}");
+    assert!(
+        samples.min_ready >= Some(REPLICAS - 1),
+        "Ready pods fell below the budget's floor: {samples:?}"
+    );
+    assert!(manager.child_alive(), "{}", manager.logs());
     world.cleanup().await;
 }
