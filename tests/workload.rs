@@ -139,6 +139,27 @@ async fn replenishing_a_lost_node_and_scaling_back_in_keeps_the_workload_within_
 
     // Spread the pods over the three nodes, the raised one included (a
     // rollout, as a user's next deploy would), so the scale-in has pods to move.
+    // First the node lifecycle controller must have lifted the new node's
+    // not-ready taint (it looks every 5 s), or the scheduler passes it over.
+    let selector = format!("{}={}", support::sim::SIM_ACCOUNT_LABEL, world.account);
+    assert_eventually("3 untainted nodes", WAIT, || async {
+        let list = nodes
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .ok()?;
+        let untainted = list
+            .items
+            .iter()
+            .filter(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_none_or(|t| t.is_empty())
+            })
+            .count();
+        (untainted == 3).then_some(())
+    })
+    .await;
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = world.api();
     let restart = serde_json::json!({"spec": {"template": {"metadata": {"annotations":
         {"snm.test/restarted": "1"}}}}});
@@ -179,6 +200,76 @@ async fn replenishing_a_lost_node_and_scaling_back_in_keeps_the_workload_within_
         samples.min_ready >= Some(REPLICAS - 1),
         "Ready pods fell below the budget's floor: {samples:?}"
     );
+    assert!(manager.child_alive(), "{}", manager.logs());
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_evicted() {
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager,
+        config: _config,
+        sim: _sim,
+    } = three_workers("wl-no-disruption").await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    deploy_web(&world, REPLICAS as i32, 0).await;
+    let pods_before = assert_eventually("6 Ready pods", WAIT, || async {
+        let ready = ready_web_pods(&world).await;
+        (ready.len() == REPLICAS).then_some(ready)
+    })
+    .await;
+    let sampler = sample_web(&world);
+    schedule_refresh(
+        &world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "drainTimeout": "10s", "drainTimeoutAction": "Abort"}),
+    )
+    .await;
+    let rf = run_finished(&world, "workers").await;
+    let samples = sampler.stop();
+    let last = rf.status.and_then(|s| s.last_run).expect("last run");
+    assert_eq!(
+        last.result,
+        spot_node_manager::crd::refresher::RunResult::Failed,
+        "{last:?}"
+    );
+    let reason = last.reason.unwrap_or_default();
+    assert!(reason.contains("timed out"), "{reason}");
+    // Nothing evicted against the budget: the same pods, all Ready throughout.
+    assert_eq!(samples.min_ready, Some(REPLICAS), "{samples:?}");
+    let pods_after = ready_web_pods(&world).await;
+    assert_eq!(pods_after, pods_before);
+    // Cleanly: the node given up on is back in service, the surplus gone, the
+    // layout as recorded, the lock free.
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    assert_eventually("no node left cordoned, layout back", WAIT, || async {
+        let layout = world.asg_snapshot(&kops.asgs).await;
+        let back = layout
+            .iter()
+            .zip(&before)
+            .all(|((_, d, ids), (_, d0, _))| d == d0 && ids.len() == 1);
+        let list = nodes
+            .list(&kube::api::ListParams::default().labels(&format!(
+                "{}={}",
+                support::sim::SIM_ACCOUNT_LABEL,
+                world.account
+            )))
+            .await
+            .ok()?;
+        let cordoned = list
+            .items
+            .iter()
+            .any(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true));
+        (back && !cordoned).then_some(())
+    })
+    .await;
+    let group = groups.get("workers").await.expect("group");
+    assert_eq!(group.status.and_then(|s| s.operation), None);
+    let reasons = support::event_reasons(&world).await;
+    assert!(reasons.iter().any(|r| r == "DrainBlocked"), "{reasons:?}");
     assert!(manager.child_alive(), "{}", manager.logs());
     world.cleanup().await;
 }
