@@ -2,7 +2,7 @@
 
 #[test]
 fn committed_crds_match_the_rust_types() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/crds");
+    let dir = snm_testkit::repo_root().join("manifests/crds");
     for (file, crd) in spot_node_manager::crd::all() {
         let generated = spot_node_manager::crd::to_yaml(&crd).expect("serialize CRD");
         let committed = std::fs::read_to_string(dir.join(file))

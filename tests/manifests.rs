@@ -60,7 +60,7 @@ async fn apply_file(client: &kube::Client, discovery: &Discovery, path: &Path) -
 async fn every_manifest_applies_cleanly() {
     let world = support::World::new("manifests").await;
     let client = world.client.clone();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    let root = support::repo_root().join("manifests");
     let mut applied = vec![];
     // CRDs and the namespace first: later files depend on them.
     for file in [
@@ -115,13 +115,138 @@ async fn every_manifest_applies_cleanly() {
         "{:?}",
         masters.spec.validate()
     );
+
+    // The shipped RBAC grants the manager's ServiceAccount every request it
+    // makes (asked of the apiserver's own RBAC authorizer).
+    for (verb, group, resource, namespace) in MANAGER_REQUESTS {
+        support::assert_eventually(
+            &format!("{verb} {group}/{resource} in {namespace:?} allowed"),
+            std::time::Duration::from_secs(10),
+            || async {
+                allowed(&client, verb, group, resource, namespace)
+                    .await
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    assert!(
+        !allowed(
+            &client,
+            "delete",
+            "nodemanager.dev",
+            "nodegroups",
+            &Some("spot-node-manager")
+        )
+        .await,
+        "the manager must not be able to delete the user's NodeGroups"
+    );
+}
+
+/// Every (verb, API group, resource, namespace) the manager requests.
+const MANAGER_REQUESTS: &[(&str, &str, &str, &Option<&str>)] = &[
+    ("list", "", "nodes", &None),
+    ("watch", "", "nodes", &None),
+    ("patch", "", "nodes", &None),
+    ("list", "", "pods", &None),
+    ("create", "", "pods/eviction", &Some("default")),
+    (
+        "create",
+        "events.k8s.io",
+        "events",
+        &Some("spot-node-manager"),
+    ),
+    (
+        "watch",
+        "nodemanager.dev",
+        "nodegroups",
+        &Some("spot-node-manager"),
+    ),
+    // The finalizer that holds a deletion until the group's work is unwound.
+    (
+        "patch",
+        "nodemanager.dev",
+        "nodegroups",
+        &Some("spot-node-manager"),
+    ),
+    (
+        "patch",
+        "nodemanager.dev",
+        "nodegroups/status",
+        &Some("spot-node-manager"),
+    ),
+    (
+        "patch",
+        "nodemanager.dev",
+        "refreshers",
+        &Some("spot-node-manager"),
+    ),
+    (
+        "delete",
+        "nodemanager.dev",
+        "replenishers",
+        &Some("spot-node-manager"),
+    ),
+    (
+        "patch",
+        "nodemanager.dev",
+        "replenishers/status",
+        &Some("spot-node-manager"),
+    ),
+    (
+        "update",
+        "coordination.k8s.io",
+        "leases",
+        &Some("spot-node-manager"),
+    ),
+];
+
+async fn allowed(
+    client: &kube::Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: &Option<&str>,
+) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_string())),
+        None => (resource, None),
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some("system:serviceaccount:spot-node-manager:spot-node-manager".into()),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                subresource,
+                namespace: namespace.map(String::from),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+    let answer = reviews
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("SubjectAccessReview");
+    answer.status.is_some_and(|s| s.allowed)
 }
 
 #[tokio::test]
 async fn invalid_node_groups_are_rejected_by_schema_validation() {
     let world = support::World::new("invalid").await;
     let api: Api<NodeGroup> = world.api();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/invalid");
+    let dir = support::repo_root().join("tests/fixtures/invalid");
     let cases = [
         ("negative-desired.yaml", "spec.desired"),
         ("unknown-role.yaml", "spec.role"),

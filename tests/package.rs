@@ -16,7 +16,7 @@ fn the_product_package_installs_only_the_manager() {
             "1",
             "--manifest-path",
         ])
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .arg(snm_testkit::repo_root().join("Cargo.toml"))
         .output()
         .expect("run cargo metadata");
     assert!(

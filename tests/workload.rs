@@ -7,9 +7,11 @@
 use snm_testkit as support;
 
 use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use spot_node_manager::crd::refresher::RefreshPhase;
 use spot_node_manager::crd::replenisher::ReplenishPhase;
-use spot_node_manager::crd::{NodeGroup, Replenisher};
+use spot_node_manager::crd::{NodeGroup, Refresher, Replenisher};
 use std::collections::BTreeSet;
 use support::refresh::*;
 use support::workload::{
@@ -238,6 +240,8 @@ async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_e
     );
     let reason = last.reason.unwrap_or_default();
     assert!(reason.contains("timed out"), "{reason}");
+    // It says which budget held it, in the apiserver's words.
+    assert!(reason.contains("disruption budget web"), "{reason}");
     // Nothing evicted against the budget: the same pods, all Ready throughout.
     assert_eq!(samples.min_ready, Some(REPLICAS), "{samples:?}");
     let pods_after = ready_web_pods(&world).await;
@@ -270,6 +274,120 @@ async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_e
     assert_eq!(group.status.and_then(|s| s.operation), None);
     let reasons = support::event_reasons(&world).await;
     assert!(reasons.iter().any(|r| r == "DrainBlocked"), "{reasons:?}");
+    assert!(manager.child_alive(), "{}", manager.logs());
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go() {
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager,
+        config: _config,
+        sim: _sim,
+    } = three_workers("wl-delete-mid-run").await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    // A budget that allows nothing holds the first drain: the run stays in
+    // Draining, with an old node cordoned and the surplus up, until deleted.
+    deploy_web(&world, REPLICAS as i32, 0).await;
+    let pods_before = assert_eventually("6 Ready pods", WAIT, || async {
+        let ready = ready_web_pods(&world).await;
+        (ready.len() == REPLICAS).then_some(ready)
+    })
+    .await;
+    let group = groups.get("workers").await.expect("group");
+    assert!(
+        group
+            .finalizers()
+            .iter()
+            .any(|f| f == spot_node_manager::controllers::inventory::deletion::FINALIZER),
+        "the inventory puts its finalizer on every group: {:?}",
+        group.finalizers()
+    );
+    schedule_refresh(
+        &world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "drainTimeout": "10m"}),
+    )
+    .await;
+    let refreshers: Api<Refresher> = world.api();
+    let replenishers: Api<Replenisher> = world.api();
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let cordoned = || async {
+        let list = nodes
+            .list(&kube::api::ListParams::default().labels(&format!(
+                "{}={}",
+                support::sim::SIM_ACCOUNT_LABEL,
+                world.account
+            )))
+            .await
+            .ok()?;
+        Some(
+            list.items
+                .iter()
+                .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+                .map(|n| n.name_any())
+                .collect::<Vec<_>>(),
+        )
+    };
+    assert_eventually("a drain under way, an old node cordoned", RUN, || async {
+        let rf = refreshers.get("workers").await.ok()?;
+        let status = rf.status?;
+        (status.phase == RefreshPhase::Draining && cordoned().await?.len() == 1).then_some(())
+    })
+    .await;
+    let raised = world.asg_snapshot(&kops.asgs).await;
+    assert_ne!(
+        desired_counts(&raised),
+        desired_counts(&before),
+        "the surplus is up"
+    );
+
+    groups
+        .delete("workers", &Default::default())
+        .await
+        .expect("delete group");
+    // The deletion waits, saying for what, while the run unwinds.
+    assert_eventually(
+        "the group says what its deletion waits for",
+        WAIT,
+        || async {
+            let g = groups.get_opt("workers").await.ok()??;
+            let status = g.status?;
+            let c = status.conditions.iter().find(|c| c.type_ == "Deleting")?;
+            c.message.contains("refresh run").then_some(())
+        },
+    )
+    .await;
+    assert_eventually("group and children gone", RUN, || async {
+        let g = groups.get_opt("workers").await.ok()?;
+        let rf = refreshers.get_opt("workers").await.ok()?;
+        let rp = replenishers.get_opt("workers").await.ok()?;
+        (g.is_none() && rf.is_none() && rp.is_none()).then_some(())
+    })
+    .await;
+    // Unwound before they went: nothing cordoned, the surplus terminated,
+    // every ASG at its recorded count with one instance in service.
+    assert_eq!(cordoned().await, Some(vec![]));
+    let after = world.asg_snapshot(&kops.asgs).await;
+    assert_eq!(desired_counts(&after), desired_counts(&before));
+    // (The surplus instance may still be shutting down in its ASG.)
+    assert_eventually("one instance per ASG, no surplus left", WAIT, || async {
+        let after = world.asg_snapshot(&kops.asgs).await;
+        after.iter().all(|(_, _, ids)| ids.len() == 1).then_some(())
+    })
+    .await;
+    // Nothing was evicted against the budget.
+    assert_eq!(ready_web_pods(&world).await, pods_before);
+    let reasons = support::event_reasons(&world).await;
+    assert!(reasons.iter().any(|r| r == "RefreshFailed"), "{reasons:?}");
+    assert!(
+        manager.logs().contains("the NodeGroup is being deleted"),
+        "{}",
+        manager.logs()
+    );
     assert!(manager.child_alive(), "{}", manager.logs());
     world.cleanup().await;
 }

@@ -150,6 +150,10 @@ pub struct RefreshTarget {
     /// restart retries this termination and never picks a second node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminated: Option<DateTime<Utc>>,
+    /// What last refused an eviction from its node (the PodDisruptionBudget,
+    /// in the apiserver's words), so a drain given up says what held it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

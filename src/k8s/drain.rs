@@ -54,6 +54,11 @@ pub struct DrainProgress {
     pub evicted: Vec<String>,
     /// Refused by a PodDisruptionBudget in this step.
     pub blocked: Vec<String>,
+    /// What the refusing budgets said (each names its budget), deduplicated.
+    pub budgets: Vec<String>,
+    /// Refused for load (a 429 that is not a budget's: API priority and
+    /// fairness); retried on the next step, not reported as blocked.
+    pub throttled: Vec<String>,
     /// Terminating, waited for.
     pub waiting: Vec<String>,
     /// Dry-run: what would have been evicted.
@@ -64,7 +69,10 @@ impl DrainProgress {
     /// Nothing left on the node that a drain must move. In dry-run, pods that
     /// would have been evicted count as moved: the drain is done as planned.
     pub fn done(&self) -> bool {
-        self.evicted.is_empty() && self.blocked.is_empty() && self.waiting.is_empty()
+        self.evicted.is_empty()
+            && self.blocked.is_empty()
+            && self.waiting.is_empty()
+            && self.throttled.is_empty()
     }
 }
 
@@ -114,7 +122,10 @@ pub async fn drain_step(ctx: &Context, node_name: &str) -> Result<DrainProgress>
                             match api.evict(&name, &EvictParams::default()).await {
                                 Ok(_) => Ok(Evicted::Yes),
                                 Err(kube::Error::Api(s)) if s.code == 429 => {
-                                    Ok(Evicted::BlockedByBudget)
+                                    Ok(match budget_refusal(&s) {
+                                        Some(budget) => Evicted::BlockedByBudget(budget),
+                                        None => Evicted::Throttled,
+                                    })
                                 }
                                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(Evicted::Gone),
                                 Err(e) => Err(Error::kube(format!("evict pod {id}"))(e)),
@@ -124,9 +135,16 @@ pub async fn drain_step(ctx: &Context, node_name: &str) -> Result<DrainProgress>
                     .await?;
                 match outcome {
                     Applied::Performed(Evicted::Yes) => progress.evicted.push(id),
-                    Applied::Performed(Evicted::BlockedByBudget) => {
+                    Applied::Performed(Evicted::BlockedByBudget(budget)) => {
                         ctx.metrics.drain("blocked_by_pdb");
-                        progress.blocked.push(id)
+                        progress.blocked.push(id);
+                        if !progress.budgets.contains(&budget) {
+                            progress.budgets.push(budget);
+                        }
+                    }
+                    Applied::Performed(Evicted::Throttled) => {
+                        ctx.metrics.drain("throttled");
+                        progress.throttled.push(id)
                     }
                     Applied::Performed(Evicted::Gone) => {}
                     Applied::DryRun => progress.dry_run.push(id),
@@ -139,8 +157,27 @@ pub async fn drain_step(ctx: &Context, node_name: &str) -> Result<DrainProgress>
 
 enum Evicted {
     Yes,
-    BlockedByBudget,
+    /// What the budget said ("The disruption budget web needs 6 healthy pods
+    /// and has 6 currently").
+    BlockedByBudget(String),
+    Throttled,
     Gone,
+}
+
+/// Pure: whether a 429 from the Eviction API is a PodDisruptionBudget's
+/// refusal, and what it said. The apiserver names the budget in a cause of
+/// reason `DisruptionBudget`; a 429 without one is load shedding.
+pub fn budget_refusal(status: &kube::core::Status) -> Option<String> {
+    let cause = status
+        .details
+        .as_ref()
+        .and_then(|d| d.causes.iter().find(|c| c.reason == "DisruptionBudget"));
+    match cause {
+        Some(c) if !c.message.is_empty() => Some(c.message.clone()),
+        Some(_) => Some(status.message.clone()),
+        None if status.message.contains("disruption budget") => Some(status.message.clone()),
+        None => None,
+    }
 }
 
 /// Cordons the node once; false when the node does not exist.
@@ -295,5 +332,27 @@ mod tests {
             ..Default::default()
         };
         assert!(!blocked.done());
+    }
+
+    #[test]
+    fn a_budgets_refusal_is_told_from_load_shedding() {
+        let refusal: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 429, "reason": "TooManyRequests",
+            "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+            "details": {"causes": [{"reason": "DisruptionBudget",
+                "message": "The disruption budget web needs 6 healthy pods and has 6 currently"}]}
+        }))
+        .expect("status");
+        assert_eq!(
+            budget_refusal(&refusal).as_deref(),
+            Some("The disruption budget web needs 6 healthy pods and has 6 currently")
+        );
+        let throttled: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 429, "reason": "TooManyRequests",
+            "message": "Too many requests, please try again later.",
+            "details": {"retryAfterSeconds": 1}
+        }))
+        .expect("status");
+        assert_eq!(budget_refusal(&throttled), None);
     }
 }

@@ -16,6 +16,7 @@ pub mod manager;
 pub mod plane;
 pub mod refresh;
 pub mod sim;
+pub mod timeline;
 pub mod workload;
 pub mod world;
 

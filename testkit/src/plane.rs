@@ -12,11 +12,31 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// The repository (the test kit is one of its workspace members).
+/// The repository (the test kit is one of its workspace members), as
+/// `cargo test` says at run time. Not the compile-time path: cargo reuses a
+/// shared build cache across checkouts, so a test binary compiled in one
+/// clone can run for another and would read the first clone's files.
 pub fn repo_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the test kit sits in the repository")
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let is_root = |p: &Path| p.join("testkit").is_dir() && p.join("Cargo.toml").is_file();
+        std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(PathBuf::from)
+            .into_iter()
+            .flat_map(|dir| {
+                [
+                    dir.clone(),
+                    dir.parent().map(Path::to_path_buf).unwrap_or(dir),
+                ]
+            })
+            .find(|p| is_root(p))
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .parent()
+                    .expect("the test kit sits in the repository")
+                    .to_path_buf()
+            })
+    })
 }
 
 pub struct ControlPlane {

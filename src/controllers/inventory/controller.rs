@@ -3,6 +3,7 @@
 //! instances that never joined, reports per-ASG health, and keeps the group's
 //! child Refresher and Replenisher in step with the spec. It never mutates AWS.
 
+use super::deletion;
 use super::plan::{self, AwsView, Membership};
 use crate::cloud::Cloud;
 use crate::context::{Context, FIELD_MANAGER};
@@ -32,6 +33,10 @@ use tracing::{debug, info, warn};
 
 pub const CONTROLLER: &str = "inventory";
 pub const SPEC_VALID: &str = "SpecValid";
+/// Set once the group is being deleted: what its deletion waits for.
+pub const DELETING: &str = "Deleting";
+/// How often a deletion re-checks the children unwinding.
+const DELETION_POLL: Duration = Duration::from_secs(2);
 
 struct InventoryContext {
     ctx: Arc<Context>,
@@ -202,9 +207,38 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
         Error::InvalidObject(format!("NodeGroup {} has no namespace", group.name_any()))
     })?;
     let name = group.name_any();
+    let deleting = group.metadata.deletion_timestamp.is_some();
+    if !deleting && !deletion::has_finalizer(&group) {
+        // Before any child exists or any status is written: a deletion
+        // from now on waits for the group's work to unwind.
+        deletion::set_finalizer(ctx, &group, true).await?;
+        return Ok(Action::requeue(Duration::ZERO));
+    }
     let now = ctx.clock.now();
     let current = group.status.clone().unwrap_or_default();
-    let validated = validated_status(&group, &current, now);
+    let mut validated = validated_status(&group, &current, now);
+    let waiting = if deleting {
+        let waiting = deletion::observe_waits(ctx, &group, &namespace, &name).await?;
+        set_condition(
+            &mut validated.conditions,
+            DELETING,
+            ConditionStatus::True,
+            if waiting.is_some() {
+                "Unwinding"
+            } else {
+                "Unwound"
+            },
+            match &waiting {
+                Some(w) => format!("waiting for {w}"),
+                None => "nothing under way; removing the finalizer".to_string(),
+            },
+            group.metadata.generation,
+            now,
+        );
+        waiting
+    } else {
+        None
+    };
 
     let mut nodes_ready = ictx.nodes_ready.clone();
     if nodes_ready.wait_for(|ready| *ready).await.is_err() {
@@ -245,6 +279,16 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
                 .await;
             }
         }
+    }
+    if deleting {
+        // The children unwind on their own (they see the deletion); the
+        // garbage collector removes them once the finalizer is gone.
+        if waiting.is_none() && deletion::has_finalizer(&group) {
+            info!(group = %name, "group work unwound; releasing the deletion");
+            deletion::set_finalizer(ctx, &group, false).await?;
+            return Ok(Action::await_change());
+        }
+        return Ok(Action::requeue(DELETION_POLL));
     }
     // Children follow a valid spec only: an invalid edit must not tear down a
     // Refresher in the middle of its run.

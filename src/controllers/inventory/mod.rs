@@ -3,6 +3,7 @@
 //! I/O), computed by a pure function of what was observed (`plan`).
 
 pub mod controller;
+pub mod deletion;
 pub mod plan;
 
 pub use controller::{CONTROLLER, run};

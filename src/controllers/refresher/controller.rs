@@ -101,6 +101,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         role: group.spec.role,
         desired: group.spec.desired,
         suspended: group.spec.suspend || rf.spec.suspend,
+        deleting: group.metadata.deletion_timestamp.is_some(),
         dry_run: ctx.settings.dry_run,
         settings: &settings,
         schedule_key: &schedule_key,
@@ -304,7 +305,8 @@ impl Effects for Cluster<'_> {
                 "DrainBlocked",
                 EVENT_ACTION,
                 format!(
-                    "draining {node}: blocked by a PodDisruptionBudget: {}",
+                    "draining {node}: blocked by a PodDisruptionBudget ({}): {}",
+                    progress.budgets.join("; "),
                     progress.blocked.join(", ")
                 ),
             )
@@ -316,6 +318,7 @@ impl Effects for Cluster<'_> {
         Ok(Drained {
             done: progress.done(),
             requeue: next_step_after(target.since, self.now),
+            blocked_by: (!progress.budgets.is_empty()).then(|| progress.budgets.join("; ")),
         })
     }
 

@@ -22,10 +22,12 @@ pub const PERSISTED: &str = "refresher:step:persisted";
 pub const TERMINATION_PERSISTED: &str = "refresher:terminate:persisted";
 
 /// After a drain step: whether the node is drained, and when to look again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drained {
     pub done: bool,
     pub requeue: Duration,
+    /// What refused an eviction in this step (a PodDisruptionBudget).
+    pub blocked_by: Option<String>,
 }
 
 /// What carrying out a step needs from the world. Each mutation gets the
@@ -90,6 +92,18 @@ pub async fn execute<E: Effects>(
                 .drain_step(target, status, first, &plan.message)
                 .await?;
             requeue = requeue.min(drained.requeue);
+            if !drained.done
+                && drained.blocked_by.is_some()
+                && drained.blocked_by != target.blocked_by
+            {
+                // What held the drain, kept for the failure reason should
+                // the drain be given up (an observation, not an intent).
+                let mut blocked = status.clone();
+                if let Some(t) = blocked.current_target.as_mut() {
+                    t.blocked_by = drained.blocked_by.clone();
+                }
+                effects.write_status(&blocked).await?;
+            }
             if drained.done {
                 // Record the termination, then make it: a restart retries
                 // this one and never picks another node for the same step.

@@ -355,6 +355,7 @@ mod tests {
             purpose,
             since: Utc.with_ymd_and_hms(2026, 6, 1, 12, 1, 0).unwrap(),
             terminated: Some(Utc.with_ymd_and_hms(2026, 6, 1, 12, 2, 0).unwrap()),
+            blocked_by: None,
         }
     }
 

@@ -84,6 +84,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         role: group.spec.role,
         desired: group.spec.desired,
         suspend: group.spec.suspend,
+        deleting: group.metadata.deletion_timestamp.is_some(),
         spec_valid: group.spec.validate().is_empty(),
         cooldown: duration::parse(&rp.spec.cooldown).unwrap_or(Duration::from_secs(300)),
         join_timeout: duration::parse(&rp.spec.join_timeout).unwrap_or(Duration::from_secs(900)),

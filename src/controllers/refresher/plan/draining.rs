@@ -44,6 +44,7 @@ impl Planner<'_> {
                 purpose: TargetPurpose::Replace,
                 since: input.now,
                 terminated: None,
+                blocked_by: None,
             })
         });
         match next {
@@ -116,7 +117,14 @@ impl Planner<'_> {
                 )),
                 DrainTimeoutAction::Abort => self.give_up(
                     &target,
-                    format!("drain of {label} timed out after {after} (drainTimeoutAction Abort)"),
+                    format!(
+                        "drain of {label} timed out after {after} (drainTimeoutAction Abort){}",
+                        target
+                            .blocked_by
+                            .as_ref()
+                            .map(|b| format!("; blocked by: {b}"))
+                            .unwrap_or_default()
+                    ),
                 ),
             };
         }
@@ -136,7 +144,7 @@ impl Planner<'_> {
     }
 
     /// Leaves the target in service (uncordoned) and fails the run.
-    fn give_up(&mut self, target: &RefreshTarget, reason: String) -> Step {
+    pub(super) fn give_up(&mut self, target: &RefreshTarget, reason: String) -> Step {
         self.status.current_target = None;
         if target.purpose == TargetPurpose::RemoveSurplus {
             // Keep this surplus node rather than loop on it: its ASG's

@@ -34,6 +34,9 @@ impl Planner<'_> {
         if input.suspended {
             return Some(self.skip("the group is suspended".into(), settings));
         }
+        if input.deleting {
+            return Some(self.skip("the NodeGroup is being deleted".into(), settings));
+        }
         if let Some(why) = blocking_processes(input.asgs) {
             return Some(self.skip(why, settings));
         }

@@ -59,6 +59,8 @@ pub struct Input<'a> {
     pub desired: i32,
     /// The group or the Refresher is suspended.
     pub suspended: bool,
+    /// The NodeGroup is being deleted: start nothing, unwind a run.
+    pub deleting: bool,
     pub dry_run: bool,
     /// The Refresher's settings, or why they are invalid.
     pub settings: &'a Result<ResolvedRefresh, String>,
@@ -302,6 +304,9 @@ impl Planner<'_> {
 
     /// Runs the phase transitions until one yields a step.
     fn run(&mut self, settings: &ResolvedRefresh) -> Step {
+        if let Some(step) = self.unwind_for_deletion() {
+            return step;
+        }
         loop {
             let from = self.status.phase;
             match self.transition(settings) {
@@ -327,6 +332,31 @@ impl Planner<'_> {
                 Next::Enter(RefreshPhase::ScalingUp)
             }
         }
+    }
+
+    /// The NodeGroup is being deleted (its finalizer waits for the run to
+    /// end): a run short of `ScalingDown` fails into it, so the surplus goes,
+    /// old nodes stay and every ASG gets its recorded count back. An old node
+    /// being drained, or drained with its termination recorded but not made,
+    /// is kept: the record is taken back and the node uncordoned.
+    fn unwind_for_deletion(&mut self) -> Option<Step> {
+        if !self.input.deleting || rank(self.status.phase) >= rank(RefreshPhase::ScalingDown) {
+            return None;
+        }
+        let reason = "the NodeGroup is being deleted".to_string();
+        if let Some(target) = self.status.current_target.clone()
+            && target.purpose == TargetPurpose::Replace
+            && (target.terminated.is_none() || self.active(&target.instance_id))
+        {
+            self.status
+                .replaced_instances
+                .retain(|id| *id != target.instance_id);
+            let label = target.node.as_deref().unwrap_or(&target.instance_id);
+            return Some(self.give_up(&target, format!("{reason}: {label} kept")));
+        }
+        self.record_failure(reason);
+        self.enter(RefreshPhase::ScalingDown);
+        None
     }
 
     fn release_if_ours(&self) -> Action {

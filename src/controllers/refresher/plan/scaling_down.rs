@@ -158,6 +158,7 @@ impl Planner<'_> {
             purpose: TargetPurpose::RemoveSurplus,
             since: input.now,
             terminated: None,
+            blocked_by: None,
         };
         if let Some(m) = active.iter().find(|m| node_of(&m.instance_id).is_none()) {
             return Some(target(m, None));

@@ -24,6 +24,9 @@ fn settings(schedule: &str, zone: &str, surplus: i32) -> ResolvedRefresh {
     }
 }
 
+/// What the simulated budget says when it refuses an eviction.
+const STUCK_BY: &str = "The disruption budget web needs 3 healthy pods and has 3 currently";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Crash {
     /// After persisting the planned status, before acting.
@@ -59,6 +62,8 @@ struct Sim {
     role: Role,
     desired: i32,
     suspended: bool,
+    /// The NodeGroup has a deletionTimestamp.
+    deleting: bool,
     dry_run: bool,
     settings: Result<ResolvedRefresh, String>,
     key: String,
@@ -94,6 +99,7 @@ impl Sim {
             role,
             desired: asgs as i32 * per_asg,
             suspended: false,
+            deleting: false,
             dry_run: false,
             settings: Ok(settings("0 12 * * *", "UTC", surplus)),
             key: "daily".into(),
@@ -210,6 +216,7 @@ impl Sim {
             role: self.role,
             desired: self.desired,
             suspended: self.suspended,
+            deleting: self.deleting,
             dry_run: self.dry_run,
             settings: &self.settings,
             schedule_key: &self.key,
@@ -320,6 +327,40 @@ impl Sim {
             .iter()
             .map(|a| (a.name.clone(), a.desired))
             .collect()
+    }
+
+    /// One event of the property tests.
+    fn apply(&mut self, e: Event) {
+        match e {
+            Event::Reconcile(crash) => {
+                self.step_with(crash);
+            }
+            Event::NotReady(k) => {
+                let ready: Vec<usize> = (0..self.instances.len())
+                    .filter(|i| self.instances[*i].ready)
+                    .collect();
+                if let Some(i) = ready.get(k % ready.len().max(1)) {
+                    self.instances[*i].ready = false;
+                }
+            }
+            Event::Join(k) => {
+                let waiting: Vec<usize> = (0..self.instances.len())
+                    .filter(|i| !self.instances[*i].joined)
+                    .collect();
+                if let Some(i) = waiting.get(k % waiting.len().max(1)) {
+                    self.instances[*i].joined = true;
+                }
+            }
+            Event::Ready(k) => {
+                let waiting: Vec<usize> = (0..self.instances.len())
+                    .filter(|i| self.instances[*i].joined && !self.instances[*i].ready)
+                    .collect();
+                if let Some(i) = waiting.get(k % waiting.len().max(1)) {
+                    self.instances[*i].ready = true;
+                }
+            }
+            Event::Tick(s) => self.advance(s),
+        }
     }
 
     fn result(&self) -> Option<(RunResult, Option<String>)> {
@@ -436,9 +477,11 @@ impl Effects for Sim {
         inst.cordoned = true;
         let steps = self.drain_steps.iter().filter(|n| **n == node).count();
         self.drain_steps.push(node.clone());
+        let stuck = self.stuck.contains(&node);
         Ok(Drained {
-            done: !self.stuck.contains(&node) && steps >= 1,
+            done: !stuck && steps >= 1,
             requeue: SOON,
+            blocked_by: stuck.then(|| STUCK_BY.to_string()),
         })
     }
 
@@ -820,7 +863,12 @@ fn a_drain_timeout_with_abort_ends_the_run_and_keeps_the_node() {
     }
     let (result, reason) = sim.result().expect("ended");
     assert_eq!(result, RunResult::Failed);
-    assert!(reason.unwrap_or_default().contains("timed out after 5m"));
+    let reason = reason.unwrap_or_default();
+    assert!(reason.contains("timed out after 5m"), "{reason}");
+    assert!(
+        reason.contains(&format!("blocked by: {STUCK_BY}")),
+        "names the budget that held it: {reason}"
+    );
     assert!(!sim.terminated.contains(&first));
     let node = sim.instances.iter().find(|i| i.id == first).expect("kept");
     assert!(!node.cordoned, "the kept node is back in service");
@@ -1105,8 +1153,102 @@ fn event() -> impl Strategy<Value = Event> {
     ]
 }
 
+#[test]
+fn a_group_being_deleted_starts_no_run() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.deleting = true;
+    let plan = sim.step(false);
+    assert_eq!(plan.action, Action::Nothing, "{}", plan.message);
+    assert!(sim.status.run_start.is_none());
+    assert_eq!(
+        sim.result(),
+        Some((
+            RunResult::Skipped,
+            Some("the NodeGroup is being deleted".into())
+        ))
+    );
+    assert_eq!(sim.lock, LockState::Free);
+    assert!(sim.layouts.is_empty(), "no run recorded");
+}
+
+#[test]
+fn deleting_the_group_mid_drain_uncordons_the_node_and_unwinds_the_run() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    let start = sim.layout();
+    // Run up to the first drain step of an old node.
+    for _ in 0..20 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+        if sim.original_cordoned() == 1 {
+            break;
+        }
+    }
+    assert_eq!(
+        sim.original_cordoned(),
+        1,
+        "a drain under way: {:?}",
+        sim.status
+    );
+    sim.deleting = true;
+    let plan = sim.step(false);
+    assert!(
+        matches!(plan.action, Action::Uncordon(_)),
+        "the drain is given up first: {:?}",
+        plan.action
+    );
+    assert_eq!(sim.original_cordoned(), 0);
+    assert_eq!(sim.status.phase, RefreshPhase::ScalingDown);
+    sim.run_to_end(100);
+    let (result, reason) = sim.result().expect("run ended");
+    assert_eq!(result, RunResult::Failed);
+    assert!(
+        reason
+            .as_deref()
+            .is_some_and(|r| r.contains("the NodeGroup is being deleted")),
+        "{reason:?}"
+    );
+    assert_eq!(sim.layout(), start, "every ASG back at its recorded count");
+    assert!(sim.instances.iter().all(|i| !i.cordoned));
+    assert_eq!(sim.lock, LockState::Free);
+    assert_eq!(sim.layouts.len(), 1, "no new run after the deletion");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Deleting the NodeGroup at any point of a run: the run ends, no node
+    /// is left cordoned, no new run starts, Ready never drops below
+    /// desired, every ASG gets its recorded count back, the lock is free.
+    #[test]
+    fn deleting_the_group_at_any_point_unwinds_the_run(
+        asgs in 1..4usize,
+        per_asg in 1..3i32,
+        surplus in 1..3i32,
+        before in proptest::collection::vec(event(), 0..120),
+        after in proptest::collection::vec(event(), 0..60),
+    ) {
+        let mut sim = Sim::new(Role::Worker, asgs, per_asg, surplus);
+        let desired = sim.desired;
+        for e in before {
+            sim.apply(e);
+        }
+        sim.deleting = true;
+        let runs = sim.layouts.len();
+        for e in after {
+            sim.apply(e);
+        }
+        sim.run_to_end(500);
+        prop_assert!(sim.status.run_start.is_none(), "run did not end: {:?}", sim.status);
+        prop_assert_eq!(sim.layouts.len(), runs, "a run started after the deletion");
+        prop_assert!(sim.instances.iter().all(|i| !i.cordoned), "a node left cordoned");
+        prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired));
+        let kept = sim.result().and_then(|r| r.1).is_some_and(|r| r.contains("kept"));
+        if let (Some(start), false) = (sim.layouts.last(), kept) {
+            prop_assert_eq!(&sim.layout(), start, "layout not restored: {:?}", sim.result());
+        }
+        prop_assert_eq!(sim.lock.clone(), LockState::Free);
+    }
 
     /// Whatever the order of nodes joining, becoming Ready, time passing
     /// and the manager dying: our terminations never leave fewer Ready
@@ -1123,22 +1265,7 @@ proptest! {
         let mut sim = Sim::new(Role::Worker, asgs, per_asg, surplus);
         let desired = sim.desired;
         for e in events {
-            match e {
-                Event::Reconcile(crash) => { sim.step_with(crash); }
-                Event::NotReady(k) => {
-                    let ready: Vec<usize> = (0..sim.instances.len()).filter(|i| sim.instances[*i].ready).collect();
-                    if let Some(i) = ready.get(k % ready.len().max(1)) { sim.instances[*i].ready = false; }
-                }
-                Event::Join(k) => {
-                    let waiting: Vec<usize> = (0..sim.instances.len()).filter(|i| !sim.instances[*i].joined).collect();
-                    if let Some(i) = waiting.get(k % waiting.len().max(1)) { sim.instances[*i].joined = true; }
-                }
-                Event::Ready(k) => {
-                    let waiting: Vec<usize> = (0..sim.instances.len()).filter(|i| sim.instances[*i].joined && !sim.instances[*i].ready).collect();
-                    if let Some(i) = waiting.get(k % waiting.len().max(1)) { sim.instances[*i].ready = true; }
-                }
-                Event::Tick(s) => sim.advance(s),
-            }
+            sim.apply(e);
             prop_assert!(sim.original_cordoned() <= 1, "two old nodes worked on at once");
             prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired),
                 "Ready fell below {desired}: {:?}", sim.ready_after_terminations);
@@ -1159,4 +1286,44 @@ proptest! {
         }
         prop_assert_eq!(sim.lock.clone(), LockState::Free);
     }
+}
+
+#[test]
+fn a_recorded_termination_not_yet_made_is_taken_back_when_the_group_is_deleted() {
+    let mut sim = Sim::new(Role::Worker, 3, 2, 1);
+    // Run until an old node is drained and its termination recorded, and
+    // the manager dies before making it.
+    for _ in 0..30 {
+        let drained = sim.status.current_target.as_ref().is_some_and(|t| {
+            t.purpose == TargetPurpose::Replace
+                && t.terminated.is_none()
+                && sim.original_cordoned() == 1
+        });
+        sim.step_with(drained.then_some(Crash::BeforeTermination));
+        sim.all_join_and_ready();
+        if sim.status.current_target.as_ref().is_some_and(|t| {
+            t.terminated.is_some() && sim.instances.iter().any(|i| i.id == t.instance_id)
+        }) {
+            break;
+        }
+    }
+    let target = sim
+        .status
+        .current_target
+        .clone()
+        .expect("a recorded termination");
+    assert!(target.terminated.is_some());
+    sim.deleting = true;
+    let plan = sim.step(false);
+    assert_eq!(
+        plan.action,
+        Action::Uncordon(target.node.clone().expect("node"))
+    );
+    sim.run_to_end(100);
+    assert!(
+        !sim.terminated.contains(&target.instance_id),
+        "the drained node is kept, not terminated after the deletion"
+    );
+    assert!(sim.instances.iter().all(|i| !i.cordoned));
+    assert_eq!(sim.lock, LockState::Free);
 }

@@ -61,6 +61,9 @@ pub struct Input<'a> {
     pub role: Role,
     pub desired: i32,
     pub suspend: bool,
+    /// The NodeGroup is being deleted: finish or give back what is under
+    /// way, start nothing.
+    pub deleting: bool,
     /// The group's spec is valid (the inventory's SpecValid condition).
     pub spec_valid: bool,
     pub cooldown: Duration,
@@ -270,6 +273,7 @@ fn plan_inner(input: &Input) -> Plan {
         status,
     };
     guards(&stage)
+        .or_else(|| unwinding(&stage))
         .or_else(|| scale_in_in_progress(&stage))
         .or_else(|| remove_not_joined(&stage))
         .or_else(|| scale_up(&stage))
@@ -281,6 +285,50 @@ fn plan_inner(input: &Input) -> Plan {
                 format!("{}/{} Ready", stage.ready, input.desired),
             )
         })
+}
+
+/// The NodeGroup is being deleted; its finalizer waits until nothing is
+/// under way here. A scale-in whose termination is recorded is finished (the
+/// node is already drained); one still draining is abandoned (its node
+/// uncordoned and kept); a recorded cleanup is carried out. Then idle, lock
+/// released.
+fn unwinding(s: &Stage) -> Option<Plan> {
+    const REASON: &str = "the NodeGroup is being deleted";
+    if !s.input.deleting {
+        return None;
+    }
+    if let Some(target) = &s.status.scale_in {
+        if target.terminating.is_some() {
+            return scale_in_in_progress(s);
+        }
+        let action = Action::AbandonScaleIn {
+            target: target.clone(),
+            reason: REASON.into(),
+        };
+        return Some(s.act(
+            s.status.clone(),
+            ReplenishPhase::ScalingDown,
+            action,
+            format!("{REASON}: keeping {}", target.node),
+        ));
+    }
+    if let Some(cleanup) = &s.status.cleanup {
+        let message = format!(
+            "{REASON}: finishing the recorded removal of {}",
+            cleanup.instance_id
+        );
+        return Some(s.act(
+            s.status.clone(),
+            ReplenishPhase::CleaningUp,
+            Action::RemoveNotJoined(cleanup.clone()),
+            message,
+        ));
+    }
+    Some(s.idle(
+        s.status.clone(),
+        ReplenishPhase::Paused,
+        format!("{REASON}: starting nothing"),
+    ))
 }
 
 /// Nothing while the spec is invalid, the group suspended, or a refresh

@@ -42,6 +42,7 @@ struct Scenario {
     role: Role,
     desired: i32,
     suspend: bool,
+    deleting: bool,
     asgs: Vec<AsgView>,
     nodes: Vec<NodeView>,
     not_joined: Vec<NotJoinedView>,
@@ -56,6 +57,7 @@ impl Scenario {
             role: Role::Worker,
             desired: 3,
             suspend: false,
+            deleting: false,
             asgs: vec![asg("a", 1, 1, 3), asg("c", 1, 1, 3), asg("d", 1, 1, 3)],
             nodes: vec![
                 node("na", "a", true, 60),
@@ -73,6 +75,7 @@ impl Scenario {
             role: self.role,
             desired: self.desired,
             suspend: self.suspend,
+            deleting: self.deleting,
             spec_valid: true,
             cooldown: Duration::from_secs(300),
             join_timeout: Duration::from_secs(900),
@@ -202,6 +205,7 @@ fn input_of<'a>(s: &'a Scenario, active: &'a BTreeSet<String>) -> Input<'a> {
         role: s.role,
         desired: s.desired,
         suspend: s.suspend,
+        deleting: s.deleting,
         spec_valid: true,
         cooldown: Duration::from_secs(300),
         join_timeout: Duration::from_secs(900),
@@ -335,6 +339,46 @@ fn a_scale_in_that_would_drop_below_desired_is_abandoned() {
         terminating: None,
     });
     assert!(matches!(s.plan().action, Action::AbandonScaleIn { .. }));
+}
+
+#[test]
+fn a_group_being_deleted_gives_a_scale_in_back_and_then_the_lock() {
+    let mut s = Scenario::steady();
+    s.asgs[1] = asg("c", 2, 2, 3);
+    s.nodes.push(node("nc2", "c", true, 5));
+    s.deleting = true;
+    let idle = s.plan();
+    assert_eq!(idle.action, Action::ReleaseLock, "{}", idle.message);
+    assert!(idle.status.scale_in.is_none(), "no scale-in starts");
+    let target = ScaleInTarget {
+        node: "nc2".into(),
+        instance_id: "i-nc2".into(),
+        auto_scaling_group: "c".into(),
+        since: t0(),
+        terminating: None,
+    };
+    s.status.scale_in = Some(target.clone());
+    let p = s.plan();
+    assert!(
+        matches!(&p.action, Action::AbandonScaleIn { reason, .. } if reason.contains("being deleted")),
+        "{:?}",
+        p.action
+    );
+    // Drained already and its termination recorded: that termination is made.
+    s.status.scale_in = Some(ScaleInTarget {
+        terminating: Some(t0()),
+        ..target
+    });
+    assert!(matches!(s.plan().action, Action::Terminate(_)));
+}
+
+#[test]
+fn a_group_being_deleted_launches_nothing_when_short() {
+    let mut s = Scenario::steady().shortage_in_a();
+    s.deleting = true;
+    let p = s.plan();
+    assert_eq!(p.action, Action::ReleaseLock, "{}", p.message);
+    assert!(p.message.contains("being deleted"), "{}", p.message);
 }
 
 #[test]
@@ -709,9 +753,10 @@ fn arb_state() -> impl Strategy<Value = Scenario> {
         prop::collection::vec(any::<bool>(), 12),
         0u8..3,
         any::<bool>(),
+        any::<bool>(),
     )
         .prop_map(
-            |(asgs, desired, lock, raised, readiness, role, in_scale_in)| {
+            |(asgs, desired, lock, raised, readiness, role, in_scale_in, deleting)| {
                 let mut views = vec![];
                 let mut nodes = vec![];
                 let mut not_joined = vec![];
@@ -775,6 +820,7 @@ fn arb_state() -> impl Strategy<Value = Scenario> {
                     },
                     desired,
                     suspend: false,
+                    deleting,
                     asgs: views,
                     nodes,
                     not_joined,
@@ -808,6 +854,26 @@ proptest! {
                 prop_assert!(c.to <= a.max && c.to > c.from, "{:?} max {}", c, a.max);
                 prop_assert!(a.launching, "{} is not launching", a.name);
             }
+        }
+    }
+
+    /// While the NodeGroup is being deleted nothing new starts: no launch,
+    /// no drain, no new scale-in or cleanup; a scale-in under way is either
+    /// abandoned or its recorded termination made.
+    #[test]
+    fn a_group_being_deleted_starts_nothing(mut s in arb_state()) {
+        s.deleting = true;
+        let p = s.plan();
+        prop_assert!(!matches!(p.action, Action::ScaleUp(_) | Action::Drain(_)), "{:?}", p.action);
+        if let Action::Terminate(t) = &p.action {
+            prop_assert!(s.status.scale_in.as_ref().is_some_and(|r| r.instance_id == t.instance_id && r.terminating.is_some()));
+        }
+        if s.status.scale_in.is_none() {
+            prop_assert!(p.status.scale_in.is_none(), "a scale-in started");
+        }
+        if s.status.cleanup.is_none() {
+            prop_assert!(p.status.cleanup.is_none(), "a cleanup started");
+            prop_assert!(!matches!(p.action, Action::RemoveNotJoined(_)), "{:?}", p.action);
         }
     }
 
