@@ -111,6 +111,9 @@ pub struct Timeline {
     pod_floor: usize,
     last: Option<Snapshot>,
     running: Option<Running>,
+    /// The group was seen whole (desired Ready nodes, no operation): only
+    /// operations after that are judged (not the cluster coming up).
+    whole_seen: bool,
     pub summaries: Vec<Summary>,
 }
 
@@ -121,6 +124,7 @@ impl Timeline {
             pod_floor,
             last: None,
             running: None,
+            whole_seen: false,
             summaries: vec![],
         }
     }
@@ -200,13 +204,16 @@ impl Timeline {
                     say(summary.line(self.desired, self.pod_floor));
                     self.summaries.push(summary);
                 }
-                *running = op.map(|operation| Running {
+                *running = op.filter(|_| self.whole_seen).map(|operation| Running {
                     operation,
                     since: at,
                     min_ready_nodes: next.ready_nodes(),
                     min_ready_pods: next.ready_pods(),
                 });
             }
+        }
+        if next.operation().is_none() && next.ready_nodes() >= self.desired {
+            self.whole_seen = true;
         }
         self.last = Some(next);
         lines
@@ -309,9 +316,28 @@ mod tests {
     }
 
     #[test]
+    fn the_cluster_coming_up_is_not_judged() {
+        let mut t = Timeline::new(2, 2);
+        let mut s = snapshot(0.0, &[], &[]);
+        s.replenish_phase = Some("Waiting".into());
+        t.observe(s);
+        t.observe(snapshot(
+            5.0,
+            &[("a", true, false), ("b", true, false)],
+            &[],
+        ));
+        assert!(t.summaries.is_empty(), "{:?}", t.summaries);
+    }
+
+    #[test]
     fn an_operation_that_dips_below_a_floor_is_flagged() {
         let mut t = Timeline::new(2, 2);
-        let mut s = snapshot(0.0, &[("a", true, false), ("b", false, false)], &[]);
+        t.observe(snapshot(
+            0.0,
+            &[("a", true, false), ("b", true, false)],
+            &[("web-1", "a", true, false), ("web-2", "b", true, false)],
+        ));
+        let mut s = snapshot(1.0, &[("a", true, false), ("b", false, false)], &[]);
         s.replenish_phase = Some("ScalingUp".into());
         t.observe(s);
         let lines = t.observe(snapshot(
