@@ -33,6 +33,8 @@ API calls and gives it to a loop that runs like an ASG's own:
   launches instances with InstanceLifecycle=spot and an override's type.
 - Scale-in by lowering desired picks its victims as AWS does (the caller has
   no say), recorded as an activity whose cause names the capacity change.
+- SQS long polling waits without holding the emulator's lock, as SQS does:
+  moto's own wait would stall every other request for up to 20 s.
 
 Timings are flags (defaults below) and can be set per ASG with the tags
 `snm.test/launch-lag`, `snm.test/pending-time`, `snm.test/health-check-delay`
@@ -53,6 +55,7 @@ from moto.autoscaling.exceptions import ValidationError
 from moto.core.responses import ActionResult
 from moto.core.utils import utcnow
 from moto.moto_server import werkzeug_app
+from moto.sqs import models as sqs_models
 
 NO_CAPACITY_TAG = "snm.test/no-capacity"
 TIMING_TAGS = {
@@ -421,6 +424,27 @@ def loop(stop: threading.Event):
                     except Exception as e:  # keep the loop alive; say what broke
                         print(f"emulator: {group.name}: {e!r}", flush=True)
 
+
+_receive = sqs_models.SQSBackend.receive_message
+
+
+def receive_polling_unlocked(self, queue_name, count, wait_seconds_timeout, visibility_timeout,
+                             message_attribute_names=None):
+    """ReceiveMessage with WaitTimeSeconds: poll without waiting, and between
+    polls let other requests (and the groups' loop) run."""
+    deadline = now() + (wait_seconds_timeout or 0)
+    while True:
+        messages = _receive(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
+        if messages or now() >= deadline:
+            return messages
+        state = LOCK._release_save()  # held once per request, by locked_dispatch
+        try:
+            time.sleep(0.05)
+        finally:
+            LOCK._acquire_restore(state)
+
+
+sqs_models.SQSBackend.receive_message = receive_polling_unlocked
 
 _dispatch = werkzeug_app.DomainDispatcherApplication.__call__
 

@@ -81,6 +81,10 @@ pub struct RunArgs {
     /// Log every intended AWS and Kubernetes mutation without performing it.
     #[arg(long)]
     pub dry_run: bool,
+    /// SQS queue of interruption notices (EventBridge rules or ASG
+    /// notifications); the interruption handler is off when unset.
+    #[arg(long)]
+    pub interruption_queue_url: Option<String>,
 }
 
 /// The config file. Unknown fields are errors (a typo must not be ignored).
@@ -96,6 +100,14 @@ pub struct FileConfig {
     pub admin: FileAdmin,
     pub leader_election: FileLeaderElection,
     pub log: FileLog,
+    pub interruption: FileInterruption,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct FileInterruption {
+    pub queue_url: Option<String>,
+    pub foreign_messages: Option<crate::interruption::ownership::ForeignMessages>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -162,6 +174,14 @@ pub struct Settings {
     pub leader_election: LeaderElectionSettings,
     pub log_format: LogFormat,
     pub log_level: String,
+    pub interruption: InterruptionSettings,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct InterruptionSettings {
+    /// The handler is off when unset.
+    pub queue_url: Option<String>,
+    pub foreign_messages: crate::interruption::ownership::ForeignMessages,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -334,6 +354,18 @@ impl Settings {
             ));
         }
 
+        let interruption = InterruptionSettings {
+            queue_url: args
+                .interruption_queue_url
+                .clone()
+                .or(file.interruption.queue_url),
+            foreign_messages: file.interruption.foreign_messages.unwrap_or_default(),
+        };
+        if let Some(url) = &interruption.queue_url {
+            crate::interruption::queue::check_url(url)
+                .map_err(|e| ConfigError::new("interruption.queueUrl", e))?;
+        }
+
         Ok(Settings {
             kubeconfig: args.kubeconfig.clone().or(file.kubeconfig),
             in_cluster: args.in_cluster,
@@ -356,6 +388,7 @@ impl Settings {
                 .or(file.log.format)
                 .unwrap_or(LogFormat::Text),
             log_level,
+            interruption,
         })
     }
 }
@@ -460,6 +493,43 @@ mod tests {
         assert_eq!(s.resync_interval, Duration::from_secs(60));
         assert!(!s.dry_run);
         assert_eq!(s.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn the_interruption_handler_is_off_by_default_and_its_queue_url_is_checked() {
+        let off = resolve(&RunArgs::default(), "").expect("defaults");
+        assert_eq!(off.interruption.queue_url, None);
+        assert_eq!(
+            off.interruption.foreign_messages,
+            crate::interruption::ownership::ForeignMessages::Delete
+        );
+        let file = "interruption:\n  queueUrl: https://sqs.ap-northeast-1.amazonaws.com/123456789012/file\n  foreignMessages: Leave\n";
+        let from_file = resolve(&RunArgs::default(), file).expect("file");
+        assert_eq!(
+            from_file.interruption.foreign_messages,
+            crate::interruption::ownership::ForeignMessages::Leave
+        );
+        let flag = RunArgs {
+            interruption_queue_url: Some("http://127.0.0.1:5000/123456789012/flag".into()),
+            ..Default::default()
+        };
+        let s = resolve(&flag, file).expect("flag");
+        assert_eq!(
+            s.interruption.queue_url.as_deref(),
+            Some("http://127.0.0.1:5000/123456789012/flag"),
+            "the flag wins"
+        );
+        assert_eq!(
+            field_of("interruption:\n  queueUrl: my-queue\n"),
+            "interruption.queueUrl"
+        );
+        assert!(
+            resolve(
+                &RunArgs::default(),
+                "interruption:\n  foreignMessages: Keep\n"
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -26,6 +26,8 @@ pub struct Context {
     pub mutations: Mutations,
     pub leadership: Leadership,
     pub cloud: Arc<dyn CloudProvider>,
+    /// The interruption queue, when one is configured.
+    pub interruption_queue: Option<Arc<crate::interruption::queue::Queue>>,
     recorder: Recorder,
 }
 
@@ -57,8 +59,17 @@ impl Context {
             mutations,
             leadership,
             cloud,
+            interruption_queue: None,
             recorder,
         }
+    }
+
+    pub fn with_interruption_queue(
+        mut self,
+        queue: Option<Arc<crate::interruption::queue::Queue>>,
+    ) -> Self {
+        self.interruption_queue = queue;
+        self
     }
 
     /// Server-side applies the status of one of our custom resources with our

@@ -11,6 +11,7 @@ pub mod crd;
 pub mod duration;
 pub mod error;
 pub mod fault;
+pub mod interruption;
 pub mod k8s;
 pub mod leader;
 pub mod manager;

@@ -114,7 +114,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         );
     }
     let cloud = Arc::new(
-        AwsCloudProvider::new(sdk, settings.aws.emulator_account.clone())
+        AwsCloudProvider::new(sdk.clone(), settings.aws.emulator_account.clone())
             .with_metrics(metrics.clone()),
     );
     if settings.dry_run {
@@ -139,15 +139,29 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         tokio::spawn(elector.run(shutdown.clone()))
     });
 
-    let ctx = Arc::new(Context::new(
-        client,
-        eviction_client,
-        settings.clone(),
-        Arc::new(SystemClock),
-        metrics.clone(),
-        leadership.clone(),
-        cloud,
-    ));
+    let queue = settings.interruption.queue_url.as_deref().map(|url| {
+        Arc::new(crate::interruption::queue::Queue::new(
+            &sdk,
+            url,
+            settings.aws.emulator_account.as_deref(),
+            metrics.clone(),
+        ))
+    });
+    if queue.is_none() {
+        info!("interruption handler off: no interruption.queueUrl");
+    }
+    let ctx = Arc::new(
+        Context::new(
+            client,
+            eviction_client,
+            settings.clone(),
+            Arc::new(SystemClock),
+            metrics.clone(),
+            leadership.clone(),
+            cloud,
+        )
+        .with_interruption_queue(queue),
+    );
 
     let mut leading = leadership.subscribe();
     while !shutdown.is_cancelled() {

@@ -42,6 +42,14 @@ pub struct MutationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InterruptionLabels {
+    /// The notice's kind, or why it was not one (malformed, unknown_kind, ...).
+    pub kind: &'static str,
+    /// acted | ignored | rejected | foreign_deleted | foreign_left | failed
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AwsCallLabels {
     /// The API operation, e.g. DescribeAutoScalingGroups.
     pub operation: &'static str,
@@ -58,6 +66,8 @@ pub struct Metrics {
     pub refresh_runs: Family<RunLabels, Counter>,
     pub refresh_runs_started: Counter,
     pub node_replacement_duration: Histogram,
+    pub interruption_messages: Family<InterruptionLabels, Counter>,
+    pub interruption_age: Histogram,
     pub leader: Gauge,
 }
 
@@ -103,6 +113,19 @@ impl Default for Metrics {
             "From the start of a node's drain to its replacement being Ready",
             node_replacement_duration.clone(),
         );
+        let interruption_messages = Family::<InterruptionLabels, Counter>::default();
+        registry.register(
+            "interruption_messages",
+            "Interruption queue messages handled, per kind and outcome",
+            interruption_messages.clone(),
+        );
+        // 50 ms .. ~7 min: from AWS emitting a notice to its node marked.
+        let interruption_age = Histogram::new(exponential_buckets(0.05, 2.0, 14));
+        registry.register(
+            "interruption_age_at_action_seconds",
+            "From a notice's time (EventBridge) to its node cordoned and tainted",
+            interruption_age.clone(),
+        );
         registry.register(
             "reconciles",
             "Reconciliations run, per controller",
@@ -139,6 +162,8 @@ impl Default for Metrics {
             refresh_runs,
             refresh_runs_started,
             node_replacement_duration,
+            interruption_messages,
+            interruption_age,
             leader,
         }
     }
@@ -172,6 +197,16 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    pub fn interruption_message(&self, kind: &'static str, outcome: &'static str) {
+        self.interruption_messages
+            .get_or_create(&InterruptionLabels { kind, outcome })
+            .inc();
+    }
+
+    pub fn interruption_age(&self, age: Duration) {
+        self.interruption_age.observe(age.as_secs_f64());
     }
 
     pub fn refresh_run(&self, result: &'static str) {

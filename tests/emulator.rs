@@ -318,3 +318,22 @@ async fn suspended_launch_and_standby_are_honoured() {
     .await;
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn an_sqs_long_poll_waits_for_a_message_without_stalling_other_calls() {
+    let world = World::new("emu-long-poll").await;
+    let queue = world.queue("long-poll").await;
+    // A 10 s long poll in flight: other calls are answered meanwhile, as
+    // by SQS, and the poll returns the message sent while it waits.
+    let poll = queue.receive_waiting(10);
+    tokio::pin!(poll);
+    let other = world.aws.autoscaling.describe_auto_scaling_groups().send();
+    tokio::select! {
+        answered = other => { answered.expect("describe"); }
+        _ = &mut poll => panic!("the describe waited for the long poll"),
+    }
+    queue.send("hello").await;
+    let received = poll.await;
+    assert_eq!(received, vec!["hello".to_string()]);
+    world.cleanup().await;
+}

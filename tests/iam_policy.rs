@@ -2,14 +2,18 @@
 
 use std::collections::BTreeSet;
 
-/// Operation names the adapter reports in its errors: every SDK call it makes
-/// is wrapped by `aws_error("<Operation>", ..)`.
+/// Operation names the adapter and the interruption queue report in their
+/// errors: every SDK call they make is wrapped by `aws_error("<Operation>", ..)`.
 fn adapter_operations() -> BTreeSet<String> {
     // rustfmt may wrap the call: compare without whitespace.
-    let source: String = include_str!("../src/cloud/aws.rs")
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect();
+    let source: String = [
+        include_str!("../src/cloud/aws.rs"),
+        include_str!("../src/interruption/queue.rs"),
+    ]
+    .concat()
+    .chars()
+    .filter(|c| !c.is_whitespace())
+    .collect();
     source
         .split("aws_error(\"")
         .skip(1)
@@ -34,6 +38,7 @@ fn policy_actions() -> BTreeSet<String> {
 fn policy_matches_the_adapter_calls() {
     let service = |op: &str| match op {
         "DescribeInstances" => "ec2",
+        "ReceiveMessage" | "DeleteMessage" => "sqs",
         _ => "autoscaling",
     };
     let expected: BTreeSet<String> = adapter_operations()
@@ -62,6 +67,15 @@ fn mutating_actions_are_limited_to_the_clusters_tagged_resources() {
             .iter()
             .filter_map(|a| a.as_str())
             .collect();
+        if actions.iter().all(|a| a.starts_with("sqs:")) {
+            // The queue's messages: one queue, named by its ARN.
+            let resource = statement["Resource"].as_str().unwrap_or("*");
+            assert!(
+                resource.starts_with("arn:aws:sqs:") && !resource.contains('*'),
+                "{actions:?} must name the interruption queue, not {resource}"
+            );
+            continue;
+        }
         let mutating = actions.iter().any(|a| !a.contains(":Describe"));
         if mutating {
             let tag = &statement["Condition"]["StringEquals"]["aws:ResourceTag/KubernetesCluster"];

@@ -21,6 +21,7 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
         manager,
         config: _config,
         sim: _sim,
+        ..
     } = three_workers("rf-workers").await;
     let before = world.asg_snapshot(&kops.asgs).await;
     let original = all_instances(&world, &kops.asgs).await;
@@ -235,6 +236,7 @@ async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
         manager,
         config: _config,
         sim: _sim,
+        ..
     } = SteadyGroup::masters("rf-masters").start().await;
     let original = all_instances(&world, &kops.asgs).await;
     let sampler = sample(&world, &kops.asgs, 3);
@@ -288,6 +290,7 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
         mut manager,
         config: _config,
         sim: _sim,
+        ..
     } = three_workers("rf-restart").await;
     let before = world.asg_snapshot(&kops.asgs).await;
     let original = all_instances(&world, &kops.asgs).await;
@@ -340,6 +343,7 @@ async fn a_dry_run_refresh_plans_and_changes_nothing() {
         manager: _manager,
         config: _config,
         sim: _sim,
+        ..
     } = SteadyGroup::workers("rf-dry")
         .zones(&ZONES[..2])
         .manager_args(&["--dry-run"])
@@ -374,6 +378,7 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
         manager,
         config: _config,
         sim: _sim,
+        ..
     } = three_workers("rf-fail").await;
     let original = all_instances(&world, &kops.asgs).await;
     // Pods make each drain take two steps, so the Draining phase lasts.
@@ -445,6 +450,7 @@ async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing(
         manager: _manager,
         config: _config,
         sim: _sim,
+        ..
     } = SteadyGroup::workers("rf-schedule")
         .zones(&ZONES[..1])
         .start()
@@ -534,6 +540,7 @@ async fn a_run_is_skipped_while_an_asg_has_launch_suspended_naming_it() {
         manager,
         config: _config,
         sim: _sim,
+        ..
     } = three_workers("rf-suspended").await;
     world
         .aws

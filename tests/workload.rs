@@ -215,6 +215,7 @@ async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_e
         manager,
         config: _config,
         sim: _sim,
+        ..
     } = three_workers("wl-no-disruption").await;
     let before = world.asg_snapshot(&kops.asgs).await;
     deploy_web(&world, REPLICAS as i32, 0).await;
@@ -287,6 +288,7 @@ async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go()
         manager,
         config: _config,
         sim: _sim,
+        ..
     } = three_workers("wl-delete-mid-run").await;
     let before = world.asg_snapshot(&kops.asgs).await;
     // A budget that allows nothing holds the first drain: the run stays in

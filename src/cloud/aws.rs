@@ -51,7 +51,10 @@ impl AwsCloud {
     }
 }
 
-fn aws_error<E>(operation: &'static str, resource: impl Into<String>) -> impl FnOnce(E) -> Error
+pub(crate) fn aws_error<E>(
+    operation: &'static str,
+    resource: impl Into<String>,
+) -> impl FnOnce(E) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
 {

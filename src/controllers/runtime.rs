@@ -38,6 +38,16 @@ pub async fn run_all(ctx: Arc<Context>, shutdown: CancellationToken) {
             refresher::run(ctx.clone(), shutdown.clone()),
             &shutdown
         ),
+        async {
+            if let Some(queue) = ctx.interruption_queue.clone() {
+                bounded(
+                    crate::interruption::handler::CONTROLLER,
+                    crate::interruption::handler::run(ctx.clone(), queue, shutdown.clone()),
+                    &shutdown,
+                )
+                .await
+            }
+        },
     );
 }
 

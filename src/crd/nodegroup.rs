@@ -55,6 +55,10 @@ pub struct NodeGroupSpec {
     pub suspend: bool,
     #[serde(default)]
     pub replenish: ReplenishSpec,
+    /// How interruption notices for this group's nodes are handled (when the
+    /// manager reads an interruption queue).
+    #[serde(default)]
+    pub interruption: InterruptionSpec,
     /// Scheduled rolling replacement; no refresh when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh: Option<RefreshSpec>,
@@ -85,6 +89,47 @@ pub struct ReplenishSpec {
     #[serde(default = "default_join_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub join_timeout: String,
+}
+
+/// The time from a notice (AWS's time) by which a doomed node's drain must be
+/// finished, unless the group says otherwise.
+pub const DEFAULT_DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(90);
+/// Bounds of `interruption.drainDeadline`: a spot warning gives two minutes.
+pub const DRAIN_DEADLINE_BOUNDS: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_secs(10),
+    std::time::Duration::from_secs(120),
+);
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InterruptionSpec {
+    /// From the notice's time (AWS's, not receipt), by when the drain of an
+    /// interrupted node must be finished; 10s to 2m.
+    #[serde(default = "default_drain_deadline")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub drain_deadline: String,
+}
+
+impl Default for InterruptionSpec {
+    fn default() -> Self {
+        Self {
+            drain_deadline: default_drain_deadline(),
+        }
+    }
+}
+
+impl InterruptionSpec {
+    /// The drain deadline; the default when invalid (validation reports it).
+    pub fn drain_deadline(&self) -> std::time::Duration {
+        duration::parse(&self.drain_deadline)
+            .ok()
+            .filter(|d| (DRAIN_DEADLINE_BOUNDS.0..=DRAIN_DEADLINE_BOUNDS.1).contains(d))
+            .unwrap_or(DEFAULT_DRAIN_DEADLINE)
+    }
+}
+
+fn default_drain_deadline() -> String {
+    "90s".into()
 }
 
 impl Default for ReplenishSpec {
@@ -360,6 +405,24 @@ impl NodeGroupSpec {
                 push(field, "InvalidDuration", e.to_string());
             }
         }
+        match duration::parse(&self.interruption.drain_deadline) {
+            Err(e) => push(
+                "interruption.drainDeadline",
+                "InvalidDuration",
+                e.to_string(),
+            ),
+            Ok(d) if !(DRAIN_DEADLINE_BOUNDS.0..=DRAIN_DEADLINE_BOUNDS.1).contains(&d) => push(
+                "interruption.drainDeadline",
+                "InvalidDuration",
+                format!(
+                    "must be between {} and {} (a spot warning gives two minutes), got {}",
+                    duration::format(DRAIN_DEADLINE_BOUNDS.0),
+                    duration::format(DRAIN_DEADLINE_BOUNDS.1),
+                    self.interruption.drain_deadline
+                ),
+            ),
+            Ok(_) => {}
+        }
         if let Some(refresh) = &self.refresh {
             if let Err(e) = parse_schedule(&refresh.schedule) {
                 push("refresh.schedule", "InvalidSchedule", e);
@@ -463,6 +526,7 @@ mod tests {
             desired: 3,
             suspend: false,
             replenish: ReplenishSpec::default(),
+            interruption: InterruptionSpec::default(),
             refresh: Some(RefreshSpec {
                 schedule: "0 3 * * 1".into(),
                 time_zone: "Asia/Tokyo".into(),
@@ -607,5 +671,28 @@ mod tests {
         assert_eq!(refresh.drain_timeout_action, DrainTimeoutAction::Abort);
         assert_eq!(refresh.ready_timeout, "15m");
         assert_eq!(refresh.effective_surplus(spec.role), 1);
+    }
+
+    #[test]
+    fn the_drain_deadline_must_fit_in_a_spot_warning() {
+        let mut spec = worker_spec();
+        assert_eq!(spec.interruption.drain_deadline(), DEFAULT_DRAIN_DEADLINE);
+        for bad in ["5s", "3m", "soon"] {
+            spec.interruption.drain_deadline = bad.into();
+            let problems = spec.validate();
+            assert!(
+                problems
+                    .iter()
+                    .any(|p| p.field == "interruption.drainDeadline"),
+                "{bad}: {problems:?}"
+            );
+            assert_eq!(spec.interruption.drain_deadline(), DEFAULT_DRAIN_DEADLINE);
+        }
+        spec.interruption.drain_deadline = "60s".into();
+        assert!(spec.validate().is_empty(), "{:?}", spec.validate());
+        assert_eq!(
+            spec.interruption.drain_deadline(),
+            std::time::Duration::from_secs(60)
+        );
     }
 }

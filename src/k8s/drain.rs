@@ -238,6 +238,18 @@ fn node_ref(name: &str) -> ObjectReference {
     }
 }
 
+/// Pure: whether giving up a drain may put `node` back in service: it is
+/// cordoned, and not because it is about to be lost (an interruption notice
+/// recorded on it must keep it out of service).
+pub fn may_uncordon(node: &Node) -> bool {
+    let cordoned = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    cordoned && crate::interruption::mark::record_of(node).is_none()
+}
+
 /// Puts a node back in service after a drain was given up. A node that no
 /// longer exists needs nothing.
 pub async fn uncordon(ctx: &Context, node: &str, why: &str) -> Result<()> {
@@ -249,12 +261,7 @@ pub async fn uncordon(ctx: &Context, node: &str, why: &str) -> Result<()> {
     else {
         return Ok(());
     };
-    if !current
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-    {
+    if !may_uncordon(&current) {
         return Ok(());
     }
     let patch = serde_json::json!({"spec": {"unschedulable": false}});
@@ -354,5 +361,33 @@ mod tests {
         }))
         .expect("status");
         assert_eq!(budget_refusal(&throttled), None);
+    }
+
+    #[test]
+    fn a_node_with_an_interruption_notice_is_never_uncordoned() {
+        let mut node = Node {
+            spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+                unschedulable: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(may_uncordon(&node));
+        let record = crate::interruption::mark::Record {
+            kind: "spot_interruption".into(),
+            instance_id: "i-1".into(),
+            noticed: chrono::DateTime::UNIX_EPOCH,
+            deadline: chrono::DateTime::UNIX_EPOCH,
+        };
+        node.metadata.annotations = Some(
+            [(
+                crate::interruption::mark::ANNOTATION.to_string(),
+                serde_json::to_string(&record).expect("record"),
+            )]
+            .into(),
+        );
+        assert!(!may_uncordon(&node));
+        node.spec = None;
+        assert!(!may_uncordon(&node), "not cordoned: nothing to undo");
     }
 }

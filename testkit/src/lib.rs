@@ -11,6 +11,7 @@
 //! Tests use it as `use snm_testkit as support;`.
 
 pub mod cluster;
+pub mod interruption;
 pub mod kops;
 pub mod manager;
 pub mod plane;

@@ -264,6 +264,17 @@ pub struct SteadyGroup {
     pub manager: super::ManagerProcess,
     pub config: tempfile::NamedTempFile,
     pub sim: super::SimGuard,
+    /// The interruption queue the manager reads, when asked for.
+    pub queue: Option<crate::interruption::TestQueue>,
+}
+
+impl SteadyGroup {
+    /// The interruption queue (built with `interruption_queue()`).
+    pub fn queue(&self) -> &crate::interruption::TestQueue {
+        self.queue
+            .as_ref()
+            .expect("built with interruption_queue()")
+    }
 }
 
 /// How to build a [`SteadyGroup`]: one Ready node per zone in each of the
@@ -278,6 +289,8 @@ pub struct SteadyGroupBuilder {
     per_asg: i32,
     delays: (Duration, Duration),
     args: Vec<String>,
+    queue: bool,
+    config: String,
 }
 
 impl SteadyGroup {
@@ -308,6 +321,8 @@ impl SteadyGroupBuilder {
             per_asg: 1,
             delays: (FAST, FAST),
             args: vec![],
+            queue: false,
+            config: String::new(),
         }
     }
 
@@ -334,6 +349,18 @@ impl SteadyGroupBuilder {
         self
     }
 
+    /// An SQS queue in the world's account, read by the manager.
+    pub fn interruption_queue(mut self) -> Self {
+        self.queue = true;
+        self
+    }
+
+    /// More of the manager's config file (YAML, after `resyncInterval`).
+    pub fn manager_config(mut self, yaml: &str) -> Self {
+        self.config.push_str(yaml);
+        self
+    }
+
     /// Creates the ASGs, the NodeGroup over them, a simulated kubelet and
     /// the manager, and waits until all nodes are Ready.
     pub async fn start(self) -> SteadyGroup {
@@ -351,8 +378,16 @@ impl SteadyGroupBuilder {
             )
             .await
             .expect("create group");
-        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        let (manager, config) = world.start_manager(&args);
+        let queue = match self.queue {
+            true => Some(world.queue("interruptions").await),
+            false => None,
+        };
+        let mut args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        if let Some(q) = &queue {
+            args.extend(["--interruption-queue-url", q.url.as_str()]);
+        }
+        let (manager, config) =
+            world.start_manager_with(&format!("resyncInterval: 2s\n{}", self.config), &args, &[]);
         assert_eventually(&format!("{desired} Ready"), RUN, || async {
             (ready_count(&groups, self.name).await? == desired).then_some(())
         })
@@ -364,6 +399,7 @@ impl SteadyGroupBuilder {
             manager,
             config,
             sim,
+            queue,
         }
     }
 }

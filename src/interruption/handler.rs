@@ -1,0 +1,281 @@
+//! The interruption handler's loop: long-poll the queue, plan each message
+//! ([`super::plan`]), persist its steps on the nodes, then delete it. A
+//! message whose steps fail is not deleted: it comes back after its
+//! visibility timeout, and the node marks make the retry do nothing twice.
+
+use super::mark::{self, Record};
+use super::message;
+use super::ownership::{Owner, Ownership};
+use super::plan::{self, Deadlines, MessagePlan, Step};
+use super::queue::{Queue, Received};
+use crate::context::Context;
+use crate::crd::NodeGroup;
+use crate::mutation::Intent;
+use crate::{Error, Result};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+pub const CONTROLLER: &str = "interruption";
+/// Messages of one batch handled at once.
+const CONCURRENCY: usize = 8;
+const EVENT_ACTION: &str = "Interruption";
+
+/// Runs until `shutdown`: receive, handle, repeat; SQS errors back off
+/// (1 s doubling to 1 min) and never stop the loop.
+pub async fn run(ctx: Arc<Context>, queue: Arc<Queue>, shutdown: CancellationToken) {
+    info!(controller = CONTROLLER, queue = %queue.url(), "interruption handler started");
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let batch = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            batch = queue.receive() => batch,
+        };
+        match batch {
+            Ok(messages) => {
+                backoff = Duration::from_secs(1);
+                if messages.is_empty() {
+                    continue;
+                }
+                let groups = match list_groups(&ctx).await {
+                    Ok(g) => Arc::new(g),
+                    Err(e) => {
+                        // Unhandled messages come back after their visibility timeout.
+                        warn!(controller = CONTROLLER, error = %e, "cannot read the NodeGroups; messages left on the queue");
+                        continue;
+                    }
+                };
+                futures::stream::iter(messages)
+                    .for_each_concurrent(CONCURRENCY, |m| {
+                        let (ctx, queue, groups) = (ctx.clone(), queue.clone(), groups.clone());
+                        async move { handle(&ctx, &queue, &groups, m).await }
+                    })
+                    .await;
+            }
+            Err(e) => {
+                warn!(controller = CONTROLLER, error = %e, retry_in = ?backoff, "receiving from the queue failed");
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+            }
+        }
+    }
+    info!(controller = CONTROLLER, "interruption handler stopped");
+}
+
+/// The managed groups, as the inventory last wrote them.
+pub struct Groups {
+    ownership: Ownership,
+    by_name: HashMap<(String, String), NodeGroup>,
+}
+
+async fn list_groups(ctx: &Context) -> Result<Groups> {
+    let api: Api<NodeGroup> = match &ctx.settings.namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let list = api
+        .list(&Default::default())
+        .await
+        .map_err(Error::kube("list NodeGroups"))?;
+    Ok(Groups {
+        ownership: Ownership::of(&list.items),
+        by_name: list
+            .items
+            .into_iter()
+            .map(|g| ((g.namespace().unwrap_or_default(), g.name_any()), g))
+            .collect(),
+    })
+}
+
+impl Deadlines for Groups {
+    fn drain_deadline(&self, owner: &Owner) -> chrono::Duration {
+        let configured = self
+            .by_name
+            .get(&(owner.namespace.clone(), owner.group.clone()))
+            .map(|g| g.spec.interruption.drain_deadline())
+            .unwrap_or(crate::crd::nodegroup::DEFAULT_DRAIN_DEADLINE);
+        chrono::Duration::from_std(configured).unwrap_or(chrono::Duration::seconds(90))
+    }
+}
+
+async fn handle(ctx: &Context, queue: &Queue, groups: &Groups, received: Received) {
+    let parsed = message::parse(&received.body);
+    let plan = plan::plan(
+        &parsed,
+        &groups.ownership,
+        groups,
+        ctx.settings.interruption.foreign_messages,
+    );
+    let id = received.message_id.as_deref().unwrap_or("-");
+    match plan.outcome {
+        "rejected" => {
+            warn!(
+                controller = CONTROLLER,
+                message = id,
+                kind = plan.kind,
+                "{}; deleting it",
+                plan.summary
+            )
+        }
+        _ => {
+            info!(
+                controller = CONTROLLER,
+                message = id,
+                kind = plan.kind,
+                outcome = plan.outcome,
+                "{}",
+                plan.summary
+            )
+        }
+    }
+    let outcome = match carry_out(ctx, groups, &plan).await {
+        Ok(()) if plan.delete => match queue.delete(ctx, &received.receipt).await {
+            Ok(()) => plan.outcome,
+            Err(e) => {
+                warn!(controller = CONTROLLER, message = id, error = %e, "deleting the message failed; it comes back and is handled again (nothing twice)");
+                "failed"
+            }
+        },
+        Ok(()) => plan.outcome,
+        Err(e) => {
+            warn!(controller = CONTROLLER, message = id, error = %e, "handling the message failed; it comes back after its visibility timeout");
+            "failed"
+        }
+    };
+    ctx.metrics.interruption_message(plan.kind, outcome);
+}
+
+async fn carry_out(ctx: &Context, groups: &Groups, plan: &MessagePlan) -> Result<()> {
+    for step in &plan.steps {
+        match step {
+            Step::Mark {
+                owner,
+                node,
+                record,
+            } => {
+                let marked = mark_node(ctx, node, record).await?;
+                if marked {
+                    let age = ctx.clock.now() - record.noticed;
+                    ctx.metrics
+                        .interruption_age(age.to_std().unwrap_or_default());
+                    let note = format!(
+                        "{} for {} ({}): cordoned and tainted; drain deadline {}",
+                        record.kind,
+                        node,
+                        record.instance_id,
+                        record.deadline.to_rfc3339()
+                    );
+                    event(
+                        ctx,
+                        groups,
+                        owner,
+                        Some(node),
+                        EventType::Warning,
+                        "InterruptionNotice",
+                        note,
+                    )
+                    .await;
+                }
+            }
+            Step::Note {
+                owner,
+                instance_id,
+                note,
+            } => {
+                let node = owner.node.as_deref();
+                let reason = if note.starts_with("rebalance") {
+                    "RebalanceRecommendation"
+                } else {
+                    "InterruptionNotice"
+                };
+                let _ = instance_id;
+                event(
+                    ctx,
+                    groups,
+                    owner,
+                    node,
+                    EventType::Normal,
+                    reason,
+                    note.clone(),
+                )
+                .await;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Marks the node (one patch); false when it was already marked, or is gone.
+async fn mark_node(ctx: &Context, name: &str, record: &Record) -> Result<bool> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let Some(node) = nodes
+        .get_opt(name)
+        .await
+        .map_err(Error::kube(format!("get node {name}")))?
+    else {
+        return Ok(false);
+    };
+    let Some(patch) = mark::mark_patch(&node, record) else {
+        return Ok(false);
+    };
+    ctx.mutations
+        .perform(
+            Intent::kube(
+                "mark_interrupted",
+                format!("node/{name}"),
+                format!("{} of {}", record.kind, record.instance_id),
+            ),
+            || async {
+                nodes
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(Error::kube(format!("mark node {name} interrupted")))
+            },
+        )
+        .await?;
+    Ok(true)
+}
+
+/// An Event on the NodeGroup and, when there is one, on the Node.
+async fn event(
+    ctx: &Context,
+    groups: &Groups,
+    owner: &Owner,
+    node: Option<&str>,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    if let Some(group) = groups
+        .by_name
+        .get(&(owner.namespace.clone(), owner.group.clone()))
+    {
+        ctx.event(
+            &group.object_ref(&()),
+            type_,
+            reason,
+            EVENT_ACTION,
+            note.clone(),
+        )
+        .await;
+    }
+    if let Some(node) = node {
+        let on = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            ..Default::default()
+        };
+        ctx.event(&on, type_, reason, EVENT_ACTION, note).await;
+    }
+}

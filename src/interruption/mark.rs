@@ -1,0 +1,187 @@
+//! The first, persisted action on a node about to be lost: one patch that
+//! cordons it, taints it `nodemanager.dev/interrupted:NoSchedule`, labels it
+//! out of external load balancers and records the notice (kind, AWS time,
+//! drain deadline) in an annotation. The Node is the durable record: once
+//! the patch is stored the SQS message can be deleted, and a restart or a
+//! redelivered message finds the node marked and does nothing twice.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::ResourceExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+pub const TAINT: &str = "nodemanager.dev/interrupted";
+pub const ANNOTATION: &str = "nodemanager.dev/interruption";
+/// Service controllers stop sending this node traffic before its pods go.
+pub const EXCLUDE_FROM_LOAD_BALANCERS: &str =
+    "node.kubernetes.io/exclude-from-external-load-balancers";
+
+/// What the annotation records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    /// The notice's kind (metric label, e.g. `spot_interruption`).
+    pub kind: String,
+    pub instance_id: String,
+    /// When AWS emitted the notice.
+    pub noticed: DateTime<Utc>,
+    /// The drain must be finished by then.
+    pub deadline: DateTime<Utc>,
+}
+
+/// The node's record, if it carries a readable one.
+pub fn record_of(node: &Node) -> Option<Record> {
+    node.annotations()
+        .get(ANNOTATION)
+        .and_then(|v| serde_json::from_str(v).ok())
+}
+
+/// Pure: the merge patch that marks `node` for `record`, or None when it is
+/// already marked for this loss or an earlier one. The patch carries the
+/// node's resourceVersion: the taint list is replaced whole, so a concurrent
+/// change to it makes the patch fail (409) rather than be lost.
+pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
+    let existing = record_of(node);
+    let keep = existing
+        .as_ref()
+        .filter(|e| e.instance_id == record.instance_id && e.deadline <= record.deadline);
+    let record = keep.unwrap_or(record);
+    let spec = node.spec.as_ref();
+    let taints: Vec<Taint> = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
+    let tainted = taints
+        .iter()
+        .any(|t| t.key == TAINT && t.effect == "NoSchedule");
+    let cordoned = spec.and_then(|s| s.unschedulable).unwrap_or(false);
+    let labelled = node.labels().contains_key(EXCLUDE_FROM_LOAD_BALANCERS);
+    if keep.is_some() && tainted && cordoned && labelled {
+        return None;
+    }
+    let mut taints: Vec<Taint> = taints.into_iter().filter(|t| t.key != TAINT).collect();
+    taints.push(Taint {
+        key: TAINT.into(),
+        value: Some(record.kind.clone()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    });
+    let annotation = serde_json::to_string(record).unwrap_or_default();
+    Some(json!({
+        "metadata": {
+            "resourceVersion": node.resource_version(),
+            "labels": {EXCLUDE_FROM_LOAD_BALANCERS: "true"},
+            "annotations": {ANNOTATION: annotation},
+        },
+        "spec": {"unschedulable": true, "taints": taints},
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use k8s_openapi::api::core::v1::NodeSpec;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 23, 12, 0, 0).unwrap() + chrono::Duration::seconds(s)
+    }
+
+    fn record(deadline: i64) -> Record {
+        Record {
+            kind: "spot_interruption".into(),
+            instance_id: "i-1".into(),
+            noticed: t(0),
+            deadline: t(deadline),
+        }
+    }
+
+    fn node() -> Node {
+        let mut n = Node::default();
+        n.metadata.name = Some("n1".into());
+        n.metadata.resource_version = Some("7".into());
+        n.spec = Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: "dedicated".into(),
+                value: Some("web".into()),
+                effect: "NoSchedule".into(),
+                time_added: None,
+            }]),
+            ..Default::default()
+        });
+        n
+    }
+
+    /// Applies a merge patch the way the apiserver would, for these fields.
+    fn apply(node: &mut Node, patch: &Value) {
+        fn merge(target: &mut Value, patch: &Value) {
+            let Value::Object(fields) = patch else {
+                *target = patch.clone();
+                return;
+            };
+            if !target.is_object() {
+                *target = json!({});
+            }
+            if let Value::Object(map) = target {
+                for (k, v) in fields {
+                    if v.is_null() {
+                        map.remove(k);
+                    } else {
+                        merge(map.entry(k.clone()).or_insert(Value::Null), v);
+                    }
+                }
+            }
+        }
+        let mut value = serde_json::to_value(&*node).expect("node");
+        merge(&mut value, patch);
+        *node = serde_json::from_value(value).expect("patched node");
+    }
+
+    #[test]
+    fn one_patch_cordons_taints_labels_and_records_keeping_other_taints() {
+        let mut n = node();
+        let patch = mark_patch(&n, &record(90)).expect("a patch");
+        assert_eq!(patch["metadata"]["resourceVersion"], "7");
+        apply(&mut n, &patch);
+        let spec = n.spec.clone().expect("spec");
+        assert_eq!(spec.unschedulable, Some(true));
+        let keys: Vec<&str> = spec
+            .taints
+            .iter()
+            .flatten()
+            .map(|t| t.key.as_str())
+            .collect();
+        assert_eq!(keys, vec!["dedicated", TAINT]);
+        assert_eq!(
+            n.labels()
+                .get(EXCLUDE_FROM_LOAD_BALANCERS)
+                .map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(record_of(&n), Some(record(90)));
+        // Marked: the same notice again, or a later one, changes nothing.
+        assert_eq!(mark_patch(&n, &record(90)), None);
+        assert_eq!(mark_patch(&n, &record(120)), None);
+    }
+
+    #[test]
+    fn an_earlier_deadline_wins_and_a_lost_cordon_is_put_back() {
+        let mut n = node();
+        let first = mark_patch(&n, &record(90)).expect("patch");
+        apply(&mut n, &first);
+        let earlier = mark_patch(&n, &record(30)).expect("an earlier deadline");
+        apply(&mut n, &earlier);
+        assert_eq!(record_of(&n).map(|r| r.deadline), Some(t(30)));
+        // Someone uncordons it: marking again restores the cordon only.
+        n.spec.as_mut().expect("spec").unschedulable = Some(false);
+        let again = mark_patch(&n, &record(90)).expect("cordon restored");
+        apply(&mut n, &again);
+        assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+        assert_eq!(record_of(&n).map(|r| r.deadline), Some(t(30)));
+        let ours = n
+            .spec
+            .iter()
+            .flat_map(|s| s.taints.iter().flatten())
+            .filter(|t| t.key == TAINT)
+            .count();
+        assert_eq!(ours, 1, "never two of our taints");
+    }
+}

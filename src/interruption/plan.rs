@@ -1,0 +1,254 @@
+//! What to do with one message, pure: from the parsed body, who owns its
+//! instances and `now`, the node marks to persist, the Events to write and
+//! whether the message may then be deleted.
+
+use super::mark::Record;
+use super::message::{Notice, NoticeKind, Parsed};
+use super::ownership::{Disposition, ForeignMessages, Owner, Ownership, dispose};
+use chrono::{DateTime, Utc};
+
+/// One instance of ours a notice names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Persist the loss on the node (cordon, taint, label, record).
+    Mark {
+        owner: Owner,
+        node: String,
+        record: Record,
+    },
+    /// Nothing to persist (a rebalance recommendation the group ignores, an
+    /// instance that never joined): only say so.
+    Note {
+        owner: Owner,
+        instance_id: String,
+        note: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessagePlan {
+    /// The notice's kind, or why it was not one (metric label).
+    pub kind: &'static str,
+    /// What was decided (metric label): acted, ignored, rejected,
+    /// foreign_deleted, foreign_left.
+    pub outcome: &'static str,
+    pub steps: Vec<Step>,
+    /// Delete the message once every step is carried out.
+    pub delete: bool,
+    /// For the log.
+    pub summary: String,
+    /// When AWS emitted it, for the age-at-action histogram.
+    pub noticed: Option<DateTime<Utc>>,
+}
+
+/// The drain deadline of a group, from its spec.
+pub trait Deadlines {
+    fn drain_deadline(&self, owner: &Owner) -> chrono::Duration;
+}
+
+pub fn plan(
+    parsed: &Parsed,
+    ownership: &Ownership,
+    deadlines: &dyn Deadlines,
+    foreign: ForeignMessages,
+) -> MessagePlan {
+    let base = |kind, outcome, summary: String| MessagePlan {
+        kind,
+        outcome,
+        steps: vec![],
+        delete: true,
+        summary,
+        noticed: None,
+    };
+    let notice = match parsed {
+        Parsed::Rejected(r) => return base(r.label(), "rejected", r.to_string()),
+        Parsed::Ignored { kind, why } => return base(kind, "ignored", why.clone()),
+        Parsed::Notice(n) => n,
+    };
+    let kind = notice.kind.label();
+    match dispose(notice, ownership, foreign) {
+        Disposition::Foreign(ForeignMessages::Delete) => base(
+            kind,
+            "foreign_deleted",
+            format!("{} not managed here", notice.instance_ids.join(", ")),
+        ),
+        Disposition::Foreign(ForeignMessages::Leave) => MessagePlan {
+            delete: false,
+            ..base(
+                kind,
+                "foreign_left",
+                format!(
+                    "{} not managed here; left on the queue",
+                    notice.instance_ids.join(", ")
+                ),
+            )
+        },
+        Disposition::Act(ours) => {
+            let steps: Vec<Step> = ours
+                .into_iter()
+                .map(|(instance_id, owner)| step(notice, instance_id, owner, deadlines))
+                .collect();
+            MessagePlan {
+                summary: format!(
+                    "{kind} for {}",
+                    steps
+                        .iter()
+                        .map(|s| match s {
+                            Step::Mark { node, .. } => node.clone(),
+                            Step::Note { instance_id, .. } => instance_id.clone(),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                steps,
+                noticed: Some(notice.time),
+                ..base(kind, "acted", String::new())
+            }
+        }
+    }
+}
+
+fn step(notice: &Notice, instance_id: String, owner: Owner, deadlines: &dyn Deadlines) -> Step {
+    let kind = notice.kind.label();
+    if notice.kind == NoticeKind::RebalanceRecommendation {
+        return Step::Note {
+            note: format!(
+                "rebalance recommendation for {instance_id}: at elevated risk of interruption (onRebalanceRecommendation Ignore)"
+            ),
+            owner,
+            instance_id,
+        };
+    }
+    match owner.node.clone() {
+        Some(node) => Step::Mark {
+            record: Record {
+                kind: kind.to_string(),
+                instance_id,
+                noticed: notice.time,
+                deadline: notice
+                    .time
+                    .checked_add_signed(deadlines.drain_deadline(&owner))
+                    .unwrap_or(notice.time),
+            },
+            node,
+            owner,
+        },
+        None => Step::Note {
+            note: format!("{kind} for {instance_id}, which never joined: no node to drain"),
+            owner,
+            instance_id,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interruption::message::{Rejection, parse};
+    use chrono::TimeZone;
+
+    struct Fixed(i64);
+    impl Deadlines for Fixed {
+        fn drain_deadline(&self, _: &Owner) -> chrono::Duration {
+            chrono::Duration::seconds(self.0)
+        }
+    }
+
+    fn owner(node: Option<&str>) -> Owner {
+        Owner {
+            namespace: "ns".into(),
+            group: "workers".into(),
+            node: node.map(str::to_string),
+            auto_scaling_group: Some("asg-a".into()),
+        }
+    }
+
+    fn ownership() -> Ownership {
+        Ownership::from_entries([
+            ("i-1".to_string(), owner(Some("n1"))),
+            ("i-9".to_string(), owner(None)),
+        ])
+    }
+
+    fn warning(id: &str) -> Parsed {
+        parse(
+            &serde_json::json!({
+                "version": "0", "source": "aws.ec2", "time": "2026-11-23T12:00:00Z",
+                "detail-type": "EC2 Spot Instance Interruption Warning",
+                "detail": {"instance-id": id, "instance-action": "terminate"}
+            })
+            .to_string(),
+        )
+    }
+
+    #[test]
+    fn a_warning_for_our_node_marks_it_with_the_deadline_from_aws_time() {
+        let p = plan(
+            &warning("i-1"),
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+        );
+        assert_eq!(
+            (p.kind, p.outcome, p.delete),
+            ("spot_interruption", "acted", true)
+        );
+        let noticed = Utc.with_ymd_and_hms(2026, 11, 23, 12, 0, 0).unwrap();
+        assert_eq!(
+            p.steps,
+            vec![Step::Mark {
+                owner: owner(Some("n1")),
+                node: "n1".into(),
+                record: Record {
+                    kind: "spot_interruption".into(),
+                    instance_id: "i-1".into(),
+                    noticed,
+                    deadline: noticed + chrono::Duration::seconds(90),
+                },
+            }]
+        );
+        assert_eq!(p.noticed, Some(noticed));
+    }
+
+    #[test]
+    fn an_instance_that_never_joined_gets_a_note_not_a_mark() {
+        let p = plan(
+            &warning("i-9"),
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+        );
+        assert!(matches!(p.steps.as_slice(), [Step::Note { .. }]), "{p:?}");
+        assert!(p.delete);
+    }
+
+    #[test]
+    fn foreign_rejected_and_ignored_messages() {
+        let left = plan(
+            &warning("i-x"),
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Leave,
+        );
+        assert_eq!((left.outcome, left.delete), ("foreign_left", false));
+        assert!(left.steps.is_empty());
+        let deleted = plan(
+            &warning("i-x"),
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+        );
+        assert_eq!((deleted.outcome, deleted.delete), ("foreign_deleted", true));
+        let rejected = plan(
+            &Parsed::Rejected(Rejection::Malformed("x".into())),
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Leave,
+        );
+        assert_eq!(
+            (rejected.kind, rejected.outcome, rejected.delete),
+            ("malformed", "rejected", true),
+            "a bad message never blocks the queue, even a shared one"
+        );
+    }
+}

@@ -1,0 +1,169 @@
+//! The SQS queue the notices arrive on: long polling (20 s, 10 messages) and
+//! deletion. Every request is counted in `aws_calls_total`.
+
+use crate::Result;
+use crate::cloud::aws::aws_error;
+use crate::context::Context;
+use crate::metrics::Metrics;
+use crate::mutation::{Applied, Intent};
+use aws_config::SdkConfig;
+use std::sync::Arc;
+
+/// One message as received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub receipt: String,
+    pub body: String,
+    pub message_id: Option<String>,
+}
+
+pub struct Queue {
+    client: aws_sdk_sqs::Client,
+    url: String,
+    metrics: Arc<Metrics>,
+}
+
+/// The queue's region, from its URL (`https://sqs.<region>.amazonaws.com/...`
+/// or the legacy `https://<region>.queue.amazonaws.com/...`); None for other
+/// endpoints (an emulator), which use the configured region.
+pub fn region_of(url: &str) -> Option<String> {
+    let host = url.split("://").nth(1)?.split('/').next()?;
+    let parts: Vec<&str> = host.split('.').collect();
+    match parts.as_slice() {
+        ["sqs", region, "amazonaws", ..] => Some(region.to_string()),
+        [region, "queue", "amazonaws", ..] => Some(region.to_string()),
+        _ => None,
+    }
+}
+
+/// Checks a queue URL's shape: http(s), a host, then /<account>/<name>.
+pub fn check_url(url: &str) -> std::result::Result<(), String> {
+    let Some(rest) = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+    else {
+        return Err(format!("{url:?} must start with https://"));
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    match segments.as_slice() {
+        [host, account, name] if !host.is_empty() && !account.is_empty() && !name.is_empty() => {
+            Ok(())
+        }
+        _ => Err(format!(
+            "{url:?} is not a queue URL like https://sqs.ap-northeast-1.amazonaws.com/123456789012/name"
+        )),
+    }
+}
+
+impl Queue {
+    pub fn new(
+        sdk: &SdkConfig,
+        url: &str,
+        emulator_account: Option<&str>,
+        metrics: Arc<Metrics>,
+    ) -> Queue {
+        let mut config = aws_sdk_sqs::config::Builder::from(sdk);
+        if let Some(region) = region_of(url) {
+            config = config.region(aws_config::Region::new(region));
+        }
+        #[cfg(feature = "test-support")]
+        if let Some(account) = emulator_account {
+            config =
+                config.interceptor(crate::cloud::emulator::EmulatorAccount(account.to_string()));
+        }
+        #[cfg(not(feature = "test-support"))]
+        let _ = emulator_account;
+        Queue {
+            client: aws_sdk_sqs::Client::from_conf(config.build()),
+            url: url.to_string(),
+            metrics,
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Up to 10 messages, waiting up to 20 s for the first.
+    pub async fn receive(&self) -> Result<Vec<Received>> {
+        self.metrics.aws_call("ReceiveMessage");
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(20)
+            .send()
+            .await
+            .map_err(aws_error("ReceiveMessage", self.url.clone()))?;
+        Ok(out
+            .messages()
+            .iter()
+            .filter_map(|m| {
+                Some(Received {
+                    receipt: m.receipt_handle()?.to_string(),
+                    body: m.body().unwrap_or_default().to_string(),
+                    message_id: m.message_id().map(str::to_string),
+                })
+            })
+            .collect())
+    }
+
+    /// Deletes a handled message, through the mutation gate: not while
+    /// another replica leads, and not under dry-run (a dry-run manager must
+    /// not take messages from the handler that acts on them).
+    pub async fn delete(&self, ctx: &Context, receipt: &str) -> Result<()> {
+        let applied = ctx
+            .mutations
+            .perform(
+                Intent::aws("delete_message", self.url.clone(), "handled"),
+                || async {
+                    self.metrics.aws_call("DeleteMessage");
+                    self.client
+                        .delete_message()
+                        .queue_url(&self.url)
+                        .receipt_handle(receipt)
+                        .send()
+                        .await
+                        .map_err(aws_error("DeleteMessage", self.url.clone()))
+                },
+            )
+            .await?;
+        if let Applied::DryRun = applied {
+            tracing::info!(queue = %self.url, "dry-run: message left on the queue");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_region_comes_from_an_aws_queue_url() {
+        assert_eq!(
+            region_of("https://sqs.ap-northeast-1.amazonaws.com/123456789012/q").as_deref(),
+            Some("ap-northeast-1")
+        );
+        assert_eq!(
+            region_of("https://eu-west-1.queue.amazonaws.com/123456789012/q").as_deref(),
+            Some("eu-west-1")
+        );
+        assert_eq!(region_of("http://127.0.0.1:5000/123456789012/q"), None);
+    }
+
+    #[test]
+    fn queue_urls_are_checked() {
+        assert!(check_url("https://sqs.ap-northeast-1.amazonaws.com/123456789012/q").is_ok());
+        assert!(check_url("http://127.0.0.1:5000/123456789012/q").is_ok());
+        for bad in [
+            "sqs.amazonaws.com/1/q",
+            "https://host/q",
+            "https://host/1/q/x",
+            "https:///1/q",
+        ] {
+            assert!(check_url(bad).is_err(), "{bad}");
+        }
+    }
+}

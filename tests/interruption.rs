@@ -1,0 +1,225 @@
+//! The interruption handler against moto's SQS and the real apiserver: a
+//! notice for one of our nodes marks it (cordon, taint, load-balancer
+//! exclusion, record) before AWS takes the instance, and the message is
+//! deleted only then; duplicates, foreign instances and bad bodies.
+
+use snm_testkit as support;
+
+use chrono::Utc;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use spot_node_manager::interruption::mark::{
+    ANNOTATION, EXCLUDE_FROM_LOAD_BALANCERS, TAINT, record_of,
+};
+use std::time::Duration;
+use support::assert_eventually;
+use support::interruption::{interrupt, spot_warning};
+use support::refresh::*;
+
+/// This world's nodes (other tests share the apiserver).
+async fn world_nodes(world: &support::World) -> Vec<Node> {
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    nodes
+        .list(&kube::api::ListParams::default().labels(&format!(
+            "{}={}",
+            support::sim::SIM_ACCOUNT_LABEL,
+            world.account
+        )))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+/// The group's node on `instance`, if it is marked as interrupted.
+async fn marked(nodes: &Api<Node>, instance: &str) -> Option<Node> {
+    let list = nodes.list(&Default::default()).await.ok()?;
+    let node = list.items.into_iter().find(|n| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .is_some_and(|p| p.ends_with(instance))
+    })?;
+    let spec = node.spec.as_ref()?;
+    let cordoned = spec.unschedulable == Some(true);
+    let tainted = spec
+        .taints
+        .iter()
+        .flatten()
+        .any(|t| t.key == TAINT && t.effect == "NoSchedule");
+    let labelled = node
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(EXCLUDE_FROM_LOAD_BALANCERS));
+    (cordoned && tainted && labelled && record_of(&node).is_some()).then_some(node)
+}
+
+async fn instances(world: &support::World, asgs: &[String]) -> Vec<String> {
+    all_instances(world, asgs).await.into_iter().collect()
+}
+
+#[tokio::test]
+async fn a_spot_warning_marks_our_node_before_the_instance_goes_and_the_message_is_deleted() {
+    let steady = SteadyGroup::workers("int-warning")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let victim = before[0].2[0].clone();
+    // AWS: the warning now, the instance gone 30 s later. Meanwhile the
+    // node must be marked, while its instance still runs.
+    let noticed = Utc::now();
+    let started = std::time::Instant::now();
+    let (_, node) = tokio::join!(
+        interrupt(world, queue, &victim, Duration::from_secs(30)),
+        async {
+            let node = assert_eventually("the node marked", WAIT, || marked(&nodes, &victim)).await;
+            let running = instances(world, &kops.asgs).await;
+            assert!(
+                running.contains(&victim),
+                "the node must be marked before its instance is terminated"
+            );
+            node
+        }
+    );
+    let record = record_of(&node).expect("record");
+    assert_eq!(record.kind, "spot_interruption");
+    assert_eq!(record.instance_id, victim);
+    // The deadline counts from AWS's time, not from receipt: 90 s by default.
+    let from_notice = (record.deadline - record.noticed).num_seconds();
+    assert_eq!(from_notice, 90, "{record:?}");
+    assert!(
+        (record.noticed - noticed).num_seconds().abs() <= 1,
+        "{record:?}"
+    );
+    assert!(
+        node.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(ANNOTATION))
+    );
+    assert_eventually("the message deleted", WAIT, || async {
+        (queue.remaining().await == 0).then_some(())
+    })
+    .await;
+    // The ASG replaces the lost instance; the group is whole again with
+    // exactly one new instance.
+    eprintln!(
+        "{:?}: marked, message deleted, instance lost",
+        started.elapsed()
+    );
+    assert_eventually("the lost node gone", WAIT, || async {
+        let gone = world_nodes(world)
+            .await
+            .iter()
+            .all(|n| n.metadata.name.as_deref() != Some(victim.as_str()));
+        gone.then_some(())
+    })
+    .await;
+    eprintln!("{:?}: node gone", started.elapsed());
+    let asg = before[0].0.clone();
+    assert_eventually("a replacement in the same ASG, 3 Ready", RUN, || async {
+        let ids = world.asg_instances(&asg).await;
+        (ids.len() == 1 && ids[0] != victim && ready_count(&steady.groups, "workers").await? == 3)
+            .then_some(())
+    })
+    .await;
+    eprintln!("{:?}: 3 Ready", started.elapsed());
+    let after = instances(world, &kops.asgs).await;
+    assert_eq!(after.len(), 3, "exactly one new instance: {after:?}");
+    assert!(event_count(world, "InterruptionNotice").await >= 1);
+    let metrics = steady.manager.assert_metrics().await;
+    assert!(
+        metrics.contains(
+            "spot_node_manager_interruption_messages_total{kind=\"spot_interruption\",outcome=\"acted\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn duplicates_foreign_instances_and_bad_bodies_never_act_twice_or_block_the_queue() {
+    let steady = SteadyGroup::workers("int-dupes")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let victim = world.asg_snapshot(&kops.asgs).await[1].2[0].clone();
+    let warning = spot_warning(&victim, Utc::now());
+    queue.send(&warning).await;
+    queue.send(&warning).await;
+    queue
+        .send(&spot_warning("i-0123456789abcdef0", Utc::now()))
+        .await;
+    queue.send("{this is not json").await;
+    queue
+        .send(r#"{"version": "0", "source": "aws.ec2", "detail-type": "EC2 Something New", "time": "2026-11-23T00:00:00Z", "detail": {}}"#)
+        .await;
+    let node = assert_eventually("the node marked", WAIT, || marked(&nodes, &victim)).await;
+    assert_eventually("every message deleted", WAIT, || async {
+        (queue.remaining().await == 0).then_some(())
+    })
+    .await;
+    // Marked once: one taint of ours, one Event for it.
+    let ours = node
+        .spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        .filter(|t| t.key == TAINT)
+        .count();
+    assert_eq!(ours, 1);
+    assert_eq!(event_count(world, "InterruptionNotice").await, 1);
+    // No other node touched.
+    let marked_nodes = world_nodes(world)
+        .await
+        .iter()
+        .filter(|n| record_of(n).is_some())
+        .count();
+    assert_eq!(marked_nodes, 1, "only the victim is marked");
+    let metrics = steady.manager.assert_metrics().await;
+    for series in [
+        "kind=\"spot_interruption\",outcome=\"acted\"} 2",
+        "kind=\"spot_interruption\",outcome=\"foreign_deleted\"} 1",
+        "kind=\"malformed\",outcome=\"rejected\"} 1",
+        "kind=\"unknown_kind\",outcome=\"rejected\"} 1",
+    ] {
+        assert!(
+            metrics.contains(&format!(
+                "spot_node_manager_interruption_messages_total{{{series}"
+            )),
+            "{series} missing:\n{metrics}"
+        );
+    }
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn on_a_shared_queue_a_foreign_notice_is_left_for_its_cluster() {
+    let steady = SteadyGroup::workers("int-shared")
+        .interruption_queue()
+        .manager_config("interruption:\n  foreignMessages: Leave\n")
+        .start()
+        .await;
+    let (world, queue) = (&steady.world, steady.queue());
+    queue
+        .send(&spot_warning("i-0123456789abcdef0", Utc::now()))
+        .await;
+    let metrics = assert_eventually("the foreign notice seen", WAIT, || async {
+        let m = steady.manager.assert_metrics().await;
+        m.contains("outcome=\"foreign_left\"").then_some(m)
+    })
+    .await;
+    assert!(!metrics.contains("foreign_deleted"), "{metrics}");
+    assert_eq!(queue.remaining().await, 1, "left on the queue");
+    let nodes = world_nodes(world).await;
+    assert_eq!(nodes.len(), 3);
+    assert!(nodes.iter().all(|n| record_of(n).is_none()));
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+    world.cleanup().await;
+}
