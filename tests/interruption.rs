@@ -15,6 +15,7 @@ use std::time::Duration;
 use support::assert_eventually;
 use support::interruption::{interrupt, spot_warning};
 use support::refresh::*;
+use support::workload::{deploy_web, ready_web_pods, sample_web};
 
 /// This world's nodes (other tests share the apiserver).
 async fn world_nodes(world: &support::World) -> Vec<Node> {
@@ -220,6 +221,118 @@ async fn on_a_shared_queue_a_foreign_notice_is_left_for_its_cluster() {
     let nodes = world_nodes(world).await;
     assert_eq!(nodes.len(), 3);
     assert!(nodes.iter().all(|n| record_of(n).is_none()));
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+    world.cleanup().await;
+}
+
+/// The instance of a node running `n` or more web pods.
+async fn node_with_web_pods(world: &support::World, n: usize) -> String {
+    assert_eventually("a node with web pods", WAIT, || async {
+        let pods = ready_web_pods(world).await;
+        let mut per_node: std::collections::BTreeMap<String, usize> = Default::default();
+        for (_, node) in pods {
+            *per_node.entry(node).or_default() += 1;
+        }
+        per_node
+            .into_iter()
+            .find(|(_, c)| *c >= n)
+            .map(|(node, _)| node)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_warned_node_is_drained_by_its_deadline_within_the_budget() {
+    let steady = SteadyGroup::workers("int-drain")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, queue) = (&steady.world, steady.queue());
+    deploy_web(world, 6, 1).await;
+    assert_eventually("6 Ready pods", WAIT, || async {
+        (ready_web_pods(world).await.len() == 6).then_some(())
+    })
+    .await;
+    let victim = node_with_web_pods(world, 1).await;
+    let sampler = sample_web(world);
+    queue.send(&spot_warning(&victim, Utc::now())).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let record = assert_eventually("the drain recorded done", WAIT, || async {
+        let record = record_of(&nodes.get(&victim).await.ok()?)?;
+        record.drained.map(|_| record)
+    })
+    .await;
+    assert_eq!(record.pods_left, Some(0), "{record:?}");
+    assert!(record.drained <= Some(record.deadline), "{record:?}");
+    // Every web pod moved off the node and is Ready elsewhere; the budget's
+    // floor held throughout.
+    assert_eventually("6 Ready pods elsewhere", WAIT, || async {
+        let pods = ready_web_pods(world).await;
+        (pods.len() == 6 && pods.iter().all(|(_, node)| *node != victim)).then_some(())
+    })
+    .await;
+    let samples = sampler.stop();
+    assert!(samples.min_ready >= Some(5), "{samples:?}");
+    assert!(event_count(world, "InterruptionDrained").await >= 1);
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn what_a_budget_holds_past_the_deadline_is_named_and_not_evicted() {
+    let steady = SteadyGroup::workers("int-deadline")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, queue) = (&steady.world, steady.queue());
+    steady
+        .groups
+        .patch(
+            "workers",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "spec": {"interruption": {"drainDeadline": "10s"}}
+            })),
+        )
+        .await
+        .expect("patch group");
+    deploy_web(world, 6, 0).await;
+    assert_eventually("6 Ready pods", WAIT, || async {
+        (ready_web_pods(world).await.len() == 6).then_some(())
+    })
+    .await;
+    let victim = node_with_web_pods(world, 1).await;
+    let held: Vec<String> = ready_web_pods(world)
+        .await
+        .into_iter()
+        .filter(|(_, node)| *node == victim)
+        .map(|(pod, _)| pod)
+        .collect();
+    let sampler = sample_web(world);
+    queue.send(&spot_warning(&victim, Utc::now())).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let record = assert_eventually("the drain's end recorded", WAIT, || async {
+        let record = record_of(&nodes.get(&victim).await.ok()?)?;
+        record.drained.map(|_| record)
+    })
+    .await;
+    assert_eq!((record.deadline - record.noticed).num_seconds(), 10);
+    assert_eq!(record.pods_left, Some(held.len() as i32), "{record:?}");
+    // Nothing evicted against the budget; the Event names what was left.
+    let samples = sampler.stop();
+    assert_eq!(samples.min_ready, Some(6), "{samples:?}");
+    let events: Api<k8s_openapi::api::events::v1::Event> = world.api();
+    let note = assert_eventually("the incomplete drain reported", WAIT, || async {
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("InterruptionDrainIncomplete"))
+            .and_then(|e| e.note)
+    })
+    .await;
+    for pod in &held {
+        assert!(note.contains(pod.as_str()), "{pod} not named: {note}");
+    }
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
     world.cleanup().await;
 }

@@ -40,12 +40,20 @@ pub async fn run_all(ctx: Arc<Context>, shutdown: CancellationToken) {
         ),
         async {
             if let Some(queue) = ctx.interruption_queue.clone() {
-                bounded(
-                    crate::interruption::handler::CONTROLLER,
-                    crate::interruption::handler::run(ctx.clone(), queue, shutdown.clone()),
-                    &shutdown,
-                )
-                .await
+                ctx.metrics
+                    .register_controller(crate::interruption::drainer::CONTROLLER);
+                tokio::join!(
+                    bounded(
+                        crate::interruption::handler::CONTROLLER,
+                        crate::interruption::handler::run(ctx.clone(), queue, shutdown.clone()),
+                        &shutdown,
+                    ),
+                    bounded(
+                        crate::interruption::drainer::CONTROLLER,
+                        crate::interruption::drainer::run(ctx.clone(), shutdown.clone()),
+                        &shutdown,
+                    ),
+                );
             }
         },
     );

@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub const TAINT: &str = "nodemanager.dev/interrupted";
+/// Set with the taint (value: the notice's kind), so the drain watches
+/// marked nodes only.
+pub const LABEL: &str = "nodemanager.dev/interrupted";
 pub const ANNOTATION: &str = "nodemanager.dev/interruption";
 /// Service controllers stop sending this node traffic before its pods go.
 pub const EXCLUDE_FROM_LOAD_BALANCERS: &str =
@@ -28,6 +31,15 @@ pub struct Record {
     pub noticed: DateTime<Utc>,
     /// The drain must be finished by then.
     pub deadline: DateTime<Utc>,
+    /// The node's NodeGroup, `namespace/name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// When the drain ended (drained, or its deadline passed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained: Option<DateTime<Utc>>,
+    /// Pods still on the node when the drain ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_left: Option<i32>,
 }
 
 /// The node's record, if it carries a readable one.
@@ -53,7 +65,8 @@ pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
         .iter()
         .any(|t| t.key == TAINT && t.effect == "NoSchedule");
     let cordoned = spec.and_then(|s| s.unschedulable).unwrap_or(false);
-    let labelled = node.labels().contains_key(EXCLUDE_FROM_LOAD_BALANCERS);
+    let labelled = node.labels().contains_key(EXCLUDE_FROM_LOAD_BALANCERS)
+        && node.labels().contains_key(LABEL);
     if keep.is_some() && tainted && cordoned && labelled {
         return None;
     }
@@ -68,7 +81,7 @@ pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
     Some(json!({
         "metadata": {
             "resourceVersion": node.resource_version(),
-            "labels": {EXCLUDE_FROM_LOAD_BALANCERS: "true"},
+            "labels": {EXCLUDE_FROM_LOAD_BALANCERS: "true", LABEL: record.kind},
             "annotations": {ANNOTATION: annotation},
         },
         "spec": {"unschedulable": true, "taints": taints},
@@ -91,6 +104,9 @@ mod tests {
             instance_id: "i-1".into(),
             noticed: t(0),
             deadline: t(deadline),
+            group: Some("ns/workers".into()),
+            drained: None,
+            pods_left: None,
         }
     }
 

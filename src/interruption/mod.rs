@@ -8,8 +8,10 @@
 //! - [`ownership`]: which instances are ours (through the inventory);
 //! - [`plan`]: what to do with one message, pure;
 //! - [`mark`]: the persisted first action on a doomed node;
-//! - [`queue`] and [`handler`]: the SQS I/O and the loop.
+//! - [`queue`] and [`handler`]: the SQS I/O and the loop;
+//! - [`drainer`]: drains marked nodes by their deadline.
 
+pub mod drainer;
 pub mod handler;
 pub mod mark;
 pub mod message;

@@ -129,6 +129,9 @@ fn step(notice: &Notice, instance_id: String, owner: Owner, deadlines: &dyn Dead
                     .time
                     .checked_add_signed(deadlines.drain_deadline(&owner))
                     .unwrap_or(notice.time),
+                group: Some(format!("{}/{}", owner.namespace, owner.group)),
+                drained: None,
+                pods_left: None,
             },
             node,
             owner,
@@ -204,6 +207,9 @@ mod tests {
                     instance_id: "i-1".into(),
                     noticed,
                     deadline: noticed + chrono::Duration::seconds(90),
+                    group: Some("ns/workers".into()),
+                    drained: None,
+                    pods_left: None,
                 },
             }]
         );

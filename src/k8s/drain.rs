@@ -92,6 +92,44 @@ pub fn next_step_after(
 /// One drain step on `node_name`: cordon (once) and evict what can be evicted.
 /// A node that no longer exists has nothing left to drain.
 pub async fn drain_step(ctx: &Context, node_name: &str) -> Result<DrainProgress> {
+    drain_step_within(ctx, node_name, None).await
+}
+
+/// Pure: the grace period to evict `pod` with so it ends within `max_grace`
+/// seconds (None: the pod's own).
+pub fn grace_for(pod: &Pod, max_grace: Option<i64>) -> Option<i64> {
+    let max = max_grace?.max(0);
+    let own = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    Some(own.min(max))
+}
+
+/// The pods a drain of `node_name` still has to move (evictable, or
+/// terminating), as namespace/name.
+pub async fn pods_to_move(ctx: &Context, node_name: &str) -> Result<Vec<String>> {
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let on_node = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
+        .await
+        .map_err(Error::kube(format!("list pods on node {node_name}")))?;
+    Ok(on_node
+        .items
+        .iter()
+        .filter(|p| !matches!(classify(p), PodAction::Skip(_)))
+        .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
+        .collect())
+}
+
+/// [`drain_step`] with every eviction's grace period capped at `max_grace`
+/// seconds (an interrupted node's deadline).
+pub async fn drain_step_within(
+    ctx: &Context,
+    node_name: &str,
+    max_grace: Option<i64>,
+) -> Result<DrainProgress> {
     if !cordon(ctx, node_name).await? {
         return Ok(DrainProgress::default());
     }
@@ -110,6 +148,13 @@ pub async fn drain_step(ctx: &Context, node_name: &str) -> Result<DrainProgress>
             PodAction::Evict => {
                 let api: Api<Pod> = Api::namespaced(ctx.eviction_client.clone(), &namespace);
                 let name = pod.name_any();
+                let params = EvictParams {
+                    delete_options: grace_for(pod, max_grace).map(|g| kube::api::DeleteParams {
+                        grace_period_seconds: Some(g.clamp(0, u32::MAX as i64) as u32),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
                 let outcome = ctx
                     .mutations
                     .perform(
@@ -119,7 +164,7 @@ pub async fn drain_step(ctx: &Context, node_name: &str) -> Result<DrainProgress>
                             format!("drain of node {node_name}"),
                         ),
                         || async {
-                            match api.evict(&name, &EvictParams::default()).await {
+                            match api.evict(&name, &params).await {
                                 Ok(_) => Ok(Evicted::Yes),
                                 Err(kube::Error::Api(s)) if s.code == 429 => {
                                     Ok(match budget_refusal(&s) {
@@ -378,6 +423,9 @@ mod tests {
             instance_id: "i-1".into(),
             noticed: chrono::DateTime::UNIX_EPOCH,
             deadline: chrono::DateTime::UNIX_EPOCH,
+            group: None,
+            drained: None,
+            pods_left: None,
         };
         node.metadata.annotations = Some(
             [(
@@ -389,5 +437,18 @@ mod tests {
         assert!(!may_uncordon(&node));
         node.spec = None;
         assert!(!may_uncordon(&node), "not cordoned: nothing to undo");
+    }
+
+    #[test]
+    fn grace_periods_are_shortened_to_the_time_left_never_lengthened() {
+        let mut p = pod();
+        assert_eq!(grace_for(&p, None), None, "the pod's own");
+        assert_eq!(grace_for(&p, Some(80)), Some(30), "the default 30 s fits");
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            termination_grace_period_seconds: Some(600),
+            ..Default::default()
+        });
+        assert_eq!(grace_for(&p, Some(80)), Some(80));
+        assert_eq!(grace_for(&p, Some(-3)), Some(0));
     }
 }

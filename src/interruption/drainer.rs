@@ -1,0 +1,248 @@
+//! Drains the nodes the handler marked, level-triggered from the mark on the
+//! Node (so a restart picks up where it was): evictions through the
+//! Eviction API, PodDisruptionBudgets respected, each pod's grace period
+//! shortened so it ends by the deadline. At the deadline what is left is
+//! named in an Event. The outcome is recorded in the mark.
+
+use super::mark::{self, LABEL, Record};
+use crate::context::Context;
+use crate::k8s::drain::{drain_step_within, pods_to_move};
+use crate::mutation::Intent;
+use crate::{Error, Result};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::watcher;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+pub const CONTROLLER: &str = "interruption-drain";
+const EVENT_ACTION: &str = "InterruptionDrain";
+/// Pods named in an Event at most (a note over 1 KiB is refused).
+const NAMED_PODS: usize = 10;
+
+/// What a drain step decides, pure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Drained or reported already: nothing more.
+    Done,
+    /// Evict, with grace periods capped at this many seconds.
+    Step { max_grace: i64 },
+    /// The deadline passed: report what is left, record it.
+    Deadline,
+}
+
+pub fn decide(record: &Record, now: DateTime<Utc>) -> Decision {
+    if record.drained.is_some() {
+        return Decision::Done;
+    }
+    let left = (record.deadline - now).num_seconds();
+    if left <= 0 {
+        Decision::Deadline
+    } else {
+        Decision::Step { max_grace: left }
+    }
+}
+
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    info!(controller = CONTROLLER, "controller started");
+    Controller::new(
+        nodes,
+        watcher::Config::default().labels(LABEL).any_semantic(),
+    )
+    .graceful_shutdown_on(shutdown.cancelled_owned())
+    .run(
+        reconcile,
+        |node: Arc<Node>, error: &Error, _| {
+            crate::controllers::runtime::retry_after(CONTROLLER, &node.name_any(), error)
+        },
+        ctx,
+    )
+    .for_each(|result| async move {
+        if let Err(e) = result {
+            debug!(controller = CONTROLLER, error = %e, "reconcile failed");
+        }
+    })
+    .await;
+    info!(controller = CONTROLLER, "controller stopped");
+}
+
+async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
+    crate::controllers::runtime::instrumented(&ctx, CONTROLLER, reconcile_inner(&node, &ctx)).await
+}
+
+async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
+    let Some(record) = mark::record_of(node) else {
+        return Ok(Action::await_change());
+    };
+    let name = node.name_any();
+    let now = ctx.clock.now();
+    match decide(&record, now) {
+        Decision::Done => Ok(Action::await_change()),
+        Decision::Step { max_grace } => {
+            let progress = drain_step_within(ctx, &name, Some(max_grace)).await?;
+            if progress.done() {
+                let note = format!(
+                    "drained {name} ({} of {}) {}s before its deadline",
+                    record.kind,
+                    record.instance_id,
+                    (record.deadline - now).num_seconds()
+                );
+                finish(ctx, node, &record, now, 0).await?;
+                event(
+                    ctx,
+                    node,
+                    &record,
+                    EventType::Normal,
+                    "InterruptionDrained",
+                    note,
+                )
+                .await;
+                ctx.metrics.drain("finished");
+                return Ok(Action::await_change());
+            }
+            // Soon: the deadline is seconds away.
+            Ok(Action::requeue(Duration::from_millis(500)))
+        }
+        Decision::Deadline => {
+            // No more evictions: report what is still there, by name.
+            let left = pods_to_move(ctx, &name).await?;
+            finish(ctx, node, &record, now, left.len()).await?;
+            if left.is_empty() {
+                return Ok(Action::await_change());
+            }
+            let mut named = left
+                .iter()
+                .take(NAMED_PODS)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            if left.len() > NAMED_PODS {
+                named.push_str(&format!(" and {} more", left.len() - NAMED_PODS));
+            }
+            let note = format!(
+                "{name} ({} of {}) not drained by its deadline {}: {named}",
+                record.kind,
+                record.instance_id,
+                record.deadline.to_rfc3339()
+            );
+            event(
+                ctx,
+                node,
+                &record,
+                EventType::Warning,
+                "InterruptionDrainIncomplete",
+                note,
+            )
+            .await;
+            ctx.metrics.drain("timed_out");
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// Records the drain's end in the mark, so it is not reported twice.
+async fn finish(
+    ctx: &Context,
+    node: &Node,
+    record: &Record,
+    now: DateTime<Utc>,
+    left: usize,
+) -> Result<()> {
+    let name = node.name_any();
+    let done = Record {
+        drained: Some(now),
+        pods_left: Some(left as i32),
+        ..record.clone()
+    };
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {mark::ANNOTATION: serde_json::to_string(&done).unwrap_or_default()}},
+    });
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    ctx.mutations
+        .perform(
+            Intent::kube(
+                "record_interruption_drain",
+                format!("node/{name}"),
+                format!("{left} pod(s) left"),
+            ),
+            || async {
+                nodes
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(Error::kube(format!("record the drain of node {name}")))
+            },
+        )
+        .await?;
+    Ok(())
+}
+
+/// An Event on the Node and on its NodeGroup (named in the mark).
+async fn event(
+    ctx: &Context,
+    node: &Node,
+    record: &Record,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let on_node = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(node.name_any()),
+        ..Default::default()
+    };
+    if let Some((namespace, name)) = record.group.as_deref().and_then(|g| g.split_once('/')) {
+        let on_group = ObjectReference {
+            api_version: Some("nodemanager.dev/v1alpha1".into()),
+            kind: Some("NodeGroup".into()),
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        ctx.event(&on_group, type_, reason, EVENT_ACTION, note.clone())
+            .await;
+    }
+    ctx.event(&on_node, type_, reason, EVENT_ACTION, note).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn record(deadline_in: i64, drained: bool) -> (Record, DateTime<Utc>) {
+        let now = Utc.with_ymd_and_hms(2026, 11, 23, 12, 0, 0).unwrap();
+        (
+            Record {
+                kind: "spot_interruption".into(),
+                instance_id: "i-1".into(),
+                noticed: now - chrono::Duration::seconds(10),
+                deadline: now + chrono::Duration::seconds(deadline_in),
+                drained: drained.then_some(now),
+                pods_left: None,
+                group: None,
+            },
+            now,
+        )
+    }
+
+    #[test]
+    fn grace_periods_are_capped_by_the_time_left_and_the_deadline_ends_the_drain() {
+        let (r, now) = record(80, false);
+        assert_eq!(decide(&r, now), Decision::Step { max_grace: 80 });
+        let (r, now) = record(0, false);
+        assert_eq!(decide(&r, now), Decision::Deadline);
+        let (r, now) = record(-5, false);
+        assert_eq!(decide(&r, now), Decision::Deadline);
+        let (r, now) = record(80, true);
+        assert_eq!(decide(&r, now), Decision::Done, "recorded: never twice");
+    }
+}
