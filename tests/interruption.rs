@@ -336,3 +336,73 @@ async fn what_a_budget_holds_past_the_deadline_is_named_and_not_evicted() {
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_manager_killed_between_marking_and_deleting_finishes_the_job_once_on_redelivery() {
+    let world = support::World::new("int-kill").await;
+    let kops = world.kops_group("nodes", &support::ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<spot_node_manager::crd::NodeGroup> = world.api();
+    groups
+        .create(
+            &Default::default(),
+            &support::refresh::group("workers", "Worker", &kops.asgs, 3),
+        )
+        .await
+        .expect("create group");
+    let queue = world.queue("interruptions").await;
+    let flags = ["--interruption-queue-url", queue.url.as_str()];
+    let config = "resyncInterval: 2s\n";
+    // The first manager dies (as kill -9 would) right after the node is
+    // marked, before the message is deleted.
+    let (mut first, _c1) =
+        world.start_manager_with(config, &flags, &[("SNM_CRASH_AT", "interruption:marked")]);
+    assert_eventually("3 Ready", RUN, || async {
+        (ready_count(&groups, "workers").await? == 3).then_some(())
+    })
+    .await;
+    let victim = world.asg_snapshot(&kops.asgs).await[2].2[0].clone();
+    queue.send(&spot_warning(&victim, Utc::now())).await;
+    assert_eventually("a crash after marking", WAIT, || async {
+        (!first.child_alive()).then_some(())
+    })
+    .await;
+    assert!(
+        first.logs().contains("crash point interruption:marked"),
+        "{}",
+        first.logs()
+    );
+    first.kill();
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    assert!(
+        marked(&nodes, &victim).await.is_some(),
+        "marked before the crash"
+    );
+    assert_eq!(
+        queue.remaining().await,
+        1,
+        "the message is still on the queue"
+    );
+    // The next manager gets the message again and finishes: deleted, and
+    // nothing done twice.
+    let (second, _c2) = world.start_manager_with(config, &flags, &[]);
+    assert_eventually("the redelivered message deleted", WAIT, || async {
+        (queue.remaining().await == 0).then_some(())
+    })
+    .await;
+    let node = marked(&nodes, &victim).await.expect("still marked");
+    let ours = node
+        .spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        .filter(|t| t.key == TAINT)
+        .count();
+    assert_eq!(ours, 1);
+    assert_eq!(
+        event_count(&world, "InterruptionNotice").await,
+        1,
+        "noticed once"
+    );
+    assert!(second.child_alive(), "{}", second.logs());
+    world.cleanup().await;
+}

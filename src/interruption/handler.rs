@@ -138,7 +138,12 @@ async fn handle(ctx: &Context, queue: &Queue, groups: &Groups, received: Receive
             )
         }
     }
-    let outcome = match carry_out(ctx, groups, &plan).await {
+    let carried = carry_out(ctx, groups, &plan).await;
+    if carried.is_ok() && !plan.steps.is_empty() {
+        // Between the persisted marks and the message's deletion.
+        crate::fault::crash_point("interruption:marked");
+    }
+    let outcome = match carried {
         Ok(()) if plan.delete => match queue.delete(ctx, &received.receipt).await {
             Ok(()) => plan.outcome,
             Err(e) => {

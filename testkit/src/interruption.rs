@@ -12,7 +12,8 @@ pub struct TestQueue {
 }
 
 impl World {
-    /// A fresh queue in this world's moto account.
+    /// A fresh queue in this world's moto account, messages invisible for 5 s
+    /// after a receive.
     pub async fn queue(&self, name: &str) -> TestQueue {
         let config = aws_sdk_sqs::config::Builder::from(&self.aws_sdk)
             .interceptor(spot_node_manager::cloud::emulator::EmulatorAccount(
@@ -20,9 +21,15 @@ impl World {
             ))
             .build();
         let client = aws_sdk_sqs::Client::from_conf(config);
+        // A message received and not deleted comes back after 5 s (SQS's
+        // default is 30 s): redeliveries within a test's patience.
         let out = client
             .create_queue()
             .queue_name(name)
+            .attributes(
+                aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+                "5",
+            )
             .send()
             .await
             .expect("create queue");
