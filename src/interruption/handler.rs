@@ -12,7 +12,6 @@ use crate::context::Context;
 use crate::crd::NodeGroup;
 use crate::mutation::Intent;
 use crate::{Error, Result};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
@@ -24,8 +23,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub const CONTROLLER: &str = "interruption";
-/// Messages of one batch handled at once.
-const CONCURRENCY: usize = 8;
+/// Messages handled at once. Receiving goes on while earlier messages are
+/// handled (a burst is not handled batch after batch), until this many are
+/// in flight.
+const CONCURRENCY: usize = 32;
 const EVENT_ACTION: &str = "Interruption";
 
 /// Runs until `shutdown`: receive, handle, repeat; SQS errors back off
@@ -33,6 +34,8 @@ const EVENT_ACTION: &str = "Interruption";
 pub async fn run(ctx: Arc<Context>, queue: Arc<Queue>, shutdown: CancellationToken) {
     info!(controller = CONTROLLER, queue = %queue.url(), "interruption handler started");
     let mut backoff = Duration::from_secs(1);
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+    let mut handling = tokio::task::JoinSet::new();
     loop {
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -52,12 +55,18 @@ pub async fn run(ctx: Arc<Context>, queue: Arc<Queue>, shutdown: CancellationTok
                         continue;
                     }
                 };
-                futures::stream::iter(messages)
-                    .for_each_concurrent(CONCURRENCY, |m| {
-                        let (ctx, queue, groups) = (ctx.clone(), queue.clone(), groups.clone());
-                        async move { handle(&ctx, &queue, &groups, m).await }
-                    })
-                    .await;
+                for m in messages {
+                    let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                        break;
+                    };
+                    let (ctx, queue, groups) = (ctx.clone(), queue.clone(), groups.clone());
+                    handling.spawn(async move {
+                        handle(&ctx, &queue, &groups, m).await;
+                        drop(permit);
+                    });
+                }
+                // Reap what finished; the rest goes on while we receive.
+                while handling.try_join_next().is_some() {}
             }
             Err(e) => {
                 warn!(controller = CONTROLLER, error = %e, retry_in = ?backoff, "receiving from the queue failed");
@@ -69,6 +78,9 @@ pub async fn run(ctx: Arc<Context>, queue: Arc<Queue>, shutdown: CancellationTok
             }
         }
     }
+    // Messages being handled finish (each is persisted before it is deleted,
+    // so one cut short by the shutdown grace comes back and is redone once).
+    while handling.join_next().await.is_some() {}
     info!(controller = CONTROLLER, "interruption handler stopped");
 }
 
@@ -221,34 +233,48 @@ async fn carry_out(ctx: &Context, groups: &Groups, plan: &MessagePlan) -> Result
 }
 
 /// Marks the node (one patch); false when it was already marked, or is gone.
+/// The patch is conditional on the node's resourceVersion (it replaces the
+/// taint list): a node changed meanwhile (a kubelet's status update) is read
+/// again and the mark re-planned, a few times, rather than leaving the
+/// message to come back after its visibility timeout.
 async fn mark_node(ctx: &Context, name: &str, record: &Record) -> Result<bool> {
+    const ATTEMPTS: usize = 5;
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let Some(node) = nodes
-        .get_opt(name)
-        .await
-        .map_err(Error::kube(format!("get node {name}")))?
-    else {
-        return Ok(false);
-    };
-    let Some(patch) = mark::mark_patch(&node, record) else {
-        return Ok(false);
-    };
-    ctx.mutations
-        .perform(
-            Intent::kube(
-                "mark_interrupted",
-                format!("node/{name}"),
-                format!("{} of {}", record.kind, record.instance_id),
-            ),
-            || async {
-                nodes
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(Error::kube(format!("mark node {name} interrupted")))
-            },
-        )
-        .await?;
-    Ok(true)
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let Some(node) = nodes
+            .get_opt(name)
+            .await
+            .map_err(Error::kube(format!("get node {name}")))?
+        else {
+            return Ok(false);
+        };
+        let Some(patch) = mark::mark_patch(&node, record) else {
+            return Ok(false);
+        };
+        let patched = ctx
+            .mutations
+            .perform(
+                Intent::kube(
+                    "mark_interrupted",
+                    format!("node/{name}"),
+                    format!("{} of {}", record.kind, record.instance_id),
+                ),
+                || async {
+                    nodes
+                        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map_err(Error::kube(format!("mark node {name} interrupted")))
+                },
+            )
+            .await;
+        match patched {
+            Ok(_) => return Ok(true),
+            Err(e) if e.category() == "kube_conflict" && attempt < ATTEMPTS => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// An Event on the NodeGroup and, when there is one, on the Node.

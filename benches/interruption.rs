@@ -1,0 +1,145 @@
+//! How fast a burst of spot interruption warnings gets the doomed nodes
+//! cordoned, and what it costs: N warnings (one per node of an N-node
+//! group) put on the queue back to back, against the local control plane,
+//! moto's SQS and the simulated kubelet, the manager as a process.
+//!
+//! Latency: from each warning's send to its Node seen cordoned and tainted
+//! (polled every 50 ms, so figures carry up to ~50 ms of polling). Cost:
+//! AWS calls and Kubernetes mutations the manager made during the burst,
+//! per message (its own counters).
+//!
+//! Run: `cargo bench --bench interruption` (12 and 48 nodes). Under `cargo
+//! test` a quick run with 3 nodes. Prints a table; asserts only that every
+//! node gets marked.
+
+use snm_testkit as support;
+
+use chrono::Utc;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use spot_node_manager::interruption::mark::record_of;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use support::interruption::spot_warning;
+use support::refresh::*;
+use support::{ZONES, assert_eventually};
+
+struct Figures {
+    nodes: usize,
+    p50: f64,
+    p99: f64,
+    max: f64,
+    aws_per_message: f64,
+    describes_per_message: f64,
+    kube_mutations_per_message: f64,
+}
+
+/// The manager's counter `name` summed over the series whose labels contain `filter`.
+fn counter(metrics: &str, name: &str, filter: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && l.contains(filter))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+async fn measure(nodes: usize) -> Figures {
+    let per_asg = (nodes / ZONES.len()) as i32;
+    let steady = SteadyGroup::workers(&format!("bench-int-{nodes}"))
+        .per_asg(per_asg)
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, queue) = (&steady.world, steady.queue());
+    let instances: Vec<String> = all_instances(world, &steady.kops.asgs)
+        .await
+        .into_iter()
+        .collect();
+    assert_eq!(instances.len(), nodes);
+    let before = steady.manager.assert_metrics().await;
+    let mut sent: BTreeMap<String, Instant> = BTreeMap::new();
+    for id in &instances {
+        queue.send(&spot_warning(id, Utc::now())).await;
+        sent.insert(id.clone(), Instant::now());
+    }
+    let nodes_api: Api<Node> = Api::all(world.client.clone());
+    let selector = format!("{}={}", support::sim::SIM_ACCOUNT_LABEL, world.account);
+    let mut marked: BTreeMap<String, Instant> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while marked.len() < nodes && Instant::now() < deadline {
+        if let Ok(list) = nodes_api
+            .list(&ListParams::default().labels(&selector))
+            .await
+        {
+            let now = Instant::now();
+            for n in &list.items {
+                if let Some(r) = record_of(n) {
+                    marked.entry(r.instance_id).or_insert(now);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(marked.len(), nodes, "every node marked within 2 minutes");
+    assert_eventually("every message deleted", WAIT, || async {
+        (queue.remaining().await == 0).then_some(())
+    })
+    .await;
+    let after = steady.manager.assert_metrics().await;
+    let mut latencies: Vec<f64> = marked
+        .iter()
+        .filter_map(|(id, at)| Some(at.duration_since(*sent.get(id)?).as_secs_f64()))
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let delta = |name: &str, filter: &str| {
+        (counter(&after, name, filter) - counter(&before, name, filter)) / nodes as f64
+    };
+    let figures = Figures {
+        nodes,
+        p50: percentile(&latencies, 0.50),
+        p99: percentile(&latencies, 0.99),
+        max: latencies.last().copied().unwrap_or_default(),
+        aws_per_message: delta("spot_node_manager_aws_calls_total", ""),
+        describes_per_message: delta("spot_node_manager_aws_calls_total", "Describe"),
+        kube_mutations_per_message: delta(
+            "spot_node_manager_mutations_total",
+            "target=\"kubernetes\"",
+        ),
+    };
+    steady.world.cleanup().await;
+    figures
+}
+
+#[tokio::main]
+async fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let sizes: &[usize] = if full { &[12, 48] } else { &[3] };
+    println!(
+        "{:>5} {:>9} {:>9} {:>9} {:>12} {:>16} {:>18}",
+        "nodes",
+        "p50 (s)",
+        "p99 (s)",
+        "max (s)",
+        "AWS/message",
+        "describes/msg",
+        "kube mutations/msg"
+    );
+    for &n in sizes {
+        let f = measure(n).await;
+        println!(
+            "{:>5} {:>9.3} {:>9.3} {:>9.3} {:>12.2} {:>16.2} {:>18.2}",
+            f.nodes,
+            f.p50,
+            f.p99,
+            f.max,
+            f.aws_per_message,
+            f.describes_per_message,
+            f.kube_mutations_per_message
+        );
+    }
+}
