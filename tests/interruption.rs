@@ -406,3 +406,63 @@ async fn a_manager_killed_between_marking_and_deleting_finishes_the_job_once_on_
     assert!(second.child_alive(), "{}", second.logs());
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn an_interruption_during_a_refresh_is_handled_and_the_run_goes_on() {
+    let steady = SteadyGroup::workers("int-refresh")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    let before = world.asg_snapshot(&kops.asgs).await;
+    schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let refreshers: Api<spot_node_manager::crd::Refresher> = world.api();
+    // While the run replaces its old nodes, AWS reclaims one it has not
+    // reached yet.
+    let victim = assert_eventually("a run under way with an old node left", RUN, || async {
+        use spot_node_manager::crd::refresher::RefreshPhase;
+        let status = refreshers.get("workers").await.ok()?.status?;
+        if !matches!(
+            status.phase,
+            RefreshPhase::Draining | RefreshPhase::WaitingForReplacement
+        ) {
+            return None;
+        }
+        let target = status.current_target.map(|t| t.instance_id);
+        status
+            .planned_instances
+            .into_iter()
+            .find(|id| !status.replaced_instances.contains(id) && Some(id) != target.as_ref())
+    })
+    .await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let (_, marked_node) = tokio::join!(
+        interrupt(world, queue, &victim, Duration::from_secs(10)),
+        assert_eventually("the victim marked", WAIT, || marked(&nodes, &victim)),
+    );
+    assert!(record_of(&marked_node).is_some());
+    let rf = run_finished(world, "workers").await;
+    let status = assert_run_succeeded(rf, &steady.manager);
+    // Whether the run reached the reclaimed node before AWS took it depends
+    // on timing; either way the run ends Succeeded and the group settles.
+    assert!(status.last_run.is_some());
+    // Settled: the layout as recorded, one instance per ASG, none cordoned,
+    // the reclaimed one gone.
+    assert_eventually("settled", RUN, || async {
+        let after = world.asg_snapshot(&kops.asgs).await;
+        let layout = desired_counts(&after) == desired_counts(&before);
+        let one_each = after.iter().all(|(_, _, ids)| ids.len() == 1);
+        let nodes = world_nodes(world).await;
+        let none_cordoned = nodes
+            .iter()
+            .all(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true));
+        let gone = nodes
+            .iter()
+            .all(|n| n.metadata.name.as_deref() != Some(victim.as_str()));
+        let ready = ready_count(&steady.groups, "workers").await? == 3;
+        (layout && one_each && none_cordoned && gone && ready).then_some(())
+    })
+    .await;
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+    world.cleanup().await;
+}
