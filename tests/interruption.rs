@@ -15,20 +15,15 @@ use std::time::Duration;
 use support::assert_eventually;
 use support::interruption::{interrupt, spot_warning};
 use support::refresh::*;
-use support::workload::{deploy_web, ready_web_pods, sample_web};
+use support::workload::{assert_web_ready, deploy_web, ready_web_pods, sample_web};
 
-/// This world's nodes (other tests share the apiserver).
-async fn world_nodes(world: &support::World) -> Vec<Node> {
-    let nodes: Api<Node> = Api::all(world.client.clone());
-    nodes
-        .list(&kube::api::ListParams::default().labels(&format!(
-            "{}={}",
-            support::sim::SIM_ACCOUNT_LABEL,
-            world.account
-        )))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
+/// How many of our taints `node` carries.
+fn our_taints(node: &Node) -> usize {
+    node.spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        .filter(|t| t.key == TAINT)
+        .count()
 }
 
 /// The group's node on `instance`, if it is marked as interrupted.
@@ -112,8 +107,10 @@ async fn a_spot_warning_marks_our_node_before_the_instance_goes_and_the_message_
         started.elapsed()
     );
     assert_eventually("the lost node gone", WAIT, || async {
-        let gone = world_nodes(world)
+        let gone = world
+            .nodes()
             .await
+            .unwrap_or_default()
             .iter()
             .all(|n| n.metadata.name.as_deref() != Some(victim.as_str()));
         gone.then_some(())
@@ -167,17 +164,13 @@ async fn duplicates_foreign_instances_and_bad_bodies_never_act_twice_or_block_th
     })
     .await;
     // Marked once: one taint of ours, one Event for it.
-    let ours = node
-        .spec
-        .iter()
-        .flat_map(|s| s.taints.iter().flatten())
-        .filter(|t| t.key == TAINT)
-        .count();
-    assert_eq!(ours, 1);
+    assert_eq!(our_taints(&node), 1);
     assert_eq!(event_count(world, "InterruptionNotice").await, 1);
     // No other node touched.
-    let marked_nodes = world_nodes(world)
+    let marked_nodes = world
+        .nodes()
         .await
+        .unwrap_or_default()
         .iter()
         .filter(|n| record_of(n).is_some())
         .count();
@@ -218,7 +211,7 @@ async fn on_a_shared_queue_a_foreign_notice_is_left_for_its_cluster() {
     .await;
     assert!(!metrics.contains("foreign_deleted"), "{metrics}");
     assert_eq!(queue.remaining().await, 1, "left on the queue");
-    let nodes = world_nodes(world).await;
+    let nodes = world.nodes().await.unwrap_or_default();
     assert_eq!(nodes.len(), 3);
     assert!(nodes.iter().all(|n| record_of(n).is_none()));
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
@@ -249,10 +242,7 @@ async fn a_warned_node_is_drained_by_its_deadline_within_the_budget() {
         .await;
     let (world, queue) = (&steady.world, steady.queue());
     deploy_web(world, 6, 1).await;
-    assert_eventually("6 Ready pods", WAIT, || async {
-        (ready_web_pods(world).await.len() == 6).then_some(())
-    })
-    .await;
+    assert_web_ready(world, 6).await;
     let victim = node_with_web_pods(world, 1).await;
     let sampler = sample_web(world);
     queue.send(&spot_warning(&victim, Utc::now())).await;
@@ -297,10 +287,7 @@ async fn what_a_budget_holds_past_the_deadline_is_named_and_not_evicted() {
         .await
         .expect("patch group");
     deploy_web(world, 6, 0).await;
-    assert_eventually("6 Ready pods", WAIT, || async {
-        (ready_web_pods(world).await.len() == 6).then_some(())
-    })
-    .await;
+    assert_web_ready(world, 6).await;
     let victim = node_with_web_pods(world, 1).await;
     let held: Vec<String> = ready_web_pods(world)
         .await
@@ -391,13 +378,7 @@ async fn a_manager_killed_between_marking_and_deleting_finishes_the_job_once_on_
     })
     .await;
     let node = marked(&nodes, &victim).await.expect("still marked");
-    let ours = node
-        .spec
-        .iter()
-        .flat_map(|s| s.taints.iter().flatten())
-        .filter(|t| t.key == TAINT)
-        .count();
-    assert_eq!(ours, 1);
+    assert_eq!(our_taints(&node), 1);
     assert_eq!(
         event_count(&world, "InterruptionNotice").await,
         1,
@@ -452,7 +433,7 @@ async fn an_interruption_during_a_refresh_is_handled_and_the_run_goes_on() {
         let after = world.asg_snapshot(&kops.asgs).await;
         let layout = desired_counts(&after) == desired_counts(&before);
         let one_each = after.iter().all(|(_, _, ids)| ids.len() == 1);
-        let nodes = world_nodes(world).await;
+        let nodes = world.nodes().await.unwrap_or_default();
         let none_cordoned = nodes
             .iter()
             .all(|n| n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true));

@@ -15,7 +15,7 @@ use spot_node_manager::crd::{NodeGroup, Refresher, Replenisher};
 use std::collections::BTreeSet;
 use support::refresh::*;
 use support::workload::{
-    deploy_agent, deploy_web, nodes_with_ready_agent, ready_web_pods, sample_web,
+    assert_web_ready, deploy_agent, deploy_web, nodes_with_ready_agent, ready_web_pods, sample_web,
 };
 use support::{World, ZONES, assert_eventually};
 
@@ -219,11 +219,7 @@ async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_e
     } = three_workers("wl-no-disruption").await;
     let before = world.asg_snapshot(&kops.asgs).await;
     deploy_web(&world, REPLICAS as i32, 0).await;
-    let pods_before = assert_eventually("6 Ready pods", WAIT, || async {
-        let ready = ready_web_pods(&world).await;
-        (ready.len() == REPLICAS).then_some(ready)
-    })
-    .await;
+    let pods_before = assert_web_ready(&world, REPLICAS).await;
     let sampler = sample_web(&world);
     schedule_refresh(
         &world,
@@ -249,26 +245,14 @@ async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_e
     assert_eq!(pods_after, pods_before);
     // Cleanly: the node given up on is back in service, the surplus gone, the
     // layout as recorded, the lock free.
-    let nodes: Api<Node> = Api::all(world.client.clone());
     assert_eventually("no node left cordoned, layout back", WAIT, || async {
         let layout = world.asg_snapshot(&kops.asgs).await;
         let back = layout
             .iter()
             .zip(&before)
             .all(|((_, d, ids), (_, d0, _))| d == d0 && ids.len() == 1);
-        let list = nodes
-            .list(&kube::api::ListParams::default().labels(&format!(
-                "{}={}",
-                support::sim::SIM_ACCOUNT_LABEL,
-                world.account
-            )))
-            .await
-            .ok()?;
-        let cordoned = list
-            .items
-            .iter()
-            .any(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true));
-        (back && !cordoned).then_some(())
+        let cordoned = world.cordoned_nodes().await?;
+        (back && cordoned.is_empty()).then_some(())
     })
     .await;
     let group = groups.get("workers").await.expect("group");
@@ -294,11 +278,7 @@ async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go()
     // A budget that allows nothing holds the first drain: the run stays in
     // Draining, with an old node cordoned and the surplus up, until deleted.
     deploy_web(&world, REPLICAS as i32, 0).await;
-    let pods_before = assert_eventually("6 Ready pods", WAIT, || async {
-        let ready = ready_web_pods(&world).await;
-        (ready.len() == REPLICAS).then_some(ready)
-    })
-    .await;
+    let pods_before = assert_web_ready(&world, REPLICAS).await;
     let group = groups.get("workers").await.expect("group");
     assert!(
         group
@@ -316,28 +296,11 @@ async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go()
     .await;
     let refreshers: Api<Refresher> = world.api();
     let replenishers: Api<Replenisher> = world.api();
-    let nodes: Api<Node> = Api::all(world.client.clone());
-    let cordoned = || async {
-        let list = nodes
-            .list(&kube::api::ListParams::default().labels(&format!(
-                "{}={}",
-                support::sim::SIM_ACCOUNT_LABEL,
-                world.account
-            )))
-            .await
-            .ok()?;
-        Some(
-            list.items
-                .iter()
-                .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
-                .map(|n| n.name_any())
-                .collect::<Vec<_>>(),
-        )
-    };
     assert_eventually("a drain under way, an old node cordoned", RUN, || async {
         let rf = refreshers.get("workers").await.ok()?;
         let status = rf.status?;
-        (status.phase == RefreshPhase::Draining && cordoned().await?.len() == 1).then_some(())
+        (status.phase == RefreshPhase::Draining && world.cordoned_nodes().await?.len() == 1)
+            .then_some(())
     })
     .await;
     let raised = world.asg_snapshot(&kops.asgs).await;
@@ -372,7 +335,7 @@ async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go()
     .await;
     // Unwound before they went: nothing cordoned, the surplus terminated,
     // every ASG at its recorded count with one instance in service.
-    assert_eq!(cordoned().await, Some(vec![]));
+    assert_eq!(world.cordoned_nodes().await, Some(vec![]));
     let after = world.asg_snapshot(&kops.asgs).await;
     assert_eq!(desired_counts(&after), desired_counts(&before));
     // (The surplus instance may still be shutting down in its ASG.)

@@ -206,16 +206,11 @@ async fn carry_out(ctx: &Context, groups: &Groups, plan: &MessagePlan) -> Result
             }
             Step::Note {
                 owner,
-                instance_id,
+                reason,
                 note,
+                ..
             } => {
                 let node = owner.node.as_deref();
-                let reason = if note.starts_with("rebalance") {
-                    "RebalanceRecommendation"
-                } else {
-                    "InterruptionNotice"
-                };
-                let _ = instance_id;
                 event(
                     ctx,
                     groups,

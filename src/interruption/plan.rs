@@ -21,6 +21,8 @@ pub enum Step {
     Note {
         owner: Owner,
         instance_id: String,
+        /// The Event's reason.
+        reason: &'static str,
         note: String,
     },
 }
@@ -115,6 +117,7 @@ fn step(notice: &Notice, instance_id: String, owner: Owner, deadlines: &dyn Dead
             note: format!(
                 "rebalance recommendation for {instance_id}: at elevated risk of interruption (onRebalanceRecommendation Ignore)"
             ),
+            reason: "RebalanceRecommendation",
             owner,
             instance_id,
         };
@@ -138,6 +141,7 @@ fn step(notice: &Notice, instance_id: String, owner: Owner, deadlines: &dyn Dead
         },
         None => Step::Note {
             note: format!("{kind} for {instance_id}, which never joined: no node to drain"),
+            reason: "InterruptionNotice",
             owner,
             instance_id,
         },

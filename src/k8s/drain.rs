@@ -110,17 +110,21 @@ pub fn grace_for(pod: &Pod, max_grace: Option<i64>) -> Option<i64> {
 /// The pods a drain of `node_name` still has to move (evictable, or
 /// terminating), as namespace/name.
 pub async fn pods_to_move(ctx: &Context, node_name: &str) -> Result<Vec<String>> {
-    let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let on_node = pods
-        .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
-        .await
-        .map_err(Error::kube(format!("list pods on node {node_name}")))?;
-    Ok(on_node
-        .items
+    Ok(pods_on(ctx, node_name)
+        .await?
         .iter()
         .filter(|p| !matches!(classify(p), PodAction::Skip(_)))
         .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
         .collect())
+}
+
+async fn pods_on(ctx: &Context, node_name: &str) -> Result<Vec<Pod>> {
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    Ok(pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
+        .await
+        .map_err(Error::kube(format!("list pods on node {node_name}")))?
+        .items)
 }
 
 /// [`drain_step`] with every eviction's grace period capped at `max_grace`
@@ -133,13 +137,8 @@ pub async fn drain_step_within(
     if !cordon(ctx, node_name).await? {
         return Ok(DrainProgress::default());
     }
-    let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let on_node = pods
-        .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
-        .await
-        .map_err(Error::kube(format!("list pods on node {node_name}")))?;
     let mut progress = DrainProgress::default();
-    for pod in &on_node.items {
+    for pod in &pods_on(ctx, node_name).await? {
         let namespace = pod.namespace().unwrap_or_default();
         let id = format!("{namespace}/{}", pod.name_any());
         match classify(pod) {

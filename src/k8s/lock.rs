@@ -155,6 +155,18 @@ pub async fn release(ctx: &Context, group: &NodeGroup, me: &Holder) -> Result<bo
     }
 }
 
+/// The resourceVersion a group was read at: a merge patch carrying it is a
+/// compare-and-swap (409 if the group changed since).
+pub(crate) fn version_read(group: &NodeGroup) -> Result<String> {
+    group.resource_version().ok_or_else(|| {
+        Error::InvalidObject(format!(
+            "NodeGroup {}/{} has no resourceVersion",
+            group.namespace().unwrap_or_default(),
+            group.name_any()
+        ))
+    })
+}
+
 /// Writes `status.operation` only if the group is still at the version read.
 async fn cas_operation(
     ctx: &Context,
@@ -164,11 +176,7 @@ async fn cas_operation(
 ) -> Result<bool> {
     let namespace = group.namespace().unwrap_or_default();
     let name = group.name_any();
-    let version = group.resource_version().ok_or_else(|| {
-        Error::InvalidObject(format!(
-            "NodeGroup {namespace}/{name} has no resourceVersion"
-        ))
-    })?;
+    let version = version_read(group)?;
     let api: Api<NodeGroup> = Api::namespaced(ctx.client.clone(), &namespace);
     let patch = serde_json::json!({
         "metadata": {"resourceVersion": version},

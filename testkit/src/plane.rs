@@ -172,3 +172,37 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("free port")
 }
+
+/// The clients a test-support binary (sim-kubelet, timeline) needs: the
+/// cluster through `kubeconfig`, AWS at `endpoint` in `region`, in the
+/// emulator's `account` (its default one when None).
+pub async fn binary_clients(
+    kubeconfig: &Path,
+    endpoint: &str,
+    region: &str,
+    account: Option<&str>,
+) -> Result<(kube::Client, spot_node_manager::cloud::AwsClients), String> {
+    let defaults = spot_node_manager::config::Settings::resolve(
+        &Default::default(),
+        Default::default(),
+        |_| None,
+    )
+    .map_err(|e| e.to_string())?;
+    let settings = spot_node_manager::config::Settings {
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        ..defaults
+    };
+    let client = spot_node_manager::manager::kube_client(&settings)
+        .await
+        .map_err(|e| e.to_string())?;
+    let sdk = spot_node_manager::cloud::load_sdk_config(&spot_node_manager::config::AwsSettings {
+        region: Some(region.to_string()),
+        endpoint: Some(endpoint.to_string()),
+        emulator_account: None,
+    })
+    .await;
+    Ok((
+        client,
+        spot_node_manager::cloud::AwsClients::new(&sdk, account),
+    ))
+}

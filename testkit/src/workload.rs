@@ -53,6 +53,15 @@ pub async fn deploy_web(world: &World, replicas: i32, max_unavailable: i32) {
 }
 
 /// The workload's Ready pods (not being deleted), with their nodes.
+/// Waits for `n` Ready web pods; returns them as (pod, node).
+pub async fn assert_web_ready(world: &World, n: usize) -> Vec<(String, String)> {
+    crate::assert_eventually(&format!("{n} Ready pods"), crate::refresh::WAIT, || async {
+        let ready = ready_web_pods(world).await;
+        (ready.len() == n).then_some(ready)
+    })
+    .await
+}
+
 pub async fn ready_web_pods(world: &World) -> Vec<(String, String)> {
     ready_in(&world.api()).await
 }

@@ -83,6 +83,30 @@ impl World {
 }
 
 impl World {
+    /// This world's Nodes (other tests share the apiserver); None when the
+    /// list fails.
+    pub async fn nodes(&self) -> Option<Vec<k8s_openapi::api::core::v1::Node>> {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        let selector = format!("{}={}", crate::sim::SIM_ACCOUNT_LABEL, self.account);
+        nodes
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .ok()
+            .map(|l| l.items)
+    }
+
+    /// The names of this world's cordoned Nodes.
+    pub async fn cordoned_nodes(&self) -> Option<Vec<String>> {
+        Some(
+            self.nodes()
+                .await?
+                .into_iter()
+                .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+                .filter_map(|n| n.metadata.name)
+                .collect(),
+        )
+    }
+
     /// Starts a simulated kubelet for this world's moto account, in-process.
     pub fn start_sim(&self, register_delay: Duration, ready_delay: Duration) -> SimGuard {
         let token = tokio_util::sync::CancellationToken::new();

@@ -101,11 +101,7 @@ pub async fn observe_waits(
 pub async fn set_finalizer(ctx: &Context, group: &NodeGroup, present: bool) -> Result<()> {
     let namespace = group.namespace().unwrap_or_default();
     let name = group.name_any();
-    let version = group.resource_version().ok_or_else(|| {
-        Error::InvalidObject(format!(
-            "NodeGroup {namespace}/{name} has no resourceVersion"
-        ))
-    })?;
+    let version = lock::version_read(group)?;
     let mut finalizers: Vec<String> = group
         .finalizers()
         .iter()

@@ -3,7 +3,6 @@
 
 use clap::Parser;
 use snm_testkit::sim::{SimConfig, SimKubelet};
-use spot_node_manager::cloud::AwsClients;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -44,34 +43,20 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let settings = spot_node_manager::config::Settings {
-        kubeconfig: Some(args.kubeconfig.clone()),
-        ..match spot_node_manager::config::Settings::resolve(
-            &Default::default(),
-            Default::default(),
-            |_| None,
-        ) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("sim-kubelet: {e}");
-                return ExitCode::from(2);
-            }
-        }
-    };
-    let client = match spot_node_manager::manager::kube_client(&settings).await {
-        Ok(c) => c,
+    let (client, aws) = match snm_testkit::binary_clients(
+        &args.kubeconfig,
+        &args.aws_endpoint,
+        &args.aws_region,
+        args.aws_emulator_account.as_deref(),
+    )
+    .await
+    {
+        Ok(clients) => clients,
         Err(e) => {
             eprintln!("sim-kubelet: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let sdk = spot_node_manager::cloud::load_sdk_config(&spot_node_manager::config::AwsSettings {
-        region: Some(args.aws_region),
-        endpoint: Some(args.aws_endpoint),
-        emulator_account: None,
-    })
-    .await;
-    let aws = AwsClients::new(&sdk, args.aws_emulator_account.as_deref());
     let config = SimConfig {
         register_delay,
         ready_delay,

@@ -58,40 +58,27 @@ struct Sources {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let settings = spot_node_manager::config::Settings {
-        kubeconfig: Some(args.kubeconfig.clone()),
-        ..match spot_node_manager::config::Settings::resolve(
-            &Default::default(),
-            Default::default(),
-            |_| None,
-        ) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("timeline: {e}");
-                return ExitCode::from(2);
-            }
-        }
-    };
-    let client = match spot_node_manager::manager::kube_client(&settings).await {
-        Ok(c) => c,
+    let (client, aws) = match snm_testkit::binary_clients(
+        &args.kubeconfig,
+        &args.aws_endpoint,
+        &args.aws_region,
+        None,
+    )
+    .await
+    {
+        Ok(clients) => clients,
         Err(e) => {
             eprintln!("timeline: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let sdk = spot_node_manager::cloud::load_sdk_config(&spot_node_manager::config::AwsSettings {
-        region: Some(args.aws_region.clone()),
-        endpoint: Some(args.aws_endpoint.clone()),
-        emulator_account: None,
-    })
-    .await;
     let sources = Sources {
         groups: Api::namespaced(client.clone(), &args.namespace),
         refreshers: Api::namespaced(client.clone(), &args.namespace),
         replenishers: Api::namespaced(client.clone(), &args.namespace),
         nodes: Api::all(client.clone()),
         pods: Api::namespaced(client.clone(), &args.app_namespace),
-        aws: AwsClients::new(&sdk, None),
+        aws,
     };
     let mut timeline = Timeline::new(args.desired, args.pod_floor);
     let started = Instant::now();
