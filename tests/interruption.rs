@@ -13,7 +13,7 @@ use spot_node_manager::interruption::mark::{
 };
 use std::time::Duration;
 use support::assert_eventually;
-use support::interruption::{interrupt, spot_warning};
+use support::interruption::{interrupt, rebalance_recommendation, spot_warning};
 use support::refresh::*;
 use support::workload::{assert_web_ready, deploy_web, ready_web_pods, sample_web};
 
@@ -64,21 +64,18 @@ async fn a_spot_warning_marks_our_node_before_the_instance_goes_and_the_message_
     let nodes: Api<Node> = Api::all(world.client.clone());
     let before = world.asg_snapshot(&kops.asgs).await;
     let victim = before[0].2[0].clone();
-    // AWS: the warning now, the instance gone 30 s later. Meanwhile the
-    // node must be marked, while its instance still runs.
+    // AWS: the warning now; it would take the instance two minutes later.
+    // Before then: the node marked while its instance runs, a replacement
+    // launched in its ASG, and only then the instance terminated by us.
+    let asg = before[0].0.clone();
     let noticed = Utc::now();
     let started = std::time::Instant::now();
-    let (_, node) = tokio::join!(
-        interrupt(world, queue, &victim, Duration::from_secs(30)),
-        async {
-            let node = assert_eventually("the node marked", WAIT, || marked(&nodes, &victim)).await;
-            let running = instances(world, &kops.asgs).await;
-            assert!(
-                running.contains(&victim),
-                "the node must be marked before its instance is terminated"
-            );
-            node
-        }
+    queue.send(&spot_warning(&victim, noticed)).await;
+    let node = assert_eventually("the node marked", WAIT, || marked(&nodes, &victim)).await;
+    let running = instances(world, &kops.asgs).await;
+    assert!(
+        running.contains(&victim),
+        "the node must be marked before its instance is terminated"
     );
     let record = record_of(&node).expect("record");
     assert_eq!(record.kind, "spot_interruption");
@@ -100,31 +97,42 @@ async fn a_spot_warning_marks_our_node_before_the_instance_goes_and_the_message_
         (queue.remaining().await == 0).then_some(())
     })
     .await;
-    // The ASG replaces the lost instance; the group is whole again with
-    // exactly one new instance.
-    eprintln!(
-        "{:?}: marked, message deleted, instance lost",
-        started.elapsed()
-    );
-    assert_eventually("the lost node gone", WAIT, || async {
+    let replacement = assert_eventually("a replacement launched beside it", WAIT, || async {
+        let ids = world.asg_instances(&asg).await;
+        assert!(
+            ids.contains(&victim),
+            "{victim} left {asg} before a replacement was launched: {ids:?}"
+        );
+        ids.into_iter().find(|id| *id != victim)
+    })
+    .await;
+    eprintln!("{:?}: marked, replacement launched", started.elapsed());
+    assert_eventually(
+        "the interrupted instance terminated by us",
+        WAIT,
+        || async {
+            let ids = world.asg_instances(&asg).await;
+            (ids == [replacement.clone()]).then_some(())
+        },
+    )
+    .await;
+    eprintln!("{:?}: interrupted instance removed", started.elapsed());
+    // AWS's own termination at its time finds it gone already.
+    world.lose_instance(&victim).await;
+    assert_eventually("the lost node gone, 3 Ready", RUN, || async {
         let gone = world
             .nodes()
             .await
             .unwrap_or_default()
             .iter()
             .all(|n| n.metadata.name.as_deref() != Some(victim.as_str()));
-        gone.then_some(())
-    })
-    .await;
-    eprintln!("{:?}: node gone", started.elapsed());
-    let asg = before[0].0.clone();
-    assert_eventually("a replacement in the same ASG, 3 Ready", RUN, || async {
-        let ids = world.asg_instances(&asg).await;
-        (ids.len() == 1 && ids[0] != victim && ready_count(&steady.groups, "workers").await? == 3)
-            .then_some(())
+        (gone && ready_count(&steady.groups, "workers").await? == 3).then_some(())
     })
     .await;
     eprintln!("{:?}: 3 Ready", started.elapsed());
+    // The layout as before, the raise for the replacement taken back.
+    let settled = world.asg_snapshot(&kops.asgs).await;
+    assert_eq!(desired_counts(&settled), desired_counts(&before));
     let after = instances(world, &kops.asgs).await;
     assert_eq!(after.len(), 3, "exactly one new instance: {after:?}");
     assert!(event_count(world, "InterruptionNotice").await >= 1);
@@ -377,13 +385,24 @@ async fn a_manager_killed_between_marking_and_deleting_finishes_the_job_once_on_
         (queue.remaining().await == 0).then_some(())
     })
     .await;
-    let node = marked(&nodes, &victim).await.expect("still marked");
-    assert_eq!(our_taints(&node), 1);
+    if let Ok(node) = nodes.get(&victim).await {
+        assert!(our_taints(&node) <= 1, "{node:?}");
+    }
     assert_eq!(
         event_count(&world, "InterruptionNotice").await,
         1,
         "noticed once"
     );
+    // One replacement, the interrupted instance removed by us, the layout
+    // as before.
+    assert_eventually("replaced once, the layout as before", RUN, || async {
+        let after = world.asg_snapshot(&kops.asgs).await;
+        let ids: Vec<&String> = after.iter().flat_map(|(_, _, ids)| ids).collect();
+        let layout = after.iter().all(|(_, desired, _)| *desired == 1);
+        let ready = ready_count(&groups, "workers").await? == 3;
+        (layout && ids.len() == 3 && !ids.contains(&&victim) && ready).then_some(())
+    })
+    .await;
     assert!(second.child_alive(), "{}", second.logs());
     world.cleanup().await;
 }
@@ -444,6 +463,122 @@ async fn an_interruption_during_a_refresh_is_handled_and_the_run_goes_on() {
         (layout && one_each && none_cordoned && gone && ready).then_some(())
     })
     .await;
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+    world.cleanup().await;
+}
+
+/// The group's instances launched since `before`, and whether `victim` is
+/// still in its ASG.
+async fn since(
+    world: &support::World,
+    asgs: &[String],
+    before: &[String],
+    victim: &str,
+) -> (Vec<String>, bool) {
+    let now = instances(world, asgs).await;
+    let new = now
+        .iter()
+        .filter(|id| !before.contains(id))
+        .cloned()
+        .collect();
+    (new, now.iter().any(|id| id == victim))
+}
+
+#[tokio::test]
+async fn with_replace_a_rebalance_recommendation_replaces_first_and_a_following_warning_changes_nothing()
+ {
+    let steady = SteadyGroup::workers("int-rebalance")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    steady
+        .groups
+        .patch(
+            "workers",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "spec": {"interruption": {"onRebalanceRecommendation": "Replace"}}
+            })),
+        )
+        .await
+        .expect("patch group");
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = instances(world, &kops.asgs).await;
+    deploy_web(world, 6, 1).await;
+    assert_web_ready(world, 6).await;
+
+    // At risk: a replacement first, Ready, while the node keeps serving
+    // (not cordoned); then the node drained and removed with decrement.
+    let victim = before[0].2[0].clone();
+    queue
+        .send(&rebalance_recommendation(&victim, Utc::now()))
+        .await;
+    let replacement = assert_eventually("a replacement Ready beside it", WAIT, || async {
+        let (new, present) = since(world, &kops.asgs, &original, &victim).await;
+        assert!(present, "{victim} removed before its replacement was Ready");
+        let new = new.into_iter().next()?;
+        let node = world
+            .nodes()
+            .await?
+            .into_iter()
+            .find(|n| n.metadata.name.as_deref() == Some(new.as_str()))?;
+        let ready = node
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        ready.then_some(new)
+    })
+    .await;
+    assert_eventually(
+        "the at-risk node removed, the layout as before",
+        RUN,
+        || async {
+            let (new, present) = since(world, &kops.asgs, &original, &victim).await;
+            assert_eq!(new, std::slice::from_ref(&replacement), "one replacement");
+            let layout =
+                desired_counts(&world.asg_snapshot(&kops.asgs).await) == desired_counts(&before);
+            let ready = ready_count(&steady.groups, "workers").await? == 3;
+            (!present && layout && ready).then_some(())
+        },
+    )
+    .await;
+    assert_web_ready(world, 6).await;
+    assert!(event_count(world, "RebalanceRecommendation").await >= 1);
+
+    // A recommendation and then the interruption for the same instance:
+    // handled once, one replacement.
+    let original = instances(world, &kops.asgs).await;
+    let victim = world.asg_snapshot(&kops.asgs).await[1].2[0].clone();
+    queue
+        .send(&rebalance_recommendation(&victim, Utc::now()))
+        .await;
+    assert_eventually("a replacement launched", WAIT, || async {
+        let (new, _) = since(world, &kops.asgs, &original, &victim).await;
+        (!new.is_empty()).then_some(())
+    })
+    .await;
+    queue.send(&spot_warning(&victim, Utc::now())).await;
+    assert_eventually("replaced once, the layout as before", RUN, || async {
+        let (new, present) = since(world, &kops.asgs, &original, &victim).await;
+        assert!(new.len() <= 1, "one replacement: {new:?}");
+        let layout =
+            desired_counts(&world.asg_snapshot(&kops.asgs).await) == desired_counts(&before);
+        let ready = ready_count(&steady.groups, "workers").await? == 3;
+        (!present && new.len() == 1 && layout && ready).then_some(())
+    })
+    .await;
+    assert_eventually("the queue empty", WAIT, || async {
+        (queue.remaining().await == 0).then_some(())
+    })
+    .await;
+    let metrics = steady.manager.assert_metrics().await;
+    assert_eq!(
+        support::performed(&metrics, "set_desired_capacity"),
+        2,
+        "one raise per at-risk node: {metrics}"
+    );
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
     world.cleanup().await;
 }

@@ -102,16 +102,6 @@ async fn aws_calls(manager: &support::ManagerProcess) -> f64 {
         .sum()
 }
 
-fn performed(metrics: &str, action: &str) -> u64 {
-    support::metric(
-        metrics,
-        &format!(
-            "spot_node_manager_mutations_total{{target=\"aws\",action=\"{action}\",outcome=\"performed\"}}"
-        ),
-    )
-    .unwrap_or(0.0) as u64
-}
-
 #[tokio::test]
 async fn a_spot_loss_is_replaced_by_its_own_asg_and_the_manager_orders_nothing() {
     let world = World::new("rp-loss").await;
@@ -167,9 +157,13 @@ async fn a_spot_loss_is_replaced_by_its_own_asg_and_the_manager_orders_nothing()
         "layout unchanged"
     );
     let metrics = manager.assert_metrics().await;
-    assert_eq!(performed(&metrics, "set_desired_capacity"), 0, "{metrics}");
     assert_eq!(
-        performed(&metrics, "terminate_instance_in_auto_scaling_group"),
+        support::performed(&metrics, "set_desired_capacity"),
+        0,
+        "{metrics}"
+    );
+    assert_eq!(
+        support::performed(&metrics, "terminate_instance_in_auto_scaling_group"),
         0,
         "{metrics}"
     );
@@ -301,9 +295,13 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
         "the lock is released when steady"
     );
     let metrics = manager.assert_metrics().await;
-    assert_eq!(performed(&metrics, "set_desired_capacity"), 1, "{metrics}");
     assert_eq!(
-        performed(&metrics, "terminate_instance_in_auto_scaling_group"),
+        support::performed(&metrics, "set_desired_capacity"),
+        1,
+        "{metrics}"
+    );
+    assert_eq!(
+        support::performed(&metrics, "terminate_instance_in_auto_scaling_group"),
         1,
         "one explicit scale-in: {metrics}"
     );
@@ -400,7 +398,7 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
     // One call per removal, and no instance ever left running outside an ASG.
     let metrics = manager.assert_metrics().await;
     assert!(
-        performed(&metrics, "terminate_instance_in_auto_scaling_group") >= 2,
+        support::performed(&metrics, "terminate_instance_in_auto_scaling_group") >= 2,
         "{metrics}"
     );
     let cloud = AwsCloud::new(world.aws.clone());

@@ -133,8 +133,44 @@ pub struct NodeView {
     pub name: String,
     pub instance_id: Option<String>,
     pub asg: Option<String>,
+    /// Ready, in service, and not leaving (no interruption recorded).
     pub ready: bool,
     pub launch_time: Option<DateTime<Utc>>,
+    /// Leaving, per an interruption notice recorded on the node.
+    pub fate: Option<Fate>,
+}
+
+/// How a node with an interruption notice leaves, and who replaces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// AWS takes the instance at its own time (spot interruption, scheduled
+    /// change): the replenisher replaces it now, and terminates it itself
+    /// once drained (and its replacement launched) or at its deadline,
+    /// before AWS does.
+    Reclaimed {
+        deadline: DateTime<Utc>,
+        drained: bool,
+    },
+    /// At elevated risk (rebalance recommendation, `Replace`): replaced
+    /// first, then drained and removed like a surplus node.
+    AtRisk,
+    /// Already going by itself (stopping, terminated, an ASG lifecycle
+    /// termination): its ASG replaces it.
+    Lost,
+}
+
+impl Fate {
+    /// From the notice's kind (the interruption handler's metric label).
+    pub fn of(interruption: &crate::crd::nodegroup::NodeInterruption) -> Fate {
+        match interruption.kind.as_str() {
+            "spot_interruption" | "scheduled_change" => Fate::Reclaimed {
+                deadline: interruption.deadline,
+                drained: interruption.drained.is_some(),
+            },
+            "rebalance_recommendation" => Fate::AtRisk,
+            _ => Fate::Lost,
+        }
+    }
 }
 
 /// One ASG's desired count, from what it was to what it is to be.
@@ -159,7 +195,8 @@ pub fn until(now: DateTime<Utc>, then: DateTime<Utc>) -> Duration {
 }
 
 /// The group's nodes as the plan sees them. A node counts as Ready only while
-/// its instance is InService in its ASG per the fresh describe: after a
+/// no interruption notice is recorded on it and its instance is InService in
+/// its ASG per the fresh describe: after a
 /// termination, the inventory (and a real kubelet) can report the node Ready
 /// for a while, and counting it could remove a second node; before AWS has
 /// finished launching it (Pending), it may still be abandoned.
@@ -181,12 +218,14 @@ pub fn node_views(
                 // No instance known (e.g. a bad providerID): nothing says it is leaving.
                 None => true,
             };
+            let fate = n.interruption.as_ref().map(Fate::of);
             NodeView {
                 name: n.name.clone(),
                 instance_id: n.instance_id.clone(),
                 asg: n.auto_scaling_group.clone(),
-                ready: n.ready && active,
+                ready: n.ready && active && fate.is_none(),
                 launch_time: n.launch_time,
+                fate,
             }
         })
         .collect()
@@ -210,6 +249,7 @@ pub(crate) mod tests {
             ready: true,
             unschedulable: false,
             problem: None,
+            interruption: None,
         }
     }
 

@@ -108,12 +108,25 @@ pub struct InterruptionSpec {
     #[serde(default = "default_drain_deadline")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub drain_deadline: String,
+    /// What a rebalance recommendation (elevated risk of interruption) does:
+    /// `Ignore` writes an Event; `Replace` launches a replacement and, once
+    /// it is Ready, drains and removes the node.
+    #[serde(default)]
+    pub on_rebalance_recommendation: OnRebalance,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OnRebalance {
+    #[default]
+    Ignore,
+    Replace,
 }
 
 impl Default for InterruptionSpec {
     fn default() -> Self {
         Self {
             drain_deadline: default_drain_deadline(),
+            on_rebalance_recommendation: OnRebalance::Ignore,
         }
     }
 }
@@ -230,6 +243,22 @@ pub struct NodeGroupStatus {
     /// The refresh/replenish lock; absent when idle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<OperationLock>,
+    /// The newest interruption notice handled for one of the group's nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_interruption: Option<LastInterruption>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastInterruption {
+    pub node: String,
+    pub instance_id: String,
+    pub kind: String,
+    /// When AWS emitted the notice.
+    pub noticed: DateTime<Utc>,
+    /// When the node's drain ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained: Option<DateTime<Utc>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
@@ -254,6 +283,26 @@ pub struct NodeStatus {
     /// Why this node could not be matched to an instance (e.g. a bad providerID).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// The interruption notice recorded on the node (by the interruption
+    /// handler): the node is leaving and no longer counts as Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruption: Option<NodeInterruption>,
+}
+
+/// An interruption notice as the node records it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeInterruption {
+    /// spot_interruption, scheduled_change, state_change,
+    /// terminate_lifecycle_action or rebalance_recommendation.
+    pub kind: String,
+    /// When AWS emitted the notice.
+    pub noticed: DateTime<Utc>,
+    /// The drain must be finished by then.
+    pub deadline: DateTime<Utc>,
+    /// When the drain ended (drained, or its deadline passed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained: Option<DateTime<Utc>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]

@@ -98,6 +98,15 @@ pub struct ReplenisherStatus {
     /// grace runs from here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub behind: Vec<AsgSince>,
+    /// Capacity raised for interrupted nodes before their loss, one entry per
+    /// node: never raised twice, and a termination decrements only the ASG
+    /// that was raised for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replacing: Vec<Replacement>,
+    /// Interrupted instances being terminated (drained or at their
+    /// deadline), recorded before the call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retiring: Vec<Retirement>,
     /// Time of the last ASG modification, for the cooldown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_modification: Option<DateTime<Utc>>,
@@ -132,6 +141,37 @@ pub struct ScaleInTarget {
     /// made: a restart retries that termination, never a second node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminating: Option<DateTime<Utc>>,
+    /// Terminate with decrement (a surplus node, or an at-risk node replaced
+    /// in its own ASG); without, its ASG launches one in its place.
+    #[serde(default = "yes")]
+    pub decrement: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Replacement {
+    /// The interrupted node and its instance.
+    pub node: String,
+    pub instance_id: String,
+    /// Where its replacement was launched (its own ASG when that one could).
+    pub auto_scaling_group: String,
+    pub since: DateTime<Utc>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Retirement {
+    pub node: String,
+    pub instance_id: String,
+    /// The instance's own ASG.
+    pub auto_scaling_group: String,
+    /// Its replacement was launched in this ASG: take that raise back.
+    pub decrement: bool,
+    pub since: DateTime<Utc>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]

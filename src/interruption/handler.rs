@@ -118,6 +118,15 @@ impl Deadlines for Groups {
             .unwrap_or(crate::crd::nodegroup::DEFAULT_DRAIN_DEADLINE);
         chrono::Duration::from_std(configured).unwrap_or(chrono::Duration::seconds(90))
     }
+
+    fn replace_on_rebalance(&self, owner: &Owner) -> bool {
+        self.by_name
+            .get(&(owner.namespace.clone(), owner.group.clone()))
+            .is_some_and(|g| {
+                g.spec.interruption.on_rebalance_recommendation
+                    == crate::crd::nodegroup::OnRebalance::Replace
+            })
+    }
 }
 
 async fn handle(ctx: &Context, queue: &Queue, groups: &Groups, received: Received) {
@@ -181,7 +190,23 @@ async fn carry_out(ctx: &Context, groups: &Groups, plan: &MessagePlan) -> Result
                 record,
             } => {
                 let marked = mark_node(ctx, node, record).await?;
-                if marked {
+                if marked && !record.is_loss() {
+                    let note = format!(
+                        "rebalance recommendation for {} ({}): at elevated risk of interruption; a replacement is launched, then the node is drained and removed (onRebalanceRecommendation Replace)",
+                        node, record.instance_id
+                    );
+                    let reason = "RebalanceRecommendation";
+                    event(
+                        ctx,
+                        groups,
+                        owner,
+                        Some(node),
+                        EventType::Normal,
+                        reason,
+                        note,
+                    )
+                    .await;
+                } else if marked {
                     let age = ctx.clock.now() - record.noticed;
                     ctx.metrics
                         .interruption_age(age.to_std().unwrap_or_default());

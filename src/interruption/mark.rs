@@ -42,6 +42,18 @@ pub struct Record {
     pub pods_left: Option<i32>,
 }
 
+/// The kind of a rebalance recommendation's record: the node is at risk,
+/// not lost; only the annotation is written (the replenisher replaces it,
+/// then drains and removes it).
+pub const AT_RISK: &str = "rebalance_recommendation";
+
+impl Record {
+    /// The node will be lost (anything but a rebalance recommendation).
+    pub fn is_loss(&self) -> bool {
+        self.kind != AT_RISK
+    }
+}
+
 /// The node's record, if it carries a readable one.
 pub fn record_of(node: &Node) -> Option<Record> {
     node.annotations()
@@ -55,9 +67,22 @@ pub fn record_of(node: &Node) -> Option<Record> {
 /// change to it makes the patch fail (409) rather than be lost.
 pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
     let existing = record_of(node);
-    let keep = existing
-        .as_ref()
-        .filter(|e| e.instance_id == record.instance_id && e.deadline <= record.deadline);
+    if !record.is_loss() {
+        // At risk: recorded once; a loss recorded already supersedes it.
+        if existing.is_some() {
+            return None;
+        }
+        return Some(json!({
+            "metadata": {
+                "resourceVersion": node.resource_version(),
+                "annotations": {ANNOTATION: serde_json::to_string(record).unwrap_or_default()},
+            },
+        }));
+    }
+    // A loss replaces an at-risk record; of two losses the earlier deadline wins.
+    let keep = existing.as_ref().filter(|e| {
+        e.is_loss() && e.instance_id == record.instance_id && e.deadline <= record.deadline
+    });
     let record = keep.unwrap_or(record);
     let spec = node.spec.as_ref();
     let taints: Vec<Taint> = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
@@ -199,5 +224,31 @@ mod tests {
             .filter(|t| t.key == TAINT)
             .count();
         assert_eq!(ours, 1, "never two of our taints");
+    }
+
+    #[test]
+    fn a_rebalance_recommendation_records_only_and_a_later_loss_marks_in_full() {
+        let mut n = node();
+        let at_risk = Record {
+            kind: AT_RISK.into(),
+            ..record(90)
+        };
+        let patch = mark_patch(&n, &at_risk).expect("a patch");
+        apply(&mut n, &patch);
+        assert_eq!(record_of(&n), Some(at_risk.clone()));
+        assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), None);
+        assert!(
+            !n.labels().contains_key(LABEL),
+            "not drained by the handler"
+        );
+        assert_eq!(mark_patch(&n, &at_risk), None, "recorded once");
+        // The interruption follows: cordon, taint, label, and its record.
+        let loss = mark_patch(&n, &record(120)).expect("the loss marks");
+        apply(&mut n, &loss);
+        assert_eq!(record_of(&n), Some(record(120)));
+        assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+        assert!(n.labels().contains_key(LABEL));
+        // And a later recommendation does not undo it.
+        assert_eq!(mark_patch(&n, &at_risk), None);
     }
 }

@@ -43,9 +43,11 @@ pub struct MessagePlan {
     pub noticed: Option<DateTime<Utc>>,
 }
 
-/// The drain deadline of a group, from its spec.
+/// What a group's spec says about interruptions.
 pub trait Deadlines {
     fn drain_deadline(&self, owner: &Owner) -> chrono::Duration;
+    /// `onRebalanceRecommendation: Replace`.
+    fn replace_on_rebalance(&self, owner: &Owner) -> bool;
 }
 
 pub fn plan(
@@ -112,7 +114,8 @@ pub fn plan(
 
 fn step(notice: &Notice, instance_id: String, owner: Owner, deadlines: &dyn Deadlines) -> Step {
     let kind = notice.kind.label();
-    if notice.kind == NoticeKind::RebalanceRecommendation {
+    let replace = deadlines.replace_on_rebalance(&owner);
+    if notice.kind == NoticeKind::RebalanceRecommendation && !(replace && owner.node.is_some()) {
         return Step::Note {
             note: format!(
                 "rebalance recommendation for {instance_id}: at elevated risk of interruption (onRebalanceRecommendation Ignore)"
@@ -159,6 +162,63 @@ mod tests {
         fn drain_deadline(&self, _: &Owner) -> chrono::Duration {
             chrono::Duration::seconds(self.0)
         }
+        fn replace_on_rebalance(&self, _: &Owner) -> bool {
+            false
+        }
+    }
+
+    /// `onRebalanceRecommendation: Replace`.
+    struct Replacing;
+    impl Deadlines for Replacing {
+        fn drain_deadline(&self, _: &Owner) -> chrono::Duration {
+            chrono::Duration::seconds(90)
+        }
+        fn replace_on_rebalance(&self, _: &Owner) -> bool {
+            true
+        }
+    }
+
+    fn recommendation(id: &str) -> Parsed {
+        parse(
+            &serde_json::json!({
+                "version": "0", "source": "aws.ec2", "time": "2026-11-23T12:00:00Z",
+                "detail-type": "EC2 Instance Rebalance Recommendation",
+                "detail": {"instance-id": id}
+            })
+            .to_string(),
+        )
+    }
+
+    #[test]
+    fn a_rebalance_recommendation_is_recorded_only_when_the_group_replaces() {
+        let ignored = plan(
+            &recommendation("i-1"),
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+        );
+        assert!(
+            matches!(
+                ignored.steps.as_slice(),
+                [Step::Note {
+                    reason: "RebalanceRecommendation",
+                    ..
+                }]
+            ),
+            "{ignored:?}"
+        );
+        let replaced = plan(
+            &recommendation("i-1"),
+            &ownership(),
+            &Replacing,
+            ForeignMessages::Delete,
+        );
+        let [Step::Mark { record, .. }] = replaced.steps.as_slice() else {
+            panic!("{replaced:?}")
+        };
+        assert_eq!(record.kind, "rebalance_recommendation");
+        assert!(!record.is_loss());
+        assert!(replaced.delete);
     }
 
     fn owner(node: Option<&str>) -> Owner {

@@ -291,7 +291,7 @@ pub fn may_uncordon(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false);
-    cordoned && crate::interruption::mark::record_of(node).is_none()
+    cordoned && crate::interruption::mark::record_of(node).is_none_or(|r| !r.is_loss())
 }
 
 /// Puts a node back in service after a drain was given up. A node that no

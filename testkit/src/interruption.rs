@@ -56,6 +56,22 @@ pub fn spot_warning(instance_id: &str, time: DateTime<Utc>) -> String {
     .to_string()
 }
 
+/// An EventBridge "EC2 Instance Rebalance Recommendation" for `instance_id`.
+pub fn rebalance_recommendation(instance_id: &str, time: DateTime<Utc>) -> String {
+    serde_json::json!({
+        "version": "0",
+        "id": format!("rebalance-{instance_id}"),
+        "detail-type": "EC2 Instance Rebalance Recommendation",
+        "source": "aws.ec2",
+        "account": "123456789012",
+        "time": time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "region": "ap-northeast-1",
+        "resources": [format!("arn:aws:ec2:ap-northeast-1a:instance/{instance_id}")],
+        "detail": {"instance-id": instance_id},
+    })
+    .to_string()
+}
+
 impl TestQueue {
     pub async fn send(&self, body: &str) {
         self.client

@@ -187,3 +187,14 @@ pub fn reconciles(metrics: &str, controller: &str) -> u64 {
     )
     .unwrap_or(0.0) as u64
 }
+
+/// How many AWS mutations of `action` the manager performed.
+pub fn performed(metrics: &str, action: &str) -> u64 {
+    metric(
+        metrics,
+        &format!(
+            "spot_node_manager_mutations_total{{target=\"aws\",action=\"{action}\",outcome=\"performed\"}}"
+        ),
+    )
+    .unwrap_or(0.0) as u64
+}

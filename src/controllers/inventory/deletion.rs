@@ -174,6 +174,7 @@ mod tests {
                 auto_scaling_group: "a".into(),
                 since: t,
                 terminating: None,
+                decrement: true,
             }),
             ..Default::default()
         };

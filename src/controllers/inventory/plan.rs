@@ -4,7 +4,9 @@
 use crate::cloud::{AsgDescription, InstanceDescription};
 use crate::controllers::vocabulary::AsgView;
 use crate::crd::condition::{ConditionStatus, set_condition};
-use crate::crd::nodegroup::{AutoScalingGroupStatus, NodeStatus, NotJoinedInstance};
+use crate::crd::nodegroup::{
+    AutoScalingGroupStatus, LastInterruption, NodeInterruption, NodeStatus, NotJoinedInstance,
+};
 use crate::crd::{NodeGroup, NodeGroupStatus, Role};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Node;
@@ -88,6 +90,31 @@ impl Membership {
     }
 }
 
+/// The newest interruption notice among the group's nodes, kept after the
+/// node is gone (the newer of the remembered one and the nodes' own).
+fn last_interruption(
+    previous: Option<&LastInterruption>,
+    members: &[NodeStatus],
+) -> Option<LastInterruption> {
+    let newest = members
+        .iter()
+        .filter_map(|n| {
+            let i = n.interruption.as_ref()?;
+            Some(LastInterruption {
+                node: n.name.clone(),
+                instance_id: n.instance_id.clone().unwrap_or_default(),
+                kind: i.kind.clone(),
+                noticed: i.noticed,
+                drained: i.drained,
+            })
+        })
+        .max_by(|a, b| (a.noticed, &a.node).cmp(&(b.noticed, &b.node)));
+    match (previous, newest) {
+        (Some(p), Some(n)) if (p.noticed, &p.node) > (n.noticed, &n.node) => Some(p.clone()),
+        (p, n) => n.or_else(|| p.cloned()),
+    }
+}
+
 /// The AWS view of a group, as observed in one sync.
 #[derive(Debug, Clone, Default)]
 pub struct AwsView {
@@ -137,6 +164,14 @@ pub fn inventory_status<N: Borrow<Node>>(
                 Err(problem) => (None, None, Some(problem)),
             };
             let instance = instance_id.as_deref().and_then(|id| instances.get(id));
+            let interruption = crate::interruption::mark::record_of(node)
+                .filter(|r| instance_id.as_deref() == Some(r.instance_id.as_str()))
+                .map(|r| NodeInterruption {
+                    kind: r.kind,
+                    noticed: r.noticed,
+                    deadline: r.deadline,
+                    drained: r.drained,
+                });
             NodeStatus {
                 name: node.name_any(),
                 auto_scaling_group: instance_id
@@ -151,6 +186,7 @@ pub fn inventory_status<N: Borrow<Node>>(
                 ready: is_ready(node),
                 unschedulable: is_unschedulable(node),
                 problem,
+                interruption,
             }
         })
         .collect();
@@ -227,6 +263,7 @@ pub fn inventory_status<N: Borrow<Node>>(
 
     status.ready_nodes = Some(members.iter().filter(|m| m.ready).count() as i32);
     status.desired_nodes = Some(group.spec.desired);
+    status.last_interruption = last_interruption(previous.last_interruption.as_ref(), &members);
     status.nodes = members;
     status.not_joined = not_joined;
     status.auto_scaling_groups = asg_statuses;
@@ -417,6 +454,49 @@ pub(crate) mod tests {
         ] {
             assert!(parse_provider_id(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_interruption_recorded_on_a_node_is_in_the_status_and_remembered_after_it_goes() {
+        let g = group(&["nodes-a"], 2);
+        let mut marked = node("n1", "nodes-a", "zone-a", "i-1", true);
+        let record = serde_json::json!({
+            "kind": "spot_interruption", "instanceId": "i-1",
+            "noticed": t0().to_rfc3339(), "deadline": (t0() + chrono::Duration::seconds(90)).to_rfc3339(),
+        });
+        marked.metadata.annotations = Some(BTreeMap::from([(
+            crate::interruption::mark::ANNOTATION.to_string(),
+            record.to_string(),
+        )]));
+        // A record naming another instance (a reused name) is not this node's.
+        let mut stale = node("n2", "nodes-a", "zone-a", "i-2", true);
+        stale.metadata.annotations = Some(BTreeMap::from([(
+            crate::interruption::mark::ANNOTATION.to_string(),
+            record.to_string(),
+        )]));
+        let aws = AwsView {
+            asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1", "i-2"], 2)],
+            instances: vec![],
+        };
+        let s = inventory_status(
+            &g,
+            &[marked, stale.clone()],
+            &aws,
+            &NodeGroupStatus::default(),
+            t0(),
+        );
+        let interruption = s.nodes[0].interruption.clone().expect("recorded");
+        assert_eq!(interruption.kind, "spot_interruption");
+        assert_eq!(interruption.deadline, t0() + chrono::Duration::seconds(90));
+        assert_eq!(s.nodes[1].interruption, None);
+        let last = s.last_interruption.clone().expect("last interruption");
+        assert_eq!(
+            (last.node.as_str(), last.instance_id.as_str()),
+            ("n1", "i-1")
+        );
+        // The node gone: still the last one handled.
+        let after = inventory_status(&g, &[stale], &aws, &s, t0());
+        assert_eq!(after.last_interruption, Some(last));
     }
 
     #[test]

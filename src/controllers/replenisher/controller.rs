@@ -12,7 +12,7 @@ use crate::controllers::replenisher::plan::{
     self as replenish_plan, Action as PlanAction, Input, NotJoinedView,
 };
 use crate::controllers::runtime::instrumented;
-use crate::controllers::vocabulary::{DesiredChange, node_views};
+use crate::controllers::vocabulary::{DesiredChange, Fate, node_views};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
@@ -274,6 +274,57 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
                 scaled_down_event(ctx, &group_ref, &status).await;
             }
         }
+        PlanAction::Retire(retiring) => {
+            for r in &retiring {
+                check_retire(&group, &group_status, &fresh, r)?;
+            }
+            let done = persist_then::<Replenisher, _, _, _, _>(
+                ctx,
+                at,
+                &mut written,
+                &status,
+                "replenisher:retire",
+                || async {
+                    let mut done = vec![];
+                    for r in &retiring {
+                        let why = format!(
+                            "{}: interrupted {} replaced{}",
+                            r.auto_scaling_group,
+                            r.node,
+                            if r.decrement { ", decrement" } else { "" }
+                        );
+                        let applied = terminate_in_group(
+                            ctx,
+                            cloud.as_ref(),
+                            &r.instance_id,
+                            r.decrement,
+                            why,
+                        )
+                        .await?;
+                        if applied.performed().is_some() {
+                            done.push(r.instance_id.clone());
+                        }
+                    }
+                    Ok(done)
+                },
+            )
+            .await?;
+            if !done.is_empty() {
+                replenish_plan::finish_retiring(&mut status, &done);
+                ctx.event(
+                    &group_ref,
+                    EventType::Normal,
+                    "InterruptedNodeRemoved",
+                    "Replenish",
+                    status
+                        .last_action
+                        .as_ref()
+                        .map(|a| a.description.clone())
+                        .unwrap_or_default(),
+                )
+                .await;
+            }
+        }
         PlanAction::AbandonScaleIn { target, reason } => {
             // Uncordon (idempotent) before the status that forgets the node.
             uncordon(ctx, &target.node, "scale-in abandoned").await?;
@@ -297,8 +348,8 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
 }
 
-/// The recorded termination of a drained scale-in target, with decrement:
-/// written, then made, then marked done.
+/// The recorded termination of a drained scale-in target (with decrement
+/// unless it says otherwise): written, then made, then marked done.
 async fn terminate_scale_in(
     ctx: &Context,
     at: (&str, &str),
@@ -318,10 +369,12 @@ async fn terminate_scale_in(
                 ctx,
                 cloud.as_ref(),
                 &target.instance_id,
-                true,
+                target.decrement,
                 format!(
-                    "decrement {}: scale-in of {}",
-                    target.auto_scaling_group, target.node
+                    "{}{}: scale-in of {}",
+                    if target.decrement { "decrement " } else { "" },
+                    target.auto_scaling_group,
+                    target.node
                 ),
             )
         },
@@ -380,6 +433,9 @@ enum Refusal {
         ready_besides: i32,
         desired: i32,
     },
+    NotReclaimed {
+        instance: String,
+    },
 }
 
 impl std::fmt::Display for Refusal {
@@ -416,6 +472,10 @@ impl std::fmt::Display for Refusal {
             } => write!(
                 f,
                 "terminate {instance}: {ready_besides} other Ready node(s), {desired} desired"
+            ),
+            Refusal::NotReclaimed { instance } => write!(
+                f,
+                "terminate {instance}: its node carries no spot interruption or scheduled change"
             ),
         }
     }
@@ -532,8 +592,8 @@ fn check_not_joined(
     Ok(())
 }
 
-/// Safety: the target is active in its ASG above min (the termination
-/// decrements), and removing it keeps Ready >= desired.
+/// Safety: the target is active in its ASG, above min when the termination
+/// decrements, and removing it keeps Ready >= desired.
 fn check_scale_in(
     group: &NodeGroup,
     status: &crate::crd::NodeGroupStatus,
@@ -546,7 +606,9 @@ fn check_scale_in(
         &target.auto_scaling_group,
         &target.instance_id,
     )?;
-    decrement_allowed(asg, &target.instance_id)?;
+    if target.decrement {
+        decrement_allowed(asg, &target.instance_id)?;
+    }
     let ready_besides = node_views(&status.nodes, fresh)
         .iter()
         .filter(|n| n.ready && n.instance_id.as_deref() != Some(target.instance_id.as_str()))
@@ -557,6 +619,34 @@ fn check_scale_in(
             ready_besides,
             desired: group.spec.desired,
         });
+    }
+    Ok(())
+}
+
+/// Safety: an interrupted instance is terminated only while it is active in
+/// that ASG of the group, its node records a notice that AWS reclaims it
+/// (spot interruption, scheduled change), and a decrement keeps the ASG at
+/// or above its min.
+fn check_retire(
+    group: &NodeGroup,
+    status: &crate::crd::NodeGroupStatus,
+    fresh: &[AsgDescription],
+    r: &crate::crd::replenisher::Retirement,
+) -> Result<(), Refusal> {
+    let asg = active_member(group, fresh, &r.auto_scaling_group, &r.instance_id)?;
+    let reclaimed = status.nodes.iter().any(|n| {
+        n.instance_id.as_deref() == Some(r.instance_id.as_str())
+            && n.interruption
+                .as_ref()
+                .is_some_and(|i| matches!(Fate::of(i), Fate::Reclaimed { .. }))
+    });
+    if !reclaimed {
+        return Err(Refusal::NotReclaimed {
+            instance: r.instance_id.clone(),
+        });
+    }
+    if r.decrement {
+        decrement_allowed(asg, &r.instance_id)?;
     }
     Ok(())
 }
@@ -634,6 +724,7 @@ mod tests {
             auto_scaling_group: asg.into(),
             since: t0(),
             terminating: None,
+            decrement: true,
         }
     }
 
@@ -727,6 +818,60 @@ mod tests {
                 instance: "i-2".into(),
                 ready_besides: 1,
                 desired: 2
+            })
+        );
+    }
+
+    #[test]
+    fn only_a_reclaimed_instance_active_in_the_groups_asg_is_retired() {
+        use crate::crd::nodegroup::NodeInterruption;
+        use crate::crd::replenisher::Retirement;
+        let mut c = Case::new();
+        let retire = |instance: &str, asg: &str, decrement: bool| Retirement {
+            node: "n".into(),
+            instance_id: instance.into(),
+            auto_scaling_group: asg.into(),
+            decrement,
+            since: t0(),
+        };
+        let interruption = |kind: &str| NodeInterruption {
+            kind: kind.into(),
+            noticed: t0(),
+            deadline: t0(),
+            drained: None,
+        };
+        let check = |c: &Case, r: &Retirement| check_retire(&c.group, c.status(), &c.fresh, r);
+        assert_eq!(
+            check(&c, &retire("i-2", "a", true)),
+            Err(Refusal::NotReclaimed {
+                instance: "i-2".into()
+            }),
+            "no notice on its node"
+        );
+        if let Some(s) = c.group.status.as_mut() {
+            s.nodes[1].interruption = Some(interruption("state_change"));
+            s.nodes[2].interruption = Some(interruption("spot_interruption"));
+        }
+        assert_eq!(
+            check(&c, &retire("i-2", "a", false)),
+            Err(Refusal::NotReclaimed {
+                instance: "i-2".into()
+            }),
+            "going by itself: its ASG replaces it"
+        );
+        assert_eq!(check(&c, &retire("i-3", "b", false)), Ok(()));
+        assert_eq!(
+            check(&c, &retire("i-3", "b", true)),
+            Err(Refusal::DecrementAtMin {
+                instance: "i-3".into(),
+                asg: "b".into()
+            })
+        );
+        assert_eq!(
+            check(&c, &retire("i-3", "a", false)),
+            Err(Refusal::NotActiveInAsg {
+                instance: "i-3".into(),
+                asg: "a".into()
             })
         );
     }

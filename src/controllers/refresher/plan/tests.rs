@@ -200,6 +200,7 @@ impl Sim {
                 asg: Some(i.asg.clone()),
                 ready: i.ready,
                 launch_time: Some(i.launched),
+                fate: None,
             })
             .collect();
         (asgs, members, nodes)

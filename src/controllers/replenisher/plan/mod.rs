@@ -3,9 +3,10 @@
 //! records what is about to be done) and then carries the action out.
 //!
 //! One stage per step of the README's behaviour list, each returning a plan
-//! or passing on: guards (invalid, suspended, a refresh holds the lock), a
-//! scale-in in progress, instances that never joined, too few Ready nodes,
-//! too many, steady. Before them, the records of earlier actions are checked
+//! or passing on: guards (invalid, suspended, a refresh holds the lock),
+//! interrupted nodes due for termination, a scale-in in progress, instances
+//! that never joined, too few Ready nodes (interrupted ones replaced first),
+//! at-risk nodes whose replacement is Ready, too many, steady. Before them, the records of earlier actions are checked
 //! against what is observed (a raise or termination a restart interrupted).
 //!
 //! Invariants (property-tested below): no mutating action without holding the
@@ -15,6 +16,7 @@
 //! already on its way.
 
 mod cleanup;
+mod interrupted;
 mod records;
 mod scale_in;
 mod scale_up;
@@ -22,20 +24,23 @@ mod scale_up;
 mod tests;
 
 use cleanup::remove_not_joined;
+use interrupted::{remove_at_risk, retire};
 use records::{judge, settle_records, update_exclusions};
 use scale_in::{scale_in, scale_in_in_progress};
 use scale_up::scale_up;
 
 pub use records::{
-    abandon_scale_in, finish_cleanup, finish_scale_in, raise_landed, raise_not_made,
-    record_termination,
+    abandon_scale_in, finish_cleanup, finish_retiring, finish_scale_in, raise_landed,
+    raise_not_made, record_termination,
 };
 
 use crate::controllers::vocabulary::{
-    AsgView, DesiredChange, LockState, NodeView, to_chrono, until,
+    AsgView, DesiredChange, Fate, LockState, NodeView, to_chrono, until,
 };
 use crate::crd::Role;
-use crate::crd::replenisher::{CleanupTarget, ReplenishPhase, ReplenisherStatus, ScaleInTarget};
+use crate::crd::replenisher::{
+    CleanupTarget, ReplenishPhase, ReplenisherStatus, Retirement, ScaleInTarget,
+};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -91,8 +96,12 @@ pub enum Action {
     /// One drain step on the target (persisted first); once drained, the
     /// termination is recorded ([`record_termination`]) and then made.
     Drain(ScaleInTarget),
-    /// Make the recorded termination of a drained target, with decrement.
+    /// Make the recorded termination of a drained target (with decrement
+    /// unless it says otherwise).
     Terminate(ScaleInTarget),
+    /// Terminate interrupted instances that were replaced (recorded in
+    /// `retiring` first), each with its own decrement.
+    Retire(Vec<Retirement>),
     /// Give up removing the target: uncordon it, keep it.
     AbandonScaleIn {
         target: ScaleInTarget,
@@ -109,6 +118,7 @@ impl Action {
                 | Action::RemoveNotJoined(_)
                 | Action::Drain(_)
                 | Action::Terminate(_)
+                | Action::Retire(_)
                 | Action::AbandonScaleIn { .. }
         )
     }
@@ -155,8 +165,21 @@ fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<U
         .scale_in
         .iter()
         .map(|t| t.since + to_chrono(SCALE_IN_DRAIN_TIMEOUT));
+    // An interrupted node we replaced is terminated at its deadline.
+    let retirements = input.nodes.iter().filter_map(|n| match n.fate {
+        Some(Fate::Reclaimed { deadline, .. }) => {
+            let id = n.instance_id.as_deref()?;
+            status
+                .replacing
+                .iter()
+                .any(|r| r.instance_id == id)
+                .then_some(deadline)
+        }
+        _ => None,
+    });
     joins
         .chain(retries)
+        .chain(retirements)
         .chain(removals)
         .chain(graces)
         .chain(drain)
@@ -274,9 +297,11 @@ fn plan_inner(input: &Input) -> Plan {
     };
     guards(&stage)
         .or_else(|| unwinding(&stage))
+        .or_else(|| retire(&stage))
         .or_else(|| scale_in_in_progress(&stage))
         .or_else(|| remove_not_joined(&stage))
         .or_else(|| scale_up(&stage))
+        .or_else(|| remove_at_risk(&stage))
         .or_else(|| scale_in(&stage))
         .unwrap_or_else(|| {
             stage.idle(
@@ -290,12 +315,15 @@ fn plan_inner(input: &Input) -> Plan {
 /// The NodeGroup is being deleted; its finalizer waits until nothing is
 /// under way here. A scale-in whose termination is recorded is finished (the
 /// node is already drained); one still draining is abandoned (its node
-/// uncordoned and kept); a recorded cleanup is carried out. Then idle, lock
-/// released.
+/// uncordoned and kept); a recorded cleanup or termination of interrupted
+/// instances is carried out. Then idle, lock released.
 fn unwinding(s: &Stage) -> Option<Plan> {
     const REASON: &str = "the NodeGroup is being deleted";
     if !s.input.deleting {
         return None;
+    }
+    if !s.status.retiring.is_empty() {
+        return retire(s);
     }
     if let Some(target) = &s.status.scale_in {
         if target.terminating.is_some() {

@@ -42,6 +42,25 @@ pub(super) fn settle_records(input: &Input, status: &mut ReplenisherStatus) {
     {
         finish_scale_in(status, &target);
     }
+    // Interrupted instances that are gone: by our termination, or by AWS's
+    // first (its ASG then replaced it; a raise made for it is surplus that
+    // the scale-in takes back).
+    let (gone, left): (Vec<_>, Vec<_>) = std::mem::take(&mut status.retiring)
+        .into_iter()
+        .partition(|r| !input.active.contains(&r.instance_id));
+    status.retiring = left;
+    if let Some(r) = gone.last() {
+        status.last_action = Some(LastAction {
+            description: format!(
+                "removed interrupted {} ({}) from {}",
+                r.node, r.instance_id, r.auto_scaling_group
+            ),
+            time: r.since,
+        });
+    }
+    status
+        .replacing
+        .retain(|r| input.active.contains(&r.instance_id));
     // A removal run ends once a node of that ASG launched after it is Ready.
     status.removals.retain(|r| {
         !input.nodes.iter().any(|n| {
@@ -174,8 +193,10 @@ pub fn record_termination(
     let target = status.scale_in.as_mut()?;
     if target.terminating.is_none() {
         target.terminating = Some(now);
-        let asg = target.auto_scaling_group.clone();
-        add_raised(status, &asg, -1);
+        if target.decrement {
+            let asg = target.auto_scaling_group.clone();
+            add_raised(status, &asg, -1);
+        }
     }
     status.last_modification = Some(now);
     status.scale_in.clone()
@@ -191,6 +212,30 @@ pub fn finish_scale_in(status: &mut ReplenisherStatus, target: &ScaleInTarget) {
         ),
         time: target.terminating.unwrap_or(target.since),
     });
+}
+
+/// The recorded terminations of interrupted instances are done.
+pub fn finish_retiring(status: &mut ReplenisherStatus, done: &[String]) {
+    let (finished, left): (Vec<_>, Vec<_>) = std::mem::take(&mut status.retiring)
+        .into_iter()
+        .partition(|r| done.contains(&r.instance_id));
+    status.retiring = left;
+    if let Some(r) = finished.last() {
+        status.last_action = Some(LastAction {
+            description: format!(
+                "removed interrupted {} ({}) from {}{}",
+                r.node,
+                r.instance_id,
+                r.auto_scaling_group,
+                if r.decrement {
+                    ", taking back the raise made for its replacement"
+                } else {
+                    ", which launches its replacement"
+                }
+            ),
+            time: r.since,
+        });
+    }
 }
 
 /// The recorded cleanup is done.
@@ -210,7 +255,7 @@ pub fn finish_cleanup(status: &mut ReplenisherStatus) {
 /// taken back.
 pub fn abandon_scale_in(status: &mut ReplenisherStatus, reason: &str, now: DateTime<Utc>) {
     if let Some(target) = status.scale_in.take() {
-        if target.terminating.is_some() {
+        if target.terminating.is_some() && target.decrement {
             add_raised(status, &target.auto_scaling_group, 1);
         }
         status.last_modification = Some(now);

@@ -152,5 +152,6 @@ pub(super) fn choose_victim(s: &Stage) -> Option<ScaleInTarget> {
         auto_scaling_group: asg.name.clone(),
         since: input.now,
         terminating: None,
+        decrement: true,
     })
 }

@@ -1,6 +1,7 @@
 //! Too few Ready nodes: raise desired on the ASGs that can launch, counting
 //! what is already on its way once.
 
+use super::interrupted::{leaves_through_us, replacement_in, unreplaced};
 use super::records::record_raise;
 use super::{Action, Plan, SOON, Stage};
 use crate::controllers::vocabulary::{AsgView, DesiredChange, NodeView, to_chrono};
@@ -16,31 +17,43 @@ pub(super) fn ready_in(nodes: &[NodeView], asg: &str) -> i32 {
 }
 
 /// What a launching ASG will still bring: its desired count less its Ready
-/// nodes and less what is stuck (NotReady nodes past the join timeout,
-/// never-joined instances past it). A launch due, in flight or Pending, a
-/// node joining, and a lost instance the ASG will replace all count.
+/// nodes, less what is stuck (NotReady nodes past the join timeout,
+/// never-joined instances past it), less interrupted nodes that leave
+/// through us (the ASG will not replace them). A launch due, in flight or
+/// Pending, a node joining, and a lost instance the ASG will replace all count.
 pub(super) fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
     let input = s.input;
+    let in_asg = |n: &&NodeView| n.asg.as_deref() == Some(asg.name.as_str());
     let stuck_nodes = input
         .nodes
         .iter()
+        .filter(in_asg)
         .filter(|n| {
             !n.ready
-                && n.asg.as_deref() == Some(asg.name.as_str())
+                && n.fate.is_none()
                 && n.launch_time
                     .is_some_and(|t| input.now >= t + to_chrono(input.join_timeout))
         })
+        .count() as i32;
+    let leaving = input
+        .nodes
+        .iter()
+        .filter(in_asg)
+        .filter(|n| leaves_through_us(s, n))
         .count() as i32;
     let stuck_instances = input
         .not_joined
         .iter()
         .filter(|n| n.asg == asg.name && s.overdue(n))
         .count() as i32;
-    (asg.desired - ready_in(input.nodes, &asg.name) - stuck_nodes - stuck_instances).max(0)
+    (asg.desired - ready_in(input.nodes, &asg.name) - stuck_nodes - stuck_instances - leaving)
+        .max(0)
 }
 
 /// Too few Ready nodes: raise desired on ASGs that are launching and below
-/// max, spread over them; what is already on its way is not ordered twice.
+/// max; what is already on its way is not ordered twice. Interrupted nodes
+/// are replaced first, each in its own ASG when it can launch (masters only
+/// there), even during the cooldown; the rest is spread over the ASGs.
 pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
     let input = s.input;
     if s.ready >= input.desired {
@@ -51,16 +64,6 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
     let deficit = input.desired - s.ready - coming;
     if deficit <= 0 {
         return Some(s.wait(format!("{coming} node(s) on their way"), SOON));
-    }
-    if input.role == Role::Master {
-        return Some(s.idle(
-            s.status.clone(),
-            ReplenishPhase::Blocked,
-            format!(
-                "{}/{} masters Ready; masters are never launched outside their own ASG",
-                s.ready, input.desired
-            ),
-        ));
     }
     // An ASG whose instances are not joining (a removal run in progress) is
     // no place for another one.
@@ -77,31 +80,65 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
         .filter(|a| a.desired < a.max && !not_joining(a))
         .cloned()
         .collect();
-    if candidates.is_empty() {
-        return Some(s.idle(
-            s.status.clone(),
-            ReplenishPhase::Blocked,
-            format!(
-                "{}/{} Ready and no ASG can launch (not launching, backing off, or at max)",
-                s.ready, input.desired
-            ),
-        ));
+    // Spread: the candidate with the lowest desired count (then name) below
+    // its max gets the next one.
+    fn spread(candidates: &[AsgView]) -> Option<usize> {
+        candidates
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.desired < a.max)
+            .min_by(|(_, a), (_, b)| (a.desired, &a.name).cmp(&(b.desired, &b.name)))
+            .map(|(i, _)| i)
     }
-    if let Some(left) = s.cooldown_left() {
-        return Some(s.wait(format!("cooldown before scaling up by {deficit}"), left));
-    }
-    let mut added = 0;
-    while added < deficit {
-        // Spread: the candidate with the lowest desired count (then name) gets the next one.
-        let Some(next) = candidates
-            .iter_mut()
-            .filter(|a| a.desired < a.max)
-            .min_by(|a, b| (a.desired, &a.name).cmp(&(b.desired, &b.name)))
-        else {
-            break;
+    let mut replacements = vec![];
+    for node in unreplaced(s).into_iter().take(deficit as usize) {
+        let own = candidates
+            .iter()
+            .position(|c| Some(c.name.as_str()) == node.asg.as_deref() && c.desired < c.max);
+        let pick = match own {
+            Some(i) => Some(i),
+            None if input.role == Role::Worker => spread(&candidates),
+            None => None,
         };
-        next.desired += 1;
-        added += 1;
+        if let Some(i) = pick {
+            candidates[i].desired += 1;
+            replacements.push(replacement_in(s, node, &candidates[i].name));
+        }
+    }
+    let mut added = replacements.len() as i32;
+    if added == 0 {
+        if input.role == Role::Master {
+            return Some(s.idle(
+                s.status.clone(),
+                ReplenishPhase::Blocked,
+                format!(
+                    "{}/{} masters Ready; masters are never launched outside their own ASG",
+                    s.ready, input.desired
+                ),
+            ));
+        }
+        if candidates.is_empty() {
+            return Some(s.idle(
+                s.status.clone(),
+                ReplenishPhase::Blocked,
+                format!(
+                    "{}/{} Ready and no ASG can launch (not launching, backing off, or at max)",
+                    s.ready, input.desired
+                ),
+            ));
+        }
+        if let Some(left) = s.cooldown_left() {
+            return Some(s.wait(format!("cooldown before scaling up by {deficit}"), left));
+        }
+    }
+    if input.role == Role::Worker && s.cooldown_left().is_none() {
+        while added < deficit {
+            let Some(i) = spread(&candidates) else {
+                break;
+            };
+            candidates[i].desired += 1;
+            added += 1;
+        }
     }
     let changes: Vec<DesiredChange> = candidates
         .iter()
@@ -114,8 +151,19 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
             })
         })
         .collect();
+    let replacing = match replacements.is_empty() {
+        true => String::new(),
+        false => format!(
+            " (replacing interrupted {})",
+            replacements
+                .iter()
+                .map(|r| r.node.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     let message = format!(
-        "{}/{} Ready: adding {added} on {}",
+        "{}/{} Ready: adding {added} on {}{replacing}",
         s.ready,
         input.desired,
         changes
@@ -126,6 +174,7 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
     );
     let mut status = s.status.clone();
     record_raise(&mut status, &changes, input.now, message.clone());
+    status.replacing.extend(replacements);
     Some(s.act(
         status,
         ReplenishPhase::ScalingUp,

@@ -3,6 +3,8 @@ use crate::crd::replenisher::{AsgCount, AsgSince, NotJoinedRemovals, Raise};
 use chrono::TimeZone;
 use proptest::prelude::*;
 
+mod interrupted;
+
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap()
 }
@@ -34,6 +36,7 @@ fn node(name: &str, asg: &str, ready: bool, minutes_old: i64) -> NodeView {
         asg: Some(asg.into()),
         ready,
         launch_time: Some(t0() - chrono::Duration::minutes(minutes_old)),
+        fate: None,
     }
 }
 
@@ -337,6 +340,7 @@ fn a_scale_in_that_would_drop_below_desired_is_abandoned() {
         auto_scaling_group: "c".into(),
         since: t0(),
         terminating: None,
+        decrement: true,
     });
     assert!(matches!(s.plan().action, Action::AbandonScaleIn { .. }));
 }
@@ -356,6 +360,7 @@ fn a_group_being_deleted_gives_a_scale_in_back_and_then_the_lock() {
         auto_scaling_group: "c".into(),
         since: t0(),
         terminating: None,
+        decrement: true,
     };
     s.status.scale_in = Some(target.clone());
     let p = s.plan();
@@ -392,6 +397,7 @@ fn a_scale_in_drain_that_takes_too_long_is_abandoned() {
         auto_scaling_group: "c".into(),
         since: t0() - chrono::Duration::minutes(11),
         terminating: None,
+        decrement: true,
     });
     let p = s.plan();
     assert!(
@@ -786,6 +792,7 @@ fn arb_state() -> impl Strategy<Value = Scenario> {
                                 asg: Some(name.clone()),
                                 ready: flags.next().unwrap_or(true),
                                 launch_time: Some(t0() - chrono::Duration::minutes(j as i64)),
+                                fate: None,
                             });
                         } else {
                             not_joined.push(NotJoinedView {
@@ -810,6 +817,7 @@ fn arb_state() -> impl Strategy<Value = Scenario> {
                         auto_scaling_group: n.asg.clone().unwrap_or_default(),
                         since: t0(),
                         terminating: None,
+                        decrement: true,
                     });
                 }
                 Scenario {

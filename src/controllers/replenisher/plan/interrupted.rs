@@ -1,0 +1,171 @@
+//! Interrupted nodes (a notice the interruption handler recorded on the
+//! node): replaced before their loss, then removed by us so that exactly one
+//! new instance comes per lost one.
+//!
+//! - A reclaimed node (spot interruption, scheduled change) gets its
+//!   replacement at once (in `scale_up`, its own ASG first), and is
+//!   terminated here once drained or at its deadline, before AWS takes it:
+//!   with decrement when the replacement was raised in its own ASG (the
+//!   raise is taken back, the layout stays), else without (its ASG launches
+//!   one in its place once it can; the other ASG's raise is surplus that the
+//!   scale-in takes back).
+//! - An at-risk node (rebalance recommendation, `Replace`) is removed like a
+//!   surplus node once its replacement is Ready.
+//!
+//! Only a node we replaced is ever terminated here: without a replacement
+//! (no ASG could launch), AWS takes it at its time and its ASG replaces it.
+
+use super::records::add_raised;
+use super::{Action, Plan, Stage};
+use crate::controllers::vocabulary::{Fate, NodeView};
+use crate::crd::replenisher::{Replacement, ReplenishPhase, Retirement, ScaleInTarget};
+use std::collections::BTreeMap;
+
+/// A node that leaves through us (reclaimed or at risk), still running in
+/// its ASG: capacity its ASG will not bring back by itself.
+pub(super) fn leaves_through_us(s: &Stage, n: &NodeView) -> bool {
+    matches!(n.fate, Some(Fate::Reclaimed { .. } | Fate::AtRisk))
+        && n.asg.is_some()
+        && n.instance_id
+            .as_ref()
+            .is_some_and(|id| s.input.active.contains(id))
+}
+
+/// The replacement recorded for `node`'s instance.
+pub(super) fn replacement<'a>(s: &'a Stage, node: &NodeView) -> Option<&'a Replacement> {
+    let id = node.instance_id.as_deref()?;
+    s.status.replacing.iter().find(|r| r.instance_id == id)
+}
+
+/// Nodes leaving through us with no replacement yet, by name.
+pub(super) fn unreplaced<'a>(s: &'a Stage) -> Vec<&'a NodeView> {
+    let mut nodes: Vec<&NodeView> = s
+        .input
+        .nodes
+        .iter()
+        .filter(|n| leaves_through_us(s, n) && replacement(s, n).is_none())
+        .collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    nodes
+}
+
+/// The record of a replacement raised in `asg` for `node`.
+pub(super) fn replacement_in(s: &Stage, node: &NodeView, asg: &str) -> Replacement {
+    Replacement {
+        node: node.name.clone(),
+        instance_id: node.instance_id.clone().unwrap_or_default(),
+        auto_scaling_group: asg.to_string(),
+        since: s.input.now,
+    }
+}
+
+/// Recorded terminations of interrupted instances go on; reclaimed nodes
+/// we replaced are terminated once drained with their replacement launched,
+/// or at their deadline.
+pub(super) fn retire(s: &Stage) -> Option<Plan> {
+    if !s.status.retiring.is_empty() {
+        let names: Vec<&str> = s.status.retiring.iter().map(|r| r.node.as_str()).collect();
+        return Some(s.act(
+            s.status.clone(),
+            ReplenishPhase::ScalingDown,
+            Action::Retire(s.status.retiring.clone()),
+            format!("terminating interrupted {} (recorded)", names.join(", ")),
+        ));
+    }
+    let now = s.input.now;
+    let scale_in = s.status.scale_in.as_ref().map(|t| t.instance_id.as_str());
+    // Due at the deadline, or once drained with the replacement launched
+    // (its ASG no longer behind, or Ready back at desired without it).
+    let restored = s.ready >= s.input.desired;
+    let due = |n: &NodeView, r: &Replacement| match n.fate {
+        Some(Fate::Reclaimed { deadline, drained }) => {
+            now >= deadline
+                || (drained
+                    && (restored || s.asg(&r.auto_scaling_group).is_some_and(|a| !a.is_behind())))
+        }
+        _ => false,
+    };
+    let due: Vec<(&NodeView, &Replacement)> = s
+        .input
+        .nodes
+        .iter()
+        .filter(|n| leaves_through_us(s, n) && n.instance_id.as_deref() != scale_in)
+        .filter_map(|n| Some((n, replacement(s, n)?)))
+        .filter(|(n, r)| due(n, r))
+        .collect();
+    if due.is_empty() {
+        return None;
+    }
+    let mut status = s.status.clone();
+    let mut lowered: BTreeMap<&str, i32> = BTreeMap::new();
+    for (node, replaced) in due {
+        let (Some(own), Some(instance_id)) = (node.asg.as_deref(), node.instance_id.clone()) else {
+            continue;
+        };
+        let lower = lowered.entry(own).or_default();
+        let decrement = replaced.auto_scaling_group == own
+            && s.asg(own).is_some_and(|a| a.desired - *lower > a.min);
+        if decrement {
+            *lower += 1;
+            add_raised(&mut status, own, -1);
+        }
+        status.retiring.push(Retirement {
+            node: node.name.clone(),
+            instance_id,
+            auto_scaling_group: own.to_string(),
+            decrement,
+            since: now,
+        });
+    }
+    status.last_modification = Some(now);
+    let names: Vec<&str> = status.retiring.iter().map(|r| r.node.as_str()).collect();
+    let message = format!(
+        "terminating interrupted {} (drained or at the deadline; replaced)",
+        names.join(", ")
+    );
+    let retiring = status.retiring.clone();
+    Some(s.act(
+        status,
+        ReplenishPhase::ScalingDown,
+        Action::Retire(retiring),
+        message,
+    ))
+}
+
+/// An at-risk node whose replacement is Ready is removed like a surplus
+/// node: drained, then terminated (with decrement when replaced in its own
+/// ASG). The cooldown does not apply: this is the second half of one step.
+pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
+    if s.status.scale_in.is_some() || s.ready < s.input.desired {
+        return None;
+    }
+    let (node, replaced) = s
+        .input
+        .nodes
+        .iter()
+        .filter(|n| n.fate == Some(Fate::AtRisk) && leaves_through_us(s, n))
+        .filter_map(|n| Some((n, replacement(s, n)?)))
+        .min_by(|a, b| a.0.name.cmp(&b.0.name))?;
+    let own = node.asg.clone()?;
+    let target = ScaleInTarget {
+        node: node.name.clone(),
+        instance_id: node.instance_id.clone()?,
+        decrement: replaced.auto_scaling_group == own
+            && s.asg(&own).is_some_and(|a| a.desired > a.min),
+        auto_scaling_group: own,
+        since: s.input.now,
+        terminating: None,
+    };
+    let message = format!(
+        "{} at risk of interruption, its replacement Ready: removing it from {}",
+        target.node, target.auto_scaling_group
+    );
+    let mut status = s.status.clone();
+    status.scale_in = Some(target.clone());
+    Some(s.act(
+        status,
+        ReplenishPhase::ScalingDown,
+        Action::Drain(target),
+        message,
+    ))
+}

@@ -1,0 +1,362 @@
+//! Interrupted nodes: replaced before their loss, terminated by us once
+//! drained or at their deadline, exactly one new instance per lost one.
+
+use super::*;
+use crate::crd::replenisher::{Replacement, Retirement};
+
+fn secs(n: i64) -> chrono::Duration {
+    chrono::Duration::seconds(n)
+}
+
+/// `na` (in a) reclaimed by AWS, its deadline at `t0 + deadline_in`.
+fn reclaimed_in_a(deadline_in: i64) -> Scenario {
+    let mut s = Scenario::steady();
+    s.nodes[0].ready = false;
+    s.nodes[0].fate = Some(Fate::Reclaimed {
+        deadline: t0() + secs(deadline_in),
+        drained: false,
+    });
+    s
+}
+
+fn replaced(node: &str, asg: &str) -> Replacement {
+    Replacement {
+        node: node.into(),
+        instance_id: format!("i-{node}"),
+        auto_scaling_group: asg.into(),
+        since: t0(),
+    }
+}
+
+/// Its Launch process is suspended.
+fn not_launching(mut a: AsgView) -> AsgView {
+    a.suspended_processes = vec![crate::cloud::LAUNCH.into()];
+    a.judge(None, t0())
+}
+
+fn change(asg: &str, from: i32, to: i32) -> Action {
+    Action::ScaleUp(vec![DesiredChange {
+        asg: asg.into(),
+        from,
+        to,
+    }])
+}
+
+#[test]
+fn a_reclaimed_node_is_replaced_at_once_in_its_own_asg_even_in_the_cooldown() {
+    let mut s = reclaimed_in_a(60);
+    // A modification 10 s ago: the cooldown (5 m) is running.
+    s.status.last_modification = Some(t0() - secs(10));
+    let p = s.plan();
+    assert_eq!(p.action, change("a", 1, 2), "{}", p.message);
+    assert_eq!(p.status.replacing, vec![replaced("na", "a")]);
+    assert!(
+        p.message.contains("replacing interrupted na"),
+        "{}",
+        p.message
+    );
+    // The raise landed, the new instance is on its way: nothing more is
+    // ordered for it, and the reclaimed node is not terminated before due.
+    s.status = p.status;
+    raise_landed(&mut s.status);
+    s.asgs[0] = asg("a", 2, 2, 3);
+    let p = s.plan();
+    assert_eq!(p.action, Action::Nothing, "{}", p.message);
+    assert!(p.message.contains("on their way"), "{}", p.message);
+    assert_eq!(p.requeue, SOON);
+    // Drained before the replacement is launched: kept until it is.
+    s.nodes[0].fate = Some(Fate::Reclaimed {
+        deadline: t0() + secs(60),
+        drained: true,
+    });
+    s.asgs[0] = asg("a", 2, 1, 3);
+    assert_eq!(s.plan().action, Action::Nothing);
+    s.asgs[0] = asg("a", 2, 2, 3);
+    let p = s.plan();
+    assert!(matches!(&p.action, Action::Retire(r) if r[0].node == "na" && r[0].decrement));
+}
+
+#[test]
+fn a_replaced_node_is_terminated_when_due_taking_back_the_raise_in_its_own_asg() {
+    let mut s = reclaimed_in_a(0);
+    s.asgs[0] = asg("a", 2, 2, 3);
+    s.status.replacing = vec![replaced("na", "a")];
+    s.status.raised = vec![AsgCount {
+        auto_scaling_group: "a".into(),
+        count: 1,
+    }];
+    let p = s.plan();
+    let retirement = Retirement {
+        node: "na".into(),
+        instance_id: "i-na".into(),
+        auto_scaling_group: "a".into(),
+        decrement: true,
+        since: t0(),
+    };
+    assert_eq!(p.action, Action::Retire(vec![retirement.clone()]));
+    assert_eq!(p.status.retiring, vec![retirement.clone()]);
+    assert!(p.status.raised.is_empty(), "{:?}", p.status.raised);
+    // Killed after the record: the same termination is retried, nothing else.
+    s.status = p.status;
+    let p = s.plan();
+    assert_eq!(p.action, Action::Retire(vec![retirement]));
+    assert!(p.status.raised.is_empty());
+    // Once its instance has left the ASG, the record is settled.
+    s.nodes.remove(0);
+    s.nodes.push(node("na2", "a", true, 1));
+    s.asgs[0] = asg("a", 1, 1, 3);
+    let p = s.plan();
+    assert!(p.status.retiring.is_empty() && p.status.replacing.is_empty());
+    assert_eq!(p.action, Action::ReleaseLock, "{}", p.message);
+}
+
+#[test]
+fn when_its_own_asg_cannot_launch_the_replacement_goes_elsewhere_and_no_decrement_is_made() {
+    let mut s = reclaimed_in_a(60);
+    s.asgs[0] = not_launching(asg("a", 1, 1, 3));
+    let p = s.plan();
+    assert_eq!(p.action, change("c", 1, 2), "{}", p.message);
+    assert_eq!(p.status.replacing, vec![replaced("na", "c")]);
+    // Due: terminated without decrement, so a keeps its count and launches
+    // one in its place once it can; c's raise stays, to be taken back.
+    let mut s = reclaimed_in_a(0);
+    s.asgs[0] = not_launching(asg("a", 1, 1, 3));
+    s.asgs[1] = asg("c", 2, 2, 3);
+    s.nodes.push(node("nc2", "c", true, 1));
+    s.status = p.status;
+    raise_landed(&mut s.status);
+    let p = s.plan();
+    let Action::Retire(r) = &p.action else {
+        panic!("{:?}: {}", p.action, p.message)
+    };
+    assert_eq!((r.len(), r[0].decrement), (1, false), "{r:?}");
+    assert_eq!(p.status.raised[0].auto_scaling_group, "c");
+    assert_eq!(p.status.raised[0].count, 1);
+}
+
+#[test]
+fn a_reclaimed_node_that_could_not_be_replaced_is_left_to_aws() {
+    let mut s = reclaimed_in_a(0);
+    for a in &mut s.asgs {
+        *a = not_launching(a.clone());
+    }
+    let p = s.plan();
+    assert!(!matches!(p.action, Action::Retire(_)), "{:?}", p.action);
+    assert_eq!(p.status.phase, ReplenishPhase::Blocked, "{}", p.message);
+    assert!(p.status.replacing.is_empty());
+}
+
+#[test]
+fn one_replacement_per_reclaimed_node_even_for_several_at_once() {
+    let mut s = reclaimed_in_a(60);
+    s.nodes[1].ready = false;
+    s.nodes[1].fate = s.nodes[0].fate;
+    let p = s.plan();
+    assert_eq!(
+        p.action,
+        Action::ScaleUp(vec![
+            DesiredChange {
+                asg: "a".into(),
+                from: 1,
+                to: 2
+            },
+            DesiredChange {
+                asg: "c".into(),
+                from: 1,
+                to: 2
+            },
+        ])
+    );
+    assert_eq!(p.status.replacing.len(), 2);
+}
+
+#[test]
+fn a_node_already_going_by_itself_is_replaced_by_its_asg_not_by_us() {
+    let mut s = Scenario::steady();
+    s.nodes[0].ready = false;
+    s.nodes[0].fate = Some(Fate::Lost);
+    let p = s.plan();
+    assert_eq!(p.action, Action::Nothing, "{}", p.message);
+    assert!(p.message.contains("on their way"), "{}", p.message);
+}
+
+#[test]
+fn an_at_risk_node_is_replaced_first_then_removed_once_the_replacement_is_ready() {
+    let mut s = Scenario::steady();
+    s.nodes[0].ready = false;
+    s.nodes[0].fate = Some(Fate::AtRisk);
+    let p = s.plan();
+    assert_eq!(p.action, change("a", 1, 2), "{}", p.message);
+    s.status = p.status;
+    raise_landed(&mut s.status);
+    // Launched, not yet Ready: the node stays.
+    s.asgs[0] = asg("a", 2, 2, 3);
+    s.nodes.push(node("na2", "a", false, 0));
+    assert_eq!(s.plan().action, Action::Nothing);
+    // Ready: drained and removed with decrement, the cooldown regardless.
+    s.nodes[3].ready = true;
+    let p = s.plan();
+    let Action::Drain(target) = &p.action else {
+        panic!("{:?}: {}", p.action, p.message)
+    };
+    assert_eq!((target.node.as_str(), target.decrement), ("na", true));
+    // Its termination takes back the raise made for it.
+    s.status = p.status;
+    let target = record_termination(&mut s.status, t0()).expect("target");
+    assert!(target.terminating.is_some());
+    assert!(s.status.raised.is_empty(), "{:?}", s.status.raised);
+}
+
+#[test]
+fn an_interrupted_master_is_replaced_only_in_its_own_asg() {
+    let mut s = Scenario::steady();
+    s.role = Role::Master;
+    s.nodes[0].ready = false;
+    s.nodes[0].fate = Some(Fate::Reclaimed {
+        deadline: t0() + secs(60),
+        drained: false,
+    });
+    assert_eq!(s.plan().action, change("a", 1, 2));
+    // Its ASG at max: blocked, never another master ASG.
+    s.asgs[0] = asg("a", 1, 1, 1);
+    let p = s.plan();
+    assert_eq!(p.status.phase, ReplenishPhase::Blocked, "{}", p.message);
+    assert!(!matches!(p.action, Action::ScaleUp(_)));
+}
+
+#[test]
+fn without_the_lock_nothing_is_recorded() {
+    let mut s = reclaimed_in_a(0);
+    s.status.replacing = vec![replaced("na", "a")];
+    s.lock = LockState::Free;
+    let p = s.plan();
+    assert_eq!(p.action, Action::TakeLock);
+    assert!(p.status.retiring.is_empty());
+}
+
+// ---- properties over random states with interrupted nodes ----
+
+/// Random states where some nodes carry an interruption notice (reclaimed,
+/// due or not; at risk; lost), some with a replacement already recorded.
+fn arb_interrupted() -> impl Strategy<Value = Scenario> {
+    (
+        arb_state(),
+        prop::collection::vec((0u8..6, 0u8..3), 12),
+        any::<bool>(),
+    )
+        .prop_map(|(mut s, fates, retiring)| {
+            let asgs: Vec<String> = s.asgs.iter().map(|a| a.name.clone()).collect();
+            for (n, (fate, replaced)) in s.nodes.iter_mut().zip(fates) {
+                n.fate = match fate {
+                    0 => Some(Fate::Reclaimed {
+                        deadline: t0() - secs(1),
+                        drained: true,
+                    }),
+                    1 => Some(Fate::Reclaimed {
+                        deadline: t0() + secs(30),
+                        drained: replaced == 1,
+                    }),
+                    2 => Some(Fate::AtRisk),
+                    3 => Some(Fate::Lost),
+                    _ => None,
+                };
+                if n.fate.is_none() {
+                    continue;
+                }
+                n.ready = false;
+                let own = n.asg.clone().unwrap_or_default();
+                let elsewhere = asgs.iter().find(|a| **a != own).cloned();
+                let asg = match replaced {
+                    0 => None,
+                    1 => Some(own),
+                    _ => elsewhere,
+                };
+                if let Some(asg) = asg {
+                    s.status.replacing.push(replaced_in(&n.name, &asg));
+                }
+            }
+            if retiring && let Some(r) = s.status.replacing.first() {
+                s.status.retiring.push(Retirement {
+                    node: r.node.clone(),
+                    instance_id: r.instance_id.clone(),
+                    auto_scaling_group: r.auto_scaling_group.clone(),
+                    decrement: false,
+                    since: t0(),
+                });
+            }
+            s
+        })
+}
+
+fn replaced_in(node: &str, asg: &str) -> Replacement {
+    Replacement {
+        instance_id: node.into(),
+        ..replaced(node, asg)
+    }
+}
+
+proptest! {
+    /// We terminate only reclaimed nodes we replaced, once due, with a
+    /// decrement only in the ASG that was raised for them (or what a
+    /// restart found recorded).
+    #[test]
+    fn only_replaced_reclaimed_nodes_are_terminated_when_due(s in arb_interrupted()) {
+        let p = s.plan();
+        if p.action.mutates() {
+            prop_assert_eq!(&s.lock, &LockState::Ours);
+        }
+        if let Action::Retire(rs) = &p.action {
+            for r in rs {
+                if s.status.retiring.contains(r) {
+                    continue;
+                }
+                let node = s.nodes.iter().find(|n| n.instance_id.as_deref() == Some(&r.instance_id));
+                let node = node.expect("a node of the group");
+                let replacement = s.status.replacing.iter().find(|x| x.instance_id == r.instance_id);
+                prop_assert!(replacement.is_some(), "{} never replaced", r.node);
+                let launched = s.asgs.iter().any(|a| replacement.is_some_and(|x| x.auto_scaling_group == a.name) && !a.is_behind());
+                let restored = s.nodes.iter().filter(|n| n.ready).count() as i32 >= s.desired;
+                let due = matches!(node.fate, Some(Fate::Reclaimed { deadline, drained }) if deadline <= t0() || (drained && (launched || restored)));
+                prop_assert!(due, "{:?} not due", node);
+                if r.decrement {
+                    prop_assert_eq!(&replacement.expect("replacement").auto_scaling_group, &r.auto_scaling_group);
+                }
+            }
+        }
+    }
+
+    /// One replacement per interrupted node, and only for nodes leaving
+    /// through us; a scale-up stays within max and only while short.
+    #[test]
+    fn each_interrupted_node_is_replaced_at_most_once(s in arb_interrupted()) {
+        let p = s.plan();
+        let mut ids: Vec<&str> = p.status.replacing.iter().map(|r| r.instance_id.as_str()).collect();
+        let all = ids.len();
+        ids.sort();
+        ids.dedup();
+        prop_assert_eq!(ids.len(), all, "{:?}", p.status.replacing);
+        for r in &p.status.replacing {
+            if s.status.replacing.contains(r) {
+                continue;
+            }
+            let node = s.nodes.iter().find(|n| n.instance_id.as_deref() == Some(&r.instance_id));
+            prop_assert!(
+                node.is_some_and(|n| matches!(n.fate, Some(Fate::Reclaimed { .. } | Fate::AtRisk))),
+                "{:?}", r
+            );
+            prop_assert!(matches!(p.action, Action::ScaleUp(_)), "{:?}", p.action);
+        }
+        let ready = s.nodes.iter().filter(|n| n.ready).count() as i32;
+        if let Action::ScaleUp(changes) = &p.action {
+            prop_assert!(ready < s.desired);
+            for c in changes {
+                let a = s.asgs.iter().find(|a| a.name == c.asg).expect("known ASG");
+                prop_assert!(c.to <= a.max && c.to > c.from && a.launching, "{:?}", c);
+            }
+        }
+        if let Action::Drain(t) = &p.action {
+            let target_ready = s.nodes.iter().any(|n| n.instance_id.as_deref() == Some(&t.instance_id) && n.ready);
+            prop_assert!(ready - i32::from(target_ready) >= s.desired);
+        }
+    }
+}
