@@ -2,15 +2,23 @@
 ap-northeast-1, one master ASG and one node ASG per AZ, each with a launch
 template and a spot MixedInstancesPolicy, tagged as kops tags them.
 
+Also creates the interruption queue (--queue-url-file: where to write its URL),
+and with --interrupt ASG does what AWS does when it reclaims a spot instance of
+that ASG: puts the EventBridge warning on the queue (prints the instance id).
+
 Usage: python demo_aws.py --endpoint http://127.0.0.1:PORT [--account 123456789012]
+           [--queue-url-file PATH] [--interrupt ASG]
 """
 import argparse
+import datetime
+import json
 
 import boto3
 
 CLUSTER = "example.com"
 REGION = "ap-northeast-1"
 ZONES = ["ap-northeast-1a", "ap-northeast-1c", "ap-northeast-1d"]
+QUEUE = "example-com-interruptions"
 
 
 def main() -> None:
@@ -18,6 +26,8 @@ def main() -> None:
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--account")
     parser.add_argument("--nodes-per-asg", type=int, default=1)
+    parser.add_argument("--queue-url-file")
+    parser.add_argument("--interrupt", metavar="ASG")
     args = parser.parse_args()
 
     session = boto3.session.Session(
@@ -25,6 +35,10 @@ def main() -> None:
     )
     ec2 = session.client("ec2", endpoint_url=args.endpoint)
     asg = session.client("autoscaling", endpoint_url=args.endpoint)
+    sqs = session.client("sqs", endpoint_url=args.endpoint)
+    if args.interrupt:
+        interrupt(asg, sqs, args.interrupt)
+        return
     if args.account:
         for client in (ec2, asg):
             client.meta.events.register(
@@ -85,6 +99,31 @@ def main() -> None:
                 ],
             )
             print(f"created ASG {name} ({spec['size']} instance(s))")
+    queue = sqs.create_queue(QueueName=QUEUE, Attributes={"VisibilityTimeout": "10"})["QueueUrl"]
+    print(f"created SQS queue {queue}")
+    if args.queue_url_file:
+        with open(args.queue_url_file, "w") as f:
+            f.write(queue)
+
+
+def interrupt(asg, sqs, name: str) -> None:
+    """The spot interruption warning for the ASG's first InService instance."""
+    group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
+    instance = next(i["InstanceId"] for i in group["Instances"] if i["LifecycleState"] == "InService")
+    warning = {
+        "version": "0",
+        "id": f"demo-{instance}",
+        "detail-type": "EC2 Spot Instance Interruption Warning",
+        "source": "aws.ec2",
+        "account": "123456789012",
+        "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": REGION,
+        "resources": [f"arn:aws:ec2:{REGION}:123456789012:instance/{instance}"],
+        "detail": {"instance-id": instance, "instance-action": "terminate"},
+    }
+    url = sqs.get_queue_url(QueueName=QUEUE)["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody=json.dumps(warning))
+    print(instance)
 
 
 if __name__ == "__main__":
