@@ -582,3 +582,96 @@ async fn with_replace_a_rebalance_recommendation_replaces_first_and_a_following_
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
     world.cleanup().await;
 }
+
+/// Suspends or resumes an ASG's Launch process.
+async fn launch(world: &support::World, asg: &str, on: bool) {
+    let api = &world.aws.autoscaling;
+    if on {
+        api.resume_processes()
+            .auto_scaling_group_name(asg)
+            .scaling_processes("Launch")
+            .send()
+            .await
+            .expect("resume Launch");
+    } else {
+        api.suspend_processes()
+            .auto_scaling_group_name(asg)
+            .scaling_processes("Launch")
+            .send()
+            .await
+            .expect("suspend Launch");
+    }
+}
+
+#[tokio::test]
+async fn when_its_own_asg_cannot_launch_the_replacement_comes_from_another_and_the_layout_comes_back()
+ {
+    let steady = SteadyGroup::workers("int-elsewhere")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = instances(world, &kops.asgs).await;
+    let own = before[0].0.clone();
+    let victim = before[0].2[0].clone();
+    launch(world, &own, false).await;
+    queue.send(&spot_warning(&victim, Utc::now())).await;
+    // The replacement in another ASG, launched while the victim still runs.
+    let elsewhere = assert_eventually("a replacement in another ASG", WAIT, || async {
+        let snapshot = world.asg_snapshot(&kops.asgs).await;
+        let (_, _, own_ids) = snapshot.iter().find(|(name, _, _)| *name == own)?;
+        let new = snapshot
+            .iter()
+            .filter(|(name, _, _)| *name != own)
+            .find(|(_, _, ids)| ids.iter().any(|id| !original.contains(id)))
+            .map(|(name, _, _)| name.clone());
+        assert!(
+            new.is_some() || own_ids.contains(&victim),
+            "{victim} left before a replacement was launched"
+        );
+        new
+    })
+    .await;
+    // The victim removed by us without decrement: its ASG keeps its count
+    // (and will launch one in its place once it can).
+    assert_eventually("the victim removed, its ASG still at 1", WAIT, || async {
+        let snapshot = world.asg_snapshot(&kops.asgs).await;
+        let (_, desired, ids) = snapshot.iter().find(|(name, _, _)| *name == own)?;
+        let ready = ready_count(&steady.groups, "workers").await? == 3;
+        (ids.is_empty() && *desired == 1 && ready).then_some(())
+    })
+    .await;
+    // Launch resumes: its ASG launches its own, and the other ASG's surplus
+    // is drained and removed; the layout is the original one.
+    launch(world, &own, true).await;
+    let replenishers: Api<spot_node_manager::crd::Replenisher> = world.api();
+    assert_eventually("the layout as before", RUN, || async {
+        let snapshot = world.asg_snapshot(&kops.asgs).await;
+        let one_each = snapshot.iter().all(|(_, _, ids)| ids.len() == 1);
+        let layout = desired_counts(&snapshot) == desired_counts(&before);
+        let ready = ready_count(&steady.groups, "workers").await? == 3;
+        let settled = replenishers
+            .get("workers")
+            .await
+            .ok()?
+            .status?
+            .raised
+            .is_empty();
+        (one_each && layout && ready && settled).then_some(())
+    })
+    .await;
+    let metrics = steady.manager.assert_metrics().await;
+    assert_eq!(
+        support::performed(&metrics, "set_desired_capacity"),
+        1,
+        "one raise, in {elsewhere}: {metrics}"
+    );
+    assert_eq!(
+        support::performed(&metrics, "terminate_instance_in_auto_scaling_group"),
+        2,
+        "the interrupted instance, then the surplus: {metrics}"
+    );
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+    world.cleanup().await;
+}
