@@ -50,6 +50,19 @@ async fn marked(nodes: &Api<Node>, instance: &str) -> Option<Node> {
     (cordoned && tainted && labelled && record_of(&node).is_some()).then_some(node)
 }
 
+/// Sets the group's `spec.interruption`.
+async fn set_interruption(steady: &SteadyGroup, interruption: serde_json::Value) {
+    steady
+        .groups
+        .patch(
+            "workers",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"interruption": interruption}})),
+        )
+        .await
+        .expect("patch group");
+}
+
 async fn instances(world: &support::World, asgs: &[String]) -> Vec<String> {
     all_instances(world, asgs).await.into_iter().collect()
 }
@@ -283,17 +296,7 @@ async fn what_a_budget_holds_past_the_deadline_is_named_and_not_evicted() {
         .start()
         .await;
     let (world, queue) = (&steady.world, steady.queue());
-    steady
-        .groups
-        .patch(
-            "workers",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({
-                "spec": {"interruption": {"drainDeadline": "10s"}}
-            })),
-        )
-        .await
-        .expect("patch group");
+    set_interruption(&steady, serde_json::json!({"drainDeadline": "10s"})).await;
     deploy_web(world, 6, 0).await;
     assert_web_ready(world, 6).await;
     let victim = node_with_web_pods(world, 1).await;
@@ -492,17 +495,11 @@ async fn with_replace_a_rebalance_recommendation_replaces_first_and_a_following_
         .start()
         .await;
     let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
-    steady
-        .groups
-        .patch(
-            "workers",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({
-                "spec": {"interruption": {"onRebalanceRecommendation": "Replace"}}
-            })),
-        )
-        .await
-        .expect("patch group");
+    set_interruption(
+        &steady,
+        serde_json::json!({"onRebalanceRecommendation": "Replace"}),
+    )
+    .await;
     let before = world.asg_snapshot(&kops.asgs).await;
     let original = instances(world, &kops.asgs).await;
     deploy_web(world, 6, 1).await;

@@ -260,7 +260,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
                     terminate_scale_in(ctx, at, &mut written, &mut status, &cloud, &target).await?;
                     ctx.metrics.drain("finished");
                     if status.scale_in.is_none() {
-                        scaled_down_event(ctx, &group_ref, &status).await;
+                        last_action_event(ctx, &group_ref, "ScaledDown", &status).await;
                     }
                 }
             } else {
@@ -271,7 +271,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
             check_scale_in(&group, &group_status, &fresh, &target)?;
             terminate_scale_in(ctx, at, &mut written, &mut status, &cloud, &target).await?;
             if status.scale_in.is_none() {
-                scaled_down_event(ctx, &group_ref, &status).await;
+                last_action_event(ctx, &group_ref, "ScaledDown", &status).await;
             }
         }
         PlanAction::Retire(retiring) => {
@@ -311,18 +311,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
             .await?;
             if !done.is_empty() {
                 replenish_plan::finish_retiring(&mut status, &done);
-                ctx.event(
-                    &group_ref,
-                    EventType::Normal,
-                    "InterruptedNodeRemoved",
-                    "Replenish",
-                    status
-                        .last_action
-                        .as_ref()
-                        .map(|a| a.description.clone())
-                        .unwrap_or_default(),
-                )
-                .await;
+                last_action_event(ctx, &group_ref, "InterruptedNodeRemoved", &status).await;
             }
         }
         PlanAction::AbandonScaleIn { target, reason } => {
@@ -386,11 +375,17 @@ async fn terminate_scale_in(
     Ok(())
 }
 
-async fn scaled_down_event(ctx: &Context, group_ref: &ObjectReference, status: &ReplenisherStatus) {
+/// A Normal Event saying what the status's last action was.
+async fn last_action_event(
+    ctx: &Context,
+    group_ref: &ObjectReference,
+    reason: &str,
+    status: &ReplenisherStatus,
+) {
     ctx.event(
         group_ref,
         EventType::Normal,
-        "ScaledDown",
+        reason,
         "Replenish",
         status
             .last_action

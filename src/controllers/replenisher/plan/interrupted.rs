@@ -16,6 +16,7 @@
 //! (no ASG could launch), AWS takes it at its time and its ASG replaces it.
 
 use super::records::add_raised;
+use super::scale_in::start_scale_in;
 use super::{Action, Plan, Stage};
 use crate::controllers::vocabulary::{Fate, NodeView};
 use crate::crd::replenisher::{Replacement, ReplenishPhase, Retirement, ScaleInTarget};
@@ -160,12 +161,5 @@ pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
         "{} at risk of interruption, its replacement Ready: removing it from {}",
         target.node, target.auto_scaling_group
     );
-    let mut status = s.status.clone();
-    status.scale_in = Some(target.clone());
-    Some(s.act(
-        status,
-        ReplenishPhase::ScalingDown,
-        Action::Drain(target),
-        message,
-    ))
+    Some(start_scale_in(s, target, message))
 }

@@ -45,19 +45,13 @@ pub(super) fn settle_records(input: &Input, status: &mut ReplenisherStatus) {
     // Interrupted instances that are gone: by our termination, or by AWS's
     // first (its ASG then replaced it; a raise made for it is surplus that
     // the scale-in takes back).
-    let (gone, left): (Vec<_>, Vec<_>) = std::mem::take(&mut status.retiring)
-        .into_iter()
-        .partition(|r| !input.active.contains(&r.instance_id));
-    status.retiring = left;
-    if let Some(r) = gone.last() {
-        status.last_action = Some(LastAction {
-            description: format!(
-                "removed interrupted {} ({}) from {}",
-                r.node, r.instance_id, r.auto_scaling_group
-            ),
-            time: r.since,
-        });
-    }
+    let gone: Vec<String> = status
+        .retiring
+        .iter()
+        .filter(|r| !input.active.contains(&r.instance_id))
+        .map(|r| r.instance_id.clone())
+        .collect();
+    finish_retiring(status, &gone);
     status
         .replacing
         .retain(|r| input.active.contains(&r.instance_id));

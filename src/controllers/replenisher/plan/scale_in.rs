@@ -99,14 +99,19 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
         "{}/{} Ready: removing {} from {}",
         s.ready, input.desired, target.node, target.auto_scaling_group
     );
+    Some(start_scale_in(s, target, message))
+}
+
+/// Records the target (before its first eviction) and drains it.
+pub(super) fn start_scale_in(s: &Stage, target: ScaleInTarget, message: String) -> Plan {
     let mut status = s.status.clone();
     status.scale_in = Some(target.clone());
-    Some(s.act(
+    s.act(
         status,
         ReplenishPhase::ScalingDown,
         Action::Drain(target),
         message,
-    ))
+    )
 }
 
 /// The surplus node to remove: from an ASG we raised (so the original layout
