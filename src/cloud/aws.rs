@@ -3,7 +3,8 @@
 //! Throttling and 5xx are retried with backoff by the SDK's retry config.
 
 use super::{
-    AsgDescription, AsgInstance, AwsClients, Cloud, CloudProvider, InstanceDescription, Lifecycle,
+    AsgDescription, AsgInstance, AwsClients, Cloud, CloudProvider, HookCall, HookCallKind,
+    InstanceDescription, Lifecycle, NO_ACTIVE_ACTION,
 };
 use crate::{Error, Result};
 use aws_config::SdkConfig;
@@ -228,6 +229,66 @@ impl Cloud for AwsCloud {
                 instance_id,
             ))?;
         Ok(())
+    }
+
+    async fn hook_heartbeat_timeout(
+        &self,
+        asg: &str,
+        hook: &str,
+    ) -> Result<Option<std::time::Duration>> {
+        self.count("DescribeLifecycleHooks");
+        let out = self
+            .clients
+            .autoscaling
+            .describe_lifecycle_hooks()
+            .auto_scaling_group_name(asg)
+            .lifecycle_hook_names(hook)
+            .send()
+            .await
+            .map_err(aws_error("DescribeLifecycleHooks", format!("{asg}/{hook}")))?;
+        Ok(out
+            .lifecycle_hooks()
+            .iter()
+            .find(|h| h.lifecycle_hook_name() == Some(hook))
+            .and_then(|h| h.heartbeat_timeout())
+            .map(|s| std::time::Duration::from_secs(s.max(0) as u64)))
+    }
+
+    async fn lifecycle_action(&self, call: &HookCall<'_>, step: HookCallKind) -> Result<bool> {
+        let asg = &self.clients.autoscaling;
+        let resource = format!("{}/{} ({})", call.asg, call.hook, call.instance_id);
+        let sent = match step {
+            HookCallKind::Heartbeat => {
+                self.count("RecordLifecycleActionHeartbeat");
+                asg.record_lifecycle_action_heartbeat()
+                    .auto_scaling_group_name(call.asg)
+                    .lifecycle_hook_name(call.hook)
+                    .lifecycle_action_token(call.token)
+                    .instance_id(call.instance_id)
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .map_err(aws_error("RecordLifecycleActionHeartbeat", resource))
+            }
+            HookCallKind::Continue => {
+                self.count("CompleteLifecycleAction");
+                asg.complete_lifecycle_action()
+                    .auto_scaling_group_name(call.asg)
+                    .lifecycle_hook_name(call.hook)
+                    .lifecycle_action_token(call.token)
+                    .instance_id(call.instance_id)
+                    .lifecycle_action_result("CONTINUE")
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .map_err(aws_error("CompleteLifecycleAction", resource))
+            }
+        };
+        match sent {
+            Ok(()) => Ok(true),
+            Err(Error::Aws { message, .. }) if message.contains(NO_ACTIVE_ACTION) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -275,6 +275,30 @@ impl Cloud for FakeCloud {
         }
         Ok(())
     }
+
+    /// No hooks in this model: the caller's fallback applies.
+    async fn hook_heartbeat_timeout(
+        &self,
+        _asg: &str,
+        _hook: &str,
+    ) -> Result<Option<std::time::Duration>> {
+        drop(self.enter("hook_heartbeat_timeout")?);
+        Ok(None)
+    }
+
+    /// Waiting while the instance is a member of a group.
+    async fn lifecycle_action(
+        &self,
+        call: &super::HookCall<'_>,
+        _step: super::HookCallKind,
+    ) -> Result<bool> {
+        let state = self.enter("lifecycle_action")?;
+        Ok(state.groups.values().any(|g| {
+            g.instances
+                .iter()
+                .any(|i| i.instance_id == call.instance_id)
+        }))
+    }
 }
 
 impl CloudProvider for FakeCloud {

@@ -136,7 +136,37 @@ pub trait Cloud: Send + Sync {
     /// leaves an instance running outside every ASG (as detach-then-terminate
     /// can, when the second call fails).
     async fn terminate_in_group(&self, instance_id: &str, decrement: bool) -> Result<()>;
+    /// The heartbeat timeout of a lifecycle hook; None when it is not found.
+    async fn hook_heartbeat_timeout(
+        &self,
+        asg: &str,
+        hook: &str,
+    ) -> Result<Option<std::time::Duration>>;
+    /// Extends (heartbeat) or completes with CONTINUE the lifecycle action
+    /// `token` holding `instance_id`. False when no such action is waiting
+    /// any more (completed, timed out, or the instance gone).
+    async fn lifecycle_action(&self, action: &HookCall<'_>, step: HookCallKind) -> Result<bool>;
 }
+
+/// A terminate lifecycle action to extend or complete.
+#[derive(Debug, Clone, Copy)]
+pub struct HookCall<'a> {
+    pub asg: &'a str,
+    pub hook: &'a str,
+    pub token: &'a str,
+    pub instance_id: &'a str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookCallKind {
+    /// RecordLifecycleActionHeartbeat.
+    Heartbeat,
+    /// CompleteLifecycleAction with CONTINUE.
+    Continue,
+}
+
+/// AWS's ValidationError text when a lifecycle action is no longer waiting.
+pub const NO_ACTIVE_ACTION: &str = "No active Lifecycle Action found";
 
 /// Gives the [`Cloud`] for a region (groups may name their own region).
 pub trait CloudProvider: Send + Sync {

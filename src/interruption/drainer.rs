@@ -4,7 +4,8 @@
 //! shortened so it ends by the deadline. At the deadline what is left is
 //! named in an Event. The outcome is recorded in the mark.
 
-use super::mark::{self, LABEL, Record};
+use super::mark::{self, HookAction, HookStep, LABEL, Record, hook_step};
+use crate::cloud::{HookCall, HookCallKind};
 use crate::context::Context;
 use crate::k8s::drain::{drain_step_within, pods_to_move};
 use crate::mutation::Intent;
@@ -17,10 +18,11 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 pub const CONTROLLER: &str = "interruption-drain";
 const EVENT_ACTION: &str = "InterruptionDrain";
@@ -84,6 +86,7 @@ async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
     };
     let name = node.name_any();
     let now = ctx.clock.now();
+    let record = lifecycle(ctx, node, record, now).await?;
     match decide(&record, now) {
         Decision::Done => Ok(Action::await_change()),
         Decision::Step { max_grace } => {
@@ -148,6 +151,148 @@ async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
     }
 }
 
+/// AWS's smallest heartbeat timeout, assumed when the hook cannot be read.
+const MIN_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Pure: the node is the one the lifecycle action holds (its providerID
+/// names the record's instance). Completing an action lets its ASG
+/// terminate the instance, so it is only ever done for the node we drained.
+pub fn may_call_hook(node: &Node, record: &Record) -> bool {
+    let provider = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    record.lifecycle.is_some()
+        && !record.instance_id.is_empty()
+        && provider.is_some_and(|p| p.rsplit('/').next() == Some(record.instance_id.as_str()))
+}
+
+/// The hook's heartbeat timeout, described once per hook and process.
+async fn heartbeat_timeout(ctx: &Context, action: &HookAction) -> chrono::Duration {
+    type Key = (Option<String>, String, String);
+    static KNOWN: OnceLock<Mutex<HashMap<Key, Duration>>> = OnceLock::new();
+    let known = KNOWN.get_or_init(Default::default);
+    let key = (
+        action.region.clone(),
+        action.auto_scaling_group.clone(),
+        action.hook.clone(),
+    );
+    let cached = known
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .copied();
+    let timeout = match cached {
+        Some(t) => t,
+        None => {
+            let cloud = ctx.cloud.cloud(action.region.as_deref());
+            match cloud
+                .hook_heartbeat_timeout(&action.auto_scaling_group, &action.hook)
+                .await
+            {
+                Ok(found) => {
+                    let t = found.unwrap_or(MIN_HEARTBEAT_TIMEOUT);
+                    known
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key, t);
+                    t
+                }
+                Err(e) => {
+                    warn!(controller = CONTROLLER, hook = %action.hook, error = %e, "cannot read the lifecycle hook; heartbeats assume the shortest timeout AWS allows (30 s)");
+                    MIN_HEARTBEAT_TIMEOUT
+                }
+            }
+        }
+    };
+    chrono::Duration::from_std(timeout).unwrap_or(chrono::Duration::seconds(30))
+}
+
+/// Keeps a terminate lifecycle action waiting while the drain runs
+/// (heartbeats), and completes it (CONTINUE) once the drain has ended; the
+/// step is recorded in the mark. Ends by itself when the action is done or
+/// the node is gone (no reconcile, no call): nothing runs on for it.
+async fn lifecycle(
+    ctx: &Context,
+    node: &Node,
+    record: Record,
+    now: DateTime<Utc>,
+) -> Result<Record> {
+    let Some(action) = record.lifecycle.clone() else {
+        return Ok(record);
+    };
+    if action.completed.is_some() {
+        return Ok(record);
+    }
+    let timeout = if record.drained.is_some() {
+        chrono::Duration::zero()
+    } else {
+        heartbeat_timeout(ctx, &action).await
+    };
+    let Some(step) = hook_step(&record, now, timeout) else {
+        return Ok(record);
+    };
+    let name = node.name_any();
+    if !may_call_hook(node, &record) {
+        warn!(controller = CONTROLLER, node = %name, instance = %record.instance_id, "lifecycle action recorded for another instance than the node's; not touched");
+        return Ok(record);
+    }
+    let call = HookCall {
+        asg: &action.auto_scaling_group,
+        hook: &action.hook,
+        token: &action.token,
+        instance_id: &record.instance_id,
+    };
+    let (verb, kind) = match step {
+        HookStep::Heartbeat => ("lifecycle_action_heartbeat", HookCallKind::Heartbeat),
+        HookStep::Complete => ("complete_lifecycle_action", HookCallKind::Continue),
+    };
+    let cloud = ctx.cloud.cloud(action.region.as_deref());
+    let applied = ctx
+        .mutations
+        .perform(
+            Intent::aws(
+                verb,
+                format!("asg/{}", action.auto_scaling_group),
+                format!("{} of {} ({})", action.hook, record.instance_id, name),
+            ),
+            || cloud.lifecycle_action(&call, kind),
+        )
+        .await?;
+    let Some(waiting) = applied.performed() else {
+        return Ok(record);
+    };
+    let done = step == HookStep::Complete || !waiting;
+    let next = Record {
+        lifecycle: Some(HookAction {
+            heartbeat: (step == HookStep::Heartbeat)
+                .then_some(now)
+                .or(action.heartbeat),
+            completed: done.then_some(now),
+            ..action
+        }),
+        ..record
+    };
+    write_record(ctx, &name, &next, verb).await?;
+    if step == HookStep::Complete {
+        let note = format!(
+            "lifecycle action {} of {} completed (CONTINUE): its ASG terminates it now",
+            next.lifecycle
+                .as_ref()
+                .map(|a| a.hook.as_str())
+                .unwrap_or_default(),
+            next.instance_id
+        );
+        event(
+            ctx,
+            node,
+            &next,
+            EventType::Normal,
+            "LifecycleActionCompleted",
+            note,
+        )
+        .await;
+    }
+    Ok(next)
+}
+
 /// Records the drain's end in the mark, so it is not reported twice.
 async fn finish(
     ctx: &Context,
@@ -162,22 +307,30 @@ async fn finish(
         pods_left: Some(left as i32),
         ..record.clone()
     };
+    write_record(ctx, &name, &done, "record_interruption_drain").await
+}
+
+/// Replaces the mark's record on the node.
+async fn write_record(
+    ctx: &Context,
+    name: &str,
+    record: &Record,
+    verb: &'static str,
+) -> Result<()> {
     let patch = serde_json::json!({
-        "metadata": {"annotations": {mark::ANNOTATION: serde_json::to_string(&done).unwrap_or_default()}},
+        "metadata": {"annotations": {mark::ANNOTATION: serde_json::to_string(record).unwrap_or_default()}},
     });
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     ctx.mutations
         .perform(
-            Intent::kube(
-                "record_interruption_drain",
-                format!("node/{name}"),
-                format!("{left} pod(s) left"),
-            ),
+            Intent::kube(verb, format!("node/{name}"), record.kind.clone()),
             || async {
                 nodes
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
-                    .map_err(Error::kube(format!("record the drain of node {name}")))
+                    .map_err(Error::kube(format!(
+                        "record the interruption of node {name}"
+                    )))
             },
         )
         .await?;
@@ -228,6 +381,7 @@ mod tests {
                 deadline: now + chrono::Duration::seconds(deadline_in),
                 drained: drained.then_some(now),
                 pods_left: None,
+                lifecycle: None,
                 group: None,
             },
             now,
@@ -244,5 +398,35 @@ mod tests {
         assert_eq!(decide(&r, now), Decision::Deadline);
         let (r, now) = record(80, true);
         assert_eq!(decide(&r, now), Decision::Done, "recorded: never twice");
+    }
+
+    #[test]
+    fn a_hook_is_called_only_for_the_node_on_the_actions_instance() {
+        let (mut r, _) = record(80, false);
+        let node = |provider: Option<&str>| Node {
+            spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+                provider_id: provider.map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let ours = node(Some("aws:///ap-northeast-1a/i-1"));
+        assert!(!may_call_hook(&ours, &r), "no action recorded");
+        r.lifecycle = Some(HookAction {
+            auto_scaling_group: "asg-a".into(),
+            hook: "h".into(),
+            token: "t".into(),
+            region: None,
+            heartbeat: None,
+            completed: None,
+        });
+        assert!(may_call_hook(&ours, &r));
+        assert!(!may_call_hook(
+            &node(Some("aws:///ap-northeast-1a/i-11")),
+            &r
+        ));
+        assert!(!may_call_hook(&node(None), &r));
+        r.instance_id = String::new();
+        assert!(!may_call_hook(&node(Some("aws:///ap-northeast-1a/")), &r));
     }
 }

@@ -6,7 +6,7 @@
 use super::mark::{self, Record};
 use super::message;
 use super::ownership::{Owner, Ownership};
-use super::plan::{self, Deadlines, MessagePlan, Step};
+use super::plan::{self, GroupSpecs, MessagePlan, Step};
 use super::queue::{Queue, Received};
 use crate::context::Context;
 use crate::crd::NodeGroup;
@@ -109,7 +109,7 @@ async fn list_groups(ctx: &Context) -> Result<Groups> {
     })
 }
 
-impl Deadlines for Groups {
+impl GroupSpecs for Groups {
     fn drain_deadline(&self, owner: &Owner) -> chrono::Duration {
         let configured = self
             .by_name
@@ -126,6 +126,12 @@ impl Deadlines for Groups {
                 g.spec.interruption.on_rebalance_recommendation
                     == crate::crd::nodegroup::OnRebalance::Replace
             })
+    }
+
+    fn region(&self, owner: &Owner) -> Option<String> {
+        self.by_name
+            .get(&(owner.namespace.clone(), owner.group.clone()))
+            .and_then(|g| g.spec.region.clone())
     }
 }
 
@@ -229,6 +235,13 @@ async fn carry_out(ctx: &Context, groups: &Groups, plan: &MessagePlan) -> Result
                     .await;
                 }
             }
+            Step::Complete {
+                owner,
+                instance_id,
+                action,
+            } => {
+                complete_unjoined(ctx, groups, owner, instance_id, action).await?;
+            }
             Step::Note {
                 owner,
                 reason,
@@ -249,6 +262,49 @@ async fn carry_out(ctx: &Context, groups: &Groups, plan: &MessagePlan) -> Result
             }
         }
     }
+    Ok(())
+}
+
+/// A terminate lifecycle action for an instance of ours that never joined:
+/// nothing to drain, so its ASG need not wait out the hook's timeout.
+async fn complete_unjoined(
+    ctx: &Context,
+    groups: &Groups,
+    owner: &Owner,
+    instance_id: &str,
+    action: &super::mark::HookAction,
+) -> Result<()> {
+    let call = crate::cloud::HookCall {
+        asg: &action.auto_scaling_group,
+        hook: &action.hook,
+        token: &action.token,
+        instance_id,
+    };
+    let cloud = ctx.cloud.cloud(action.region.as_deref());
+    ctx.mutations
+        .perform(
+            Intent::aws(
+                "complete_lifecycle_action",
+                format!("asg/{}", action.auto_scaling_group),
+                format!("{} of {instance_id} (never joined)", action.hook),
+            ),
+            || cloud.lifecycle_action(&call, crate::cloud::HookCallKind::Continue),
+        )
+        .await?;
+    let note = format!(
+        "lifecycle action {} of {instance_id} completed (CONTINUE): it never joined, nothing to drain",
+        action.hook
+    );
+    event(
+        ctx,
+        groups,
+        owner,
+        None,
+        EventType::Normal,
+        "LifecycleActionCompleted",
+        note,
+    )
+    .await;
     Ok(())
 }
 

@@ -40,6 +40,59 @@ pub struct Record {
     /// Pods still on the node when the drain ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods_left: Option<i32>,
+    /// The ASG terminate lifecycle action holding the instance, which we
+    /// complete once the drain ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<HookAction>,
+}
+
+/// A terminate lifecycle action in progress: what completing or extending
+/// it needs, and how far we are with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookAction {
+    pub auto_scaling_group: String,
+    pub hook: String,
+    pub token: String,
+    /// The group's region, when it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// The last heartbeat we sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<DateTime<Utc>>,
+    /// When we completed it (CONTINUE), or found it no longer waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed: Option<DateTime<Utc>>,
+}
+
+/// What a terminate lifecycle action needs from us now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookStep {
+    /// Still draining and half the hook's heartbeat timeout is gone since
+    /// the notice or the last heartbeat: extend it.
+    Heartbeat,
+    /// The drain ended (drained, or its deadline passed): let the ASG go on.
+    Complete,
+}
+
+/// Pure: the lifecycle step due for `record` at `now`, given the hook's
+/// heartbeat timeout. Heartbeats at half the timeout leave a margin for a
+/// slow call or a requeue.
+pub fn hook_step(
+    record: &Record,
+    now: DateTime<Utc>,
+    heartbeat_timeout: chrono::Duration,
+) -> Option<HookStep> {
+    let action = record.lifecycle.as_ref()?;
+    if action.completed.is_some() {
+        return None;
+    }
+    if record.drained.is_some() {
+        return Some(HookStep::Complete);
+    }
+    let last = action.heartbeat.unwrap_or(record.noticed);
+    let due = last.checked_add_signed(heartbeat_timeout / 2)?;
+    (now >= due).then_some(HookStep::Heartbeat)
 }
 
 /// The kind of a rebalance recommendation's record: the node is at risk,
@@ -83,7 +136,17 @@ pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
     let keep = existing.as_ref().filter(|e| {
         e.is_loss() && e.instance_id == record.instance_id && e.deadline <= record.deadline
     });
-    let record = keep.unwrap_or(record);
+    // A lifecycle action on a node marked already (say, after its spot
+    // warning) joins the kept record, so that it is completed too.
+    let joined = keep.and_then(|k| {
+        let new = record.lifecycle.as_ref()?;
+        let known = k.lifecycle.as_ref().is_some_and(|a| a.token == new.token);
+        (!known).then(|| Record {
+            lifecycle: Some(new.clone()),
+            ..k.clone()
+        })
+    });
+    let record = joined.as_ref().or(keep).unwrap_or(record);
     let spec = node.spec.as_ref();
     let taints: Vec<Taint> = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
     let tainted = taints
@@ -92,7 +155,7 @@ pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
     let cordoned = spec.and_then(|s| s.unschedulable).unwrap_or(false);
     let labelled = node.labels().contains_key(EXCLUDE_FROM_LOAD_BALANCERS)
         && node.labels().contains_key(LABEL);
-    if keep.is_some() && tainted && cordoned && labelled {
+    if keep.is_some() && joined.is_none() && tainted && cordoned && labelled {
         return None;
     }
     let mut taints: Vec<Taint> = taints.into_iter().filter(|t| t.key != TAINT).collect();
@@ -132,6 +195,7 @@ mod tests {
             group: Some("ns/workers".into()),
             drained: None,
             pods_left: None,
+            lifecycle: None,
         }
     }
 
@@ -250,5 +314,71 @@ mod tests {
         assert!(n.labels().contains_key(LABEL));
         // And a later recommendation does not undo it.
         assert_eq!(mark_patch(&n, &at_risk), None);
+    }
+
+    fn action(token: &str) -> HookAction {
+        HookAction {
+            auto_scaling_group: "asg-a".into(),
+            hook: "drain-hook".into(),
+            token: token.into(),
+            region: None,
+            heartbeat: None,
+            completed: None,
+        }
+    }
+
+    #[test]
+    fn heartbeats_at_half_the_timeout_while_draining_then_one_completion() {
+        let timeout = chrono::Duration::seconds(30);
+        let mut r = Record {
+            kind: "terminate_lifecycle_action".into(),
+            lifecycle: Some(action("tok")),
+            ..record(90)
+        };
+        assert_eq!(hook_step(&r, t(14), timeout), None);
+        assert_eq!(hook_step(&r, t(15), timeout), Some(HookStep::Heartbeat));
+        r.lifecycle.as_mut().expect("action").heartbeat = Some(t(15));
+        assert_eq!(hook_step(&r, t(29), timeout), None, "from the last one");
+        assert_eq!(hook_step(&r, t(30), timeout), Some(HookStep::Heartbeat));
+        // A drain well inside the timeout needs no heartbeat at all.
+        assert_eq!(hook_step(&r, t(40), chrono::Duration::seconds(3600)), None);
+        r.drained = Some(t(40));
+        assert_eq!(hook_step(&r, t(40), timeout), Some(HookStep::Complete));
+        r.lifecycle.as_mut().expect("action").completed = Some(t(41));
+        assert_eq!(hook_step(&r, t(500), timeout), None, "completed once");
+        assert_eq!(hook_step(&record(90), t(500), timeout), None, "no action");
+        // An absurd timeout never overflows.
+        r.lifecycle.as_mut().expect("action").completed = None;
+        r.drained = None;
+        assert_eq!(hook_step(&r, t(500), chrono::Duration::MAX), None);
+    }
+
+    #[test]
+    fn a_lifecycle_action_for_a_node_marked_already_joins_its_record_once() {
+        let mut n = node();
+        let first = mark_patch(&n, &record(30)).expect("marked");
+        apply(&mut n, &first);
+        let drained = Record {
+            drained: Some(t(20)),
+            ..record(30)
+        };
+        apply(
+            &mut n,
+            &json!({"metadata": {"annotations": {ANNOTATION: serde_json::to_string(&drained).expect("json")}}}),
+        );
+        let hook = Record {
+            kind: "terminate_lifecycle_action".into(),
+            lifecycle: Some(action("tok")),
+            ..record(90)
+        };
+        let patch = mark_patch(&n, &hook).expect("the action joins");
+        apply(&mut n, &patch);
+        let joined = record_of(&n).expect("record");
+        assert_eq!(joined.kind, "spot_interruption", "the first notice stays");
+        assert_eq!(joined.deadline, t(30));
+        assert_eq!(joined.drained, Some(t(20)), "the drain's progress stays");
+        assert_eq!(joined.lifecycle, Some(action("tok")));
+        // Redelivered: nothing.
+        assert_eq!(mark_patch(&n, &hook), None);
     }
 }

@@ -2,7 +2,7 @@
 //! instances and `now`, the node marks to persist, the Events to write and
 //! whether the message may then be deleted.
 
-use super::mark::Record;
+use super::mark::{HookAction, Record};
 use super::message::{Notice, NoticeKind, Parsed};
 use super::ownership::{Disposition, ForeignMessages, Owner, Ownership, dispose};
 use chrono::{DateTime, Utc};
@@ -15,6 +15,13 @@ pub enum Step {
         owner: Owner,
         node: String,
         record: Record,
+    },
+    /// An instance that never joined, held by a terminate lifecycle action:
+    /// nothing to drain, so let its ASG go on at once.
+    Complete {
+        owner: Owner,
+        instance_id: String,
+        action: HookAction,
     },
     /// Nothing to persist (a rebalance recommendation the group ignores, an
     /// instance that never joined): only say so.
@@ -43,17 +50,19 @@ pub struct MessagePlan {
     pub noticed: Option<DateTime<Utc>>,
 }
 
-/// What a group's spec says about interruptions.
-pub trait Deadlines {
+/// What the owning group's spec says.
+pub trait GroupSpecs {
     fn drain_deadline(&self, owner: &Owner) -> chrono::Duration;
     /// `onRebalanceRecommendation: Replace`.
     fn replace_on_rebalance(&self, owner: &Owner) -> bool;
+    /// The group's region, when it names one.
+    fn region(&self, owner: &Owner) -> Option<String>;
 }
 
 pub fn plan(
     parsed: &Parsed,
     ownership: &Ownership,
-    deadlines: &dyn Deadlines,
+    specs: &dyn GroupSpecs,
     foreign: ForeignMessages,
 ) -> MessagePlan {
     let base = |kind, outcome, summary: String| MessagePlan {
@@ -90,7 +99,7 @@ pub fn plan(
         Disposition::Act(ours) => {
             let steps: Vec<Step> = ours
                 .into_iter()
-                .map(|(instance_id, owner)| step(notice, instance_id, owner, deadlines))
+                .map(|(instance_id, owner)| step(notice, instance_id, owner, specs))
                 .collect();
             MessagePlan {
                 summary: format!(
@@ -99,7 +108,9 @@ pub fn plan(
                         .iter()
                         .map(|s| match s {
                             Step::Mark { node, .. } => node.clone(),
-                            Step::Note { instance_id, .. } => instance_id.clone(),
+                            Step::Note { instance_id, .. } | Step::Complete { instance_id, .. } => {
+                                instance_id.clone()
+                            }
                         })
                         .collect::<Vec<_>>()
                         .join(", ")
@@ -112,9 +123,9 @@ pub fn plan(
     }
 }
 
-fn step(notice: &Notice, instance_id: String, owner: Owner, deadlines: &dyn Deadlines) -> Step {
+fn step(notice: &Notice, instance_id: String, owner: Owner, specs: &dyn GroupSpecs) -> Step {
     let kind = notice.kind.label();
-    let replace = deadlines.replace_on_rebalance(&owner);
+    let replace = specs.replace_on_rebalance(&owner);
     if notice.kind == NoticeKind::RebalanceRecommendation && !(replace && owner.node.is_some()) {
         return Step::Note {
             note: format!(
@@ -125,24 +136,56 @@ fn step(notice: &Notice, instance_id: String, owner: Owner, deadlines: &dyn Dead
             instance_id,
         };
     }
-    match owner.node.clone() {
-        Some(node) => Step::Mark {
+    let lifecycle = match &notice.kind {
+        // Only the instance's own ASG (per the inventory) holds its action.
+        NoticeKind::TerminateLifecycleAction(a)
+            if owner.auto_scaling_group.as_deref() != Some(a.auto_scaling_group.as_str()) =>
+        {
+            return Step::Note {
+                note: format!(
+                    "lifecycle action of {} names {instance_id}, which is in {}: not touched",
+                    a.auto_scaling_group,
+                    owner.auto_scaling_group.as_deref().unwrap_or("no ASG")
+                ),
+                reason: "InterruptionNotice",
+                owner,
+                instance_id,
+            };
+        }
+        NoticeKind::TerminateLifecycleAction(a) => Some(HookAction {
+            auto_scaling_group: a.auto_scaling_group.clone(),
+            hook: a.hook.clone(),
+            token: a.token.clone(),
+            region: specs.region(&owner),
+            heartbeat: None,
+            completed: None,
+        }),
+        _ => None,
+    };
+    match (owner.node.clone(), lifecycle) {
+        (None, Some(action)) => Step::Complete {
+            action,
+            owner,
+            instance_id,
+        },
+        (Some(node), lifecycle) => Step::Mark {
             record: Record {
                 kind: kind.to_string(),
                 instance_id,
                 noticed: notice.time,
                 deadline: notice
                     .time
-                    .checked_add_signed(deadlines.drain_deadline(&owner))
+                    .checked_add_signed(specs.drain_deadline(&owner))
                     .unwrap_or(notice.time),
                 group: Some(format!("{}/{}", owner.namespace, owner.group)),
                 drained: None,
                 pods_left: None,
+                lifecycle,
             },
             node,
             owner,
         },
-        None => Step::Note {
+        (None, None) => Step::Note {
             note: format!("{kind} for {instance_id}, which never joined: no node to drain"),
             reason: "InterruptionNotice",
             owner,
@@ -158,23 +201,29 @@ mod tests {
     use chrono::TimeZone;
 
     struct Fixed(i64);
-    impl Deadlines for Fixed {
+    impl GroupSpecs for Fixed {
         fn drain_deadline(&self, _: &Owner) -> chrono::Duration {
             chrono::Duration::seconds(self.0)
         }
         fn replace_on_rebalance(&self, _: &Owner) -> bool {
             false
         }
+        fn region(&self, _: &Owner) -> Option<String> {
+            Some("eu-west-1".into())
+        }
     }
 
     /// `onRebalanceRecommendation: Replace`.
     struct Replacing;
-    impl Deadlines for Replacing {
+    impl GroupSpecs for Replacing {
         fn drain_deadline(&self, _: &Owner) -> chrono::Duration {
             chrono::Duration::seconds(90)
         }
         fn replace_on_rebalance(&self, _: &Owner) -> bool {
             true
+        }
+        fn region(&self, _: &Owner) -> Option<String> {
+            None
         }
     }
 
@@ -274,6 +323,7 @@ mod tests {
                     group: Some("ns/workers".into()),
                     drained: None,
                     pods_left: None,
+                    lifecycle: None,
                 },
             }]
         );
@@ -320,5 +370,72 @@ mod tests {
             ("malformed", "rejected", true),
             "a bad message never blocks the queue, even a shared one"
         );
+    }
+
+    fn lifecycle_action(id: &str) -> Parsed {
+        parse(
+            &serde_json::json!({
+                "version": "0", "source": "aws.autoscaling", "time": "2026-11-23T12:00:00Z",
+                "detail-type": "EC2 Instance-terminate Lifecycle Action",
+                "detail": {
+                    "LifecycleActionToken": "token-1", "AutoScalingGroupName": "asg-a",
+                    "LifecycleHookName": "drain-hook", "EC2InstanceId": id,
+                    "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING"
+                }
+            })
+            .to_string(),
+        )
+    }
+
+    #[test]
+    fn a_lifecycle_action_is_recorded_with_the_node_and_completed_at_once_without_one() {
+        let expected = HookAction {
+            auto_scaling_group: "asg-a".into(),
+            hook: "drain-hook".into(),
+            token: "token-1".into(),
+            region: Some("eu-west-1".into()),
+            heartbeat: None,
+            completed: None,
+        };
+        let p = plan(
+            &lifecycle_action("i-1"),
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+        );
+        let [Step::Mark { record, .. }] = p.steps.as_slice() else {
+            panic!("{p:?}")
+        };
+        assert_eq!(record.kind, "terminate_lifecycle_action");
+        assert_eq!(record.lifecycle.as_ref(), Some(&expected));
+        // Never joined: nothing to drain, the ASG need not wait for it.
+        let p = plan(
+            &lifecycle_action("i-9"),
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+        );
+        assert!(
+            matches!(p.steps.as_slice(), [Step::Complete { action, instance_id, .. }]
+                if *action == expected && instance_id == "i-9"),
+            "{p:?}"
+        );
+        // Another ASG's action naming our instance: never completed by us.
+        let mut other = lifecycle_action("i-1");
+        if let Parsed::Notice(n) = &mut other {
+            if let NoticeKind::TerminateLifecycleAction(a) = &mut n.kind {
+                a.auto_scaling_group = "asg-b".into();
+            }
+        }
+        let p = plan(&other, &ownership(), &Fixed(90), ForeignMessages::Delete);
+        assert!(matches!(p.steps.as_slice(), [Step::Note { .. }]), "{p:?}");
+        // Not ours: never completed by us.
+        let p = plan(
+            &lifecycle_action("i-x"),
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Leave,
+        );
+        assert!(p.steps.is_empty() && !p.delete, "{p:?}");
     }
 }

@@ -425,6 +425,7 @@ mod tests {
             group: None,
             drained: None,
             pods_left: None,
+            lifecycle: None,
         };
         node.metadata.annotations = Some(
             [(
