@@ -35,6 +35,14 @@ API calls and gives it to a loop that runs like an ASG's own:
   no say), recorded as an activity whose cause names the capacity change.
 - SQS long polling waits without holding the emulator's lock, as SQS does:
   moto's own wait would stall every other request for up to 20 s.
+- Terminate lifecycle hooks: a member leaving for any reason while its EC2
+  instance runs, in a group with an `autoscaling:EC2_INSTANCE_TERMINATING`
+  hook, waits in `Terminating:Wait` (still running) until
+  CompleteLifecycleAction or its heartbeat timeout (from the notice or the
+  last RecordLifecycleActionHeartbeat), then terminates. The hook's
+  notification (the ASG's direct form, with a token) goes to its SQS
+  NotificationTargetARN, and a TEST_NOTIFICATION when the hook is put, as
+  AWS does. Calls with a stale token are refused with AWS's text.
 
 Timings are flags (defaults below) and can be set per ASG with the tags
 `snm.test/launch-lag`, `snm.test/pending-time`, `snm.test/health-check-delay`
@@ -45,14 +53,16 @@ Usage: python moto_server.py --port PORT [--launch-lag S] [--pending-time S]
        [--health-check-delay S] [--capacity-retry S] [--terminating-time S]
 """
 import argparse
+import json
 import signal
 import threading
 import time
+import uuid
 
 from moto.autoscaling import models as asg_models
 from moto.autoscaling import responses as asg_responses
 from moto.autoscaling.exceptions import ValidationError
-from moto.core.responses import ActionResult
+from moto.core.responses import ActionResult, EmptyResult
 from moto.core.utils import utcnow
 from moto.moto_server import werkzeug_app
 from moto.sqs import models as sqs_models
@@ -269,11 +279,131 @@ def describe_scaling_activities(self):
 
 asg_responses.AutoScalingResponse.describe_scaling_activities = describe_scaling_activities
 
+_put_hook = asg_responses.AutoScalingResponse.put_lifecycle_hook
+
+
+def put_lifecycle_hook(self):
+    """moto's, plus the notification target (moto keeps a placeholder) and
+    the TEST_NOTIFICATION AWS sends it."""
+    result = _put_hook(self)
+    group_name = self._get_param("AutoScalingGroupName")
+    name = self._get_param("LifecycleHookName")
+    group = get_group(self.autoscaling_backend, group_name)
+    hook = self.autoscaling_backend.lifecycle_hooks.get(f"{group_name}_{name}")
+    target = self._get_param("NotificationTargetARN")
+    if hook is not None and target:
+        hook._snm_target = target
+        hook.notification_target_arn = target
+        notify(group, hook, {
+            "AccountId": group.account_id,
+            "RequestId": str(uuid.uuid4()),
+            "AutoScalingGroupARN": group.arn,
+            "AutoScalingGroupName": group.name,
+            "Service": "AWS Auto Scaling",
+            "Event": "autoscaling:TEST_NOTIFICATION",
+            "Time": utcnow().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        })
+    return result
+
+
+asg_responses.AutoScalingResponse.put_lifecycle_hook = put_lifecycle_hook
+
+
+def waiting_action(response):
+    """The member held by the action the request names, or AWS's refusal."""
+    group = get_group(response.autoscaling_backend, response._get_param("AutoScalingGroupName"))
+    hook = response._get_param("LifecycleHookName")
+    token = response._get_param("LifecycleActionToken")
+    instance_id = response._get_param("InstanceId")
+    for state in group.instance_states:
+        if state.lifecycle_state != "Terminating:Wait" or getattr(state, "_snm_hook", None) != hook:
+            continue
+        if (token and state._snm_token == token) or (not token and state.instance.id == instance_id):
+            if instance_id and state.instance.id != instance_id:
+                break
+            return group, state
+    what = f"token {token}" if token else f"instance ID {instance_id}"
+    raise ValidationError(f"No active Lifecycle Action found with {what}")
+
+
+def record_lifecycle_action_heartbeat(self):
+    group, state = waiting_action(self)
+    hook = self.autoscaling_backend.lifecycle_hooks.get(f"{group.name}_{state._snm_hook}")
+    timeout = float(hook.heartbeat_timeout) if hook is not None else 3600.0
+    state._snm_hook_deadline = now() + timeout
+    state._snm_heartbeats = getattr(state, "_snm_heartbeats", 0) + 1
+    return EmptyResult()
+
+
+def complete_lifecycle_action(self):
+    result = self._get_param("LifecycleActionResult")
+    if result not in ("CONTINUE", "ABANDON"):
+        raise ValidationError(f"Invalid LifecycleActionResult {result}")
+    _, state = waiting_action(self)
+    state._snm_completed = True
+    return EmptyResult()
+
+
+asg_responses.AutoScalingResponse.record_lifecycle_action_heartbeat = record_lifecycle_action_heartbeat
+asg_responses.AutoScalingResponse.complete_lifecycle_action = complete_lifecycle_action
+
 
 # --- the group's own loop ----------------------------------------------------
 
 
+TERMINATING_TRANSITION = "autoscaling:EC2_INSTANCE_TERMINATING"
+
+
+def terminate_hook(group):
+    backend = group.autoscaling_backend
+    for hook in backend.lifecycle_hooks.values():
+        if hook.auto_scaling_group_name == group.name and hook.lifecycle_transition == TERMINATING_TRANSITION:
+            return hook
+    return None
+
+
+def notify(group, hook, body: dict):
+    """Puts `body` on the hook's SQS target, if it names one in this account."""
+    arn = getattr(hook, "_snm_target", None) or ""
+    parts = arn.split(":")
+    if len(parts) != 6 or parts[2] != "sqs":
+        return
+    region, account, queue = parts[3], parts[4], parts[5]
+    try:
+        sqs_models.sqs_backends[account][region].send_message(queue, json.dumps(body))
+    except Exception as e:  # a missing queue: AWS would drop it too
+        print(f"emulator: {group.name}: notification to {arn} failed: {e!r}", flush=True)
+
+
 def begin_termination(group, state, why: str, original: int):
+    instance = state.instance
+    hook = terminate_hook(group)
+    if hook is not None and instance.state not in ("terminated", "shutting-down"):
+        # Held for the hook: still running, until completed or timed out.
+        state.lifecycle_state = "Terminating:Wait"
+        state._snm_hook = hook.name
+        state._snm_token = str(uuid.uuid4())
+        state._snm_hook_deadline = now() + float(hook.heartbeat_timeout)
+        state._snm_why = why
+        state._snm_original = original
+        notify(group, hook, {
+            "Origin": "AutoScalingGroup",
+            "Destination": "EC2",
+            "Service": "AWS Auto Scaling",
+            "Time": utcnow().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "AccountId": group.account_id,
+            "RequestId": str(uuid.uuid4()),
+            "AutoScalingGroupName": group.name,
+            "LifecycleHookName": hook.name,
+            "LifecycleActionToken": state._snm_token,
+            "LifecycleTransition": TERMINATING_TRANSITION,
+            "EC2InstanceId": instance.id,
+        })
+        return
+    proceed_termination(group, state, why, original)
+
+
+def proceed_termination(group, state, why: str, original: int):
     state.lifecycle_state = "Terminating"
     state._snm_gone_at = now() + timing(group, "terminating_time")
     instance = state.instance
@@ -330,11 +460,15 @@ def launch(group, count: int):
 
 def step_group(group):
     t = now()
-    # Pending -> InService; Terminating -> gone.
+    # Pending -> InService; Terminating:Wait -> Terminating -> gone.
     for state in list(group.instance_states):
         if state.lifecycle_state == "Pending" and t >= getattr(state, "_snm_ready_at", 0):
             state.lifecycle_state = "InService"
             finish(state)
+        elif state.lifecycle_state == "Terminating:Wait" and (
+            getattr(state, "_snm_completed", False) or t >= state._snm_hook_deadline
+        ):
+            proceed_termination(group, state, state._snm_why, state._snm_original)
         elif state.lifecycle_state == "Terminating" and t >= getattr(state, "_snm_gone_at", 0):
             group.instance_states = [s for s in group.instance_states if s is not state]
             finish(state)

@@ -337,3 +337,141 @@ async fn an_sqs_long_poll_waits_for_a_message_without_stalling_other_calls() {
     assert_eq!(received, vec!["hello".to_string()]);
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_terminate_hook_holds_a_leaving_instance_until_completed_or_timed_out() {
+    let world = World::new("emu-hook").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 3, &[]).await;
+    let asg = &kops.asgs[0];
+    world.wait_in_service(asg, 3).await;
+    let queue = world.queue("hooks").await;
+    world.terminate_hook(asg, "drain", &queue, 3).await;
+    // AWS tests the target when the hook is put.
+    let test = queue.receive_waiting(5).await;
+    assert!(
+        test.iter()
+            .any(|b| b.contains("autoscaling:TEST_NOTIFICATION")),
+        "{test:?}"
+    );
+    let ids = world.asg_instances(asg).await;
+    let terminate = |id: String| {
+        let world = &world;
+        async move {
+            world
+                .aws
+                .autoscaling
+                .terminate_instance_in_auto_scaling_group()
+                .instance_id(id)
+                .should_decrement_desired_capacity(false)
+                .send()
+                .await
+                .expect("terminate")
+        }
+    };
+    // The hook's notice for `id` (messages left undeleted come back).
+    let notice = |id: String| {
+        let queue = &queue;
+        async move {
+            assert_eventually("the hook's notice", WAIT, || async {
+                queue
+                    .receive_waiting(1)
+                    .await
+                    .into_iter()
+                    .filter(|b| b.contains("LifecycleActionToken") && b.contains(&id))
+                    .find_map(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+            })
+            .await
+        }
+    };
+    let state_of = |id: String| {
+        let world = &world;
+        async move {
+            describe(world, asg)
+                .await
+                .instances()
+                .iter()
+                .find(|i| i.instance_id() == Some(id.as_str()))
+                .and_then(|i| i.lifecycle_state().map(|s| s.as_str().to_string()))
+        }
+    };
+    let call = |token: &str, id: &str, complete: bool| {
+        let (world, token, id) = (&world, token.to_string(), id.to_string());
+        async move {
+            let a = &world.aws.autoscaling;
+            if complete {
+                a.complete_lifecycle_action()
+                    .auto_scaling_group_name(asg)
+                    .lifecycle_hook_name("drain")
+                    .lifecycle_action_token(token)
+                    .instance_id(id)
+                    .lifecycle_action_result("CONTINUE")
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.message().unwrap_or_default().to_string())
+            } else {
+                a.record_lifecycle_action_heartbeat()
+                    .auto_scaling_group_name(asg)
+                    .lifecycle_hook_name("drain")
+                    .lifecycle_action_token(token)
+                    .instance_id(id)
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.message().unwrap_or_default().to_string())
+            }
+        }
+    };
+
+    // Held: Terminating:Wait with its instance running, the notice queued.
+    terminate(ids[0].clone()).await;
+    let first = notice(ids[0].clone()).await;
+    assert_eq!(first["EC2InstanceId"], ids[0].as_str());
+    assert_eq!(first["LifecycleHookName"], "drain");
+    let token = first["LifecycleActionToken"]
+        .as_str()
+        .expect("token")
+        .to_string();
+    assert_eq!(
+        state_of(ids[0].clone()).await.as_deref(),
+        Some("Terminating:Wait")
+    );
+    // Heartbeats keep it past its 3 s timeout.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        call(&token, &ids[0], false).await.expect("heartbeat");
+    }
+    assert_eq!(
+        state_of(ids[0].clone()).await.as_deref(),
+        Some("Terminating:Wait")
+    );
+    let stale = call("not-the-token", &ids[0], true).await;
+    assert!(
+        stale
+            .as_ref()
+            .is_err_and(|m| m.contains("No active Lifecycle Action found")),
+        "{stale:?}"
+    );
+    call(&token, &ids[0], true).await.expect("complete");
+    assert_eventually("completed: terminated", WAIT, || async {
+        (state_of(ids[0].clone()).await.is_none()).then_some(())
+    })
+    .await;
+    let again = call(&token, &ids[0], true).await;
+    assert!(again.is_err(), "an action completes once: {again:?}");
+
+    // Without a heartbeat it goes at its timeout.
+    terminate(ids[1].clone()).await;
+    let held = Instant::now();
+    let _ = notice(ids[1].clone()).await;
+    assert_eventually("timed out: terminated", WAIT, || async {
+        (state_of(ids[1].clone()).await.is_none()).then_some(())
+    })
+    .await;
+    assert!(
+        held.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        held.elapsed()
+    );
+    world.cleanup().await;
+}

@@ -13,7 +13,9 @@ use spot_node_manager::interruption::mark::{
 };
 use std::time::Duration;
 use support::assert_eventually;
-use support::interruption::{interrupt, rebalance_recommendation, spot_warning};
+use support::interruption::{
+    interrupt, rebalance_recommendation, scheduled_change, spot_warning, state_change,
+};
 use support::refresh::*;
 use support::workload::{assert_web_ready, deploy_web, ready_web_pods, sample_web};
 
@@ -668,6 +670,295 @@ async fn when_its_own_asg_cannot_launch_the_replacement_comes_from_another_and_t
         support::performed(&metrics, "terminate_instance_in_auto_scaling_group"),
         2,
         "the interrupted instance, then the surplus: {metrics}"
+    );
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+    world.cleanup().await;
+}
+
+/// The ASG holding `instance`, from a snapshot.
+fn asg_of(snapshot: &[(String, i32, Vec<String>)], instance: &str) -> String {
+    snapshot
+        .iter()
+        .find(|(_, _, ids)| ids.iter().any(|id| id == instance))
+        .map(|(name, _, _)| name.clone())
+        .expect("the instance's ASG")
+}
+
+/// Settled after losing `lost`: the layout as before, one instance per ASG,
+/// 3 Ready, none of `lost` left, and exactly one new instance per lost one.
+async fn assert_settled(
+    steady: &SteadyGroup,
+    before: &[(String, i32, Vec<String>)],
+    original: &[String],
+    lost: &[String],
+) {
+    let (world, kops) = (&steady.world, &steady.kops);
+    assert_eventually(
+        "settled: layout, 3 Ready, one new per lost",
+        RUN,
+        || async {
+            let after = world.asg_snapshot(&kops.asgs).await;
+            let layout = desired_counts(&after) == desired_counts(before);
+            let one_each = after.iter().all(|(_, _, ids)| ids.len() == 1);
+            let now: Vec<String> = after.iter().flat_map(|(_, _, ids)| ids.clone()).collect();
+            let new = now.iter().filter(|id| !original.contains(id)).count();
+            let gone = lost.iter().all(|id| !now.contains(id));
+            let nodes_gone = world.nodes().await.unwrap_or_default().iter().all(|n| {
+                !lost
+                    .iter()
+                    .any(|id| n.metadata.name.as_deref() == Some(id.as_str()))
+            });
+            let ready = ready_count(&steady.groups, "workers").await? == 3;
+            (layout && one_each && new == lost.len() && gone && nodes_gone && ready).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_asg_terminate_lifecycle_action_is_drained_kept_waiting_by_heartbeats_then_completed() {
+    let steady = SteadyGroup::workers("int-hook")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    // The drain outlasts the hook's heartbeat timeout: a budget holds every
+    // web pod until the 12 s deadline.
+    set_interruption(&steady, serde_json::json!({"drainDeadline": "12s"})).await;
+    deploy_web(world, 6, 0).await;
+    assert_web_ready(world, 6).await;
+    let victim = node_with_web_pods(world, 1).await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = instances(world, &kops.asgs).await;
+    let asg = asg_of(&before, &victim);
+    // kops's hook, notifying the queue directly: the ASG holds a leaving
+    // instance for its handler, 4 s at most without a heartbeat.
+    world
+        .terminate_hook(&asg, "kops-nth-lifecycle-hook", queue, 4)
+        .await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    // An operator replaces the instance through its ASG.
+    world.terminate_through_asg(&victim).await;
+    let held_since = std::time::Instant::now();
+    let node = assert_eventually("the node marked", WAIT, || marked(&nodes, &victim)).await;
+    assert_eq!(
+        world.lifecycle_state(&asg, &victim).await.as_deref(),
+        Some("Terminating:Wait"),
+        "the node must be marked while its instance is held"
+    );
+    let record = record_of(&node).expect("record");
+    assert_eq!(record.kind, "terminate_lifecycle_action");
+    assert_eq!(
+        record.lifecycle.as_ref().map(|a| a.hook.as_str()),
+        Some("kops-nth-lifecycle-hook")
+    );
+    // Its ASG launches the replacement while the instance is held.
+    assert_eventually("a replacement beside the held instance", WAIT, || async {
+        let ids = world.asg_instances(&asg).await;
+        assert!(
+            ids.contains(&victim),
+            "{victim} left before a replacement came"
+        );
+        ids.iter().any(|id| !original.contains(id)).then_some(())
+    })
+    .await;
+    // Two heartbeat timeouts later the ASG still holds it: heartbeats.
+    tokio::time::sleep(Duration::from_secs(9).saturating_sub(held_since.elapsed())).await;
+    assert_eq!(
+        world.lifecycle_state(&asg, &victim).await.as_deref(),
+        Some("Terminating:Wait"),
+        "the hook timed out: no heartbeat"
+    );
+    // The deadline ends the drain, nothing evicted against the budget.
+    let drained = assert_eventually("the drain's end recorded", WAIT, || async {
+        let record = record_of(&nodes.get(&victim).await.ok()?)?;
+        record.drained.map(|_| record)
+    })
+    .await;
+    assert!(drained.drained >= Some(drained.deadline), "{drained:?}");
+    assert!(drained.pods_left >= Some(1), "{drained:?}");
+    // Then the action is completed and the ASG lets the instance go.
+    assert_eventually("completed: the held instance gone", WAIT, || async {
+        world
+            .lifecycle_state(&asg, &victim)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_settled(&steady, &before, &original, std::slice::from_ref(&victim)).await;
+    assert_eventually(
+        "the notices deleted (and the hook's test)",
+        WAIT,
+        || async { (queue.remaining().await == 0).then_some(()) },
+    )
+    .await;
+    let metrics = steady.manager.assert_metrics().await;
+    let heartbeats = support::performed(&metrics, "lifecycle_action_heartbeat");
+    assert!(heartbeats >= 2, "{heartbeats} heartbeats: {metrics}");
+    assert_eq!(
+        support::performed(&metrics, "complete_lifecycle_action"),
+        1,
+        "{metrics}"
+    );
+    // Its ASG replaced it: nothing ordered or removed by us.
+    assert_eq!(support::performed(&metrics, "set_desired_capacity"), 0);
+    assert_eq!(
+        support::performed(&metrics, "terminate_instance_in_auto_scaling_group"),
+        0
+    );
+    assert!(event_count(world, "LifecycleActionCompleted").await >= 1);
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_scheduled_change_naming_two_nodes_replaces_both_before_their_loss() {
+    let steady = SteadyGroup::workers("int-health")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    deploy_web(world, 6, 1).await;
+    assert_web_ready(world, 6).await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = instances(world, &kops.asgs).await;
+    let victims = vec![before[0].2[0].clone(), before[1].2[0].clone()];
+    let sampler = sample_web(world);
+    // One AWS Health event retiring two of our instances.
+    queue.send(&scheduled_change(&victims, Utc::now())).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    for victim in &victims {
+        let node = assert_eventually("both marked", WAIT, || marked(&nodes, victim)).await;
+        assert_eq!(
+            record_of(&node).map(|r| r.kind).as_deref(),
+            Some("scheduled_change")
+        );
+    }
+    // A replacement in each victim's ASG while the victim still runs there.
+    for (asg, _, _) in &before[..2] {
+        assert_eventually("a replacement beside the victim", WAIT, || async {
+            let ids = world.asg_instances(asg).await;
+            assert!(
+                victims.iter().any(|v| ids.contains(v)),
+                "the victim left {asg} before a replacement was launched: {ids:?}"
+            );
+            ids.iter().any(|id| !original.contains(id)).then_some(())
+        })
+        .await;
+    }
+    assert_settled(&steady, &before, &original, &victims).await;
+    // Their pods moved and stayed available.
+    assert_eventually("6 Ready pods off the victims", WAIT, || async {
+        let pods = ready_web_pods(world).await;
+        (pods.len() == 6 && pods.iter().all(|(_, node)| !victims.contains(node))).then_some(())
+    })
+    .await;
+    let samples = sampler.stop();
+    assert!(samples.min_ready >= Some(5), "{samples:?}");
+    assert_eq!(queue.remaining().await, 0);
+    let metrics = steady.manager.assert_metrics().await;
+    assert_eq!(
+        support::performed(&metrics, "set_desired_capacity"),
+        2,
+        "one raise per victim: {metrics}"
+    );
+    assert_eq!(
+        support::performed(&metrics, "terminate_instance_in_auto_scaling_group"),
+        2,
+        "each victim removed by us: {metrics}"
+    );
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_stopping_instance_is_cordoned_and_drained_and_its_asg_replaces_it_once() {
+    let steady = SteadyGroup::workers("int-stopping")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    deploy_web(world, 6, 1).await;
+    assert_web_ready(world, 6).await;
+    let victim = node_with_web_pods(world, 1).await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = instances(world, &kops.asgs).await;
+    // AWS says it is stopping (its OS shuts down over the next seconds).
+    queue
+        .send(&state_change(&victim, "stopping", Utc::now()))
+        .await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let node = assert_eventually("the node marked", WAIT, || marked(&nodes, &victim)).await;
+    assert_eq!(
+        record_of(&node).map(|r| r.kind).as_deref(),
+        Some("state_change")
+    );
+    assert!(
+        instances(world, &kops.asgs).await.contains(&victim),
+        "marked before the instance went"
+    );
+    assert_eventually("its pods evicted", WAIT, || async {
+        let pods = ready_web_pods(world).await;
+        (pods.len() == 6 && pods.iter().all(|(_, node)| *node != victim)).then_some(())
+    })
+    .await;
+    world.stop_instance(&victim).await;
+    // Its ASG's health check replaces it; we order nothing.
+    assert_settled(&steady, &before, &original, std::slice::from_ref(&victim)).await;
+    assert_eq!(queue.remaining().await, 0);
+    let metrics = steady.manager.assert_metrics().await;
+    assert_eq!(
+        support::performed(&metrics, "set_desired_capacity"),
+        0,
+        "{metrics}"
+    );
+    assert_eq!(
+        support::performed(&metrics, "terminate_instance_in_auto_scaling_group"),
+        0,
+        "{metrics}"
+    );
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn with_ignore_a_rebalance_recommendation_writes_an_event_and_touches_nothing() {
+    let steady = SteadyGroup::workers("int-ignore")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let victim = before[0].2[0].clone();
+    queue
+        .send(&rebalance_recommendation(&victim, Utc::now()))
+        .await;
+    assert_eventually("the recommendation reported", WAIT, || async {
+        (event_count(world, "RebalanceRecommendation").await >= 1).then_some(())
+    })
+    .await;
+    assert_eventually("the message deleted", WAIT, || async {
+        (queue.remaining().await == 0).then_some(())
+    })
+    .await;
+    // A few reconciles later: nothing recorded, cordoned, ordered or removed.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let node = nodes.get(&victim).await.expect("the node");
+    assert_eq!(record_of(&node), None);
+    assert_ne!(node.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+    assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
+    let metrics = steady.manager.assert_metrics().await;
+    assert_eq!(
+        support::performed(&metrics, "set_desired_capacity"),
+        0,
+        "{metrics}"
+    );
+    assert_eq!(
+        support::performed(&metrics, "terminate_instance_in_auto_scaling_group"),
+        0,
+        "{metrics}"
     );
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
     world.cleanup().await;

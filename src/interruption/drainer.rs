@@ -44,11 +44,14 @@ pub fn decide(record: &Record, now: DateTime<Utc>) -> Decision {
     if record.drained.is_some() {
         return Decision::Done;
     }
+    if now >= record.deadline {
+        return Decision::Deadline;
+    }
+    // Under a second left still evicts, with the shortest grace there is
+    // short of a forced deletion.
     let left = (record.deadline - now).num_seconds();
-    if left <= 0 {
-        Decision::Deadline
-    } else {
-        Decision::Step { max_grace: left }
+    Decision::Step {
+        max_grace: left.max(1),
     }
 }
 
@@ -394,6 +397,13 @@ mod tests {
         assert_eq!(decide(&r, now), Decision::Step { max_grace: 80 });
         let (r, now) = record(0, false);
         assert_eq!(decide(&r, now), Decision::Deadline);
+        let (r, now) = record(1, false);
+        let early = now + chrono::Duration::milliseconds(400);
+        assert_eq!(
+            decide(&r, early),
+            Decision::Step { max_grace: 1 },
+            "not ended before its deadline"
+        );
         let (r, now) = record(-5, false);
         assert_eq!(decide(&r, now), Decision::Deadline);
         let (r, now) = record(80, true);

@@ -422,10 +422,10 @@ mod tests {
         );
         // Another ASG's action naming our instance: never completed by us.
         let mut other = lifecycle_action("i-1");
-        if let Parsed::Notice(n) = &mut other {
-            if let NoticeKind::TerminateLifecycleAction(a) = &mut n.kind {
-                a.auto_scaling_group = "asg-b".into();
-            }
+        if let Parsed::Notice(n) = &mut other
+            && let NoticeKind::TerminateLifecycleAction(a) = &mut n.kind
+        {
+            a.auto_scaling_group = "asg-b".into();
         }
         let p = plan(&other, &ownership(), &Fixed(90), ForeignMessages::Delete);
         assert!(matches!(p.steps.as_slice(), [Step::Note { .. }]), "{p:?}");

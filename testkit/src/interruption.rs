@@ -72,6 +72,46 @@ pub fn rebalance_recommendation(instance_id: &str, time: DateTime<Utc>) -> Strin
     .to_string()
 }
 
+/// An AWS Health scheduled change for EC2 naming every instance in `ids`
+/// (a retirement, say), one message for all of them.
+pub fn scheduled_change(ids: &[String], time: DateTime<Utc>) -> String {
+    serde_json::json!({
+        "version": "0",
+        "id": format!("health-{}", ids.join("-")),
+        "detail-type": "AWS Health Event",
+        "source": "aws.health",
+        "account": "123456789012",
+        "time": time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "region": "ap-northeast-1",
+        "resources": ids,
+        "detail": {
+            "eventArn": "arn:aws:health:ap-northeast-1::event/EC2/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED/x",
+            "service": "EC2",
+            "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+            "eventTypeCategory": "scheduledChange",
+            "startTime": time.to_rfc2822(),
+            "affectedEntities": ids.iter().map(|id| serde_json::json!({"entityValue": id})).collect::<Vec<_>>(),
+        },
+    })
+    .to_string()
+}
+
+/// An EventBridge "EC2 Instance State-change Notification".
+pub fn state_change(instance_id: &str, state: &str, time: DateTime<Utc>) -> String {
+    serde_json::json!({
+        "version": "0",
+        "id": format!("state-{instance_id}-{state}"),
+        "detail-type": "EC2 Instance State-change Notification",
+        "source": "aws.ec2",
+        "account": "123456789012",
+        "time": time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "region": "ap-northeast-1",
+        "resources": [format!("arn:aws:ec2:ap-northeast-1a:instance/{instance_id}")],
+        "detail": {"instance-id": instance_id, "state": state},
+    })
+    .to_string()
+}
+
 impl TestQueue {
     pub async fn send(&self, body: &str) {
         self.client
@@ -128,4 +168,90 @@ pub async fn interrupt(world: &World, queue: &TestQueue, instance_id: &str, afte
     queue.send(&spot_warning(instance_id, Utc::now())).await;
     tokio::time::sleep(after).await;
     world.lose_instance(instance_id).await;
+}
+
+impl TestQueue {
+    /// The queue's ARN (its name is the URL's last segment).
+    pub fn arn(&self, world: &World) -> String {
+        let name = self.url.rsplit('/').next().unwrap_or_default();
+        let region = world
+            .aws_sdk
+            .region()
+            .map(|r| r.to_string())
+            .unwrap_or_else(|| "us-east-1".into());
+        format!("arn:aws:sqs:{region}:{}:{name}", world.account)
+    }
+}
+
+impl World {
+    /// A terminate lifecycle hook on `asg` (CONTINUE by default), notifying
+    /// `queue` directly as an ASG does: what kops creates when its own
+    /// termination handler runs in queue mode.
+    pub async fn terminate_hook(
+        &self,
+        asg: &str,
+        hook: &str,
+        queue: &TestQueue,
+        heartbeat_timeout: i32,
+    ) {
+        self.aws
+            .autoscaling
+            .put_lifecycle_hook()
+            .auto_scaling_group_name(asg)
+            .lifecycle_hook_name(hook)
+            .lifecycle_transition("autoscaling:EC2_INSTANCE_TERMINATING")
+            .heartbeat_timeout(heartbeat_timeout)
+            .default_result("CONTINUE")
+            .notification_target_arn(queue.arn(self))
+            .role_arn(format!(
+                "arn:aws:iam::{}:role/asg-notifications",
+                self.account
+            ))
+            .send()
+            .await
+            .expect("put lifecycle hook");
+    }
+}
+
+impl World {
+    /// The lifecycle state of `instance_id` in `asg` (None once it left).
+    pub async fn lifecycle_state(&self, asg: &str, instance_id: &str) -> Option<String> {
+        self.aws
+            .autoscaling
+            .describe_auto_scaling_groups()
+            .auto_scaling_group_names(asg)
+            .send()
+            .await
+            .expect("describe ASG")
+            .auto_scaling_groups()
+            .first()?
+            .instances()
+            .iter()
+            .find(|i| i.instance_id() == Some(instance_id))
+            .and_then(|i| i.lifecycle_state().map(|s| s.as_str().to_string()))
+    }
+
+    /// What an operator does to replace an instance: terminate it through
+    /// its ASG, which launches another in its place.
+    pub async fn terminate_through_asg(&self, instance_id: &str) {
+        self.aws
+            .autoscaling
+            .terminate_instance_in_auto_scaling_group()
+            .instance_id(instance_id)
+            .should_decrement_desired_capacity(false)
+            .send()
+            .await
+            .expect("terminate through the ASG");
+    }
+
+    /// Stops an instance through EC2 (a user, or AWS for a stop-interruption).
+    pub async fn stop_instance(&self, instance_id: &str) {
+        self.aws
+            .ec2
+            .stop_instances()
+            .instance_ids(instance_id)
+            .send()
+            .await
+            .expect("stop instance");
+    }
 }
