@@ -4,7 +4,9 @@
 //! moto's SQS and the simulated kubelet, the manager as a process.
 //!
 //! Latency: from each warning's send to its Node seen cordoned and tainted
-//! (polled every 50 ms, so figures carry up to ~50 ms of polling). Cost:
+//! (polled every 50 ms, so figures carry up to ~50 ms of polling); and from
+//! the first send until no pod of the workload (two per node, a budget that
+//! allows it) is left on any warned node, deleted and gone. Cost:
 //! AWS calls and Kubernetes mutations the manager made during the burst,
 //! per message (its own counters).
 //!
@@ -29,6 +31,7 @@ struct Figures {
     p50: f64,
     p99: f64,
     max: f64,
+    all_evicted: f64,
     aws_per_message: f64,
     describes_per_message: f64,
     kube_mutations_per_message: f64,
@@ -61,7 +64,12 @@ async fn measure(nodes: usize) -> Figures {
         .into_iter()
         .collect();
     assert_eq!(instances.len(), nodes);
+    let replicas = 2 * nodes as i32;
+    support::workload::deploy_web(world, replicas, replicas).await;
+    support::workload::assert_web_ready(world, replicas as usize).await;
+    let pods_api: Api<k8s_openapi::api::core::v1::Pod> = world.api();
     let before = steady.manager.assert_metrics().await;
+    let first_sent = Instant::now();
     let mut sent: BTreeMap<String, Instant> = BTreeMap::new();
     for id in &instances {
         queue.send(&spot_warning(id, Utc::now())).await;
@@ -70,8 +78,25 @@ async fn measure(nodes: usize) -> Figures {
     let nodes_api: Api<Node> = Api::all(world.client.clone());
     let selector = format!("{}={}", support::sim::SIM_ACCOUNT_LABEL, world.account);
     let mut marked: BTreeMap<String, Instant> = BTreeMap::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while marked.len() < nodes && Instant::now() < deadline {
+    let mut all_evicted: Option<Instant> = None;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while (marked.len() < nodes || all_evicted.is_none()) && Instant::now() < deadline {
+        if all_evicted.is_none()
+            && let Ok(pods) = pods_api
+                .list(&ListParams::default().labels("app=web"))
+                .await
+        {
+            let now = Instant::now();
+            let left = pods.items.iter().any(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some_and(|n| instances.contains(n))
+            });
+            if !left {
+                all_evicted = Some(now);
+            }
+        }
         if let Ok(list) = nodes_api
             .list(&ListParams::default().labels(&selector))
             .await
@@ -85,7 +110,11 @@ async fn measure(nodes: usize) -> Figures {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(marked.len(), nodes, "every node marked within 2 minutes");
+    assert_eq!(marked.len(), nodes, "every node marked within 3 minutes");
+    let all_evicted = all_evicted
+        .expect("every pod evicted within 3 minutes")
+        .duration_since(first_sent)
+        .as_secs_f64();
     assert_eventually("every message deleted", WAIT, || async {
         (queue.remaining().await == 0).then_some(())
     })
@@ -104,6 +133,7 @@ async fn measure(nodes: usize) -> Figures {
         p50: percentile(&latencies, 0.50),
         p99: percentile(&latencies, 0.99),
         max: latencies.last().copied().unwrap_or_default(),
+        all_evicted,
         aws_per_message: delta("spot_node_manager_aws_calls_total", ""),
         describes_per_message: delta("spot_node_manager_aws_calls_total", "Describe"),
         kube_mutations_per_message: delta(
@@ -120,11 +150,12 @@ async fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     let sizes: &[usize] = if full { &[12, 48] } else { &[3] };
     println!(
-        "{:>5} {:>9} {:>9} {:>9} {:>12} {:>16} {:>18}",
+        "{:>5} {:>9} {:>9} {:>9} {:>16} {:>12} {:>16} {:>18}",
         "nodes",
         "p50 (s)",
         "p99 (s)",
         "max (s)",
+        "all evicted (s)",
         "AWS/message",
         "describes/msg",
         "kube mutations/msg"
@@ -132,11 +163,12 @@ async fn main() {
     for &n in sizes {
         let f = measure(n).await;
         println!(
-            "{:>5} {:>9.3} {:>9.3} {:>9.3} {:>12.2} {:>16.2} {:>18.2}",
+            "{:>5} {:>9.3} {:>9.3} {:>9.3} {:>16.3} {:>12.2} {:>16.2} {:>18.2}",
             f.nodes,
             f.p50,
             f.p99,
             f.max,
+            f.all_evicted,
             f.aws_per_message,
             f.describes_per_message,
             f.kube_mutations_per_message

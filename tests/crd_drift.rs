@@ -46,3 +46,20 @@ fn every_crd_is_in_the_nodemanager_group_with_status_and_short_names() {
         );
     }
 }
+
+#[test]
+fn kubectl_get_nodegroups_wide_shows_the_last_interruption() {
+    use kube::CustomResourceExt;
+    let crd = spot_node_manager::crd::NodeGroup::crd();
+    let columns = crd.spec.versions[0]
+        .additional_printer_columns
+        .clone()
+        .unwrap_or_default();
+    let column = columns
+        .iter()
+        .find(|c| c.name == "Last Interruption")
+        .expect("the column");
+    assert_eq!(column.json_path, ".status.lastInterruption.noticed");
+    assert_eq!(column.type_, "date");
+    assert_eq!(column.priority, Some(1), "-o wide only");
+}

@@ -31,6 +31,12 @@ use serde::{Deserialize, Serialize};
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Last Interruption",
+        type_ = "date",
+        json_path = ".status.lastInterruption.noticed",
+        priority = 1
     )
 )]
 #[serde(rename_all = "camelCase")]

@@ -29,12 +29,61 @@ pub const CONTROLLER: &str = "interruption";
 const CONCURRENCY: usize = 32;
 const EVENT_ACTION: &str = "Interruption";
 
+/// Long polls in flight at once. SQS hands out a sample of the queue per
+/// receive (often fewer than the 10 asked for), so a burst arrives faster
+/// through a few concurrent polls; each message is still handled once at a
+/// time (invisible to the others while handled).
+const RECEIVERS: usize = 3;
+/// How long one listing of the NodeGroups serves the receivers (the
+/// inventory's status it reads changes far less often).
+const GROUPS_FRESH: Duration = Duration::from_secs(1);
+
 /// Runs until `shutdown`: receive, handle, repeat; SQS errors back off
 /// (1 s doubling to 1 min) and never stop the loop.
 pub async fn run(ctx: Arc<Context>, queue: Arc<Queue>, shutdown: CancellationToken) {
     info!(controller = CONTROLLER, queue = %queue.url(), "interruption handler started");
-    let mut backoff = Duration::from_secs(1);
     let in_flight = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+    let groups = Arc::new(GroupCache::default());
+    let mut receivers = tokio::task::JoinSet::new();
+    for _ in 0..RECEIVERS {
+        receivers.spawn(receive_loop(
+            ctx.clone(),
+            queue.clone(),
+            in_flight.clone(),
+            groups.clone(),
+            shutdown.clone(),
+        ));
+    }
+    while receivers.join_next().await.is_some() {}
+    info!(controller = CONTROLLER, "interruption handler stopped");
+}
+
+/// The NodeGroups listed at most [`GROUPS_FRESH`] ago.
+#[derive(Default)]
+struct GroupCache(tokio::sync::Mutex<Option<(std::time::Instant, Arc<Groups>)>>);
+
+impl GroupCache {
+    async fn get(&self, ctx: &Context) -> Result<Arc<Groups>> {
+        let mut cached = self.0.lock().await;
+        if let Some((at, groups)) = cached.as_ref()
+            && at.elapsed() < GROUPS_FRESH
+        {
+            return Ok(groups.clone());
+        }
+        let groups = Arc::new(list_groups(ctx).await?);
+        *cached = Some((std::time::Instant::now(), groups.clone()));
+        Ok(groups)
+    }
+}
+
+async fn receive_loop(
+    ctx: Arc<Context>,
+    queue: Arc<Queue>,
+    in_flight: Arc<tokio::sync::Semaphore>,
+    cache: Arc<GroupCache>,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Duration::from_secs(1);
     let mut handling = tokio::task::JoinSet::new();
     loop {
         let batch = tokio::select! {
@@ -47,8 +96,8 @@ pub async fn run(ctx: Arc<Context>, queue: Arc<Queue>, shutdown: CancellationTok
                 if messages.is_empty() {
                     continue;
                 }
-                let groups = match list_groups(&ctx).await {
-                    Ok(g) => Arc::new(g),
+                let groups = match cache.get(&ctx).await {
+                    Ok(g) => g,
                     Err(e) => {
                         // Unhandled messages come back after their visibility timeout.
                         warn!(controller = CONTROLLER, error = %e, "cannot read the NodeGroups; messages left on the queue");
@@ -81,7 +130,6 @@ pub async fn run(ctx: Arc<Context>, queue: Arc<Queue>, shutdown: CancellationTok
     // Messages being handled finish (each is persisted before it is deleted,
     // so one cut short by the shutdown grace comes back and is redone once).
     while handling.join_next().await.is_some() {}
-    info!(controller = CONTROLLER, "interruption handler stopped");
 }
 
 /// The managed groups, as the inventory last wrote them.
