@@ -129,12 +129,71 @@ impl Context {
         let event = Event {
             type_,
             reason: reason.into(),
-            note: Some(note),
+            note: Some(fit_note(note)),
             action: action.into(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, on).await {
             debug!(error = %e, reason, "could not publish event");
         }
+    }
+}
+
+/// The apiserver refuses an Event whose note is over 1 KiB.
+pub const NOTE_LIMIT: usize = 1024;
+
+/// Pure: `note` cut to fit [`NOTE_LIMIT`] bytes, at a character boundary,
+/// saying how much was left out (a dry-run plan or a blocked drain can name
+/// hundreds of instances or pods).
+pub fn fit_note(note: String) -> String {
+    if note.len() <= NOTE_LIMIT {
+        return note;
+    }
+    // Room for the suffix, whatever the count's width.
+    let room = NOTE_LIMIT - " ... (+99999999 more bytes left out)".len();
+    let mut cut = room;
+    while !note.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    // Prefer ending at a list separator, so no name is cut in half.
+    if let Some(sep) = note[..cut].rfind(", ")
+        && sep > room / 2
+    {
+        cut = sep;
+    }
+    let left_out = note.len() - cut;
+    format!("{} ... (+{left_out} more bytes left out)", &note[..cut])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_note_is_cut_to_the_apiservers_limit_saying_what_was_left_out() {
+        let short = "drained n1".to_string();
+        assert_eq!(fit_note(short.clone()), short);
+        let pods: Vec<String> = (0..200).map(|i| format!("web-{i:05}")).collect();
+        let long = format!("left on n1: {}", pods.join(", "));
+        let fitted = fit_note(long.clone());
+        assert!(fitted.len() <= NOTE_LIMIT, "{}", fitted.len());
+        assert!(fitted.starts_with("left on n1: web-00000, web-00001"));
+        let left_out: usize = fitted
+            .rsplit("(+")
+            .next()
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .expect("a count");
+        let kept = fitted.split(" ... (+").next().expect("kept part");
+        assert_eq!(kept.len() + left_out, long.len(), "the count is exact");
+        assert!(
+            kept.ends_with(|c: char| c.is_ascii_digit()),
+            "no name cut: {kept}"
+        );
+        // Multi-byte text is cut at a character boundary.
+        let wide = "ノード".repeat(400);
+        let fitted = fit_note(wide);
+        assert!(fitted.len() <= NOTE_LIMIT);
+        assert!(fitted.starts_with("ノード"));
     }
 }

@@ -34,6 +34,12 @@ pub enum Error {
     InvalidObject(String),
     #[error("admin server: {0}")]
     Admin(#[source] std::io::Error),
+    /// A reconcile panicked; contained to that object and retried later.
+    #[error("{controller} reconcile panicked: {message}")]
+    Panicked {
+        controller: &'static str,
+        message: String,
+    },
 }
 
 impl Error {
@@ -57,6 +63,7 @@ impl Error {
             Error::NotLeader => "not_leader",
             Error::InvalidObject(_) => "invalid_object",
             Error::Admin(_) => "admin",
+            Error::Panicked { .. } => "panic",
         }
     }
 

@@ -487,3 +487,83 @@ async fn deleting_a_group_garbage_collects_its_children() {
     assert!(manager.child_alive(), "{}", manager.logs());
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn an_asg_named_by_two_groups_stops_both_until_one_lets_go() {
+    let world = World::new("inv-conflict").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group("first", &kops.asgs, 3, serde_json::json!({})),
+        )
+        .await
+        .expect("create");
+    let (manager, _config) = world.start_manager(&[]);
+    assert_eventually("first valid with its replenisher", WAIT, || async {
+        let (valid, _, _) = condition(&status_of(&groups, "first").await?, "SpecValid")?;
+        let replenishers: Api<Replenisher> = world.api();
+        replenishers.get("first").await.ok()?;
+        (valid == ConditionStatus::True).then_some(())
+    })
+    .await;
+    // A second group claims one of first's ASGs (desired 2 over its 1 node:
+    // a valid group would raise it).
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group("second", &kops.asgs[..1], 2, serde_json::json!({})),
+        )
+        .await
+        .expect("create");
+    for (name, other) in [("first", "second"), ("second", "first")] {
+        let (valid, reason, message) = assert_eventually("both in conflict", WAIT, || async {
+            let c = condition(&status_of(&groups, name).await?, "SpecValid")?;
+            (c.1 == "AutoScalingGroupConflict").then_some(c)
+        })
+        .await;
+        assert_eq!(valid, ConditionStatus::False, "{name}: {message}");
+        assert!(message.contains(&format!("/{other}")), "{name}: {message}");
+        assert!(message.contains(&kops.asgs[0]), "{name}: {message}");
+    }
+    // first now asks for one more node: it must not act while in conflict.
+    let before = world.asg_snapshot(&kops.asgs).await;
+    groups
+        .patch(
+            "first",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"desired": 4}})),
+        )
+        .await
+        .expect("patch");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        world.asg_snapshot(&kops.asgs).await,
+        before,
+        "no group acted"
+    );
+    let metrics = manager.assert_metrics().await;
+    assert!(
+        !metrics.contains(r#"target="aws""#),
+        "no AWS mutation attempted:\n{metrics}"
+    );
+    // second lets go: first is valid again.
+    groups
+        .patch(
+            "second",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"spec": {"autoScalingGroups": [{"name": "elsewhere"}]}}),
+            ),
+        )
+        .await
+        .expect("patch");
+    assert_eventually("first valid again", WAIT, || async {
+        let (valid, _, _) = condition(&status_of(&groups, "first").await?, "SpecValid")?;
+        (valid == ConditionStatus::True).then_some(())
+    })
+    .await;
+    world.cleanup().await;
+}

@@ -99,7 +99,8 @@ pub fn retry_after(controller: &'static str, object: &str, error: &Error) -> Act
     }
 }
 
-/// Wraps a reconcile with metrics: count, duration, error category.
+/// Wraps a reconcile with metrics (count, duration, error category) and
+/// contains a panic in it: see [`contained`].
 pub async fn instrumented<T, F>(
     ctx: &Context,
     controller: &'static str,
@@ -109,11 +110,37 @@ where
     F: Future<Output = Result<T, Error>>,
 {
     let started = Instant::now();
-    let result = reconcile.await;
+    let result = contained(controller, reconcile).await;
     let category = result.as_ref().err().map(Error::category);
     ctx.metrics
         .reconciled(controller, started.elapsed(), category);
     result
+}
+
+/// Runs one reconcile, turning a panic into [`Error::Panicked`]: kube-runtime
+/// would re-raise it and stop the whole controller (every group, every node),
+/// where this way only that object is retried, after the error policy's
+/// delay, and the panic is logged and counted (`category="panic"`).
+pub async fn contained<T, F>(controller: &'static str, reconcile: F) -> Result<T, Error>
+where
+    F: Future<Output = Result<T, Error>>,
+{
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(reconcile).catch_unwind().await {
+        Ok(result) => result,
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            tracing::error!(controller, panic = %message, "reconcile panicked; contained to this object, retried later");
+            Err(Error::Panicked {
+                controller,
+                message,
+            })
+        }
+    }
 }
 
 /// Runs the controller of a per-group child resource (Refresher,
@@ -184,4 +211,42 @@ where
         .get_opt(&name)
         .await
         .map_err(Error::kube(format!("get {namespace}/{name}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_reconcile_is_an_error_of_that_object_not_the_controllers_end() {
+        let panicked = contained("replenisher", async {
+            if std::hint::black_box(true) {
+                panic!("DateTime + TimeDelta overflowed");
+            }
+            Ok::<u8, Error>(1)
+        })
+        .await;
+        let Err(e) = panicked else {
+            panic!("not contained")
+        };
+        assert_eq!(e.category(), "panic");
+        assert!(e.to_string().contains("overflowed"), "{e}");
+        assert!(!e.is_expected_contention(), "logged, retried after a delay");
+        // A formatted message is kept too; a plain result passes through.
+        let formatted = contained("inventory", async {
+            let n = std::hint::black_box(7);
+            if n > 0 {
+                panic!("index {n} out of range");
+            }
+            Ok::<u8, Error>(0)
+        })
+        .await;
+        assert!(formatted.is_err_and(|e| e.to_string().contains("index 7")));
+        assert_eq!(
+            contained("inventory", async { Ok::<u8, Error>(3) })
+                .await
+                .ok(),
+            Some(3)
+        );
+    }
 }

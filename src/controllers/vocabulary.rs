@@ -186,12 +186,26 @@ pub fn to_chrono(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
-/// How long from `now` until `then`, at least half a second (a requeue).
+/// `t` plus `d`, saturating at the end of representable time: a deadline
+/// from a huge duration is never, not a panic (`DateTime + TimeDelta`
+/// panics on overflow).
+pub fn after(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    t.checked_add_signed(to_chrono(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// The longest a reconcile waits to look again, whatever it waits for: a
+/// requeue of years would overflow the runtime's clock arithmetic, and
+/// looking again is cheap (every plan is recomputed from what is observed).
+pub const LONGEST_WAIT: Duration = Duration::from_secs(3600);
+
+/// How long from `now` until `then`, at least half a second and at most
+/// [`LONGEST_WAIT`] (a requeue).
 pub fn until(now: DateTime<Utc>, then: DateTime<Utc>) -> Duration {
     (then - now)
         .to_std()
         .unwrap_or(Duration::ZERO)
-        .max(Duration::from_millis(500))
+        .clamp(Duration::from_millis(500), LONGEST_WAIT)
 }
 
 /// The group's nodes as the plan sees them. A node counts as Ready only while

@@ -53,8 +53,8 @@ pub struct NodeGroupSpec {
     /// or the role label when those are unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<LabelSelector>,
-    /// How many Ready nodes the group should have.
-    #[schemars(range(min = 0))]
+    /// How many Ready nodes the group should have; 0 to 10000.
+    #[schemars(range(min = 0, max = 10000))]
     pub desired: i32,
     /// Pause every action on this group (the inventory keeps reporting).
     #[serde(default)]
@@ -96,6 +96,29 @@ pub struct ReplenishSpec {
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub join_timeout: String,
 }
+
+/// The longest each duration of the spec may be (inclusive); `validate`
+/// reports a longer one as `SpecValid=False` naming the field. Far above
+/// any sensible setting, far below where time arithmetic could overflow.
+pub const DURATION_MAXIMA: [(&str, std::time::Duration); 6] = [
+    ("replenish.cooldown", HOURS_24),
+    ("replenish.joinTimeout", HOURS_24),
+    ("refresh.drainTimeout", HOURS_24),
+    ("refresh.readyTimeout", HOURS_24),
+    (
+        "refresh.masterSettleTime",
+        std::time::Duration::from_secs(3600),
+    ),
+    (
+        "refresh.maxNodeAge",
+        std::time::Duration::from_secs(8760 * 3600),
+    ),
+];
+const HOURS_24: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+/// The most nodes a group may ask for (`desired`; the schema says so too).
+pub const MAX_DESIRED: i32 = 10_000;
+/// The most surplus nodes a refresh may add (`refresh.surplusNodes`).
+pub const MAX_SURPLUS: i32 = 100;
 
 /// The time from a notice (AWS's time) by which a doomed node's drain must be
 /// finished, unless the group says otherwise.
@@ -173,7 +196,7 @@ pub struct RefreshSpec {
     /// Extra nodes added before replacing old ones. Default 1 for workers;
     /// must be 0 for masters (kops cannot run an extra master).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 100))]
     pub surplus_nodes: Option<i32>,
     /// Only nodes older than this are replaced; every node when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -369,6 +392,22 @@ pub struct OperationLock {
     pub since: DateTime<Utc>,
 }
 
+/// The SpecValid reason of a group naming an ASG another group names.
+pub const ASG_CONFLICT: &str = "AutoScalingGroupConflict";
+
+impl NodeGroup {
+    /// Why the group must not act because another group names one of its
+    /// ASGs (the inventory's SpecValid condition says so), if it must not.
+    pub fn asg_conflict(&self) -> Option<String> {
+        self.status.as_ref()?.conditions.iter().find_map(|c| {
+            (c.type_ == "SpecValid"
+                && c.status == crate::crd::condition::ConditionStatus::False
+                && c.reason == ASG_CONFLICT)
+                .then(|| c.message.clone())
+        })
+    }
+}
+
 /// A problem in a NodeGroup's spec that the schema cannot express.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecProblem {
@@ -422,11 +461,14 @@ impl NodeGroupSpec {
                 message,
             })
         };
-        if self.desired < 0 {
+        if !(0..=MAX_DESIRED).contains(&self.desired) {
             push(
                 "desired",
                 "InvalidDesired",
-                format!("desired must be >= 0, got {}", self.desired),
+                format!(
+                    "desired must be between 0 and {MAX_DESIRED}, got {}",
+                    self.desired
+                ),
             );
         }
         if self.auto_scaling_groups.is_empty() {
@@ -452,12 +494,34 @@ impl NodeGroupSpec {
                 );
             }
         }
-        for (field, value) in [
+        let mut durations: Vec<(&str, &String)> = vec![
             ("replenish.cooldown", &self.replenish.cooldown),
             ("replenish.joinTimeout", &self.replenish.join_timeout),
-        ] {
-            if let Err(e) = duration::parse(value) {
-                push(field, "InvalidDuration", e.to_string());
+        ];
+        if let Some(refresh) = &self.refresh {
+            durations.push(("refresh.drainTimeout", &refresh.drain_timeout));
+            durations.push(("refresh.readyTimeout", &refresh.ready_timeout));
+            durations.push(("refresh.masterSettleTime", &refresh.master_settle_time));
+            if let Some(age) = &refresh.max_node_age {
+                durations.push(("refresh.maxNodeAge", age));
+            }
+        }
+        for (field, value) in durations {
+            let max = DURATION_MAXIMA
+                .iter()
+                .find(|(f, _)| *f == field)
+                .map(|(_, max)| *max);
+            match (duration::parse(value), max) {
+                (Err(e), _) => push(field, "InvalidDuration", e.to_string()),
+                (Ok(d), Some(max)) if d > max => push(
+                    field,
+                    "InvalidDuration",
+                    format!(
+                        "{value} is longer than the most allowed, {}",
+                        duration::format(max)
+                    ),
+                ),
+                _ => {}
             }
         }
         match duration::parse(&self.interruption.drain_deadline) {
@@ -490,10 +554,10 @@ impl NodeGroupSpec {
                 );
             }
             match (self.role, refresh.surplus_nodes) {
-                (_, Some(n)) if n < 0 => push(
+                (_, Some(n)) if !(0..=MAX_SURPLUS).contains(&n) => push(
                     "refresh.surplusNodes",
                     "InvalidSurplus",
-                    format!("surplusNodes must be >= 0, got {n}"),
+                    format!("surplusNodes must be between 0 and {MAX_SURPLUS}, got {n}"),
                 ),
                 (Role::Master, Some(n)) if n > 0 => push(
                     "refresh.surplusNodes",
@@ -503,20 +567,6 @@ impl NodeGroupSpec {
                     ),
                 ),
                 _ => {}
-            }
-            let durations = [
-                ("refresh.drainTimeout", Some(&refresh.drain_timeout)),
-                ("refresh.readyTimeout", Some(&refresh.ready_timeout)),
-                (
-                    "refresh.masterSettleTime",
-                    Some(&refresh.master_settle_time),
-                ),
-                ("refresh.maxNodeAge", refresh.max_node_age.as_ref()),
-            ];
-            for (field, value) in durations {
-                if let Some(Err(e)) = value.map(|v| duration::parse(v)) {
-                    push(field, "InvalidDuration", e.to_string());
-                }
             }
         }
         problems
@@ -660,6 +710,85 @@ mod tests {
             problems_of(&spec),
             vec![("SurplusForMasters", "refresh.surplusNodes".to_string())]
         );
+    }
+
+    #[test]
+    fn a_huge_duration_or_count_is_refused_naming_its_field() {
+        // Accepted by the schema's pattern: 9999999999h once panicked every
+        // controller (DateTime + TimeDelta overflow).
+        for (field, _) in DURATION_MAXIMA {
+            let mut spec = worker_spec();
+            let huge = "9999999999h".to_string();
+            let refresh = spec.refresh.as_mut().expect("refresh");
+            match field {
+                "replenish.cooldown" => spec.replenish.cooldown = huge,
+                "replenish.joinTimeout" => spec.replenish.join_timeout = huge,
+                "refresh.drainTimeout" => refresh.drain_timeout = huge,
+                "refresh.readyTimeout" => refresh.ready_timeout = huge,
+                "refresh.masterSettleTime" => refresh.master_settle_time = huge,
+                "refresh.maxNodeAge" => refresh.max_node_age = Some(huge),
+                other => panic!("no such field {other}"),
+            }
+            assert_eq!(
+                problems_of(&spec),
+                vec![("InvalidDuration", field.to_string())],
+                "{field}"
+            );
+        }
+        // At the maximum is fine; just past it is not.
+        let mut spec = worker_spec();
+        spec.replenish.join_timeout = "24h".into();
+        assert!(spec.validate().is_empty());
+        spec.replenish.join_timeout = "24h1ms".into();
+        assert_eq!(
+            problems_of(&spec),
+            vec![("InvalidDuration", "replenish.joinTimeout".to_string())]
+        );
+        let mut spec = worker_spec();
+        spec.desired = MAX_DESIRED + 1;
+        spec.refresh.as_mut().expect("refresh").surplus_nodes = Some(i32::MAX);
+        assert_eq!(
+            problems_of(&spec),
+            vec![
+                ("InvalidDesired", "desired".to_string()),
+                ("InvalidSurplus", "refresh.surplusNodes".to_string())
+            ]
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever a user writes that the schema's pattern lets through,
+        /// validation answers without panicking, and a spec it accepts
+        /// resolves to durations within the documented maxima.
+        #[test]
+        fn validation_never_panics_and_what_it_accepts_is_bounded(
+            cooldown in "([0-9]{1,20}(ms|s|m|h)){1,3}",
+            join in "([0-9]{1,20}(ms|s|m|h)){1,3}",
+            drain in "([0-9]{1,20}(ms|s|m|h)){1,3}",
+            age in proptest::option::of("([0-9]{1,20}(ms|s|m|h)){1,3}"),
+            desired in proptest::num::i32::ANY,
+            surplus in proptest::option::of(proptest::num::i32::ANY),
+        ) {
+            let mut spec = worker_spec();
+            spec.replenish.cooldown = cooldown;
+            spec.replenish.join_timeout = join;
+            spec.desired = desired;
+            let refresh = spec.refresh.as_mut().expect("refresh");
+            refresh.drain_timeout = drain;
+            refresh.max_node_age = age;
+            refresh.surplus_nodes = surplus;
+            let problems = spec.validate();
+            if problems.is_empty() {
+                let r = spec.resolved_refresh().expect("resolves when valid");
+                proptest::prop_assert!(r.drain_timeout <= HOURS_24);
+                proptest::prop_assert!(r.max_node_age.is_none_or(|a| a <= DURATION_MAXIMA[5].1));
+                proptest::prop_assert!((0..=MAX_DESIRED).contains(&spec.desired));
+                for d in [&spec.replenish.cooldown, &spec.replenish.join_timeout] {
+                    let parsed = crate::duration::parse(d).expect("valid");
+                    proptest::prop_assert!(parsed <= HOURS_24);
+                }
+            }
+        }
     }
 
     #[test]

@@ -224,7 +224,29 @@ pub fn budget_refusal(status: &kube::core::Status) -> Option<String> {
     }
 }
 
-/// Cordons the node once; false when the node does not exist.
+/// Set by us with the cordon we place, so that we only ever lift our own:
+/// a node someone else cordoned (an operator's maintenance) stays cordoned
+/// when we give up a drain of it.
+pub const CORDONED_BY_US: &str = "nodemanager.dev/cordoned";
+
+/// Pure: the patch that cordons a node and says we did.
+pub fn cordon_patch(why: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"annotations": {CORDONED_BY_US: why}},
+        "spec": {"unschedulable": true},
+    })
+}
+
+/// Pure: the patch that lifts our cordon.
+pub fn uncordon_patch() -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"annotations": {CORDONED_BY_US: null}},
+        "spec": {"unschedulable": false},
+    })
+}
+
+/// Cordons the node once; false when the node does not exist. A node
+/// cordoned already (by anyone) is left as it is, unmarked.
 async fn cordon(ctx: &Context, node_name: &str) -> Result<bool> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let Some(node) = nodes
@@ -242,7 +264,7 @@ async fn cordon(ctx: &Context, node_name: &str) -> Result<bool> {
     {
         return Ok(true);
     }
-    let patch = serde_json::json!({"spec": {"unschedulable": true}});
+    let patch = cordon_patch("drain");
     ctx.mutations
         .perform(
             Intent::kube("cordon_node", format!("node/{node_name}"), "drain"),
@@ -283,15 +305,17 @@ fn node_ref(name: &str) -> ObjectReference {
 }
 
 /// Pure: whether giving up a drain may put `node` back in service: it is
-/// cordoned, and not because it is about to be lost (an interruption notice
-/// recorded on it must keep it out of service).
+/// cordoned by us (someone else's cordon is theirs to lift), and not because
+/// it is about to be lost (an interruption notice recorded on it must keep
+/// it out of service).
 pub fn may_uncordon(node: &Node) -> bool {
     let cordoned = node
         .spec
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false);
-    cordoned && crate::interruption::mark::record_of(node).is_none_or(|r| !r.is_loss())
+    let ours = node.annotations().contains_key(CORDONED_BY_US);
+    cordoned && ours && crate::interruption::mark::record_of(node).is_none_or(|r| !r.is_loss())
 }
 
 /// Puts a node back in service after a drain was given up. A node that no
@@ -308,7 +332,7 @@ pub async fn uncordon(ctx: &Context, node: &str, why: &str) -> Result<()> {
     if !may_uncordon(&current) {
         return Ok(());
     }
-    let patch = serde_json::json!({"spec": {"unschedulable": false}});
+    let patch = uncordon_patch();
     ctx.mutations
         .perform(
             Intent::kube("uncordon_node", format!("node/{node}"), why.to_string()),
@@ -407,15 +431,53 @@ mod tests {
         assert_eq!(budget_refusal(&throttled), None);
     }
 
+    /// A node as it is after `patch` (spec.unschedulable and annotations).
+    fn patched(mut node: Node, patch: &serde_json::Value) -> Node {
+        if let Some(u) = patch["spec"]["unschedulable"].as_bool() {
+            node.spec.get_or_insert_with(Default::default).unschedulable = Some(u);
+        }
+        if let Some(a) = patch["metadata"]["annotations"].as_object() {
+            let annotations = node
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default);
+            for (k, v) in a {
+                match v.as_str() {
+                    Some(v) => annotations.insert(k.clone(), v.to_string()),
+                    None => annotations.remove(k),
+                };
+            }
+        }
+        node
+    }
+
     #[test]
-    fn a_node_with_an_interruption_notice_is_never_uncordoned() {
-        let mut node = Node {
+    fn only_our_own_cordon_is_lifted() {
+        // Cordoned by an operator (maintenance): never ours to lift.
+        let theirs = Node {
             spec: Some(k8s_openapi::api::core::v1::NodeSpec {
                 unschedulable: Some(true),
                 ..Default::default()
             }),
             ..Default::default()
         };
+        assert!(!may_uncordon(&theirs));
+        // Cordoned by our drain: lifted, and the lift removes our mark.
+        let ours = patched(Node::default(), &cordon_patch("drain"));
+        assert_eq!(ours.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+        assert!(may_uncordon(&ours));
+        let lifted = patched(ours, &uncordon_patch());
+        assert_eq!(
+            lifted.spec.as_ref().and_then(|s| s.unschedulable),
+            Some(false)
+        );
+        assert!(!lifted.annotations().contains_key(CORDONED_BY_US));
+        assert!(!may_uncordon(&lifted), "nothing left to undo");
+    }
+
+    #[test]
+    fn a_node_with_an_interruption_notice_is_never_uncordoned() {
+        let mut node = patched(Node::default(), &cordon_patch("drain"));
         assert!(may_uncordon(&node));
         let record = crate::interruption::mark::Record {
             kind: "spot_interruption".into(),
@@ -427,13 +489,13 @@ mod tests {
             pods_left: None,
             lifecycle: None,
         };
-        node.metadata.annotations = Some(
-            [(
+        node.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
                 crate::interruption::mark::ANNOTATION.to_string(),
                 serde_json::to_string(&record).expect("record"),
-            )]
-            .into(),
-        );
+            );
         assert!(!may_uncordon(&node));
         node.spec = None;
         assert!(!may_uncordon(&node), "not cordoned: nothing to undo");

@@ -9,6 +9,7 @@ use crate::cloud::Cloud;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::controllers::runtime::instrumented;
 use crate::crd::condition::{ConditionStatus, set_condition};
+use crate::crd::nodegroup::ASG_CONFLICT as CONFLICT;
 use crate::crd::refresher::RefresherSpec;
 use crate::crd::replenisher::ReplenisherSpec;
 use crate::crd::{NodeGroup, NodeGroupStatus, Refresher, Replenisher};
@@ -41,6 +42,8 @@ const DELETION_POLL: Duration = Duration::from_secs(2);
 struct InventoryContext {
     ctx: Arc<Context>,
     nodes: Store<Node>,
+    /// Every NodeGroup, to find an ASG named by two of them.
+    groups: Store<NodeGroup>,
     /// True once the Node cache holds the initial list. (Not
     /// `Store::wait_until_ready`: with kube-runtime 5 two reconciles waiting on
     /// it at once leaves one of them asleep forever.)
@@ -65,11 +68,20 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     );
     let controller = Controller::new(groups, watcher::Config::default().any_semantic());
     let group_store = controller.store();
+    let all_groups = group_store.clone();
+    let conflict_store = group_store.clone();
     info!(controller = CONTROLLER, "controller started");
     controller
         .watches_stream(node_changes, move |node| {
             groups_of_node(&group_store, &node)
         })
+        // A group's ASGs changed: the others sharing one (or reporting a
+        // conflict that may be gone now) are validated again.
+        .watches(
+            groups_api_of(&ctx),
+            watcher::Config::default().any_semantic(),
+            move |changed: NodeGroup| related_groups(&conflict_store, &changed),
+        )
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(
             reconcile,
@@ -77,6 +89,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
             Arc::new(InventoryContext {
                 ctx,
                 nodes,
+                groups: all_groups,
                 nodes_ready,
             }),
         )
@@ -216,7 +229,8 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     }
     let now = ctx.clock.now();
     let current = group.status.clone().unwrap_or_default();
-    let mut validated = validated_status(&group, &current, now);
+    let others = ictx.groups.state();
+    let mut validated = validated_status(&group, &others, &current, now);
     let waiting = if deleting {
         let waiting = deletion::observe_waits(ctx, &group, &namespace, &name).await?;
         set_condition(
@@ -482,15 +496,85 @@ where
     Ok(())
 }
 
-/// Pure: the status after validating the spec. Keeps every other field as is.
+/// The NodeGroups this manager watches.
+fn groups_api_of(ctx: &Context) -> Api<NodeGroup> {
+    match &ctx.settings.namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    }
+}
+
+/// The other groups to validate again when `changed` changes: those naming
+/// one of its ASGs, and those reporting a conflict (it may be resolved).
+fn related_groups(store: &Store<NodeGroup>, changed: &NodeGroup) -> Vec<ObjectRef<NodeGroup>> {
+    let key = |g: &NodeGroup| (g.namespace(), g.name_any());
+    store
+        .state()
+        .iter()
+        .filter(|g| key(g) != key(changed))
+        .filter(|g| {
+            !asg_conflicts(g, std::slice::from_ref(&Arc::new(changed.clone()))).is_empty()
+                || g.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == SPEC_VALID && c.reason == CONFLICT)
+                })
+        })
+        .map(|g| ObjectRef::from_obj(g.as_ref()))
+        .collect()
+}
+
+/// Pure: the ASGs of `group` that another group also names (same region).
+/// Two groups acting on one ASG would each take the other's nodes for its
+/// own: both are invalid, and neither acts until one lets go.
+pub fn asg_conflicts(
+    group: &NodeGroup,
+    others: &[Arc<NodeGroup>],
+) -> Vec<crate::crd::nodegroup::SpecProblem> {
+    let me = (group.namespace(), group.name_any());
+    let mut problems = vec![];
+    for (i, asg) in group.spec.auto_scaling_groups.iter().enumerate() {
+        let mut claimed_by: Vec<String> = others
+            .iter()
+            .filter(|o| (o.namespace(), o.name_any()) != me)
+            .filter(|o| o.spec.region == group.spec.region)
+            .filter(|o| {
+                o.spec
+                    .auto_scaling_groups
+                    .iter()
+                    .any(|a| a.name == asg.name)
+            })
+            .map(|o| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()))
+            .collect();
+        if claimed_by.is_empty() {
+            continue;
+        }
+        claimed_by.sort();
+        problems.push(crate::crd::nodegroup::SpecProblem {
+            field: format!("autoScalingGroups[{i}].name"),
+            reason: CONFLICT,
+            message: format!(
+                "Auto Scaling Group {:?} is also in NodeGroup {}; neither group acts on it until one lets go",
+                asg.name,
+                claimed_by.join(", ")
+            ),
+        });
+    }
+    problems
+}
+
+/// Pure: the status after validating the spec, against the other groups
+/// too (`others` may include this one). Keeps every other field as is.
 pub fn validated_status(
     group: &NodeGroup,
+    others: &[Arc<NodeGroup>],
     current: &NodeGroupStatus,
     now: DateTime<Utc>,
 ) -> NodeGroupStatus {
     let generation = group.metadata.generation;
     let mut next = current.clone();
-    let problems = group.spec.validate();
+    let mut problems = group.spec.validate();
+    problems.extend(asg_conflicts(group, others));
     match problems.first() {
         None => set_condition(
             &mut next.conditions,
@@ -560,7 +644,7 @@ mod tests {
                                "refresh": {"schedule": "whenever", "timeZone": "Nowhere/City"}}),
             4,
         );
-        let status = validated_status(&g, &NodeGroupStatus::default(), now);
+        let status = validated_status(&g, &[], &NodeGroupStatus::default(), now);
         let c = crate::crd::condition::find(&status.conditions, SPEC_VALID).expect("condition");
         assert_eq!(c.status, ConditionStatus::False);
         assert_eq!(c.reason, "InvalidSchedule");
@@ -576,12 +660,65 @@ mod tests {
             serde_json::json!({"role": "Worker", "autoScalingGroups": [{"name": "a"}], "desired": 3}),
             1,
         );
-        let first = validated_status(&g, &NodeGroupStatus::default(), t0);
-        let second = validated_status(&g, &first, t0 + chrono::Duration::minutes(1));
+        let first = validated_status(&g, &[], &NodeGroupStatus::default(), t0);
+        let second = validated_status(&g, &[], &first, t0 + chrono::Duration::minutes(1));
         assert_eq!(
             first, second,
             "an unchanged group must produce an identical status"
         );
+    }
+
+    #[test]
+    fn an_asg_named_by_two_groups_makes_both_invalid_naming_the_other() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap();
+        let named = |name: &str, asgs: serde_json::Value, region: Option<&str>| {
+            let mut g = group(
+                serde_json::json!({"role": "Worker", "autoScalingGroups": asgs, "desired": 3,
+                                   "region": region}),
+                1,
+            );
+            g.metadata.name = Some(name.into());
+            Arc::new(g)
+        };
+        let a = named(
+            "a",
+            serde_json::json!([{"name": "x"}, {"name": "shared"}]),
+            None,
+        );
+        let b = named("b", serde_json::json!([{"name": "shared"}]), None);
+        let elsewhere = named("c", serde_json::json!([{"name": "x"}]), Some("eu-west-1"));
+        let all = vec![a.clone(), b.clone(), elsewhere.clone()];
+        for (me, other, field) in [
+            (&a, "ns/b", "spec.autoScalingGroups[1].name"),
+            (&b, "ns/a", "spec.autoScalingGroups[0].name"),
+        ] {
+            let status = validated_status(me, &all, &NodeGroupStatus::default(), now);
+            let c = crate::crd::condition::find(&status.conditions, SPEC_VALID).expect("condition");
+            assert_eq!(
+                (c.status.clone(), c.reason.as_str()),
+                (ConditionStatus::False, CONFLICT)
+            );
+            assert!(
+                c.message.contains(other) && c.message.contains(field),
+                "{}",
+                c.message
+            );
+            // Read back by both child controllers: neither acts.
+            let mut g = (**me).clone();
+            g.status = Some(status);
+            assert!(g.asg_conflict().is_some_and(|m| m.contains(other)));
+        }
+        // The same name in another region is another ASG; a group is never
+        // in conflict with itself.
+        let status = validated_status(&elsewhere, &all, &NodeGroupStatus::default(), now);
+        let c = crate::crd::condition::find(&status.conditions, SPEC_VALID).expect("condition");
+        assert_eq!(c.status, ConditionStatus::True, "{}", c.message);
+        assert!(asg_conflicts(&b, std::slice::from_ref(&b)).is_empty());
+        // Once one lets go, the other is valid again.
+        let b_moved = named("b", serde_json::json!([{"name": "other"}]), None);
+        let status = validated_status(&a, &[a.clone(), b_moved], &NodeGroupStatus::default(), now);
+        let c = crate::crd::condition::find(&status.conditions, SPEC_VALID).expect("condition");
+        assert_eq!(c.status, ConditionStatus::True);
     }
 }
 

@@ -85,7 +85,11 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         ..
     } = *observed;
     let now = ctx.clock.now();
-    let settings = rf.spec.resolve();
+    // Another group naming one of its ASGs pauses any run, as an invalid spec does.
+    let settings = match group.asg_conflict() {
+        Some(why) => Err(why),
+        None => rf.spec.resolve(),
+    };
     let members = members(&fresh);
     let current = rf.status.clone().unwrap_or_default();
     let schedule_key = rf.spec.schedule_key();

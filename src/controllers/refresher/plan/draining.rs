@@ -3,7 +3,7 @@
 //! once drained, its termination is recorded before it is made.
 
 use super::{Action, Next, NodeView, Planner, SOON, Step, after_drain};
-use crate::controllers::vocabulary::{to_chrono, until};
+use crate::controllers::vocabulary::{after, until};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
 use std::time::Duration;
@@ -86,10 +86,10 @@ impl Planner<'_> {
             ready_besides,
             needed,
         } = self.removal_safety(&target);
-        let drain_deadline = target.since + to_chrono(settings.drain_timeout);
+        let drain_deadline = after(target.since, settings.drain_timeout);
         if !safe {
             // Waiting for Ready nodes elsewhere, bounded like a replacement.
-            let deadline = drain_deadline + to_chrono(settings.ready_timeout);
+            let deadline = after(drain_deadline, settings.ready_timeout);
             if now >= deadline {
                 return self.give_up(
                     &target,

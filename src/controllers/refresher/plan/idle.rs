@@ -3,7 +3,7 @@
 
 use super::{Happening, IDLE, Input, LOCK_RETRY, Planner, SOON, Step, surplus_of};
 use crate::controllers::refresher::schedule::next_run;
-use crate::controllers::vocabulary::{AsgView, LockState, to_chrono, until};
+use crate::controllers::vocabulary::{AsgView, LockState, after, until};
 use crate::crd::Role;
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{AsgDesired, RefreshPhase, RunOutcome, RunResult};
@@ -212,7 +212,7 @@ fn targets(input: &Input, max_age: Option<Duration>) -> Vec<String> {
             let id = n.instance_id.as_deref()?;
             let launched = n.launch_time.as_ref()?;
             let member = input.members.iter().any(|m| m.instance_id == id);
-            let old_enough = max_age.is_none_or(|age| *launched + to_chrono(age) <= input.now);
+            let old_enough = max_age.is_none_or(|age| after(*launched, age) <= input.now);
             (member && old_enough).then_some((launched, n.name.as_str(), id))
         })
         .collect();

@@ -3,7 +3,7 @@
 //! go on with the next target.
 
 use super::{Happening, Next, Planner, SOON, Step};
-use crate::controllers::vocabulary::{to_chrono, until};
+use crate::controllers::vocabulary::{after, until};
 use crate::crd::Role;
 use crate::crd::nodegroup::ResolvedRefresh;
 use std::time::Duration;
@@ -35,7 +35,7 @@ impl Planner<'_> {
             self.status.current_target = None;
             return self.next_target(settings);
         }
-        let deadline = self.since_phase() + to_chrono(settings.ready_timeout);
+        let deadline = after(self.since_phase(), settings.ready_timeout);
         if now >= deadline {
             self.status.current_target = None;
             return self.fail(format!(
@@ -67,7 +67,7 @@ impl Planner<'_> {
             .map(|n| n.name.as_str())
             .collect();
         waiting_for.sort();
-        let deadline = self.since_phase() + to_chrono(settings.ready_timeout);
+        let deadline = after(self.since_phase(), settings.ready_timeout);
         if !waiting_for.is_empty() {
             self.status.control_plane_ready_since = None;
             if input.now >= deadline {
@@ -89,7 +89,7 @@ impl Planner<'_> {
             .status
             .control_plane_ready_since
             .get_or_insert(input.now);
-        let settled = since + to_chrono(settings.master_settle_time);
+        let settled = after(since, settings.master_settle_time);
         if input.now < settled {
             return Ok(Some(Step::wait(
                 format!(

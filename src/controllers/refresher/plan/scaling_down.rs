@@ -3,7 +3,7 @@
 //! terminated with decrement; the run ends and the lock is released.
 
 use super::{Action, Happening, Member, NodeView, Planner, SOON, Step, describe_changes};
-use crate::controllers::vocabulary::{DesiredChange, to_chrono, until};
+use crate::controllers::vocabulary::{DesiredChange, after, until};
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{AsgDesired, RefreshTarget, RunResult, TargetPurpose};
 
@@ -48,7 +48,7 @@ impl Planner<'_> {
             let message = format!("restoring the layout: {}", describe_changes(&changes));
             return Step::act(Action::SetDesired(changes), message, SOON);
         }
-        let deadline = self.since_phase() + to_chrono(settings.ready_timeout);
+        let deadline = after(self.since_phase(), settings.ready_timeout);
         if victim.is_none()
             && let Some(asg) = waiting
         {

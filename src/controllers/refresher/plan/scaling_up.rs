@@ -2,7 +2,7 @@
 //! Ready, bounded by the ready timeout.
 
 use super::{Action, Next, Planner, SOON, Step, describe_changes, surplus_of};
-use crate::controllers::vocabulary::{DesiredChange, to_chrono, until};
+use crate::controllers::vocabulary::{DesiredChange, after, until};
 use crate::crd::nodegroup::ResolvedRefresh;
 
 impl Planner<'_> {
@@ -17,7 +17,7 @@ impl Planner<'_> {
         if ready >= whole {
             return self.next_target(settings);
         }
-        let deadline = self.since_phase() + to_chrono(settings.ready_timeout);
+        let deadline = after(self.since_phase(), settings.ready_timeout);
         if now >= deadline {
             return self.fail(format!(
                 "surplus not Ready within {}: {ready} of {whole} nodes Ready",

@@ -2,7 +2,7 @@
 //! with a backoff per ASG while its replacements keep not joining.
 
 use super::{Action, Plan, Stage, exclusion_backoff};
-use crate::controllers::vocabulary::to_chrono;
+use crate::controllers::vocabulary::after;
 use crate::crd::Role;
 use crate::crd::replenisher::{CleanupTarget, NotJoinedRemovals, ReplenishPhase};
 
@@ -86,7 +86,7 @@ pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
         auto_scaling_group: instance.asg.clone(),
         count,
         last: now,
-        retry_after: now + to_chrono(exclusion_backoff(count)),
+        retry_after: after(now, exclusion_backoff(count)),
     });
     status.cleanup = Some(target.clone());
     let how = if decrement {

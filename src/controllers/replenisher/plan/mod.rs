@@ -35,7 +35,7 @@ pub use records::{
 };
 
 use crate::controllers::vocabulary::{
-    AsgView, DesiredChange, Fate, LockState, NodeView, to_chrono, until,
+    AsgView, DesiredChange, Fate, LockState, NodeView, after, until,
 };
 use crate::crd::Role;
 use crate::crd::replenisher::{
@@ -154,17 +154,17 @@ fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<U
     let joins = input
         .not_joined
         .iter()
-        .filter_map(|n| n.launch_time.map(|t| t + to_chrono(input.join_timeout)));
+        .filter_map(|n| n.launch_time.map(|t| after(t, input.join_timeout)));
     let retries = status.excluded.iter().filter_map(|e| e.retry_after);
     let removals = status.removals.iter().map(|r| r.retry_after);
     let graces = status
         .behind
         .iter()
-        .map(|b| b.since + to_chrono(crate::cloud::LAUNCH_GRACE));
+        .map(|b| after(b.since, crate::cloud::LAUNCH_GRACE));
     let drain = status
         .scale_in
         .iter()
-        .map(|t| t.since + to_chrono(SCALE_IN_DRAIN_TIMEOUT));
+        .map(|t| after(t.since, SCALE_IN_DRAIN_TIMEOUT));
     // An interrupted node we replaced is terminated at its deadline.
     let retirements = input.nodes.iter().filter_map(|n| match n.fate {
         Some(Fate::Reclaimed { deadline, .. }) => {
@@ -274,13 +274,13 @@ impl Stage<'_> {
     }
 
     fn cooldown_left(&self) -> Option<Duration> {
-        let end = self.status.last_modification? + to_chrono(self.input.cooldown);
+        let end = after(self.status.last_modification?, self.input.cooldown);
         (self.input.now < end).then(|| until(self.input.now, end))
     }
 
     fn overdue(&self, n: &NotJoinedView) -> bool {
         n.launch_time
-            .is_some_and(|t| self.input.now >= t + to_chrono(self.input.join_timeout))
+            .is_some_and(|t| self.input.now >= after(t, self.input.join_timeout))
     }
 }
 

@@ -4,7 +4,7 @@
 //! action writes before it is made.
 
 use super::{Input, exclusion_backoff};
-use crate::controllers::vocabulary::{AsgView, DesiredChange, to_chrono};
+use crate::controllers::vocabulary::{AsgView, DesiredChange, after};
 use crate::crd::replenisher::{
     AsgCount, AsgSince, ExcludedAsg, LastAction, Raise, ReplenisherStatus, ScaleInTarget,
 };
@@ -113,14 +113,14 @@ pub(super) fn update_exclusions(
                 auto_scaling_group: asg.name.clone(),
                 reason: asg.reason.clone().unwrap_or_else(|| "not launching".into()),
                 since: now,
-                retry_after: Some(now + to_chrono(exclusion_backoff(1))),
+                retry_after: Some(after(now, exclusion_backoff(1))),
                 failures: 1,
             }),
             (false, Some(i)) => {
                 let e = &mut status.excluded[i];
                 if e.retry_after.is_none_or(|t| now >= t) {
                     e.failures += 1;
-                    e.retry_after = Some(now + to_chrono(exclusion_backoff(e.failures)));
+                    e.retry_after = Some(after(now, exclusion_backoff(e.failures)));
                     e.reason = asg.reason.clone().unwrap_or_else(|| "not launching".into());
                 }
             }

@@ -4,7 +4,7 @@
 
 use super::scale_up::ready_in;
 use super::{Action, Plan, SCALE_IN_DRAIN_TIMEOUT, Stage};
-use crate::controllers::vocabulary::to_chrono;
+use crate::controllers::vocabulary::after as later;
 use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
 use std::time::Duration;
 
@@ -36,7 +36,7 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
             target.node, input.desired
         ))
     } else if target.terminating.is_none()
-        && input.now >= target.since + to_chrono(SCALE_IN_DRAIN_TIMEOUT)
+        && input.now >= later(target.since, SCALE_IN_DRAIN_TIMEOUT)
     {
         Some(format!("drain of {} timed out", target.node))
     } else {

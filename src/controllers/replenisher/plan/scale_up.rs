@@ -4,7 +4,7 @@
 use super::interrupted::{leaves_through_us, replacement_in, unreplaced};
 use super::records::record_raise;
 use super::{Action, Plan, SOON, Stage};
-use crate::controllers::vocabulary::{AsgView, DesiredChange, NodeView, to_chrono};
+use crate::controllers::vocabulary::{AsgView, DesiredChange, NodeView, after};
 use crate::crd::Role;
 use crate::crd::replenisher::ReplenishPhase;
 
@@ -32,7 +32,7 @@ pub(super) fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
             !n.ready
                 && n.fate.is_none()
                 && n.launch_time
-                    .is_some_and(|t| input.now >= t + to_chrono(input.join_timeout))
+                    .is_some_and(|t| input.now >= after(t, input.join_timeout))
         })
         .count() as i32;
     let leaving = input

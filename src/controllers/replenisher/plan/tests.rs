@@ -74,21 +74,25 @@ impl Scenario {
     }
 
     fn plan(&self) -> Plan {
+        self.plan_with(Duration::from_secs(300), Duration::from_secs(900), t0())
+    }
+
+    fn plan_with(&self, cooldown: Duration, join_timeout: Duration, now: DateTime<Utc>) -> Plan {
         plan(&Input {
             role: self.role,
             desired: self.desired,
             suspend: self.suspend,
             deleting: self.deleting,
             spec_valid: true,
-            cooldown: Duration::from_secs(300),
-            join_timeout: Duration::from_secs(900),
+            cooldown,
+            join_timeout,
             asgs: &self.asgs,
             nodes: &self.nodes,
             not_joined: &self.not_joined,
             active: &self.active(),
             lock: self.lock.clone(),
             status: &self.status,
-            now: t0(),
+            now,
         })
     }
 
@@ -515,7 +519,7 @@ fn a_raise_in_flight_counts_as_launching_within_the_grace_and_is_not_ordered_twi
     s.status = p.status;
     let active = s.active();
     let later = plan(&Input {
-        now: t0() + to_chrono(crate::cloud::LAUNCH_GRACE),
+        now: t0() + crate::controllers::vocabulary::to_chrono(crate::cloud::LAUNCH_GRACE),
         ..input_of(&s, &active)
     });
     assert_eq!(
@@ -843,7 +847,49 @@ fn arb_state() -> impl Strategy<Value = Scenario> {
         )
 }
 
+/// Any instant chrono can represent, the extremes included.
+fn arb_instant() -> impl Strategy<Value = DateTime<Utc>> {
+    prop_oneof![
+        Just(DateTime::<Utc>::MIN_UTC),
+        Just(DateTime::<Utc>::MAX_UTC),
+        Just(t0()),
+        (DateTime::<Utc>::MIN_UTC.timestamp()..=DateTime::<Utc>::MAX_UTC.timestamp())
+            .prop_map(|s| DateTime::from_timestamp(s, 0).unwrap_or(DateTime::<Utc>::MAX_UTC)),
+    ]
+}
+
 proptest! {
+    /// No duration, however long, and no clock, however far off, makes a
+    /// plan panic (a panic once stopped every controller). The plan's own
+    /// invariants are the other properties'; here it only has to answer.
+    #[test]
+    fn extreme_durations_and_clocks_never_panic(
+        s in arb_state(),
+        cooldown in any::<u64>(),
+        join in any::<u64>(),
+        nanos in any::<u32>(),
+        now in arb_instant(),
+        since in arb_instant(),
+    ) {
+        let mut s = s;
+        s.status.last_modification = Some(since);
+        if let Some(t) = s.status.scale_in.as_mut() {
+            t.since = since;
+        }
+        for n in s.nodes.iter_mut() {
+            n.launch_time = Some(since);
+        }
+        let p = s.plan_with(
+            Duration::new(cooldown, nanos % 1_000_000_000),
+            Duration::new(join, 0),
+            now,
+        );
+        prop_assert!(
+            p.requeue <= crate::controllers::vocabulary::LONGEST_WAIT,
+            "a requeue of {:?} would overflow the runtime's clock", p.requeue
+        );
+    }
+
     #[test]
     fn never_mutates_without_the_lock(s in arb_state()) {
         let p = s.plan();
