@@ -519,7 +519,7 @@ async fn an_asg_named_by_two_groups_stops_both_until_one_lets_go() {
         .await
         .expect("create");
     for (name, other) in [("first", "second"), ("second", "first")] {
-        let (valid, reason, message) = assert_eventually("both in conflict", WAIT, || async {
+        let (valid, _, message) = assert_eventually("both in conflict", WAIT, || async {
             let c = condition(&status_of(&groups, name).await?, "SpecValid")?;
             (c.1 == "AutoScalingGroupConflict").then_some(c)
         })
