@@ -583,3 +583,63 @@ async fn a_run_is_skipped_while_an_asg_has_launch_suspended_naming_it() {
     );
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn with_most_nodes_not_ready_the_circuit_breaker_skips_the_refresh_until_they_recover() {
+    use spot_node_manager::crd::ConditionStatus;
+    use spot_node_manager::crd::condition::find;
+    let steady = SteadyGroup::workers("rf-breaker").start().await;
+    let (world, kops) = (&steady.world, &steady.kops);
+    let before = world.asg_snapshot(&kops.asgs).await;
+    // Two of three kubelets stop reporting Ready (a partition, a bad
+    // kubelet rollout): replacing nodes now would make it worse.
+    for (asg, _, ids) in &before[..2] {
+        world
+            .tag_asg(asg, support::sim::NOT_READY_TAG, &ids[0])
+            .await;
+    }
+    let breaker = |open: bool| {
+        let groups = steady.groups.clone();
+        async move {
+            let status = groups.get("workers").await.ok()?.status?;
+            let c = find(&status.conditions, "CircuitBreakerOpen")?;
+            let is_open = c.status == ConditionStatus::True;
+            (is_open == open).then(|| c.message.clone())
+        }
+    };
+    let message = assert_eventually("the breaker open", WAIT, || breaker(true)).await;
+    assert!(message.contains("2 of 3"), "{message}");
+    assert!(event_count(world, "TooManyNotReady").await >= 1);
+    schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let rf = run_finished(world, "workers").await;
+    let outcome = rf.status.and_then(|s| s.last_run).expect("an outcome");
+    assert_eq!(outcome.result, RunResult::Skipped, "{outcome:?}");
+    assert!(
+        outcome
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("circuit breaker open")),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        world.asg_snapshot(&kops.asgs).await,
+        before,
+        "nothing launched or terminated while the breaker is open"
+    );
+    // They recover: the breaker closes and the next run replaces the nodes.
+    for (asg, _, _) in &before[..2] {
+        world.tag_asg(asg, support::sim::NOT_READY_TAG, "").await;
+    }
+    assert_eventually("the breaker closed", WAIT, || breaker(false)).await;
+    let first = outcome.started;
+    schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let rf = assert_eventually("the next run to end", RUN, || async {
+        let rf = run_finished(world, "workers").await;
+        let started = rf.status.as_ref()?.last_run.as_ref()?.started;
+        (started > first).then_some(rf)
+    })
+    .await;
+    let status = assert_run_succeeded(rf, &steady.manager);
+    assert!(status.last_run.is_some_and(|r| r.replaced == 3));
+    world.cleanup().await;
+}

@@ -56,6 +56,13 @@ pub struct NodeGroupSpec {
     /// How many Ready nodes the group should have; 0 to 10000.
     #[schemars(range(min = 0, max = 10000))]
     pub desired: i32,
+    /// The circuit breaker: when more than this share of the group's nodes
+    /// (in percent) is NotReady at once (a network partition, a broken
+    /// kubelet fleet), nothing in the group is terminated until it closes;
+    /// replacements are still launched. 0 to 100; default 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub max_not_ready_percent: Option<i32>,
     /// Pause every action on this group (the inventory keeps reporting).
     #[serde(default)]
     pub suspend: bool,
@@ -395,7 +402,21 @@ pub struct OperationLock {
 /// The SpecValid reason of a group naming an ASG another group names.
 pub const ASG_CONFLICT: &str = "AutoScalingGroupConflict";
 
+/// The circuit breaker's default share of NotReady nodes, in percent.
+pub const DEFAULT_MAX_NOT_READY_PERCENT: i32 = 50;
+/// The NodeGroup condition that is True while the circuit breaker is open.
+pub const CIRCUIT_BREAKER: &str = "CircuitBreakerOpen";
+
 impl NodeGroup {
+    /// Why nothing in the group may be terminated now (the inventory's
+    /// circuit breaker condition is True), if so.
+    pub fn breaker_open(&self) -> Option<String> {
+        self.status.as_ref()?.conditions.iter().find_map(|c| {
+            (c.type_ == CIRCUIT_BREAKER && c.status == crate::crd::condition::ConditionStatus::True)
+                .then(|| c.message.clone())
+        })
+    }
+
     /// Why the group must not act because another group names one of its
     /// ASGs (the inventory's SpecValid condition says so), if it must not.
     pub fn asg_conflict(&self) -> Option<String> {
@@ -629,6 +650,7 @@ mod tests {
             ],
             node_selector: None,
             desired: 3,
+            max_not_ready_percent: None,
             suspend: false,
             replenish: ReplenishSpec::default(),
             interruption: InterruptionSpec::default(),

@@ -277,10 +277,12 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     if next != current {
         let becomes_invalid = is_invalid(&next) && !is_invalid(&current);
         let becomes_degraded = is_degraded(&next) && !is_degraded(&current);
+        let breaker_opens = next_breaker_opens(&current, &next);
         write_status(ctx, &namespace, &name, &next).await?;
         for (flag, type_) in [
             (becomes_invalid, SPEC_VALID),
             (becomes_degraded, plan::DEGRADED),
+            (breaker_opens, crate::crd::nodegroup::CIRCUIT_BREAKER),
         ] {
             if flag && let Some(c) = crate::crd::condition::find(&next.conditions, type_) {
                 ctx.event(
@@ -315,6 +317,15 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
 fn is_invalid(status: &NodeGroupStatus) -> bool {
     crate::crd::condition::find(&status.conditions, SPEC_VALID)
         .is_some_and(|c| c.status == ConditionStatus::False)
+}
+
+/// The circuit breaker opens with this status.
+fn next_breaker_opens(current: &NodeGroupStatus, next: &NodeGroupStatus) -> bool {
+    let open = |s: &NodeGroupStatus| {
+        crate::crd::condition::find(&s.conditions, crate::crd::nodegroup::CIRCUIT_BREAKER)
+            .is_some_and(|c| c.status == ConditionStatus::True)
+    };
+    open(next) && !open(current)
 }
 
 fn is_degraded(status: &NodeGroupStatus) -> bool {

@@ -23,6 +23,36 @@ use crate::k8s::node::{
 pub const INVENTORY_SYNCED: &str = "InventorySynced";
 pub const DEGRADED: &str = "Degraded";
 
+/// Pure: the circuit breaker over the group's nodes: open (True) when more
+/// than `max_percent` of them is NotReady. A node leaving on an interruption
+/// notice is not counted (it is going, not broken). An empty group is closed.
+pub fn circuit_breaker(
+    nodes: &[NodeStatus],
+    max_percent: i32,
+) -> (ConditionStatus, &'static str, String) {
+    let total = nodes.len();
+    let not_ready = nodes
+        .iter()
+        .filter(|n| !n.ready && n.interruption.is_none())
+        .count();
+    let max = max_percent.clamp(0, 100) as usize;
+    if total > 0 && not_ready * 100 > total * max {
+        (
+            ConditionStatus::True,
+            "TooManyNotReady",
+            format!(
+                "{not_ready} of {total} node(s) NotReady, more than {max}%: nothing in the group is terminated until fewer are (replacements are still launched)"
+            ),
+        )
+    } else {
+        (
+            ConditionStatus::False,
+            "Closed",
+            format!("{not_ready} of {total} node(s) NotReady (at most {max}%)"),
+        )
+    }
+}
+
 /// Does a label selector match these labels? (matchLabels and matchExpressions
 /// with In, NotIn, Exists, DoesNotExist; an unknown operator matches nothing.)
 pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
@@ -311,6 +341,22 @@ pub fn inventory_status<N: Borrow<Node>>(
         &mut status.conditions,
         DEGRADED,
         degraded,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    let (open, reason, message) = circuit_breaker(
+        &status.nodes,
+        group
+            .spec
+            .max_not_ready_percent
+            .unwrap_or(crate::crd::nodegroup::DEFAULT_MAX_NOT_READY_PERCENT),
+    );
+    set_condition(
+        &mut status.conditions,
+        crate::crd::nodegroup::CIRCUIT_BREAKER,
+        open,
         reason,
         message,
         generation,
@@ -795,5 +841,41 @@ pub(crate) mod tests {
             (c.status.clone(), c.reason.as_str()),
             (ConditionStatus::False, "AwsError")
         );
+    }
+
+    #[test]
+    fn the_circuit_breaker_opens_above_its_share_of_not_ready_nodes() {
+        let nodes = |ready: usize, not_ready: usize, interrupted: usize| {
+            let mut v = vec![];
+            for i in 0..ready + not_ready + interrupted {
+                let mut n: NodeStatus = serde_json::from_value(serde_json::json!({
+                    "name": format!("n{i}"), "ready": i < ready, "unschedulable": false
+                }))
+                .expect("node");
+                if i >= ready + not_ready {
+                    n.interruption = Some(
+                        serde_json::from_value(serde_json::json!({
+                            "kind": "spot_interruption", "noticed": t0().to_rfc3339(),
+                            "deadline": t0().to_rfc3339()
+                        }))
+                        .expect("interruption"),
+                    );
+                }
+                v.push(n);
+            }
+            v
+        };
+        let open = |n: &[NodeStatus], max| circuit_breaker(n, max).0 == ConditionStatus::True;
+        assert!(!open(&nodes(3, 3, 0), 50), "half is not more than half");
+        assert!(open(&nodes(2, 4, 0), 50));
+        assert!(circuit_breaker(&nodes(2, 4, 0), 50).2.contains("4 of 6"));
+        assert!(
+            !open(&nodes(2, 1, 3), 50),
+            "leaving on a notice is not broken"
+        );
+        assert!(!open(&[], 50), "an empty group");
+        assert!(open(&nodes(5, 1, 0), 0), "0%: any NotReady node opens it");
+        assert!(!open(&nodes(0, 4, 0), 100), "100%: never");
+        assert!(open(&nodes(0, 1, 0), 50), "one node of one");
     }
 }

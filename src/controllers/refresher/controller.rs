@@ -85,10 +85,14 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         ..
     } = *observed;
     let now = ctx.clock.now();
-    // Another group naming one of its ASGs pauses any run, as an invalid spec does.
+    // Another group naming one of its ASGs pauses any run, as an invalid
+    // spec does.
     let settings = match group.asg_conflict() {
         Some(why) => Err(why),
-        None => rf.spec.resolve(),
+        None => rf
+            .spec
+            .resolve()
+            .map_err(|p| format!("the Refresher's spec is invalid: {p}")),
     };
     let members = members(&fresh);
     let current = rf.status.clone().unwrap_or_default();
@@ -107,6 +111,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         suspended: group.spec.suspend || rf.spec.suspend,
         deleting: group.metadata.deletion_timestamp.is_some(),
         dry_run: ctx.settings.dry_run,
+        breaker: group.breaker_open(),
         settings: &settings,
         schedule_key: &schedule_key,
         asgs: &asgs,

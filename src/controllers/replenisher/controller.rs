@@ -87,6 +87,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         deleting: group.metadata.deletion_timestamp.is_some(),
         // Another group naming one of its ASGs stops it too.
         spec_valid: group.spec.validate().is_empty() && group.asg_conflict().is_none(),
+        breaker: group.breaker_open(),
         cooldown: duration::parse(&rp.spec.cooldown).unwrap_or(Duration::from_secs(300)),
         join_timeout: duration::parse(&rp.spec.join_timeout).unwrap_or(Duration::from_secs(900)),
         asgs: &asgs,

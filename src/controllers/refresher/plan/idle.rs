@@ -37,6 +37,9 @@ impl Planner<'_> {
         if input.deleting {
             return Some(self.skip("the NodeGroup is being deleted".into(), settings));
         }
+        if let Some(why) = &input.breaker {
+            return Some(self.skip(format!("circuit breaker open: {why}"), settings));
+        }
         if let Some(why) = blocking_processes(input.asgs) {
             return Some(self.skip(why, settings));
         }

@@ -62,6 +62,9 @@ pub struct Input<'a> {
     /// The NodeGroup is being deleted: start nothing, unwind a run.
     pub deleting: bool,
     pub dry_run: bool,
+    /// Why nothing may be terminated now (the group's circuit breaker is
+    /// open), if so: a run pauses, a due run is skipped.
+    pub breaker: Option<String>,
     /// The Refresher's settings, or why they are invalid.
     pub settings: &'a Result<ResolvedRefresh, String>,
     /// Identifies the schedule (see `RefresherSpec::schedule_key`).
@@ -251,10 +254,7 @@ impl Planner<'_> {
             Ok(s) => s,
             Err(problem) => {
                 if self.status.run_start.is_some() {
-                    return Step::wait(
-                        format!("run paused: the Refresher's spec is invalid: {problem}"),
-                        IDLE,
-                    );
+                    return Step::wait(format!("run paused: {problem}"), IDLE);
                 }
                 self.status.phase = RefreshPhase::Blocked;
                 self.status.next_run = None;
@@ -279,6 +279,12 @@ impl Planner<'_> {
         let input = self.input;
         if input.suspended {
             return Some(Step::wait("run paused: the group is suspended", IDLE));
+        }
+        if let Some(why) = &input.breaker {
+            return Some(Step::wait(
+                format!("run paused: circuit breaker open: {why}"),
+                IDLE,
+            ));
         }
         if input.dry_run {
             // A run started by a manager without --dry-run: stepping it here

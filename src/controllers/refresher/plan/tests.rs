@@ -65,6 +65,8 @@ struct Sim {
     /// The NodeGroup has a deletionTimestamp.
     deleting: bool,
     dry_run: bool,
+    /// The group's circuit breaker, when open.
+    breaker: Option<String>,
     settings: Result<ResolvedRefresh, String>,
     key: String,
     asgs: Vec<SimAsg>,
@@ -101,6 +103,7 @@ impl Sim {
             suspended: false,
             deleting: false,
             dry_run: false,
+            breaker: None,
             settings: Ok(settings("0 12 * * *", "UTC", surplus)),
             key: "daily".into(),
             asgs: (0..asgs)
@@ -219,6 +222,7 @@ impl Sim {
             suspended: self.suspended,
             deleting: self.deleting,
             dry_run: self.dry_run,
+            breaker: self.breaker.clone(),
             settings: &self.settings,
             schedule_key: &self.key,
             asgs: &asgs,
@@ -1060,6 +1064,40 @@ fn an_invalid_spec_blocks_runs_and_pauses_a_run_in_progress() {
     assert_eq!(plan.action, Action::Nothing);
     assert!(plan.status.run_start.is_some(), "the run is kept");
     assert!(plan.message.contains("paused"));
+}
+
+#[test]
+fn an_open_circuit_breaker_skips_a_due_run_and_pauses_one_under_way() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.breaker = Some("3 of 4 node(s) NotReady".into());
+    sim.step(false);
+    let Some((RunResult::Skipped, Some(why))) = sim.result() else {
+        panic!("{:?}", sim.result())
+    };
+    assert!(why.contains("circuit breaker open"), "{why}");
+    // Under way: paused at once, nothing drained, terminated or launched,
+    // then resumed to the end once it closes.
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    while sim.terminated.is_empty() {
+        sim.step(false);
+        sim.all_join_and_ready();
+    }
+    sim.breaker = Some("3 of 4 node(s) NotReady".into());
+    let terminated = sim.terminated.len();
+    for _ in 0..5 {
+        let plan = sim.step(false);
+        assert_eq!(plan.action, Action::Nothing, "{}", plan.message);
+        assert!(
+            plan.message.contains("circuit breaker open"),
+            "{}",
+            plan.message
+        );
+        sim.advance(600);
+    }
+    assert_eq!(sim.terminated.len(), terminated);
+    sim.breaker = None;
+    sim.run_to_end(200);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
 }
 
 #[test]

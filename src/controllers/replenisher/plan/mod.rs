@@ -71,6 +71,9 @@ pub struct Input<'a> {
     pub deleting: bool,
     /// The group's spec is valid (the inventory's SpecValid condition).
     pub spec_valid: bool,
+    /// Why nothing may be terminated now (the group's circuit breaker is
+    /// open), if so.
+    pub breaker: Option<String>,
     pub cooldown: Duration,
     pub join_timeout: Duration,
     pub asgs: &'a [AsgView],
@@ -296,6 +299,7 @@ fn plan_inner(input: &Input) -> Plan {
         status,
     };
     guards(&stage)
+        .or_else(|| breaker(&stage))
         .or_else(|| unwinding(&stage))
         .or_else(|| retire(&stage))
         .or_else(|| scale_in_in_progress(&stage))
@@ -357,6 +361,17 @@ fn unwinding(s: &Stage) -> Option<Plan> {
         ReplenishPhase::Paused,
         format!("{REASON}: starting nothing"),
     ))
+}
+
+/// The circuit breaker is open: nothing is terminated (records of
+/// terminations under way are kept for later), but an interrupted node AWS
+/// is taking anyway is still retired and replacements are still launched.
+fn breaker(s: &Stage) -> Option<Plan> {
+    let why = s.input.breaker.as_ref()?;
+    let message = format!("circuit breaker open: {why}");
+    retire(s)
+        .or_else(|| scale_up(s))
+        .or_else(|| Some(s.idle(s.status.clone(), ReplenishPhase::Blocked, message)))
 }
 
 /// Nothing while the spec is invalid, the group suspended, or a refresh

@@ -51,6 +51,8 @@ struct Scenario {
     not_joined: Vec<NotJoinedView>,
     lock: LockState,
     status: ReplenisherStatus,
+    /// The group's circuit breaker, when open.
+    breaker: Option<String>,
 }
 
 impl Scenario {
@@ -70,6 +72,7 @@ impl Scenario {
             not_joined: vec![],
             lock: LockState::Ours,
             status: ReplenisherStatus::default(),
+            breaker: None,
         }
     }
 
@@ -84,6 +87,7 @@ impl Scenario {
             suspend: self.suspend,
             deleting: self.deleting,
             spec_valid: true,
+            breaker: self.breaker.clone(),
             cooldown,
             join_timeout,
             asgs: &self.asgs,
@@ -214,6 +218,7 @@ fn input_of<'a>(s: &'a Scenario, active: &'a BTreeSet<String>) -> Input<'a> {
         suspend: s.suspend,
         deleting: s.deleting,
         spec_valid: true,
+        breaker: s.breaker.clone(),
         cooldown: Duration::from_secs(300),
         join_timeout: Duration::from_secs(900),
         asgs: &s.asgs,
@@ -288,6 +293,43 @@ fn without_the_lock_it_asks_for_it_first() {
     let mut s = Scenario::steady().shortage_in_a();
     s.lock = LockState::Free;
     assert_eq!(s.plan().action, Action::TakeLock);
+}
+
+#[test]
+fn with_the_circuit_breaker_open_nothing_is_terminated_but_replacements_launch() {
+    let open = Some("4 of 6 node(s) NotReady".to_string());
+    // A surplus to take back: not while the breaker is open.
+    let mut s = Scenario::steady();
+    s.asgs[1] = asg("c", 2, 2, 3);
+    s.nodes.push(node("nc2", "c", true, 5));
+    s.status.raised = vec![AsgCount {
+        auto_scaling_group: "c".into(),
+        count: 1,
+    }];
+    s.breaker = open.clone();
+    let p = s.plan();
+    assert_eq!(p.action, Action::ReleaseLock, "{}", p.message);
+    assert_eq!(p.status.phase, ReplenishPhase::Blocked);
+    assert!(p.message.contains("circuit breaker open"), "{}", p.message);
+    // A termination recorded before it opened waits, its record kept.
+    s.breaker = None;
+    let drain = s.plan();
+    let mut status = drain.status.clone();
+    let recorded = record_termination(&mut status, t0()).expect("a target");
+    s.status = status;
+    assert_eq!(s.plan().action, Action::Terminate(recorded.clone()));
+    s.breaker = open.clone();
+    let held = s.plan();
+    assert!(
+        !matches!(held.action, Action::Terminate(_)),
+        "{:?}",
+        held.action
+    );
+    assert_eq!(held.status.scale_in, Some(recorded), "not forgotten");
+    // A shortage is still replenished.
+    let mut short = Scenario::steady().shortage_in_a();
+    short.breaker = open;
+    assert!(matches!(short.plan().action, Action::ScaleUp(_)));
 }
 
 #[test]
@@ -842,6 +884,7 @@ fn arb_state() -> impl Strategy<Value = Scenario> {
                         _ => LockState::Other("Refresh x".into()),
                     },
                     status,
+                    breaker: None,
                 }
             },
         )
@@ -887,6 +930,18 @@ proptest! {
         prop_assert!(
             p.requeue <= crate::controllers::vocabulary::LONGEST_WAIT,
             "a requeue of {:?} would overflow the runtime's clock", p.requeue
+        );
+    }
+
+    /// With the circuit breaker open nothing is drained, terminated or
+    /// removed, whatever else the state says.
+    #[test]
+    fn an_open_breaker_terminates_nothing(mut s in arb_state()) {
+        s.breaker = Some("open".into());
+        let p = s.plan();
+        prop_assert!(
+            !matches!(p.action, Action::Drain(_) | Action::Terminate(_) | Action::RemoveNotJoined(_)),
+            "{:?}", p.action
         );
     }
 
