@@ -19,7 +19,8 @@ fn group(name: &str, schedule: &str, time_zone: &str) -> NodeGroup {
         "metadata": {"name": name},
         "spec": {
             "role": "Worker",
-            "autoScalingGroups": [{"name": "nodes-a"}],
+            // One ASG each: two groups naming one ASG are both invalid.
+            "autoScalingGroups": [{"name": format!("{name}-asg")}],
             "desired": 3,
             "refresh": {"schedule": schedule, "timeZone": time_zone}
         }

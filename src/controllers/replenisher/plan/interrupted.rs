@@ -16,6 +16,11 @@
 //! (no ASG could launch), AWS takes it at its time and its ASG replaces it.
 
 use super::records::add_raised;
+use crate::controllers::vocabulary::after;
+
+/// How long after its deadline a reclaimed node we replaced is terminated
+/// even if the end of its drain was never recorded.
+pub(super) const RETIRE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 use super::scale_in::start_scale_in;
 use super::{Action, Plan, Stage};
 use crate::controllers::vocabulary::{Fate, NodeView};
@@ -75,14 +80,19 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
     }
     let now = s.input.now;
     let scale_in = s.status.scale_in.as_ref().map(|t| t.instance_id.as_str());
-    // Due at the deadline, or once drained with the replacement launched
-    // (its ASG no longer behind, or Ready back at desired without it).
+    // Due once the drain has ended (drained, or its end recorded at the
+    // deadline with what was left) and either the deadline has come or the
+    // replacement is launched (its ASG no longer behind, or Ready back at
+    // desired without it). Waiting for the drain's record keeps its report
+    // (the pods left); should it never come, a grace after the deadline.
     let restored = s.ready >= s.input.desired;
     let due = |n: &NodeView, r: &Replacement| match n.fate {
         Some(Fate::Reclaimed { deadline, drained }) => {
-            now >= deadline
+            now >= after(deadline, RETIRE_GRACE)
                 || (drained
-                    && (restored || s.asg(&r.auto_scaling_group).is_some_and(|a| !a.is_behind())))
+                    && (now >= deadline
+                        || restored
+                        || s.asg(&r.auto_scaling_group).is_some_and(|a| !a.is_behind())))
         }
         _ => false,
     };

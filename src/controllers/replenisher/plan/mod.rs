@@ -168,15 +168,21 @@ fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<U
         .scale_in
         .iter()
         .map(|t| after(t.since, SCALE_IN_DRAIN_TIMEOUT));
-    // An interrupted node we replaced is terminated at its deadline.
+    // An interrupted node we replaced is terminated at its deadline once its
+    // drain's end is recorded, or a grace later.
     let retirements = input.nodes.iter().filter_map(|n| match n.fate {
-        Some(Fate::Reclaimed { deadline, .. }) => {
+        Some(Fate::Reclaimed { deadline, drained }) => {
             let id = n.instance_id.as_deref()?;
+            let at = if drained {
+                deadline
+            } else {
+                after(deadline, interrupted::RETIRE_GRACE)
+            };
             status
                 .replacing
                 .iter()
                 .any(|r| r.instance_id == id)
-                .then_some(deadline)
+                .then_some(at)
         }
         _ => None,
     });

@@ -2,6 +2,7 @@
 //! drained or at their deadline, exactly one new instance per lost one.
 
 use super::*;
+use crate::controllers::replenisher::plan::interrupted::RETIRE_GRACE;
 use crate::crd::replenisher::{Replacement, Retirement};
 
 fn secs(n: i64) -> chrono::Duration {
@@ -26,6 +27,14 @@ fn replaced(node: &str, asg: &str) -> Replacement {
         auto_scaling_group: asg.into(),
         since: t0(),
     }
+}
+
+/// The end of `na`'s drain recorded (at its deadline, or drained).
+fn drain_ended(mut s: Scenario) -> Scenario {
+    if let Some(Fate::Reclaimed { drained, .. }) = s.nodes[0].fate.as_mut() {
+        *drained = true;
+    }
+    s
 }
 
 /// Its Launch process is suspended.
@@ -78,7 +87,7 @@ fn a_reclaimed_node_is_replaced_at_once_in_its_own_asg_even_in_the_cooldown() {
 
 #[test]
 fn a_replaced_node_is_terminated_when_due_taking_back_the_raise_in_its_own_asg() {
-    let mut s = reclaimed_in_a(0);
+    let mut s = drain_ended(reclaimed_in_a(0));
     s.asgs[0] = asg("a", 2, 2, 3);
     s.status.replacing = vec![replaced("na", "a")];
     s.status.raised = vec![AsgCount {
@@ -119,7 +128,7 @@ fn when_its_own_asg_cannot_launch_the_replacement_goes_elsewhere_and_no_decremen
     assert_eq!(p.status.replacing, vec![replaced("na", "c")]);
     // Due: terminated without decrement, so a keeps its count and launches
     // one in its place once it can; c's raise stays, to be taken back.
-    let mut s = reclaimed_in_a(0);
+    let mut s = drain_ended(reclaimed_in_a(0));
     s.asgs[0] = not_launching(asg("a", 1, 1, 3));
     s.asgs[1] = asg("c", 2, 2, 3);
     s.nodes.push(node("nc2", "c", true, 1));
@@ -359,4 +368,24 @@ proptest! {
             prop_assert!(ready - i32::from(target_ready) >= s.desired);
         }
     }
+}
+
+#[test]
+fn at_its_deadline_a_node_waits_for_its_drains_report_or_a_grace() {
+    // Deadline now, the drain's end not recorded yet: kept, so the drain can
+    // report what it left; woken for the grace's end.
+    let mut s = reclaimed_in_a(0);
+    s.asgs[0] = asg("a", 2, 2, 3);
+    s.status.replacing = vec![replaced("na", "a")];
+    let p = s.plan();
+    assert!(!matches!(p.action, Action::Retire(_)), "{:?}", p.action);
+    assert!(p.requeue <= RETIRE_GRACE, "{:?}", p.requeue);
+    // Recorded: terminated at once.
+    let recorded = drain_ended(s);
+    assert!(matches!(recorded.plan().action, Action::Retire(_)));
+    // Never recorded: terminated once the grace is over.
+    let mut late = reclaimed_in_a(-(RETIRE_GRACE.as_secs() as i64));
+    late.asgs[0] = asg("a", 2, 2, 3);
+    late.status.replacing = vec![replaced("na", "a")];
+    assert!(matches!(late.plan().action, Action::Retire(_)));
 }
