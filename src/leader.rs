@@ -65,6 +65,12 @@ impl Leadership {
         }
     }
 
+    /// Tests: lead until `until`, as a renewal would have it.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn lead_until(&self, until: Instant) {
+        self.renewed(until);
+    }
+
     /// Changes of leadership (true = leading).
     pub fn subscribe(&self) -> watch::Receiver<bool> {
         self.inner.changes.subscribe()

@@ -87,6 +87,33 @@ async fn check_crds(client: &kube::Client, settings: &Settings) -> Result<()> {
     }
 }
 
+/// The longest one AWS operation (all its attempts) may take: shorter than
+/// the time from our last possible renewal to another replica leading
+/// (leaseDuration - renewDeadline), so no call we began as leader is still
+/// running when someone else leads. At least 1 s.
+pub fn aws_operation_timeout(le: &crate::config::LeaderElectionSettings) -> std::time::Duration {
+    le.lease_duration
+        .saturating_sub(le.renew_deadline)
+        .saturating_sub(std::time::Duration::from_millis(500))
+        .max(std::time::Duration::from_secs(1))
+}
+
+/// How long to wait before restarting controllers that stopped by
+/// themselves: 1 s, doubling up to 1 min.
+#[derive(Debug, Default)]
+pub struct RestartBackoff {
+    restarts: u32,
+}
+
+impl RestartBackoff {
+    pub fn next_wait(&mut self) -> std::time::Duration {
+        let wait = std::time::Duration::from_secs(1u64 << self.restarts.min(6))
+            .min(std::time::Duration::from_secs(60));
+        self.restarts = self.restarts.saturating_add(1);
+        wait
+    }
+}
+
 /// Runs until SIGTERM/SIGINT (or `shutdown` is cancelled by the caller).
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> {
     let settings = Arc::new(settings);
@@ -113,8 +140,17 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
             "no AWS region configured (aws.region, --aws-region or AWS_REGION): AWS calls will fail"
         );
     }
+    let leadership = if settings.leader_election.enabled {
+        Leadership::elected()
+    } else {
+        Leadership::always()
+    };
     let cloud = Arc::new(
         AwsCloudProvider::new(sdk.clone(), settings.aws.emulator_account.clone())
+            .with_fencing(cloud::Fencing {
+                leadership: leadership.clone(),
+                operation_timeout: aws_operation_timeout(&settings.leader_election),
+            })
             .with_metrics(metrics.clone()),
     );
     if settings.dry_run {
@@ -124,11 +160,10 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
     }
     readiness.set(true);
 
-    let leadership = if settings.leader_election.enabled {
-        Leadership::elected()
-    } else {
-        Leadership::always()
-    };
+    // The elector stops (and releases the Lease) only once every controller
+    // has stopped: releasing first would let the other replica lead while
+    // our last reconciles still mutate.
+    let elector_stop = CancellationToken::new();
     let elector_task = settings.leader_election.enabled.then(|| {
         let elector = Elector::new(
             client.clone(),
@@ -136,7 +171,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
             settings.identity.clone(),
             leadership.clone(),
         );
-        tokio::spawn(elector.run(shutdown.clone()))
+        tokio::spawn(elector.run(elector_stop.clone()))
     });
 
     let queue = settings.interruption.queue_url.as_deref().map(|url| {
@@ -164,6 +199,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
     );
 
     let mut leading = leadership.subscribe();
+    let mut restarts = RestartBackoff::default();
     while !shutdown.is_cancelled() {
         // Wait to lead.
         if !*leading.borrow_and_update() {
@@ -181,13 +217,14 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
             controllers.clone(),
         ));
         // Lead until shutdown or until leadership is lost.
+        let mut crashed = false;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 changed = leading.changed() => {
                     if changed.is_err() || !*leading.borrow_and_update() { break }
                 }
-                _ = &mut task => { error!("controllers stopped unexpectedly"); break }
+                _ = &mut task => { crashed = true; break }
             }
         }
         metrics.leader.set(0);
@@ -198,11 +235,62 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         if !task.is_finished() {
             let _ = task.await;
         }
+        if crashed {
+            // Not at once: a controller that cannot start (an apiserver
+            // refusing its watch) would otherwise relist every Node in a loop.
+            let wait = restarts.next_wait();
+            metrics.controller_restarts.inc();
+            error!(retry_in = ?wait, "controllers stopped unexpectedly; restarting them after a pause");
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        } else {
+            restarts = RestartBackoff::default();
+        }
     }
-    info!("shutting down");
+    info!("shutting down: every controller has stopped");
+    elector_stop.cancel();
     if let Some(t) = elector_task {
         let _ = t.await;
     }
     let _ = admin_task.await;
     Ok(())
+}
+
+#[cfg(test)]
+mod restart_tests {
+    use super::RestartBackoff;
+    use std::time::Duration;
+
+    #[test]
+    fn restarts_back_off_from_a_second_to_a_minute() {
+        let mut b = RestartBackoff::default();
+        let waits: Vec<u64> = (0..9).map(|_| b.next_wait().as_secs()).collect();
+        assert_eq!(waits, vec![1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        let mut b = RestartBackoff { restarts: u32::MAX };
+        assert_eq!(b.next_wait(), Duration::from_secs(60), "never overflows");
+    }
+
+    #[test]
+    fn an_aws_operation_ends_before_another_replica_can_lead() {
+        let le = |lease: u64, renew: u64| crate::config::LeaderElectionSettings {
+            enabled: true,
+            lease_name: "l".into(),
+            lease_namespace: "ns".into(),
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_secs(renew),
+            retry_period: Duration::from_secs(2),
+        };
+        assert_eq!(
+            super::aws_operation_timeout(&le(15, 10)),
+            Duration::from_millis(4500)
+        );
+        assert!(super::aws_operation_timeout(&le(60, 40)) < Duration::from_secs(20));
+        assert_eq!(
+            super::aws_operation_timeout(&le(10, 10)),
+            Duration::from_secs(1),
+            "a floor, whatever the settings"
+        );
+    }
 }

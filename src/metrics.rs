@@ -69,6 +69,7 @@ pub struct Metrics {
     pub interruption_messages: Family<InterruptionLabels, Counter>,
     pub interruption_age: Histogram,
     pub leader: Gauge,
+    pub controller_restarts: Counter,
 }
 
 fn duration_histogram() -> Histogram {
@@ -151,6 +152,12 @@ impl Default for Metrics {
             "1 while this replica holds the leader lease",
             leader.clone(),
         );
+        let controller_restarts = Counter::default();
+        registry.register(
+            "controller_restarts",
+            "Times the controllers stopped by themselves and were restarted (after a backoff)",
+            controller_restarts.clone(),
+        );
         Self {
             registry,
             aws_calls,
@@ -165,6 +172,7 @@ impl Default for Metrics {
             interruption_messages,
             interruption_age,
             leader,
+            controller_restarts,
         }
     }
 }

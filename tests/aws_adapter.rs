@@ -190,3 +190,47 @@ async fn terminate_in_group_honours_the_decrement_flag_and_the_asgs_min() {
     assert!(!left.contains(&ids[1]));
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_replica_that_stops_leading_makes_no_further_aws_call() {
+    use spot_node_manager::cloud::fence::NOT_LEADING;
+    use spot_node_manager::cloud::{AwsClients, Fencing};
+    use spot_node_manager::leader::Leadership;
+    let world = World::new("aws-fence").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let asg = kops.asgs[0].clone();
+    let leadership = Leadership::elected();
+    let fenced = AwsCloud::new(AwsClients::fenced(
+        &world.aws_sdk,
+        Some(&world.account),
+        &Fencing {
+            leadership: leadership.clone(),
+            operation_timeout: Duration::from_secs(5),
+        },
+    ));
+    // Never led: refused before any request leaves.
+    let refused = fenced.set_desired_capacity(&asg, 2).await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| format!("{e:?}").contains(NOT_LEADING)),
+        "{refused:?}"
+    );
+    assert_eq!(desired(&world, &asg).await, 1, "the emulator saw nothing");
+    // Leading: the call goes through.
+    leadership.lead_until(tokio::time::Instant::now() + Duration::from_secs(2));
+    fenced
+        .set_desired_capacity(&asg, 2)
+        .await
+        .expect("as leader");
+    assert_eq!(desired(&world, &asg).await, 2);
+    // The lease runs out (renewals blocked): the next attempt is refused,
+    // the emulator unchanged.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let refused = fenced.set_desired_capacity(&asg, 3).await;
+    assert!(refused.is_err(), "{refused:?}");
+    let refused = fenced.describe_groups(std::slice::from_ref(&asg)).await;
+    assert!(refused.is_err(), "reads are fenced too: {refused:?}");
+    assert_eq!(desired(&world, &asg).await, 2, "no call reached AWS");
+    world.cleanup().await;
+}

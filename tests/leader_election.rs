@@ -100,10 +100,16 @@ async fn exactly_one_of_two_replicas_leads_and_sigterm_hands_over() {
     let mut leader = leader;
     let status = leader.terminate();
     assert!(status.success(), "{}", leader.logs());
-    assert!(
-        leader.logs().contains("released the lease"),
-        "{}",
-        leader.logs()
+    let logs = leader.logs();
+    let released = logs.find("released the lease").expect("released the lease");
+    // Released only once every controller has stopped: until then the
+    // other replica must not lead (our last reconciles could still mutate).
+    let started = logs.matches("controller started").count();
+    let stopped_before = logs[..released].matches("controller stopped").count();
+    assert!(started >= 3, "{logs}");
+    assert_eq!(
+        stopped_before, started,
+        "the lease was released before every controller stopped:\n{logs}"
     );
     assert_eventually(
         "follower takes over",

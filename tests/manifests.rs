@@ -89,6 +89,8 @@ async fn every_manifest_applies_cleanly() {
         "ClusterRole/spot-node-manager",
         "Role/spot-node-manager",
         "Deployment/spot-node-manager",
+        "PodDisruptionBudget/spot-node-manager",
+        "NetworkPolicy/spot-node-manager",
         "NodeGroup/masters",
         "NodeGroup/nodes",
     ] {
@@ -141,6 +143,34 @@ async fn every_manifest_applies_cleanly() {
         .await,
         "the manager must not be able to delete the user's NodeGroups"
     );
+    // Its own Lease, and no other one in its namespace.
+    let ns = Some("spot-node-manager");
+    for verb in ["get", "update"] {
+        assert!(
+            allowed_named(
+                &client,
+                verb,
+                "coordination.k8s.io",
+                "leases",
+                &ns,
+                Some("spot-node-manager")
+            )
+            .await,
+            "{verb} its Lease"
+        );
+        assert!(
+            !allowed_named(
+                &client,
+                verb,
+                "coordination.k8s.io",
+                "leases",
+                &ns,
+                Some("someone-elses")
+            )
+            .await,
+            "{verb} another Lease must be denied"
+        );
+    }
 }
 
 /// Every (verb, API group, resource, namespace) the manager requests.
@@ -194,7 +224,7 @@ const MANAGER_REQUESTS: &[(&str, &str, &str, &Option<&str>)] = &[
         &Some("spot-node-manager"),
     ),
     (
-        "update",
+        "create",
         "coordination.k8s.io",
         "leases",
         &Some("spot-node-manager"),
@@ -207,6 +237,17 @@ async fn allowed(
     group: &str,
     resource: &str,
     namespace: &Option<&str>,
+) -> bool {
+    allowed_named(client, verb, group, resource, namespace, None).await
+}
+
+async fn allowed_named(
+    client: &kube::Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: &Option<&str>,
+    name: Option<&str>,
 ) -> bool {
     use k8s_openapi::api::authorization::v1::{
         ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -228,6 +269,7 @@ async fn allowed(
                 resource: Some(resource.into()),
                 subresource,
                 namespace: namespace.map(String::from),
+                name: name.map(String::from),
                 ..Default::default()
             }),
             ..Default::default()

@@ -342,6 +342,7 @@ fn describe_group(g: &aws_sdk_autoscaling::types::AutoScalingGroup) -> AsgDescri
 pub struct AwsCloudProvider {
     sdk: SdkConfig,
     emulator_account: Option<String>,
+    fencing: Option<super::Fencing>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
     clouds: Mutex<HashMap<Option<String>, Arc<dyn Cloud>>>,
 }
@@ -351,9 +352,16 @@ impl AwsCloudProvider {
         Self {
             sdk,
             emulator_account,
+            fencing: None,
             metrics: None,
             clouds: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Fences every request by leadership and bounds each operation.
+    pub fn with_fencing(mut self, fencing: super::Fencing) -> Self {
+        self.fencing = Some(fencing);
+        self
     }
 
     /// Counts the clouds' requests in `spot_node_manager_aws_calls_total`.
@@ -378,7 +386,12 @@ impl CloudProvider for AwsCloudProvider {
                         .build(),
                     None => self.sdk.clone(),
                 };
-                let cloud = AwsCloud::new(AwsClients::new(&sdk, self.emulator_account.as_deref()));
+                let account = self.emulator_account.as_deref();
+                let clients = match &self.fencing {
+                    Some(f) => AwsClients::fenced(&sdk, account, f),
+                    None => AwsClients::new(&sdk, account),
+                };
+                let cloud = AwsCloud::new(clients);
                 Arc::new(match &self.metrics {
                     Some(m) => cloud.with_metrics(m.clone()),
                     None => cloud,

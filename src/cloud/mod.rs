@@ -11,6 +11,7 @@ pub mod aws;
 pub mod emulator;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fake;
+pub mod fence;
 
 use crate::Result;
 use chrono::{DateTime, Utc};
@@ -192,10 +193,40 @@ pub async fn load_sdk_config(settings: &AwsSettings) -> SdkConfig {
     loader.load().await
 }
 
+/// What the manager's own clients carry beyond the SDK configuration.
+#[derive(Clone)]
+pub struct Fencing {
+    /// Every request attempt is refused while this replica does not lead.
+    pub leadership: crate::leader::Leadership,
+    /// Each operation, retries included, ends within this: shorter than
+    /// the time between a missed renewal and another replica leading.
+    pub operation_timeout: std::time::Duration,
+}
+
 impl AwsClients {
     pub fn new(sdk: &SdkConfig, emulator_account: Option<&str>) -> Self {
-        let asg = aws_sdk_autoscaling::config::Builder::from(sdk);
-        let ec2 = aws_sdk_ec2::config::Builder::from(sdk);
+        Self::build(sdk, emulator_account, None)
+    }
+
+    /// The manager's clients: fenced by leadership, bounded in time.
+    pub fn fenced(sdk: &SdkConfig, emulator_account: Option<&str>, fencing: &Fencing) -> Self {
+        Self::build(sdk, emulator_account, Some(fencing))
+    }
+
+    fn build(sdk: &SdkConfig, emulator_account: Option<&str>, fencing: Option<&Fencing>) -> Self {
+        let mut asg = aws_sdk_autoscaling::config::Builder::from(sdk);
+        let mut ec2 = aws_sdk_ec2::config::Builder::from(sdk);
+        if let Some(f) = fencing {
+            let timeouts = aws_config::timeout::TimeoutConfig::builder()
+                .operation_timeout(f.operation_timeout)
+                .build();
+            asg = asg
+                .interceptor(fence::LeaderFence(f.leadership.clone()))
+                .timeout_config(timeouts.clone());
+            ec2 = ec2
+                .interceptor(fence::LeaderFence(f.leadership.clone()))
+                .timeout_config(timeouts);
+        }
         #[cfg(feature = "test-support")]
         let (asg, ec2) = match emulator_account {
             Some(account) => (

@@ -50,7 +50,7 @@ pub struct NodeGroupSpec {
     #[schemars(length(min = 1))]
     pub auto_scaling_groups: Vec<AutoScalingGroupRef>,
     /// Selects the group's Nodes. Default: the ASGs' kops instance-group labels,
-    /// or the role label when those are unknown.
+    /// or the Nodes on the ASGs' own instances when those are unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<LabelSelector>,
     /// How many Ready nodes the group should have; 0 to 10000.

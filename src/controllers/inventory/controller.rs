@@ -750,7 +750,7 @@ mod inventory_tests {
                 .iter()
                 .enumerate()
             {
-                // The fake's ASGs carry no kops tag: membership falls back to the role label.
+                // The fake's ASGs carry no kops tag: membership is by the ASGs' instances.
                 nodes.push(node(
                     &format!("n-{zone}-{i}"),
                     &name,

@@ -7,7 +7,7 @@ use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::{
     AutoScalingGroupStatus, LastInterruption, NodeInterruption, NodeStatus, NotJoinedInstance,
 };
-use crate::crd::{NodeGroup, NodeGroupStatus, Role};
+use crate::crd::{NodeGroup, NodeGroupStatus};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::k8s::node::{
     INSTANCE_GROUP_LABEL, is_ready, is_unschedulable, node_instance_id, parse_provider_id,
-    role_matches,
 };
 
 pub const INVENTORY_SYNCED: &str = "InventorySynced";
@@ -81,8 +80,11 @@ pub enum Membership {
     Selector(LabelSelector),
     /// Default: the kops instance groups named by the ASGs' tags.
     InstanceGroups(BTreeSet<String>),
-    /// Default when the ASGs exist but carry no kops tag: the role label.
-    Role(Role),
+    /// Default when the ASGs exist but carry no kops tag: the Nodes whose
+    /// instance is in one of the group's ASGs (per this sync's describe).
+    /// Never every Node of the role: that would claim other groups' nodes,
+    /// inflate Ready and could scale in the group's own.
+    Instances(BTreeSet<String>),
     /// None of the group's ASGs exists: nothing to infer membership from, so
     /// no Node is claimed (rather than every Node of the role).
     Nothing,
@@ -101,7 +103,11 @@ impl Membership {
             .filter_map(|a| a.tags.get(INSTANCE_GROUP_LABEL).cloned())
             .collect();
         if instance_groups.is_empty() {
-            Membership::Role(group.spec.role)
+            Membership::Instances(
+                asgs.iter()
+                    .flat_map(|a| a.instances.iter().map(|i| i.instance_id.clone()))
+                    .collect(),
+            )
         } else {
             Membership::InstanceGroups(instance_groups)
         }
@@ -114,7 +120,9 @@ impl Membership {
             Membership::InstanceGroups(groups) => labels
                 .get(INSTANCE_GROUP_LABEL)
                 .is_some_and(|g| groups.contains(g)),
-            Membership::Role(role) => role_matches(*role, labels),
+            Membership::Instances(ids) => {
+                node_instance_id(node).is_some_and(|id| ids.contains(&id))
+            }
             Membership::Nothing => false,
         }
     }
@@ -390,7 +398,7 @@ pub fn sync_failed_status(
 pub(crate) mod tests {
     use super::*;
     use crate::cloud::{AsgInstance, Lifecycle};
-    use crate::k8s::node::{CONTROL_PLANE_LABEL, WORKER_LABEL};
+    use crate::k8s::node::WORKER_LABEL;
     use chrono::TimeZone;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus as K8sNodeStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta};
@@ -781,19 +789,29 @@ pub(crate) mod tests {
         assert!(membership.includes(&with(&[("pool", "web")])));
         assert!(!membership.includes(&with(&[("pool", "web"), ("tier", "batch")])));
         assert!(!membership.includes(&with(&[("pool", "db")])));
-        // No selector and no kops tags: the role label decides.
+        // No selector and no kops tags: only the Nodes on the group's own
+        // instances, never every Node of the role (another group's would be
+        // claimed, Ready inflated, and the group's own scaled in).
         g.spec.node_selector = None;
         let untagged = AsgDescription {
             tags: BTreeMap::new(),
-            ..asg("nodes-a", "", "z", &[], 0)
+            ..asg("nodes-a", "", "z", &["i-1"], 1)
         };
+        let membership = Membership::of(&g, &[untagged]);
         assert_eq!(
-            Membership::of(&g, &[untagged]),
-            Membership::Role(Role::Worker)
+            membership,
+            Membership::Instances(BTreeSet::from(["i-1".to_string()]))
         );
-        assert!(Membership::Role(Role::Worker).includes(&with(&[(WORKER_LABEL, "")])));
-        assert!(!Membership::Role(Role::Master).includes(&with(&[(WORKER_LABEL, "")])));
-        assert!(Membership::Role(Role::Master).includes(&with(&[(CONTROL_PLANE_LABEL, "")])));
+        assert!(membership.includes(&with(&[(WORKER_LABEL, "")])));
+        let mut elsewhere = node("m", "x", "z", "i-2", true);
+        elsewhere.metadata.labels = Some(labels(&[(WORKER_LABEL, "")]));
+        assert!(
+            !membership.includes(&elsewhere),
+            "a worker of another group's ASG is not ours"
+        );
+        let mut no_provider = with(&[(WORKER_LABEL, "")]);
+        no_provider.spec = None;
+        assert!(!membership.includes(&no_provider));
     }
 
     #[test]
