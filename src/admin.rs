@@ -27,10 +27,27 @@ impl Readiness {
     }
 }
 
+/// What `/healthz` reports: failing once the controllers have stopped by
+/// themselves several times in a row, so the kubelet restarts the process
+/// (a fresh one may get past what keeps failing: a wedged client, a bad
+/// watch) rather than it backing off forever.
+#[derive(Clone, Default)]
+pub struct Liveness(Arc<AtomicBool>);
+
+impl Liveness {
+    pub fn set_failing(&self, failing: bool) {
+        self.0.store(failing, Ordering::Release);
+    }
+    pub fn alive(&self) -> bool {
+        !self.0.load(Ordering::Acquire)
+    }
+}
+
 #[derive(Clone)]
 struct AdminState {
     metrics: Arc<Metrics>,
     readiness: Readiness,
+    liveness: Liveness,
 }
 
 /// Binds the admin address; returns the bound address (useful with port 0).
@@ -44,13 +61,18 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     readiness: Readiness,
+    liveness: Liveness,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz_handler))
         .route("/readyz", get(readyz_handler))
-        .with_state(AdminState { metrics, readiness });
+        .with_state(AdminState {
+            metrics,
+            readiness,
+            liveness,
+        });
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
@@ -67,10 +89,44 @@ async fn metrics_handler(State(state): State<AdminState>) -> impl IntoResponse {
     )
 }
 
+async fn healthz_handler(State(state): State<AdminState>) -> impl IntoResponse {
+    if state.liveness.alive() {
+        (StatusCode::OK, "ok")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the controllers keep stopping; restart wanted",
+        )
+    }
+}
+
 async fn readyz_handler(State(state): State<AdminState>) -> impl IntoResponse {
     if state.readiness.get() {
         (StatusCode::OK, "ready")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn healthz_fails_only_while_the_controllers_keep_stopping() {
+        let state = AdminState {
+            metrics: Arc::new(Metrics::default()),
+            readiness: Readiness::default(),
+            liveness: Liveness::default(),
+        };
+        let status = |s: &AdminState| {
+            let s = s.clone();
+            async move { healthz_handler(State(s)).await.into_response().status() }
+        };
+        assert_eq!(status(&state).await, StatusCode::OK);
+        state.liveness.set_failing(true);
+        assert_eq!(status(&state).await, StatusCode::SERVICE_UNAVAILABLE);
+        state.liveness.set_failing(false);
+        assert_eq!(status(&state).await, StatusCode::OK);
     }
 }

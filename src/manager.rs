@@ -105,7 +105,16 @@ pub struct RestartBackoff {
     restarts: u32,
 }
 
+/// Controllers that ran this long before stopping were healthy until then.
+const HEALTHY_STRETCH: std::time::Duration = std::time::Duration::from_secs(300);
+
 impl RestartBackoff {
+    /// Fewer than 3 stops in a row: keep restarting in-process; from the
+    /// third, `/healthz` fails so that the kubelet restarts the process.
+    pub fn healthy(&self) -> bool {
+        self.restarts < 3
+    }
+
     pub fn next_wait(&mut self) -> std::time::Duration {
         let wait = std::time::Duration::from_secs(1u64 << self.restarts.min(6))
             .min(std::time::Duration::from_secs(60));
@@ -119,6 +128,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
     let settings = Arc::new(settings);
     let metrics = Arc::new(Metrics::default());
     let readiness = Readiness::default();
+    let liveness = admin::Liveness::default();
 
     let listener = admin::bind(settings.admin_address).await?;
     let admin_addr = listener.local_addr().map_err(Error::Admin)?;
@@ -127,6 +137,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         listener,
         metrics.clone(),
         readiness.clone(),
+        liveness.clone(),
         shutdown.clone(),
     ));
 
@@ -212,6 +223,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         metrics.leader.set(1);
         info!(identity = %settings.identity, "leading: starting controllers");
         let controllers = shutdown.child_token();
+        let term_started = std::time::Instant::now();
         let mut task = tokio::spawn(crate::controllers::run_all(
             ctx.clone(),
             controllers.clone(),
@@ -236,9 +248,14 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
             let _ = task.await;
         }
         if crashed {
+            // A crash after a long healthy stretch starts the count afresh.
+            if term_started.elapsed() >= HEALTHY_STRETCH {
+                restarts = RestartBackoff::default();
+            }
             // Not at once: a controller that cannot start (an apiserver
             // refusing its watch) would otherwise relist every Node in a loop.
             let wait = restarts.next_wait();
+            liveness.set_failing(!restarts.healthy());
             metrics.controller_restarts.inc();
             error!(retry_in = ?wait, "controllers stopped unexpectedly; restarting them after a pause");
             tokio::select! {
@@ -247,6 +264,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
             }
         } else {
             restarts = RestartBackoff::default();
+            liveness.set_failing(false);
         }
     }
     info!("shutting down: every controller has stopped");
@@ -268,6 +286,13 @@ mod restart_tests {
         let mut b = RestartBackoff::default();
         let waits: Vec<u64> = (0..9).map(|_| b.next_wait().as_secs()).collect();
         assert_eq!(waits, vec![1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        let mut b = RestartBackoff::default();
+        assert!(b.healthy());
+        b.next_wait();
+        b.next_wait();
+        assert!(b.healthy(), "two stops in a row");
+        b.next_wait();
+        assert!(!b.healthy(), "the third: liveness fails");
         let mut b = RestartBackoff { restarts: u32::MAX };
         assert_eq!(b.next_wait(), Duration::from_secs(60), "never overflows");
     }

@@ -20,8 +20,24 @@ fn documents(path: &Path) -> Vec<DynamicObject> {
 
 async fn apply_file(client: &kube::Client, discovery: &Discovery, path: &Path) -> Vec<String> {
     let mut applied = vec![];
-    for obj in documents(path) {
-        let types = obj.types.clone().expect("apiVersion and kind");
+    for mut obj in documents(path) {
+        let mut types = obj.types.clone().expect("apiVersion and kind");
+        // The local apiserver is Debian's 1.20, which serves PodDisruptionBudget
+        // only as policy/v1beta1 (same fields as the policy/v1 we ship for
+        // current clusters, where v1beta1 is gone). Nothing else is rewritten.
+        if types.api_version == "policy/v1"
+            && types.kind == "PodDisruptionBudget"
+            && discovery
+                .resolve_gvk(&kube::api::GroupVersionKind::gvk(
+                    "policy",
+                    "v1",
+                    "PodDisruptionBudget",
+                ))
+                .is_none()
+        {
+            types.api_version = "policy/v1beta1".into();
+            obj.types = Some(types.clone());
+        }
         let gvk = kube::api::GroupVersionKind::try_from(&types).expect("gvk");
         let (resource, caps) = discovery
             .resolve_gvk(&gvk)

@@ -183,7 +183,10 @@ pub struct AwsClients {
 /// Loads the SDK configuration: the standard chain (env, profile, IRSA web
 /// identity, instance metadata) with our region and endpoint overrides.
 pub async fn load_sdk_config(settings: &AwsSettings) -> SdkConfig {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    // Adaptive retries: throttling slows our own request rate, as the Describe
+    // budget is shared with every other tool in the account.
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(aws_config::retry::RetryConfig::adaptive());
     if let Some(region) = &settings.region {
         loader = loader.region(aws_config::Region::new(region.clone()));
     }
@@ -242,5 +245,40 @@ impl AwsClients {
             autoscaling: aws_sdk_autoscaling::Client::from_conf(asg.build()),
             ec2: aws_sdk_ec2::Client::from_conf(ec2.build()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_sdk_retries_adaptively_and_the_managers_calls_are_bounded() {
+        let sdk = load_sdk_config(&AwsSettings {
+            region: Some("ap-northeast-1".into()),
+            endpoint: Some("http://127.0.0.1:1".into()),
+            emulator_account: None,
+        })
+        .await;
+        assert_eq!(
+            sdk.retry_config().map(|r| r.mode()),
+            Some(aws_config::retry::RetryMode::Adaptive)
+        );
+        let fenced = AwsClients::fenced(
+            &sdk,
+            None,
+            &Fencing {
+                leadership: crate::leader::Leadership::always(),
+                operation_timeout: std::time::Duration::from_millis(4500),
+            },
+        );
+        assert_eq!(
+            fenced
+                .autoscaling
+                .config()
+                .timeout_config()
+                .and_then(|t| t.operation_timeout()),
+            Some(std::time::Duration::from_millis(4500))
+        );
     }
 }
