@@ -115,6 +115,11 @@ fn node_fingerprint(node: &Node) -> u64 {
     node::is_unschedulable(node).hash(&mut h);
     node::is_ready(node).hash(&mut h);
     node.metadata.deletion_timestamp.is_some().hash(&mut h);
+    // An interruption notice and its progress (drained, a lifecycle action's
+    // heartbeat) drive the replenisher through the group's status.
+    node.annotations()
+        .get(crate::interruption::mark::ANNOTATION)
+        .hash(&mut h);
     h.finish()
 }
 

@@ -6,11 +6,16 @@
 //! - a run in the skipped hour happens at the first instant after the gap;
 //! - a run in the repeated hour happens once, at its first occurrence.
 
-use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
+use chrono::{DateTime, Datelike, NaiveDateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 
 /// The first run strictly after `after`, or None if the schedule never fires again.
 pub fn next_run(schedule: &cron::Schedule, tz: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    // Outside any calendar a schedule is written for, the cron crate's own
+    // arithmetic would overflow (it panics): a clock this wrong never fires.
+    if !(1..=9999).contains(&after.year()) {
+        return None;
+    }
     // Evaluate the schedule on local wall-clock time (naive), then map each
     // candidate to a real instant with the rules above.
     let local_now = after.with_timezone(&tz).naive_local();
@@ -47,6 +52,15 @@ mod tests {
     use chrono_tz::America::New_York;
     use chrono_tz::Asia::Tokyo;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_clock_outside_any_calendar_never_fires_and_never_panics() {
+        let s = parse_schedule("0 3 * * *").expect("schedule");
+        for t in [DateTime::<Utc>::MAX_UTC, DateTime::<Utc>::MIN_UTC] {
+            assert_eq!(next_run(&s, Tokyo, t), None);
+            assert_eq!(next_run(&s, New_York, t), None);
+        }
+    }
 
     fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).unwrap()

@@ -1256,6 +1256,43 @@ fn deleting_the_group_mid_drain_uncordons_the_node_and_unwinds_the_run() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
+    /// No duration, however long, and no clock, however far off, makes a
+    /// refresher plan panic, at any point of a run; no requeue is longer
+    /// than the runtime can take.
+    #[test]
+    fn extreme_durations_and_clocks_never_panic(
+        before in proptest::collection::vec(event(), 0..60),
+        drain in any::<u64>(),
+        ready in any::<u64>(),
+        settle in any::<u64>(),
+        age in proptest::option::of(any::<u64>()),
+        now in prop_oneof![
+            Just(DateTime::<Utc>::MIN_UTC),
+            Just(DateTime::<Utc>::MAX_UTC),
+            (DateTime::<Utc>::MIN_UTC.timestamp()..=DateTime::<Utc>::MAX_UTC.timestamp())
+                .prop_map(|s| DateTime::from_timestamp(s, 0).unwrap_or(DateTime::<Utc>::MAX_UTC)),
+        ],
+        master in any::<bool>(),
+    ) {
+        let role = if master { Role::Master } else { Role::Worker };
+        let mut sim = Sim::new(role, 3, 1, if master { 0 } else { 1 });
+        for e in before {
+            sim.apply(e);
+        }
+        if let Ok(s) = sim.settings.as_mut() {
+            s.drain_timeout = Duration::from_secs(drain);
+            s.ready_timeout = Duration::from_secs(ready);
+            s.master_settle_time = Duration::from_secs(settle);
+            s.max_node_age = age.map(Duration::from_secs);
+        }
+        sim.now = now;
+        let plan = sim.plan();
+        prop_assert!(
+            plan.requeue <= crate::controllers::vocabulary::LONGEST_WAIT,
+            "a requeue of {:?}", plan.requeue
+        );
+    }
+
     /// Deleting the NodeGroup at any point of a run: the run ends, no node
     /// is left cordoned, no new run starts, Ready never drops below
     /// desired, every ASG gets its recorded count back, the lock is free.
