@@ -52,6 +52,19 @@ async fn marked(nodes: &Api<Node>, instance: &str) -> Option<Node> {
     (cordoned && tainted && labelled && record_of(&node).is_some()).then_some(node)
 }
 
+/// What the manager ordered of AWS (its own counters): raises
+/// (SetDesiredCapacity) and terminations through an ASG.
+fn assert_orders(metrics: &str, raises: u64, terminations: u64, why: &str) {
+    assert_eq!(
+        (
+            support::performed(metrics, "set_desired_capacity"),
+            support::performed(metrics, "terminate_instance_in_auto_scaling_group"),
+        ),
+        (raises, terminations),
+        "{why}: {metrics}"
+    );
+}
+
 /// When the drain of `instance` ended, from the group's last interruption
 /// (kept there after the node is gone: it is terminated soon after).
 async fn drain_ended(
@@ -679,15 +692,11 @@ async fn when_its_own_asg_cannot_launch_the_replacement_comes_from_another_and_t
     })
     .await;
     let metrics = steady.manager.assert_metrics().await;
-    assert_eq!(
-        support::performed(&metrics, "set_desired_capacity"),
+    assert_orders(
+        &metrics,
         1,
-        "one raise, in {elsewhere}: {metrics}"
-    );
-    assert_eq!(
-        support::performed(&metrics, "terminate_instance_in_auto_scaling_group"),
         2,
-        "the interrupted instance, then the surplus: {metrics}"
+        &format!("one raise, in {elsewhere} / the interrupted instance, then the surplus"),
     );
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
     world.cleanup().await;
@@ -819,11 +828,7 @@ async fn an_asg_terminate_lifecycle_action_is_drained_kept_waiting_by_heartbeats
         "{metrics}"
     );
     // Its ASG replaced it: nothing ordered or removed by us.
-    assert_eq!(support::performed(&metrics, "set_desired_capacity"), 0);
-    assert_eq!(
-        support::performed(&metrics, "terminate_instance_in_auto_scaling_group"),
-        0
-    );
+    assert_orders(&metrics, 0, 0, "its ASG replaces it: nothing ordered by us");
     assert!(event_count(world, "LifecycleActionCompleted").await >= 1);
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
     world.cleanup().await;
@@ -875,15 +880,11 @@ async fn a_scheduled_change_naming_two_nodes_replaces_both_before_their_loss() {
     assert!(samples.min_ready >= Some(5), "{samples:?}");
     assert_eq!(queue.remaining().await, 0);
     let metrics = steady.manager.assert_metrics().await;
-    assert_eq!(
-        support::performed(&metrics, "set_desired_capacity"),
+    assert_orders(
+        &metrics,
         2,
-        "one raise per victim: {metrics}"
-    );
-    assert_eq!(
-        support::performed(&metrics, "terminate_instance_in_auto_scaling_group"),
         2,
-        "each victim removed by us: {metrics}"
+        "one raise per victim / each victim removed by us",
     );
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
     world.cleanup().await;
@@ -925,16 +926,7 @@ async fn a_stopping_instance_is_cordoned_and_drained_and_its_asg_replaces_it_onc
     assert_settled(&steady, &before, &original, std::slice::from_ref(&victim)).await;
     assert_eq!(queue.remaining().await, 0);
     let metrics = steady.manager.assert_metrics().await;
-    assert_eq!(
-        support::performed(&metrics, "set_desired_capacity"),
-        0,
-        "{metrics}"
-    );
-    assert_eq!(
-        support::performed(&metrics, "terminate_instance_in_auto_scaling_group"),
-        0,
-        "{metrics}"
-    );
+    assert_orders(&metrics, 0, 0, "its ASG replaces it: nothing ordered by us");
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
     world.cleanup().await;
 }
@@ -967,16 +959,7 @@ async fn with_ignore_a_rebalance_recommendation_writes_an_event_and_touches_noth
     assert_ne!(node.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
     assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
     let metrics = steady.manager.assert_metrics().await;
-    assert_eq!(
-        support::performed(&metrics, "set_desired_capacity"),
-        0,
-        "{metrics}"
-    );
-    assert_eq!(
-        support::performed(&metrics, "terminate_instance_in_auto_scaling_group"),
-        0,
-        "{metrics}"
-    );
+    assert_orders(&metrics, 0, 0, "Ignore: nothing ordered");
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
     world.cleanup().await;
 }
