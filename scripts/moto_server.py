@@ -42,7 +42,9 @@ API calls and gives it to a loop that runs like an ASG's own:
   last RecordLifecycleActionHeartbeat), then terminates. The hook's
   notification (the ASG's direct form, with a token) goes to its SQS
   NotificationTargetARN, and a TEST_NOTIFICATION when the hook is put, as
-  AWS does. Calls with a stale token are refused with AWS's text.
+  AWS does. Calls with a stale token are refused with AWS's text. A heartbeat
+  timeout below AWS's 30 s is accepted, as a time compression for tests (the
+  same as the timing tags): our code only reads the timeout, never puts it.
 
 Timings are flags (defaults below) and can be set per ASG with the tags
 `snm.test/launch-lag`, `snm.test/pending-time`, `snm.test/health-check-delay`

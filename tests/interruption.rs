@@ -759,7 +759,10 @@ async fn an_asg_terminate_lifecycle_action_is_drained_kept_waiting_by_heartbeats
     let original = instances(world, &kops.asgs).await;
     let asg = asg_of(&before, &victim);
     // kops's hook, notifying the queue directly: the ASG holds a leaving
-    // instance for its handler, 4 s at most without a heartbeat.
+    // instance for its handler, 4 s at most without a heartbeat. (AWS's least
+    // is 30 s; compressed like every timing here so that the drain outlasts
+    // it within seconds. The manager reads the timeout from the hook, so only
+    // the ratio of drain to timeout matters.)
     world
         .terminate_hook(&asg, "kops-nth-lifecycle-hook", queue, 4)
         .await;
@@ -960,6 +963,70 @@ async fn with_ignore_a_rebalance_recommendation_writes_an_event_and_touches_noth
     assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
     let metrics = steady.manager.assert_metrics().await;
     assert_orders(&metrics, 0, 0, "Ignore: nothing ordered");
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+    world.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_lifecycle_action_on_an_instance_that_never_joined_is_completed_at_once() {
+    let steady = SteadyGroup::workers("int-hook-unjoined")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    let asg = kops.asgs[0].clone();
+    // One more instance in the first ASG, which never registers a Node.
+    world
+        .tag_asg(&asg, support::sim::NEVER_JOIN_TAG, "true")
+        .await;
+    let original = world.asg_instances(&asg).await;
+    world
+        .aws
+        .autoscaling
+        .set_desired_capacity()
+        .auto_scaling_group_name(&asg)
+        .desired_capacity(2)
+        .send()
+        .await
+        .expect("raise");
+    let late = assert_eventually("an instance that never joined", WAIT, || async {
+        let status = steady.groups.get("workers").await.ok()?.status?;
+        status
+            .not_joined
+            .into_iter()
+            .map(|n| n.instance_id)
+            .find(|id| !original.contains(id))
+    })
+    .await;
+    // A hook whose timeout outlasts this test: only a completion by the
+    // manager lets the instance go.
+    world
+        .terminate_hook(&asg, "kops-nth-lifecycle-hook", queue, 600)
+        .await;
+    world.terminate_through_asg(&late).await;
+    assert_eventually("held, then completed and gone", WAIT, || async {
+        world
+            .lifecycle_state(&asg, &late)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eventually("the notices deleted", WAIT, || async {
+        (queue.remaining().await == 0).then_some(())
+    })
+    .await;
+    let metrics = steady.manager.assert_metrics().await;
+    assert_eq!(
+        support::performed(&metrics, "complete_lifecycle_action"),
+        1,
+        "{metrics}"
+    );
+    assert_eq!(
+        support::performed(&metrics, "lifecycle_action_heartbeat"),
+        0
+    );
+    assert!(event_count(world, "LifecycleActionCompleted").await >= 1);
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
     world.cleanup().await;
 }
