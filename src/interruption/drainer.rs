@@ -5,7 +5,7 @@
 //! named in an Event. The outcome is recorded in the mark.
 
 use super::mark::{self, HookAction, HookStep, LABEL, Record, hook_step};
-use crate::cloud::{HookCall, HookCallKind};
+use crate::cloud::HookCallKind;
 use crate::context::Context;
 use crate::k8s::drain::{drain_step_within, pods_to_move};
 use crate::mutation::Intent;
@@ -237,12 +237,7 @@ async fn lifecycle(
         warn!(controller = CONTROLLER, node = %name, instance = %record.instance_id, "lifecycle action recorded for another instance than the node's; not touched");
         return Ok(record);
     }
-    let call = HookCall {
-        asg: &action.auto_scaling_group,
-        hook: &action.hook,
-        token: &action.token,
-        instance_id: &record.instance_id,
-    };
+    let call = action.call(&record.instance_id);
     let (verb, kind) = match step {
         HookStep::Heartbeat => ("lifecycle_action_heartbeat", HookCallKind::Heartbeat),
         HookStep::Complete => ("complete_lifecycle_action", HookCallKind::Continue),

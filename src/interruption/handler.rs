@@ -322,12 +322,7 @@ async fn complete_unjoined(
     instance_id: &str,
     action: &super::mark::HookAction,
 ) -> Result<()> {
-    let call = crate::cloud::HookCall {
-        asg: &action.auto_scaling_group,
-        hook: &action.hook,
-        token: &action.token,
-        instance_id,
-    };
+    let call = action.call(instance_id);
     let cloud = ctx.cloud.cloud(action.region.as_deref());
     ctx.mutations
         .perform(

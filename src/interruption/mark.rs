@@ -65,6 +65,18 @@ pub struct HookAction {
     pub completed: Option<DateTime<Utc>>,
 }
 
+impl HookAction {
+    /// The call that extends or completes this action for `instance_id`.
+    pub fn call<'a>(&'a self, instance_id: &'a str) -> crate::cloud::HookCall<'a> {
+        crate::cloud::HookCall {
+            asg: &self.auto_scaling_group,
+            hook: &self.hook,
+            token: &self.token,
+            instance_id,
+        }
+    }
+}
+
 /// What a terminate lifecycle action needs from us now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HookStep {

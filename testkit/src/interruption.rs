@@ -216,19 +216,11 @@ impl World {
 impl World {
     /// The lifecycle state of `instance_id` in `asg` (None once it left).
     pub async fn lifecycle_state(&self, asg: &str, instance_id: &str) -> Option<String> {
-        self.aws
-            .autoscaling
-            .describe_auto_scaling_groups()
-            .auto_scaling_group_names(asg)
-            .send()
+        self.asg_members(asg)
             .await
-            .expect("describe ASG")
-            .auto_scaling_groups()
-            .first()?
-            .instances()
-            .iter()
-            .find(|i| i.instance_id() == Some(instance_id))
-            .and_then(|i| i.lifecycle_state().map(|s| s.as_str().to_string()))
+            .into_iter()
+            .find(|(id, _)| id == instance_id)
+            .map(|(_, state)| state)
     }
 
     /// What an operator does to replace an instance: terminate it through

@@ -310,8 +310,8 @@ impl World {
             .expect("untag ASG");
     }
 
-    /// Instance ids in an ASG, as moto reports them.
-    pub async fn asg_instances(&self, asg: &str) -> Vec<String> {
+    /// An ASG's members as moto reports them: (instance id, lifecycle state).
+    pub async fn asg_members(&self, asg: &str) -> Vec<(String, String)> {
         self.aws
             .autoscaling
             .describe_auto_scaling_groups()
@@ -324,10 +324,22 @@ impl World {
             .map(|g| {
                 g.instances()
                     .iter()
-                    .filter_map(|i| i.instance_id().map(str::to_string))
+                    .filter_map(|i| {
+                        let state = i.lifecycle_state().map(|s| s.as_str().to_string());
+                        Some((i.instance_id()?.to_string(), state.unwrap_or_default()))
+                    })
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Instance ids in an ASG, as moto reports them.
+    pub async fn asg_instances(&self, asg: &str) -> Vec<String> {
+        self.asg_members(asg)
+            .await
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect()
     }
 
     /// (desired, instance ids) of every ASG, to check nothing was mutated.

@@ -529,7 +529,7 @@ fn related_groups(store: &Store<NodeGroup>, changed: &NodeGroup) -> Vec<ObjectRe
         .iter()
         .filter(|g| key(g) != key(changed))
         .filter(|g| {
-            !asg_conflicts(g, std::slice::from_ref(&Arc::new(changed.clone()))).is_empty()
+            !asg_conflicts(g, [changed]).is_empty()
                 || g.status.as_ref().is_some_and(|s| {
                     s.conditions
                         .iter()
@@ -543,11 +543,12 @@ fn related_groups(store: &Store<NodeGroup>, changed: &NodeGroup) -> Vec<ObjectRe
 /// Pure: the ASGs of `group` that another group also names (same region).
 /// Two groups acting on one ASG would each take the other's nodes for its
 /// own: both are invalid, and neither acts until one lets go.
-pub fn asg_conflicts(
+pub fn asg_conflicts<'a>(
     group: &NodeGroup,
-    others: &[Arc<NodeGroup>],
+    others: impl IntoIterator<Item = &'a NodeGroup>,
 ) -> Vec<crate::crd::nodegroup::SpecProblem> {
     let me = (group.namespace(), group.name_any());
+    let others: Vec<&NodeGroup> = others.into_iter().collect();
     let mut problems = vec![];
     for (i, asg) in group.spec.auto_scaling_groups.iter().enumerate() {
         let mut claimed_by: Vec<String> = others
@@ -590,7 +591,7 @@ pub fn validated_status(
     let generation = group.metadata.generation;
     let mut next = current.clone();
     let mut problems = group.spec.validate();
-    problems.extend(asg_conflicts(group, others));
+    problems.extend(asg_conflicts(group, others.iter().map(|g| g.as_ref())));
     match problems.first() {
         None => set_condition(
             &mut next.conditions,
@@ -729,7 +730,7 @@ mod tests {
         let status = validated_status(&elsewhere, &all, &NodeGroupStatus::default(), now);
         let c = crate::crd::condition::find(&status.conditions, SPEC_VALID).expect("condition");
         assert_eq!(c.status, ConditionStatus::True, "{}", c.message);
-        assert!(asg_conflicts(&b, std::slice::from_ref(&b)).is_empty());
+        assert!(asg_conflicts(&b, [b.as_ref()]).is_empty());
         // Once one lets go, the other is valid again.
         let b_moved = named("b", serde_json::json!([{"name": "other"}]), None);
         let status = validated_status(&a, &[a.clone(), b_moved], &NodeGroupStatus::default(), now);

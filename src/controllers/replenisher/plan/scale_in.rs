@@ -4,7 +4,7 @@
 
 use super::scale_up::ready_in;
 use super::{Action, Plan, SCALE_IN_DRAIN_TIMEOUT, Stage};
-use crate::controllers::vocabulary::after as later;
+use crate::controllers::vocabulary::after;
 use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
 use std::time::Duration;
 
@@ -29,14 +29,14 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
         .nodes
         .iter()
         .any(|n| n.instance_id.as_deref() == Some(&target.instance_id) && n.ready);
-    let after = s.ready - i32::from(target_ready);
-    let abandon = if after < input.desired {
+    let ready_without = s.ready - i32::from(target_ready);
+    let abandon = if ready_without < input.desired {
         Some(format!(
-            "removing {} would leave {after} Ready node(s), below {}",
+            "removing {} would leave {ready_without} Ready node(s), below {}",
             target.node, input.desired
         ))
     } else if target.terminating.is_none()
-        && input.now >= later(target.since, SCALE_IN_DRAIN_TIMEOUT)
+        && input.now >= after(target.since, SCALE_IN_DRAIN_TIMEOUT)
     {
         Some(format!("drain of {} timed out", target.node))
     } else {

@@ -109,6 +109,18 @@ impl Scenario {
             .collect()
     }
 
+    /// After a shortage: a launched again, c had been raised by one and
+    /// its extra node `nc2` is Ready (a surplus to take back).
+    fn surplus_in_c(mut self) -> Self {
+        self.asgs[1] = asg("c", 2, 2, 3);
+        self.nodes.push(node("nc2", "c", true, 5));
+        self.status.raised = vec![AsgCount {
+            auto_scaling_group: "c".into(),
+            count: 1,
+        }];
+        self
+    }
+
     /// Zone a is short: its node is gone and its launch failed.
     fn shortage_in_a(mut self) -> Self {
         self.asgs[0] = failing(asg("a", 1, 0, 3));
@@ -299,13 +311,7 @@ fn without_the_lock_it_asks_for_it_first() {
 fn with_the_circuit_breaker_open_nothing_is_terminated_but_replacements_launch() {
     let open = Some("4 of 6 node(s) NotReady".to_string());
     // A surplus to take back: not while the breaker is open.
-    let mut s = Scenario::steady();
-    s.asgs[1] = asg("c", 2, 2, 3);
-    s.nodes.push(node("nc2", "c", true, 5));
-    s.status.raised = vec![AsgCount {
-        auto_scaling_group: "c".into(),
-        count: 1,
-    }];
+    let mut s = Scenario::steady().surplus_in_c();
     s.breaker = open.clone();
     let p = s.plan();
     assert_eq!(p.action, Action::ReleaseLock, "{}", p.message);
@@ -334,14 +340,7 @@ fn with_the_circuit_breaker_open_nothing_is_terminated_but_replacements_launch()
 
 #[test]
 fn after_a_shortage_the_surplus_is_taken_back_from_the_raised_asg() {
-    let mut s = Scenario::steady();
-    // a launched again; c had been raised by one.
-    s.asgs[1] = asg("c", 2, 2, 3);
-    s.nodes.push(node("nc2", "c", true, 5));
-    s.status.raised = vec![AsgCount {
-        auto_scaling_group: "c".into(),
-        count: 1,
-    }];
+    let mut s = Scenario::steady().surplus_in_c();
     let p = s.plan();
     let Action::Drain(target) = p.action else {
         panic!("expected a drain, got {:?}", p.action)
