@@ -115,10 +115,11 @@ fn node_fingerprint(node: &Node) -> u64 {
     node::is_unschedulable(node).hash(&mut h);
     node::is_ready(node).hash(&mut h);
     node.metadata.deletion_timestamp.is_some().hash(&mut h);
-    // An interruption notice and its progress (drained, a lifecycle action's
-    // heartbeat) drive the replenisher through the group's status.
-    node.annotations()
-        .get(crate::interruption::mark::ANNOTATION)
+    // An interruption notice and its drain's end drive the replenisher
+    // through the group's status: the fields the status copies, and no more
+    // (a lifecycle action's heartbeat is no reason to describe AWS again).
+    crate::interruption::mark::record_of(node)
+        .map(|r| (r.kind, r.instance_id, r.noticed, r.deadline, r.drained))
         .hash(&mut h);
     h.finish()
 }
@@ -854,5 +855,58 @@ mod inventory_tests {
         let mut cordoned = n.clone();
         cordoned.spec.as_mut().unwrap().unschedulable = Some(true);
         assert_ne!(node_fingerprint(&n), node_fingerprint(&cordoned));
+    }
+
+    #[test]
+    fn a_drains_end_changes_the_fingerprint_a_lifecycle_heartbeat_does_not() {
+        use crate::interruption::mark::{ANNOTATION, HookAction, Record};
+        use chrono::TimeZone;
+        let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap();
+        let with = |r: &Record| {
+            let mut n = node("n1", "nodes-a", "zone-a", "i-1", true);
+            n.metadata.annotations = Some(
+                [(
+                    ANNOTATION.to_string(),
+                    serde_json::to_string(r).expect("json"),
+                )]
+                .into(),
+            );
+            n
+        };
+        let record = Record {
+            kind: "terminate_lifecycle_action".into(),
+            instance_id: "i-1".into(),
+            noticed: t0,
+            deadline: t0 + chrono::Duration::seconds(90),
+            group: None,
+            drained: None,
+            pods_left: None,
+            lifecycle: Some(HookAction {
+                auto_scaling_group: "nodes-a".into(),
+                hook: "h".into(),
+                token: "t".into(),
+                region: None,
+                heartbeat: None,
+                completed: None,
+            }),
+        };
+        let plain = node("n1", "nodes-a", "zone-a", "i-1", true);
+        assert_ne!(node_fingerprint(&plain), node_fingerprint(&with(&record)));
+        let mut beat = record.clone();
+        if let Some(a) = beat.lifecycle.as_mut() {
+            a.heartbeat = Some(t0 + chrono::Duration::seconds(15));
+        }
+        assert_eq!(
+            node_fingerprint(&with(&record)),
+            node_fingerprint(&with(&beat))
+        );
+        let drained = Record {
+            drained: Some(t0 + chrono::Duration::seconds(30)),
+            ..record.clone()
+        };
+        assert_ne!(
+            node_fingerprint(&with(&record)),
+            node_fingerprint(&with(&drained))
+        );
     }
 }
