@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use spot_node_manager::cloud::fake::FakeCloud;
 use spot_node_manager::controllers::inventory::controller::observe_aws;
+use spot_node_manager::controllers::inventory::facts::InstanceFacts;
 use spot_node_manager::controllers::inventory::plan;
 use spot_node_manager::crd::NodeGroup;
 use spot_node_manager::k8s::node::WORKER_LABEL;
@@ -79,8 +80,14 @@ fn main() {
         .expect("group");
         let rounds = (20_000 / nodes.len()).clamp(5, 2000);
         cloud.reset_calls();
+        // A first sync, as after a restart: every instance described.
         let view = runtime
-            .block_on(observe_aws(&cloud, &group, &nodes))
+            .block_on(observe_aws(
+                &cloud,
+                &InstanceFacts::default(),
+                &group,
+                &nodes,
+            ))
             .expect("observe");
         let calls = cloud.total_calls();
         let status = |view: &plan::AwsView| {
@@ -89,9 +96,11 @@ fn main() {
         let compute = micros_per_round(rounds, || {
             std::hint::black_box(status(&view));
         });
+        // Steady syncs: the instances' facts are known.
+        let facts = InstanceFacts::default();
         let whole = micros_per_round(rounds, || {
             let view = runtime
-                .block_on(observe_aws(&cloud, &group, &nodes))
+                .block_on(observe_aws(&cloud, &facts, &group, &nodes))
                 .expect("observe");
             std::hint::black_box(status(&view));
         });

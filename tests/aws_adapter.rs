@@ -72,29 +72,34 @@ async fn a_short_asg_reports_its_newest_launch_failure_and_suspended_processes()
         .expect("suspend");
     let aws = cloud(&world);
     aws.set_desired_capacity(asg, 2).await.expect("raise");
-    let g = assert_eventually("a failed launch", Duration::from_secs(30), || async {
-        let g = aws.describe_groups(std::slice::from_ref(asg)).await.ok()?;
-        g.into_iter().find(|g| g.recent_failure.is_some())
+    let failure = assert_eventually("a failed launch", Duration::from_secs(30), || async {
+        aws.launch_failure(asg).await.ok()?
     })
     .await;
     assert!(
-        g.recent_failure
-            .as_deref()
-            .is_some_and(|f| f.starts_with("Could not launch Spot Instances")),
-        "{g:?}"
+        failure.starts_with("Could not launch Spot Instances"),
+        "{failure}"
     );
-    assert_eq!(g.suspended_processes, ["AZRebalance"]);
+    let g = aws
+        .describe_groups(std::slice::from_ref(asg))
+        .await
+        .expect("describe");
+    assert_eq!(g[0].suspended_processes, ["AZRebalance"]);
+    assert!(
+        g[0].recent_failure.is_none(),
+        "a plain describe asks no activity"
+    );
     // Capacity returns: the newest launch succeeds, and the old failure no
     // longer counts.
     world.untag_asg(asg, "snm.test/no-capacity", "true").await;
     world.wait_in_service(asg, 2).await;
     aws.set_desired_capacity(asg, 3).await.expect("raise");
-    let g = assert_eventually("a launch in flight", Duration::from_secs(30), || async {
+    assert_eventually("a launch in flight", Duration::from_secs(30), || async {
         let g = aws.describe_groups(std::slice::from_ref(asg)).await.ok()?;
         g.into_iter().find(|g| g.active_instances() < 3)
     })
     .await;
-    assert!(g.recent_failure.is_none(), "{g:?}");
+    assert_eq!(aws.launch_failure(asg).await.expect("activities"), None);
     world.cleanup().await;
 }
 

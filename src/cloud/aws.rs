@@ -95,44 +95,39 @@ impl Cloud for AwsCloud {
                 }
             }
         }
-        // Why an ASG below its desired count is there: its newest launch
-        // activity. Asked only for such ASGs, so the cost does not grow with
-        // nodes. Only the newest launch counts: an old failure followed by a
-        // launch in flight is not a shortage.
-        for group in groups
-            .iter_mut()
-            .filter(|g| (g.active_instances() as i32) < g.desired)
-        {
-            self.count("DescribeScalingActivities");
-            let activities = self
-                .clients
-                .autoscaling
-                .describe_scaling_activities()
-                .auto_scaling_group_name(&group.name)
-                .max_records(10)
-                .send()
-                .await
-                .map_err(aws_error("DescribeScalingActivities", group.name.clone()))?;
-            group.recent_failure = activities
-                .activities()
-                .iter()
-                .find(|a| a.description().is_some_and(|d| d.starts_with("Launching")))
-                .and_then(|a| {
-                    let failed =
-                        matches!(
-                        a.status_code(),
-                        Some(aws_sdk_autoscaling::types::ScalingActivityStatusCode::Failed)
-                            | Some(aws_sdk_autoscaling::types::ScalingActivityStatusCode::Cancelled)
-                    );
-                    failed.then(|| {
-                        a.status_message()
-                            .or(a.description())
-                            .unwrap_or("scaling activity failed")
-                            .to_string()
-                    })
-                });
-        }
         Ok(groups)
+    }
+
+    async fn launch_failure(&self, asg: &str) -> Result<Option<String>> {
+        self.count("DescribeScalingActivities");
+        let activities = self
+            .clients
+            .autoscaling
+            .describe_scaling_activities()
+            .auto_scaling_group_name(asg)
+            .max_records(10)
+            .send()
+            .await
+            .map_err(aws_error("DescribeScalingActivities", asg))?;
+        // Only the newest launch counts: an old failure followed by a launch
+        // in flight is not a shortage.
+        Ok(activities
+            .activities()
+            .iter()
+            .find(|a| a.description().is_some_and(|d| d.starts_with("Launching")))
+            .and_then(|a| {
+                let failed = matches!(
+                    a.status_code(),
+                    Some(aws_sdk_autoscaling::types::ScalingActivityStatusCode::Failed)
+                        | Some(aws_sdk_autoscaling::types::ScalingActivityStatusCode::Cancelled)
+                );
+                failed.then(|| {
+                    a.status_message()
+                        .or(a.description())
+                        .unwrap_or("scaling activity failed")
+                        .to_string()
+                })
+            }))
     }
 
     async fn describe_instances(&self, ids: &[String]) -> Result<Vec<InstanceDescription>> {
@@ -392,10 +387,14 @@ impl CloudProvider for AwsCloudProvider {
                     None => AwsClients::new(&sdk, account),
                 };
                 let cloud = AwsCloud::new(clients);
-                Arc::new(match &self.metrics {
+                let cloud: Arc<dyn Cloud> = Arc::new(match &self.metrics {
                     Some(m) => cloud.with_metrics(m.clone()),
                     None => cloud,
-                })
+                });
+                Arc::new(super::cache::CachedCloud::new(
+                    cloud,
+                    super::cache::DESCRIBE_FLOOR,
+                ))
             })
             .clone()
     }

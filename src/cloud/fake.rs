@@ -225,7 +225,16 @@ impl Cloud for FakeCloud {
         Ok(names
             .iter()
             .filter_map(|n| state.groups.get(n).cloned())
+            .map(|g| AsgDescription {
+                recent_failure: None,
+                ..g
+            })
             .collect())
+    }
+
+    async fn launch_failure(&self, asg: &str) -> Result<Option<String>> {
+        let state = self.enter("launch_failure")?;
+        Ok(state.groups.get(asg).and_then(|g| g.recent_failure.clone()))
     }
 
     async fn describe_instances(&self, ids: &[String]) -> Result<Vec<InstanceDescription>> {
@@ -302,7 +311,12 @@ impl Cloud for FakeCloud {
 }
 
 impl CloudProvider for FakeCloud {
+    /// Through the same launch-activity policy as the real provider, with no
+    /// sharing window: each look sees the fake's state as it is now.
     fn cloud(&self, _region: Option<&str>) -> Arc<dyn Cloud> {
-        Arc::new(self.clone())
+        Arc::new(super::cache::CachedCloud::new(
+            Arc::new(self.clone()),
+            std::time::Duration::ZERO,
+        ))
     }
 }

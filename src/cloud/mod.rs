@@ -7,6 +7,7 @@
 //! mutation gate (`crate::mutation`), after checking what they may touch.
 
 pub mod aws;
+pub mod cache;
 #[cfg(feature = "test-support")]
 pub mod emulator;
 #[cfg(any(test, feature = "test-support"))]
@@ -33,7 +34,8 @@ pub struct AsgDescription {
     pub launch_template: Option<String>,
     pub tags: BTreeMap<String, String>,
     /// The newest launch activity's failure message, when that activity
-    /// failed (described only for an ASG below its desired count).
+    /// failed. Filled by [`cache::CachedCloud`], only for an ASG below its
+    /// desired count (a plain `describe_groups` leaves it None).
     pub recent_failure: Option<String>,
     /// Suspended scaling processes (Launch, Terminate, HealthCheck, ...).
     pub suspended_processes: Vec<String>,
@@ -129,6 +131,9 @@ pub trait Cloud: Send + Sync {
     /// The named ASGs that exist (missing names are simply absent), in one
     /// batched, paginated call.
     async fn describe_groups(&self, names: &[String]) -> Result<Vec<AsgDescription>>;
+    /// The failure message of the ASG's newest launch activity, when that
+    /// activity failed (an older failure followed by a launch is none).
+    async fn launch_failure(&self, asg: &str) -> Result<Option<String>>;
     /// The given instances that exist, described in pages of ids.
     async fn describe_instances(&self, ids: &[String]) -> Result<Vec<InstanceDescription>>;
     async fn set_desired_capacity(&self, asg: &str, desired: i32) -> Result<()>;

@@ -291,6 +291,7 @@ pub struct SteadyGroupBuilder {
     args: Vec<String>,
     queue: bool,
     config: String,
+    resync: String,
 }
 
 impl SteadyGroup {
@@ -323,6 +324,7 @@ impl SteadyGroupBuilder {
             args: vec![],
             queue: false,
             config: String::new(),
+            resync: "2s".into(),
         }
     }
 
@@ -352,6 +354,13 @@ impl SteadyGroupBuilder {
     /// An SQS queue in the world's account, read by the manager.
     pub fn interruption_queue(mut self) -> Self {
         self.queue = true;
+        self
+    }
+
+    /// The inventory's resync interval (tests: 2s, so nothing waits on the
+    /// default minute; the API budget benchmark: the default).
+    pub fn resync(mut self, interval: &str) -> Self {
+        self.resync = interval.to_string();
         self
     }
 
@@ -386,8 +395,11 @@ impl SteadyGroupBuilder {
         if let Some(q) = &queue {
             args.extend(["--interruption-queue-url", q.url.as_str()]);
         }
-        let (manager, config) =
-            world.start_manager_with(&format!("resyncInterval: 2s\n{}", self.config), &args, &[]);
+        let (manager, config) = world.start_manager_with(
+            &format!("resyncInterval: {}\n{}", self.resync, self.config),
+            &args,
+            &[],
+        );
         assert_eventually(&format!("{desired} Ready"), RUN, || async {
             (ready_count(&groups, self.name).await? == desired).then_some(())
         })

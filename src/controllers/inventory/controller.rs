@@ -4,6 +4,7 @@
 //! child Refresher and Replenisher in step with the spec. It never mutates AWS.
 
 use super::deletion;
+use super::facts::InstanceFacts;
 use super::plan::{self, AwsView, Membership};
 use crate::cloud::Cloud;
 use crate::context::{Context, FIELD_MANAGER};
@@ -36,6 +37,8 @@ pub const CONTROLLER: &str = "inventory";
 pub const SPEC_VALID: &str = "SpecValid";
 /// Set once the group is being deleted: what its deletion waits for.
 pub const DELETING: &str = "Deleting";
+/// Nodes per page of the initial list (and of every relist).
+const NODE_PAGE: u32 = 50;
 /// How often a deletion re-checks the children unwinding.
 const DELETION_POLL: Duration = Duration::from_secs(2);
 
@@ -48,6 +51,8 @@ struct InventoryContext {
     /// `Store::wait_until_ready`: with kube-runtime 5 two reconciles waiting on
     /// it at once leaves one of them asleep forever.)
     nodes_ready: tokio::sync::watch::Receiver<bool>,
+    /// Instances described so far (their facts never change).
+    facts: InstanceFacts,
 }
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
@@ -60,9 +65,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let node_changes = relevant_node_changes(
         watcher(
             Api::<Node>::all(ctx.client.clone()),
-            watcher::Config::default().any_semantic(),
+            // Small pages: a page of full Nodes is held, untrimmed, while it
+            // is decoded; at 500 (the default) that is megabytes.
+            watcher::Config::default()
+                .any_semantic()
+                .page_size(NODE_PAGE),
         )
         .default_backoff()
+        .modify(keep_what_the_inventory_reads)
         .reflect(node_writer),
         ready_tx,
     );
@@ -91,6 +101,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
                 nodes,
                 groups: all_groups,
                 nodes_ready,
+                facts: InstanceFacts::default(),
             }),
         )
         .for_each(|result| async move {
@@ -101,6 +112,42 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         })
         .await;
     info!(controller = CONTROLLER, "controller stopped");
+}
+
+/// Trims a watched Node to what the inventory reads before it is cached: a
+/// real Node carries kilobytes the inventory never looks at (its images,
+/// managed fields, capacity, addresses, other tools' annotations), and the
+/// cache holds every Node of the cluster.
+pub fn keep_what_the_inventory_reads(node: &mut Node) {
+    let meta = &mut node.metadata;
+    meta.managed_fields = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|k, _| k == crate::interruption::mark::ANNOTATION);
+    }
+    if let Some(spec) = node.spec.as_mut() {
+        spec.taints = None;
+        spec.pod_cidr = None;
+        spec.pod_cidrs = None;
+        spec.config_source = None;
+    }
+    if let Some(status) = node.status.as_mut() {
+        let ready = status.conditions.take().map(|cs| {
+            cs.into_iter()
+                .filter(|c| c.type_ == "Ready")
+                .map(|c| k8s_openapi::api::core::v1::NodeCondition {
+                    type_: c.type_,
+                    status: c.status,
+                    ..Default::default()
+                })
+                .collect()
+        });
+        *status = k8s_openapi::api::core::v1::NodeStatus {
+            conditions: ready,
+            ..Default::default()
+        };
+    }
 }
 
 /// What about a Node matters to the inventory. Kubelet heartbeats change
@@ -187,20 +234,26 @@ fn error_policy(group: Arc<NodeGroup>, error: &Error, _ctx: Arc<InventoryContext
     crate::controllers::runtime::retry_after(CONTROLLER, &group.name_any(), error)
 }
 
-/// Reads the AWS view of a group: one describe of its ASGs, one (paged)
-/// describe of their instances and its Nodes' instances. A constant number of
-/// trait calls per sync, whatever the number of nodes.
+/// Reads the AWS view of a group: one describe of its ASGs (shared with the
+/// other controllers for a few seconds), and a describe of only the
+/// instances `facts` does not know yet or whose state is read (those without
+/// a Node). A steady sync describes no instance, whatever the node count.
 /// `nodes` are anything that borrows as a Node: the cache's `Arc`s pass
 /// through without copying every Node on each sync.
 pub async fn observe_aws<N: std::borrow::Borrow<Node>>(
     cloud: &dyn Cloud,
+    facts: &InstanceFacts,
     group: &NodeGroup,
     nodes: &[N],
 ) -> Result<AwsView> {
     let names = group.spec.asg_names();
     let asgs = cloud.describe_groups(&names).await?;
     let membership = Membership::of(group, &asgs);
-    let ids: BTreeSet<String> = asgs
+    let joined: BTreeSet<String> = nodes
+        .iter()
+        .filter_map(|n| node_instance_id(n.borrow()))
+        .collect();
+    let wanted: BTreeSet<String> = asgs
         .iter()
         .flat_map(|a| a.instances.iter().map(|i| i.instance_id.clone()))
         .chain(
@@ -211,12 +264,21 @@ pub async fn observe_aws<N: std::borrow::Borrow<Node>>(
                 .filter_map(node_instance_id),
         )
         .collect();
-    let ids: Vec<String> = ids.into_iter().collect();
-    let instances = if ids.is_empty() {
+    // The plan reads the EC2 state of active members without a Node only.
+    let stateful: BTreeSet<String> = asgs
+        .iter()
+        .flat_map(|a| a.instances.iter())
+        .filter(|i| i.is_active() && !joined.contains(&i.instance_id))
+        .map(|i| i.instance_id.clone())
+        .collect();
+    let started = std::time::Instant::now();
+    let ids = facts.to_describe(&wanted, &stateful, started);
+    let described = if ids.is_empty() {
         vec![]
     } else {
         cloud.describe_instances(&ids).await?
     };
+    let instances = facts.remember(described, started, &wanted, std::time::Instant::now());
     Ok(AwsView { asgs, instances })
 }
 
@@ -266,7 +328,7 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     }
     let nodes = ictx.nodes.state();
     let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
-    let (next, requeue) = match observe_aws(cloud.as_ref(), &group, &nodes).await {
+    let (next, requeue) = match observe_aws(cloud.as_ref(), &ictx.facts, &group, &nodes).await {
         Ok(view) => (
             plan::inventory_status(&group, &nodes, &view, &validated, now),
             ctx.settings.resync_interval,
@@ -770,36 +832,81 @@ mod inventory_tests {
         (cloud, nodes)
     }
 
-    async fn calls_for_one_sync(per_asg: usize) -> (usize, usize) {
+    /// (calls, instance describes) of a first sync, then of a second one.
+    async fn calls_for_two_syncs(per_asg: usize) -> [(usize, usize); 2] {
         let (cloud, nodes) = world(per_asg);
+        let facts = InstanceFacts::default();
         let g = group(&["nodes-a", "nodes-c", "nodes-d"], (per_asg * 3) as i32);
-        let view = observe_aws(&cloud, &g, &nodes).await.expect("observe");
-        let status = plan::inventory_status(&g, &nodes, &view, &Default::default(), t0());
-        assert_eq!(status.nodes.len(), per_asg * 3);
-        assert!(status.not_joined.is_empty());
-        (cloud.total_calls(), cloud.calls("describe_instances"))
+        let mut calls = [(0, 0); 2];
+        for sync in &mut calls {
+            cloud.reset_calls();
+            let view = observe_aws(&cloud, &facts, &g, &nodes)
+                .await
+                .expect("observe");
+            let status = plan::inventory_status(&g, &nodes, &view, &Default::default(), t0());
+            assert_eq!(status.nodes.len(), per_asg * 3);
+            assert!(status.nodes.iter().all(|n| n.launch_time == Some(t0())));
+            assert!(status.not_joined.is_empty());
+            *sync = (cloud.total_calls(), cloud.calls("describe_instances"));
+        }
+        calls
     }
 
     #[tokio::test]
     async fn aws_calls_per_sync_do_not_grow_with_the_node_count() {
-        let small = calls_for_one_sync(2).await; // 6 nodes
-        let large = calls_for_one_sync(167).await; // 501 nodes
+        let small = calls_for_two_syncs(2).await; // 6 nodes
+        let large = calls_for_two_syncs(167).await; // 501 nodes
         assert_eq!(
             small, large,
             "calls for 6 nodes {small:?} vs 501 nodes {large:?}"
         );
         assert_eq!(
             small,
-            (2, 1),
-            "one describe of the ASGs, one of the instances"
+            [(2, 1), (1, 0)],
+            "one describe of the ASGs, one of the instances; then the ASGs only"
         );
+    }
+
+    #[tokio::test]
+    async fn an_instance_without_a_node_is_described_for_its_state_a_joined_one_is_not() {
+        let (cloud, mut nodes) = world(2);
+        let facts = InstanceFacts::default();
+        let g = group(&["nodes-a", "nodes-c", "nodes-d"], 6);
+        observe_aws(&cloud, &facts, &g, &nodes)
+            .await
+            .expect("observe");
+        // One Node goes; its instance stays in its ASG.
+        let gone = nodes.remove(0);
+        let id = node_instance_id(&gone).expect("instance");
+        cloud.reset_calls();
+        // Within the state floor: what is known serves.
+        observe_aws(&cloud, &facts, &g, &nodes)
+            .await
+            .expect("observe");
+        assert_eq!(cloud.calls("describe_instances"), 0);
+        tokio::time::sleep(super::super::facts::STATE_FLOOR).await;
+        let view = observe_aws(&cloud, &facts, &g, &nodes)
+            .await
+            .expect("observe");
+        assert_eq!(cloud.calls("describe_instances"), 1, "its state, again");
+        let status = plan::inventory_status(&g, &nodes, &view, &Default::default(), t0());
+        let listed: Vec<&str> = status
+            .not_joined
+            .iter()
+            .map(|n| n.instance_id.as_str())
+            .collect();
+        assert_eq!(listed, [id.as_str()]);
+        // Its launch time comes from what was kept.
+        assert_eq!(status.not_joined[0].launch_time, Some(t0()));
     }
 
     #[tokio::test]
     async fn observing_makes_no_mutation() {
         let (cloud, nodes) = world(2);
         let g = group(&["nodes-a", "nodes-c", "nodes-d", "missing"], 6);
-        observe_aws(&cloud, &g, &nodes).await.expect("observe");
+        observe_aws(&cloud, &InstanceFacts::default(), &g, &nodes)
+            .await
+            .expect("observe");
         for op in ["set_desired_capacity", "terminate_in_group"] {
             assert_eq!(cloud.calls(op), 0, "{op}");
         }
@@ -810,7 +917,9 @@ mod inventory_tests {
         let (cloud, nodes) = world(1);
         cloud.fail_next("describe_groups", "Rate exceeded");
         let g = group(&["nodes-a"], 1);
-        let err = observe_aws(&cloud, &g, &nodes).await.expect_err("fails");
+        let err = observe_aws(&cloud, &InstanceFacts::default(), &g, &nodes)
+            .await
+            .expect_err("fails");
         assert!(err.to_string().contains("Rate exceeded"), "{err}");
     }
 
@@ -832,6 +941,50 @@ mod inventory_tests {
         assert_eq!(rf.surplus_nodes, 1, "worker default");
         assert_eq!(rf.time_zone, "UTC");
         assert!(replenisher.is_none());
+    }
+
+    #[test]
+    fn a_trimmed_node_reads_the_same_to_the_inventory_at_a_fraction_of_the_size() {
+        let full: Node =
+            serde_json::from_str(include_str!("fixtures/kops-node.json")).expect("fixture");
+        let mut trimmed = full.clone();
+        keep_what_the_inventory_reads(&mut trimmed);
+        let size = |n: &Node| serde_json::to_vec(n).map(|v| v.len()).unwrap_or(0);
+        assert!(
+            size(&trimmed) * 5 < size(&full),
+            "{} of {} bytes kept",
+            size(&trimmed),
+            size(&full)
+        );
+        assert_eq!(node_fingerprint(&trimmed), node_fingerprint(&full));
+        assert_eq!(trimmed.labels(), full.labels());
+        assert_eq!(node_instance_id(&trimmed), node_instance_id(&full));
+        assert!(node::is_ready(&trimmed) && node::is_unschedulable(&trimmed));
+        assert!(crate::interruption::mark::record_of(&trimmed).is_some());
+        // What the group's status says of it is the same.
+        let ig = "nodes-ap-northeast-1a";
+        let g = group(&[ig], 1);
+        let view = AwsView {
+            asgs: vec![crate::controllers::inventory::plan::tests::asg(
+                ig,
+                ig,
+                "ap-northeast-1a",
+                &["i-0a1b2c3d4e5f60718"],
+                1,
+            )],
+            instances: vec![],
+        };
+        let status = |n: &Node| {
+            plan::inventory_status(
+                &g,
+                std::slice::from_ref(n),
+                &view,
+                &Default::default(),
+                t0(),
+            )
+        };
+        assert_eq!(status(&trimmed), status(&full));
+        assert_eq!(status(&full).nodes.len(), 1, "the fixture is a member");
     }
 
     #[test]

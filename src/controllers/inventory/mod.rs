@@ -4,6 +4,7 @@
 
 pub mod controller;
 pub mod deletion;
+pub mod facts;
 pub mod plan;
 
 pub use controller::{CONTROLLER, run};

@@ -139,7 +139,9 @@ pub struct Plan {
 }
 
 const SOON: Duration = Duration::from_secs(2);
-const IDLE: Duration = Duration::from_secs(60);
+/// Idle, it looks again this often; the inventory's status writes (every change
+/// it sees in AWS at each resync) wake it sooner.
+const IDLE: Duration = Duration::from_secs(300);
 
 pub fn plan(input: &Input) -> Plan {
     let mut plan = plan_inner(input);

@@ -1,0 +1,219 @@
+//! What one group costs in AWS calls per minute, at steady state and during
+//! operations, as the node count grows: the manager as a process against the
+//! local control plane, the emulator and the simulated kubelet, with the
+//! default resync interval (1m).
+//!
+//! For each size, one group of N workers over three ASGs:
+//! - **steady**: nothing happens for a window;
+//! - **shortage**: one ASG runs out of capacity and loses a node; counted
+//!   over a window from the loss (the replacement elsewhere, then waiting
+//!   for the short ASG);
+//! - **refresh**: a refresh run starts; counted from the schedule until the
+//!   run ends or the window closes.
+//!
+//! The simulated kubelet registers a node 20 s after its instance runs and
+//! makes it Ready 10 s later (a kops node takes minutes; compressed, but
+//! not instant): operations run at a pace where calls per minute mean
+//! something.
+//!
+//! The calls are the manager's own counter (`spot_node_manager_aws_calls_total`),
+//! per operation. Goals (issue 13): ≤ 2 per minute steady, whatever N;
+//! ≤ 20 per minute during an operation.
+//!
+//! Run: `cargo bench --bench api_budget` (3, 30 and 300 nodes, ~25 min;
+//! `BUDGET_SIZES=30` for one size).
+//! Under `cargo test` a quick run with 3 nodes and short windows. Prints
+//! tables; asserts nothing about the figures.
+
+use snm_testkit as support;
+
+use kube::api::Api;
+use spot_node_manager::crd::{Refresher, Replenisher};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use support::refresh::*;
+use support::{ZONES, assert_eventually};
+
+const NO_CAPACITY: &str = "snm.test/no-capacity";
+const CALLS: &str = "spot_node_manager_aws_calls_total{";
+
+/// Calls per operation, from the manager's metrics.
+fn calls(metrics: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in metrics.lines().filter(|l| l.starts_with(CALLS)) {
+        let Some(op) = line
+            .split("operation=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+        else {
+            continue;
+        };
+        if let Some(v) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
+            *out.entry(op.to_string()).or_default() += v;
+        }
+    }
+    out
+}
+
+/// Calls per minute over a window, per operation and in total.
+struct Rate {
+    minutes: f64,
+    per_op: BTreeMap<String, f64>,
+}
+
+impl Rate {
+    fn between(
+        before: &BTreeMap<String, f64>,
+        after: &BTreeMap<String, f64>,
+        took: Duration,
+    ) -> Rate {
+        let minutes = took.as_secs_f64() / 60.0;
+        let per_op = after
+            .iter()
+            .map(|(op, v)| {
+                (
+                    op.clone(),
+                    (v - before.get(op).copied().unwrap_or(0.0)) / minutes,
+                )
+            })
+            .filter(|(_, v)| *v > 0.0)
+            .collect();
+        Rate { minutes, per_op }
+    }
+
+    fn total(&self) -> f64 {
+        self.per_op.values().sum()
+    }
+
+    fn breakdown(&self) -> String {
+        self.per_op
+            .iter()
+            .map(|(op, v)| format!("{op} {v:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+struct Windows {
+    steady: Duration,
+    shortage: Duration,
+    refresh: Duration,
+}
+
+async fn snapshot(steady: &SteadyGroup) -> (Instant, BTreeMap<String, f64>) {
+    (
+        Instant::now(),
+        calls(&steady.manager.assert_metrics().await),
+    )
+}
+
+async fn measure(nodes: usize, windows: &Windows) {
+    let per_asg = (nodes / ZONES.len()) as i32;
+    let steady = SteadyGroup::workers(&format!("bench-budget-{nodes}"))
+        .per_asg(per_asg)
+        .delays(Duration::from_secs(20), Duration::from_secs(10))
+        .resync("1m")
+        .start()
+        .await;
+    let world = &steady.world;
+
+    // Steady: settled for a few seconds first (the start's own sync).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (t0, before) = snapshot(&steady).await;
+    tokio::time::sleep(windows.steady).await;
+    let (t1, after) = snapshot(&steady).await;
+    report(nodes, "steady", Rate::between(&before, &after, t1 - t0));
+
+    // Shortage: zone a has no capacity and loses a node.
+    let short = steady.kops.asgs[0].clone();
+    world.tag_asg(&short, NO_CAPACITY, "true").await;
+    let lost = world.asg_instances(&short).await.remove(0);
+    let (t0, before) = snapshot(&steady).await;
+    world.lose_instance(&lost).await;
+    tokio::time::sleep(windows.shortage).await;
+    let (t1, after) = snapshot(&steady).await;
+    report(nodes, "shortage", Rate::between(&before, &after, t1 - t0));
+    // Capacity comes back; the layout returns before the refresh.
+    world.untag_asg(&short, NO_CAPACITY, "true").await;
+    let replenishers: Api<Replenisher> = world.api();
+    assert_eventually("the layout back, replenisher steady", RUN, || async {
+        let rp = replenishers.get("workers").await.ok()?;
+        let status = rp.status?;
+        (status.raised.is_empty()
+            && status.phase == spot_node_manager::crd::replenisher::ReplenishPhase::Steady
+            && ready_count(&steady.groups, "workers").await? == nodes as i32)
+            .then_some(())
+    })
+    .await;
+
+    // Refresh: from the schedule until the run ends or the window closes.
+    let refreshers: Api<Refresher> = world.api();
+    let (t0, before) = snapshot(&steady).await;
+    schedule_refresh(world, "workers", serde_json::json!({})).await;
+    let closes = t0 + windows.refresh;
+    while Instant::now() < closes {
+        let ended = refreshers
+            .get_opt("workers")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|rf| rf.status?.last_run)
+            .is_some();
+        if ended {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (t1, after) = snapshot(&steady).await;
+    report(nodes, "refresh", Rate::between(&before, &after, t1 - t0));
+    steady.world.cleanup().await;
+}
+
+fn report(nodes: usize, phase: &str, rate: Rate) {
+    println!(
+        "{:>5} {:>9} {:>8.2} {:>10.1}  {}",
+        nodes,
+        phase,
+        rate.minutes,
+        rate.total(),
+        rate.breakdown()
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let (mut sizes, windows): (Vec<usize>, Windows) = if full {
+        (
+            vec![3, 30, 300],
+            Windows {
+                steady: Duration::from_secs(180),
+                shortage: Duration::from_secs(90),
+                refresh: Duration::from_secs(120),
+            },
+        )
+    } else {
+        (
+            vec![3],
+            Windows {
+                steady: Duration::from_secs(10),
+                shortage: Duration::from_secs(15),
+                refresh: Duration::from_secs(20),
+            },
+        )
+    };
+    // BUDGET_SIZES=30,300 measures only those sizes.
+    if let Ok(list) = std::env::var("BUDGET_SIZES") {
+        sizes = list
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect();
+    }
+    println!(
+        "{:>5} {:>9} {:>8} {:>10}  per operation (calls/min)",
+        "nodes", "phase", "minutes", "calls/min"
+    );
+    for n in sizes {
+        measure(n, &windows).await;
+    }
+}

@@ -1,0 +1,133 @@
+//! The manager's memory with one group of N nodes: its resident set (VmRSS)
+//! and peak (VmHWM) once the inventory lists every node, the manager as a
+//! process against the local control plane.
+//!
+//! The Nodes are copies of a kops worker as a real cluster serves it
+//! (`src/controllers/inventory/fixtures/kops-node.json`, ~12 KB: images,
+//! managed fields, capacity, other tools' annotations), created directly
+//! in the apiserver; the simulated kubelet's Nodes are a fraction of that
+//! size and would flatter the figure. Their instances do not exist, so the
+//! manager runs with `--dry-run` (nothing may act on such a group).
+//!
+//! Run: `cargo bench --bench footprint` (3, 300 and 1000 nodes), with
+//! `SNM_MANAGER_BIN` to measure another build (e.g. a release one). Under
+//! `cargo test` a quick run with 3 nodes. Prints a table; asserts only that
+//! the inventory lists every node.
+
+use snm_testkit as support;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use spot_node_manager::crd::NodeGroup;
+use std::time::Duration;
+use support::refresh::{RUN, group};
+use support::{ZONES, assert_eventually};
+
+const FIXTURE: &str = include_str!("../src/controllers/inventory/fixtures/kops-node.json");
+const LABEL: &str = "snm.test/footprint";
+
+/// `(VmRSS, VmHWM)` of a process, in KiB.
+fn memory_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+fn node(template: &Node, instance_group: &str, run: &str, i: usize) -> Node {
+    let mut node = template.clone();
+    let id = format!("i-{i:017x}");
+    node.metadata.name = Some(format!("fp-{run}-{i}"));
+    node.metadata.resource_version = None;
+    node.metadata.uid = None;
+    node.metadata.managed_fields = None;
+    if let Some(labels) = node.metadata.labels.as_mut() {
+        labels.insert(
+            spot_node_manager::k8s::node::INSTANCE_GROUP_LABEL.into(),
+            instance_group.into(),
+        );
+        labels.insert(LABEL.into(), run.into());
+    }
+    if let Some(annotations) = node.metadata.annotations.as_mut() {
+        annotations.remove(spot_node_manager::interruption::mark::ANNOTATION);
+    }
+    if let Some(spec) = node.spec.as_mut() {
+        spec.provider_id = Some(format!("aws:///ap-northeast-1a/{id}"));
+        spec.unschedulable = None;
+        spec.taints = None;
+    }
+    node
+}
+
+async fn measure(nodes: usize) -> (u64, u64) {
+    let world = support::World::new(&format!("bench-footprint-{nodes}")).await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 0, &[]).await;
+    // kops names the ASG `<instance group>.<cluster>`.
+    let instance_group = kops.asgs[0]
+        .split_once('.')
+        .map(|(ig, _)| ig.to_string())
+        .expect("a kops ASG name");
+    let template: Node = serde_json::from_str(FIXTURE).expect("fixture");
+    let nodes_api: Api<Node> = Api::all(world.client.clone());
+    let run = world.account.clone();
+    for i in 0..nodes {
+        nodes_api
+            .create(
+                &PostParams::default(),
+                &node(&template, &instance_group, &run, i),
+            )
+            .await
+            .expect("create node");
+    }
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &group("workers", "Worker", &kops.asgs, nodes as i32),
+        )
+        .await
+        .expect("create group");
+    let (manager, _config) = world.start_manager_with("resyncInterval: 1m\n", &["--dry-run"], &[]);
+    assert_eventually(&format!("{nodes} nodes listed"), RUN, || async {
+        let g = groups.get("workers").await.ok()?;
+        (g.status?.nodes.len() == nodes).then_some(())
+    })
+    .await;
+    // A few syncs and child reconciles after the first.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let figures = memory_kib(manager.child.id()).expect("the manager's /proc status");
+    drop(manager);
+    // Other tests' managers watch every Node: leave none behind.
+    let _ = nodes_api
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels(&format!("{LABEL}={run}")),
+        )
+        .await;
+    world.cleanup().await;
+    figures
+}
+
+#[tokio::main]
+async fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let sizes: &[usize] = if full { &[3, 300, 1000] } else { &[3] };
+    println!("manager: {}", support::manager::manager_binary().display());
+    println!("{:>6} {:>10} {:>10}", "nodes", "RSS (MiB)", "peak (MiB)");
+    for &n in sizes {
+        let (rss, peak) = measure(n).await;
+        println!(
+            "{:>6} {:>10.1} {:>10.1}",
+            n,
+            rss as f64 / 1024.0,
+            peak as f64 / 1024.0
+        );
+    }
+}

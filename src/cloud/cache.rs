@@ -1,0 +1,474 @@
+//! One description of each ASG, shared by every controller of the process
+//! for a short window, and the newest launch activity asked only while its
+//! answer can change a decision. AWS's Describe rate limits are per account,
+//! shared with every other tool in it: the controllers of one group must
+//! not each describe the same ASGs a few milliseconds apart.
+//!
+//! - A description younger than the floor is served from memory. Our own
+//!   mutation of an ASG (a desired count, a termination, a completed
+//!   lifecycle action) forgets it at once, so the next look after acting is
+//!   always fresh. AWS itself answers describes seconds behind, so a view a
+//!   few seconds old is no staler than the controllers already plan with.
+//! - An ASG below its desired count gets its newest launch activity asked
+//!   (one more call) only during its launch grace: after it, the ASG counts
+//!   as not launching whatever the activity says, and the last answer is
+//!   kept for the status's text.
+
+use super::{
+    AsgDescription, Cloud, HookCall, HookCallKind, InstanceDescription, LAUNCH, LAUNCH_GRACE,
+};
+use crate::Result;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long an ASG description is shared: AWS-observing reconciles of one
+/// group, however often they requeue, describe its ASGs at most this often
+/// (except right after our own mutation).
+pub const DESCRIBE_FLOOR: Duration = Duration::from_secs(5);
+
+/// How often, at most, an ASG's launch activities are asked during its
+/// launch grace. AWS retries a failed launch at about this pace.
+pub const ACTIVITY_FLOOR: Duration = Duration::from_secs(10);
+
+/// What to do about an ASG's newest launch activity on a fresh describe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaunchCheck {
+    /// Not behind: nothing to ask, nothing to remember.
+    Forget,
+    /// Behind, within its grace, and not asked within the activity floor.
+    Ask,
+    /// The last answer stands (asked recently, or past the grace, where it
+    /// cannot change a decision).
+    Keep,
+}
+
+/// What is remembered of an ASG seen behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchMemo {
+    /// First seen behind (by this process).
+    pub behind_since: Instant,
+    /// When the activities were last asked, and the answer.
+    pub asked: Option<Instant>,
+    pub failure: Option<String>,
+}
+
+/// Pure: whether a fresh describe of `asg` asks its launch activities.
+pub fn launch_check(asg: &AsgDescription, memo: Option<&LaunchMemo>, now: Instant) -> LaunchCheck {
+    let behind = (asg.active_instances() as i32) < asg.desired;
+    // Launch suspended: not launching whatever the activity says.
+    if !behind || asg.is_suspended(LAUNCH) {
+        return LaunchCheck::Forget;
+    }
+    let Some(memo) = memo else {
+        return LaunchCheck::Ask;
+    };
+    let within_grace = now.saturating_duration_since(memo.behind_since) < LAUNCH_GRACE;
+    let asked_lately = memo
+        .asked
+        .is_some_and(|at| now.saturating_duration_since(at) < ACTIVITY_FLOOR);
+    if within_grace && !asked_lately {
+        LaunchCheck::Ask
+    } else {
+        LaunchCheck::Keep
+    }
+}
+
+struct Entry {
+    described: Instant,
+    /// None: no such ASG (remembered too, for the same window).
+    asg: Option<AsgDescription>,
+}
+
+#[derive(Default)]
+struct State {
+    asgs: HashMap<String, Entry>,
+    launches: HashMap<String, LaunchMemo>,
+    /// Bumped by every forgetting: a describe that was in flight across a
+    /// mutation must not store what it saw before it.
+    generation: u64,
+}
+
+/// A [`Cloud`] that shares ASG descriptions for `floor` and asks launch
+/// activities by [`launch_check`]; everything else passes through.
+pub struct CachedCloud {
+    inner: Arc<dyn Cloud>,
+    floor: Duration,
+    state: Mutex<State>,
+    /// One describe at a time: a second caller waits and is served what the
+    /// first one fetched, instead of asking the same thing in parallel.
+    describing: tokio::sync::Mutex<()>,
+}
+
+impl CachedCloud {
+    pub fn new(inner: Arc<dyn Cloud>, floor: Duration) -> Self {
+        Self {
+            inner,
+            floor,
+            state: Mutex::new(State::default()),
+            describing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets the named ASGs' descriptions (all of them when `asgs` is
+    /// empty): what we just changed is described again on the next look.
+    fn forget(&self, asgs: &[&str]) {
+        let mut state = self.lock();
+        state.generation += 1;
+        if asgs.is_empty() {
+            state.asgs.clear();
+        } else {
+            for name in asgs {
+                state.asgs.remove(*name);
+            }
+        }
+    }
+
+    /// The ASGs a cached description lists `instance_id` in.
+    fn asgs_holding(&self, instance_id: &str) -> Vec<String> {
+        self.lock()
+            .asgs
+            .iter()
+            .filter(|(_, e)| {
+                e.asg
+                    .as_ref()
+                    .is_some_and(|a| a.instances.iter().any(|i| i.instance_id == instance_id))
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Fills `recent_failure` of fresh descriptions, asking AWS only where
+    /// [`launch_check`] says so.
+    async fn judge_launches(&self, fresh: &mut [AsgDescription]) -> Result<()> {
+        for asg in fresh.iter_mut() {
+            let now = Instant::now();
+            let memo = self.lock().launches.get(&asg.name).cloned();
+            match launch_check(asg, memo.as_ref(), now) {
+                LaunchCheck::Forget => {
+                    self.lock().launches.remove(&asg.name);
+                    asg.recent_failure = None;
+                }
+                LaunchCheck::Keep => {
+                    asg.recent_failure = memo.and_then(|m| m.failure);
+                }
+                LaunchCheck::Ask => {
+                    let failure = self.inner.launch_failure(&asg.name).await?;
+                    let behind_since = memo.map_or(now, |m| m.behind_since);
+                    self.lock().launches.insert(
+                        asg.name.clone(),
+                        LaunchMemo {
+                            behind_since,
+                            asked: Some(now),
+                            failure: failure.clone(),
+                        },
+                    );
+                    asg.recent_failure = failure;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Cloud for CachedCloud {
+    async fn describe_groups(&self, names: &[String]) -> Result<Vec<AsgDescription>> {
+        let _one_at_a_time = self.describing.lock().await;
+        let (stale, generation) = {
+            let state = self.lock();
+            let now = Instant::now();
+            let any_stale = names.iter().any(|n| {
+                state
+                    .asgs
+                    .get(n)
+                    .is_none_or(|e| now.saturating_duration_since(e.described) >= self.floor)
+            });
+            // One call describes them all: all are described again together,
+            // so their ages stay aligned (a call per ASG otherwise, after a
+            // termination forgets one of them).
+            let stale = if any_stale { names.to_vec() } else { vec![] };
+            (stale, state.generation)
+        };
+        let mut fetched: HashMap<String, AsgDescription> = HashMap::new();
+        if !stale.is_empty() {
+            let described_at = Instant::now();
+            let mut fresh = self.inner.describe_groups(&stale).await?;
+            self.judge_launches(&mut fresh).await?;
+            fetched = fresh.into_iter().map(|a| (a.name.clone(), a)).collect();
+            let mut state = self.lock();
+            if state.generation == generation {
+                for name in &stale {
+                    state.asgs.insert(
+                        name.clone(),
+                        Entry {
+                            described: described_at,
+                            asg: fetched.get(name).cloned(),
+                        },
+                    );
+                }
+            }
+        }
+        let state = self.lock();
+        Ok(names
+            .iter()
+            .filter_map(|n| match fetched.get(n) {
+                Some(a) => Some(a.clone()),
+                None => state.asgs.get(n).and_then(|e| e.asg.clone()),
+            })
+            .collect())
+    }
+
+    async fn launch_failure(&self, asg: &str) -> Result<Option<String>> {
+        self.inner.launch_failure(asg).await
+    }
+
+    async fn describe_instances(&self, ids: &[String]) -> Result<Vec<InstanceDescription>> {
+        self.inner.describe_instances(ids).await
+    }
+
+    async fn set_desired_capacity(&self, asg: &str, desired: i32) -> Result<()> {
+        let result = self.inner.set_desired_capacity(asg, desired).await;
+        // Forgotten whatever the result: a timed-out call may have landed.
+        self.forget(&[asg]);
+        result
+    }
+
+    async fn terminate_in_group(&self, instance_id: &str, decrement: bool) -> Result<()> {
+        let holding = self.asgs_holding(instance_id);
+        let result = self.inner.terminate_in_group(instance_id, decrement).await;
+        let holding: Vec<&str> = holding.iter().map(String::as_str).collect();
+        // Not in any cached ASG: forget them all rather than guess.
+        self.forget(&holding);
+        result
+    }
+
+    async fn hook_heartbeat_timeout(&self, asg: &str, hook: &str) -> Result<Option<Duration>> {
+        self.inner.hook_heartbeat_timeout(asg, hook).await
+    }
+
+    async fn lifecycle_action(&self, call: &HookCall<'_>, step: HookCallKind) -> Result<bool> {
+        let result = self.inner.lifecycle_action(call, step).await;
+        if step == HookCallKind::Continue {
+            // The instance leaves its ASG now.
+            self.forget(&[call.asg]);
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloud::fake::FakeCloud;
+    use chrono::Utc;
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn cached(fake: &FakeCloud, floor: Duration) -> CachedCloud {
+        CachedCloud::new(Arc::new(fake.clone()), floor)
+    }
+
+    #[tokio::test]
+    async fn controllers_share_one_description_within_the_floor() {
+        let fake = FakeCloud::new();
+        fake.add_group("a", "zone-a", 1, 10, Utc::now());
+        fake.add_group("b", "zone-b", 1, 10, Utc::now());
+        let cloud = cached(&fake, Duration::from_secs(60));
+        let first = cloud
+            .describe_groups(&names(&["a", "b", "missing"]))
+            .await
+            .expect("describe");
+        let again = cloud
+            .describe_groups(&names(&["b", "a", "missing"]))
+            .await
+            .expect("describe");
+        assert_eq!(
+            fake.calls("describe_groups"),
+            1,
+            "the second look is served from memory"
+        );
+        assert_eq!(again.len(), 2);
+        assert_eq!(again[0], first[1], "in the order asked");
+        // A name not cached yet: one call, for every name asked.
+        cloud
+            .describe_groups(&names(&["a", "c"]))
+            .await
+            .expect("describe");
+        assert_eq!(fake.calls("describe_groups"), 2);
+        cloud
+            .describe_groups(&names(&["c"]))
+            .await
+            .expect("describe");
+        assert_eq!(fake.calls("describe_groups"), 2, "remembered as missing");
+    }
+
+    #[tokio::test]
+    async fn a_zero_floor_describes_every_time() {
+        let fake = FakeCloud::new();
+        fake.add_group("a", "zone-a", 1, 10, Utc::now());
+        let cloud = cached(&fake, Duration::ZERO);
+        for _ in 0..3 {
+            cloud
+                .describe_groups(&names(&["a"]))
+                .await
+                .expect("describe");
+        }
+        assert_eq!(fake.calls("describe_groups"), 3);
+    }
+
+    #[tokio::test]
+    async fn our_own_mutation_makes_the_next_look_fresh() {
+        let fake = FakeCloud::new();
+        let ids = fake.add_group("a", "zone-a", 2, 10, Utc::now());
+        fake.add_group("b", "zone-b", 1, 10, Utc::now());
+        let cloud = cached(&fake, Duration::from_secs(60));
+        let both = names(&["a", "b"]);
+        cloud.describe_groups(&both).await.expect("describe");
+
+        cloud.set_desired_capacity("a", 3).await.expect("raise");
+        let seen = cloud.describe_groups(&both).await.expect("describe");
+        assert_eq!(seen[0].desired, 3, "the raise is seen at once");
+        assert_eq!(fake.calls("describe_groups"), 2);
+
+        cloud
+            .terminate_in_group(&ids[0], true)
+            .await
+            .expect("terminate");
+        let seen = cloud.describe_groups(&both).await.expect("describe");
+        assert!(seen[0].instances.iter().all(|i| i.instance_id != ids[0]));
+        assert_eq!(
+            fake.calls("describe_groups"),
+            3,
+            "one call again after the termination forgot the holding ASG"
+        );
+
+        // A failed mutation may still have landed: forgotten all the same.
+        fake.fail_next("set_desired_capacity", "timed out");
+        assert!(cloud.set_desired_capacity("b", 2).await.is_err());
+        cloud.describe_groups(&both).await.expect("describe");
+        assert_eq!(fake.calls("describe_groups"), 4);
+    }
+
+    fn behind(desired: i32, active: usize) -> AsgDescription {
+        AsgDescription {
+            name: "a".into(),
+            desired,
+            min: 0,
+            max: 10,
+            instances: (0..active)
+                .map(|i| crate::cloud::AsgInstance {
+                    instance_id: format!("i-{i}"),
+                    availability_zone: None,
+                    instance_type: None,
+                    lifecycle_state: "InService".into(),
+                    health_status: "Healthy".into(),
+                })
+                .collect(),
+            launch_template: None,
+            tags: Default::default(),
+            recent_failure: None,
+            suspended_processes: vec![],
+        }
+    }
+
+    #[test]
+    fn launch_activities_are_asked_only_while_they_can_change_a_decision() {
+        let t0 = Instant::now();
+        let memo = |asked_ago: u64| LaunchMemo {
+            behind_since: t0,
+            asked: Some(t0 + Duration::from_secs(asked_ago)),
+            failure: Some("no capacity".into()),
+        };
+        // At its count: nothing to ask.
+        assert_eq!(launch_check(&behind(2, 2), None, t0), LaunchCheck::Forget);
+        // Launch suspended: not launching, whatever the activity says.
+        let mut suspended = behind(2, 1);
+        suspended.suspended_processes = vec![LAUNCH.into()];
+        assert_eq!(launch_check(&suspended, None, t0), LaunchCheck::Forget);
+        // Newly behind: ask.
+        assert_eq!(launch_check(&behind(2, 1), None, t0), LaunchCheck::Ask);
+        // Within the grace: again once the activity floor has passed.
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(
+            launch_check(&behind(2, 1), Some(&memo(0)), at(5)),
+            LaunchCheck::Keep
+        );
+        assert_eq!(
+            launch_check(&behind(2, 1), Some(&memo(0)), at(10)),
+            LaunchCheck::Ask
+        );
+        // Past the grace: never again while it stays behind.
+        assert_eq!(
+            launch_check(&behind(2, 1), Some(&memo(50)), at(60)),
+            LaunchCheck::Keep
+        );
+        assert_eq!(
+            launch_check(&behind(2, 1), Some(&memo(50)), at(3600)),
+            LaunchCheck::Keep
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failure_is_asked_during_the_grace_and_kept_after_it() {
+        let fake = FakeCloud::new();
+        fake.add_group("a", "zone-a", 1, 10, Utc::now());
+        fake.set_desired_without_launch("a", 2);
+        fake.set_recent_failure("a", Some("InsufficientInstanceCapacity"));
+        let cloud = cached(&fake, Duration::ZERO);
+        let seen = cloud
+            .describe_groups(&names(&["a"]))
+            .await
+            .expect("describe");
+        assert_eq!(
+            seen[0].recent_failure.as_deref(),
+            Some("InsufficientInstanceCapacity")
+        );
+        assert_eq!(fake.calls("launch_failure"), 1);
+        // Within the activity floor: the answer is reused.
+        let seen = cloud
+            .describe_groups(&names(&["a"]))
+            .await
+            .expect("describe");
+        assert_eq!(
+            seen[0].recent_failure.as_deref(),
+            Some("InsufficientInstanceCapacity")
+        );
+        assert_eq!(fake.calls("launch_failure"), 1);
+        // Past the grace: kept, never asked again.
+        let long_ago = Instant::now()
+            .checked_sub(LAUNCH_GRACE)
+            .expect("a clock that has run for a minute");
+        cloud.lock().launches.insert(
+            "a".into(),
+            LaunchMemo {
+                behind_since: long_ago,
+                asked: Some(long_ago),
+                failure: Some("InsufficientInstanceCapacity".into()),
+            },
+        );
+        let seen = cloud
+            .describe_groups(&names(&["a"]))
+            .await
+            .expect("describe");
+        assert_eq!(
+            seen[0].recent_failure.as_deref(),
+            Some("InsufficientInstanceCapacity")
+        );
+        assert_eq!(fake.calls("launch_failure"), 1);
+        // Back at its count: forgotten.
+        fake.set_desired_without_launch("a", 1);
+        let seen = cloud
+            .describe_groups(&names(&["a"]))
+            .await
+            .expect("describe");
+        assert_eq!(seen[0].recent_failure, None);
+        assert!(cloud.lock().launches.is_empty());
+    }
+}
