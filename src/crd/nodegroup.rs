@@ -104,23 +104,40 @@ pub struct ReplenishSpec {
     pub join_timeout: String,
 }
 
-/// The longest each duration of the spec may be (inclusive); `validate`
-/// reports a longer one as `SpecValid=False` naming the field. Far above
-/// any sensible setting, far below where time arithmetic could overflow.
-pub const DURATION_MAXIMA: [(&str, std::time::Duration); 6] = [
-    ("replenish.cooldown", HOURS_24),
-    ("replenish.joinTimeout", HOURS_24),
-    ("refresh.drainTimeout", HOURS_24),
-    ("refresh.readyTimeout", HOURS_24),
-    (
-        "refresh.masterSettleTime",
-        std::time::Duration::from_secs(3600),
-    ),
-    (
-        "refresh.maxNodeAge",
-        std::time::Duration::from_secs(8760 * 3600),
-    ),
+/// The bounds of each duration of the spec, inclusive: (field, least, most).
+/// `validate` reports one outside them as `SpecValid=False` naming the
+/// field. The least guard against settings that turn a slow boot or a slow
+/// drain into a termination (a 30 s join timeout removes every node that
+/// boots slowly); the most are far above any sensible setting, far below
+/// where time arithmetic could overflow.
+pub const DURATION_BOUNDS: [(&str, std::time::Duration, std::time::Duration); 6] = [
+    ("replenish.cooldown", secs(10), HOURS_24),
+    ("replenish.joinTimeout", secs(120), HOURS_24),
+    ("refresh.drainTimeout", secs(30), HOURS_24),
+    ("refresh.readyTimeout", secs(60), HOURS_24),
+    ("refresh.masterSettleTime", secs(0), secs(3600)),
+    ("refresh.maxNodeAge", secs(3600), secs(8760 * 3600)),
 ];
+
+const fn secs(s: u64) -> std::time::Duration {
+    std::time::Duration::from_secs(s)
+}
+
+/// Set once a process talks to the emulator: see [`lift_duration_minima`].
+static MINIMA_LIFTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Lifts the least durations for this process. Tests compress time against
+/// the emulator (a 3 s join timeout stands for minutes), so the manager calls
+/// this only when `aws.emulatorAccount` is set, which a product build
+/// refuses: a real cluster always gets the minimums.
+pub fn lift_duration_minima() {
+    MINIMA_LIFTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn minima_lifted() -> bool {
+    MINIMA_LIFTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 const HOURS_24: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 /// The most nodes a group may ask for (`desired`; the schema says so too).
 pub const MAX_DESIRED: i32 = 10_000;
@@ -528,21 +545,29 @@ impl NodeGroupSpec {
             }
         }
         for (field, value) in durations {
-            let max = DURATION_MAXIMA
-                .iter()
-                .find(|(f, _)| *f == field)
-                .map(|(_, max)| *max);
-            match (duration::parse(value), max) {
-                (Err(e), _) => push(field, "InvalidDuration", e.to_string()),
-                (Ok(d), Some(max)) if d > max => push(
+            let Some((_, least, most)) = DURATION_BOUNDS.iter().find(|(f, _, _)| *f == field)
+            else {
+                continue;
+            };
+            match duration::parse(value) {
+                Err(e) => push(field, "InvalidDuration", e.to_string()),
+                Ok(d) if d > *most => push(
                     field,
                     "InvalidDuration",
                     format!(
                         "{value} is longer than the most allowed, {}",
-                        duration::format(max)
+                        duration::format(*most)
                     ),
                 ),
-                _ => {}
+                Ok(d) if d < *least && !minima_lifted() => push(
+                    field,
+                    "InvalidDuration",
+                    format!(
+                        "{value} is shorter than the least allowed, {}",
+                        duration::format(*least)
+                    ),
+                ),
+                Ok(_) => {}
             }
         }
         match duration::parse(&self.interruption.drain_deadline) {
@@ -738,7 +763,7 @@ mod tests {
     fn a_huge_duration_or_count_is_refused_naming_its_field() {
         // Accepted by the schema's pattern: 9999999999h once panicked every
         // controller (DateTime + TimeDelta overflow).
-        for (field, _) in DURATION_MAXIMA {
+        for (field, _, _) in DURATION_BOUNDS {
             let mut spec = worker_spec();
             let huge = "9999999999h".to_string();
             let refresh = spec.refresh.as_mut().expect("refresh");
@@ -778,10 +803,53 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_duration_below_its_least_is_refused_naming_its_field() {
+        // Each process has the minimums unless it talks to the emulator;
+        // this test process never lifts them.
+        assert!(!minima_lifted());
+        for (field, least, _) in DURATION_BOUNDS {
+            let Some(below) = least.checked_sub(std::time::Duration::from_millis(1)) else {
+                continue; // no least (masterSettleTime)
+            };
+            let below = format!("{}ms", below.as_millis());
+            let at = format!("{}ms", least.as_millis());
+            let set = |value: &str| {
+                let mut spec = worker_spec();
+                let refresh = spec.refresh.as_mut().expect("refresh");
+                match field {
+                    "replenish.cooldown" => spec.replenish.cooldown = value.into(),
+                    "replenish.joinTimeout" => spec.replenish.join_timeout = value.into(),
+                    "refresh.drainTimeout" => refresh.drain_timeout = value.into(),
+                    "refresh.readyTimeout" => refresh.ready_timeout = value.into(),
+                    "refresh.maxNodeAge" => refresh.max_node_age = Some(value.into()),
+                    other => panic!("no such field {other}"),
+                }
+                problems_of(&spec)
+            };
+            assert_eq!(set(&at), vec![], "{field} at its least");
+            assert_eq!(
+                set(&below),
+                vec![("InvalidDuration", field.to_string())],
+                "{field} below its least"
+            );
+        }
+        // The case: a 30 s join timeout.
+        let mut spec = worker_spec();
+        spec.replenish.join_timeout = "30s".into();
+        let problems = spec.validate();
+        assert!(
+            problems[0]
+                .message
+                .contains("shorter than the least allowed, 2m"),
+            "{problems:?}"
+        );
+    }
+
     proptest::proptest! {
         /// Whatever a user writes that the schema's pattern lets through,
         /// validation answers without panicking, and a spec it accepts
-        /// resolves to durations within the documented maxima.
+        /// resolves to durations within the documented bounds.
         #[test]
         fn validation_never_panics_and_what_it_accepts_is_bounded(
             cooldown in "([0-9]{1,20}(ms|s|m|h)){1,3}",
@@ -803,12 +871,14 @@ mod tests {
             if problems.is_empty() {
                 let r = spec.resolved_refresh().expect("resolves when valid");
                 proptest::prop_assert!(r.drain_timeout <= HOURS_24);
-                proptest::prop_assert!(r.max_node_age.is_none_or(|a| a <= DURATION_MAXIMA[5].1));
+                proptest::prop_assert!(r.max_node_age.is_none_or(|a| a <= DURATION_BOUNDS[5].2));
                 proptest::prop_assert!((0..=MAX_DESIRED).contains(&spec.desired));
                 for d in [&spec.replenish.cooldown, &spec.replenish.join_timeout] {
                     let parsed = crate::duration::parse(d).expect("valid");
                     proptest::prop_assert!(parsed <= HOURS_24);
+                    proptest::prop_assert!(parsed >= std::time::Duration::from_secs(10));
                 }
+                proptest::prop_assert!(r.drain_timeout >= std::time::Duration::from_secs(30));
             }
         }
     }
