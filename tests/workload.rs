@@ -264,6 +264,74 @@ async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_e
 }
 
 #[tokio::test]
+async fn an_operators_cordon_stays_when_a_refresh_gives_up_its_drain() {
+    let SteadyGroup {
+        world,
+        kops,
+        manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = three_workers("wl-their-cordon").await;
+    deploy_web(&world, REPLICAS as i32, 0).await;
+    assert_web_ready(&world, REPLICAS).await;
+    // An operator cordons every node of the group (maintenance), with
+    // kubectl's patch: whichever node the refresh drains first, its cordon
+    // is theirs.
+    let original = all_instances(&world, &kops.asgs).await;
+    let names = node_names(&world, &original).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    for name in &names {
+        nodes
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"unschedulable": true}})),
+            )
+            .await
+            .expect("operator's cordon");
+    }
+    // A budget that allows nothing holds the first drain until it is given up.
+    schedule_refresh(
+        &world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "drainTimeout": "10s", "drainTimeoutAction": "Abort"}),
+    )
+    .await;
+    let rf = run_finished(&world, "workers").await;
+    let last = rf.status.and_then(|s| s.last_run).expect("last run");
+    assert_eq!(
+        last.result,
+        spot_node_manager::crd::refresher::RunResult::Failed,
+        "{last:?}"
+    );
+    let reasons = support::event_reasons(&world).await;
+    assert!(reasons.iter().any(|r| r == "DrainBlocked"), "{reasons:?}");
+    // The surplus is gone; the operator's nodes are all still cordoned, none
+    // carrying our mark (the drain found them cordoned, and left them so).
+    assert_eventually("the surplus removed", WAIT, || async {
+        (all_instances(&world, &kops.asgs).await == original).then_some(())
+    })
+    .await;
+    let mut cordoned = world.cordoned_nodes().await.expect("nodes");
+    cordoned.sort();
+    let mut expected = names.clone();
+    expected.sort();
+    assert_eq!(cordoned, expected, "the operator's cordons stay");
+    for name in &names {
+        let node = nodes.get(name).await.expect("node");
+        assert!(
+            !node
+                .annotations()
+                .contains_key(spot_node_manager::k8s::drain::CORDONED_BY_US),
+            "{name} marked as cordoned by us"
+        );
+    }
+    assert!(manager.child_alive(), "{}", manager.logs());
+    world.cleanup().await;
+}
+
+#[tokio::test]
 async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go() {
     let SteadyGroup {
         world,

@@ -438,4 +438,138 @@ mod tests {
         );
         assert!(p.steps.is_empty() && !p.delete, "{p:?}");
     }
+
+    /// Any drain deadline (seconds, saturating into chrono's range) and
+    /// either rebalance policy.
+    struct Any {
+        deadline: i64,
+        replace: bool,
+    }
+    impl GroupSpecs for Any {
+        fn drain_deadline(&self, _: &Owner) -> chrono::Duration {
+            chrono::Duration::try_seconds(self.deadline).unwrap_or(chrono::Duration::MAX)
+        }
+        fn replace_on_rebalance(&self, _: &Owner) -> bool {
+            self.replace
+        }
+        fn region(&self, _: &Owner) -> Option<String> {
+            None
+        }
+    }
+
+    /// A message as the queue could carry it: every kind we know and some
+    /// we do not, times from year 1 to 9999 or not times at all, ids ours,
+    /// another group's or malformed, sometimes in an SNS envelope.
+    fn any_body() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let kinds = prop_oneof![
+            Just(("aws.ec2", "EC2 Spot Instance Interruption Warning")),
+            Just(("aws.ec2", "EC2 Instance Rebalance Recommendation")),
+            Just(("aws.ec2", "EC2 Instance State-change Notification")),
+            Just(("aws.health", "AWS Health Event")),
+            Just(("aws.autoscaling", "EC2 Instance-terminate Lifecycle Action")),
+            Just(("aws.ec2", "Something New")),
+        ];
+        let time = prop_oneof![
+            (1i32..=9999, 1u32..=12, 1u32..=28, 0u32..24, 0u32..60)
+                .prop_map(|(y, mo, d, h, mi)| format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:59Z")),
+            "\\PC{0,12}",
+        ];
+        let id = prop_oneof![
+            Just("i-1".to_string()),
+            Just("i-9".to_string()),
+            Just("i-other".to_string()),
+            "[a-z0-9-]{0,8}",
+        ];
+        let state = prop_oneof![
+            Just("stopping"),
+            Just("terminated"),
+            Just("running"),
+            Just("")
+        ];
+        let asg = prop_oneof![Just("asg-a"), Just("asg-b")];
+        (
+            kinds,
+            time,
+            proptest::collection::vec(id, 0..4),
+            state,
+            asg,
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|((source, kind), time, ids, state, asg, sns, asg_direct)| {
+                let first = ids.first().cloned().unwrap_or_default();
+                let detail = serde_json::json!({
+                    "instance-id": first, "instance-action": "terminate", "state": state,
+                    "service": "EC2", "eventTypeCategory": "scheduledChange",
+                    "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+                    "affectedEntities": ids.iter().map(|i| serde_json::json!({"entityValue": i})).collect::<Vec<_>>(),
+                    "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+                    "AutoScalingGroupName": asg, "LifecycleHookName": "hook",
+                    "LifecycleActionToken": "token", "EC2InstanceId": first,
+                });
+                let body = if asg_direct {
+                    let mut direct = detail.clone();
+                    direct["Time"] = serde_json::Value::String(time);
+                    direct
+                } else {
+                    serde_json::json!({"version": "0", "source": source, "detail-type": kind,
+                        "time": time, "id": "e-1", "detail": detail})
+                };
+                if sns {
+                    serde_json::json!({"Type": "Notification", "Message": body.to_string()})
+                        .to_string()
+                } else {
+                    body.to_string()
+                }
+            })
+    }
+
+    proptest::proptest! {
+        /// Whatever arrives, the plan is made without panicking, acts only
+        /// on instances the inventory gives a group, completes an action
+        /// only for an instance that never joined, and keeps a message only
+        /// when told to leave others' messages.
+        #[test]
+        fn any_message_plans_without_panicking_and_touches_only_ours(
+            body in any_body(),
+            deadline in proptest::num::i64::ANY,
+            replace in proptest::bool::ANY,
+            leave in proptest::bool::ANY,
+        ) {
+            let foreign = if leave { ForeignMessages::Leave } else { ForeignMessages::Delete };
+            let parsed = parse(&body);
+            let p = plan(&parsed, &ownership(), &Any { deadline, replace }, foreign);
+            let ours = ownership();
+            for step in &p.steps {
+                match step {
+                    Step::Mark { node, record, .. } => {
+                        let owner = ours.owner(&record.instance_id).expect("owned");
+                        proptest::prop_assert_eq!(owner.node.as_deref(), Some(node.as_str()));
+                        if deadline >= 0 {
+                            proptest::prop_assert!(record.deadline >= record.noticed);
+                        }
+                    }
+                    Step::Complete { instance_id, .. } => {
+                        let owner = ours.owner(instance_id).expect("owned");
+                        proptest::prop_assert!(owner.node.is_none());
+                    }
+                    Step::Note { instance_id, .. } => {
+                        proptest::prop_assert!(ours.owner(instance_id).is_some());
+                    }
+                }
+            }
+            proptest::prop_assert_eq!(p.delete, p.outcome != "foreign_left");
+            if p.outcome != "acted" {
+                proptest::prop_assert!(p.steps.is_empty());
+            }
+        }
+
+        /// Any text at all parses to a notice, an ignored kind or a rejection.
+        #[test]
+        fn any_text_parses_without_panicking(body in "\\PC{0,200}") {
+            let p = plan(&parse(&body), &ownership(), &Fixed(90), ForeignMessages::Delete);
+            proptest::prop_assert!(p.delete);
+        }
+    }
 }

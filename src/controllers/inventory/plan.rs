@@ -896,4 +896,123 @@ pub(crate) mod tests {
         assert!(!open(&nodes(0, 4, 0), 100), "100%: never");
         assert!(open(&nodes(0, 1, 0), 50), "one node of one");
     }
+
+    /// Any instant chrono can hold.
+    fn any_time() -> impl proptest::strategy::Strategy<Value = DateTime<Utc>> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(DateTime::<Utc>::MIN_UTC),
+            Just(DateTime::<Utc>::MAX_UTC),
+            (DateTime::<Utc>::MIN_UTC.timestamp()..=DateTime::<Utc>::MAX_UTC.timestamp())
+                .prop_map(|s| DateTime::from_timestamp(s, 0).unwrap_or(DateTime::<Utc>::MIN_UTC)),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever the cluster and AWS say (counts of any size, states of
+        /// any kind, providerIDs and interruption notes that do not parse,
+        /// times at the ends of representable time), the status is computed
+        /// without panicking, lists only the group's own Nodes, and never
+        /// calls an instance with a Node "not joined".
+        #[test]
+        fn any_observation_gives_a_status_without_panicking(
+            nodes in proptest::collection::vec(
+                (0usize..6, 0usize..3, proptest::bool::ANY, proptest::option::of(any_time()),
+                 proptest::bool::ANY),
+                0..8,
+            ),
+            asgs in proptest::collection::vec(
+                (proptest::num::i32::ANY, proptest::num::i32::ANY, proptest::num::i32::ANY,
+                 proptest::collection::vec((0usize..8, 0usize..5), 0..6),
+                 proptest::option::of(any_time())),
+                0..3,
+            ),
+            launch in proptest::collection::vec(proptest::option::of(any_time()), 8),
+            now in any_time(),
+            max_not_ready in proptest::option::of(proptest::num::i32::ANY),
+        ) {
+            const STATES: [&str; 5] = ["InService", "Pending", "Terminating", "Standby", "???"];
+            let groups = ["nodes-a", "nodes-c", "other"];
+            let mut g = group(&["nodes-a", "nodes-c"], 3);
+            g.spec.max_not_ready_percent = max_not_ready;
+            let ids: Vec<String> = (0..8).map(|i| format!("i-{i}")).collect();
+            let nodes: Vec<Node> = nodes
+                .iter()
+                .enumerate()
+                .map(|(n, (instance, ig, ready, noticed, bad_provider))| {
+                    let mut node = node(
+                        &format!("n{n}"),
+                        groups[*ig],
+                        "zone-a",
+                        &ids.get(*instance).cloned().unwrap_or_default(),
+                        *ready,
+                    );
+                    if *bad_provider {
+                        node.spec.as_mut().expect("spec").provider_id = Some("gce://x".into());
+                    }
+                    if let Some(t) = noticed {
+                        let record = serde_json::json!({
+                            "kind": "spot_interruption", "instanceId": ids[*instance % 8],
+                            "noticed": t, "deadline": DateTime::<Utc>::MAX_UTC,
+                        });
+                        node.metadata.annotations = Some(BTreeMap::from([(
+                            crate::interruption::mark::ANNOTATION.to_string(),
+                            record.to_string(),
+                        )]));
+                    }
+                    node
+                })
+                .collect();
+            let mut previous = NodeGroupStatus::default();
+            let described: Vec<AsgDescription> = asgs
+                .iter()
+                .enumerate()
+                .map(|(i, (desired, min, max, members, behind))| {
+                    let name = groups[i];
+                    if let Some(since) = behind {
+                        previous.auto_scaling_groups.push(AutoScalingGroupStatus {
+                            name: name.to_string(),
+                            behind_since: Some(*since),
+                            ..Default::default()
+                        });
+                    }
+                    let mut a = asg(name, name, "zone-a", &[], *desired);
+                    a.min = *min;
+                    a.max = *max;
+                    a.instances = members
+                        .iter()
+                        .map(|(id, state)| AsgInstance {
+                            instance_id: ids[*id].clone(),
+                            availability_zone: None,
+                            instance_type: None,
+                            lifecycle_state: STATES[*state].into(),
+                            health_status: "Healthy".into(),
+                        })
+                        .collect();
+                    a
+                })
+                .collect();
+            let instances: Vec<InstanceDescription> = ids
+                .iter()
+                .zip(&launch)
+                .map(|(id, t)| InstanceDescription {
+                    launch_time: *t,
+                    ..instance(id, "zone-a")
+                })
+                .collect();
+            let view = AwsView { asgs: described, instances };
+            let status = inventory_status(&g, &nodes, &view, &previous, now);
+            for member in &status.nodes {
+                proptest::prop_assert!(nodes.iter().any(|n| n.name_any() == member.name));
+            }
+            let joined: BTreeSet<String> = nodes.iter().filter_map(node_instance_id).collect();
+            for n in &status.not_joined {
+                proptest::prop_assert!(!joined.contains(&n.instance_id));
+            }
+            for a in &status.auto_scaling_groups {
+                proptest::prop_assert!(g.spec.asg_names().contains(&a.name));
+            }
+            proptest::prop_assert!(status.ready_nodes.unwrap_or(0) >= 0);
+        }
+    }
 }
