@@ -239,3 +239,123 @@ async fn a_replica_that_stops_leading_makes_no_further_aws_call() {
     assert_eq!(desired(&world, &asg).await, 2, "no call reached AWS");
     world.cleanup().await;
 }
+
+/// A stand-in for AWS that refuses every request with `Throttling` (which
+/// the SDK retries), counts them, and calls `on_request` with each count.
+async fn throttling_endpoint(
+    on_request: impl Fn(usize) + Send + Sync + 'static,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            // The whole request: headers, then the body its length names.
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                let Ok(n) = stream.read(&mut buf).await else {
+                    break;
+                };
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request);
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let length = head
+                        .lines()
+                        .find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse::<usize>().ok())?
+                        })
+                        .unwrap_or(0);
+                    if body.len() >= length {
+                        break;
+                    }
+                }
+            }
+            let count = counter.fetch_add(1, Ordering::SeqCst) + 1;
+            on_request(count);
+            let body = "<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code>\
+                        <Message>Rate exceeded</Message></Error><RequestId>1</RequestId></ErrorResponse>";
+            let response = format!(
+                "HTTP/1.1 400 Bad Request\r\nContent-Type: text/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+        }
+    });
+    (url, seen)
+}
+
+/// Static credentials, a retry policy with 4 attempts and short backoffs,
+/// against `endpoint`.
+fn sdk_for(endpoint: &str) -> aws_config::SdkConfig {
+    aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("ap-northeast-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(aws_sdk_ec2::config::SharedCredentialsProvider::new(
+            aws_sdk_ec2::config::Credentials::new("testing", "testing", None, None, "tests"),
+        ))
+        .retry_config(
+            aws_config::retry::RetryConfig::standard()
+                .with_max_attempts(4)
+                .with_initial_backoff(Duration::from_millis(50)),
+        )
+        .build()
+}
+
+#[tokio::test]
+async fn a_retry_due_after_the_lease_ran_out_is_never_sent() {
+    use spot_node_manager::cloud::fence::NOT_LEADING;
+    use spot_node_manager::cloud::{AwsClients, Fencing};
+    use spot_node_manager::leader::Leadership;
+    use std::sync::atomic::Ordering;
+    let names = ["nodes-a".to_string()];
+
+    // Unfenced, the SDK makes every attempt its policy allows: the endpoint
+    // does make it retry.
+    let (url, seen) = throttling_endpoint(|_| {}).await;
+    let plain = AwsCloud::new(AwsClients::new(&sdk_for(&url), None));
+    let err = plain.describe_groups(&names).await.expect_err("throttled");
+    assert!(format!("{err:?}").contains("Throttling"), "{err:?}");
+    assert_eq!(seen.load(Ordering::SeqCst), 4, "4 attempts");
+
+    // Fenced: the lease runs out (renewals blocked) while the first attempt
+    // is in flight. The retries it would make are refused before they leave.
+    let leadership = Leadership::elected();
+    leadership.lead_until(tokio::time::Instant::now() + Duration::from_secs(60));
+    let lease = leadership.clone();
+    let (url, seen) = throttling_endpoint(move |count| {
+        if count == 1 {
+            lease.lead_until(tokio::time::Instant::now());
+        }
+    })
+    .await;
+    let fenced = AwsCloud::new(AwsClients::fenced(
+        &sdk_for(&url),
+        None,
+        &Fencing {
+            leadership: leadership.clone(),
+            operation_timeout: Duration::from_secs(30),
+        },
+    ));
+    let err = fenced.describe_groups(&names).await.expect_err("refused");
+    assert!(
+        format!("{err:?}").contains(NOT_LEADING),
+        "the retry was refused by the fence: {err:?}"
+    );
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        1,
+        "only the attempt made while leading reached AWS"
+    );
+}
