@@ -45,6 +45,9 @@ API calls and gives it to a loop that runs like an ASG's own:
   AWS does. Calls with a stale token are refused with AWS's text. A heartbeat
   timeout below AWS's 30 s is accepted, as a time compression for tests (the
   same as the timing tags): our code only reads the timeout, never puts it.
+- Refusals, and counting at AWS's side: `/_snm/refuse` makes every request
+  of an account wait, then refuses it with Throttling or ServiceUnavailable;
+  `/_snm/requests` lists the times of an account's requests (see `control`).
 
 Timings are flags (defaults below) and can be set per ASG with the tags
 `snm.test/launch-lag`, `snm.test/pending-time`, `snm.test/health-check-delay`
@@ -585,7 +588,62 @@ sqs_models.SQSBackend.receive_message = receive_polling_unlocked
 _dispatch = werkzeug_app.DomainDispatcherApplication.__call__
 
 
+# What tests read at AWS's side, per account (the x-moto-account-id header):
+# the time of every request, and how its requests are refused, if they are.
+REQUESTS: dict = {}
+REFUSED: dict = {}
+REFUSALS = {
+    # AWS refusing a caller over its rate (the SDK retries, and slows down).
+    "Throttling": ("400 Bad Request", "Sender"),
+    # AWS failing on its side (the SDK retries at its usual pace).
+    "ServiceUnavailable": ("503 Service Unavailable", "Receiver"),
+}
+
+
+def control(environ, start_response):
+    """`GET /_snm/requests?account=A`: the times (epoch seconds) of A's
+    requests so far. `GET /_snm/refuse?account=A&delay=S&error=E`: from now
+    on every request of A waits S seconds, then is refused with error E (a
+    key of REFUSALS)."""
+    from urllib.parse import parse_qs
+
+    query = {k: v[0] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
+    account = query.get("account", "")
+    if environ["PATH_INFO"] == "/_snm/refuse":
+        error = query.get("error", "Throttling")
+        if error not in REFUSALS:
+            start_response("400 Bad Request", [("Content-Length", "0")])
+            return [b""]
+        REFUSED[account] = (float(query.get("delay", "0")), error)
+        body = b"{}"
+    else:
+        body = json.dumps(REQUESTS.get(account, [])).encode()
+    start_response(
+        "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    )
+    return [body]
+
+
+def refuse(error: str, start_response):
+    status, kind = REFUSALS[error]
+    body = (
+        f"<ErrorResponse><Error><Type>{kind}</Type><Code>{error}</Code>"
+        f"<Message>{error} (emulated)</Message></Error><RequestId>snm</RequestId></ErrorResponse>"
+    ).encode()
+    start_response(status, [("Content-Type", "text/xml"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
 def locked_dispatch(self, environ, start_response):
+    if environ.get("PATH_INFO", "").startswith("/_snm/"):
+        return control(environ, start_response)
+    account = environ.get("HTTP_X_MOTO_ACCOUNT_ID")
+    if account:
+        REQUESTS.setdefault(account, []).append(time.time())
+        if account in REFUSED:
+            delay, error = REFUSED[account]
+            time.sleep(delay)  # without the lock: others go on
+            return refuse(error, start_response)
     with LOCK:
         return _dispatch(self, environ, start_response)
 

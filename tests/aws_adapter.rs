@@ -258,10 +258,7 @@ async fn throttling_endpoint(
             // The whole request: headers, then the body its length names.
             let mut request = Vec::new();
             let mut buf = [0u8; 4096];
-            loop {
-                let Ok(n) = stream.read(&mut buf).await else {
-                    break;
-                };
+            while let Ok(n) = stream.read(&mut buf).await {
                 if n == 0 {
                     break;
                 }

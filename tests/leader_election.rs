@@ -149,3 +149,119 @@ async fn a_killed_leader_is_replaced_after_its_lease_expires() {
     .await;
     world.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_leader_cut_off_from_the_apiserver_makes_no_aws_call_after_its_renew_deadline() {
+    use support::proxy::{CuttableProxy, apiserver_address, kubeconfig_through};
+    let world = World::new("leader-cut").await;
+    let kops = world.kops_group("nodes", &support::ZONES, 1, &[]).await;
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &support::refresh::group("workers", "Worker", &kops.asgs, 3),
+        )
+        .await
+        .expect("create group");
+    // Renew deadline 2 s, lease 6 s: each AWS operation is bounded by
+    // 6 - 2 - 0.5 = 3.5 s, room for several failed attempts, so a call that
+    // began as leader just before the deadline could go on retrying well
+    // after it, but for the fence. (The manager's calls die out a few
+    // seconds after the cut, as its reconciles fail on the apiserver: a
+    // longer deadline would prove nothing.)
+    let config = tempfile::NamedTempFile::new().expect("config");
+    std::fs::write(
+        config.path(),
+        format!(
+            "resyncInterval: 1s\nleaderElection:\n  enabled: true\n  leaseName: snm-cut\n  leaseNamespace: {ns}\n  leaseDuration: 6s\n  renewDeadline: 2s\n  retryPeriod: 500ms\n",
+            ns = world.namespace
+        ),
+    )
+    .expect("write config");
+    // The manager reaches the apiserver through a proxy the test can cut;
+    // the test's own client goes direct.
+    let proxy = CuttableProxy::start(apiserver_address(world.kubeconfig())).await;
+    let kubeconfig = kubeconfig_through(world.kubeconfig(), proxy.port);
+    let path = config.path().to_str().expect("utf-8");
+    let manager = ManagerProcess::start_through(
+        &world,
+        kubeconfig.path(),
+        &["--config", path, "--identity", "cut-off"],
+        &[],
+    );
+    assert_eventually(
+        "leading, the group synced",
+        Duration::from_secs(60),
+        || async {
+            let synced = groups
+                .get("workers")
+                .await
+                .ok()?
+                .status?
+                .observed_generation
+                .is_some();
+            (synced && manager.is_leader().await? && !world.aws_request_times().await.is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+    // AWS fails every call after 300 ms (503): the SDK retries at its usual
+    // pace, so once the shared description has expired (5 s), the manager's
+    // calls are in flight, between attempts, most of the time.
+    world
+        .refuse_aws("ServiceUnavailable", Duration::from_millis(300))
+        .await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let refused_from = world.aws_request_times().await.len();
+    let cut_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    proxy.cut();
+    // Past the renew deadline, the controllers' shutdown grace (5 s) and
+    // any operation's bound.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+
+    let leases: Api<Lease> = world.api();
+    let renewed = leases
+        .get("snm-cut")
+        .await
+        .expect("lease")
+        .spec
+        .and_then(|s| s.renew_time)
+        .expect("renewed")
+        .0
+        .as_millisecond() as f64
+        / 1000.0;
+    let deadline = renewed + 2.0;
+    let times = world.aws_request_times().await;
+    let seen = format!(
+        "requests, seconds from the cut: {:?}; the deadline at {:.2}",
+        times
+            .iter()
+            .map(|t| format!("{:.2}", t - cut_at))
+            .collect::<Vec<_>>(),
+        deadline - cut_at
+    );
+    assert!(
+        times.len() > refused_from,
+        "no call was being retried at the cut: the test proves nothing; {seen}"
+    );
+    let late: Vec<f64> = times
+        .iter()
+        .map(|t| t - deadline)
+        .filter(|after| *after > 0.5)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "AWS requests after the renew deadline (seconds after it): {late:?}; {seen}\n{}",
+        manager.logs()
+    );
+    assert_eq!(
+        manager.is_leader().await,
+        Some(false),
+        "it knows it lost the lease"
+    );
+    drop(proxy);
+    world.cleanup().await;
+}

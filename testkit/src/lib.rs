@@ -15,6 +15,7 @@ pub mod interruption;
 pub mod kops;
 pub mod manager;
 pub mod plane;
+pub mod proxy;
 pub mod refresh;
 pub mod sim;
 pub mod timeline;

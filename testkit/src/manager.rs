@@ -61,13 +61,24 @@ impl ManagerProcess {
 
     /// The same, with extra environment variables (e.g. `SNM_CRASH_AT`).
     pub fn start_env(world: &World, extra_args: &[&str], env: &[(&str, &str)]) -> ManagerProcess {
+        Self::start_through(world, world.kubeconfig(), extra_args, env)
+    }
+
+    /// The same, reaching the apiserver with `kubeconfig` (e.g. through a
+    /// [`crate::proxy::CuttableProxy`]).
+    pub fn start_through(
+        world: &World,
+        kubeconfig: &std::path::Path,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> ManagerProcess {
         let admin_port = free_port();
         let log = std::env::temp_dir().join(format!("{}.log", unique("snm-manager")));
         let log_file = std::fs::File::create(&log).expect("log file");
         let child = Command::new(manager_binary())
             .arg("run")
             .arg("--kubeconfig")
-            .arg(world.kubeconfig())
+            .arg(kubeconfig)
             .args(["--namespace", &world.namespace])
             .args(["--admin-address", &format!("127.0.0.1:{admin_port}")])
             .args(["--aws-region", "ap-northeast-1"])
