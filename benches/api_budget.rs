@@ -22,7 +22,8 @@
 //!
 //! Run: `cargo bench --bench api_budget` (3, 30 and 300 nodes, ~25 min;
 //! `BUDGET_SIZES=30` for one size).
-//! Under `cargo test` a quick run with 3 nodes and short windows. Prints
+//! Under `cargo test` a quick run with 3 nodes, short windows and a fast
+//! simulated kubelet. Prints
 //! tables; asserts nothing about the figures.
 
 use snm_testkit as support;
@@ -82,7 +83,7 @@ impl Rate {
     }
 
     fn total(&self) -> f64 {
-        self.per_op.values().sum()
+        self.per_op.values().fold(0.0, |a, b| a + b)
     }
 
     fn breakdown(&self) -> String {
@@ -95,6 +96,8 @@ impl Rate {
 }
 
 struct Windows {
+    /// The simulated kubelet's register and Ready delays.
+    join: (Duration, Duration),
     steady: Duration,
     shortage: Duration,
     refresh: Duration,
@@ -111,7 +114,7 @@ async fn measure(nodes: usize, windows: &Windows) {
     let per_asg = (nodes / ZONES.len()) as i32;
     let steady = SteadyGroup::workers(&format!("bench-budget-{nodes}"))
         .per_asg(per_asg)
-        .delays(Duration::from_secs(20), Duration::from_secs(10))
+        .delays(windows.join.0, windows.join.1)
         .resync("1m")
         .start()
         .await;
@@ -148,24 +151,31 @@ async fn measure(nodes: usize, windows: &Windows) {
 
     // Refresh: from the schedule until the run ends or the window closes.
     let refreshers: Api<Refresher> = world.api();
-    let (t0, before) = snapshot(&steady).await;
-    schedule_refresh(world, "workers", serde_json::json!({})).await;
-    let closes = t0 + windows.refresh;
-    while Instant::now() < closes {
-        let ended = refreshers
+    let last_run = || async {
+        refreshers
             .get_opt("workers")
             .await
             .ok()
             .flatten()
             .and_then(|rf| rf.status?.last_run)
-            .is_some();
-        if ended {
+    };
+    let before_run = last_run().await;
+    let (t0, before) = snapshot(&steady).await;
+    schedule_refresh(world, "workers", serde_json::json!({})).await;
+    let closes = t0 + windows.refresh;
+    let mut outcome = "under way".to_string();
+    while Instant::now() < closes {
+        if let Some(run) = last_run().await
+            && Some(&run) != before_run.as_ref()
+        {
+            outcome = format!("{:?}, {} replaced", run.result, run.replaced);
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let (t1, after) = snapshot(&steady).await;
     report(nodes, "refresh", Rate::between(&before, &after, t1 - t0));
+    println!("{nodes:>5} {:>9} run: {outcome}", "");
     steady.world.cleanup().await;
 }
 
@@ -187,6 +197,7 @@ async fn main() {
         (
             vec![3, 30, 300],
             Windows {
+                join: (Duration::from_secs(20), Duration::from_secs(10)),
                 steady: Duration::from_secs(180),
                 shortage: Duration::from_secs(90),
                 refresh: Duration::from_secs(120),
@@ -196,6 +207,7 @@ async fn main() {
         (
             vec![3],
             Windows {
+                join: (Duration::from_secs(1), Duration::from_secs(1)),
                 steady: Duration::from_secs(10),
                 shortage: Duration::from_secs(15),
                 refresh: Duration::from_secs(20),

@@ -118,10 +118,17 @@ async fn measure(nodes: usize) -> (u64, u64) {
 #[tokio::main]
 async fn main() {
     let full = std::env::args().any(|a| a == "--bench");
-    let sizes: &[usize] = if full { &[3, 300, 1000] } else { &[3] };
+    let mut sizes: Vec<usize> = if full { vec![3, 300, 1000] } else { vec![3] };
+    // FOOTPRINT_SIZES=1000 measures only those sizes.
+    if let Ok(list) = std::env::var("FOOTPRINT_SIZES") {
+        sizes = list
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect();
+    }
     println!("manager: {}", support::manager::manager_binary().display());
     println!("{:>6} {:>10} {:>10}", "nodes", "RSS (MiB)", "peak (MiB)");
-    for &n in sizes {
+    for n in sizes {
         let (rss, peak) = measure(n).await;
         println!(
             "{:>6} {:>10.1} {:>10.1}",
