@@ -116,7 +116,7 @@ impl CachedCloud {
 
     /// Forgets the named ASGs' descriptions (all of them when `asgs` is
     /// empty): what we just changed is described again on the next look.
-    fn forget(&self, asgs: &[&str]) {
+    fn forget_names(&self, asgs: &[&str]) {
         let mut state = self.lock();
         state.generation += 1;
         if asgs.is_empty() {
@@ -223,6 +223,13 @@ impl Cloud for CachedCloud {
             .collect())
     }
 
+    fn forget(&self, asgs: &[String]) {
+        let names: Vec<&str> = asgs.iter().map(String::as_str).collect();
+        if !names.is_empty() {
+            self.forget_names(&names);
+        }
+    }
+
     async fn launch_failure(&self, asg: &str) -> Result<Option<String>> {
         self.inner.launch_failure(asg).await
     }
@@ -234,7 +241,7 @@ impl Cloud for CachedCloud {
     async fn set_desired_capacity(&self, asg: &str, desired: i32) -> Result<()> {
         let result = self.inner.set_desired_capacity(asg, desired).await;
         // Forgotten whatever the result: a timed-out call may have landed.
-        self.forget(&[asg]);
+        self.forget_names(&[asg]);
         result
     }
 
@@ -243,7 +250,7 @@ impl Cloud for CachedCloud {
         let result = self.inner.terminate_in_group(instance_id, decrement).await;
         let holding: Vec<&str> = holding.iter().map(String::as_str).collect();
         // Not in any cached ASG: forget them all rather than guess.
-        self.forget(&holding);
+        self.forget_names(&holding);
         result
     }
 
@@ -255,7 +262,7 @@ impl Cloud for CachedCloud {
         let result = self.inner.lifecycle_action(call, step).await;
         if step == HookCallKind::Continue {
             // The instance leaves its ASG now.
-            self.forget(&[call.asg]);
+            self.forget_names(&[call.asg]);
         }
         result
     }
@@ -354,6 +361,28 @@ mod tests {
         assert!(cloud.set_desired_capacity("b", 2).await.is_err());
         cloud.describe_groups(&both).await.expect("describe");
         assert_eq!(fake.calls("describe_groups"), 4);
+    }
+
+    #[tokio::test]
+    async fn forgetting_makes_the_next_look_ask_aws() {
+        // A change made outside (here: desired) is not in a shared
+        // description; a plan about to act forgets it first.
+        let fake = FakeCloud::new();
+        fake.add_group("a", "zone-a", 1, 10, Utc::now());
+        let cloud = cached(&fake, Duration::from_secs(60));
+        let a = names(&["a"]);
+        cloud.describe_groups(&a).await.expect("describe");
+        fake.set_desired_without_launch("a", 3);
+        let shared = cloud.describe_groups(&a).await.expect("describe");
+        assert_eq!(shared[0].desired, 1, "shared: the outside change unseen");
+        cloud.forget(&a);
+        let fresh = cloud.describe_groups(&a).await.expect("describe");
+        assert_eq!(fresh[0].desired, 3);
+        assert_eq!(fake.calls("describe_groups"), 2);
+        // Forgetting nothing forgets nothing.
+        cloud.forget(&[]);
+        cloud.describe_groups(&a).await.expect("describe");
+        assert_eq!(fake.calls("describe_groups"), 2);
     }
 
     fn behind(desired: i32, active: usize) -> AsgDescription {

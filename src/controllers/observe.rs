@@ -96,7 +96,8 @@ pub async fn observe_group<K: Resource>(
 }
 
 impl ObservedGroup {
-    /// Describes the group's ASGs (one AWS call) and judges its nodes by it.
+    /// Describes the group's ASGs (one AWS call, or a description shared
+    /// for a few seconds) and judges its nodes by it.
     pub async fn describe(&self) -> Result<DescribedAsgs, Error> {
         let fresh = self
             .cloud
@@ -105,5 +106,12 @@ impl ObservedGroup {
         let asgs = fresh.iter().map(AsgView::from).collect();
         let nodes = node_views(&self.group_status.nodes, &fresh);
         Ok(DescribedAsgs { fresh, asgs, nodes })
+    }
+
+    /// The same, asking AWS now rather than sharing a recent description:
+    /// what a plan about to call AWS must be based on.
+    pub async fn describe_fresh(&self) -> Result<DescribedAsgs, Error> {
+        self.cloud.forget(&self.group.spec.asg_names());
+        self.describe().await
     }
 }

@@ -36,7 +36,7 @@ impl World {
     /// Creates one ASG per zone for `role` ("nodes" or "master"), each with
     /// `per_asg` instances, a launch template and a spot MixedInstancesPolicy,
     /// tagged like kops does, sitting at its min as kops groups do (min =
-    /// desired, max 20 or min + 20 when larger). `extra_tags` go on every ASG. Returns once the
+    /// desired, max 20, or twice min when that is more). `extra_tags` go on every ASG. Returns once the
     /// emulator has launched them all (InService).
     pub async fn kops_group(
         &self,
@@ -112,7 +112,7 @@ impl World {
                 .min_size(per_asg)
                 // Room above min for a shortage's headroom and a refresh's
                 // surplus, however large the group (benchmarks go to 100).
-                .max_size(20.max(per_asg + 20))
+                .max_size(20.max(per_asg * 2))
                 .desired_capacity(per_asg)
                 .vpc_zone_identifier(subnet_of(zone))
                 .mixed_instances_policy(

@@ -70,21 +70,8 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     } else {
         None
     };
-    let DescribedAsgs { fresh, asgs, nodes } = described.unwrap_or(DescribedAsgs {
-        fresh: vec![],
-        asgs: vec![],
-        nodes: vec![],
-    });
-    let ObservedGroup {
-        namespace,
-        name,
-        me,
-        group,
-        lock: lock_state,
-        cloud,
-        ..
-    } = *observed;
     let now = ctx.clock.now();
+    let group = &observed.group;
     // Another group naming one of its ASGs pauses any run, as an invalid
     // spec does.
     let settings = match group.asg_conflict() {
@@ -94,7 +81,6 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             .resolve()
             .map_err(|p| format!("the Refresher's spec is invalid: {p}")),
     };
-    let members = members(&fresh);
     let current = rf.status.clone().unwrap_or_default();
     let schedule_key = rf.spec.schedule_key();
     // Masters between replacements: which nodes' control planes are up.
@@ -105,23 +91,46 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     } else {
         Default::default()
     };
-    let plan = refresh_plan::plan(&Input {
-        role: group.spec.role,
-        desired: group.spec.desired,
-        suspended: group.spec.suspend || rf.spec.suspend,
-        deleting: group.metadata.deletion_timestamp.is_some(),
-        dry_run: ctx.settings.dry_run,
-        breaker: group.breaker_open(),
-        settings: &settings,
-        schedule_key: &schedule_key,
-        asgs: &asgs,
-        members: &members,
-        nodes: &nodes,
-        control_plane_ready: &control_plane_ready,
-        lock: lock_state,
-        status: &current,
-        now,
+    let plan_for = |described: &DescribedAsgs| {
+        refresh_plan::plan(&Input {
+            role: group.spec.role,
+            desired: group.spec.desired,
+            suspended: group.spec.suspend || rf.spec.suspend,
+            deleting: group.metadata.deletion_timestamp.is_some(),
+            dry_run: ctx.settings.dry_run,
+            breaker: group.breaker_open(),
+            settings: &settings,
+            schedule_key: &schedule_key,
+            asgs: &described.asgs,
+            members: &members(&described.fresh),
+            nodes: &described.nodes,
+            control_plane_ready: &control_plane_ready,
+            lock: observed.lock.clone(),
+            status: &current,
+            now,
+        })
+    };
+    let mut described = described.unwrap_or(DescribedAsgs {
+        fresh: vec![],
+        asgs: vec![],
+        nodes: vec![],
     });
+    let mut plan = plan_for(&described);
+    if plan.action.changes_aws() {
+        // Act only on what AWS says now: the shared description may be a
+        // few seconds old and miss a change made outside.
+        described = observed.describe_fresh().await?;
+        plan = plan_for(&described);
+    }
+    let DescribedAsgs { fresh, asgs, nodes } = described;
+    let ObservedGroup {
+        namespace,
+        name,
+        me,
+        group,
+        cloud,
+        ..
+    } = *observed;
     debug!(refresher = %name, action = ?plan.action, message = %plan.message, "planned");
 
     let mut status = plan.status.clone();

@@ -120,8 +120,9 @@ async fn it_observes_then_persists_the_step_then_acts() {
         Some(&1),
         "the step was written before the ASG was touched"
     );
-    // One describe to observe, then the action the status recorded.
-    assert_eq!(cloud.calls("describe_groups"), 1);
+    // A describe to observe; the step calls AWS, so it was planned again
+    // on a fresh describe; then the action the status recorded.
+    assert_eq!(cloud.calls("describe_groups"), 2);
     assert_eq!(cloud.calls("set_desired_capacity"), 1);
     assert_eq!(cloud.group("a").map(|g| g.desired), Some(2));
     assert_eq!(cloud.group("b").map(|g| g.desired), Some(1));

@@ -54,18 +54,10 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
             Observation::Group(observed) => observed,
             Observation::NotYet(again) => return Ok(Action::requeue(again)),
         };
-    let DescribedAsgs { fresh, asgs, nodes } = observed.describe().await?;
-    let ObservedGroup {
-        namespace,
-        name,
-        me,
-        group,
-        group_status,
-        lock: lock_state,
-        cloud,
-    } = *observed;
     let now = ctx.clock.now();
-    let not_joined: Vec<NotJoinedView> = group_status
+    let current = rp.status.clone().unwrap_or_default();
+    let not_joined: Vec<NotJoinedView> = observed
+        .group_status
         .not_joined
         .iter()
         .map(|n| NotJoinedView {
@@ -74,30 +66,53 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
             launch_time: n.launch_time,
         })
         .collect();
-    let active: BTreeSet<String> = fresh
-        .iter()
-        .flat_map(|a| a.instances.iter().filter(|i| i.is_active()))
-        .map(|i| i.instance_id.clone())
-        .collect();
-    let current = rp.status.clone().unwrap_or_default();
-    let plan = replenish_plan::plan(&Input {
-        role: group.spec.role,
-        desired: group.spec.desired,
-        suspend: group.spec.suspend,
-        deleting: group.metadata.deletion_timestamp.is_some(),
-        // Another group naming one of its ASGs stops it too.
-        spec_valid: group.spec.validate().is_empty() && group.asg_conflict().is_none(),
-        breaker: group.breaker_open(),
-        cooldown: duration::parse(&rp.spec.cooldown).unwrap_or(Duration::from_secs(300)),
-        join_timeout: duration::parse(&rp.spec.join_timeout).unwrap_or(Duration::from_secs(900)),
-        asgs: &asgs,
-        nodes: &nodes,
-        not_joined: &not_joined,
-        active: &active,
-        lock: lock_state,
-        status: &current,
-        now,
-    });
+    let plan_for = |described: &DescribedAsgs| {
+        let group = &observed.group;
+        let active: BTreeSet<String> = described
+            .fresh
+            .iter()
+            .flat_map(|a| a.instances.iter().filter(|i| i.is_active()))
+            .map(|i| i.instance_id.clone())
+            .collect();
+        replenish_plan::plan(&Input {
+            role: group.spec.role,
+            desired: group.spec.desired,
+            suspend: group.spec.suspend,
+            deleting: group.metadata.deletion_timestamp.is_some(),
+            // Another group naming one of its ASGs stops it too.
+            spec_valid: group.spec.validate().is_empty() && group.asg_conflict().is_none(),
+            breaker: group.breaker_open(),
+            cooldown: duration::parse(&rp.spec.cooldown).unwrap_or(Duration::from_secs(300)),
+            join_timeout: duration::parse(&rp.spec.join_timeout)
+                .unwrap_or(Duration::from_secs(900)),
+            asgs: &described.asgs,
+            nodes: &described.nodes,
+            not_joined: &not_joined,
+            active: &active,
+            lock: observed.lock.clone(),
+            status: &current,
+            now,
+        })
+    };
+    let mut described = observed.describe().await?;
+    let mut plan = plan_for(&described);
+    if plan.action.changes_aws() {
+        // Act only on what AWS says now: the shared description may be a
+        // few seconds old and miss a change made outside (a process
+        // suspended, a min raised). One more describe per AWS mutation.
+        described = observed.describe_fresh().await?;
+        plan = plan_for(&described);
+    }
+    let fresh = described.fresh;
+    let ObservedGroup {
+        namespace,
+        name,
+        me,
+        group,
+        group_status,
+        lock: _,
+        cloud,
+    } = *observed;
     debug!(replenisher = %name, action = ?plan.action, message = %plan.message, "planned");
 
     let mut status = plan.status.clone();

@@ -106,6 +106,12 @@ impl Action {
             Action::SetDesired(_) | Action::Drain(_) | Action::Terminate(_) | Action::Uncordon(_)
         )
     }
+
+    /// Whether carrying it out calls AWS (planned then on a fresh describe).
+    /// A drain's termination is recorded first and made by `Terminate`.
+    pub fn changes_aws(&self) -> bool {
+        matches!(self, Action::SetDesired(_) | Action::Terminate(_))
+    }
 }
 
 /// What happened in this step, for Events and metrics.

@@ -125,6 +125,17 @@ impl Action {
                 | Action::AbandonScaleIn { .. }
         )
     }
+
+    /// Whether carrying it out calls AWS (planned then on a fresh describe).
+    pub fn changes_aws(&self) -> bool {
+        matches!(
+            self,
+            Action::ScaleUp(_)
+                | Action::RemoveNotJoined(_)
+                | Action::Terminate(_)
+                | Action::Retire(_)
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
