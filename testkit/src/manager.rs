@@ -176,8 +176,14 @@ impl ManagerProcess {
 }
 
 impl Drop for ManagerProcess {
+    /// Kills the process. Its log is removed unless the test is failing
+    /// (dropped while panicking) or `SNM_KEEP_LOGS` is set: passing tests
+    /// left thousands of logs in the temp directory.
     fn drop(&mut self) {
         self.kill();
+        if !std::thread::panicking() && std::env::var_os("SNM_KEEP_LOGS").is_none() {
+            let _ = std::fs::remove_file(&self.log);
+        }
     }
 }
 
