@@ -12,11 +12,22 @@ use support::{ManagerProcess, World, assert_eventually};
 const LEASE_DURATION: Duration = Duration::from_secs(4);
 
 fn config_file(world: &World, lease: &str) -> tempfile::NamedTempFile {
+    config_with(world, lease, "4s", "3s", "")
+}
+
+/// Leader election on, with this lease's timing and more of the file.
+fn config_with(
+    world: &World,
+    lease: &str,
+    duration: &str,
+    renew_deadline: &str,
+    more: &str,
+) -> tempfile::NamedTempFile {
     let file = tempfile::NamedTempFile::new().expect("config");
     std::fs::write(
         file.path(),
         format!(
-            "leaderElection:\n  enabled: true\n  leaseName: {lease}\n  leaseNamespace: {ns}\n  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 500ms\n",
+            "{more}leaderElection:\n  enabled: true\n  leaseName: {lease}\n  leaseNamespace: {ns}\n  leaseDuration: {duration}\n  renewDeadline: {renew_deadline}\n  retryPeriod: 500ms\n",
             ns = world.namespace
         ),
     )
@@ -169,15 +180,7 @@ async fn a_leader_cut_off_from_the_apiserver_makes_no_aws_call_after_its_renew_d
     // after it, but for the fence. (The manager's calls die out a few
     // seconds after the cut, as its reconciles fail on the apiserver: a
     // longer deadline would prove nothing.)
-    let config = tempfile::NamedTempFile::new().expect("config");
-    std::fs::write(
-        config.path(),
-        format!(
-            "resyncInterval: 1s\nleaderElection:\n  enabled: true\n  leaseName: snm-cut\n  leaseNamespace: {ns}\n  leaseDuration: 6s\n  renewDeadline: 2s\n  retryPeriod: 500ms\n",
-            ns = world.namespace
-        ),
-    )
-    .expect("write config");
+    let config = config_with(&world, "snm-cut", "6s", "2s", "resyncInterval: 1s\n");
     // The manager reaches the apiserver through a proxy the test can cut;
     // the test's own client goes direct.
     let proxy = CuttableProxy::start(apiserver_address(world.kubeconfig())).await;

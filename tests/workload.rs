@@ -206,6 +206,25 @@ async fn replenishing_a_lost_node_and_scaling_back_in_keeps_the_workload_within_
     world.cleanup().await;
 }
 
+/// Runs a refresh whose drains are given up after 10 s (`Abort`), and
+/// returns its outcome, asserting it failed.
+async fn refresh_given_up(world: &World) -> spot_node_manager::crd::refresher::RunOutcome {
+    schedule_refresh(
+        world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "drainTimeout": "10s", "drainTimeoutAction": "Abort"}),
+    )
+    .await;
+    let rf = run_finished(world, "workers").await;
+    let last = rf.status.and_then(|s| s.last_run).expect("last run");
+    assert_eq!(
+        last.result,
+        spot_node_manager::crd::refresher::RunResult::Failed,
+        "{last:?}"
+    );
+    last
+}
+
 #[tokio::test]
 async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_evicted() {
     let SteadyGroup {
@@ -221,20 +240,8 @@ async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_e
     deploy_web(&world, REPLICAS as i32, 0).await;
     let pods_before = assert_web_ready(&world, REPLICAS).await;
     let sampler = sample_web(&world);
-    schedule_refresh(
-        &world,
-        "workers",
-        serde_json::json!({"surplusNodes": 1, "drainTimeout": "10s", "drainTimeoutAction": "Abort"}),
-    )
-    .await;
-    let rf = run_finished(&world, "workers").await;
+    let last = refresh_given_up(&world).await;
     let samples = sampler.stop();
-    let last = rf.status.and_then(|s| s.last_run).expect("last run");
-    assert_eq!(
-        last.result,
-        spot_node_manager::crd::refresher::RunResult::Failed,
-        "{last:?}"
-    );
     let reason = last.reason.unwrap_or_default();
     assert!(reason.contains("timed out"), "{reason}");
     // It says which budget held it, in the apiserver's words.
@@ -292,19 +299,7 @@ async fn an_operators_cordon_stays_when_a_refresh_gives_up_its_drain() {
             .expect("operator's cordon");
     }
     // A budget that allows nothing holds the first drain until it is given up.
-    schedule_refresh(
-        &world,
-        "workers",
-        serde_json::json!({"surplusNodes": 1, "drainTimeout": "10s", "drainTimeoutAction": "Abort"}),
-    )
-    .await;
-    let rf = run_finished(&world, "workers").await;
-    let last = rf.status.and_then(|s| s.last_run).expect("last run");
-    assert_eq!(
-        last.result,
-        spot_node_manager::crd::refresher::RunResult::Failed,
-        "{last:?}"
-    );
+    refresh_given_up(&world).await;
     let reasons = support::event_reasons(&world).await;
     assert!(reasons.iter().any(|r| r == "DrainBlocked"), "{reasons:?}");
     // The surplus is gone; the operator's nodes are all still cordoned, none

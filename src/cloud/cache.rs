@@ -282,20 +282,19 @@ mod tests {
         CachedCloud::new(Arc::new(fake.clone()), floor)
     }
 
+    /// What a controller sees describing `asgs`.
+    async fn look(cloud: &CachedCloud, asgs: &[&str]) -> Vec<AsgDescription> {
+        cloud.describe_groups(&names(asgs)).await.expect("describe")
+    }
+
     #[tokio::test]
     async fn controllers_share_one_description_within_the_floor() {
         let fake = FakeCloud::new();
         fake.add_group("a", "zone-a", 1, 10, Utc::now());
         fake.add_group("b", "zone-b", 1, 10, Utc::now());
         let cloud = cached(&fake, Duration::from_secs(60));
-        let first = cloud
-            .describe_groups(&names(&["a", "b", "missing"]))
-            .await
-            .expect("describe");
-        let again = cloud
-            .describe_groups(&names(&["b", "a", "missing"]))
-            .await
-            .expect("describe");
+        let first = look(&cloud, &["a", "b", "missing"]).await;
+        let again = look(&cloud, &["b", "a", "missing"]).await;
         assert_eq!(
             fake.calls("describe_groups"),
             1,
@@ -304,15 +303,9 @@ mod tests {
         assert_eq!(again.len(), 2);
         assert_eq!(again[0], first[1], "in the order asked");
         // A name not cached yet: one call, for every name asked.
-        cloud
-            .describe_groups(&names(&["a", "c"]))
-            .await
-            .expect("describe");
+        look(&cloud, &["a", "c"]).await;
         assert_eq!(fake.calls("describe_groups"), 2);
-        cloud
-            .describe_groups(&names(&["c"]))
-            .await
-            .expect("describe");
+        look(&cloud, &["c"]).await;
         assert_eq!(fake.calls("describe_groups"), 2, "remembered as missing");
     }
 
@@ -322,10 +315,7 @@ mod tests {
         fake.add_group("a", "zone-a", 1, 10, Utc::now());
         let cloud = cached(&fake, Duration::ZERO);
         for _ in 0..3 {
-            cloud
-                .describe_groups(&names(&["a"]))
-                .await
-                .expect("describe");
+            look(&cloud, &["a"]).await;
         }
         assert_eq!(fake.calls("describe_groups"), 3);
     }
@@ -336,11 +326,10 @@ mod tests {
         let ids = fake.add_group("a", "zone-a", 2, 10, Utc::now());
         fake.add_group("b", "zone-b", 1, 10, Utc::now());
         let cloud = cached(&fake, Duration::from_secs(60));
-        let both = names(&["a", "b"]);
-        cloud.describe_groups(&both).await.expect("describe");
+        look(&cloud, &["a", "b"]).await;
 
         cloud.set_desired_capacity("a", 3).await.expect("raise");
-        let seen = cloud.describe_groups(&both).await.expect("describe");
+        let seen = look(&cloud, &["a", "b"]).await;
         assert_eq!(seen[0].desired, 3, "the raise is seen at once");
         assert_eq!(fake.calls("describe_groups"), 2);
 
@@ -348,7 +337,7 @@ mod tests {
             .terminate_in_group(&ids[0], true)
             .await
             .expect("terminate");
-        let seen = cloud.describe_groups(&both).await.expect("describe");
+        let seen = look(&cloud, &["a", "b"]).await;
         assert!(seen[0].instances.iter().all(|i| i.instance_id != ids[0]));
         assert_eq!(
             fake.calls("describe_groups"),
@@ -359,7 +348,7 @@ mod tests {
         // A failed mutation may still have landed: forgotten all the same.
         fake.fail_next("set_desired_capacity", "timed out");
         assert!(cloud.set_desired_capacity("b", 2).await.is_err());
-        cloud.describe_groups(&both).await.expect("describe");
+        look(&cloud, &["a", "b"]).await;
         assert_eq!(fake.calls("describe_groups"), 4);
     }
 
@@ -371,39 +360,27 @@ mod tests {
         fake.add_group("a", "zone-a", 1, 10, Utc::now());
         let cloud = cached(&fake, Duration::from_secs(60));
         let a = names(&["a"]);
-        cloud.describe_groups(&a).await.expect("describe");
+        look(&cloud, &["a"]).await;
         fake.set_desired_without_launch("a", 3);
-        let shared = cloud.describe_groups(&a).await.expect("describe");
+        let shared = look(&cloud, &["a"]).await;
         assert_eq!(shared[0].desired, 1, "shared: the outside change unseen");
         cloud.forget(&a);
-        let fresh = cloud.describe_groups(&a).await.expect("describe");
+        let fresh = look(&cloud, &["a"]).await;
         assert_eq!(fresh[0].desired, 3);
         assert_eq!(fake.calls("describe_groups"), 2);
         // Forgetting nothing forgets nothing.
         cloud.forget(&[]);
-        cloud.describe_groups(&a).await.expect("describe");
+        look(&cloud, &["a"]).await;
         assert_eq!(fake.calls("describe_groups"), 2);
     }
 
+    /// ASG "a" at `desired` with `active` instances in service.
     fn behind(desired: i32, active: usize) -> AsgDescription {
+        let ids: Vec<String> = (0..active).map(|i| format!("i-{i}")).collect();
+        let members: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "InService")).collect();
         AsgDescription {
-            name: "a".into(),
             desired,
-            min: 0,
-            max: 10,
-            instances: (0..active)
-                .map(|i| crate::cloud::AsgInstance {
-                    instance_id: format!("i-{i}"),
-                    availability_zone: None,
-                    instance_type: None,
-                    lifecycle_state: "InService".into(),
-                    health_status: "Healthy".into(),
-                })
-                .collect(),
-            launch_template: None,
-            tags: Default::default(),
-            recent_failure: None,
-            suspended_processes: vec![],
+            ..crate::controllers::vocabulary::tests::fresh("a", &members)
         }
     }
 
@@ -451,20 +428,14 @@ mod tests {
         fake.set_desired_without_launch("a", 2);
         fake.set_recent_failure("a", Some("InsufficientInstanceCapacity"));
         let cloud = cached(&fake, Duration::ZERO);
-        let seen = cloud
-            .describe_groups(&names(&["a"]))
-            .await
-            .expect("describe");
+        let seen = look(&cloud, &["a"]).await;
         assert_eq!(
             seen[0].recent_failure.as_deref(),
             Some("InsufficientInstanceCapacity")
         );
         assert_eq!(fake.calls("launch_failure"), 1);
         // Within the activity floor: the answer is reused.
-        let seen = cloud
-            .describe_groups(&names(&["a"]))
-            .await
-            .expect("describe");
+        let seen = look(&cloud, &["a"]).await;
         assert_eq!(
             seen[0].recent_failure.as_deref(),
             Some("InsufficientInstanceCapacity")
@@ -482,10 +453,7 @@ mod tests {
                 failure: Some("InsufficientInstanceCapacity".into()),
             },
         );
-        let seen = cloud
-            .describe_groups(&names(&["a"]))
-            .await
-            .expect("describe");
+        let seen = look(&cloud, &["a"]).await;
         assert_eq!(
             seen[0].recent_failure.as_deref(),
             Some("InsufficientInstanceCapacity")
@@ -493,10 +461,7 @@ mod tests {
         assert_eq!(fake.calls("launch_failure"), 1);
         // Back at its count: forgotten.
         fake.set_desired_without_launch("a", 1);
-        let seen = cloud
-            .describe_groups(&names(&["a"]))
-            .await
-            .expect("describe");
+        let seen = look(&cloud, &["a"]).await;
         assert_eq!(seen[0].recent_failure, None);
         assert!(cloud.lock().launches.is_empty());
     }

@@ -93,39 +93,3 @@ pub fn apiserver_address(kubeconfig: &std::path::Path) -> SocketAddr {
         .and_then(|mut a| a.next())
         .expect("apiserver address")
 }
-
-impl crate::World {
-    /// The emulator's port (its endpoint is plain HTTP on loopback).
-    fn emulator_port(&self) -> u16 {
-        crate::control_plane()
-            .moto_endpoint
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.trim_end_matches('/').parse().ok())
-            .expect("emulator port")
-    }
-
-    /// The times (epoch seconds) of every AWS request this world's account
-    /// made, as the emulator received them.
-    pub async fn aws_request_times(&self) -> Vec<f64> {
-        let path = format!("/_snm/requests?account={}", self.account);
-        let (status, body) = crate::http_get(self.emulator_port(), &path)
-            .await
-            .expect("the emulator answers");
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str(&body).expect("a list of times")
-    }
-
-    /// From now on every AWS request of this world's account waits `delay`,
-    /// then is refused with `error` (`Throttling`, or `ServiceUnavailable`:
-    /// both retried by the SDK, the first also slowing its request rate).
-    pub async fn refuse_aws(&self, error: &str, delay: std::time::Duration) {
-        let path = format!(
-            "/_snm/refuse?account={}&delay={}&error={error}",
-            self.account,
-            delay.as_secs_f64()
-        );
-        let answered = crate::http_get(self.emulator_port(), &path).await;
-        assert!(matches!(answered, Some((200, _))), "{answered:?}");
-    }
-}
