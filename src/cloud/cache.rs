@@ -223,20 +223,8 @@ impl Cloud for CachedCloud {
             .collect())
     }
 
-    fn forget(&self, asgs: &[String], older_than: Duration) {
-        let now = Instant::now();
-        let names: Vec<&str> = {
-            let state = self.lock();
-            asgs.iter()
-                .filter(|n| {
-                    state
-                        .asgs
-                        .get(*n)
-                        .is_some_and(|e| now.saturating_duration_since(e.described) >= older_than)
-                })
-                .map(String::as_str)
-                .collect()
-        };
+    fn forget(&self, asgs: &[String]) {
+        let names: Vec<&str> = asgs.iter().map(String::as_str).collect();
         if !names.is_empty() {
             self.forget_names(&names);
         }
@@ -376,16 +364,12 @@ mod tests {
         fake.set_desired_without_launch("a", 3);
         let shared = look(&cloud, &["a"]).await;
         assert_eq!(shared[0].desired, 1, "shared: the outside change unseen");
-        // Asked of AWS just now: that stands (no second call for it).
-        cloud.forget(&a, Duration::from_secs(1));
-        assert_eq!(look(&cloud, &["a"]).await[0].desired, 1);
-        assert_eq!(fake.calls("describe_groups"), 1);
-        cloud.forget(&a, Duration::ZERO);
+        cloud.forget(&a);
         let fresh = look(&cloud, &["a"]).await;
         assert_eq!(fresh[0].desired, 3);
         assert_eq!(fake.calls("describe_groups"), 2);
         // Forgetting nothing forgets nothing.
-        cloud.forget(&[], Duration::ZERO);
+        cloud.forget(&[]);
         look(&cloud, &["a"]).await;
         assert_eq!(fake.calls("describe_groups"), 2);
     }

@@ -131,10 +131,9 @@ pub trait Cloud: Send + Sync {
     /// The named ASGs that exist (missing names are simply absent), in one
     /// batched, paginated call.
     async fn describe_groups(&self, names: &[String]) -> Result<Vec<AsgDescription>>;
-    /// Forgets any shared description of these ASGs asked of AWS at least
-    /// `older_than` ago, so the next describe asks AWS again (see
-    /// [`cache::CachedCloud`]); nothing to forget otherwise.
-    fn forget(&self, _asgs: &[String], _older_than: std::time::Duration) {}
+    /// Forgets any shared description of these ASGs, so the next describe
+    /// asks AWS (see [`cache::CachedCloud`]); nothing to forget otherwise.
+    fn forget(&self, _asgs: &[String]) {}
     /// The failure message of the ASG's newest launch activity, when that
     /// activity failed (an older failure followed by a launch is none).
     async fn launch_failure(&self, asg: &str) -> Result<Option<String>>;

@@ -14,9 +14,6 @@ use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A description asked of AWS this recently is as good as asking again.
-const JUST_ASKED: Duration = Duration::from_secs(1);
-
 /// The group as a child controller sees it: its NodeGroup with a status that
 /// has seen the current spec (act only on such an inventory), and the
 /// group's lock from its side.
@@ -111,11 +108,10 @@ impl ObservedGroup {
         Ok(DescribedAsgs { fresh, asgs, nodes })
     }
 
-    /// The same, asked of AWS within the last second rather than shared
-    /// for up to the floor: what a plan about to call AWS must be based on.
-    /// A description this reconcile has just asked for is not asked again.
+    /// The same, asking AWS now rather than sharing a recent description:
+    /// what a plan about to call AWS must be based on.
     pub async fn describe_fresh(&self) -> Result<DescribedAsgs, Error> {
-        self.cloud.forget(&self.group.spec.asg_names(), JUST_ASKED);
+        self.cloud.forget(&self.group.spec.asg_names());
         self.describe().await
     }
 }
