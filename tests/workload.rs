@@ -373,22 +373,19 @@ async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go()
         "the surplus is up"
     );
 
+    // The unwind can take less than a poll, so every status the group
+    // carries from here on is read from a watch.
+    let from = groups
+        .get("workers")
+        .await
+        .expect("group")
+        .resource_version()
+        .expect("resourceVersion");
+    let deleting = record_deleting_messages(&groups, "workers", &from).await;
     groups
         .delete("workers", &Default::default())
         .await
         .expect("delete group");
-    // The deletion waits, saying for what, while the run unwinds.
-    assert_eventually(
-        "the group says what its deletion waits for",
-        WAIT,
-        || async {
-            let g = groups.get_opt("workers").await.ok()??;
-            let status = g.status?;
-            let c = status.conditions.iter().find(|c| c.type_ == "Deleting")?;
-            c.message.contains("refresh run").then_some(())
-        },
-    )
-    .await;
     assert_eventually("group and children gone", RUN, || async {
         let g = groups.get_opt("workers").await.ok()?;
         let rf = refreshers.get_opt("workers").await.ok()?;
@@ -396,6 +393,12 @@ async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go()
         (g.is_none() && rf.is_none() && rp.is_none()).then_some(())
     })
     .await;
+    // The deletion waited, saying for what, while the run unwound.
+    let said = deleting.lock().expect("messages").clone();
+    assert!(
+        said.iter().any(|m| m.contains("refresh run")),
+        "the group said what its deletion waits for: {said:?}"
+    );
     // Unwound before they went: nothing cordoned, the surplus terminated,
     // every ASG at its recorded count with one instance in service.
     assert_eq!(world.cordoned_nodes().await, Some(vec![]));
@@ -418,4 +421,36 @@ async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go()
     );
     assert!(manager.child_alive(), "{}", manager.logs());
     world.cleanup().await;
+}
+
+/// Every message of the group's `Deleting` condition, in order, from a watch
+/// that starts at `from`: each status write is one watch event, so none is
+/// missed however fast the deletion goes.
+async fn record_deleting_messages(
+    groups: &Api<NodeGroup>,
+    name: &str,
+    from: &str,
+) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use futures::StreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+    let said: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let params = WatchParams::default().fields(&format!("metadata.name={name}"));
+    let mut events = groups
+        .watch(&params, from)
+        .await
+        .expect("watch the group")
+        .boxed();
+    let out = said.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(event)) = events.next().await {
+            let (WatchEvent::Modified(g) | WatchEvent::Deleted(g)) = event else {
+                continue;
+            };
+            let conditions = g.status.map(|s| s.conditions).unwrap_or_default();
+            if let Some(c) = conditions.iter().find(|c| c.type_ == "Deleting") {
+                out.lock().expect("messages").push(c.message.clone());
+            }
+        }
+    });
+    said
 }
