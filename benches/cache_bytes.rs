@@ -5,8 +5,8 @@
 //!
 //! - full Nodes: N copies of a kops worker as served (what the cache held
 //!   before trimming);
-//! - trimmed Nodes: the same after `keep_what_the_inventory_reads` (what the
-//!   inventory's cache holds now);
+//! - slim Nodes: the same decoded as `SlimNode` (what the inventory's cache
+//!   holds now);
 //! - a NodeGroup status listing N nodes (each controller that watches
 //!   NodeGroups keeps one copy per group);
 //! - its JSON (what each status write and each watch event carries).
@@ -14,8 +14,8 @@
 //! Run: `cargo bench --bench cache_bytes`. Prints a table; asserts nothing.
 
 use k8s_openapi::api::core::v1::Node;
-use spot_node_manager::controllers::inventory::controller::keep_what_the_inventory_reads;
 use spot_node_manager::crd::nodegroup::{NodeGroupStatus, NodeStatus};
+use spot_node_manager::k8s::node::SlimNode;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
@@ -54,7 +54,7 @@ fn main() {
     let template: Node = serde_json::from_str(FIXTURE).expect("fixture");
     println!(
         "{:>6} {:>14} {:>14} {:>14} {:>14}",
-        "nodes", "full Nodes", "trimmed Nodes", "group status", "status JSON"
+        "nodes", "full Nodes", "slim Nodes", "group status", "status JSON"
     );
     for &n in sizes {
         let node = |i: usize| {
@@ -68,16 +68,18 @@ fn main() {
                 .collect::<Vec<_>>()
         });
         drop(full_nodes);
-        let (trimmed_bytes, trimmed) = held_by(|| {
-            (0..n)
-                .map(|i| {
-                    let mut node = node(i);
-                    keep_what_the_inventory_reads(&mut node);
-                    std::sync::Arc::new(node)
-                })
+        let served: Vec<String> = (0..n)
+            .map(|i| serde_json::to_string(&node(i)).expect("json"))
+            .collect();
+        let (slim_bytes, slim) = held_by(|| {
+            served
+                .iter()
+                .map(|json| std::sync::Arc::new(serde_json::from_str::<SlimNode>(json)))
                 .collect::<Vec<_>>()
         });
-        drop(trimmed);
+        assert!(slim.iter().all(|n| n.is_ok()), "every Node decodes slim");
+        drop(slim);
+        drop(served);
         let (status_bytes, status) = held_by(|| NodeGroupStatus {
             nodes: (0..n)
                 .map(|i| NodeStatus {
@@ -102,7 +104,7 @@ fn main() {
             "{:>6} {:>14} {:>14} {:>14} {:>14}",
             n,
             kib(full_bytes),
-            kib(trimmed_bytes),
+            kib(slim_bytes),
             kib(status_bytes),
             kib(json as isize)
         );

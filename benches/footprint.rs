@@ -26,8 +26,18 @@ use support::{ZONES, assert_eventually};
 const FIXTURE: &str = include_str!("../src/controllers/inventory/fixtures/kops-node.json");
 const LABEL: &str = "snm.test/footprint";
 
-/// `(VmRSS, VmHWM)` of a process, in KiB.
-fn memory_kib(pid: u32) -> Option<(u64, u64)> {
+/// What a process holds, in KiB: its resident set, the part of it that is
+/// heap and stacks (anonymous) and the part that is the binary and libraries
+/// paged in from files, and its peak resident set.
+#[derive(Clone, Copy)]
+struct Memory {
+    rss: u64,
+    anon: u64,
+    file: u64,
+    peak: u64,
+}
+
+fn memory_kib(pid: u32) -> Option<Memory> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| {
         status
@@ -38,7 +48,12 @@ fn memory_kib(pid: u32) -> Option<(u64, u64)> {
             .parse()
             .ok()
     };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
+    Some(Memory {
+        rss: field("VmRSS:")?,
+        anon: field("RssAnon:")?,
+        file: field("RssFile:")?,
+        peak: field("VmHWM:")?,
+    })
 }
 
 fn node(template: &Node, instance_group: &str, run: &str, i: usize) -> Node {
@@ -66,7 +81,7 @@ fn node(template: &Node, instance_group: &str, run: &str, i: usize) -> Node {
     node
 }
 
-async fn measure(nodes: usize) -> (u64, u64) {
+async fn measure(nodes: usize) -> Memory {
     let world = support::World::new(&format!("bench-footprint-{nodes}")).await;
     let kops = world.kops_group("nodes", &ZONES[..1], 0, &[]).await;
     // kops names the ASG `<instance group>.<cluster>`.
@@ -103,6 +118,22 @@ async fn measure(nodes: usize) -> (u64, u64) {
     // A few syncs and child reconciles after the first.
     tokio::time::sleep(Duration::from_secs(15)).await;
     let figures = memory_kib(manager.child.id()).expect("the manager's /proc status");
+    if let Some(secs) = std::env::var("FOOTPRINT_HOLD")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        eprintln!("holding manager pid {} for {secs}s", manager.child.id());
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+    }
+    // FOOTPRINT_SMAPS=<dir> keeps the manager's memory map, to see where
+    // the resident set lies.
+    if let Some(dir) = std::env::var_os("FOOTPRINT_SMAPS") {
+        let to = std::path::Path::new(&dir).join(format!("smaps-{nodes}"));
+        let from = format!("/proc/{}/smaps", manager.child.id());
+        if let Err(e) = std::fs::copy(&from, &to) {
+            eprintln!("could not keep {from} in {}: {e}", to.display());
+        }
+    }
     drop(manager);
     // Other tests' managers watch every Node: leave none behind.
     let _ = nodes_api
@@ -127,14 +158,20 @@ async fn main() {
             .collect();
     }
     println!("manager: {}", support::manager::manager_binary().display());
-    println!("{:>6} {:>10} {:>10}", "nodes", "RSS (MiB)", "peak (MiB)");
+    println!(
+        "{:>6} {:>10} {:>11} {:>11} {:>10}",
+        "nodes", "RSS (MiB)", "anon (MiB)", "file (MiB)", "peak (MiB)"
+    );
+    let mib = |kib: u64| kib as f64 / 1024.0;
     for n in sizes {
-        let (rss, peak) = measure(n).await;
+        let m = measure(n).await;
         println!(
-            "{:>6} {:>10.1} {:>10.1}",
+            "{:>6} {:>10.1} {:>11.1} {:>11.1} {:>10.1}",
             n,
-            rss as f64 / 1024.0,
-            peak as f64 / 1024.0
+            mib(m.rss),
+            mib(m.anon),
+            mib(m.file),
+            mib(m.peak)
         );
     }
 }

@@ -15,6 +15,7 @@ pub mod interruption;
 pub mod k8s;
 pub mod leader;
 pub mod manager;
+pub mod memory;
 pub mod metrics;
 pub mod mutation;
 pub mod telemetry;

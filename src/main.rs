@@ -4,7 +4,10 @@ use spot_node_manager::{crd, manager, telemetry};
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
-#[tokio::main]
+// Two workers whatever the core count: the manager waits on the network;
+// a worker per core (64 on a large node) costs a stack and a malloc arena
+// each for nothing.
+#[tokio::main(worker_threads = 2)]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {

@@ -141,6 +141,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         shutdown.clone(),
     ));
 
+    tokio::spawn(crate::memory::trim_periodically(
+        crate::memory::TRIM_INTERVAL,
+        shutdown.clone(),
+    ));
+
     let client = kube_client(&settings).await?;
     let eviction_client = kube_client_without_retry(&settings).await?;
     check_crds(&client, &settings).await?;

@@ -120,9 +120,8 @@ impl Record {
 }
 
 /// The node's record, if it carries a readable one.
-pub fn record_of(node: &Node) -> Option<Record> {
-    node.annotations()
-        .get(ANNOTATION)
+pub fn record_of(node: &(impl crate::k8s::node::NodeView + ?Sized)) -> Option<Record> {
+    node.annotation(ANNOTATION)
         .and_then(|v| serde_json::from_str(v).ok())
 }
 

@@ -14,12 +14,11 @@ use crate::crd::nodegroup::ASG_CONFLICT as CONFLICT;
 use crate::crd::refresher::RefresherSpec;
 use crate::crd::replenisher::ReplenisherSpec;
 use crate::crd::{NodeGroup, NodeGroupStatus, Refresher, Replenisher};
-use crate::k8s::node::{self, node_instance_id, role_matches};
+use crate::k8s::node::{NodeView, SlimNode, role_matches};
 use crate::mutation::Intent;
 use crate::{Error, Result};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -44,7 +43,7 @@ const DELETION_POLL: Duration = Duration::from_secs(2);
 
 struct InventoryContext {
     ctx: Arc<Context>,
-    nodes: Store<Node>,
+    nodes: Store<SlimNode>,
     /// Every NodeGroup, to find an ASG named by two of them.
     groups: Store<NodeGroup>,
     /// True once the Node cache holds the initial list. (Not
@@ -60,19 +59,19 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    let (nodes, node_writer) = reflector::store::<Node>();
+    let (nodes, node_writer) = reflector::store::<SlimNode>();
     let (ready_tx, nodes_ready) = tokio::sync::watch::channel(false);
     let node_changes = relevant_node_changes(
         watcher(
-            Api::<Node>::all(ctx.client.clone()),
-            // Small pages: a page of full Nodes is held, untrimmed, while it
-            // is decoded; at 500 (the default) that is megabytes.
+            // Decoded slim: only what the inventory reads is ever held.
+            Api::<SlimNode>::all(ctx.client.clone()),
+            // Small pages: a page's JSON is held whole while it is decoded;
+            // at 500 (the default) that is megabytes.
             watcher::Config::default()
                 .any_semantic()
                 .page_size(NODE_PAGE),
         )
         .default_backoff()
-        .modify(keep_what_the_inventory_reads)
         .reflect(node_writer),
         ready_tx,
     );
@@ -114,54 +113,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     info!(controller = CONTROLLER, "controller stopped");
 }
 
-/// Trims a watched Node to what the inventory reads before it is cached: a
-/// real Node carries kilobytes the inventory never looks at (its images,
-/// managed fields, capacity, addresses, other tools' annotations), and the
-/// cache holds every Node of the cluster.
-pub fn keep_what_the_inventory_reads(node: &mut Node) {
-    let meta = &mut node.metadata;
-    meta.managed_fields = None;
-    meta.owner_references = None;
-    meta.finalizers = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|k, _| k == crate::interruption::mark::ANNOTATION);
-    }
-    if let Some(spec) = node.spec.as_mut() {
-        spec.taints = None;
-        spec.pod_cidr = None;
-        spec.pod_cidrs = None;
-        spec.config_source = None;
-    }
-    if let Some(status) = node.status.as_mut() {
-        let ready = status.conditions.take().map(|cs| {
-            cs.into_iter()
-                .filter(|c| c.type_ == "Ready")
-                .map(|c| k8s_openapi::api::core::v1::NodeCondition {
-                    type_: c.type_,
-                    status: c.status,
-                    ..Default::default()
-                })
-                .collect()
-        });
-        *status = k8s_openapi::api::core::v1::NodeStatus {
-            conditions: ready,
-            ..Default::default()
-        };
-    }
-}
-
 /// What about a Node matters to the inventory. Kubelet heartbeats change
 /// none of it, so they never trigger a sync (and its AWS calls).
-fn node_fingerprint(node: &Node) -> u64 {
+fn node_fingerprint(node: &(impl NodeView + ?Sized)) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    node.labels().hash(&mut h);
-    node.spec
-        .as_ref()
-        .and_then(|s| s.provider_id.clone())
-        .hash(&mut h);
-    node::is_unschedulable(node).hash(&mut h);
-    node::is_ready(node).hash(&mut h);
-    node.metadata.deletion_timestamp.is_some().hash(&mut h);
+    node.node_labels().hash(&mut h);
+    node.provider_id().hash(&mut h);
+    node.cordoned().hash(&mut h);
+    node.ready().hash(&mut h);
+    node.being_deleted().hash(&mut h);
     // An interruption notice and its drain's end drive the replenisher
     // through the group's status: the fields the status copies, and no more
     // (a lifecycle action's heartbeat is no reason to describe AWS again).
@@ -174,9 +134,11 @@ fn node_fingerprint(node: &Node) -> u64 {
 /// Passes a Node on only when its fingerprint changed, and always on delete.
 /// Signals `ready` once the initial list is in the (already reflected) store.
 fn relevant_node_changes(
-    events: impl futures::Stream<Item = Result<watcher::Event<Node>, watcher::Error>> + Send + 'static,
+    events: impl futures::Stream<Item = Result<watcher::Event<SlimNode>, watcher::Error>>
+    + Send
+    + 'static,
     ready: tokio::sync::watch::Sender<bool>,
-) -> impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
+) -> impl futures::Stream<Item = Result<SlimNode, watcher::Error>> + Send + 'static {
     let seen: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
     let ready = Arc::new(ready);
     events.filter_map(move |event| {
@@ -185,6 +147,8 @@ fn relevant_node_changes(
         async move {
             if matches!(event, Ok(watcher::Event::InitDone)) {
                 ready.send_replace(true);
+                // The list's pages and the cache it replaced are free now.
+                crate::memory::release_freed();
             }
             let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
             match event {
@@ -206,8 +170,8 @@ fn relevant_node_changes(
 
 /// The groups a Node may belong to: those that list it, and those whose
 /// selector (or role, for the default selector) matches it.
-fn groups_of_node(groups: &Store<NodeGroup>, node: &Node) -> Vec<ObjectRef<NodeGroup>> {
-    let name = node.name_any();
+fn groups_of_node(groups: &Store<NodeGroup>, node: &SlimNode) -> Vec<ObjectRef<NodeGroup>> {
+    let name = node.node_name();
     groups
         .state()
         .iter()
@@ -217,8 +181,8 @@ fn groups_of_node(groups: &Store<NodeGroup>, node: &Node) -> Vec<ObjectRef<NodeG
                 .as_ref()
                 .is_some_and(|s| s.nodes.iter().any(|n| n.name == name));
             let matches = match &g.spec.node_selector {
-                Some(selector) => plan::selector_matches(selector, node.labels()),
-                None => role_matches(g.spec.role, node.labels()),
+                Some(selector) => plan::selector_matches(selector, node.node_labels()),
+                None => role_matches(g.spec.role, node.node_labels()),
             };
             listed || matches
         })
@@ -238,9 +202,9 @@ fn error_policy(group: Arc<NodeGroup>, error: &Error, _ctx: Arc<InventoryContext
 /// other controllers for a few seconds), and a describe of only the
 /// instances `facts` does not know yet or whose state is read (those without
 /// a Node). A steady sync describes no instance, whatever the node count.
-/// `nodes` are anything that borrows as a Node: the cache's `Arc`s pass
-/// through without copying every Node on each sync.
-pub async fn observe_aws<N: std::borrow::Borrow<Node>>(
+/// `nodes` are any view of a Node: the cache's `Arc`s pass through without
+/// copying every Node on each sync.
+pub async fn observe_aws<N: NodeView>(
     cloud: &dyn Cloud,
     facts: &InstanceFacts,
     group: &NodeGroup,
@@ -249,19 +213,15 @@ pub async fn observe_aws<N: std::borrow::Borrow<Node>>(
     let names = group.spec.asg_names();
     let asgs = cloud.describe_groups(&names).await?;
     let membership = Membership::of(group, &asgs);
-    let joined: BTreeSet<String> = nodes
-        .iter()
-        .filter_map(|n| node_instance_id(n.borrow()))
-        .collect();
+    let joined: BTreeSet<String> = nodes.iter().filter_map(|n| n.instance_id()).collect();
     let wanted: BTreeSet<String> = asgs
         .iter()
         .flat_map(|a| a.instances.iter().map(|i| i.instance_id.clone()))
         .chain(
             nodes
                 .iter()
-                .map(|n| n.borrow())
-                .filter(|n| membership.includes(n))
-                .filter_map(node_instance_id),
+                .filter(|n| membership.includes(*n))
+                .filter_map(|n| n.instance_id()),
         )
         .collect();
     // The plan reads the EC2 state of active members without a Node only.
@@ -807,6 +767,8 @@ mod inventory_tests {
     use super::*;
     use crate::cloud::fake::FakeCloud;
     use crate::controllers::inventory::plan::tests::{group, node, t0};
+    use crate::k8s::node::node_instance_id;
+    use k8s_openapi::api::core::v1::Node;
 
     /// A fake cloud with `per_asg` instances in each of 3 ASGs and a Node for each.
     fn world(per_asg: usize) -> (FakeCloud, Vec<Node>) {
@@ -944,23 +906,15 @@ mod inventory_tests {
     }
 
     #[test]
-    fn a_trimmed_node_reads_the_same_to_the_inventory_at_a_fraction_of_the_size() {
-        let full: Node =
-            serde_json::from_str(include_str!("fixtures/kops-node.json")).expect("fixture");
-        let mut trimmed = full.clone();
-        keep_what_the_inventory_reads(&mut trimmed);
-        let size = |n: &Node| serde_json::to_vec(n).map(|v| v.len()).unwrap_or(0);
-        assert!(
-            size(&trimmed) * 5 < size(&full),
-            "{} of {} bytes kept",
-            size(&trimmed),
-            size(&full)
-        );
-        assert_eq!(node_fingerprint(&trimmed), node_fingerprint(&full));
-        assert_eq!(trimmed.labels(), full.labels());
-        assert_eq!(node_instance_id(&trimmed), node_instance_id(&full));
-        assert!(node::is_ready(&trimmed) && node::is_unschedulable(&trimmed));
-        assert!(crate::interruption::mark::record_of(&trimmed).is_some());
+    fn a_slim_node_reads_the_same_to_the_inventory_at_a_fraction_of_the_size() {
+        let json = include_str!("fixtures/kops-node.json");
+        let full: Node = serde_json::from_str(json).expect("fixture");
+        let slim: SlimNode = serde_json::from_str(json).expect("fixture, slim");
+        assert_eq!(node_fingerprint(&slim), node_fingerprint(&full));
+        assert_eq!(slim.node_labels(), full.node_labels());
+        assert_eq!(slim.instance_id(), full.instance_id());
+        assert!(slim.ready() && slim.cordoned());
+        assert!(crate::interruption::mark::record_of(&slim).is_some());
         // What the group's status says of it is the same.
         let ig = "nodes-ap-northeast-1a";
         let g = group(&[ig], 1);
@@ -974,17 +928,27 @@ mod inventory_tests {
             )],
             instances: vec![],
         };
-        let status = |n: &Node| {
+        let status = |n: &dyn Fn() -> NodeGroupStatus| n();
+        let of_full = status(&|| {
             plan::inventory_status(
                 &g,
-                std::slice::from_ref(n),
+                std::slice::from_ref(&full),
                 &view,
                 &Default::default(),
                 t0(),
             )
-        };
-        assert_eq!(status(&trimmed), status(&full));
-        assert_eq!(status(&full).nodes.len(), 1, "the fixture is a member");
+        });
+        let of_slim = status(&|| {
+            plan::inventory_status(
+                &g,
+                std::slice::from_ref(&slim),
+                &view,
+                &Default::default(),
+                t0(),
+            )
+        });
+        assert_eq!(of_slim, of_full);
+        assert_eq!(of_full.nodes.len(), 1, "the fixture is a member");
     }
 
     #[test]

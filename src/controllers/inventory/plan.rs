@@ -9,15 +9,10 @@ use crate::crd::nodegroup::{
 };
 use crate::crd::{NodeGroup, NodeGroupStatus};
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::ResourceExt;
-use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::k8s::node::{
-    INSTANCE_GROUP_LABEL, is_ready, is_unschedulable, node_instance_id, parse_provider_id,
-};
+use crate::k8s::node::{INSTANCE_GROUP_LABEL, NodeView, parse_provider_id};
 
 pub const INVENTORY_SYNCED: &str = "InventorySynced";
 pub const DEGRADED: &str = "Degraded";
@@ -113,16 +108,14 @@ impl Membership {
         }
     }
 
-    pub fn includes(&self, node: &Node) -> bool {
-        let labels = node.labels();
+    pub fn includes(&self, node: &(impl NodeView + ?Sized)) -> bool {
+        let labels = node.node_labels();
         match self {
             Membership::Selector(s) => selector_matches(s, labels),
             Membership::InstanceGroups(groups) => labels
                 .get(INSTANCE_GROUP_LABEL)
                 .is_some_and(|g| groups.contains(g)),
-            Membership::Instances(ids) => {
-                node_instance_id(node).is_some_and(|id| ids.contains(&id))
-            }
+            Membership::Instances(ids) => node.instance_id().is_some_and(|id| ids.contains(&id)),
             Membership::Nothing => false,
         }
     }
@@ -162,7 +155,7 @@ pub struct AwsView {
 
 /// Pure: the group's next status from what was observed. `previous` supplies
 /// fields this function does not own (conditions of others, the lock).
-pub fn inventory_status<N: Borrow<Node>>(
+pub fn inventory_status<N: NodeView>(
     group: &NodeGroup,
     nodes: &[N],
     aws: &AwsView,
@@ -189,10 +182,9 @@ pub fn inventory_status<N: Borrow<Node>>(
 
     let mut members: Vec<NodeStatus> = nodes
         .iter()
-        .map(Borrow::borrow)
-        .filter(|n| membership.includes(n))
+        .filter(|n| membership.includes(*n))
         .map(|node| {
-            let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+            let provider_id = node.provider_id();
             let parsed = match provider_id {
                 None | Some("") => Err("node has no providerID".to_string()),
                 Some(p) => parse_provider_id(p),
@@ -211,7 +203,7 @@ pub fn inventory_status<N: Borrow<Node>>(
                     drained: r.drained,
                 });
             NodeStatus {
-                name: node.name_any(),
+                name: node.node_name().to_string(),
                 auto_scaling_group: instance_id
                     .as_deref()
                     .and_then(|id| asg_of.get(id))
@@ -221,8 +213,8 @@ pub fn inventory_status<N: Borrow<Node>>(
                 lifecycle: instance.map(|i| i.lifecycle.as_str().to_string()),
                 launch_time: instance.and_then(|i| i.launch_time),
                 instance_id,
-                ready: is_ready(node),
-                unschedulable: is_unschedulable(node),
+                ready: node.ready(),
+                unschedulable: node.cordoned(),
                 problem,
                 interruption,
             }
@@ -231,10 +223,7 @@ pub fn inventory_status<N: Borrow<Node>>(
     members.sort_by(|a, b| a.name.cmp(&b.name));
 
     // Not joined: in the ASGs, alive, and no Node anywhere in the cluster runs on it.
-    let joined: BTreeSet<String> = nodes
-        .iter()
-        .filter_map(|n| node_instance_id(n.borrow()))
-        .collect();
+    let joined: BTreeSet<String> = nodes.iter().filter_map(|n| n.instance_id()).collect();
     let mut not_joined: Vec<NotJoinedInstance> = aws
         .asgs
         .iter()
@@ -399,9 +388,12 @@ pub(crate) mod tests {
     use super::*;
     use crate::cloud::{AsgInstance, Lifecycle};
     use crate::k8s::node::WORKER_LABEL;
+    use crate::k8s::node::node_instance_id;
     use chrono::TimeZone;
+    use k8s_openapi::api::core::v1::Node;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus as K8sNodeStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta};
+    use kube::ResourceExt;
 
     pub fn t0() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap()
