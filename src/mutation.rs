@@ -55,7 +55,27 @@ pub struct Intent {
     pub detail: String,
 }
 
+/// What an intent names, for the log's fields.
+#[derive(Debug, Default, PartialEq)]
+pub struct Subject<'a> {
+    pub node: Option<&'a str>,
+    pub instance: Option<&'a str>,
+    pub asg: Option<&'a str>,
+}
+
 impl Intent {
+    /// The node, instance or ASG acted on, from `object`'s kind: logged as
+    /// their own fields, so a JSON log can be searched by any of them.
+    pub fn subject(&self) -> Subject<'_> {
+        let (kind, name) = self.object.split_once('/').unwrap_or(("", ""));
+        let is = |k: &str| (kind == k && !name.is_empty()).then_some(name);
+        Subject {
+            node: is("node"),
+            instance: is("instance"),
+            asg: is("asg"),
+        }
+    }
+
     pub fn aws(action: &'static str, object: impl Into<String>, detail: impl Into<String>) -> Self {
         Self {
             target: Target::Aws,
@@ -143,11 +163,15 @@ impl Mutations {
             count("refused_not_leader");
             return Err(Error::NotLeader);
         }
+        let subject = intent.subject();
         if self.dry_run && intent.scope == Scope::External {
             info!(
                 target_system = intent.target.label(),
                 action = intent.action,
                 object = %intent.object,
+                node = subject.node,
+                instance = subject.instance,
+                asg = subject.asg,
                 detail = %intent.detail,
                 "dry-run: would mutate"
             );
@@ -157,7 +181,15 @@ impl Mutations {
         match op().await {
             Ok(value) => {
                 if intent.scope == Scope::External {
-                    info!(action = intent.action, object = %intent.object, detail = %intent.detail, "mutated");
+                    info!(
+                        action = intent.action,
+                        object = %intent.object,
+                        node = subject.node,
+                        instance = subject.instance,
+                        asg = subject.asg,
+                        detail = %intent.detail,
+                        "mutated"
+                    );
                 }
                 count("performed");
                 Ok(Applied::Performed(value))
@@ -173,6 +205,32 @@ impl Mutations {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_subject_of_an_intent_is_its_node_instance_or_asg() {
+        let subject = |object: &str| {
+            let i = Intent::aws("x", object, "");
+            let s = i.subject();
+            (
+                s.node.map(str::to_string),
+                s.instance.map(str::to_string),
+                s.asg.map(str::to_string),
+            )
+        };
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(
+            subject("node/ip-10-0-0-1"),
+            (some("ip-10-0-0-1"), None, None)
+        );
+        assert_eq!(subject("instance/i-0abc"), (None, some("i-0abc"), None));
+        assert_eq!(
+            subject("asg/nodes.example.com"),
+            (None, None, some("nodes.example.com"))
+        );
+        assert_eq!(subject("pod/ns/web-1"), (None, None, None));
+        assert_eq!(subject("node/"), (None, None, None));
+        assert_eq!(subject("https://sqs/queue"), (None, None, None));
+    }
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn gate(dry_run: bool, leadership: Leadership) -> (Mutations, Arc<Metrics>) {

@@ -99,18 +99,33 @@ pub fn retry_after(controller: &'static str, object: &str, error: &Error) -> Act
     }
 }
 
-/// Wraps a reconcile with metrics (count, duration, error category) and
-/// contains a panic in it: see [`contained`].
+/// What a reconcile is about, named in its span: every line it logs then
+/// carries `controller` and `group` (or `node`) as fields.
+#[derive(Debug, Clone, Copy)]
+pub enum About<'a> {
+    Group(&'a str),
+    Node(&'a str),
+}
+
+/// Wraps a reconcile in a span naming its controller and object, with
+/// metrics (count, duration, error category), and contains a panic in it:
+/// see [`contained`].
 pub async fn instrumented<T, F>(
     ctx: &Context,
     controller: &'static str,
+    about: About<'_>,
     reconcile: F,
 ) -> Result<T, Error>
 where
     F: Future<Output = Result<T, Error>>,
 {
+    use tracing::Instrument;
+    let span = match about {
+        About::Group(group) => tracing::info_span!("reconcile", controller, group),
+        About::Node(node) => tracing::info_span!("reconcile", controller, node),
+    };
     let started = Instant::now();
-    let result = contained(controller, reconcile).await;
+    let result = contained(controller, reconcile).instrument(span).await;
     let category = result.as_ref().err().map(Error::category);
     ctx.metrics
         .reconciled(controller, started.elapsed(), category);

@@ -80,7 +80,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 }
 
 async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
-    crate::controllers::runtime::instrumented(&ctx, CONTROLLER, reconcile_inner(&node, &ctx)).await
+    use crate::controllers::runtime::{About, instrumented};
+    let name = node.name_any();
+    instrumented(
+        &ctx,
+        CONTROLLER,
+        About::Node(&name),
+        reconcile_inner(&node, &ctx),
+    )
+    .await
 }
 
 async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {

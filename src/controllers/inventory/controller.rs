@@ -8,7 +8,7 @@ use super::facts::InstanceFacts;
 use super::plan::{self, AwsView, Membership};
 use crate::cloud::Cloud;
 use crate::context::{Context, FIELD_MANAGER};
-use crate::controllers::runtime::instrumented;
+use crate::controllers::runtime::{About, instrumented};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::ASG_CONFLICT as CONFLICT;
 use crate::crd::refresher::RefresherSpec;
@@ -191,7 +191,14 @@ fn groups_of_node(groups: &Store<NodeGroup>, node: &SlimNode) -> Vec<ObjectRef<N
 }
 
 async fn reconcile(group: Arc<NodeGroup>, ictx: Arc<InventoryContext>) -> Result<Action> {
-    instrumented(&ictx.ctx, CONTROLLER, reconcile_inner(group, &ictx)).await
+    let name = group.name_any();
+    instrumented(
+        &ictx.ctx,
+        CONTROLLER,
+        About::Group(&name),
+        reconcile_inner(group, &ictx),
+    )
+    .await
 }
 
 fn error_policy(group: Arc<NodeGroup>, error: &Error, _ctx: Arc<InventoryContext>) -> Action {

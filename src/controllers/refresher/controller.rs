@@ -13,7 +13,7 @@ use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, obs
 use crate::controllers::refresher::execute::{Drained, Effects, execute};
 use crate::controllers::refresher::guard::Guard;
 use crate::controllers::refresher::plan::{self as refresh_plan, Happening, Input, Member};
-use crate::controllers::runtime::instrumented;
+use crate::controllers::runtime::{About, instrumented};
 use crate::controllers::vocabulary::DesiredChange;
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
@@ -46,7 +46,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 }
 
 async fn reconcile(rf: Arc<Refresher>, ctx: Arc<Context>) -> Result<Action> {
-    instrumented(&ctx, CONTROLLER, reconcile_inner(rf, &ctx)).await
+    let group = rf.spec.node_group.clone();
+    instrumented(
+        &ctx,
+        CONTROLLER,
+        About::Group(&group),
+        reconcile_inner(rf, &ctx),
+    )
+    .await
 }
 
 pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result<Action> {

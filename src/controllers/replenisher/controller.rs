@@ -11,7 +11,7 @@ use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, obs
 use crate::controllers::replenisher::plan::{
     self as replenish_plan, Action as PlanAction, Input, NotJoinedView,
 };
-use crate::controllers::runtime::instrumented;
+use crate::controllers::runtime::{About, instrumented};
 use crate::controllers::vocabulary::{DesiredChange, Fate, node_views};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
@@ -42,7 +42,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 }
 
 async fn reconcile(rp: Arc<Replenisher>, ctx: Arc<Context>) -> Result<Action> {
-    instrumented(&ctx, CONTROLLER, reconcile_inner(rp, &ctx)).await
+    let group = rp.spec.node_group.clone();
+    instrumented(
+        &ctx,
+        CONTROLLER,
+        About::Group(&group),
+        reconcile_inner(rp, &ctx),
+    )
+    .await
 }
 
 pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> {
