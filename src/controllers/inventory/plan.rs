@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::k8s::node::{INSTANCE_GROUP_LABEL, NodeView, parse_provider_id};
+use crate::k8s::node::{INSTANCE_GROUP_LABEL, Labels, NodeView, parse_provider_id};
 
 pub const INVENTORY_SYNCED: &str = "InventorySynced";
 pub const DEGRADED: &str = "Degraded";
@@ -49,19 +49,20 @@ pub fn circuit_breaker(
 
 /// Does a label selector match these labels? (matchLabels and matchExpressions
 /// with In, NotIn, Exists, DoesNotExist; an unknown operator matches nothing.)
-pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+pub fn selector_matches(selector: &LabelSelector, labels: &(impl Labels + ?Sized)) -> bool {
     let labels_ok = selector
         .match_labels
         .as_ref()
-        .is_none_or(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)));
+        .is_none_or(|m| m.iter().all(|(k, v)| labels.label(k) == Some(v.as_str())));
     let exprs_ok = selector.match_expressions.as_ref().is_none_or(|exprs| {
         exprs.iter().all(|e| {
             let values = e.values.as_deref().unwrap_or_default();
+            let has_value = |v: &str| values.iter().any(|x| x == v);
             match e.operator.as_str() {
-                "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
-                "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
-                "Exists" => labels.contains_key(&e.key),
-                "DoesNotExist" => !labels.contains_key(&e.key),
+                "In" => labels.label(&e.key).is_some_and(has_value),
+                "NotIn" => labels.label(&e.key).is_none_or(|v| !has_value(v)),
+                "Exists" => labels.has(&e.key),
+                "DoesNotExist" => !labels.has(&e.key),
                 _ => false,
             }
         })
@@ -113,7 +114,7 @@ impl Membership {
         match self {
             Membership::Selector(s) => selector_matches(s, labels),
             Membership::InstanceGroups(groups) => labels
-                .get(INSTANCE_GROUP_LABEL)
+                .label(INSTANCE_GROUP_LABEL)
                 .is_some_and(|g| groups.contains(g)),
             Membership::Instances(ids) => node.instance_id().is_some_and(|id| ids.contains(&id)),
             Membership::Nothing => false,
