@@ -567,3 +567,117 @@ async fn an_asg_named_by_two_groups_stops_both_until_one_lets_go() {
     .await;
     world.cleanup().await;
 }
+
+/// `kubectl get nodegroups` as the apiserver serves it (a Table): each
+/// column's name and priority (1: only with `-o wide`), and each row's cells
+/// by group name.
+async fn nodegroup_table(
+    world: &World,
+) -> Option<(
+    Vec<(String, i64)>,
+    std::collections::BTreeMap<String, Vec<serde_json::Value>>,
+)> {
+    let request = http::Request::get(format!(
+        "/apis/nodemanager.dev/v1alpha1/namespaces/{}/nodegroups",
+        world.namespace
+    ))
+    .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+    .body(vec![])
+    .ok()?;
+    let table: serde_json::Value =
+        serde_json::from_str(&world.client.request_text(request).await.ok()?).ok()?;
+    let columns = table["columnDefinitions"]
+        .as_array()?
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or_default().to_string(),
+                c["priority"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let rows = table["rows"]
+        .as_array()?
+        .iter()
+        .filter_map(|r| {
+            let cells = r["cells"].as_array()?.clone();
+            Some((cells.first()?.as_str()?.to_string(), cells))
+        })
+        .collect();
+    Some((columns, rows))
+}
+
+#[tokio::test]
+async fn kubectl_get_says_whether_a_group_is_ready_invalid_or_degraded() {
+    let world = World::new("inv-columns").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    // Its own ASG: one named by two groups would make both invalid.
+    let other = world.kops_group("batch", &ZONES[..1], 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    let typo = format!("{}-nodes-typo.example.com", world.prefix());
+    for group in [
+        worker_group(
+            "healthy",
+            &kops.asgs,
+            3,
+            serde_json::json!({"refresh": {"schedule": "0 3 * * Mon"}}),
+        ),
+        worker_group(
+            "invalid",
+            &other.asgs,
+            1,
+            serde_json::json!({"refresh": {"schedule": "at dawn"}}),
+        ),
+        worker_group(
+            "degraded",
+            std::slice::from_ref(&typo),
+            1,
+            serde_json::json!({}),
+        ),
+    ] {
+        groups
+            .create(&PostParams::default(), &group)
+            .await
+            .expect("create");
+    }
+    let (manager, _config) = world.start_manager(&[]);
+    let (columns, rows) = assert_eventually("every group's state in the table", WAIT, || async {
+        let (columns, rows) = nodegroup_table(&world).await?;
+        let at = columns.iter().position(|(name, _)| name == "State")?;
+        let state = |group: &str| rows.get(group)?.get(at)?.as_str().map(str::to_string);
+        let next = columns
+            .iter()
+            .position(|(name, _)| name == "Next Refresh")?;
+        let scheduled = rows
+            .get("healthy")?
+            .get(next)?
+            .as_str()
+            .is_some_and(|s| !s.is_empty());
+        (state("healthy")?.as_str() == "Ready"
+            && state("invalid")?.as_str() == "InvalidSpec"
+            && state("degraded")?.as_str() == "Degraded"
+            && scheduled)
+            .then_some((columns, rows))
+    })
+    .await;
+    let priority = |name: &str| {
+        columns
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| *p)
+            .unwrap_or_else(|| panic!("no column {name}: {columns:?}"))
+    };
+    assert_eq!(priority("State"), 0, "State is in the default view");
+    assert_eq!(priority("ASGs"), 1, "ASGs only with -o wide");
+    assert_eq!(
+        priority("Next Refresh"),
+        1,
+        "Next Refresh only with -o wide"
+    );
+    let asgs = columns.iter().position(|(n, _)| n == "ASGs").expect("ASGs");
+    assert_eq!(rows["healthy"][asgs], serde_json::json!(3));
+    assert_eq!(rows["invalid"][asgs], serde_json::json!(1));
+    assert!(manager.child_alive(), "{}", manager.logs());
+    world.cleanup().await;
+}

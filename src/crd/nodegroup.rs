@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Role", type_ = "string", json_path = ".spec.role"),
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.desired"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyNodes"),
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
     printcolumn(
         name = "Operation",
         type_ = "string",
@@ -31,6 +32,18 @@ use serde::{Deserialize, Serialize};
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "ASGs",
+        type_ = "integer",
+        json_path = ".status.autoScalingGroupCount",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Next Refresh",
+        type_ = "string",
+        json_path = ".status.nextRefresh",
+        priority = 1
     ),
     printcolumn(
         name = "Last Interruption",
@@ -299,6 +312,33 @@ pub struct NodeGroupStatus {
     /// The newest interruption notice handled for one of the group's nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_interruption: Option<LastInterruption>,
+    /// In one word, what is wrong with the group or what it is doing (the
+    /// `kubectl get` column), from its conditions, spec and lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<GroupState>,
+    /// How many ASGs the spec names (`kubectl get -o wide`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_scaling_group_count: Option<i32>,
+    /// When the group's Refresher next runs, if a refresh is scheduled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_refresh: Option<DateTime<Utc>>,
+}
+
+/// What `kubectl get nodegroups` says of a group, the first that holds.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum GroupState {
+    /// `SpecValid` is False: the group does nothing until its spec is fixed.
+    InvalidSpec,
+    /// `spec.suspend`: the group does nothing by request.
+    Suspended,
+    /// An ASG is missing or cannot launch, or the circuit breaker is open.
+    Degraded,
+    /// A refresh run holds the group's lock.
+    Refreshing,
+    /// The replenisher holds the group's lock.
+    Replenishing,
+    /// None of the above.
+    Ready,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]

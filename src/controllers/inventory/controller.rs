@@ -311,6 +311,13 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
         }
     };
 
+    let mut next = next;
+    next.state = Some(plan::group_state(&group, &next));
+    next.auto_scaling_group_count = i32::try_from(group.spec.auto_scaling_groups.len()).ok();
+    next.next_refresh = match group.spec.refresh {
+        Some(_) => next_refresh(ctx, &namespace, &name).await?,
+        None => None,
+    };
     if next != current {
         let becomes_invalid = is_invalid(&next) && !is_invalid(&current);
         let becomes_degraded = is_degraded(&next) && !is_degraded(&current);
@@ -349,6 +356,15 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
         sync_children(ctx, &group, &namespace, &name).await?;
     }
     Ok(Action::requeue(requeue))
+}
+
+/// When the group's Refresher next runs, as it says.
+async fn next_refresh(ctx: &Context, namespace: &str, name: &str) -> Result<Option<DateTime<Utc>>> {
+    let refresher = Api::<Refresher>::namespaced(ctx.client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(Error::kube(format!("get Refresher {namespace}/{name}")))?;
+    Ok(refresher.and_then(|r| r.status?.next_run))
 }
 
 fn is_invalid(status: &NodeGroupStatus) -> bool {

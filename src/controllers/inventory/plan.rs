@@ -5,7 +5,8 @@ use crate::cloud::{AsgDescription, InstanceDescription};
 use crate::controllers::vocabulary::AsgView;
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::{
-    AutoScalingGroupStatus, LastInterruption, NodeInterruption, NodeStatus, NotJoinedInstance,
+    AutoScalingGroupStatus, GroupState, LastInterruption, NodeInterruption, NodeStatus,
+    NotJoinedInstance, OperationKind,
 };
 use crate::crd::{NodeGroup, NodeGroupStatus};
 use chrono::{DateTime, Utc};
@@ -365,6 +366,35 @@ pub fn inventory_status<N: NodeView>(
 
 /// Pure: the status after a failed AWS sync. The last inventory is kept (it
 /// is the best knowledge we have) and the failure is reported.
+/// Pure: the group's state for `kubectl get`: what is wrong first, then
+/// what it is doing.
+pub fn group_state(group: &NodeGroup, status: &NodeGroupStatus) -> GroupState {
+    let holds = |type_: &str, value: ConditionStatus| {
+        crate::crd::condition::find(&status.conditions, type_).is_some_and(|c| c.status == value)
+    };
+    if holds(
+        crate::controllers::inventory::controller::SPEC_VALID,
+        ConditionStatus::False,
+    ) {
+        GroupState::InvalidSpec
+    } else if group.spec.suspend {
+        GroupState::Suspended
+    } else if holds(DEGRADED, ConditionStatus::True)
+        || holds(
+            crate::crd::nodegroup::CIRCUIT_BREAKER,
+            ConditionStatus::True,
+        )
+    {
+        GroupState::Degraded
+    } else {
+        match status.operation.as_ref().map(|l| &l.holder) {
+            Some(OperationKind::Refresh) => GroupState::Refreshing,
+            Some(OperationKind::Replenish) => GroupState::Replenishing,
+            None => GroupState::Ready,
+        }
+    }
+}
+
 pub fn sync_failed_status(
     group: &NodeGroup,
     previous: &NodeGroupStatus,
@@ -482,6 +512,53 @@ pub(crate) mod tests {
 
     fn cond<'a>(s: &'a NodeGroupStatus, t: &str) -> &'a crate::crd::Condition {
         crate::crd::condition::find(&s.conditions, t).expect(t)
+    }
+
+    #[test]
+    fn the_state_says_what_is_wrong_before_what_is_happening() {
+        use crate::crd::nodegroup::OperationLock;
+        let set = |s: &mut NodeGroupStatus, type_: &str, value: ConditionStatus| {
+            set_condition(&mut s.conditions, type_, value, "R", "m", Some(1), t0());
+        };
+        let lock = |holder| OperationLock {
+            holder,
+            holder_name: "workers".into(),
+            since: t0(),
+        };
+        let mut g = group(&["a"], 1);
+        let mut s = NodeGroupStatus::default();
+        set(
+            &mut s,
+            crate::controllers::inventory::controller::SPEC_VALID,
+            ConditionStatus::True,
+        );
+        set(&mut s, DEGRADED, ConditionStatus::False);
+        assert_eq!(group_state(&g, &s), GroupState::Ready);
+        s.operation = Some(lock(OperationKind::Replenish));
+        assert_eq!(group_state(&g, &s), GroupState::Replenishing);
+        s.operation = Some(lock(OperationKind::Refresh));
+        assert_eq!(group_state(&g, &s), GroupState::Refreshing);
+        set(
+            &mut s,
+            crate::crd::nodegroup::CIRCUIT_BREAKER,
+            ConditionStatus::True,
+        );
+        assert_eq!(group_state(&g, &s), GroupState::Degraded, "breaker open");
+        set(
+            &mut s,
+            crate::crd::nodegroup::CIRCUIT_BREAKER,
+            ConditionStatus::False,
+        );
+        set(&mut s, DEGRADED, ConditionStatus::True);
+        assert_eq!(group_state(&g, &s), GroupState::Degraded);
+        g.spec.suspend = true;
+        assert_eq!(group_state(&g, &s), GroupState::Suspended);
+        set(
+            &mut s,
+            crate::controllers::inventory::controller::SPEC_VALID,
+            ConditionStatus::False,
+        );
+        assert_eq!(group_state(&g, &s), GroupState::InvalidSpec);
     }
 
     #[test]
