@@ -8,10 +8,18 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The release and the git commit the binary was built from (`build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SNM_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "spot-node-manager",
-    version,
+    version = VERSION,
     about = "Keeps a kops cluster of spot instances at its node count and regularly refreshed"
 )]
 pub struct Cli {

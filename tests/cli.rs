@@ -24,6 +24,27 @@ fn with_config(yaml: &str) -> (i32, String) {
 }
 
 #[test]
+fn version_names_the_release_and_the_commit_built_from() {
+    let (code, stdout, stderr) = run(&["--version"]);
+    assert_eq!(code, 0, "{stderr}");
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    assert_eq!(
+        stdout.trim(),
+        format!(
+            "spot-node-manager {} (commit {head})",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+}
+
+#[test]
 fn a_bad_config_field_exits_2_naming_the_field() {
     let cases = [
         (

@@ -1,0 +1,33 @@
+//! Stamps the binary with the git commit it was built from
+//! (`spot-node-manager --version`): `SNM_GIT_COMMIT` when the builder sets it
+//! (an image built from a tarball), else `git rev-parse`, else "unknown".
+
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    let text = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (out.status.success() && !text.is_empty()).then_some(text)
+}
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=SNM_GIT_COMMIT");
+    let commit = std::env::var("SNM_GIT_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .unwrap_or_else(|| "unknown".to_string());
+    println!("cargo:rustc-env=SNM_GIT_COMMIT={commit}");
+    // Stamp again when HEAD moves: HEAD itself (a checkout), the branch it
+    // points at (a commit), and packed refs.
+    if let (Some(git_dir), Some(common)) = (
+        git(&["rev-parse", "--git-dir"]),
+        git(&["rev-parse", "--git-common-dir"]),
+    ) {
+        println!("cargo:rerun-if-changed={git_dir}/HEAD");
+        println!("cargo:rerun-if-changed={common}/packed-refs");
+        if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={common}/{branch}");
+        }
+    }
+}
