@@ -1,5 +1,7 @@
-//! Prometheus metrics. Labels are static strings only (controller names, error
-//! categories, mutation kinds), never object names, so cardinality is bounded.
+//! Prometheus metrics. Labels are static strings (controller names, error
+//! categories, mutation kinds), never node, instance or pod names, so
+//! cardinality is bounded; the per-group gauges carry the NodeGroup's
+//! namespace and name (a handful per cluster).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -55,9 +57,36 @@ pub struct AwsCallLabels {
     pub operation: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AwsErrorLabels {
+    pub operation: &'static str,
+    /// throttled | refused (any other AWS error code) | no_response (a
+    /// timeout, a connection failure, a request fenced off)
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabels {
+    pub namespace: String,
+    pub group: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub namespace: String,
+    pub group: String,
+    /// refresh | replenish
+    pub operation: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub aws_calls: Family<AwsCallLabels, Counter>,
+    pub aws_call_errors: Family<AwsErrorLabels, Counter>,
+    pub group_ready_nodes: Family<GroupLabels, Gauge>,
+    pub group_desired_nodes: Family<GroupLabels, Gauge>,
+    pub group_operation: Family<OperationLabels, Gauge>,
+    pub refresh_run_duration: Family<RunLabels, Histogram>,
     pub reconciles: Family<ControllerLabels, Counter>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
@@ -92,6 +121,39 @@ impl Default for Metrics {
             "aws_calls",
             "AWS API requests made, per operation (each page counts; failures too)",
             aws_calls.clone(),
+        );
+        let aws_call_errors = Family::<AwsErrorLabels, Counter>::default();
+        registry.register(
+            "aws_call_errors",
+            "AWS API requests that failed, per operation and kind (throttled, refused, no_response)",
+            aws_call_errors.clone(),
+        );
+        let group_ready_nodes = Family::<GroupLabels, Gauge>::default();
+        registry.register(
+            "group_ready_nodes",
+            "Ready nodes of each NodeGroup, as its inventory last counted",
+            group_ready_nodes.clone(),
+        );
+        let group_desired_nodes = Family::<GroupLabels, Gauge>::default();
+        registry.register(
+            "group_desired_nodes",
+            "Desired Ready nodes of each NodeGroup (spec.desired)",
+            group_desired_nodes.clone(),
+        );
+        let group_operation = Family::<OperationLabels, Gauge>::default();
+        registry.register(
+            "group_operation",
+            "1 while a refresh or a replenishment holds the NodeGroup's lock",
+            group_operation.clone(),
+        );
+        // 1 min .. ~17 h: a run replaces nodes one at a time.
+        let refresh_run_duration = Family::<RunLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(60.0, 2.0, 11))) as fn() -> Histogram,
+        );
+        registry.register(
+            "refresh_run_duration_seconds",
+            "From a refresh run's start to its end, per result",
+            refresh_run_duration.clone(),
         );
         let drains = Family::<DrainLabels, Counter>::default();
         registry.register("drains", "Drain steps and outcomes", drains.clone());
@@ -161,6 +223,11 @@ impl Default for Metrics {
         Self {
             registry,
             aws_calls,
+            aws_call_errors,
+            group_ready_nodes,
+            group_desired_nodes,
+            group_operation,
+            refresh_run_duration,
             reconciles,
             reconcile_errors,
             reconcile_duration,
@@ -227,6 +294,68 @@ impl Metrics {
             .inc();
     }
 
+    /// A failed AWS request, by what kind of failure it was.
+    pub fn aws_call_failed(&self, operation: &'static str, code: Option<&str>) {
+        let kind = match code {
+            Some("Throttling" | "ThrottlingException" | "RequestLimitExceeded") => "throttled",
+            Some(_) => "refused",
+            None => "no_response",
+        };
+        self.aws_call_errors
+            .get_or_create(&AwsErrorLabels { operation, kind })
+            .inc();
+    }
+
+    /// A group's counts and lock, as its inventory just wrote them.
+    pub fn group_observed(
+        &self,
+        namespace: &str,
+        group: &str,
+        status: &crate::crd::NodeGroupStatus,
+    ) {
+        use crate::crd::nodegroup::OperationKind;
+        let labels = GroupLabels {
+            namespace: namespace.to_string(),
+            group: group.to_string(),
+        };
+        self.group_ready_nodes
+            .get_or_create(&labels)
+            .set(i64::from(status.ready_nodes.unwrap_or(0)));
+        self.group_desired_nodes
+            .get_or_create(&labels)
+            .set(i64::from(status.desired_nodes.unwrap_or(0)));
+        let held = status.operation.as_ref().map(|l| &l.holder);
+        for (operation, kind) in [
+            ("refresh", OperationKind::Refresh),
+            ("replenish", OperationKind::Replenish),
+        ] {
+            self.group_operation
+                .get_or_create(&OperationLabels {
+                    namespace: namespace.to_string(),
+                    group: group.to_string(),
+                    operation,
+                })
+                .set(i64::from(held == Some(&kind)));
+        }
+    }
+
+    /// A deleted group's series go with it.
+    pub fn group_forgotten(&self, namespace: &str, group: &str) {
+        let labels = GroupLabels {
+            namespace: namespace.to_string(),
+            group: group.to_string(),
+        };
+        self.group_ready_nodes.remove(&labels);
+        self.group_desired_nodes.remove(&labels);
+        for operation in ["refresh", "replenish"] {
+            self.group_operation.remove(&OperationLabels {
+                namespace: namespace.to_string(),
+                group: group.to_string(),
+                operation,
+            });
+        }
+    }
+
     pub fn drain(&self, outcome: &'static str) {
         self.drains.get_or_create(&DrainLabels { outcome }).inc();
     }
@@ -243,6 +372,49 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_groups_gauges_follow_its_status_and_go_with_it() {
+        use crate::crd::nodegroup::{OperationKind, OperationLock};
+        let m = Metrics::default();
+        let mut status = crate::crd::NodeGroupStatus {
+            ready_nodes: Some(2),
+            desired_nodes: Some(3),
+            ..Default::default()
+        };
+        status.operation = Some(OperationLock {
+            holder: OperationKind::Replenish,
+            holder_name: "workers".into(),
+            since: chrono::Utc::now(),
+        });
+        m.group_observed("ns", "workers", &status);
+        let text = m.encode();
+        for line in [
+            r#"spot_node_manager_group_ready_nodes{namespace="ns",group="workers"} 2"#,
+            r#"spot_node_manager_group_desired_nodes{namespace="ns",group="workers"} 3"#,
+            r#"spot_node_manager_group_operation{namespace="ns",group="workers",operation="replenish"} 1"#,
+            r#"spot_node_manager_group_operation{namespace="ns",group="workers",operation="refresh"} 0"#,
+        ] {
+            assert!(text.contains(line), "no {line} in:\n{text}");
+        }
+        m.group_forgotten("ns", "workers");
+        assert!(!m.encode().contains(r#"group="workers""#), "{}", m.encode());
+    }
+
+    #[test]
+    fn aws_failures_are_counted_by_kind() {
+        let m = Metrics::default();
+        m.aws_call_failed("DescribeInstances", Some("RequestLimitExceeded"));
+        m.aws_call_failed("DescribeInstances", Some("InvalidInstanceID.Malformed"));
+        m.aws_call_failed("DescribeInstances", None);
+        let text = m.encode();
+        for kind in ["throttled", "refused", "no_response"] {
+            let line = format!(
+                r#"spot_node_manager_aws_call_errors_total{{operation="DescribeInstances",kind="{kind}"}} 1"#
+            );
+            assert!(text.contains(&line), "no {line} in:\n{text}");
+        }
+    }
 
     #[test]
     fn reconcile_metrics_are_labelled_by_controller_and_category() {

@@ -136,7 +136,8 @@ async fn describe_instances_pages_through_more_ids_than_one_page() {
 async fn set_desired_capacity_launches_and_an_unknown_asg_is_a_clear_error() {
     let world = World::new("aws-desired").await;
     let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
-    let aws = cloud(&world);
+    let metrics = std::sync::Arc::new(spot_node_manager::metrics::Metrics::default());
+    let aws = cloud(&world).with_metrics(metrics.clone());
     aws.set_desired_capacity(&kops.asgs[0], 3)
         .await
         .expect("set desired");
@@ -153,6 +154,14 @@ async fn set_desired_capacity_launches_and_an_unknown_asg_is_a_clear_error() {
         "{text}"
     );
     assert_eq!(err.category(), "aws");
+    // Both requests counted, the refused one as an error too.
+    let text = metrics.encode();
+    for line in [
+        r#"spot_node_manager_aws_calls_total{operation="SetDesiredCapacity"} 2"#,
+        r#"spot_node_manager_aws_call_errors_total{operation="SetDesiredCapacity",kind="refused"} 1"#,
+    ] {
+        assert!(text.contains(line), "no {line} in:\n{text}");
+    }
     world.cleanup().await;
 }
 

@@ -96,7 +96,14 @@ async fn every_manifest_applies_cleanly() {
         .run()
         .await
         .expect("discovery");
-    for file in ["rbac.yaml", "deployment.yaml", "examples/nodegroups.yaml"] {
+    for file in [
+        "rbac.yaml",
+        "deployment.yaml",
+        "examples/nodegroups.yaml",
+        // (Its ServiceMonitor needs the Prometheus Operator's CRD: checked
+        // against the Service and the Deployment in tests/monitoring.rs.)
+        "monitoring/service.yaml",
+    ] {
         applied.extend(apply_file(&client, &discovery, &root.join(file)).await);
     }
     for expected in [

@@ -45,6 +45,25 @@ impl AwsCloud {
         }
     }
 
+    /// Maps a failed request to our error, counting it.
+    fn failed<E, R: Into<String>>(
+        &self,
+        operation: &'static str,
+        resource: R,
+    ) -> impl FnOnce(E) -> Error + use<'_, E, R>
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let to_error = aws_error(operation, resource);
+        move |err| {
+            let error = to_error(err);
+            if let (Some(m), Error::Aws { code, .. }) = (&self.metrics, &error) {
+                m.aws_call_failed(operation, code.as_deref());
+            }
+            error
+        }
+    }
+
     /// Smaller pages, so tests can exercise pagination with few instances.
     pub fn with_instance_page(mut self, size: usize) -> Self {
         self.instance_page = size.max(1);
@@ -89,7 +108,8 @@ impl Cloud for AwsCloud {
                 .send();
             while let Some(page) = pages.next().await {
                 self.count("DescribeAutoScalingGroups");
-                let page = page.map_err(aws_error("DescribeAutoScalingGroups", chunk.join(",")))?;
+                let page =
+                    page.map_err(self.failed("DescribeAutoScalingGroups", chunk.join(",")))?;
                 for g in page.auto_scaling_groups() {
                     groups.push(describe_group(g));
                 }
@@ -108,7 +128,7 @@ impl Cloud for AwsCloud {
             .max_records(10)
             .send()
             .await
-            .map_err(aws_error("DescribeScalingActivities", asg))?;
+            .map_err(self.failed("DescribeScalingActivities", asg))?;
         // Only the newest launch counts: an old failure followed by a launch
         // in flight is not a shortage.
         Ok(activities
@@ -148,10 +168,9 @@ impl Cloud for AwsCloud {
                 .send();
             while let Some(page) = pages.next().await {
                 self.count("DescribeInstances");
-                let page = page.map_err(aws_error(
-                    "DescribeInstances",
-                    format!("{} instance(s)", chunk.len()),
-                ))?;
+                let page = page.map_err(
+                    self.failed("DescribeInstances", format!("{} instance(s)", chunk.len())),
+                )?;
                 for reservation in page.reservations() {
                     for i in reservation.instances() {
                         let Some(id) = i.instance_id() else { continue };
@@ -206,7 +225,7 @@ impl Cloud for AwsCloud {
             .honor_cooldown(false)
             .send()
             .await
-            .map_err(aws_error("SetDesiredCapacity", asg))?;
+            .map_err(self.failed("SetDesiredCapacity", asg))?;
         Ok(())
     }
 
@@ -219,10 +238,7 @@ impl Cloud for AwsCloud {
             .should_decrement_desired_capacity(decrement)
             .send()
             .await
-            .map_err(aws_error(
-                "TerminateInstanceInAutoScalingGroup",
-                instance_id,
-            ))?;
+            .map_err(self.failed("TerminateInstanceInAutoScalingGroup", instance_id))?;
         Ok(())
     }
 
@@ -240,7 +256,7 @@ impl Cloud for AwsCloud {
             .lifecycle_hook_names(hook)
             .send()
             .await
-            .map_err(aws_error("DescribeLifecycleHooks", format!("{asg}/{hook}")))?;
+            .map_err(self.failed("DescribeLifecycleHooks", format!("{asg}/{hook}")))?;
         Ok(out
             .lifecycle_hooks()
             .iter()
@@ -263,7 +279,7 @@ impl Cloud for AwsCloud {
                     .send()
                     .await
                     .map(|_| ())
-                    .map_err(aws_error("RecordLifecycleActionHeartbeat", resource))
+                    .map_err(self.failed("RecordLifecycleActionHeartbeat", resource))
             }
             HookCallKind::Continue => {
                 self.count("CompleteLifecycleAction");
@@ -276,7 +292,7 @@ impl Cloud for AwsCloud {
                     .send()
                     .await
                     .map(|_| ())
-                    .map_err(aws_error("CompleteLifecycleAction", resource))
+                    .map_err(self.failed("CompleteLifecycleAction", resource))
             }
         };
         match sent {

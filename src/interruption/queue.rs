@@ -1,11 +1,11 @@
 //! The SQS queue the notices arrive on: long polling (20 s, 10 messages) and
 //! deletion. Every request is counted in `aws_calls_total`.
 
-use crate::Result;
 use crate::cloud::aws::aws_error;
 use crate::context::Context;
 use crate::metrics::Metrics;
 use crate::mutation::{Applied, Intent};
+use crate::{Error, Result};
 use aws_config::SdkConfig;
 use std::sync::Arc;
 
@@ -84,6 +84,21 @@ impl Queue {
         &self.url
     }
 
+    /// Maps a failed request to our error, counting it.
+    fn failed<E>(&self, operation: &'static str) -> impl FnOnce(E) -> Error + '_
+    where
+        E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let to_error = aws_error(operation, self.url.clone());
+        move |err| {
+            let error = to_error(err);
+            if let Error::Aws { code, .. } = &error {
+                self.metrics.aws_call_failed(operation, code.as_deref());
+            }
+            error
+        }
+    }
+
     /// Up to 10 messages, waiting up to 20 s for the first.
     pub async fn receive(&self) -> Result<Vec<Received>> {
         self.metrics.aws_call("ReceiveMessage");
@@ -95,7 +110,7 @@ impl Queue {
             .wait_time_seconds(20)
             .send()
             .await
-            .map_err(aws_error("ReceiveMessage", self.url.clone()))?;
+            .map_err(self.failed("ReceiveMessage"))?;
         Ok(out
             .messages()
             .iter()
@@ -125,7 +140,7 @@ impl Queue {
                         .receipt_handle(receipt)
                         .send()
                         .await
-                        .map_err(aws_error("DeleteMessage", self.url.clone()))
+                        .map_err(self.failed("DeleteMessage"))
                 },
             )
             .await?;

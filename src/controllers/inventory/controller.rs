@@ -318,6 +318,7 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
         Some(_) => next_refresh(ctx, &namespace, &name).await?,
         None => None,
     };
+    ctx.metrics.group_observed(&namespace, &name, &next);
     if next != current {
         let becomes_invalid = is_invalid(&next) && !is_invalid(&current);
         let becomes_degraded = is_degraded(&next) && !is_degraded(&current);
@@ -346,6 +347,7 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
         if waiting.is_none() && deletion::has_finalizer(&group) {
             info!(group = %name, "group work unwound; releasing the deletion");
             deletion::set_finalizer(ctx, &group, false).await?;
+            ctx.metrics.group_forgotten(&namespace, &name);
             return Ok(Action::await_change());
         }
         return Ok(Action::requeue(DELETION_POLL));

@@ -21,6 +21,7 @@ use crate::crd::refresher::{RefreshTarget, RunResult, TargetPurpose};
 use crate::crd::{NodeGroup, Refresher, RefresherStatus};
 use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
 use crate::k8s::lock::{self, Acquired, Holder};
+use crate::metrics::RunLabels;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
@@ -430,13 +431,21 @@ async fn report(ctx: &Context, group: &ObjectReference, happenings: &[Happening]
                 )
             }
             Happening::Failed(why) => (EventType::Warning, "RefreshFailed", why.clone()),
-            Happening::Finished { result, replaced } => {
+            Happening::Finished {
+                result,
+                replaced,
+                took,
+            } => {
                 let (label, type_) = match result {
                     RunResult::Succeeded => ("Succeeded", EventType::Normal),
                     RunResult::Failed => ("Failed", EventType::Warning),
                     RunResult::Skipped => ("Skipped", EventType::Normal),
                 };
                 ctx.metrics.refresh_run(label);
+                ctx.metrics
+                    .refresh_run_duration
+                    .get_or_create(&RunLabels { result: label })
+                    .observe(took.as_secs_f64());
                 (
                     type_,
                     "RefreshFinished",

@@ -132,6 +132,8 @@ pub enum Happening {
     Finished {
         result: RunResult,
         replaced: i32,
+        /// From the run's start to its end.
+        took: std::time::Duration,
     },
 }
 

@@ -192,8 +192,12 @@ impl Planner<'_> {
         };
         let replaced = self.status.replaced;
         let total = self.status.total;
-        self.happenings
-            .push(Happening::Finished { result, replaced });
+        let took = (self.input.now - started).to_std().unwrap_or_default();
+        self.happenings.push(Happening::Finished {
+            result,
+            replaced,
+            took,
+        });
         self.finish_idle(started, result, reason.clone(), settings);
         self.status.progress = Some(format!("{replaced}/{total}"));
         let message = match reason {

@@ -1,0 +1,226 @@
+//! The monitoring kit against the manager's own metrics: every series the
+//! Grafana dashboard queries is one the manager exports, the README lists
+//! every metric, and the ServiceMonitor reaches the admin port.
+
+use serde_json::Value;
+use spot_node_manager::metrics::Metrics;
+use std::collections::BTreeSet;
+
+fn repo_file(path: &str) -> String {
+    let full = snm_testkit::repo_root().join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+}
+
+/// Every sample name the manager exports: a counter `x` as `x_total`, a
+/// histogram as `x_bucket`, `x_sum` and `x_count`, a gauge as `x`. Read from
+/// the exposition's `# TYPE` lines, so a family with no series yet counts.
+fn exported() -> BTreeSet<String> {
+    // A family with no series is not in the exposition: give each one.
+    let m = Metrics::default();
+    m.reconciled(
+        "inventory",
+        std::time::Duration::from_millis(5),
+        Some("aws"),
+    );
+    m.aws_call("DescribeAutoScalingGroups");
+    m.aws_call_failed("DescribeAutoScalingGroups", Some("Throttling"));
+    m.drain("started");
+    m.refresh_run("Succeeded");
+    m.refresh_run_duration
+        .get_or_create(&spot_node_manager::metrics::RunLabels {
+            result: "Succeeded",
+        })
+        .observe(60.0);
+    m.interruption_message("spot_interruption", "acted");
+    m.mutations
+        .get_or_create(&spot_node_manager::metrics::MutationLabels {
+            target: "aws",
+            action: "set_desired_capacity",
+            outcome: "performed",
+        })
+        .inc();
+    m.group_observed("ns", "workers", &Default::default());
+    let text = m.encode();
+    // Every family registered in src/metrics.rs is here: a new one must be
+    // given a series above (and a line in the README, a panel if it matters).
+    let source = repo_file("src/metrics.rs");
+    for registered in source.split("registry.register(").skip(1) {
+        let name = registered
+            .split('"')
+            .nth(1)
+            .expect("a registered metric's name");
+        assert!(
+            text.contains(&format!("# TYPE spot_node_manager_{name} ")),
+            "spot_node_manager_{name} is registered but has no series in this test"
+        );
+    }
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let mut parts = rest.split_whitespace();
+        let (Some(name), Some(kind)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        match kind {
+            "counter" => {
+                names.insert(format!("{name}_total"));
+            }
+            "histogram" => {
+                for suffix in ["_bucket", "_sum", "_count"] {
+                    names.insert(format!("{name}{suffix}"));
+                }
+            }
+            _ => {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// The metric names a PromQL expression mentions.
+fn queried(expr: &str) -> Vec<String> {
+    let mut names = vec![];
+    let mut rest = expr;
+    while let Some(at) = rest.find("spot_node_manager_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    names
+}
+
+#[test]
+fn every_series_the_dashboard_queries_is_exported() {
+    let exported = exported();
+    assert!(
+        exported.contains("spot_node_manager_group_ready_nodes")
+            && exported.contains("spot_node_manager_aws_call_errors_total"),
+        "{exported:?}"
+    );
+    let dashboard: Value =
+        serde_json::from_str(&repo_file("manifests/monitoring/dashboard.json")).expect("JSON");
+    let mut exprs = vec![];
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            exprs.push(target["expr"].as_str().expect("expr").to_string());
+        }
+    }
+    for variable in dashboard["templating"]["list"]
+        .as_array()
+        .expect("variables")
+    {
+        if let Some(query) = variable["query"].as_str() {
+            exprs.push(query.to_string());
+        }
+    }
+    let mut checked = 0;
+    for expr in &exprs {
+        for name in queried(expr) {
+            assert!(
+                exported.contains(&name),
+                "the dashboard queries {name}, which the manager does not export ({expr})"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} names found in {exprs:?}");
+    // What the issue asks the dashboard to show.
+    let all = exprs.join("\n");
+    for needed in [
+        "group_ready_nodes",
+        "group_desired_nodes",
+        "group_operation",
+        "refresh_run_duration_seconds",
+        "drains_total",
+        "interruption_messages_total",
+        "interruption_age_at_action_seconds",
+        "aws_calls_total",
+        "aws_call_errors_total",
+    ] {
+        assert!(all.contains(needed), "no panel shows {needed}");
+    }
+}
+
+#[test]
+fn the_readme_lists_every_metric() {
+    let readme = repo_file("README.md");
+    for name in exported() {
+        // A histogram is listed once, as its _bucket/_sum/_count family.
+        let family = name
+            .strip_suffix("_bucket")
+            .or_else(|| name.strip_suffix("_sum"))
+            .or_else(|| name.strip_suffix("_count"))
+            .unwrap_or(&name);
+        assert!(
+            readme.contains(&format!("`{family}")),
+            "README does not list {family}"
+        );
+    }
+}
+
+#[test]
+fn the_service_monitor_reaches_the_managers_admin_port() {
+    let load = |path: &str| -> Vec<serde_yaml::Value> {
+        let text = repo_file(path);
+        serde_yaml::Deserializer::from_str(&text)
+            .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
+            .collect()
+    };
+    let of_kind = |docs: &[serde_yaml::Value], kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"].as_str() == Some(kind))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind}"))
+    };
+    let service = of_kind(&load("manifests/monitoring/service.yaml"), "Service");
+    let monitor = of_kind(
+        &load("manifests/monitoring/servicemonitor.yaml"),
+        "ServiceMonitor",
+    );
+    let deployment = of_kind(&load("manifests/deployment.yaml"), "Deployment");
+    let subset = |wanted: &serde_yaml::Value, have: &serde_yaml::Value| {
+        wanted
+            .as_mapping()
+            .is_some_and(|m| !m.is_empty() && m.iter().all(|(k, v)| have.get(k) == Some(v)))
+    };
+    assert!(
+        subset(
+            &monitor["spec"]["selector"]["matchLabels"],
+            &service["metadata"]["labels"]
+        ),
+        "the ServiceMonitor selects the Service"
+    );
+    assert!(
+        subset(
+            &service["spec"]["selector"],
+            &deployment["spec"]["template"]["metadata"]["labels"]
+        ),
+        "the Service selects the manager's pods"
+    );
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["port"],
+        service["spec"]["ports"][0]["name"]
+    );
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["path"].as_str(),
+        Some("/metrics")
+    );
+    let target = &service["spec"]["ports"][0]["targetPort"];
+    let container_ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+        .as_sequence()
+        .expect("container ports");
+    assert!(
+        container_ports.iter().any(|p| &p["name"] == target),
+        "the Service's targetPort {target:?} is a container port of the manager"
+    );
+    assert_eq!(
+        service["metadata"]["namespace"],
+        deployment["metadata"]["namespace"]
+    );
+}
