@@ -3,7 +3,8 @@
 use std::collections::BTreeSet;
 
 /// Operation names the adapter and the interruption queue report in their
-/// errors: every SDK call they make is wrapped by `aws_error("<Operation>", ..)`.
+/// errors: every SDK call they make is wrapped by `self.failed("<Operation>", ..)`
+/// (which counts the failure and maps it with `aws_error`).
 fn adapter_operations() -> BTreeSet<String> {
     // rustfmt may wrap the call: compare without whitespace.
     let source: String = [
@@ -15,7 +16,7 @@ fn adapter_operations() -> BTreeSet<String> {
     .filter(|c| !c.is_whitespace())
     .collect();
     source
-        .split("aws_error(\"")
+        .split(".failed(\"")
         .skip(1)
         .filter_map(|rest| rest.split('"').next())
         .map(str::to_string)
