@@ -104,53 +104,35 @@ impl NodeView for Node {
     }
 }
 
-impl<T: NodeView + ?Sized> NodeView for std::sync::Arc<T> {
-    fn node_name(&self) -> &str {
-        (**self).node_name()
-    }
-    fn node_labels(&self) -> &dyn Labels {
-        (**self).node_labels()
-    }
-    fn provider_id(&self) -> Option<&str> {
-        (**self).provider_id()
-    }
-    fn ready(&self) -> bool {
-        (**self).ready()
-    }
-    fn being_deleted(&self) -> bool {
-        (**self).being_deleted()
-    }
-    fn cordoned(&self) -> bool {
-        (**self).cordoned()
-    }
-    fn annotation(&self, key: &str) -> Option<&str> {
-        (**self).annotation(key)
-    }
+/// A pointer to a view is a view: the cache's `Arc`s and plain references.
+macro_rules! forward_node_view {
+    ($($pointer:ty),*) => {$(
+        impl<T: NodeView + ?Sized> NodeView for $pointer {
+            fn node_name(&self) -> &str {
+                (**self).node_name()
+            }
+            fn node_labels(&self) -> &dyn Labels {
+                (**self).node_labels()
+            }
+            fn provider_id(&self) -> Option<&str> {
+                (**self).provider_id()
+            }
+            fn ready(&self) -> bool {
+                (**self).ready()
+            }
+            fn being_deleted(&self) -> bool {
+                (**self).being_deleted()
+            }
+            fn cordoned(&self) -> bool {
+                (**self).cordoned()
+            }
+            fn annotation(&self, key: &str) -> Option<&str> {
+                (**self).annotation(key)
+            }
+        }
+    )*};
 }
-
-impl<T: NodeView + ?Sized> NodeView for &T {
-    fn node_name(&self) -> &str {
-        (**self).node_name()
-    }
-    fn node_labels(&self) -> &dyn Labels {
-        (**self).node_labels()
-    }
-    fn provider_id(&self) -> Option<&str> {
-        (**self).provider_id()
-    }
-    fn ready(&self) -> bool {
-        (**self).ready()
-    }
-    fn being_deleted(&self) -> bool {
-        (**self).being_deleted()
-    }
-    fn cordoned(&self) -> bool {
-        (**self).cordoned()
-    }
-    fn annotation(&self, key: &str) -> Option<&str> {
-        (**self).annotation(key)
-    }
-}
+forward_node_view!(std::sync::Arc<T>, &T);
 
 /// Looking labels up, whatever holds them: a Node's map or the cache's
 /// [`PackedLabels`].
