@@ -10,9 +10,13 @@
 //! manager runs with `--dry-run` (nothing may act on such a group).
 //!
 //! Run: `cargo bench --bench footprint` (3, 300 and 1000 nodes), with
-//! `SNM_MANAGER_BIN` to measure another build (e.g. a release one). Under
-//! `cargo test` a quick run with 3 nodes. Prints a table; asserts only that
-//! the inventory lists every node.
+//! `SNM_MANAGER_BIN` to measure another build (e.g. a release one) and
+//! `FOOTPRINT_SIZES=3,1000` to pick sizes. Under `cargo test` a quick run with
+//! 3 nodes. Prints a table (RSS split into heap and stacks, and code paged
+//! in from files); asserts only that the inventory lists every node. To look
+//! inside: `FOOTPRINT_SMAPS=<dir>` keeps the manager's memory map, and
+//! `FOOTPRINT_HOLD=<seconds>` keeps it running after the reading (for gdb's
+//! `malloc_stats`, or SIGTERM under heaptrack).
 
 use snm_testkit as support;
 

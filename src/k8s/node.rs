@@ -28,12 +28,6 @@ pub fn parse_provider_id(provider_id: &str) -> Result<(String, String), String> 
     Ok((az.to_string(), id.to_string()))
 }
 
-/// The instance id a Node runs on, if its providerID says so.
-pub fn node_instance_id(node: &Node) -> Option<String> {
-    let provider_id = node.spec.as_ref()?.provider_id.as_deref()?;
-    parse_provider_id(provider_id).ok().map(|(_, id)| id)
-}
-
 /// Ready condition True, and not being deleted.
 pub fn is_ready(node: &Node) -> bool {
     node.metadata.deletion_timestamp.is_none()

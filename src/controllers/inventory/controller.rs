@@ -794,7 +794,6 @@ mod inventory_tests {
     use super::*;
     use crate::cloud::fake::FakeCloud;
     use crate::controllers::inventory::plan::tests::{group, node, t0};
-    use crate::k8s::node::node_instance_id;
     use k8s_openapi::api::core::v1::Node;
 
     /// A fake cloud with `per_asg` instances in each of 3 ASGs and a Node for each.
@@ -866,7 +865,7 @@ mod inventory_tests {
             .expect("observe");
         // One Node goes; its instance stays in its ASG.
         let gone = nodes.remove(0);
-        let id = node_instance_id(&gone).expect("instance");
+        let id = gone.instance_id().expect("instance");
         cloud.reset_calls();
         // Within the state floor: what is known serves.
         observe_aws(&cloud, &facts, &g, &nodes)

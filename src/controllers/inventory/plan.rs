@@ -419,7 +419,6 @@ pub(crate) mod tests {
     use super::*;
     use crate::cloud::{AsgInstance, Lifecycle};
     use crate::k8s::node::WORKER_LABEL;
-    use crate::k8s::node::node_instance_id;
     use chrono::TimeZone;
     use k8s_openapi::api::core::v1::Node;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus as K8sNodeStatus};
@@ -1075,7 +1074,7 @@ pub(crate) mod tests {
             for member in &status.nodes {
                 proptest::prop_assert!(nodes.iter().any(|n| n.name_any() == member.name));
             }
-            let joined: BTreeSet<String> = nodes.iter().filter_map(node_instance_id).collect();
+            let joined: BTreeSet<String> = nodes.iter().filter_map(|n| n.instance_id()).collect();
             for n in &status.not_joined {
                 proptest::prop_assert!(!joined.contains(&n.instance_id));
             }

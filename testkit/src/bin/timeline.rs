@@ -10,7 +10,7 @@ use snm_testkit::timeline::{NodeState, PodState, Snapshot, Timeline};
 use spot_node_manager::cloud::AwsClients;
 use spot_node_manager::crd::replenisher::ReplenishPhase;
 use spot_node_manager::crd::{NodeGroup, Refresher, Replenisher};
-use spot_node_manager::k8s::node::{is_ready, is_unschedulable, node_instance_id};
+use spot_node_manager::k8s::node::{NodeView, is_ready, is_unschedulable};
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
@@ -166,7 +166,9 @@ async fn snapshot(
         // instances, or seen as such before (until they go).
         let ours = listed.contains(&name)
             || known_nodes.contains(&name)
-            || node_instance_id(node).is_some_and(|id| snapshot.instances.contains_key(&id));
+            || node
+                .instance_id()
+                .is_some_and(|id| snapshot.instances.contains_key(&id));
         if ours {
             known_nodes.insert(name.clone());
             snapshot.nodes.insert(
