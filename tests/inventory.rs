@@ -678,20 +678,23 @@ async fn kubectl_get_says_whether_a_group_is_ready_invalid_or_degraded() {
     let asgs = columns.iter().position(|(n, _)| n == "ASGs").expect("ASGs");
     assert_eq!(rows["healthy"][asgs], serde_json::json!(3));
     assert_eq!(rows["invalid"][asgs], serde_json::json!(1));
-    // The same counts as metrics, per group.
-    let metrics = manager.assert_metrics().await;
+    // The same counts as metrics, per group. "Ready" in the table means the
+    // desired count was Ready when the status was written; the gauges are
+    // set in that same reconcile.
     let series = |name: &str, group: &str| {
         format!(
             "spot_node_manager_{name}{{namespace=\"{}\",group=\"{group}\"}}",
             world.namespace
         )
     };
-    for line in [
+    let lines = [
         format!("{} 3", series("group_ready_nodes", "healthy")),
         format!("{} 3", series("group_desired_nodes", "healthy")),
         format!("{} 0", series("group_ready_nodes", "degraded")),
-    ] {
-        assert!(metrics.contains(&line), "no {line} in:\n{metrics}");
+    ];
+    let metrics = manager.assert_metrics().await;
+    for line in &lines {
+        assert!(metrics.contains(line.as_str()), "no {line} in:\n{metrics}");
     }
     assert!(manager.child_alive(), "{}", manager.logs());
     world.cleanup().await;

@@ -335,9 +335,10 @@ pub enum GroupState {
     Degraded,
     /// A refresh run holds the group's lock.
     Refreshing,
-    /// The replenisher holds the group's lock.
+    /// The replenisher holds the group's lock, or fewer nodes are Ready than
+    /// desired (before the lock, e.g. while new nodes join).
     Replenishing,
-    /// None of the above.
+    /// None of the above: the desired count is Ready and nothing is running.
     Ready,
 }
 

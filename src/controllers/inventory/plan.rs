@@ -364,10 +364,9 @@ pub fn inventory_status<N: NodeView>(
     status
 }
 
-/// Pure: the status after a failed AWS sync. The last inventory is kept (it
-/// is the best knowledge we have) and the failure is reported.
 /// Pure: the group's state for `kubectl get`: what is wrong first, then
-/// what it is doing.
+/// what it is doing. A group short of its desired Ready nodes is never
+/// "Ready", even before the replenisher takes the lock (nodes still joining).
 pub fn group_state(group: &NodeGroup, status: &NodeGroupStatus) -> GroupState {
     let holds = |type_: &str, value: ConditionStatus| {
         crate::crd::condition::find(&status.conditions, type_).is_some_and(|c| c.status == value)
@@ -390,11 +389,16 @@ pub fn group_state(group: &NodeGroup, status: &NodeGroupStatus) -> GroupState {
         match status.operation.as_ref().map(|l| &l.holder) {
             Some(OperationKind::Refresh) => GroupState::Refreshing,
             Some(OperationKind::Replenish) => GroupState::Replenishing,
+            None if status.ready_nodes.unwrap_or(0) < group.spec.desired => {
+                GroupState::Replenishing
+            }
             None => GroupState::Ready,
         }
     }
 }
 
+/// Pure: the status after a failed AWS sync. The last inventory is kept (it
+/// is the best knowledge we have) and the failure is reported.
 pub fn sync_failed_status(
     group: &NodeGroup,
     previous: &NodeGroupStatus,
@@ -532,6 +536,12 @@ pub(crate) mod tests {
             ConditionStatus::True,
         );
         set(&mut s, DEGRADED, ConditionStatus::False);
+        assert_eq!(
+            group_state(&g, &s),
+            GroupState::Replenishing,
+            "short of desired (0 of 1 Ready), with no lock yet"
+        );
+        s.ready_nodes = Some(1);
         assert_eq!(group_state(&g, &s), GroupState::Ready);
         s.operation = Some(lock(OperationKind::Replenish));
         assert_eq!(group_state(&g, &s), GroupState::Replenishing);
