@@ -90,3 +90,78 @@ fn the_product_package_installs_only_the_manager() {
         .collect();
     assert_eq!(kit_uses, vec!["test-support"]);
 }
+
+/// `cargo metadata` for the whole dependency graph, as locked.
+fn locked_metadata() -> serde_json::Value {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "metadata",
+            "--locked",
+            "--format-version",
+            "1",
+            "--manifest-path",
+        ])
+        .arg(snm_testkit::repo_root().join("Cargo.toml"))
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("metadata JSON")
+}
+
+fn version(text: &str) -> Vec<u64> {
+    let mut parts: Vec<u64> = text
+        .split('.')
+        .map(|p| {
+            p.parse()
+                .unwrap_or_else(|_| panic!("not a version: {text}"))
+        })
+        .collect();
+    parts.resize(3, 0);
+    parts
+}
+
+/// The rust-version we declare is one the locked dependencies build with,
+/// and the Containerfile builds with exactly that toolchain: a user building
+/// the image elsewhere must not meet "requires rustc 1.9x".
+#[test]
+fn the_declared_rust_version_builds_every_dependency_and_the_image_uses_it() {
+    let metadata = locked_metadata();
+    let packages = metadata["packages"].as_array().expect("packages");
+    let ours = packages
+        .iter()
+        .find(|p| p["name"] == "spot-node-manager")
+        .and_then(|p| p["rust_version"].as_str())
+        .expect("spot-node-manager declares a rust-version");
+    let needed = packages
+        .iter()
+        .filter_map(|p| {
+            Some((
+                version(p["rust_version"].as_str()?),
+                p["name"].as_str()?.to_string(),
+            ))
+        })
+        .max()
+        .expect("some package declares a rust-version");
+    assert!(
+        version(ours) >= needed.0,
+        "rust-version {ours} is older than {:?} needs ({:?})",
+        needed.1,
+        needed.0
+    );
+    let containerfile = std::fs::read_to_string(snm_testkit::repo_root().join("Containerfile"))
+        .expect("the Containerfile");
+    let image = containerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("ARG RUST_IMAGE="))
+        .expect("ARG RUST_IMAGE= in the Containerfile");
+    let tag = image
+        .rsplit_once(':')
+        .and_then(|(_, tag)| tag.strip_suffix("-bookworm"))
+        .unwrap_or_else(|| panic!("not a rust:<version>-bookworm image: {image}"));
+    assert_eq!(version(tag), version(ours), "the image builds with {image}");
+}
