@@ -9,18 +9,43 @@ use serde::Deserialize;
 use spot_node_manager::crd::NodeGroup;
 use std::path::Path;
 
-fn documents(path: &Path) -> Vec<DynamicObject> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| {
-            DynamicObject::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        })
+fn documents(text: &str, origin: &str) -> Vec<DynamicObject> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| DynamicObject::deserialize(doc).unwrap_or_else(|e| panic!("{origin}: {e}")))
         .collect()
 }
 
-async fn apply_file(client: &kube::Client, discovery: &Discovery, path: &Path) -> Vec<String> {
+/// `kubectl kustomize <dir>`: what `kubectl apply -k <dir>` would apply.
+fn kustomize(dir: &Path) -> String {
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("run kubectl kustomize (kubectl 1.21+ needed): {e}"));
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("kustomize output is UTF-8")
+}
+
+async fn discover(client: &kube::Client) -> Discovery {
+    Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery")
+}
+
+async fn apply_all(
+    client: &kube::Client,
+    discovery: &Discovery,
+    objects: Vec<DynamicObject>,
+    origin: &str,
+) -> Vec<String> {
     let mut applied = vec![];
-    for mut obj in documents(path) {
+    for mut obj in objects {
         let mut types = obj.types.clone().expect("apiVersion and kind");
         // The local apiserver is Debian's 1.20, which serves PodDisruptionBudget
         // only as policy/v1beta1 (same fields as the policy/v1 we ship for
@@ -41,7 +66,7 @@ async fn apply_file(client: &kube::Client, discovery: &Discovery, path: &Path) -
         let gvk = kube::api::GroupVersionKind::try_from(&types).expect("gvk");
         let (resource, caps) = discovery
             .resolve_gvk(&gvk)
-            .unwrap_or_else(|| panic!("{}: unknown kind {gvk:?}", path.display()));
+            .unwrap_or_else(|| panic!("{origin}: unknown kind {gvk:?}"));
         let name = obj.metadata.name.clone().expect("name");
         let api: Api<DynamicObject> = match caps.scope {
             Scope::Cluster => Api::all_with(client.clone(), &resource),
@@ -60,60 +85,105 @@ async fn apply_file(client: &kube::Client, discovery: &Discovery, path: &Path) -
             &Patch::Apply(&obj),
         )
         .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: applying {} {name} failed: {e}",
-                path.display(),
-                gvk.kind
-            )
-        });
+        .unwrap_or_else(|e| panic!("{origin}: applying {} {name} failed: {e}", gvk.kind));
         applied.push(format!("{}/{name}", gvk.kind));
     }
     applied
 }
 
+/// Applies what `kubectl apply -k` would: the namespace and the CRDs first
+/// (established before anything of their kinds), then the rest.
+async fn apply_rendered(client: &kube::Client, rendered: &str, origin: &str) -> Vec<String> {
+    let (first, rest): (Vec<_>, Vec<_>) = documents(rendered, origin).into_iter().partition(|o| {
+        o.types
+            .as_ref()
+            .is_some_and(|t| t.kind == "Namespace" || t.kind == "CustomResourceDefinition")
+    });
+    let mut applied = apply_all(client, &discover(client).await, first, origin).await;
+    support::install_crds(client).await;
+    applied.extend(apply_all(client, &discover(client).await, rest, origin).await);
+    applied
+}
+
+/// `.yaml` files under `dir`, relative to it.
+fn yaml_files(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).expect("read manifests") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            yaml_files(root, &path, out);
+        } else if path.extension().is_some_and(|e| e == "yaml") {
+            let relative = path.strip_prefix(root).expect("under root");
+            out.push(relative.to_string_lossy().into_owned());
+        }
+    }
+}
+
+#[test]
+fn the_kustomize_base_installs_every_kubernetes_manifest() {
+    let root = support::repo_root().join("manifests");
+    let base: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root.join("kustomization.yaml")).expect("kustomization.yaml"),
+    )
+    .expect("kustomization YAML");
+    let mut resources: Vec<String> = base["resources"]
+        .as_sequence()
+        .expect("resources")
+        .iter()
+        .map(|r| r.as_str().expect("a path").to_string())
+        .collect();
+    resources.sort();
+    let mut files = vec![];
+    yaml_files(&root, &root, &mut files);
+    // Not Kubernetes objects of the install: the AWS side, the demo's
+    // workload, and what needs the Prometheus Operator.
+    let left_out = [
+        "kustomization.yaml",
+        "aws/interruption-queue.yaml",
+        "examples/sample-app.yaml",
+        "monitoring/servicemonitor.yaml",
+    ];
+    files.retain(|f| !left_out.contains(&f.as_str()));
+    files.sort();
+    assert_eq!(
+        resources, files,
+        "manifests/kustomization.yaml must list every manifest of the install"
+    );
+}
+
 #[tokio::test]
-async fn every_manifest_applies_cleanly() {
+async fn the_kustomize_base_and_the_example_overlay_apply_cleanly() {
     let world = support::World::new("manifests").await;
     let client = world.client.clone();
-    let root = support::repo_root().join("manifests");
-    let mut applied = vec![];
-    // CRDs and the namespace first: later files depend on them.
-    for file in [
-        "crds/nodegroups.yaml",
-        "crds/refreshers.yaml",
-        "crds/replenishers.yaml",
-        "namespace.yaml",
-    ] {
-        let discovery = Discovery::new(client.clone())
-            .run()
-            .await
-            .expect("discovery");
-        applied.extend(apply_file(&client, &discovery, &root.join(file)).await);
-    }
-    support::install_crds(&client).await;
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .expect("discovery");
-    for file in [
-        "rbac.yaml",
-        "deployment.yaml",
-        "examples/nodegroups.yaml",
-        // (Its ServiceMonitor needs the Prometheus Operator's CRD: checked
-        // against the Service and the Deployment in tests/monitoring.rs.)
-        "monitoring/service.yaml",
-    ] {
-        applied.extend(apply_file(&client, &discovery, &root.join(file)).await);
-    }
+    let repo = support::repo_root();
+    let base = kustomize(&repo.join("manifests"));
+    let mut applied = apply_rendered(&client, &base, "kubectl kustomize manifests/").await;
+    let overlay = kustomize(&repo.join("overlays/example"));
+    let nodegroups: Vec<DynamicObject> = documents(&overlay, "overlays/example")
+        .into_iter()
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "NodeGroup"))
+        .collect();
+    applied.extend(
+        apply_all(
+            &client,
+            &discover(&client).await,
+            nodegroups,
+            "overlays/example",
+        )
+        .await,
+    );
     for expected in [
         "Namespace/spot-node-manager",
+        "CustomResourceDefinition/nodegroups.nodemanager.dev",
+        "CustomResourceDefinition/refreshers.nodemanager.dev",
+        "CustomResourceDefinition/replenishers.nodemanager.dev",
         "ServiceAccount/spot-node-manager",
         "ClusterRole/spot-node-manager",
         "Role/spot-node-manager",
+        "ConfigMap/spot-node-manager",
         "Deployment/spot-node-manager",
         "PodDisruptionBudget/spot-node-manager",
         "NetworkPolicy/spot-node-manager",
+        "Service/spot-node-manager-metrics",
         "NodeGroup/masters",
         "NodeGroup/nodes",
     ] {
@@ -194,6 +264,63 @@ async fn every_manifest_applies_cleanly() {
             "{verb} another Lease must be denied"
         );
     }
+
+    // The overlay as a whole is accepted too, and sets what it promises.
+    let applied = apply_rendered(&client, &overlay, "kubectl kustomize overlays/example").await;
+    assert!(applied.iter().any(|a| a == "Deployment/spot-node-manager"));
+    let ns = "spot-node-manager";
+    let deployment = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), ns)
+        .get("spot-node-manager")
+        .await
+        .expect("Deployment");
+    let container = deployment
+        .spec
+        .and_then(|s| s.template.spec)
+        .map(|s| s.containers)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.name == "manager")
+        .expect("the manager container");
+    assert_eq!(
+        container.image.as_deref(),
+        Some("123456789012.dkr.ecr.ap-northeast-1.amazonaws.com/spot-node-manager:0.1.0")
+    );
+    let regions: Vec<_> = container
+        .env
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.name == "AWS_REGION")
+        .map(|e| e.value)
+        .collect();
+    assert_eq!(regions, vec![Some("ap-northeast-1".to_string())]);
+    let account = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), ns)
+        .get("spot-node-manager")
+        .await
+        .expect("ServiceAccount");
+    assert_eq!(
+        account.metadata.annotations.unwrap_or_default()["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::123456789012:role/spot-node-manager.spot-node-manager.sa.example.com"
+    );
+    // The config the overlay writes is one the manager accepts, queue included.
+    let config = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .get("spot-node-manager")
+        .await
+        .expect("ConfigMap")
+        .data
+        .unwrap_or_default()
+        .remove("config.yaml")
+        .expect("config.yaml");
+    let file = spot_node_manager::config::parse_file(&config).expect("the overlay's config parses");
+    let settings =
+        spot_node_manager::config::Settings::resolve(&Default::default(), file, |_| None)
+            .expect("the overlay's config is valid");
+    assert!(
+        settings
+            .interruption
+            .queue_url
+            .is_some_and(|u| u.ends_with("/example-com-interruptions")),
+        "{config}"
+    );
 }
 
 /// Every (verb, API group, resource, namespace) the manager requests.
