@@ -591,6 +591,9 @@ _dispatch = werkzeug_app.DomainDispatcherApplication.__call__
 # What tests read at AWS's side, per account (the x-moto-account-id header):
 # the time of every request, and how its requests are refused, if they are.
 REQUESTS: dict = {}
+# (time, attempt, of max) per request, from the SDK's `amz-sdk-request:
+# attempt=N; max=M` header: which requests are retries.
+ATTEMPTS: dict = {}
 REFUSED: dict = {}
 REFUSALS = {
     # AWS refusing a caller over its rate (the SDK retries, and slows down).
@@ -602,7 +605,9 @@ REFUSALS = {
 
 def control(environ, start_response):
     """`GET /_snm/requests?account=A`: the times (epoch seconds) of A's
-    requests so far. `GET /_snm/refuse?account=A&delay=S&error=E`: from now
+    requests so far; `/_snm/attempts?account=A`: the same as [time, attempt,
+    max attempts] (0, 0 without the SDK's header). `GET
+    /_snm/refuse?account=A&delay=S&error=E`: from now
     on every request of A waits S seconds, then is refused with error E (a
     key of REFUSALS)."""
     from urllib.parse import parse_qs
@@ -616,6 +621,8 @@ def control(environ, start_response):
             return [b""]
         REFUSED[account] = (float(query.get("delay", "0")), error)
         body = b"{}"
+    elif environ["PATH_INFO"] == "/_snm/attempts":
+        body = json.dumps(ATTEMPTS.get(account, [])).encode()
     else:
         body = json.dumps(REQUESTS.get(account, [])).encode()
     start_response(
@@ -634,12 +641,27 @@ def refuse(error: str, start_response):
     return [body]
 
 
+def sdk_attempt(environ) -> tuple:
+    """(attempt, max attempts) from `amz-sdk-request: attempt=2; max=3`."""
+    fields = dict(
+        part.strip().split("=", 1)
+        for part in environ.get("HTTP_AMZ_SDK_REQUEST", "").split(";")
+        if "=" in part
+    )
+    try:
+        return int(fields.get("attempt", 0)), int(fields.get("max", 0))
+    except ValueError:
+        return 0, 0
+
+
 def locked_dispatch(self, environ, start_response):
     if environ.get("PATH_INFO", "").startswith("/_snm/"):
         return control(environ, start_response)
     account = environ.get("HTTP_X_MOTO_ACCOUNT_ID")
     if account:
-        REQUESTS.setdefault(account, []).append(time.time())
+        now = time.time()
+        REQUESTS.setdefault(account, []).append(now)
+        ATTEMPTS.setdefault(account, []).append([now, *sdk_attempt(environ)])
         if account in REFUSED:
             delay, error = REFUSED[account]
             time.sleep(delay)  # without the lock: others go on

@@ -5,17 +5,12 @@
 
 use std::process::Command;
 
-#[test]
-fn the_product_package_installs_only_the_manager() {
+/// `cargo metadata` of the workspace, with `flag` (`--no-deps`: our packages
+/// only; `--locked`: the whole graph as locked).
+fn metadata(flag: &str) -> serde_json::Value {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args([
-            "metadata",
-            "--no-deps",
-            "--format-version",
-            "1",
-            "--manifest-path",
-        ])
+        .args(["metadata", flag, "--format-version", "1", "--manifest-path"])
         .arg(snm_testkit::repo_root().join("Cargo.toml"))
         .output()
         .expect("run cargo metadata");
@@ -24,7 +19,12 @@ fn the_product_package_installs_only_the_manager() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
+    serde_json::from_slice(&out.stdout).expect("metadata JSON")
+}
+
+#[test]
+fn the_product_package_installs_only_the_manager() {
+    let metadata = metadata("--no-deps");
     let packages = metadata["packages"].as_array().expect("packages");
     let product = packages
         .iter()
@@ -91,28 +91,6 @@ fn the_product_package_installs_only_the_manager() {
     assert_eq!(kit_uses, vec!["test-support"]);
 }
 
-/// `cargo metadata` for the whole dependency graph, as locked.
-fn locked_metadata() -> serde_json::Value {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args([
-            "metadata",
-            "--locked",
-            "--format-version",
-            "1",
-            "--manifest-path",
-        ])
-        .arg(snm_testkit::repo_root().join("Cargo.toml"))
-        .output()
-        .expect("run cargo metadata");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("metadata JSON")
-}
-
 fn version(text: &str) -> Vec<u64> {
     let mut parts: Vec<u64> = text
         .split('.')
@@ -130,7 +108,7 @@ fn version(text: &str) -> Vec<u64> {
 /// the image elsewhere must not meet "requires rustc 1.9x".
 #[test]
 fn the_declared_rust_version_builds_every_dependency_and_the_image_uses_it() {
-    let metadata = locked_metadata();
+    let metadata = metadata("--locked");
     let packages = metadata["packages"].as_array().expect("packages");
     let ours = packages
         .iter()

@@ -409,6 +409,17 @@ impl World {
         serde_json::from_str(&body).expect("a list of times")
     }
 
+    /// Every AWS request of this world's account so far: (time, the SDK's
+    /// attempt number, its maximum attempts), 0 when the SDK did not say.
+    pub async fn aws_attempts(&self) -> Vec<(f64, u32, u32)> {
+        let path = format!("/_snm/attempts?account={}", self.account);
+        let (status, body) = crate::http_get(self.emulator_port(), &path)
+            .await
+            .expect("the emulator answers");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("a list of [time, attempt, max]")
+    }
+
     /// From now on every AWS request of this world's account waits `delay`,
     /// then is refused with `error` (`Throttling`, or `ServiceUnavailable`:
     /// both retried by the SDK, the first also slowing its request rate).

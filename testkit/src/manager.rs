@@ -72,10 +72,21 @@ impl ManagerProcess {
         extra_args: &[&str],
         env: &[(&str, &str)],
     ) -> ManagerProcess {
+        Self::start_binary(&manager_binary(), world, kubeconfig, extra_args, env)
+    }
+
+    /// The same, running `binary` (e.g. an earlier release, for the upgrade test).
+    pub fn start_binary(
+        binary: &std::path::Path,
+        world: &World,
+        kubeconfig: &std::path::Path,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> ManagerProcess {
         let admin_port = free_port();
         let log = std::env::temp_dir().join(format!("{}.log", unique("snm-manager")));
         let log_file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(manager_binary())
+        let child = Command::new(binary)
             .arg("run")
             .arg("--kubeconfig")
             .arg(kubeconfig)

@@ -292,6 +292,7 @@ pub struct SteadyGroupBuilder {
     queue: bool,
     config: String,
     resync: String,
+    binary: Option<std::path::PathBuf>,
 }
 
 impl SteadyGroup {
@@ -325,6 +326,7 @@ impl SteadyGroupBuilder {
             queue: false,
             config: String::new(),
             resync: "2s".into(),
+            binary: None,
         }
     }
 
@@ -364,6 +366,13 @@ impl SteadyGroupBuilder {
         self
     }
 
+    /// Runs this manager binary instead of this tree's (the upgrade test's
+    /// earlier release).
+    pub fn manager_binary(mut self, binary: &std::path::Path) -> Self {
+        self.binary = Some(binary.to_path_buf());
+        self
+    }
+
     /// More of the manager's config file (YAML, after `resyncInterval`).
     pub fn manager_config(mut self, yaml: &str) -> Self {
         self.config.push_str(yaml);
@@ -395,7 +404,9 @@ impl SteadyGroupBuilder {
         if let Some(q) = &queue {
             args.extend(["--interruption-queue-url", q.url.as_str()]);
         }
-        let (manager, config) = world.start_manager_with(
+        let binary = self.binary.clone().unwrap_or_else(crate::manager_binary);
+        let (manager, config) = world.start_manager_binary(
+            &binary,
             &format!("resyncInterval: {}\n{}", self.resync, self.config),
             &args,
             &[],

@@ -138,12 +138,24 @@ impl World {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> (ManagerProcess, tempfile::NamedTempFile) {
+        self.start_manager_binary(&crate::manager_binary(), config_yaml, extra, env)
+    }
+
+    /// The same, running `binary` instead of this tree's manager.
+    pub fn start_manager_binary(
+        &self,
+        binary: &std::path::Path,
+        config_yaml: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> (ManagerProcess, tempfile::NamedTempFile) {
         let config = tempfile::NamedTempFile::new().expect("config");
         std::fs::write(config.path(), config_yaml).expect("write config");
         let path = config.path().to_str().expect("utf-8").to_string();
         let mut args = vec!["--config", path.as_str(), "--leader-election", "false"];
         args.extend_from_slice(extra);
-        (ManagerProcess::start_env(self, &args, env), config)
+        let process = ManagerProcess::start_binary(binary, self, self.kubeconfig(), &args, env);
+        (process, config)
     }
 }
 
