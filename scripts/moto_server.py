@@ -47,7 +47,7 @@ API calls and gives it to a loop that runs like an ASG's own:
   same as the timing tags): our code only reads the timeout, never puts it.
 - Refusals, and counting at AWS's side: `/_snm/refuse` makes every request
   of an account wait, then refuses it with Throttling or ServiceUnavailable;
-  `/_snm/requests` lists the times of an account's requests (see `control`).
+  `/_snm/attempts` lists an account's requests, with the SDK's attempt numbers (see `control`).
 
 Timings are flags (defaults below) and can be set per ASG with the tags
 `snm.test/launch-lag`, `snm.test/pending-time`, `snm.test/health-check-delay`
@@ -590,9 +590,8 @@ _dispatch = werkzeug_app.DomainDispatcherApplication.__call__
 
 # What tests read at AWS's side, per account (the x-moto-account-id header):
 # the time of every request, and how its requests are refused, if they are.
-REQUESTS: dict = {}
-# (time, attempt, of max) per request, from the SDK's `amz-sdk-request:
-# attempt=N; max=M` header: which requests are retries.
+# [time, attempt, of max] per request, the last two from the SDK's
+# `amz-sdk-request: attempt=N; max=M` header: which requests are retries.
 ATTEMPTS: dict = {}
 REFUSED: dict = {}
 REFUSALS = {
@@ -604,9 +603,9 @@ REFUSALS = {
 
 
 def control(environ, start_response):
-    """`GET /_snm/requests?account=A`: the times (epoch seconds) of A's
-    requests so far; `/_snm/attempts?account=A`: the same as [time, attempt,
-    max attempts] (0, 0 without the SDK's header). `GET
+    """`GET /_snm/attempts?account=A`: A's requests so far, each as [time
+    (epoch seconds), attempt, max attempts] (0, 0 without the SDK's header).
+    `GET
     /_snm/refuse?account=A&delay=S&error=E`: from now
     on every request of A waits S seconds, then is refused with error E (a
     key of REFUSALS)."""
@@ -624,7 +623,8 @@ def control(environ, start_response):
     elif environ["PATH_INFO"] == "/_snm/attempts":
         body = json.dumps(ATTEMPTS.get(account, [])).encode()
     else:
-        body = json.dumps(REQUESTS.get(account, [])).encode()
+        start_response("404 Not Found", [("Content-Length", "0")])
+        return [b""]
     start_response(
         "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
     )
@@ -659,9 +659,7 @@ def locked_dispatch(self, environ, start_response):
         return control(environ, start_response)
     account = environ.get("HTTP_X_MOTO_ACCOUNT_ID")
     if account:
-        now = time.time()
-        REQUESTS.setdefault(account, []).append(now)
-        ATTEMPTS.setdefault(account, []).append([now, *sdk_attempt(environ)])
+        ATTEMPTS.setdefault(account, []).append([time.time(), *sdk_attempt(environ)])
         if account in REFUSED:
             delay, error = REFUSED[account]
             time.sleep(delay)  # without the lock: others go on

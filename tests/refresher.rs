@@ -315,22 +315,7 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
         manager = restarted;
         configs.push(config);
     }
-    let rf = run_finished(&world, "workers").await;
-    let samples = sampler.stop();
-    let last = assert_run_succeeded(rf, &manager)
-        .last_run
-        .expect("last run");
-    assert_eq!(last.replaced, 3);
-    assert_eq!(samples.min_ready, Some(3), "{samples:?}");
-    // Exactly one termination per old node, plus the one surplus.
-    let terminated = instances_by_state(&world)
-        .await
-        .remove("terminated")
-        .unwrap_or_default();
-    assert!(original.is_subset(&terminated));
-    assert_eq!(terminated.len(), 4, "{terminated:?}");
-    let after = world.asg_snapshot(&kops.asgs).await;
-    assert_eq!(desired_counts(&after), desired_counts(&before));
+    assert_taken_over_run_finished(&world, &kops.asgs, &manager, sampler, &original, &before).await;
     world.cleanup().await;
 }
 

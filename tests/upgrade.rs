@@ -71,24 +71,6 @@ async fn a_refresh_started_by_the_previous_release_is_finished_by_this_one() {
 
     // This release takes over from status.
     let (manager, _new_config) = world.start_manager(&[]);
-    let rf = run_finished(&world, "workers").await;
-    let samples = sampler.stop();
-    let last = assert_run_succeeded(rf, &manager)
-        .last_run
-        .expect("last run");
-    assert_eq!(last.replaced, 3, "every old node replaced, once");
-    assert_eq!(samples.min_ready, Some(3), "{samples:?}");
-    let terminated = instances_by_state(&world)
-        .await
-        .remove("terminated")
-        .unwrap_or_default();
-    assert!(original.is_subset(&terminated), "{terminated:?}");
-    assert_eq!(
-        terminated.len(),
-        4,
-        "the three old nodes and the one surplus, nothing twice: {terminated:?}"
-    );
-    let after = world.asg_snapshot(&kops.asgs).await;
-    assert_eq!(desired_counts(&after), desired_counts(&before));
+    assert_taken_over_run_finished(&world, &kops.asgs, &manager, sampler, &original, &before).await;
     world.cleanup().await;
 }

@@ -401,12 +401,11 @@ impl World {
     /// The times (epoch seconds) of every AWS request this world's account
     /// made, as the emulator received them.
     pub async fn aws_request_times(&self) -> Vec<f64> {
-        let path = format!("/_snm/requests?account={}", self.account);
-        let (status, body) = crate::http_get(self.emulator_port(), &path)
+        self.aws_attempts()
             .await
-            .expect("the emulator answers");
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str(&body).expect("a list of times")
+            .into_iter()
+            .map(|(t, _, _)| t)
+            .collect()
     }
 
     /// Every AWS request of this world's account so far: (time, the SDK's

@@ -449,6 +449,39 @@ pub fn assert_run_succeeded(
     status
 }
 
+/// The end of a three-worker run (surplus 1) that a killed manager left to
+/// `manager`: it succeeds with the 3 old nodes replaced, never below 3 Ready,
+/// each old node terminated once plus the one surplus, and every ASG back at
+/// its desired count in `before` (an `asg_snapshot` taken before the run).
+pub async fn assert_taken_over_run_finished(
+    world: &World,
+    asgs: &[String],
+    manager: &super::ManagerProcess,
+    sampler: Sampler,
+    original: &BTreeSet<String>,
+    before: &[(String, i32, Vec<String>)],
+) {
+    let rf = run_finished(world, "workers").await;
+    let samples = sampler.stop();
+    let last = assert_run_succeeded(rf, manager)
+        .last_run
+        .expect("last run");
+    assert_eq!(last.replaced, 3, "every old node replaced, once");
+    assert_eq!(samples.min_ready, Some(3), "{samples:?}");
+    let terminated = instances_by_state(world)
+        .await
+        .remove("terminated")
+        .unwrap_or_default();
+    assert!(original.is_subset(&terminated), "{terminated:?}");
+    assert_eq!(
+        terminated.len(),
+        4,
+        "the three old nodes and the one surplus, nothing twice: {terminated:?}"
+    );
+    let after = world.asg_snapshot(asgs).await;
+    assert_eq!(desired_counts(&after), desired_counts(before));
+}
+
 /// (ASG, desired) of an `asg_snapshot`.
 pub fn desired_counts(snapshot: &[(String, i32, Vec<String>)]) -> Vec<(String, i32)> {
     snapshot.iter().map(|(n, d, _)| (n.clone(), *d)).collect()
