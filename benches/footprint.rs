@@ -69,13 +69,13 @@ fn node(template: &Node, instance_group: &str, run: &str, i: usize) -> Node {
     node.metadata.managed_fields = None;
     if let Some(labels) = node.metadata.labels.as_mut() {
         labels.insert(
-            spot_node_manager::k8s::node::INSTANCE_GROUP_LABEL.into(),
+            spot_node_manager::crd::labels::INSTANCE_GROUP_LABEL.into(),
             instance_group.into(),
         );
         labels.insert(LABEL.into(), run.into());
     }
     if let Some(annotations) = node.metadata.annotations.as_mut() {
-        annotations.remove(spot_node_manager::interruption::mark::ANNOTATION);
+        annotations.remove(spot_node_manager::crd::labels::INTERRUPTION_ANNOTATION);
     }
     if let Some(spec) = node.spec.as_mut() {
         spec.provider_id = Some(format!("aws:///ap-northeast-1a/{id}"));

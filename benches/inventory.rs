@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use spot_node_manager::cloud::fake::FakeCloud;
 use spot_node_manager::controllers::inventory::controller::observe_aws;
-use spot_node_manager::controllers::inventory::facts::InstanceFacts;
+use spot_node_manager::controllers::inventory::instance_facts::InstanceFacts;
 use spot_node_manager::controllers::inventory::plan;
 use spot_node_manager::crd::NodeGroup;
-use spot_node_manager::k8s::node::WORKER_LABEL;
+use spot_node_manager::crd::labels::WORKER_LABEL;
 use std::time::Instant;
 
 fn node(name: &str, zone: &str, instance: &str) -> Node {

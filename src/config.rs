@@ -115,7 +115,7 @@ pub struct FileConfig {
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct FileInterruption {
     pub queue_url: Option<String>,
-    pub foreign_messages: Option<crate::interruption::ownership::ForeignMessages>,
+    pub foreign_messages: Option<ForeignMessages>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -189,7 +189,7 @@ pub struct Settings {
 pub struct InterruptionSettings {
     /// The handler is off when unset.
     pub queue_url: Option<String>,
-    pub foreign_messages: crate::interruption::ownership::ForeignMessages,
+    pub foreign_messages: ForeignMessages,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -370,8 +370,7 @@ impl Settings {
             foreign_messages: file.interruption.foreign_messages.unwrap_or_default(),
         };
         if let Some(url) = &interruption.queue_url {
-            crate::interruption::queue::check_url(url)
-                .map_err(|e| ConfigError::new("interruption.queueUrl", e))?;
+            check_queue_url(url).map_err(|e| ConfigError::new("interruption.queueUrl", e))?;
         }
 
         Ok(Settings {
@@ -477,6 +476,36 @@ fn default_identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
+/// What to do with a message none of whose instances is ours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum ForeignMessages {
+    /// Delete it (the queue is this cluster's alone).
+    #[default]
+    Delete,
+    /// Leave it for another cluster's handler (a queue shared by clusters);
+    /// it comes back after its visibility timeout.
+    Leave,
+}
+
+/// Checks a queue URL's shape: http(s), a host, then /<account>/<name>.
+pub fn check_queue_url(url: &str) -> std::result::Result<(), String> {
+    let Some(rest) = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+    else {
+        return Err(format!("{url:?} must start with https://"));
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    match segments.as_slice() {
+        [host, account, name] if !host.is_empty() && !account.is_empty() && !name.is_empty() => {
+            Ok(())
+        }
+        _ => Err(format!(
+            "{url:?} is not a queue URL like https://sqs.ap-northeast-1.amazonaws.com/123456789012/name"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -507,15 +536,12 @@ mod tests {
     fn the_interruption_handler_is_off_by_default_and_its_queue_url_is_checked() {
         let off = resolve(&RunArgs::default(), "").expect("defaults");
         assert_eq!(off.interruption.queue_url, None);
-        assert_eq!(
-            off.interruption.foreign_messages,
-            crate::interruption::ownership::ForeignMessages::Delete
-        );
+        assert_eq!(off.interruption.foreign_messages, ForeignMessages::Delete);
         let file = "interruption:\n  queueUrl: https://sqs.ap-northeast-1.amazonaws.com/123456789012/file\n  foreignMessages: Leave\n";
         let from_file = resolve(&RunArgs::default(), file).expect("file");
         assert_eq!(
             from_file.interruption.foreign_messages,
-            crate::interruption::ownership::ForeignMessages::Leave
+            ForeignMessages::Leave
         );
         let flag = RunArgs {
             interruption_queue_url: Some("http://127.0.0.1:5000/123456789012/flag".into()),
@@ -643,5 +669,19 @@ mod tests {
         let e = Settings::load(&args).unwrap_err();
         assert_eq!(e.field, "--config");
         assert!(e.problem.contains("/nonexistent/snm.yaml"));
+    }
+
+    #[test]
+    fn queue_urls_are_checked() {
+        assert!(check_queue_url("https://sqs.ap-northeast-1.amazonaws.com/123456789012/q").is_ok());
+        assert!(check_queue_url("http://127.0.0.1:5000/123456789012/q").is_ok());
+        for bad in [
+            "sqs.amazonaws.com/1/q",
+            "https://host/q",
+            "https://host/1/q/x",
+            "https:///1/q",
+        ] {
+            assert!(check_queue_url(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 use crate::clock::Clock;
 use crate::cloud::CloudProvider;
 use crate::config::Settings;
-use crate::leader::Leadership;
+use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::mutation::Mutations;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -27,7 +27,7 @@ pub struct Context {
     pub leadership: Leadership,
     pub cloud: Arc<dyn CloudProvider>,
     /// The interruption queue, when one is configured.
-    pub interruption_queue: Option<Arc<crate::interruption::queue::Queue>>,
+    pub interruption_queue: Option<Arc<crate::cloud::sqs::Queue>>,
     recorder: Recorder,
 }
 
@@ -64,10 +64,7 @@ impl Context {
         }
     }
 
-    pub fn with_interruption_queue(
-        mut self,
-        queue: Option<Arc<crate::interruption::queue::Queue>>,
-    ) -> Self {
+    pub fn with_interruption_queue(mut self, queue: Option<Arc<crate::cloud::sqs::Queue>>) -> Self {
         self.interruption_queue = queue;
         self
     }

@@ -52,12 +52,8 @@ impl Error {
                 kube::Error::Api(status) if status.code == 404 => "kube_not_found",
                 _ => "kube",
             },
-            Error::Aws { code, .. } => match code.as_deref() {
-                Some("Throttling" | "ThrottlingException" | "RequestLimitExceeded") => {
-                    "aws_throttled"
-                }
-                Some(_) | None => "aws",
-            },
+            Error::Aws { code, .. } if is_aws_throttling(code.as_deref()) => "aws_throttled",
+            Error::Aws { .. } => "aws",
             Error::Config(_) => "config",
             Error::Serialization { .. } => "serialization",
             Error::NotLeader => "not_leader",
@@ -81,6 +77,16 @@ impl Error {
         let context = context.into();
         move |source| Error::Kube { context, source }
     }
+}
+
+/// AWS's error codes for a request refused for its rate: one list for the
+/// error category and the failure metric.
+pub const AWS_THROTTLING_CODES: [&str; 3] =
+    ["Throttling", "ThrottlingException", "RequestLimitExceeded"];
+
+/// Whether an AWS error code says the request was throttled.
+pub fn is_aws_throttling(code: Option<&str>) -> bool {
+    code.is_some_and(|c| AWS_THROTTLING_CODES.contains(&c))
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

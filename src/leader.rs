@@ -6,94 +6,20 @@
 //! that cannot renew within `renew_deadline` (shorter than the lease duration)
 //! stops leading on its own clock before anyone else may take over.
 //!
-//! [`Leadership::is_leading`] checks that deadline on every call, and the
+//! [`Leadership::is_leading`] (in `leadership`, below the clients it fences) checks that deadline on every call, and the
 //! mutation gateway asks it before every mutation, so a replica that loses the
 //! lease stops mutating at once, even while its controllers are still winding down.
 
 use crate::config::LeaderElectionSettings;
+use crate::leadership::Leadership;
 use crate::{Error, Result};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, PostParams};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
-
-/// Shared view of whether this replica may act.
-#[derive(Clone)]
-pub struct Leadership {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    /// `None`: leader election is off, always leading.
-    valid_until: Option<Mutex<Option<Instant>>>,
-    changes: watch::Sender<bool>,
-}
-
-impl Leadership {
-    /// Leader election disabled: this replica always leads.
-    pub fn always() -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                valid_until: None,
-                changes: watch::channel(true).0,
-            }),
-        }
-    }
-
-    /// Leader election enabled: not leading until the elector says so.
-    pub fn elected() -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                valid_until: Some(Mutex::new(None)),
-                changes: watch::channel(false).0,
-            }),
-        }
-    }
-
-    pub fn is_leading(&self) -> bool {
-        match &self.inner.valid_until {
-            None => true,
-            Some(until) => {
-                let until = *until.lock().unwrap_or_else(|p| p.into_inner());
-                until.is_some_and(|t| Instant::now() < t)
-            }
-        }
-    }
-
-    /// Tests: lead until `until`, as a renewal would have it.
-    #[cfg(any(test, feature = "test-support"))]
-    pub fn lead_until(&self, until: Instant) {
-        self.renewed(until);
-    }
-
-    /// Changes of leadership (true = leading).
-    pub fn subscribe(&self) -> watch::Receiver<bool> {
-        self.inner.changes.subscribe()
-    }
-
-    fn renewed(&self, until: Instant) {
-        if let Some(slot) = &self.inner.valid_until {
-            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(until);
-            self.inner
-                .changes
-                .send_if_modified(|leading| !std::mem::replace(leading, true));
-        }
-    }
-
-    fn lost(&self) {
-        if let Some(slot) = &self.inner.valid_until {
-            *slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
-            self.inner
-                .changes
-                .send_if_modified(|leading| std::mem::replace(leading, false));
-        }
-    }
-}
 
 /// What to do with the lease as last observed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,8 @@ use crate::cloud::{self, aws::AwsCloudProvider};
 use crate::config::Settings;
 use crate::context::Context;
 use crate::crd::NodeGroup;
-use crate::leader::{Elector, Leadership};
+use crate::leader::Elector;
+use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::{Error, Result};
 use kube::api::{Api, ListParams};
@@ -141,8 +142,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         shutdown.clone(),
     ));
 
-    tokio::spawn(crate::memory::trim_periodically(
-        crate::memory::TRIM_INTERVAL,
+    tokio::spawn(crate::heap_trim::trim_periodically(
+        crate::heap_trim::TRIM_INTERVAL,
         shutdown.clone(),
     ));
 
@@ -197,7 +198,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
     });
 
     let queue = settings.interruption.queue_url.as_deref().map(|url| {
-        Arc::new(crate::interruption::queue::Queue::new(
+        Arc::new(crate::cloud::sqs::Queue::new(
             &sdk,
             url,
             settings.aws.emulator_account.as_deref(),

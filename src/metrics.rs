@@ -297,7 +297,7 @@ impl Metrics {
     /// A failed AWS request, by what kind of failure it was.
     pub fn aws_call_failed(&self, operation: &'static str, code: Option<&str>) {
         let kind = match code {
-            Some("Throttling" | "ThrottlingException" | "RequestLimitExceeded") => "throttled",
+            _ if crate::error::is_aws_throttling(code) => "throttled",
             Some(_) => "refused",
             None => "no_response",
         };

@@ -12,7 +12,7 @@
 //! through so users can see in status what would happen. Everything else (AWS,
 //! Nodes, Pods, evictions) is [`Scope::External`] and is intercepted by dry-run.
 
-use crate::leader::Leadership;
+use crate::leadership::Leadership;
 use crate::metrics::{Metrics, MutationLabels};
 use crate::{Error, Result};
 use std::future::Future;

@@ -207,9 +207,9 @@ async fn terminate_in_group_honours_the_decrement_flag_and_the_asgs_min() {
 
 #[tokio::test]
 async fn a_replica_that_stops_leading_makes_no_further_aws_call() {
-    use spot_node_manager::cloud::fence::NOT_LEADING;
+    use spot_node_manager::cloud::leader_fence::NOT_LEADING;
     use spot_node_manager::cloud::{AwsClients, Fencing};
-    use spot_node_manager::leader::Leadership;
+    use spot_node_manager::leadership::Leadership;
     let world = World::new("aws-fence").await;
     let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
     let asg = kops.asgs[0].clone();
@@ -321,9 +321,9 @@ fn sdk_for(endpoint: &str) -> aws_config::SdkConfig {
 
 #[tokio::test]
 async fn a_retry_due_after_the_lease_ran_out_is_never_sent() {
-    use spot_node_manager::cloud::fence::NOT_LEADING;
+    use spot_node_manager::cloud::leader_fence::NOT_LEADING;
     use spot_node_manager::cloud::{AwsClients, Fencing};
-    use spot_node_manager::leader::Leadership;
+    use spot_node_manager::leadership::Leadership;
     use std::sync::atomic::Ordering;
     let names = ["nodes-a".to_string()];
 

@@ -4,13 +4,14 @@
 //! deleted only then; duplicates, foreign instances and bad bodies.
 
 use snm_testkit as support;
+use spot_node_manager::crd::labels::{
+    EXCLUDE_FROM_LOAD_BALANCERS, INTERRUPTED_TAINT, INTERRUPTION_ANNOTATION,
+};
 
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use spot_node_manager::interruption::mark::{
-    ANNOTATION, EXCLUDE_FROM_LOAD_BALANCERS, TAINT, record_of,
-};
+use spot_node_manager::controllers::interruption::record::record_of;
 use std::time::Duration;
 use support::assert_eventually;
 use support::interruption::{
@@ -24,7 +25,7 @@ fn our_taints(node: &Node) -> usize {
     node.spec
         .iter()
         .flat_map(|s| s.taints.iter().flatten())
-        .filter(|t| t.key == TAINT)
+        .filter(|t| t.key == INTERRUPTED_TAINT)
         .count()
 }
 
@@ -43,7 +44,7 @@ async fn marked(nodes: &Api<Node>, instance: &str) -> Option<Node> {
         .taints
         .iter()
         .flatten()
-        .any(|t| t.key == TAINT && t.effect == "NoSchedule");
+        .any(|t| t.key == INTERRUPTED_TAINT && t.effect == "NoSchedule");
     let labelled = node
         .metadata
         .labels
@@ -136,7 +137,7 @@ async fn a_spot_warning_marks_our_node_before_the_instance_goes_and_the_message_
         node.metadata
             .annotations
             .as_ref()
-            .is_some_and(|a| a.contains_key(ANNOTATION))
+            .is_some_and(|a| a.contains_key(INTERRUPTION_ANNOTATION))
     );
     assert_eventually("the message deleted", WAIT, || async {
         (queue.remaining().await == 0).then_some(())

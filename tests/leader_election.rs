@@ -267,7 +267,7 @@ async fn a_leader_cut_off_from_the_apiserver_makes_no_aws_call_after_its_renew_d
     // fence refused after it (the error names it).
     let fenced = manager
         .logs()
-        .contains(spot_node_manager::cloud::fence::NOT_LEADING);
+        .contains(spot_node_manager::cloud::leader_fence::NOT_LEADING);
     eprintln!(
         "after the cut: {} attempt(s) reached AWS, the fence refused one: {fenced}; {seen}",
         times.len() - refused_from

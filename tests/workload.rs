@@ -318,7 +318,7 @@ async fn an_operators_cordon_stays_when_a_refresh_gives_up_its_drain() {
         assert!(
             !node
                 .annotations()
-                .contains_key(spot_node_manager::k8s::drain::CORDONED_BY_US),
+                .contains_key(spot_node_manager::crd::labels::CORDONED_BY_US),
             "{name} marked as cordoned by us"
         );
     }
@@ -347,7 +347,7 @@ async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go()
         group
             .finalizers()
             .iter()
-            .any(|f| f == spot_node_manager::controllers::inventory::deletion::FINALIZER),
+            .any(|f| f == spot_node_manager::crd::labels::FINALIZER),
         "the inventory puts its finalizer on every group: {:?}",
         group.finalizers()
     );

@@ -380,7 +380,7 @@ mod tests {
         let members: Vec<(&str, &str)> = ids.iter().map(|id| (id.as_str(), "InService")).collect();
         AsgDescription {
             desired,
-            ..crate::controllers::vocabulary::tests::fresh("a", &members)
+            ..crate::controllers::group_view::tests::fresh("a", &members)
         }
     }
 

@@ -12,7 +12,8 @@ pub mod cache;
 pub mod emulator;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fake;
-pub mod fence;
+pub mod leader_fence;
+pub mod sqs;
 
 use crate::Result;
 use chrono::{DateTime, Utc};
@@ -208,7 +209,7 @@ pub async fn load_sdk_config(settings: &AwsSettings) -> SdkConfig {
 #[derive(Clone)]
 pub struct Fencing {
     /// Every request attempt is refused while this replica does not lead.
-    pub leadership: crate::leader::Leadership,
+    pub leadership: crate::leadership::Leadership,
     /// Each operation, retries included, ends within this: shorter than
     /// the time between a missed renewal and another replica leading.
     pub operation_timeout: std::time::Duration,
@@ -232,10 +233,10 @@ impl AwsClients {
                 .operation_timeout(f.operation_timeout)
                 .build();
             asg = asg
-                .interceptor(fence::LeaderFence(f.leadership.clone()))
+                .interceptor(leader_fence::LeaderFence(f.leadership.clone()))
                 .timeout_config(timeouts.clone());
             ec2 = ec2
-                .interceptor(fence::LeaderFence(f.leadership.clone()))
+                .interceptor(leader_fence::LeaderFence(f.leadership.clone()))
                 .timeout_config(timeouts);
         }
         #[cfg(feature = "test-support")]
@@ -276,7 +277,7 @@ mod tests {
             &sdk,
             None,
             &Fencing {
-                leadership: crate::leader::Leadership::always(),
+                leadership: crate::leadership::Leadership::always(),
                 operation_timeout: std::time::Duration::from_millis(4500),
             },
         );

@@ -5,6 +5,7 @@
 
 use crate::cloud::fake::FakeCloud;
 use crate::context::Context;
+use crate::crd::NodeGroup;
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
 use std::collections::BTreeMap;
@@ -35,6 +36,41 @@ pub struct MockApi {
 /// The path of one of our custom resources in [`NS`].
 pub fn path(plural: &str, name: &str) -> String {
     format!("/apis/nodemanager.dev/v1alpha1/namespaces/{NS}/{plural}/{name}")
+}
+
+/// A group's child resource whose reconcile the tests drive.
+#[allow(async_fn_in_trait)] // Used with static dispatch only.
+pub trait Reconciled: serde::Serialize + Sized {
+    const PLURAL: &'static str;
+    async fn reconcile(
+        self: Arc<Self>,
+        ctx: &Context,
+    ) -> crate::Result<kube::runtime::controller::Action>;
+}
+
+/// Runs one reconcile of `child` (named `workers`) against the mocked
+/// apiserver serving it, its group and `also`; with `refuse_status_writes`
+/// the child's status writes fail. Returns the result and every request.
+pub async fn reconcile_once<K: Reconciled>(
+    cloud: &FakeCloud,
+    group: NodeGroup,
+    child: K,
+    also: &[(String, serde_json::Value)],
+    refuse_status_writes: bool,
+) -> (crate::Result<kube::runtime::controller::Action>, Vec<Seen>) {
+    let mut api = MockApi::new(cloud, &["a", "b", "c"])
+        .serve(path(K::PLURAL, "workers"), &child)
+        .serve(path("nodegroups", "workers"), &group);
+    for (at, object) in also {
+        api = api.serve(at.clone(), object);
+    }
+    if refuse_status_writes {
+        api = api.refuse_status_writes(path(K::PLURAL, "workers"));
+    }
+    let (ctx, seen) = api.start().await;
+    let result = Arc::new(child).reconcile(&ctx).await;
+    let seen = seen.lock().expect("log").clone();
+    (result, seen)
 }
 
 impl MockApi {
@@ -126,7 +162,7 @@ impl MockApi {
             Arc::new(settings),
             Arc::new(crate::clock::SystemClock),
             Arc::new(crate::metrics::Metrics::default()),
-            crate::leader::Leadership::always(),
+            crate::leadership::Leadership::always(),
             Arc::new(cloud),
         ));
         (ctx, seen)

@@ -2,7 +2,7 @@
 //! inventory), the group's lock from its side, and, as a separate step, a
 //! fresh describe of the group's ASGs.
 
-use super::vocabulary::{AsgView, NodeView, node_views};
+use super::group_view::{AsgView, GroupNode, group_nodes};
 use crate::cloud::{AsgDescription, Cloud};
 use crate::context::Context;
 use crate::crd::nodegroup::OperationKind;
@@ -40,7 +40,7 @@ pub struct DescribedAsgs {
     pub fresh: Vec<AsgDescription>,
     pub asgs: Vec<AsgView>,
     /// The group's nodes, Ready only while their instance is in service.
-    pub nodes: Vec<NodeView>,
+    pub nodes: Vec<GroupNode>,
 }
 
 /// Observes the group for `child` (of `kind`) working on NodeGroup `node_group`.
@@ -104,7 +104,7 @@ impl ObservedGroup {
             .describe_groups(&self.group.spec.asg_names())
             .await?;
         let asgs = fresh.iter().map(AsgView::from).collect();
-        let nodes = node_views(&self.group_status.nodes, &fresh);
+        let nodes = group_nodes(&self.group_status.nodes, &fresh);
         Ok(DescribedAsgs { fresh, asgs, nodes })
     }
 

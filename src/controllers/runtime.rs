@@ -1,7 +1,6 @@
-//! The controllers' runtime: starting and stopping them, the retry policy,
-//! reconcile metrics, and the runner of the per-group child controllers.
+//! What the controllers share at run time: the retry policy, reconcile
+//! spans and metrics, and the runner of the per-group child controllers.
 
-use super::{inventory, refresher, replenisher};
 use crate::context::Context;
 use crate::crd::NodeGroup;
 use crate::error::Error;
@@ -16,76 +15,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
-
-/// Runs every controller until `shutdown` is cancelled.
-pub async fn run_all(ctx: Arc<Context>, shutdown: CancellationToken) {
-    ctx.metrics.register_controller(inventory::CONTROLLER);
-    ctx.metrics.register_controller(replenisher::CONTROLLER);
-    ctx.metrics.register_controller(refresher::CONTROLLER);
-    tokio::join!(
-        bounded(
-            inventory::CONTROLLER,
-            inventory::run(ctx.clone(), shutdown.clone()),
-            &shutdown
-        ),
-        bounded(
-            replenisher::CONTROLLER,
-            replenisher::run(ctx.clone(), shutdown.clone()),
-            &shutdown
-        ),
-        bounded(
-            refresher::CONTROLLER,
-            refresher::run(ctx.clone(), shutdown.clone()),
-            &shutdown
-        ),
-        async {
-            if let Some(queue) = ctx.interruption_queue.clone() {
-                ctx.metrics
-                    .register_controller(crate::interruption::drainer::CONTROLLER);
-                tokio::join!(
-                    bounded(
-                        crate::interruption::handler::CONTROLLER,
-                        crate::interruption::handler::run(ctx.clone(), queue, shutdown.clone()),
-                        &shutdown,
-                    ),
-                    bounded(
-                        crate::interruption::drainer::CONTROLLER,
-                        crate::interruption::drainer::run(ctx.clone(), shutdown.clone()),
-                        &shutdown,
-                    ),
-                );
-            }
-        },
-    );
-}
-
-/// How long in-flight reconciles may take to finish after the shutdown signal.
-pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Runs a controller; once `shutdown` fires, gives it [`SHUTDOWN_GRACE`] to
-/// stop, then drops it. (kube-runtime's graceful shutdown can wait forever
-/// when the signal arrives before its store is ready.) Dropping in-flight work
-/// is safe: every step is persisted before it acts.
-async fn bounded(
-    name: &'static str,
-    controller: impl Future<Output = ()>,
-    shutdown: &CancellationToken,
-) {
-    tokio::pin!(controller);
-    tokio::select! {
-        _ = &mut controller => return,
-        _ = shutdown.cancelled() => {}
-    }
-    if tokio::time::timeout(SHUTDOWN_GRACE, controller)
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            controller = name,
-            "did not stop within the grace period; abandoning in-flight work"
-        );
-    }
-}
 
 /// What to do after a failed reconcile. Conflicts, throttling and a lost lease
 /// are expected contention: retry soon, quietly. Anything else: log, back off.

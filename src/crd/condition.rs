@@ -5,6 +5,27 @@ use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// Condition types, on the resource whose status carries them.
+/// NodeGroup: the spec is valid (the manager's own checks, beyond the schema).
+pub const SPEC_VALID: &str = "SpecValid";
+/// NodeGroup: set once the group is being deleted: what its deletion waits for.
+pub const DELETING: &str = "Deleting";
+/// NodeGroup: the inventory's last sync succeeded.
+pub const INVENTORY_SYNCED: &str = "InventorySynced";
+/// NodeGroup: an ASG is not launching, or too much of the group is NotReady.
+pub const DEGRADED: &str = "Degraded";
+/// Refresher: the schedule and time zone parse.
+pub const SCHEDULE_VALID: &str = "ScheduleValid";
+/// Refresher: the outcome of the last run.
+pub const LAST_RUN_SUCCEEDED: &str = "LastRunSucceeded";
+/// Refresher: False while an ASG of the group has Launch or Terminate suspended.
+pub const SCALING_PROCESSES: &str = "ScalingProcesses";
+/// NodeGroup: True while the circuit breaker is open (too much of the group
+/// is NotReady to terminate anything).
+pub const CIRCUIT_BREAKER: &str = "CircuitBreakerOpen";
+/// Replenisher: the group has its desired count of Ready nodes.
+pub const REPLENISHED: &str = "Replenished";
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub enum ConditionStatus {
     True,

@@ -2,6 +2,7 @@
 //! generation of their CRD YAML.
 
 pub mod condition;
+pub mod labels;
 pub mod nodegroup;
 pub mod refresher;
 pub mod replenisher;

@@ -10,6 +10,7 @@
 //! the caller, which knows when the drain started.
 
 use crate::context::Context;
+use crate::crd::labels::{CORDONED_BY_US, MIRROR_ANNOTATION};
 use crate::mutation::{Applied, Intent};
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -17,8 +18,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
-
-pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodAction {
@@ -224,11 +223,6 @@ pub fn budget_refusal(status: &kube::core::Status) -> Option<String> {
     }
 }
 
-/// Set by us with the cordon we place, so that we only ever lift our own:
-/// a node someone else cordoned (an operator's maintenance) stays cordoned
-/// when we give up a drain of it.
-pub const CORDONED_BY_US: &str = "nodemanager.dev/cordoned";
-
 /// Pure: the patch that cordons a node and says we did.
 pub fn cordon_patch(why: &str) -> serde_json::Value {
     serde_json::json!({
@@ -315,7 +309,9 @@ pub fn may_uncordon(node: &Node) -> bool {
         .and_then(|s| s.unschedulable)
         .unwrap_or(false);
     let ours = node.annotations().contains_key(CORDONED_BY_US);
-    cordoned && ours && crate::interruption::mark::record_of(node).is_none_or(|r| !r.is_loss())
+    cordoned
+        && ours
+        && crate::controllers::interruption::record::record_of(node).is_none_or(|r| !r.is_loss())
 }
 
 /// Puts a node back in service after a drain was given up. A node that no
@@ -479,7 +475,7 @@ mod tests {
     fn a_node_with_an_interruption_notice_is_never_uncordoned() {
         let mut node = patched(Node::default(), &cordon_patch("drain"));
         assert!(may_uncordon(&node));
-        let record = crate::interruption::mark::Record {
+        let record = crate::controllers::interruption::record::Record {
             kind: "spot_interruption".into(),
             instance_id: "i-1".into(),
             noticed: chrono::DateTime::UNIX_EPOCH,
@@ -493,7 +489,7 @@ mod tests {
             .annotations
             .get_or_insert_with(Default::default)
             .insert(
-                crate::interruption::mark::ANNOTATION.to_string(),
+                crate::crd::labels::INTERRUPTION_ANNOTATION.to_string(),
                 serde_json::to_string(&record).expect("record"),
             );
         assert!(!may_uncordon(&node));

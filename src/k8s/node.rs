@@ -2,15 +2,11 @@
 //! the instance a Node runs on, readiness, cordon state, role membership.
 
 use crate::crd::Role;
+use crate::crd::labels::{CONTROL_PLANE_LABEL, LEGACY_MASTER_LABEL, WORKER_LABEL};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use std::collections::BTreeMap;
-
-pub const INSTANCE_GROUP_LABEL: &str = "kops.k8s.io/instancegroup";
-pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
-pub const LEGACY_MASTER_LABEL: &str = "node-role.kubernetes.io/master";
-pub const WORKER_LABEL: &str = "node-role.kubernetes.io/node";
 
 /// `aws:///<az>/<instance-id>` → (az, instance id).
 pub fn parse_provider_id(provider_id: &str) -> Result<(String, String), String> {
@@ -260,7 +256,7 @@ struct WireCondition {
 }
 
 /// The annotations the inventory reads; any other is dropped on decode.
-const KEPT_ANNOTATIONS: &[&str] = &[crate::interruption::mark::ANNOTATION];
+const KEPT_ANNOTATIONS: &[&str] = &[crate::crd::labels::INTERRUPTION_ANNOTATION];
 
 impl From<WireNode> for SlimNode {
     fn from(wire: WireNode) -> SlimNode {
@@ -346,7 +342,7 @@ mod slim_tests {
             node.ready(),
             node.being_deleted(),
             node.cordoned(),
-            node.annotation(crate::interruption::mark::ANNOTATION),
+            node.annotation(crate::crd::labels::INTERRUPTION_ANNOTATION),
         )
     }
 
@@ -374,11 +370,11 @@ mod slim_tests {
                 .expect("the fixture has annotations");
             if marked {
                 annotations.insert(
-                    crate::interruption::mark::ANNOTATION.into(),
+                    crate::crd::labels::INTERRUPTION_ANNOTATION.into(),
                     r#"{"kind":"spot-interruption"}"#.into(),
                 );
             } else {
-                annotations.remove(crate::interruption::mark::ANNOTATION);
+                annotations.remove(crate::crd::labels::INTERRUPTION_ANNOTATION);
             }
             let full: Node = serde_json::from_value(json.clone()).expect("node");
             let slim: SlimNode = serde_json::from_value(json.clone()).expect("slim node");

@@ -226,3 +226,38 @@ pub fn performed(metrics: &str, action: &str) -> u64 {
     )
     .unwrap_or(0.0) as u64
 }
+
+/// Managers started for a world, from its config.
+impl World {
+    /// Starts a manager for this world with leader election off and a fast resync.
+    pub fn start_manager(&self, extra: &[&str]) -> (ManagerProcess, tempfile::NamedTempFile) {
+        self.start_manager_with("resyncInterval: 2s\n", extra, &[])
+    }
+
+    /// Starts a manager with this config file, extra flags and environment.
+    pub fn start_manager_with(
+        &self,
+        config_yaml: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> (ManagerProcess, tempfile::NamedTempFile) {
+        self.start_manager_binary(&manager_binary(), config_yaml, extra, env)
+    }
+
+    /// The same, running `binary` instead of this tree's manager.
+    pub fn start_manager_binary(
+        &self,
+        binary: &std::path::Path,
+        config_yaml: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> (ManagerProcess, tempfile::NamedTempFile) {
+        let config = tempfile::NamedTempFile::new().expect("config");
+        std::fs::write(config.path(), config_yaml).expect("write config");
+        let path = config.path().to_str().expect("utf-8").to_string();
+        let mut args = vec!["--config", path.as_str(), "--leader-election", "false"];
+        args.extend_from_slice(extra);
+        let process = ManagerProcess::start_binary(binary, self, self.kubeconfig(), &args, env);
+        (process, config)
+    }
+}

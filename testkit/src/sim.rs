@@ -23,7 +23,8 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use spot_node_manager::cloud::aws::AwsCloud;
 use spot_node_manager::cloud::{AwsClients, Cloud};
-use spot_node_manager::k8s::node::{CONTROL_PLANE_LABEL, INSTANCE_GROUP_LABEL, WORKER_LABEL};
+use spot_node_manager::crd::labels::WORKER_LABEL;
+use spot_node_manager::crd::labels::{CONTROL_PLANE_LABEL, INSTANCE_GROUP_LABEL};
 use spot_node_manager::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -392,7 +393,7 @@ impl SimKubelet {
                         "metadata": {
                             "name": name,
                             "labels": {APP_LABEL: app, SIM_ACCOUNT_LABEL: self.config.account},
-                            "annotations": {spot_node_manager::k8s::drain::MIRROR_ANNOTATION: "sim"},
+                            "annotations": {spot_node_manager::crd::labels::MIRROR_ANNOTATION: "sim"},
                         },
                         "spec": {"nodeName": node, "containers": [{"name": app, "image": "registry.invalid/static"}]},
                     }))

@@ -1,7 +1,6 @@
 //! An isolated world per test: its own namespace and moto account, clients
 //! for both, and what runs in it (the simulated kubelet, a manager).
 
-use crate::manager::ManagerProcess;
 use crate::plane::{
     aws_sdk_config, control_plane, fresh_account, install_crds, kube_client, unique,
 };
@@ -125,38 +124,6 @@ impl World {
         tokio::spawn(sim.run(token.clone()));
         SimGuard(token)
     }
-
-    /// Starts a manager for this world with leader election off and a fast resync.
-    pub fn start_manager(&self, extra: &[&str]) -> (ManagerProcess, tempfile::NamedTempFile) {
-        self.start_manager_with("resyncInterval: 2s\n", extra, &[])
-    }
-
-    /// Starts a manager with this config file, extra flags and environment.
-    pub fn start_manager_with(
-        &self,
-        config_yaml: &str,
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> (ManagerProcess, tempfile::NamedTempFile) {
-        self.start_manager_binary(&crate::manager_binary(), config_yaml, extra, env)
-    }
-
-    /// The same, running `binary` instead of this tree's manager.
-    pub fn start_manager_binary(
-        &self,
-        binary: &std::path::Path,
-        config_yaml: &str,
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> (ManagerProcess, tempfile::NamedTempFile) {
-        let config = tempfile::NamedTempFile::new().expect("config");
-        std::fs::write(config.path(), config_yaml).expect("write config");
-        let path = config.path().to_str().expect("utf-8").to_string();
-        let mut args = vec!["--config", path.as_str(), "--leader-election", "false"];
-        args.extend_from_slice(extra);
-        let process = ManagerProcess::start_binary(binary, self, self.kubeconfig(), &args, env);
-        (process, config)
-    }
 }
 
 /// Stops the simulated kubelet when dropped.
@@ -192,7 +159,7 @@ impl World {
             std::sync::Arc::new(settings),
             std::sync::Arc::new(spot_node_manager::clock::SystemClock),
             std::sync::Arc::new(spot_node_manager::metrics::Metrics::default()),
-            spot_node_manager::leader::Leadership::always(),
+            spot_node_manager::leadership::Leadership::always(),
             std::sync::Arc::new(spot_node_manager::cloud::aws::AwsCloudProvider::new(
                 self.aws_sdk.clone(),
                 Some(self.account.clone()),

@@ -8,6 +8,7 @@
 //! the surplus it added, the node it cordoned) are lost mid-run.
 
 use crate::context::Context;
+use crate::crd::labels::FINALIZER;
 use crate::crd::nodegroup::OperationLock;
 use crate::crd::refresher::RefresherStatus;
 use crate::crd::replenisher::ReplenisherStatus;
@@ -17,8 +18,6 @@ use crate::mutation::Intent;
 use crate::{Error, Result};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-
-pub const FINALIZER: &str = "nodemanager.dev/unwind";
 
 /// What a group's children are doing, as far as its deletion cares.
 #[derive(Debug, Default)]

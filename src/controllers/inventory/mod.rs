@@ -1,10 +1,18 @@
 //! The node inventory controller: maps each group's Nodes to their instances
 //! and ASGs and writes it all to the NodeGroup's status (`controller`, the
-//! I/O), computed by a pure function of what was observed (`plan`).
+//! I/O), computed by a pure function of what was observed (`plan`). What
+//! wakes a group is in `watch`; its child resources in `children`; the
+//! spec's validation against other groups in `validation`.
 
+mod children;
 pub mod controller;
 pub mod deletion;
-pub mod facts;
+pub mod instance_facts;
 pub mod plan;
+mod validation;
+mod watch;
 
-pub use controller::{CONTROLLER, run};
+pub use children::child_specs;
+pub use controller::CONTROLLER;
+pub use validation::{asg_conflicts, validated_status};
+pub use watch::run;

@@ -2,8 +2,9 @@
 //! view of the group's ASGs, compute the group's status. No I/O, no clock.
 
 use crate::cloud::{AsgDescription, InstanceDescription};
-use crate::controllers::vocabulary::AsgView;
+use crate::controllers::group_view::AsgView;
 use crate::crd::condition::{ConditionStatus, set_condition};
+use crate::crd::labels::INSTANCE_GROUP_LABEL;
 use crate::crd::nodegroup::{
     AutoScalingGroupStatus, GroupState, LastInterruption, NodeInterruption, NodeStatus,
     NotJoinedInstance, OperationKind,
@@ -13,10 +14,9 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::k8s::node::{INSTANCE_GROUP_LABEL, Labels, NodeView, parse_provider_id};
+use crate::k8s::node::{Labels, NodeView, parse_provider_id};
 
-pub const INVENTORY_SYNCED: &str = "InventorySynced";
-pub const DEGRADED: &str = "Degraded";
+use crate::crd::condition::{DEGRADED, INVENTORY_SYNCED, SPEC_VALID};
 
 /// Pure: the circuit breaker over the group's nodes: open (True) when more
 /// than `max_percent` of them is NotReady. A node leaving on an interruption
@@ -196,7 +196,7 @@ pub fn inventory_status<N: NodeView>(
                 Err(problem) => (None, None, Some(problem)),
             };
             let instance = instance_id.as_deref().and_then(|id| instances.get(id));
-            let interruption = crate::interruption::mark::record_of(node)
+            let interruption = crate::controllers::interruption::record::record_of(node)
                 .filter(|r| instance_id.as_deref() == Some(r.instance_id.as_str()))
                 .map(|r| NodeInterruption {
                     kind: r.kind,
@@ -354,7 +354,7 @@ pub fn inventory_status<N: NodeView>(
     );
     set_condition(
         &mut status.conditions,
-        crate::crd::nodegroup::CIRCUIT_BREAKER,
+        crate::crd::condition::CIRCUIT_BREAKER,
         open,
         reason,
         message,
@@ -371,16 +371,13 @@ pub fn group_state(group: &NodeGroup, status: &NodeGroupStatus) -> GroupState {
     let holds = |type_: &str, value: ConditionStatus| {
         crate::crd::condition::find(&status.conditions, type_).is_some_and(|c| c.status == value)
     };
-    if holds(
-        crate::controllers::inventory::controller::SPEC_VALID,
-        ConditionStatus::False,
-    ) {
+    if holds(SPEC_VALID, ConditionStatus::False) {
         GroupState::InvalidSpec
     } else if group.spec.suspend {
         GroupState::Suspended
     } else if holds(DEGRADED, ConditionStatus::True)
         || holds(
-            crate::crd::nodegroup::CIRCUIT_BREAKER,
+            crate::crd::condition::CIRCUIT_BREAKER,
             ConditionStatus::True,
         )
     {
@@ -422,7 +419,7 @@ pub fn sync_failed_status(
 pub(crate) mod tests {
     use super::*;
     use crate::cloud::{AsgInstance, Lifecycle};
-    use crate::k8s::node::WORKER_LABEL;
+    use crate::crd::labels::WORKER_LABEL;
     use chrono::TimeZone;
     use k8s_openapi::api::core::v1::Node;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus as K8sNodeStatus};
@@ -530,11 +527,7 @@ pub(crate) mod tests {
         };
         let mut g = group(&["a"], 1);
         let mut s = NodeGroupStatus::default();
-        set(
-            &mut s,
-            crate::controllers::inventory::controller::SPEC_VALID,
-            ConditionStatus::True,
-        );
+        set(&mut s, SPEC_VALID, ConditionStatus::True);
         set(&mut s, DEGRADED, ConditionStatus::False);
         assert_eq!(
             group_state(&g, &s),
@@ -549,24 +542,20 @@ pub(crate) mod tests {
         assert_eq!(group_state(&g, &s), GroupState::Refreshing);
         set(
             &mut s,
-            crate::crd::nodegroup::CIRCUIT_BREAKER,
+            crate::crd::condition::CIRCUIT_BREAKER,
             ConditionStatus::True,
         );
         assert_eq!(group_state(&g, &s), GroupState::Degraded, "breaker open");
         set(
             &mut s,
-            crate::crd::nodegroup::CIRCUIT_BREAKER,
+            crate::crd::condition::CIRCUIT_BREAKER,
             ConditionStatus::False,
         );
         set(&mut s, DEGRADED, ConditionStatus::True);
         assert_eq!(group_state(&g, &s), GroupState::Degraded);
         g.spec.suspend = true;
         assert_eq!(group_state(&g, &s), GroupState::Suspended);
-        set(
-            &mut s,
-            crate::controllers::inventory::controller::SPEC_VALID,
-            ConditionStatus::False,
-        );
+        set(&mut s, SPEC_VALID, ConditionStatus::False);
         assert_eq!(group_state(&g, &s), GroupState::InvalidSpec);
     }
 
@@ -598,13 +587,13 @@ pub(crate) mod tests {
             "noticed": t0().to_rfc3339(), "deadline": (t0() + chrono::Duration::seconds(90)).to_rfc3339(),
         });
         marked.metadata.annotations = Some(BTreeMap::from([(
-            crate::interruption::mark::ANNOTATION.to_string(),
+            crate::crd::labels::INTERRUPTION_ANNOTATION.to_string(),
             record.to_string(),
         )]));
         // A record naming another instance (a reused name) is not this node's.
         let mut stale = node("n2", "nodes-a", "zone-a", "i-2", true);
         stale.metadata.annotations = Some(BTreeMap::from([(
-            crate::interruption::mark::ANNOTATION.to_string(),
+            crate::crd::labels::INTERRUPTION_ANNOTATION.to_string(),
             record.to_string(),
         )]));
         let aws = AwsView {
@@ -1035,7 +1024,7 @@ pub(crate) mod tests {
                             "noticed": t, "deadline": DateTime::<Utc>::MAX_UTC,
                         });
                         node.metadata.annotations = Some(BTreeMap::from([(
-                            crate::interruption::mark::ANNOTATION.to_string(),
+                            crate::crd::labels::INTERRUPTION_ANNOTATION.to_string(),
                             record.to_string(),
                         )]));
                     }

@@ -8,13 +8,13 @@
 use crate::Result;
 use crate::cloud::AsgDescription;
 use crate::context::Context;
-use crate::controllers::actions::set_desired_capacity;
+use crate::controllers::aws_mutations::set_desired_capacity;
+use crate::controllers::group_view::DesiredChange;
 use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, observe_group};
 use crate::controllers::refresher::execute::{Drained, Effects, execute};
 use crate::controllers::refresher::guard::Guard;
 use crate::controllers::refresher::plan::{self as refresh_plan, Happening, Input, Member};
 use crate::controllers::runtime::{About, instrumented};
-use crate::controllers::vocabulary::DesiredChange;
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::refresher::{RefreshTarget, RunResult, TargetPurpose};
@@ -33,10 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
 pub const CONTROLLER: &str = "refresher";
-pub const SCHEDULE_VALID: &str = "ScheduleValid";
-pub const LAST_RUN_SUCCEEDED: &str = "LastRunSucceeded";
-/// False while an ASG of the group has Launch or Terminate suspended.
-pub const SCALING_PROCESSES: &str = "ScalingProcesses";
+use crate::crd::condition::{LAST_RUN_SUCCEEDED, SCALING_PROCESSES, SCHEDULE_VALID};
 const EVENT_ACTION: &str = "Refresh";
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
@@ -124,7 +121,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         nodes: vec![],
     });
     let mut plan = plan_for(&described);
-    if plan.action.changes_aws() {
+    if plan.command.changes_aws() {
         // Act only on what AWS says now: the shared description may be a
         // few seconds old and miss a change made outside.
         described = observed.describe_fresh().await?;
@@ -139,7 +136,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         cloud,
         ..
     } = *observed;
-    debug!(refresher = %name, action = ?plan.action, message = %plan.message, "planned");
+    debug!(refresher = %name, command = ?plan.command, message = %plan.message, "planned");
 
     let mut status = plan.status.clone();
     status.observed_generation = rf.metadata.generation;
@@ -232,7 +229,7 @@ struct Cluster<'a> {
     group: &'a NodeGroup,
     group_ref: ObjectReference,
     fresh: &'a [AsgDescription],
-    nodes: &'a [refresh_plan::NodeView],
+    nodes: &'a [refresh_plan::GroupNode],
     cloud: &'a dyn crate::cloud::Cloud,
     now: DateTime<Utc>,
 }
@@ -259,7 +256,7 @@ impl Effects for Cluster<'_> {
     }
 
     fn reached(&mut self, point: &str) -> Result<()> {
-        crate::fault::crash_point(point);
+        crate::crash_points::crash_point(point);
         Ok(())
     }
 
@@ -386,7 +383,7 @@ async fn terminate(
             format!("remove surplus: decrement {}", target.auto_scaling_group)
         }
     };
-    crate::controllers::actions::terminate_in_group(
+    crate::controllers::aws_mutations::terminate_in_group(
         ctx,
         cloud,
         &target.instance_id,

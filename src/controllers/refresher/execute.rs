@@ -8,14 +8,14 @@
 //! A drain that finishes records its termination (second write) before the
 //! termination is made.
 
-use super::plan::{Action, Happening, Plan, after_drain};
+use super::plan::{Command, Happening, Plan, after_drain};
 use crate::Result;
-use crate::controllers::vocabulary::DesiredChange;
+use crate::controllers::group_view::DesiredChange;
 use crate::crd::refresher::{RefreshTarget, RefresherStatus};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
-/// Crash points (see `crate::fault`): the planned status is stored, the
+/// Crash points (see `crate::crash_points`): the planned status is stored, the
 /// action not made.
 pub const PERSISTED: &str = "refresher:step:persisted";
 /// A finished drain's termination is stored, the termination not made.
@@ -71,7 +71,7 @@ pub async fn execute<E: Effects>(
     now: DateTime<Utc>,
 ) -> Result<Duration> {
     let mut requeue = plan.requeue;
-    if let Action::Uncordon(node) = &plan.action {
+    if let Command::Uncordon(node) = &plan.command {
         effects.uncordon(node, status).await?;
     }
     if Some(status) != stored {
@@ -79,14 +79,14 @@ pub async fn execute<E: Effects>(
     }
     effects.reached(PERSISTED)?;
     effects.report(&plan.happenings).await;
-    match &plan.action {
-        Action::Nothing | Action::Uncordon(_) => {}
-        Action::TakeLock => requeue = effects.take_lock().await?,
-        Action::ReleaseLock => effects.release_lock().await?,
-        Action::SetDesired(changes) => {
+    match &plan.command {
+        Command::Nothing | Command::Uncordon(_) => {}
+        Command::TakeLock => requeue = effects.take_lock().await?,
+        Command::ReleaseLock => effects.release_lock().await?,
+        Command::SetDesired(changes) => {
             effects.set_desired(changes, status, &plan.message).await?;
         }
-        Action::Drain(target) => {
+        Command::Drain(target) => {
             let first = stored.and_then(|s| s.current_target.as_ref()) != Some(target);
             let drained = effects
                 .drain_step(target, status, first, &plan.message)
@@ -116,7 +116,7 @@ pub async fn execute<E: Effects>(
                 }
             }
         }
-        Action::Terminate(target) => effects.terminate(target, status).await?,
+        Command::Terminate(target) => effects.terminate(target, status).await?,
     }
     Ok(requeue.max(Duration::from_millis(100)))
 }

@@ -1,14 +1,15 @@
 //! The refresher's safety checks: every mutation re-checked against this
 //! reconcile's fresh observations before it is made. Each check that
-//! refuses is named by a [`Refusal`].
+//! refuses is named by a [`Refusal`] of the shared vocabulary
+//! (`controllers::guard`).
 
-use super::plan::{NodeView, removal};
-use crate::Error;
+use super::plan::{GroupNode, removal};
 use crate::cloud::AsgDescription;
-use crate::controllers::vocabulary::DesiredChange;
+use crate::controllers::group_view::DesiredChange;
+pub use crate::controllers::guard::Refusal;
+use crate::controllers::guard::{active_member, desired_changes, groups_asg};
 use crate::crd::refresher::{RefreshTarget, TargetPurpose};
 use crate::crd::{NodeGroup, RefresherStatus};
-use tracing::warn;
 
 /// Re-checks each mutation against fresh observations before it is made:
 /// only the group's ASGs and instances, never above max, never lowering an
@@ -18,165 +19,20 @@ use tracing::warn;
 pub struct Guard<'a> {
     pub group: &'a NodeGroup,
     pub fresh: &'a [AsgDescription],
-    pub nodes: &'a [NodeView],
+    pub nodes: &'a [GroupNode],
     pub status: &'a RefresherStatus,
-}
-
-/// The check of [`Guard`] that refused a mutation, with what it saw.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    OutsideARun,
-    NotTheGroupsAsg {
-        asg: String,
-    },
-    NotTheGroupsNode {
-        node: String,
-    },
-    AboveMax {
-        asg: String,
-        to: i32,
-        max: i32,
-    },
-    StaleCount {
-        asg: String,
-        planned_from: i32,
-        desired: i32,
-    },
-    /// Lowering desired below the active instances: AWS would pick a victim.
-    AwsWouldPickAVictim {
-        asg: String,
-        to: i32,
-        active: i32,
-    },
-    NotActive {
-        instance: String,
-        asg: String,
-    },
-    NotPlanned {
-        instance: String,
-    },
-    TerminationNotRecorded {
-        instance: String,
-    },
-    NotAboveRecordedCount {
-        instance: String,
-        asg: String,
-        desired: i32,
-        recorded: Option<i32>,
-    },
-    TooFewReady {
-        instance: String,
-        ready_besides: i32,
-        needed: i32,
-    },
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refusal::OutsideARun => write!(f, "act outside a run"),
-            Refusal::NotTheGroupsAsg { asg } => {
-                write!(f, "touch {asg}: not one of the group's ASGs")
-            }
-            Refusal::NotTheGroupsNode { node } => {
-                write!(f, "touch node {node}: not one of the group's nodes")
-            }
-            Refusal::AboveMax { asg, to, max } => {
-                write!(f, "set {asg} to {to}: above its max {max}")
-            }
-            Refusal::StaleCount {
-                asg,
-                planned_from,
-                desired,
-            } => write!(
-                f,
-                "set {asg}: planned from {planned_from}, desired is now {desired}"
-            ),
-            Refusal::AwsWouldPickAVictim { asg, to, active } => write!(
-                f,
-                "lower {asg} to {to}: {active} active instance(s), AWS would pick which to terminate"
-            ),
-            Refusal::NotActive { instance, asg } => {
-                write!(f, "touch {instance}: not active in {asg}")
-            }
-            Refusal::NotPlanned { instance } => {
-                write!(f, "replace {instance}: the run did not plan it")
-            }
-            Refusal::TerminationNotRecorded { instance } => {
-                write!(f, "terminate {instance}: the termination is not recorded")
-            }
-            Refusal::NotAboveRecordedCount {
-                instance,
-                asg,
-                desired,
-                recorded,
-            } => write!(
-                f,
-                "remove {instance} from {asg}: desired {desired} is not above the recorded {recorded:?}"
-            ),
-            Refusal::TooFewReady {
-                instance,
-                ready_besides,
-                needed,
-            } => write!(
-                f,
-                "terminate {instance}: {ready_besides} other Ready node(s), {needed} needed"
-            ),
-        }
-    }
-}
-
-impl From<Refusal> for Error {
-    fn from(refusal: Refusal) -> Error {
-        warn!(%refusal, "refresher safety check");
-        Error::InvalidObject(format!("refusing to {refusal}"))
-    }
 }
 
 impl Guard<'_> {
     fn asg(&self, name: &str) -> Result<&AsgDescription, Refusal> {
-        let listed = self
-            .group
-            .spec
-            .auto_scaling_groups
-            .iter()
-            .any(|r| r.name == name);
-        self.fresh
-            .iter()
-            .find(|a| a.name == name && listed)
-            .ok_or_else(|| Refusal::NotTheGroupsAsg { asg: name.into() })
+        groups_asg(self.group, self.fresh, name)
     }
 
     pub fn set_desired(&self, changes: &[DesiredChange]) -> Result<(), Refusal> {
         if self.status.run_start.is_none() {
             return Err(Refusal::OutsideARun);
         }
-        for c in changes {
-            let asg = self.asg(&c.asg)?;
-            let active = asg.active_instances() as i32;
-            if c.to > asg.max {
-                return Err(Refusal::AboveMax {
-                    asg: c.asg.clone(),
-                    to: c.to,
-                    max: asg.max,
-                });
-            }
-            if c.from != asg.desired {
-                return Err(Refusal::StaleCount {
-                    asg: c.asg.clone(),
-                    planned_from: c.from,
-                    desired: asg.desired,
-                });
-            }
-            if c.to < c.from && c.to < active {
-                return Err(Refusal::AwsWouldPickAVictim {
-                    asg: c.asg.clone(),
-                    to: c.to,
-                    active,
-                });
-            }
-        }
-        Ok(())
+        desired_changes(self.group, self.fresh, changes)
     }
 
     pub fn owns_node(&self, node: &str) -> Result<(), Refusal> {
@@ -197,17 +53,12 @@ impl Guard<'_> {
         if self.status.run_start.is_none() {
             return Err(Refusal::OutsideARun);
         }
-        let asg = self.asg(&t.auto_scaling_group)?;
-        let active = asg
-            .instances
-            .iter()
-            .any(|i| i.instance_id == t.instance_id && i.is_active());
-        if !active {
-            return Err(Refusal::NotActive {
-                instance: t.instance_id.clone(),
-                asg: t.auto_scaling_group.clone(),
-            });
-        }
+        active_member(
+            self.group,
+            self.fresh,
+            &t.auto_scaling_group,
+            &t.instance_id,
+        )?;
         if t.purpose == TargetPurpose::Replace
             && !self.status.planned_instances.contains(&t.instance_id)
         {
@@ -265,8 +116,8 @@ impl Guard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::vocabulary::node_views;
-    use crate::controllers::vocabulary::tests::{fresh, status_node};
+    use crate::controllers::group_view::group_nodes;
+    use crate::controllers::group_view::tests::{fresh, status_node};
     use crate::crd::NodeGroupStatus;
     use crate::crd::refresher::AsgDesired;
     use chrono::{TimeZone, Utc};
@@ -334,7 +185,7 @@ mod tests {
         }
 
         fn check<T>(&self, f: impl FnOnce(&Guard) -> Result<T, Refusal>) -> Result<T, Refusal> {
-            let nodes = node_views(
+            let nodes = group_nodes(
                 &self.group.status.as_ref().expect("status").nodes,
                 &self.fresh,
             );

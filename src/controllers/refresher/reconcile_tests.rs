@@ -6,8 +6,9 @@
 
 use super::controller::reconcile_inner;
 use crate::cloud::fake::FakeCloud;
-use crate::controllers::mock_api::{MockApi, NS, Seen, calls, path};
-use crate::controllers::vocabulary::tests::status_node;
+use crate::context::Context;
+use crate::controllers::group_view::tests::status_node;
+use crate::controllers::mock_api::{self, NS, Reconciled, Seen, calls, path};
 use crate::crd::nodegroup::{OperationKind, OperationLock};
 use crate::crd::refresher::{AsgDesired, RefreshPhase};
 use crate::crd::{NodeGroup, NodeGroupStatus, Refresher, RefresherStatus};
@@ -78,24 +79,25 @@ fn replenisher() -> serde_json::Value {
     })
 }
 
-/// Runs one reconcile of the Refresher against the mocked apiserver.
+impl Reconciled for Refresher {
+    const PLURAL: &'static str = "refreshers";
+    async fn reconcile(
+        self: Arc<Self>,
+        ctx: &Context,
+    ) -> crate::Result<kube::runtime::controller::Action> {
+        reconcile_inner(self, ctx).await
+    }
+}
+
+/// One reconcile of the Refresher, its group's Replenisher existing.
 async fn reconcile_once(
     cloud: &FakeCloud,
     group: NodeGroup,
     refresher: Refresher,
     refuse_status_writes: bool,
 ) -> (crate::Result<kube::runtime::controller::Action>, Vec<Seen>) {
-    let mut api = MockApi::new(cloud, &["a", "b", "c"])
-        .serve(path("refreshers", "workers"), &refresher)
-        .serve(path("nodegroups", "workers"), &group)
-        .serve(path("replenishers", "workers"), &replenisher());
-    if refuse_status_writes {
-        api = api.refuse_status_writes(path("refreshers", "workers"));
-    }
-    let (ctx, seen) = api.start().await;
-    let result = reconcile_inner(Arc::new(refresher), &ctx).await;
-    let seen = seen.lock().expect("log").clone();
-    (result, seen)
+    let also = [(path("replenishers", "workers"), replenisher())];
+    mock_api::reconcile_once(cloud, group, refresher, &also, refuse_status_writes).await
 }
 
 #[tokio::test]

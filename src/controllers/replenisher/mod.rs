@@ -1,8 +1,10 @@
 //! The replenisher, one per group: keeps Ready nodes at the desired count
 //! (`plan`: pure decisions, one module per stage; `controller`: observe,
-//! persist, act).
+//! persist, act; `guard`: the checks re-made just before each mutation).
 
 pub mod controller;
+mod execute;
+pub mod guard;
 pub mod plan;
 #[cfg(test)]
 mod reconcile_tests;

@@ -5,8 +5,9 @@
 
 use super::controller::reconcile_inner;
 use crate::cloud::fake::FakeCloud;
-use crate::controllers::mock_api::{MockApi, NS, Seen, calls, path};
-use crate::controllers::vocabulary::tests::status_node;
+use crate::context::Context;
+use crate::controllers::group_view::tests::status_node;
+use crate::controllers::mock_api::{self, NS, Reconciled, Seen, calls, path};
 use crate::crd::nodegroup::{OperationKind, OperationLock};
 use crate::crd::{NodeGroup, NodeGroupStatus, Replenisher};
 use chrono::Utc;
@@ -51,22 +52,23 @@ fn one_short() -> (FakeCloud, NodeGroup, Replenisher) {
     (cloud, group, replenisher)
 }
 
+impl Reconciled for Replenisher {
+    const PLURAL: &'static str = "replenishers";
+    async fn reconcile(
+        self: Arc<Self>,
+        ctx: &Context,
+    ) -> crate::Result<kube::runtime::controller::Action> {
+        reconcile_inner(self, ctx).await
+    }
+}
+
 async fn reconcile_once(
     cloud: &FakeCloud,
     group: NodeGroup,
     replenisher: Replenisher,
     refuse_status_writes: bool,
 ) -> (crate::Result<kube::runtime::controller::Action>, Vec<Seen>) {
-    let mut api = MockApi::new(cloud, &["a", "b", "c"])
-        .serve(path("replenishers", "workers"), &replenisher)
-        .serve(path("nodegroups", "workers"), &group);
-    if refuse_status_writes {
-        api = api.refuse_status_writes(path("replenishers", "workers"));
-    }
-    let (ctx, seen) = api.start().await;
-    let result = reconcile_inner(Arc::new(replenisher), &ctx).await;
-    let seen = seen.lock().expect("log").clone();
-    (result, seen)
+    mock_api::reconcile_once(cloud, group, replenisher, &[], refuse_status_writes).await
 }
 
 #[tokio::test]

@@ -2,8 +2,8 @@
 //! target is drained, held while the group cannot spare it, or given up;
 //! once drained, its termination is recorded before it is made.
 
-use super::{Action, Next, NodeView, Planner, SOON, Step, after_drain};
-use crate::controllers::vocabulary::{after, until};
+use super::{Command, GroupNode, Next, Planner, SOON, Step, after_drain};
+use crate::controllers::group_view::{after, until};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
 use std::time::Duration;
@@ -137,7 +137,7 @@ impl Planner<'_> {
             TargetPurpose::RemoveSurplus => format!("draining surplus node {label}"),
         };
         Step::act(
-            Action::Drain(target),
+            Command::Drain(target),
             what,
             SOON.min(until(now, drain_deadline)),
         )
@@ -175,14 +175,14 @@ impl Planner<'_> {
         }
         self.enter(RefreshPhase::ScalingDown);
         match target.node.clone() {
-            Some(node) => Step::act(Action::Uncordon(node), reason, Duration::ZERO),
+            Some(node) => Step::act(Command::Uncordon(node), reason, Duration::ZERO),
             None => Step::wait(reason, Duration::ZERO),
         }
     }
 
     fn terminate_now(&mut self, message: String) -> Step {
         match after_drain(&mut self.status, self.input.now) {
-            Some(target) => Step::act(Action::Terminate(target), message, SOON),
+            Some(target) => Step::act(Command::Terminate(target), message, SOON),
             None => Step::wait(message, SOON),
         }
     }
@@ -208,7 +208,7 @@ impl Planner<'_> {
         } = self.removal_safety(&target);
         if safe {
             let message = format!("terminating {}", target.instance_id);
-            return Step::act(Action::Terminate(target), message, SOON);
+            return Step::act(Command::Terminate(target), message, SOON);
         }
         if let Some(t) = self.status.current_target.as_mut() {
             t.terminated = None;
@@ -242,7 +242,7 @@ pub struct Removal {
 /// desired + surplus - 1 (workers with surplus: never below desired; without
 /// surplus, masters: every other node Ready); removing surplus keeps Ready at
 /// desired, and removing one that is not Ready costs no Ready node.
-pub fn removal(target: &RefreshTarget, nodes: &[NodeView], desired: i32, surplus: i32) -> Removal {
+pub fn removal(target: &RefreshTarget, nodes: &[GroupNode], desired: i32, surplus: i32) -> Removal {
     let id = Some(target.instance_id.as_str());
     let ready_besides = nodes
         .iter()

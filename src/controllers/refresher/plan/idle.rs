@@ -2,8 +2,8 @@
 //! (with the reason), or start one and record what it will do.
 
 use super::{Happening, IDLE, Input, LOCK_RETRY, Planner, SOON, Step, surplus_of};
+use crate::controllers::group_view::{AsgView, LockState, after, until};
 use crate::controllers::refresher::schedule::next_run;
-use crate::controllers::vocabulary::{AsgView, LockState, after, until};
 use crate::crd::Role;
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{AsgDesired, RefreshPhase, RunOutcome, RunResult};
@@ -94,7 +94,7 @@ impl Planner<'_> {
             LockState::Free => {
                 self.status.phase = RefreshPhase::WaitingForLock;
                 return Some(Step::act(
-                    super::Action::TakeLock,
+                    super::Command::TakeLock,
                     "due; taking the group's lock",
                     Duration::ZERO,
                 ));

@@ -32,7 +32,7 @@ mod scaling_up;
 #[cfg(test)]
 mod tests;
 
-use crate::controllers::vocabulary::{AsgView, DesiredChange, LockState};
+use crate::controllers::group_view::{AsgView, DesiredChange, LockState};
 use crate::crd::Role;
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{
@@ -42,7 +42,7 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-pub use crate::controllers::vocabulary::NodeView;
+pub use crate::controllers::group_view::GroupNode;
 pub use draining::{Removal, removal};
 pub use idle::blocking_processes;
 
@@ -71,7 +71,7 @@ pub struct Input<'a> {
     pub schedule_key: &'a str,
     pub asgs: &'a [AsgView],
     pub members: &'a [Member],
-    pub nodes: &'a [NodeView],
+    pub nodes: &'a [GroupNode],
     /// Masters: the nodes whose control-plane pods (kube-apiserver,
     /// etcd-manager) are all Ready. Looked at only between replacements.
     pub control_plane_ready: &'a BTreeSet<String>,
@@ -81,7 +81,7 @@ pub struct Input<'a> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub enum Command {
     Nothing,
     TakeLock,
     ReleaseLock,
@@ -98,19 +98,22 @@ pub enum Action {
     Uncordon(String),
 }
 
-impl Action {
+impl Command {
     /// Whether carrying it out changes AWS or a Node (and so needs the lock).
     pub fn mutates(&self) -> bool {
         matches!(
             self,
-            Action::SetDesired(_) | Action::Drain(_) | Action::Terminate(_) | Action::Uncordon(_)
+            Command::SetDesired(_)
+                | Command::Drain(_)
+                | Command::Terminate(_)
+                | Command::Uncordon(_)
         )
     }
 
     /// Whether carrying it out calls AWS (planned then on a fresh describe).
     /// A drain's termination is recorded first and made by `Terminate`.
     pub fn changes_aws(&self) -> bool {
-        matches!(self, Action::SetDesired(_) | Action::Terminate(_))
+        matches!(self, Command::SetDesired(_) | Command::Terminate(_))
     }
 }
 
@@ -140,15 +143,15 @@ pub enum Happening {
 /// One reconcile's worth of work: the action, why, and when to look again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
-    pub action: Action,
+    pub command: Command,
     pub message: String,
     pub requeue: Duration,
 }
 
 impl Step {
-    fn act(action: Action, message: impl Into<String>, requeue: Duration) -> Step {
+    fn act(command: Command, message: impl Into<String>, requeue: Duration) -> Step {
         Step {
-            action,
+            command,
             message: message.into(),
             requeue,
         }
@@ -156,13 +159,13 @@ impl Step {
 
     /// Nothing to do but look again after `requeue`.
     fn wait(message: impl Into<String>, requeue: Duration) -> Step {
-        Step::act(Action::Nothing, message, requeue)
+        Step::act(Command::Nothing, message, requeue)
     }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
-    pub action: Action,
+    pub command: Command,
     pub status: RefresherStatus,
     pub message: String,
     pub requeue: Duration,
@@ -175,10 +178,9 @@ enum Next {
     Enter(RefreshPhase),
 }
 
-const SOON: Duration = Duration::from_secs(2);
+use crate::controllers::group_view::{IDLE, SOON};
+/// Another holder has the lock: ask again this often.
 const LOCK_RETRY: Duration = Duration::from_secs(5);
-/// Re-check the schedule at least this often (a clock jump, an edit missed).
-const IDLE: Duration = Duration::from_secs(300);
 
 pub fn plan(input: &Input) -> Plan {
     let mut planner = Planner {
@@ -187,14 +189,14 @@ pub fn plan(input: &Input) -> Plan {
         happenings: vec![],
     };
     let Step {
-        action,
+        command,
         message,
         requeue,
     } = planner.decide();
     let mut status = planner.status;
     status.message = Some(message.clone());
     Plan {
-        action,
+        command,
         status,
         message,
         requeue,
@@ -305,7 +307,7 @@ impl Planner<'_> {
         match &input.lock {
             LockState::Ours => None,
             LockState::Free => Some(Step::act(
-                Action::TakeLock,
+                Command::TakeLock,
                 "retaking the group's lock",
                 Duration::ZERO,
             )),
@@ -373,11 +375,11 @@ impl Planner<'_> {
         None
     }
 
-    fn release_if_ours(&self) -> Action {
+    fn release_if_ours(&self) -> Command {
         if self.input.lock == LockState::Ours {
-            Action::ReleaseLock
+            Command::ReleaseLock
         } else {
-            Action::Nothing
+            Command::Nothing
         }
     }
 

@@ -3,7 +3,7 @@
 //! go on with the next target.
 
 use super::{Happening, Next, Planner, SOON, Step};
-use crate::controllers::vocabulary::{after, until};
+use crate::controllers::group_view::{after, until};
 use crate::crd::Role;
 use crate::crd::nodegroup::ResolvedRefresh;
 use std::time::Duration;

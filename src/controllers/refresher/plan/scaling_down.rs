@@ -2,8 +2,8 @@
 //! nodes are chosen explicitly and drained like a replacement, then
 //! terminated with decrement; the run ends and the lock is released.
 
-use super::{Action, Happening, Member, NodeView, Planner, SOON, Step, describe_changes};
-use crate::controllers::vocabulary::{DesiredChange, after, until};
+use super::{Command, GroupNode, Happening, Member, Planner, SOON, Step, describe_changes};
+use crate::controllers::group_view::{DesiredChange, after, until};
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{AsgDesired, RefreshTarget, RunResult, TargetPurpose};
 
@@ -46,7 +46,7 @@ impl Planner<'_> {
         } = self.layout();
         if !changes.is_empty() {
             let message = format!("restoring the layout: {}", describe_changes(&changes));
-            return Step::act(Action::SetDesired(changes), message, SOON);
+            return Step::act(Command::SetDesired(changes), message, SOON);
         }
         let deadline = after(self.since_phase(), settings.ready_timeout);
         if victim.is_none()
@@ -151,7 +151,7 @@ impl Planner<'_> {
                 .iter()
                 .find(|n| n.instance_id.as_deref() == Some(id))
         };
-        let target = |m: &Member, node: Option<&NodeView>| RefreshTarget {
+        let target = |m: &Member, node: Option<&GroupNode>| RefreshTarget {
             node: node.map(|n| n.name.clone()),
             instance_id: m.instance_id.clone(),
             auto_scaling_group: asg.to_string(),
@@ -204,7 +204,7 @@ impl Planner<'_> {
             Some(r) => format!("run failed after replacing {replaced} of {total}: {r}"),
             None => format!("run succeeded: replaced {replaced} of {total}"),
         };
-        Step::act(Action::ReleaseLock, message, SOON)
+        Step::act(Command::ReleaseLock, message, SOON)
     }
 }
 

@@ -1,8 +1,8 @@
 //! `ScalingUp`: raise the ASGs by the run's surplus and wait until it is
 //! Ready, bounded by the ready timeout.
 
-use super::{Action, Next, Planner, SOON, Step, describe_changes, surplus_of};
-use crate::controllers::vocabulary::{DesiredChange, after, until};
+use super::{Command, Next, Planner, SOON, Step, describe_changes, surplus_of};
+use crate::controllers::group_view::{DesiredChange, after, until};
 use crate::crd::nodegroup::ResolvedRefresh;
 
 impl Planner<'_> {
@@ -11,7 +11,7 @@ impl Planner<'_> {
         let changes = self.raise_changes();
         if !changes.is_empty() {
             let message = format!("adding surplus: {}", describe_changes(&changes));
-            return Next::Step(Step::act(Action::SetDesired(changes), message, SOON));
+            return Next::Step(Step::act(Command::SetDesired(changes), message, SOON));
         }
         let (ready, whole) = (self.ready(), self.whole());
         if ready >= whole {

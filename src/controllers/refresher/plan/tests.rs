@@ -1,8 +1,8 @@
 use super::*;
+use crate::controllers::group_view::DesiredChange;
 use crate::controllers::refresher::execute::{
     Drained, Effects, PERSISTED, TERMINATION_PERSISTED, execute,
 };
-use crate::controllers::vocabulary::DesiredChange;
 use crate::crd::nodegroup::{DrainTimeoutAction, parse_schedule};
 use chrono::TimeZone;
 use proptest::prelude::*;
@@ -82,7 +82,7 @@ struct Sim {
     drain_steps: Vec<String>,
     terminated: Vec<String>,
     happenings: Vec<Happening>,
-    actions: Vec<Action>,
+    actions: Vec<Command>,
     /// Ready nodes right after each of our terminations of a Ready node
     /// (removing one that is not Ready costs no Ready node).
     ready_after_terminations: Vec<i32>,
@@ -170,7 +170,7 @@ impl Sim {
         self.instances.iter().filter(|i| i.ready).count() as i32
     }
 
-    fn views(&self) -> (Vec<AsgView>, Vec<Member>, Vec<NodeView>) {
+    fn views(&self) -> (Vec<AsgView>, Vec<Member>, Vec<GroupNode>) {
         let asgs = self
             .asgs
             .iter()
@@ -197,7 +197,7 @@ impl Sim {
             .instances
             .iter()
             .filter(|i| i.joined)
-            .map(|i| NodeView {
+            .map(|i| GroupNode {
                 name: Sim::node_name(&i.id),
                 instance_id: Some(i.id.clone()),
                 asg: Some(i.asg.clone()),
@@ -258,7 +258,7 @@ impl Sim {
                     .collect(),
             );
         }
-        self.actions.push(plan.action.clone());
+        self.actions.push(plan.command.clone());
         self.crash = crash;
         let stored = self.status.clone();
         let now = self.now;
@@ -581,15 +581,15 @@ fn schedule_in_a_zone_across_spring_forward_runs_at_the_end_of_the_gap() {
     sim.status = RefresherStatus::default();
     let plan = sim.step(false);
     assert_eq!(plan.status.next_run, Some(utc(2026, 3, 8, 7, 0)));
-    assert_eq!(plan.action, Action::Nothing);
+    assert_eq!(plan.command, Command::Nothing);
     assert_eq!(plan.status.phase, RefreshPhase::Idle);
     sim.now = utc(2026, 3, 8, 6, 59);
-    assert_eq!(sim.step(false).action, Action::Nothing);
+    assert_eq!(sim.step(false).command, Command::Nothing);
     sim.now = utc(2026, 3, 8, 7, 0);
-    assert_eq!(sim.step(false).action, Action::TakeLock);
+    assert_eq!(sim.step(false).command, Command::TakeLock);
     let plan = sim.step(false);
     assert_eq!(plan.status.run_start, Some(utc(2026, 3, 8, 7, 0)));
-    assert!(matches!(plan.action, Action::SetDesired(_)));
+    assert!(matches!(plan.command, Command::SetDesired(_)));
     sim.run_to_end(200);
     // Next: 02:30 EDT on the 9th = 06:30 UTC.
     assert_eq!(sim.status.next_run, Some(utc(2026, 3, 9, 6, 30)));
@@ -629,7 +629,7 @@ fn a_lock_held_by_the_replenisher_is_waited_for() {
     sim.lock = LockState::Other("Replenish workers".into());
     for _ in 0..3 {
         let plan = sim.step(false);
-        assert_eq!(plan.action, Action::Nothing);
+        assert_eq!(plan.command, Command::Nothing);
         assert_eq!(plan.status.phase, RefreshPhase::WaitingForLock);
         assert!(
             plan.message.contains("Replenish workers"),
@@ -640,7 +640,7 @@ fn a_lock_held_by_the_replenisher_is_waited_for() {
         sim.advance(60);
     }
     sim.lock = LockState::Free;
-    assert_eq!(sim.step(false).action, Action::TakeLock);
+    assert_eq!(sim.step(false).command, Command::TakeLock);
     sim.run_to_end(200);
     assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
 }
@@ -650,7 +650,7 @@ fn a_suspended_group_skips_the_run_and_says_why() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     sim.suspended = true;
     let plan = sim.step(false);
-    assert_eq!(plan.action, Action::Nothing);
+    assert_eq!(plan.command, Command::Nothing);
     assert_eq!(
         sim.result(),
         Some((RunResult::Skipped, Some("the group is suspended".into())))
@@ -666,7 +666,7 @@ fn an_asg_with_launch_or_terminate_suspended_skips_the_run_naming_both() {
     sim.asgs[1].suspended = vec!["AZRebalance".into(), "Launch".into()];
     sim.asgs[2].suspended = vec!["Terminate".into()];
     let plan = sim.step(false);
-    assert_eq!(plan.action, Action::Nothing);
+    assert_eq!(plan.command, Command::Nothing);
     assert_eq!(
         sim.result(),
         Some((
@@ -997,15 +997,15 @@ fn a_master_is_not_terminated_while_another_master_is_not_ready() {
     sim.stuck = vec![first.clone()];
     sim.step(false); // lock
     let plan = sim.step(false); // start, first drain step
-    assert!(matches!(plan.action, Action::Drain(_)));
+    assert!(matches!(plan.command, Command::Drain(_)));
     // Another master goes down while the first is drained.
     sim.instances[2].ready = false;
     sim.stuck.clear();
     for _ in 0..5 {
         let plan = sim.step(false);
         assert!(!matches!(
-            plan.action,
-            Action::Drain(_) | Action::Terminate(_)
+            plan.command,
+            Command::Drain(_) | Command::Terminate(_)
         ));
         assert!(plan.message.contains("holding"), "{}", plan.message);
     }
@@ -1021,7 +1021,7 @@ fn a_dry_run_plans_and_logs_without_mutating() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     sim.dry_run = true;
     let plan = sim.step(false);
-    assert_eq!(plan.action, Action::Nothing);
+    assert_eq!(plan.command, Command::Nothing);
     let (result, reason) = sim.result().expect("recorded");
     assert_eq!(result, RunResult::Skipped);
     let reason = reason.unwrap_or_default();
@@ -1041,7 +1041,7 @@ fn a_run_in_progress_is_paused_under_dry_run() {
     let before = sim.status.clone();
     sim.dry_run = true;
     let plan = sim.step(false);
-    assert_eq!(plan.action, Action::Nothing);
+    assert_eq!(plan.command, Command::Nothing);
     assert!(plan.message.contains("--dry-run"), "{}", plan.message);
     assert_eq!(plan.status.phase, before.phase);
     assert_eq!(plan.status.run_start, before.run_start);
@@ -1061,7 +1061,7 @@ fn an_invalid_spec_blocks_runs_and_pauses_a_run_in_progress() {
     sim.step(false);
     sim.settings = Err("spec.timeZone: unknown".into());
     let plan = sim.step(false);
-    assert_eq!(plan.action, Action::Nothing);
+    assert_eq!(plan.command, Command::Nothing);
     assert!(plan.status.run_start.is_some(), "the run is kept");
     assert!(plan.message.contains("paused"));
 }
@@ -1086,7 +1086,7 @@ fn an_open_circuit_breaker_skips_a_due_run_and_pauses_one_under_way() {
     let terminated = sim.terminated.len();
     for _ in 0..5 {
         let plan = sim.step(false);
-        assert_eq!(plan.action, Action::Nothing, "{}", plan.message);
+        assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
         assert!(
             plan.message.contains("circuit breaker open"),
             "{}",
@@ -1109,7 +1109,7 @@ fn a_run_suspended_midway_pauses_and_resumes() {
     }
     sim.suspended = true;
     let plan = sim.step(false);
-    assert_eq!(plan.action, Action::Nothing);
+    assert_eq!(plan.command, Command::Nothing);
     assert!(plan.message.contains("suspended"));
     sim.suspended = false;
     sim.run_to_end(200);
@@ -1121,7 +1121,7 @@ fn a_restart_after_recording_a_termination_terminates_that_same_node() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     loop {
         let plan = sim.plan();
-        if matches!(plan.action, Action::Drain(_)) {
+        if matches!(plan.command, Command::Drain(_)) {
             sim.status = plan.status;
             break;
         }
@@ -1134,10 +1134,10 @@ fn a_restart_after_recording_a_termination_terminates_that_same_node() {
     assert_eq!(recorded.instance_id, target.instance_id);
     // Restarted: the same instance, once.
     let plan = sim.step(false);
-    assert_eq!(plan.action, Action::Terminate(recorded.clone()));
+    assert_eq!(plan.command, Command::Terminate(recorded.clone()));
     assert_eq!(sim.terminated, vec![target.instance_id.clone()]);
     let next = sim.step(false);
-    assert!(!matches!(next.action, Action::Terminate(_)));
+    assert!(!matches!(next.command, Command::Terminate(_)));
 }
 
 #[test]
@@ -1151,7 +1151,7 @@ fn a_target_that_vanishes_is_skipped_not_counted() {
     loop {
         let plan = sim.step(false);
         sim.all_join_and_ready();
-        if matches!(plan.action, Action::Drain(_)) {
+        if matches!(plan.command, Command::Drain(_)) {
             break;
         }
     }
@@ -1197,7 +1197,7 @@ fn a_group_being_deleted_starts_no_run() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     sim.deleting = true;
     let plan = sim.step(false);
-    assert_eq!(plan.action, Action::Nothing, "{}", plan.message);
+    assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
     assert!(sim.status.run_start.is_none());
     assert_eq!(
         sim.result(),
@@ -1232,9 +1232,9 @@ fn deleting_the_group_mid_drain_uncordons_the_node_and_unwinds_the_run() {
     sim.deleting = true;
     let plan = sim.step(false);
     assert!(
-        matches!(plan.action, Action::Uncordon(_)),
+        matches!(plan.command, Command::Uncordon(_)),
         "the drain is given up first: {:?}",
-        plan.action
+        plan.command
     );
     assert_eq!(sim.original_cordoned(), 0);
     assert_eq!(sim.status.phase, RefreshPhase::ScalingDown);
@@ -1288,7 +1288,7 @@ proptest! {
         sim.now = now;
         let plan = sim.plan();
         prop_assert!(
-            plan.requeue <= crate::controllers::vocabulary::LONGEST_WAIT,
+            plan.requeue <= crate::controllers::group_view::LONGEST_WAIT,
             "a requeue of {:?}", plan.requeue
         );
     }
@@ -1392,8 +1392,8 @@ fn a_recorded_termination_not_yet_made_is_taken_back_when_the_group_is_deleted()
     sim.deleting = true;
     let plan = sim.step(false);
     assert_eq!(
-        plan.action,
-        Action::Uncordon(target.node.clone().expect("node"))
+        plan.command,
+        Command::Uncordon(target.node.clone().expect("node"))
     );
     sim.run_to_end(100);
     assert!(

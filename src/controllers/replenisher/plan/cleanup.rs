@@ -1,8 +1,8 @@
 //! Instances that never joined: terminated in their ASG, one at a time,
 //! with a backoff per ASG while its replacements keep not joining.
 
-use super::{Action, Plan, Stage, exclusion_backoff};
-use crate::controllers::vocabulary::after;
+use super::{Command, Plan, Stage, exclusion_backoff};
+use crate::controllers::group_view::after;
 use crate::crd::Role;
 use crate::crd::replenisher::{CleanupTarget, NotJoinedRemovals, ReplenishPhase};
 
@@ -107,7 +107,7 @@ pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
     Some(s.act(
         status,
         ReplenishPhase::CleaningUp,
-        Action::RemoveNotJoined(target),
+        Command::RemoveNotJoined(target),
         message,
     ))
 }

@@ -16,54 +16,17 @@
 //! (no ASG could launch), AWS takes it at its time and its ASG replaces it.
 
 use super::records::add_raised;
-use crate::controllers::vocabulary::after;
+use crate::controllers::group_view::after;
 
 /// How long after its deadline a reclaimed node we replaced is terminated
 /// even if the end of its drain was never recorded.
 pub(super) const RETIRE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+use super::queries::{leaves_through_us, replacement};
 use super::scale_in::start_scale_in;
-use super::{Action, Plan, Stage};
-use crate::controllers::vocabulary::{Fate, NodeView};
+use super::{Command, Plan, Stage};
+use crate::controllers::group_view::{Fate, GroupNode};
 use crate::crd::replenisher::{Replacement, ReplenishPhase, Retirement, ScaleInTarget};
 use std::collections::BTreeMap;
-
-/// A node that leaves through us (reclaimed or at risk), still running in
-/// its ASG: capacity its ASG will not bring back by itself.
-pub(super) fn leaves_through_us(s: &Stage, n: &NodeView) -> bool {
-    matches!(n.fate, Some(Fate::Reclaimed { .. } | Fate::AtRisk))
-        && n.asg.is_some()
-        && n.instance_id
-            .as_ref()
-            .is_some_and(|id| s.input.active.contains(id))
-}
-
-/// The replacement recorded for `node`'s instance.
-pub(super) fn replacement<'a>(s: &'a Stage, node: &NodeView) -> Option<&'a Replacement> {
-    let id = node.instance_id.as_deref()?;
-    s.status.replacing.iter().find(|r| r.instance_id == id)
-}
-
-/// Nodes leaving through us with no replacement yet, by name.
-pub(super) fn unreplaced<'a>(s: &'a Stage) -> Vec<&'a NodeView> {
-    let mut nodes: Vec<&NodeView> = s
-        .input
-        .nodes
-        .iter()
-        .filter(|n| leaves_through_us(s, n) && replacement(s, n).is_none())
-        .collect();
-    nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    nodes
-}
-
-/// The record of a replacement raised in `asg` for `node`.
-pub(super) fn replacement_in(s: &Stage, node: &NodeView, asg: &str) -> Replacement {
-    Replacement {
-        node: node.name.clone(),
-        instance_id: node.instance_id.clone().unwrap_or_default(),
-        auto_scaling_group: asg.to_string(),
-        since: s.input.now,
-    }
-}
 
 /// Recorded terminations of interrupted instances go on; reclaimed nodes
 /// we replaced are terminated once drained with their replacement launched,
@@ -74,7 +37,7 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
         return Some(s.act(
             s.status.clone(),
             ReplenishPhase::ScalingDown,
-            Action::Retire(s.status.retiring.clone()),
+            Command::Retire(s.status.retiring.clone()),
             format!("terminating interrupted {} (recorded)", names.join(", ")),
         ));
     }
@@ -86,7 +49,7 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
     // desired without it). Waiting for the drain's record keeps its report
     // (the pods left); should it never come, a grace after the deadline.
     let restored = s.ready >= s.input.desired;
-    let due = |n: &NodeView, r: &Replacement| match n.fate {
+    let due = |n: &GroupNode, r: &Replacement| match n.fate {
         Some(Fate::Reclaimed { deadline, drained }) => {
             now >= after(deadline, RETIRE_GRACE)
                 || (drained
@@ -96,7 +59,7 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
         }
         _ => false,
     };
-    let due: Vec<(&NodeView, &Replacement)> = s
+    let due: Vec<(&GroupNode, &Replacement)> = s
         .input
         .nodes
         .iter()
@@ -138,7 +101,7 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
     Some(s.act(
         status,
         ReplenishPhase::ScalingDown,
-        Action::Retire(retiring),
+        Command::Retire(retiring),
         message,
     ))
 }

@@ -17,6 +17,7 @@
 
 mod cleanup;
 mod interrupted;
+mod queries;
 mod records;
 mod scale_in;
 mod scale_up;
@@ -34,8 +35,8 @@ pub use records::{
     raise_not_made, record_termination,
 };
 
-use crate::controllers::vocabulary::{
-    AsgView, DesiredChange, Fate, LockState, NodeView, after, until,
+use crate::controllers::group_view::{
+    AsgView, DesiredChange, Fate, GroupNode, LockState, after, until,
 };
 use crate::crd::Role;
 use crate::crd::replenisher::{
@@ -77,7 +78,7 @@ pub struct Input<'a> {
     pub cooldown: Duration,
     pub join_timeout: Duration,
     pub asgs: &'a [AsgView],
-    pub nodes: &'a [NodeView],
+    pub nodes: &'a [GroupNode],
     pub not_joined: &'a [NotJoinedView],
     /// Instances that count as capacity in the group's ASGs (fresh describe).
     pub active: &'a BTreeSet<String>,
@@ -87,7 +88,7 @@ pub struct Input<'a> {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub enum Command {
     Nothing,
     TakeLock,
     ReleaseLock,
@@ -112,17 +113,17 @@ pub enum Action {
     },
 }
 
-impl Action {
+impl Command {
     /// Whether carrying it out changes AWS or a Node (and so needs the lock).
     pub fn mutates(&self) -> bool {
         matches!(
             self,
-            Action::ScaleUp(_)
-                | Action::RemoveNotJoined(_)
-                | Action::Drain(_)
-                | Action::Terminate(_)
-                | Action::Retire(_)
-                | Action::AbandonScaleIn { .. }
+            Command::ScaleUp(_)
+                | Command::RemoveNotJoined(_)
+                | Command::Drain(_)
+                | Command::Terminate(_)
+                | Command::Retire(_)
+                | Command::AbandonScaleIn { .. }
         )
     }
 
@@ -130,18 +131,18 @@ impl Action {
     pub fn changes_aws(&self) -> bool {
         matches!(
             self,
-            Action::ScaleUp(_)
-                | Action::RemoveNotJoined(_)
-                | Action::Terminate(_)
-                | Action::Retire(_)
+            Command::ScaleUp(_)
+                | Command::RemoveNotJoined(_)
+                | Command::Terminate(_)
+                | Command::Retire(_)
         )
     }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
-    pub action: Action,
-    /// The status to write before the action: it records what the action is
+    pub command: Command,
+    /// The status to write before the command: it records what the action is
     /// about to do, so a restart neither repeats nor forgets it.
     pub status: ReplenisherStatus,
     /// What it is doing or waiting for, for status and logs.
@@ -149,10 +150,7 @@ pub struct Plan {
     pub requeue: Duration,
 }
 
-const SOON: Duration = Duration::from_secs(2);
-/// Idle, it looks again this often; the inventory's status writes (every change
-/// it sees in AWS at each resync) wake it sooner.
-const IDLE: Duration = Duration::from_secs(300);
+use crate::controllers::group_view::{IDLE, SOON};
 
 pub fn plan(input: &Input) -> Plan {
     let mut plan = plan_inner(input);
@@ -223,13 +221,13 @@ impl Stage<'_> {
         &self,
         mut status: ReplenisherStatus,
         phase: ReplenishPhase,
-        action: Action,
+        command: Command,
         message: String,
         requeue: Duration,
     ) -> Plan {
         status.phase = phase;
         Plan {
-            action,
+            command,
             status,
             message,
             requeue,
@@ -239,9 +237,9 @@ impl Stage<'_> {
     /// Not acting: give the lock back if we hold it, say why.
     fn idle(&self, status: ReplenisherStatus, phase: ReplenishPhase, message: String) -> Plan {
         if self.input.lock == LockState::Ours {
-            self.finish(status, phase, Action::ReleaseLock, message, SOON)
+            self.finish(status, phase, Command::ReleaseLock, message, SOON)
         } else {
-            self.finish(status, phase, Action::Nothing, message, IDLE)
+            self.finish(status, phase, Command::Nothing, message, IDLE)
         }
     }
 
@@ -250,24 +248,24 @@ impl Stage<'_> {
         &self,
         status: ReplenisherStatus,
         phase: ReplenishPhase,
-        action: Action,
+        command: Command,
         message: String,
     ) -> Plan {
         match &self.input.lock {
-            LockState::Ours => self.finish(status, phase, action, message, SOON),
+            LockState::Ours => self.finish(status, phase, command, message, SOON),
             // The record of what we are about to do is written only with the
             // lock: until then, nothing was decided.
             LockState::Free => self.finish(
                 self.status.clone(),
                 phase,
-                Action::TakeLock,
+                Command::TakeLock,
                 format!("taking the lock to: {message}"),
                 Duration::ZERO,
             ),
             LockState::Other(holder) => self.finish(
                 self.status.clone(),
                 ReplenishPhase::Paused,
-                Action::Nothing,
+                Command::Nothing,
                 format!("{holder} holds the group's lock"),
                 IDLE,
             ),
@@ -278,7 +276,7 @@ impl Stage<'_> {
         self.finish(
             self.status.clone(),
             ReplenishPhase::Waiting,
-            Action::Nothing,
+            Command::Nothing,
             message,
             requeue,
         )
@@ -352,14 +350,14 @@ fn unwinding(s: &Stage) -> Option<Plan> {
         if target.terminating.is_some() {
             return scale_in_in_progress(s);
         }
-        let action = Action::AbandonScaleIn {
+        let command = Command::AbandonScaleIn {
             target: target.clone(),
             reason: REASON.into(),
         };
         return Some(s.act(
             s.status.clone(),
             ReplenishPhase::ScalingDown,
-            action,
+            command,
             format!("{REASON}: keeping {}", target.node),
         ));
     }
@@ -371,7 +369,7 @@ fn unwinding(s: &Stage) -> Option<Plan> {
         return Some(s.act(
             s.status.clone(),
             ReplenishPhase::CleaningUp,
-            Action::RemoveNotJoined(cleanup.clone()),
+            Command::RemoveNotJoined(cleanup.clone()),
             message,
         ));
     }
@@ -414,7 +412,7 @@ fn guards(s: &Stage) -> Option<Plan> {
         return Some(s.finish(
             s.status.clone(),
             ReplenishPhase::Paused,
-            Action::Nothing,
+            Command::Nothing,
             format!("{holder} holds the group's lock"),
             IDLE,
         ));

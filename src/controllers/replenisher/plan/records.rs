@@ -4,7 +4,7 @@
 //! action writes before it is made.
 
 use super::{Input, exclusion_backoff};
-use crate::controllers::vocabulary::{AsgView, DesiredChange, after};
+use crate::controllers::group_view::{AsgView, DesiredChange, after};
 use crate::crd::replenisher::{
     AsgCount, AsgSince, ExcludedAsg, LastAction, Raise, ReplenisherStatus, ScaleInTarget,
 };

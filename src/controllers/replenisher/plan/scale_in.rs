@@ -2,9 +2,9 @@
 //! abandoned; too many Ready nodes (after a shortage, the raise taken back)
 //! start a scale-in of one chosen node.
 
-use super::scale_up::ready_in;
-use super::{Action, Plan, SCALE_IN_DRAIN_TIMEOUT, Stage};
-use crate::controllers::vocabulary::after;
+use super::queries::ready_in;
+use super::{Command, Plan, SCALE_IN_DRAIN_TIMEOUT, Stage};
+use crate::controllers::group_view::after;
 use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
         return Some(s.finish(
             status,
             ReplenishPhase::Waiting,
-            Action::Nothing,
+            Command::Nothing,
             format!("{} left its ASG by itself", target.node),
             Duration::ZERO,
         ));
@@ -43,7 +43,7 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
         None
     };
     if let Some(reason) = abandon {
-        let action = Action::AbandonScaleIn {
+        let action = Command::AbandonScaleIn {
             target,
             reason: reason.clone(),
         };
@@ -57,7 +57,7 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
         return Some(s.act(
             status,
             ReplenishPhase::ScalingDown,
-            Action::Terminate(target),
+            Command::Terminate(target),
             message,
         ));
     }
@@ -68,7 +68,7 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
     Some(s.act(
         status,
         ReplenishPhase::ScalingDown,
-        Action::Drain(target),
+        Command::Drain(target),
         message,
     ))
 }
@@ -109,7 +109,7 @@ pub(super) fn start_scale_in(s: &Stage, target: ScaleInTarget, message: String) 
     s.act(
         status,
         ReplenishPhase::ScalingDown,
-        Action::Drain(target),
+        Command::Drain(target),
         message,
     )
 }

@@ -1,20 +1,12 @@
 //! Too few Ready nodes: raise desired on the ASGs that can launch, counting
 //! what is already on its way once.
 
-use super::interrupted::{leaves_through_us, replacement_in, unreplaced};
+use super::queries::{leaves_through_us, ready_in, replacement_in, unreplaced};
 use super::records::record_raise;
-use super::{Action, Plan, SOON, Stage};
-use crate::controllers::vocabulary::{AsgView, DesiredChange, NodeView, after};
+use super::{Command, Plan, SOON, Stage};
+use crate::controllers::group_view::{AsgView, DesiredChange, GroupNode, after};
 use crate::crd::Role;
 use crate::crd::replenisher::ReplenishPhase;
-
-/// Ready nodes of one ASG.
-pub(super) fn ready_in(nodes: &[NodeView], asg: &str) -> i32 {
-    nodes
-        .iter()
-        .filter(|n| n.ready && n.asg.as_deref() == Some(asg))
-        .count() as i32
-}
 
 /// What a launching ASG will still bring: its desired count less its Ready
 /// nodes, less what is stuck (NotReady nodes past the join timeout,
@@ -23,7 +15,7 @@ pub(super) fn ready_in(nodes: &[NodeView], asg: &str) -> i32 {
 /// Pending, a node joining, and a lost instance the ASG will replace all count.
 pub(super) fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
     let input = s.input;
-    let in_asg = |n: &&NodeView| n.asg.as_deref() == Some(asg.name.as_str());
+    let in_asg = |n: &&GroupNode| n.asg.as_deref() == Some(asg.name.as_str());
     let stuck_nodes = input
         .nodes
         .iter()
@@ -178,7 +170,7 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
     Some(s.act(
         status,
         ReplenishPhase::ScalingUp,
-        Action::ScaleUp(changes),
+        Command::ScaleUp(changes),
         message,
     ))
 }

@@ -29,8 +29,8 @@ fn failing(mut a: AsgView) -> AsgView {
     a.judge(None, t0())
 }
 
-fn node(name: &str, asg: &str, ready: bool, minutes_old: i64) -> NodeView {
-    NodeView {
+fn node(name: &str, asg: &str, ready: bool, minutes_old: i64) -> GroupNode {
+    GroupNode {
         name: name.into(),
         instance_id: Some(format!("i-{name}")),
         asg: Some(asg.into()),
@@ -47,7 +47,7 @@ struct Scenario {
     suspend: bool,
     deleting: bool,
     asgs: Vec<AsgView>,
-    nodes: Vec<NodeView>,
+    nodes: Vec<GroupNode>,
     not_joined: Vec<NotJoinedView>,
     lock: LockState,
     status: ReplenisherStatus,
@@ -132,19 +132,19 @@ impl Scenario {
 #[test]
 fn steady_releases_the_lock_and_does_nothing() {
     let p = Scenario::steady().plan();
-    assert_eq!(p.action, Action::ReleaseLock);
+    assert_eq!(p.command, Command::ReleaseLock);
     assert_eq!(p.status.phase, ReplenishPhase::Steady);
     let mut s = Scenario::steady();
     s.lock = LockState::Free;
-    assert_eq!(s.plan().action, Action::Nothing);
+    assert_eq!(s.plan().command, Command::Nothing);
 }
 
 #[test]
 fn a_shortage_scales_up_only_launching_asgs_and_excludes_the_short_one() {
     let p = Scenario::steady().shortage_in_a().plan();
     assert_eq!(
-        p.action,
-        Action::ScaleUp(vec![DesiredChange {
+        p.command,
+        Command::ScaleUp(vec![DesiredChange {
             asg: "c".into(),
             from: 1,
             to: 2
@@ -182,8 +182,8 @@ fn the_increase_is_spread_over_launching_asgs() {
     s.desired = 5;
     let p = s.plan();
     assert_eq!(
-        p.action,
-        Action::ScaleUp(vec![
+        p.command,
+        Command::ScaleUp(vec![
             DesiredChange {
                 asg: "a".into(),
                 from: 1,
@@ -250,8 +250,8 @@ fn all_asgs_at_max_is_reported_and_nothing_is_done() {
     s.asgs[2].max = 1;
     let p = s.plan();
     assert_eq!(
-        p.action,
-        Action::ReleaseLock,
+        p.command,
+        Command::ReleaseLock,
         "nothing it can do: the lock goes back"
     );
     assert_eq!(p.status.phase, ReplenishPhase::Blocked);
@@ -263,7 +263,7 @@ fn nodes_already_launching_are_not_ordered_twice() {
     let mut s = Scenario::steady().shortage_in_a();
     s.asgs[1] = asg("c", 2, 2, 3); // raised already, its new node not Ready yet
     let p = s.plan();
-    assert_eq!(p.action, Action::Nothing);
+    assert_eq!(p.command, Command::Nothing);
     assert_eq!(p.status.phase, ReplenishPhase::Waiting);
 }
 
@@ -272,7 +272,7 @@ fn cooldown_not_over_means_wait_until_it_is() {
     let mut s = Scenario::steady().shortage_in_a();
     s.status.last_modification = Some(t0() - chrono::Duration::seconds(270));
     let p = s.plan();
-    assert_eq!(p.action, Action::Nothing);
+    assert_eq!(p.command, Command::Nothing);
     assert_eq!(p.status.phase, ReplenishPhase::Waiting);
     assert_eq!(
         p.requeue,
@@ -286,7 +286,7 @@ fn a_refresh_holding_the_lock_pauses_the_replenisher() {
     let mut s = Scenario::steady().shortage_in_a();
     s.lock = LockState::Other("Refresh workers".into());
     let p = s.plan();
-    assert_eq!(p.action, Action::Nothing);
+    assert_eq!(p.command, Command::Nothing);
     assert_eq!(p.status.phase, ReplenishPhase::Paused);
     assert!(p.message.contains("Refresh workers"));
 }
@@ -296,7 +296,7 @@ fn a_suspended_group_is_left_alone() {
     let mut s = Scenario::steady().shortage_in_a();
     s.suspend = true;
     let p = s.plan();
-    assert_eq!(p.action, Action::ReleaseLock);
+    assert_eq!(p.command, Command::ReleaseLock);
     assert_eq!(p.status.phase, ReplenishPhase::Paused);
 }
 
@@ -304,7 +304,7 @@ fn a_suspended_group_is_left_alone() {
 fn without_the_lock_it_asks_for_it_first() {
     let mut s = Scenario::steady().shortage_in_a();
     s.lock = LockState::Free;
-    assert_eq!(s.plan().action, Action::TakeLock);
+    assert_eq!(s.plan().command, Command::TakeLock);
 }
 
 #[test]
@@ -314,7 +314,7 @@ fn with_the_circuit_breaker_open_nothing_is_terminated_but_replacements_launch()
     let mut s = Scenario::steady().surplus_in_c();
     s.breaker = open.clone();
     let p = s.plan();
-    assert_eq!(p.action, Action::ReleaseLock, "{}", p.message);
+    assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
     assert_eq!(p.status.phase, ReplenishPhase::Blocked);
     assert!(p.message.contains("circuit breaker open"), "{}", p.message);
     // A termination recorded before it opened waits, its record kept.
@@ -323,27 +323,27 @@ fn with_the_circuit_breaker_open_nothing_is_terminated_but_replacements_launch()
     let mut status = drain.status.clone();
     let recorded = record_termination(&mut status, t0()).expect("a target");
     s.status = status;
-    assert_eq!(s.plan().action, Action::Terminate(recorded.clone()));
+    assert_eq!(s.plan().command, Command::Terminate(recorded.clone()));
     s.breaker = open.clone();
     let held = s.plan();
     assert!(
-        !matches!(held.action, Action::Terminate(_)),
+        !matches!(held.command, Command::Terminate(_)),
         "{:?}",
-        held.action
+        held.command
     );
     assert_eq!(held.status.scale_in, Some(recorded), "not forgotten");
     // A shortage is still replenished.
     let mut short = Scenario::steady().shortage_in_a();
     short.breaker = open;
-    assert!(matches!(short.plan().action, Action::ScaleUp(_)));
+    assert!(matches!(short.plan().command, Command::ScaleUp(_)));
 }
 
 #[test]
 fn after_a_shortage_the_surplus_is_taken_back_from_the_raised_asg() {
     let mut s = Scenario::steady().surplus_in_c();
     let p = s.plan();
-    let Action::Drain(target) = p.action else {
-        panic!("expected a drain, got {:?}", p.action)
+    let Command::Drain(target) = p.command else {
+        panic!("expected a drain, got {:?}", p.command)
     };
     assert_eq!(
         (target.node.as_str(), target.auto_scaling_group.as_str()),
@@ -359,7 +359,7 @@ fn after_a_shortage_the_surplus_is_taken_back_from_the_raised_asg() {
     assert!(status.raised.is_empty());
     // ... and a restart with that record retries the same termination.
     s.status = status.clone();
-    assert_eq!(s.plan().action, Action::Terminate(recorded.clone()));
+    assert_eq!(s.plan().command, Command::Terminate(recorded.clone()));
     // Once the instance is gone, the record is settled.
     s.nodes.retain(|n| n.name != "nc2");
     let settled = s.plan();
@@ -387,7 +387,7 @@ fn a_scale_in_that_would_drop_below_desired_is_abandoned() {
         terminating: None,
         decrement: true,
     });
-    assert!(matches!(s.plan().action, Action::AbandonScaleIn { .. }));
+    assert!(matches!(s.plan().command, Command::AbandonScaleIn { .. }));
 }
 
 #[test]
@@ -397,7 +397,7 @@ fn a_group_being_deleted_gives_a_scale_in_back_and_then_the_lock() {
     s.nodes.push(node("nc2", "c", true, 5));
     s.deleting = true;
     let idle = s.plan();
-    assert_eq!(idle.action, Action::ReleaseLock, "{}", idle.message);
+    assert_eq!(idle.command, Command::ReleaseLock, "{}", idle.message);
     assert!(idle.status.scale_in.is_none(), "no scale-in starts");
     let target = ScaleInTarget {
         node: "nc2".into(),
@@ -410,16 +410,16 @@ fn a_group_being_deleted_gives_a_scale_in_back_and_then_the_lock() {
     s.status.scale_in = Some(target.clone());
     let p = s.plan();
     assert!(
-        matches!(&p.action, Action::AbandonScaleIn { reason, .. } if reason.contains("being deleted")),
+        matches!(&p.command, Command::AbandonScaleIn { reason, .. } if reason.contains("being deleted")),
         "{:?}",
-        p.action
+        p.command
     );
     // Drained already and its termination recorded: that termination is made.
     s.status.scale_in = Some(ScaleInTarget {
         terminating: Some(t0()),
         ..target
     });
-    assert!(matches!(s.plan().action, Action::Terminate(_)));
+    assert!(matches!(s.plan().command, Command::Terminate(_)));
 }
 
 #[test]
@@ -427,7 +427,7 @@ fn a_group_being_deleted_launches_nothing_when_short() {
     let mut s = Scenario::steady().shortage_in_a();
     s.deleting = true;
     let p = s.plan();
-    assert_eq!(p.action, Action::ReleaseLock, "{}", p.message);
+    assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
     assert!(p.message.contains("being deleted"), "{}", p.message);
 }
 
@@ -446,9 +446,9 @@ fn a_scale_in_drain_that_takes_too_long_is_abandoned() {
     });
     let p = s.plan();
     assert!(
-        matches!(&p.action, Action::AbandonScaleIn { reason, .. } if reason.contains("timed out")),
+        matches!(&p.command, Command::AbandonScaleIn { reason, .. } if reason.contains("timed out")),
         "{:?}",
-        p.action
+        p.command
     );
 }
 
@@ -469,9 +469,9 @@ fn an_instance_not_joined_past_the_timeout_is_removed() {
     ];
     let p = s.plan();
     assert!(
-        matches!(&p.action, Action::RemoveNotJoined(t) if t.instance_id == "i-old" && t.auto_scaling_group == "c"),
+        matches!(&p.command, Command::RemoveNotJoined(t) if t.instance_id == "i-old" && t.auto_scaling_group == "c"),
         "{:?}",
-        p.action
+        p.command
     );
     assert_eq!(p.status.phase, ReplenishPhase::CleaningUp);
 }
@@ -485,10 +485,10 @@ fn it_wakes_up_when_a_not_joined_instance_becomes_overdue() {
         launch_time: Some(t0() - chrono::Duration::minutes(14)),
     }];
     let p = s.plan();
-    assert_eq!(p.action, Action::ReleaseLock);
+    assert_eq!(p.command, Command::ReleaseLock);
     s.lock = LockState::Free;
     let p = s.plan();
-    assert_eq!(p.action, Action::Nothing);
+    assert_eq!(p.command, Command::Nothing);
     assert_eq!(p.requeue, Duration::from_secs(60), "due in one minute");
     s.not_joined[0].launch_time = Some(t0() - chrono::Duration::seconds(14 * 60 + 50));
     assert_eq!(
@@ -510,15 +510,15 @@ fn an_extra_master_is_removed_at_once_and_masters_are_never_launched_elsewhere()
     }];
     let p = s.plan();
     assert!(
-        matches!(&p.action, Action::RemoveNotJoined(t) if t.instance_id == "i-extra" && t.reason.contains("extra master")),
+        matches!(&p.command, Command::RemoveNotJoined(t) if t.instance_id == "i-extra" && t.reason.contains("extra master")),
         "{:?}",
-        p.action
+        p.command
     );
     // A missing master is not replaced in another ASG.
     let mut s = Scenario::steady().shortage_in_a();
     s.role = Role::Master;
     let p = s.plan();
-    assert!(!matches!(p.action, Action::ScaleUp(_)));
+    assert!(!matches!(p.command, Command::ScaleUp(_)));
     assert_eq!(p.status.phase, ReplenishPhase::Blocked);
 }
 
@@ -528,7 +528,7 @@ fn a_raise_in_flight_counts_as_launching_within_the_grace_and_is_not_ordered_twi
     let mut s = Scenario::steady().shortage_in_a();
     s.asgs[1] = asg("c", 2, 1, 3);
     let p = s.plan();
-    assert_eq!(p.action, Action::Nothing, "{}", p.message);
+    assert_eq!(p.command, Command::Nothing, "{}", p.message);
     assert_eq!(p.status.phase, ReplenishPhase::Waiting);
     assert_eq!(
         p.status.behind,
@@ -554,18 +554,18 @@ fn a_raise_in_flight_counts_as_launching_within_the_grace_and_is_not_ordered_twi
         pending: 1,
         ..asg("c", 2, 2, 3)
     };
-    assert_eq!(s.plan().action, Action::Nothing);
+    assert_eq!(s.plan().command, Command::Nothing);
     // Still nothing launched past the grace: c is short too, d gets the node.
     s.asgs[1] = asg("c", 2, 1, 3);
     s.status = p.status;
     let active = s.active();
     let later = plan(&Input {
-        now: t0() + crate::controllers::vocabulary::to_chrono(crate::cloud::LAUNCH_GRACE),
+        now: t0() + crate::controllers::group_view::to_chrono(crate::cloud::LAUNCH_GRACE),
         ..input_of(&s, &active)
     });
     assert_eq!(
-        later.action,
-        Action::ScaleUp(vec![DesiredChange {
+        later.command,
+        Command::ScaleUp(vec![DesiredChange {
             asg: "d".into(),
             from: 1,
             to: 2
@@ -588,19 +588,19 @@ fn a_lost_instance_its_asg_will_replace_is_on_its_way() {
     // the ASG's health check has not noticed yet), or already dropped.
     let mut s = Scenario::steady();
     s.nodes.retain(|n| n.name != "na");
-    assert_eq!(s.plan().action, Action::Nothing);
+    assert_eq!(s.plan().command, Command::Nothing);
     s.asgs[0] = asg("a", 1, 0, 3);
-    assert_eq!(s.plan().action, Action::Nothing);
+    assert_eq!(s.plan().command, Command::Nothing);
 }
 
 #[test]
 fn a_node_not_ready_past_the_join_timeout_is_not_on_its_way() {
     let mut s = Scenario::steady();
     s.nodes[0].ready = false; // na, an hour old
-    assert!(matches!(s.plan().action, Action::ScaleUp(_)));
+    assert!(matches!(s.plan().command, Command::ScaleUp(_)));
     // A young node that is not Ready yet is joining.
     s.nodes[0].launch_time = Some(t0() - chrono::Duration::minutes(2));
-    assert_eq!(s.plan().action, Action::Nothing);
+    assert_eq!(s.plan().command, Command::Nothing);
 }
 
 #[test]
@@ -610,8 +610,8 @@ fn an_asg_with_launch_suspended_is_not_launching() {
     s.asgs[1] = s.asgs[1].clone().judge(None, t0());
     let p = s.plan();
     assert_eq!(
-        p.action,
-        Action::ScaleUp(vec![DesiredChange {
+        p.command,
+        Command::ScaleUp(vec![DesiredChange {
             asg: "d".into(),
             from: 1,
             to: 2
@@ -650,15 +650,15 @@ fn a_raise_interrupted_by_a_restart_is_settled_against_the_asg() {
     let p = s.plan();
     assert!(p.status.raising.is_empty());
     assert_eq!(p.status.raised[0].count, 1);
-    assert_eq!(p.action, Action::Nothing, "{}", p.message);
+    assert_eq!(p.command, Command::Nothing, "{}", p.message);
 }
 
 #[test]
 fn a_raise_not_made_in_a_dry_run_is_not_remembered_as_done() {
     let s = Scenario::steady().shortage_in_a();
     let p = s.plan();
-    let Action::ScaleUp(changes) = &p.action else {
-        panic!("{:?}", p.action)
+    let Command::ScaleUp(changes) = &p.command else {
+        panic!("{:?}", p.command)
     };
     let mut status = p.status.clone();
     assert_eq!(status.raised.len(), 1, "recorded before the call");
@@ -693,8 +693,8 @@ fn a_never_joined_instance_is_terminated_in_its_asg_decrementing_only_above_min(
         ..asg("a", 2, 2, 3)
     };
     let p = s.plan();
-    let Action::RemoveNotJoined(target) = &p.action else {
-        panic!("{:?}", p.action)
+    let Command::RemoveNotJoined(target) = &p.command else {
+        panic!("{:?}", p.command)
     };
     assert!(!target.decrement);
     assert_eq!(p.status.cleanup.as_ref(), Some(target), "recorded first");
@@ -702,7 +702,7 @@ fn a_never_joined_instance_is_terminated_in_its_asg_decrementing_only_above_min(
     // Above min: decremented.
     s.asgs[0].min = 1;
     s.asgs[0] = s.asgs[0].clone().judge(None, t0());
-    let Action::RemoveNotJoined(target) = s.plan().action else {
+    let Command::RemoveNotJoined(target) = s.plan().command else {
         panic!()
     };
     assert!(target.decrement);
@@ -722,8 +722,8 @@ fn a_replacement_that_never_joins_either_backs_off_and_never_blocks_scale_up() {
     // Not due: the shortage is handled meanwhile.
     let p = s.plan();
     assert_eq!(
-        p.action,
-        Action::ScaleUp(vec![DesiredChange {
+        p.command,
+        Command::ScaleUp(vec![DesiredChange {
             asg: "d".into(),
             from: 1,
             to: 2
@@ -738,7 +738,7 @@ fn a_replacement_that_never_joins_either_backs_off_and_never_blocks_scale_up() {
     );
     // Its instances do not join: no raise goes there.
     s.desired = 4;
-    let Action::ScaleUp(changes) = s.plan().action else {
+    let Command::ScaleUp(changes) = s.plan().command else {
         panic!("a raise")
     };
     assert!(changes.iter().all(|c| c.asg != "c"), "{changes:?}");
@@ -747,9 +747,9 @@ fn a_replacement_that_never_joins_either_backs_off_and_never_blocks_scale_up() {
     s.status.removals[0].retry_after = t0();
     let p = s.plan();
     assert!(
-        matches!(p.action, Action::RemoveNotJoined(_)),
+        matches!(p.command, Command::RemoveNotJoined(_)),
         "{:?}",
-        p.action
+        p.command
     );
     assert_eq!(p.status.removals[0].count, 2);
     assert_eq!(
@@ -759,15 +759,15 @@ fn a_replacement_that_never_joins_either_backs_off_and_never_blocks_scale_up() {
     // A failed call leaves the record; the plan moves on until it is due.
     s.status = p.status;
     let p = s.plan();
-    assert!(matches!(p.action, Action::ScaleUp(_)), "{:?}", p.action);
+    assert!(matches!(p.command, Command::ScaleUp(_)), "{:?}", p.command);
     // Once a node of c launched after the removal is Ready, the run ends:
     // the next removal there counts from one again.
     s.nodes.push(node("nc-new", "c", true, -1));
     let p = s.plan();
     assert!(
-        matches!(p.action, Action::RemoveNotJoined(_)),
+        matches!(p.command, Command::RemoveNotJoined(_)),
         "{:?}",
-        p.action
+        p.command
     );
     assert_eq!(p.status.removals[0].count, 1);
 }
@@ -777,15 +777,15 @@ fn retrying_the_recorded_removal_after_a_restart_is_not_another_instance_that_ne
     let mut s = Scenario::steady();
     s.not_joined = vec![never_joined("i-late", "a", 20)];
     let first = s.plan();
-    assert!(matches!(first.action, Action::RemoveNotJoined(_)));
+    assert!(matches!(first.command, Command::RemoveNotJoined(_)));
     // Killed after the record, before the call: the instance is still in
     // its ASG. Once the backoff is over, the same instance is removed,
     // and it still counts as the first that never joined.
     s.status = first.status;
     s.status.removals[0].retry_after = t0();
     let p = s.plan();
-    let Action::RemoveNotJoined(target) = &p.action else {
-        panic!("{:?}", p.action)
+    let Command::RemoveNotJoined(target) = &p.command else {
+        panic!("{:?}", p.command)
     };
     assert_eq!(target.instance_id, "i-late");
     assert!(p.message.starts_with("retrying"), "{}", p.message);
@@ -831,7 +831,7 @@ fn arb_state() -> impl Strategy<Value = Scenario> {
                     for j in 0..instances {
                         let id = format!("i-{i}-{j}");
                         if joined_all || j > 0 {
-                            nodes.push(NodeView {
+                            nodes.push(GroupNode {
                                 name: id.clone(),
                                 instance_id: Some(id),
                                 asg: Some(name.clone()),
@@ -927,7 +927,7 @@ proptest! {
             now,
         );
         prop_assert!(
-            p.requeue <= crate::controllers::vocabulary::LONGEST_WAIT,
+            p.requeue <= crate::controllers::group_view::LONGEST_WAIT,
             "a requeue of {:?} would overflow the runtime's clock", p.requeue
         );
     }
@@ -939,23 +939,23 @@ proptest! {
         s.breaker = Some("open".into());
         let p = s.plan();
         prop_assert!(
-            !matches!(p.action, Action::Drain(_) | Action::Terminate(_) | Action::RemoveNotJoined(_)),
-            "{:?}", p.action
+            !matches!(p.command, Command::Drain(_) | Command::Terminate(_) | Command::RemoveNotJoined(_)),
+            "{:?}", p.command
         );
     }
 
     #[test]
     fn never_mutates_without_the_lock(s in arb_state()) {
         let p = s.plan();
-        if p.action.mutates() {
-            prop_assert_eq!(&s.lock, &LockState::Ours, "{:?}", p.action);
+        if p.command.mutates() {
+            prop_assert_eq!(&s.lock, &LockState::Ours, "{:?}", p.command);
         }
     }
 
     #[test]
     fn never_exceeds_an_asgs_max_and_only_scales_up_when_short(s in arb_state()) {
         let ready = s.nodes.iter().filter(|n| n.ready).count() as i32;
-        if let Action::ScaleUp(changes) = s.plan().action {
+        if let Command::ScaleUp(changes) = s.plan().command {
             prop_assert!(ready < s.desired, "scale-up with {} Ready of {}", ready, s.desired);
             for c in changes {
                 let a = s.asgs.iter().find(|a| a.name == c.asg).expect("known ASG");
@@ -972,8 +972,8 @@ proptest! {
     fn a_group_being_deleted_starts_nothing(mut s in arb_state()) {
         s.deleting = true;
         let p = s.plan();
-        prop_assert!(!matches!(p.action, Action::ScaleUp(_) | Action::Drain(_)), "{:?}", p.action);
-        if let Action::Terminate(t) = &p.action {
+        prop_assert!(!matches!(p.command, Command::ScaleUp(_) | Command::Drain(_)), "{:?}", p.command);
+        if let Command::Terminate(t) = &p.command {
             prop_assert!(s.status.scale_in.as_ref().is_some_and(|r| r.instance_id == t.instance_id && r.terminating.is_some()));
         }
         if s.status.scale_in.is_none() {
@@ -981,19 +981,19 @@ proptest! {
         }
         if s.status.cleanup.is_none() {
             prop_assert!(p.status.cleanup.is_none(), "a cleanup started");
-            prop_assert!(!matches!(p.action, Action::RemoveNotJoined(_)), "{:?}", p.action);
+            prop_assert!(!matches!(p.command, Command::RemoveNotJoined(_)), "{:?}", p.command);
         }
     }
 
     #[test]
     fn never_removes_a_ready_node_while_ready_would_drop_below_desired(s in arb_state()) {
         let ready = s.nodes.iter().filter(|n| n.ready).count() as i32;
-        match s.plan().action {
-            Action::Drain(target) => {
+        match s.plan().command {
+            Command::Drain(target) => {
                 let target_ready = s.nodes.iter().any(|n| n.instance_id.as_deref() == Some(&target.instance_id) && n.ready);
                 prop_assert!(ready - i32::from(target_ready) >= s.desired, "drains {} with {} Ready of {}", target.node, ready, s.desired);
             }
-            Action::RemoveNotJoined(t) => {
+            Command::RemoveNotJoined(t) => {
                 prop_assert!(s.nodes.iter().all(|n| n.instance_id.as_deref() != Some(&t.instance_id)), "{} has a node", t.instance_id);
             }
             _ => {}

@@ -43,8 +43,8 @@ fn not_launching(mut a: AsgView) -> AsgView {
     a.judge(None, t0())
 }
 
-fn change(asg: &str, from: i32, to: i32) -> Action {
-    Action::ScaleUp(vec![DesiredChange {
+fn change(asg: &str, from: i32, to: i32) -> Command {
+    Command::ScaleUp(vec![DesiredChange {
         asg: asg.into(),
         from,
         to,
@@ -57,7 +57,7 @@ fn a_reclaimed_node_is_replaced_at_once_in_its_own_asg_even_in_the_cooldown() {
     // A modification 10 s ago: the cooldown (5 m) is running.
     s.status.last_modification = Some(t0() - secs(10));
     let p = s.plan();
-    assert_eq!(p.action, change("a", 1, 2), "{}", p.message);
+    assert_eq!(p.command, change("a", 1, 2), "{}", p.message);
     assert_eq!(p.status.replacing, vec![replaced("na", "a")]);
     assert!(
         p.message.contains("replacing interrupted na"),
@@ -70,7 +70,7 @@ fn a_reclaimed_node_is_replaced_at_once_in_its_own_asg_even_in_the_cooldown() {
     raise_landed(&mut s.status);
     s.asgs[0] = asg("a", 2, 2, 3);
     let p = s.plan();
-    assert_eq!(p.action, Action::Nothing, "{}", p.message);
+    assert_eq!(p.command, Command::Nothing, "{}", p.message);
     assert!(p.message.contains("on their way"), "{}", p.message);
     assert_eq!(p.requeue, SOON);
     // Drained before the replacement is launched: kept until it is.
@@ -79,10 +79,10 @@ fn a_reclaimed_node_is_replaced_at_once_in_its_own_asg_even_in_the_cooldown() {
         drained: true,
     });
     s.asgs[0] = asg("a", 2, 1, 3);
-    assert_eq!(s.plan().action, Action::Nothing);
+    assert_eq!(s.plan().command, Command::Nothing);
     s.asgs[0] = asg("a", 2, 2, 3);
     let p = s.plan();
-    assert!(matches!(&p.action, Action::Retire(r) if r[0].node == "na" && r[0].decrement));
+    assert!(matches!(&p.command, Command::Retire(r) if r[0].node == "na" && r[0].decrement));
 }
 
 #[test]
@@ -102,13 +102,13 @@ fn a_replaced_node_is_terminated_when_due_taking_back_the_raise_in_its_own_asg()
         decrement: true,
         since: t0(),
     };
-    assert_eq!(p.action, Action::Retire(vec![retirement.clone()]));
+    assert_eq!(p.command, Command::Retire(vec![retirement.clone()]));
     assert_eq!(p.status.retiring, vec![retirement.clone()]);
     assert!(p.status.raised.is_empty(), "{:?}", p.status.raised);
     // Killed after the record: the same termination is retried, nothing else.
     s.status = p.status;
     let p = s.plan();
-    assert_eq!(p.action, Action::Retire(vec![retirement]));
+    assert_eq!(p.command, Command::Retire(vec![retirement]));
     assert!(p.status.raised.is_empty());
     // Once its instance has left the ASG, the record is settled.
     s.nodes.remove(0);
@@ -116,7 +116,7 @@ fn a_replaced_node_is_terminated_when_due_taking_back_the_raise_in_its_own_asg()
     s.asgs[0] = asg("a", 1, 1, 3);
     let p = s.plan();
     assert!(p.status.retiring.is_empty() && p.status.replacing.is_empty());
-    assert_eq!(p.action, Action::ReleaseLock, "{}", p.message);
+    assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
 }
 
 #[test]
@@ -124,7 +124,7 @@ fn when_its_own_asg_cannot_launch_the_replacement_goes_elsewhere_and_no_decremen
     let mut s = reclaimed_in_a(60);
     s.asgs[0] = not_launching(asg("a", 1, 1, 3));
     let p = s.plan();
-    assert_eq!(p.action, change("c", 1, 2), "{}", p.message);
+    assert_eq!(p.command, change("c", 1, 2), "{}", p.message);
     assert_eq!(p.status.replacing, vec![replaced("na", "c")]);
     // Due: terminated without decrement, so a keeps its count and launches
     // one in its place once it can; c's raise stays, to be taken back.
@@ -135,8 +135,8 @@ fn when_its_own_asg_cannot_launch_the_replacement_goes_elsewhere_and_no_decremen
     s.status = p.status;
     raise_landed(&mut s.status);
     let p = s.plan();
-    let Action::Retire(r) = &p.action else {
-        panic!("{:?}: {}", p.action, p.message)
+    let Command::Retire(r) = &p.command else {
+        panic!("{:?}: {}", p.command, p.message)
     };
     assert_eq!((r.len(), r[0].decrement), (1, false), "{r:?}");
     assert_eq!(p.status.raised[0].auto_scaling_group, "c");
@@ -150,7 +150,7 @@ fn a_reclaimed_node_that_could_not_be_replaced_is_left_to_aws() {
         *a = not_launching(a.clone());
     }
     let p = s.plan();
-    assert!(!matches!(p.action, Action::Retire(_)), "{:?}", p.action);
+    assert!(!matches!(p.command, Command::Retire(_)), "{:?}", p.command);
     assert_eq!(p.status.phase, ReplenishPhase::Blocked, "{}", p.message);
     assert!(p.status.replacing.is_empty());
 }
@@ -162,8 +162,8 @@ fn one_replacement_per_reclaimed_node_even_for_several_at_once() {
     s.nodes[1].fate = s.nodes[0].fate;
     let p = s.plan();
     assert_eq!(
-        p.action,
-        Action::ScaleUp(vec![
+        p.command,
+        Command::ScaleUp(vec![
             DesiredChange {
                 asg: "a".into(),
                 from: 1,
@@ -185,7 +185,7 @@ fn a_node_already_going_by_itself_is_replaced_by_its_asg_not_by_us() {
     s.nodes[0].ready = false;
     s.nodes[0].fate = Some(Fate::Lost);
     let p = s.plan();
-    assert_eq!(p.action, Action::Nothing, "{}", p.message);
+    assert_eq!(p.command, Command::Nothing, "{}", p.message);
     assert!(p.message.contains("on their way"), "{}", p.message);
 }
 
@@ -195,18 +195,18 @@ fn an_at_risk_node_is_replaced_first_then_removed_once_the_replacement_is_ready(
     s.nodes[0].ready = false;
     s.nodes[0].fate = Some(Fate::AtRisk);
     let p = s.plan();
-    assert_eq!(p.action, change("a", 1, 2), "{}", p.message);
+    assert_eq!(p.command, change("a", 1, 2), "{}", p.message);
     s.status = p.status;
     raise_landed(&mut s.status);
     // Launched, not yet Ready: the node stays.
     s.asgs[0] = asg("a", 2, 2, 3);
     s.nodes.push(node("na2", "a", false, 0));
-    assert_eq!(s.plan().action, Action::Nothing);
+    assert_eq!(s.plan().command, Command::Nothing);
     // Ready: drained and removed with decrement, the cooldown regardless.
     s.nodes[3].ready = true;
     let p = s.plan();
-    let Action::Drain(target) = &p.action else {
-        panic!("{:?}: {}", p.action, p.message)
+    let Command::Drain(target) = &p.command else {
+        panic!("{:?}: {}", p.command, p.message)
     };
     assert_eq!((target.node.as_str(), target.decrement), ("na", true));
     // Its termination takes back the raise made for it.
@@ -225,12 +225,12 @@ fn an_interrupted_master_is_replaced_only_in_its_own_asg() {
         deadline: t0() + secs(60),
         drained: false,
     });
-    assert_eq!(s.plan().action, change("a", 1, 2));
+    assert_eq!(s.plan().command, change("a", 1, 2));
     // Its ASG at max: blocked, never another master ASG.
     s.asgs[0] = asg("a", 1, 1, 1);
     let p = s.plan();
     assert_eq!(p.status.phase, ReplenishPhase::Blocked, "{}", p.message);
-    assert!(!matches!(p.action, Action::ScaleUp(_)));
+    assert!(!matches!(p.command, Command::ScaleUp(_)));
 }
 
 #[test]
@@ -239,7 +239,7 @@ fn without_the_lock_nothing_is_recorded() {
     s.status.replacing = vec![replaced("na", "a")];
     s.lock = LockState::Free;
     let p = s.plan();
-    assert_eq!(p.action, Action::TakeLock);
+    assert_eq!(p.command, Command::TakeLock);
     assert!(p.status.retiring.is_empty());
 }
 
@@ -311,10 +311,10 @@ proptest! {
     #[test]
     fn only_replaced_reclaimed_nodes_are_terminated_when_due(s in arb_interrupted()) {
         let p = s.plan();
-        if p.action.mutates() {
+        if p.command.mutates() {
             prop_assert_eq!(&s.lock, &LockState::Ours);
         }
-        if let Action::Retire(rs) = &p.action {
+        if let Command::Retire(rs) = &p.command {
             for r in rs {
                 if s.status.retiring.contains(r) {
                     continue;
@@ -353,17 +353,17 @@ proptest! {
                 node.is_some_and(|n| matches!(n.fate, Some(Fate::Reclaimed { .. } | Fate::AtRisk))),
                 "{:?}", r
             );
-            prop_assert!(matches!(p.action, Action::ScaleUp(_)), "{:?}", p.action);
+            prop_assert!(matches!(p.command, Command::ScaleUp(_)), "{:?}", p.command);
         }
         let ready = s.nodes.iter().filter(|n| n.ready).count() as i32;
-        if let Action::ScaleUp(changes) = &p.action {
+        if let Command::ScaleUp(changes) = &p.command {
             prop_assert!(ready < s.desired);
             for c in changes {
                 let a = s.asgs.iter().find(|a| a.name == c.asg).expect("known ASG");
                 prop_assert!(c.to <= a.max && c.to > c.from && a.launching, "{:?}", c);
             }
         }
-        if let Action::Drain(t) = &p.action {
+        if let Command::Drain(t) = &p.command {
             let target_ready = s.nodes.iter().any(|n| n.instance_id.as_deref() == Some(&t.instance_id) && n.ready);
             prop_assert!(ready - i32::from(target_ready) >= s.desired);
         }
@@ -378,14 +378,14 @@ fn at_its_deadline_a_node_waits_for_its_drains_report_or_a_grace() {
     s.asgs[0] = asg("a", 2, 2, 3);
     s.status.replacing = vec![replaced("na", "a")];
     let p = s.plan();
-    assert!(!matches!(p.action, Action::Retire(_)), "{:?}", p.action);
+    assert!(!matches!(p.command, Command::Retire(_)), "{:?}", p.command);
     assert!(p.requeue <= RETIRE_GRACE, "{:?}", p.requeue);
     // Recorded: terminated at once.
     let recorded = drain_ended(s);
-    assert!(matches!(recorded.plan().action, Action::Retire(_)));
+    assert!(matches!(recorded.plan().command, Command::Retire(_)));
     // Never recorded: terminated once the grace is over.
     let mut late = reclaimed_in_a(-(RETIRE_GRACE.as_secs() as i64));
     late.asgs[0] = asg("a", 2, 2, 3);
     late.status.replacing = vec![replaced("na", "a")];
-    assert!(matches!(late.plan().action, Action::Retire(_)));
+    assert!(matches!(late.plan().command, Command::Retire(_)));
 }

@@ -3,22 +3,11 @@
 //! instance that never joined). No AWS call per message.
 
 use super::message::Notice;
+pub use crate::config::ForeignMessages;
 use crate::crd::NodeGroup;
 use kube::ResourceExt;
-use serde::Deserialize;
 use std::borrow::Borrow;
 use std::collections::HashMap;
-
-/// What to do with a message none of whose instances is ours.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-pub enum ForeignMessages {
-    /// Delete it (the queue is this cluster's alone).
-    #[default]
-    Delete,
-    /// Leave it for another cluster's handler (a queue shared by clusters);
-    /// it comes back after its visibility timeout.
-    Leave,
-}
 
 /// The group (and node) an instance belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,8 +89,8 @@ pub fn dispose(notice: &Notice, ownership: &Ownership, foreign: ForeignMessages)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::interruption::message::NoticeKind;
     use crate::crd::nodegroup::{NodeGroupStatus, NodeStatus, NotJoinedInstance};
-    use crate::interruption::message::NoticeKind;
     use chrono::{TimeZone, Utc};
 
     fn group(name: &str, nodes: &[(&str, &str)], not_joined: &[&str]) -> NodeGroup {

@@ -2,9 +2,9 @@
 //! instances and `now`, the node marks to persist, the Events to write and
 //! whether the message may then be deleted.
 
-use super::mark::{HookAction, Record};
 use super::message::{Notice, NoticeKind, Parsed};
 use super::ownership::{Disposition, ForeignMessages, Owner, Ownership, dispose};
+use super::record::{HookAction, Record};
 use chrono::{DateTime, Utc};
 
 /// One instance of ours a notice names.
@@ -197,7 +197,7 @@ fn step(notice: &Notice, instance_id: String, owner: Owner, specs: &dyn GroupSpe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::interruption::message::{Rejection, parse};
+    use crate::controllers::interruption::message::{Rejection, parse};
     use chrono::TimeZone;
 
     struct Fixed(i64);

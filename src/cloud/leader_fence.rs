@@ -2,7 +2,7 @@
 //! makes, retries included, so a replica whose lease ran out mid-call stops
 //! at the next attempt instead of finishing a retry loop it began as leader.
 
-use crate::leader::Leadership;
+use crate::leadership::Leadership;
 use aws_sdk_ec2::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_ec2::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_ec2::error::BoxError;

@@ -5,20 +5,14 @@
 //! the patch is stored the SQS message can be deleted, and a restart or a
 //! redelivered message finds the node marked and does nothing twice.
 
+use crate::crd::labels::{
+    EXCLUDE_FROM_LOAD_BALANCERS, INTERRUPTED_LABEL, INTERRUPTED_TAINT, INTERRUPTION_ANNOTATION,
+};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-
-pub const TAINT: &str = "nodemanager.dev/interrupted";
-/// Set with the taint (value: the notice's kind), so the drain watches
-/// marked nodes only.
-pub const LABEL: &str = "nodemanager.dev/interrupted";
-pub const ANNOTATION: &str = "nodemanager.dev/interruption";
-/// Service controllers stop sending this node traffic before its pods go.
-pub const EXCLUDE_FROM_LOAD_BALANCERS: &str =
-    "node.kubernetes.io/exclude-from-external-load-balancers";
 
 /// What the annotation records.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,7 +115,7 @@ impl Record {
 
 /// The node's record, if it carries a readable one.
 pub fn record_of(node: &(impl crate::k8s::node::NodeView + ?Sized)) -> Option<Record> {
-    node.annotation(ANNOTATION)
+    node.annotation(INTERRUPTION_ANNOTATION)
         .and_then(|v| serde_json::from_str(v).ok())
 }
 
@@ -139,7 +133,7 @@ pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
         return Some(json!({
             "metadata": {
                 "resourceVersion": node.resource_version(),
-                "annotations": {ANNOTATION: serde_json::to_string(record).unwrap_or_default()},
+                "annotations": {INTERRUPTION_ANNOTATION: serde_json::to_string(record).unwrap_or_default()},
             },
         }));
     }
@@ -162,16 +156,19 @@ pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
     let taints: Vec<Taint> = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
     let tainted = taints
         .iter()
-        .any(|t| t.key == TAINT && t.effect == "NoSchedule");
+        .any(|t| t.key == INTERRUPTED_TAINT && t.effect == "NoSchedule");
     let cordoned = spec.and_then(|s| s.unschedulable).unwrap_or(false);
     let labelled = node.labels().contains_key(EXCLUDE_FROM_LOAD_BALANCERS)
-        && node.labels().contains_key(LABEL);
+        && node.labels().contains_key(INTERRUPTED_LABEL);
     if keep.is_some() && joined.is_none() && tainted && cordoned && labelled {
         return None;
     }
-    let mut taints: Vec<Taint> = taints.into_iter().filter(|t| t.key != TAINT).collect();
+    let mut taints: Vec<Taint> = taints
+        .into_iter()
+        .filter(|t| t.key != INTERRUPTED_TAINT)
+        .collect();
     taints.push(Taint {
-        key: TAINT.into(),
+        key: INTERRUPTED_TAINT.into(),
         value: Some(record.kind.clone()),
         effect: "NoSchedule".into(),
         time_added: None,
@@ -180,8 +177,8 @@ pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
     Some(json!({
         "metadata": {
             "resourceVersion": node.resource_version(),
-            "labels": {EXCLUDE_FROM_LOAD_BALANCERS: "true", LABEL: record.kind},
-            "annotations": {ANNOTATION: annotation},
+            "labels": {EXCLUDE_FROM_LOAD_BALANCERS: "true", INTERRUPTED_LABEL: record.kind},
+            "annotations": {INTERRUPTION_ANNOTATION: annotation},
         },
         "spec": {"unschedulable": true, "taints": taints},
     }))
@@ -265,7 +262,7 @@ mod tests {
             .flatten()
             .map(|t| t.key.as_str())
             .collect();
-        assert_eq!(keys, vec!["dedicated", TAINT]);
+        assert_eq!(keys, vec!["dedicated", INTERRUPTED_TAINT]);
         assert_eq!(
             n.labels()
                 .get(EXCLUDE_FROM_LOAD_BALANCERS)
@@ -296,7 +293,7 @@ mod tests {
             .spec
             .iter()
             .flat_map(|s| s.taints.iter().flatten())
-            .filter(|t| t.key == TAINT)
+            .filter(|t| t.key == INTERRUPTED_TAINT)
             .count();
         assert_eq!(ours, 1, "never two of our taints");
     }
@@ -313,7 +310,7 @@ mod tests {
         assert_eq!(record_of(&n), Some(at_risk.clone()));
         assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), None);
         assert!(
-            !n.labels().contains_key(LABEL),
+            !n.labels().contains_key(INTERRUPTED_LABEL),
             "not drained by the handler"
         );
         assert_eq!(mark_patch(&n, &at_risk), None, "recorded once");
@@ -322,7 +319,7 @@ mod tests {
         apply(&mut n, &loss);
         assert_eq!(record_of(&n), Some(record(120)));
         assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
-        assert!(n.labels().contains_key(LABEL));
+        assert!(n.labels().contains_key(INTERRUPTED_LABEL));
         // And a later recommendation does not undo it.
         assert_eq!(mark_patch(&n, &at_risk), None);
     }
@@ -375,7 +372,7 @@ mod tests {
         };
         apply(
             &mut n,
-            &json!({"metadata": {"annotations": {ANNOTATION: serde_json::to_string(&drained).expect("json")}}}),
+            &json!({"metadata": {"annotations": {INTERRUPTION_ANNOTATION: serde_json::to_string(&drained).expect("json")}}}),
         );
         let hook = Record {
             kind: "terminate_lifecycle_action".into(),

@@ -4,9 +4,10 @@
 //! shortened so it ends by the deadline. At the deadline what is left is
 //! named in an Event. The outcome is recorded in the mark.
 
-use super::mark::{self, HookAction, HookStep, LABEL, Record, hook_step};
+use super::record::{self, HookAction, HookStep, Record, hook_step};
 use crate::cloud::HookCallKind;
 use crate::context::Context;
+use crate::crd::labels::INTERRUPTED_LABEL;
 use crate::k8s::drain::{drain_step_within, pods_to_move};
 use crate::mutation::Intent;
 use crate::{Error, Result};
@@ -60,7 +61,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     info!(controller = CONTROLLER, "controller started");
     Controller::new(
         nodes,
-        watcher::Config::default().labels(LABEL).any_semantic(),
+        watcher::Config::default()
+            .labels(INTERRUPTED_LABEL)
+            .any_semantic(),
     )
     .graceful_shutdown_on(shutdown.cancelled_owned())
     .run(
@@ -92,7 +95,7 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
 }
 
 async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
-    let Some(record) = mark::record_of(node) else {
+    let Some(record) = record::record_of(node) else {
         return Ok(Action::await_change());
     };
     let name = node.name_any();
@@ -324,7 +327,7 @@ async fn write_record(
     verb: &'static str,
 ) -> Result<()> {
     let patch = serde_json::json!({
-        "metadata": {"annotations": {mark::ANNOTATION: serde_json::to_string(record).unwrap_or_default()}},
+        "metadata": {"annotations": {crate::crd::labels::INTERRUPTION_ANNOTATION: serde_json::to_string(record).unwrap_or_default()}},
     });
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     ctx.mutations

@@ -1,10 +1,9 @@
-//! The SQS queue the notices arrive on: long polling (20 s, 10 messages) and
+//! The SQS queue the interruption notices arrive on: long polling (20 s, 10 messages) and
 //! deletion. Every request is counted in `aws_calls_total`.
 
 use crate::cloud::aws::aws_error;
-use crate::context::Context;
 use crate::metrics::Metrics;
-use crate::mutation::{Applied, Intent};
+use crate::mutation::{Applied, Intent, Mutations};
 use crate::{Error, Result};
 use aws_config::SdkConfig;
 use std::sync::Arc;
@@ -33,25 +32,6 @@ pub fn region_of(url: &str) -> Option<String> {
         ["sqs", region, "amazonaws", ..] => Some(region.to_string()),
         [region, "queue", "amazonaws", ..] => Some(region.to_string()),
         _ => None,
-    }
-}
-
-/// Checks a queue URL's shape: http(s), a host, then /<account>/<name>.
-pub fn check_url(url: &str) -> std::result::Result<(), String> {
-    let Some(rest) = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-    else {
-        return Err(format!("{url:?} must start with https://"));
-    };
-    let segments: Vec<&str> = rest.split('/').collect();
-    match segments.as_slice() {
-        [host, account, name] if !host.is_empty() && !account.is_empty() && !name.is_empty() => {
-            Ok(())
-        }
-        _ => Err(format!(
-            "{url:?} is not a queue URL like https://sqs.ap-northeast-1.amazonaws.com/123456789012/name"
-        )),
     }
 }
 
@@ -127,9 +107,8 @@ impl Queue {
     /// Deletes a handled message, through the mutation gate: not while
     /// another replica leads, and not under dry-run (a dry-run manager must
     /// not take messages from the handler that acts on them).
-    pub async fn delete(&self, ctx: &Context, receipt: &str) -> Result<()> {
-        let applied = ctx
-            .mutations
+    pub async fn delete(&self, mutations: &Mutations, receipt: &str) -> Result<()> {
+        let applied = mutations
             .perform(
                 Intent::aws("delete_message", self.url.clone(), "handled"),
                 || async {
@@ -166,19 +145,5 @@ mod tests {
             Some("eu-west-1")
         );
         assert_eq!(region_of("http://127.0.0.1:5000/123456789012/q"), None);
-    }
-
-    #[test]
-    fn queue_urls_are_checked() {
-        assert!(check_url("https://sqs.ap-northeast-1.amazonaws.com/123456789012/q").is_ok());
-        assert!(check_url("http://127.0.0.1:5000/123456789012/q").is_ok());
-        for bad in [
-            "sqs.amazonaws.com/1/q",
-            "https://host/q",
-            "https://host/1/q/x",
-            "https:///1/q",
-        ] {
-            assert!(check_url(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -127,9 +127,9 @@ impl From<AsgView> for AutoScalingGroupStatus {
 }
 
 /// A node of the group, as a plan sees it (`ready` only while its instance
-/// is in service in its ASG: see [`node_views`]).
+/// is in service in its ASG: see [`group_nodes`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeView {
+pub struct GroupNode {
     pub name: String,
     pub instance_id: Option<String>,
     pub asg: Option<String>,
@@ -194,6 +194,12 @@ pub fn after(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
+/// A plan waiting on something about to change looks again this soon.
+pub const SOON: Duration = Duration::from_secs(2);
+/// Idle, a plan looks again this often (a clock jump, an edit missed); the
+/// inventory's status writes wake it sooner.
+pub const IDLE: Duration = Duration::from_secs(300);
+
 /// The longest a reconcile waits to look again, whatever it waits for: a
 /// requeue of years would overflow the runtime's clock arithmetic, and
 /// looking again is cheap (every plan is recomputed from what is observed).
@@ -214,10 +220,10 @@ pub fn until(now: DateTime<Utc>, then: DateTime<Utc>) -> Duration {
 /// termination, the inventory (and a real kubelet) can report the node Ready
 /// for a while, and counting it could remove a second node; before AWS has
 /// finished launching it (Pending), it may still be abandoned.
-pub fn node_views(
+pub fn group_nodes(
     nodes: &[crate::crd::nodegroup::NodeStatus],
     fresh: &[AsgDescription],
-) -> Vec<NodeView> {
+) -> Vec<GroupNode> {
     nodes
         .iter()
         .map(|n| {
@@ -233,7 +239,7 @@ pub fn node_views(
                 None => true,
             };
             let fate = n.interruption.as_ref().map(Fate::of);
-            NodeView {
+            GroupNode {
                 name: n.name.clone(),
                 instance_id: n.instance_id.clone(),
                 asg: n.auto_scaling_group.clone(),
@@ -312,7 +318,7 @@ pub(crate) mod tests {
                 ("i-6", "Standby"),
             ],
         )];
-        let views = node_views(&nodes, &asgs);
+        let views = group_nodes(&nodes, &asgs);
         let ready: Vec<_> = views
             .iter()
             .filter(|n| n.ready)

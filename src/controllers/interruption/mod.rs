@@ -12,9 +12,8 @@
 //! - [`drainer`]: drains marked nodes by their deadline.
 
 pub mod drainer;
-pub mod handler;
-pub mod mark;
 pub mod message;
 pub mod ownership;
 pub mod plan;
-pub mod queue;
+pub mod receiver;
+pub mod record;

@@ -3,11 +3,11 @@
 //! message whose steps fail is not deleted: it comes back after its
 //! visibility timeout, and the node marks make the retry do nothing twice.
 
-use super::mark::{self, Record};
 use super::message;
 use super::ownership::{Owner, Ownership};
 use super::plan::{self, GroupSpecs, MessagePlan, Step};
-use super::queue::{Queue, Received};
+use super::record::{self, Record};
+use crate::cloud::sqs::{Queue, Received};
 use crate::context::Context;
 use crate::crd::NodeGroup;
 use crate::mutation::Intent;
@@ -216,10 +216,10 @@ async fn handle(ctx: &Context, queue: &Queue, groups: &Groups, received: Receive
     let carried = carry_out(ctx, groups, &plan).await;
     if carried.is_ok() && !plan.steps.is_empty() {
         // Between the persisted marks and the message's deletion.
-        crate::fault::crash_point("interruption:marked");
+        crate::crash_points::crash_point("interruption:marked");
     }
     let outcome = match carried {
-        Ok(()) if plan.delete => match queue.delete(ctx, &received.receipt).await {
+        Ok(()) if plan.delete => match queue.delete(&ctx.mutations, &received.receipt).await {
             Ok(()) => plan.outcome,
             Err(e) => {
                 warn!(controller = CONTROLLER, message = id, error = %e, "deleting the message failed; it comes back and is handled again (nothing twice)");
@@ -320,7 +320,7 @@ async fn complete_unjoined(
     groups: &Groups,
     owner: &Owner,
     instance_id: &str,
-    action: &super::mark::HookAction,
+    action: &super::record::HookAction,
 ) -> Result<()> {
     let call = action.call(instance_id);
     let cloud = ctx.cloud.cloud(action.region.as_deref());
@@ -369,7 +369,7 @@ async fn mark_node(ctx: &Context, name: &str, record: &Record) -> Result<bool> {
         else {
             return Ok(false);
         };
-        let Some(patch) = mark::mark_patch(&node, record) else {
+        let Some(patch) = record::mark_patch(&node, record) else {
             return Ok(false);
         };
         let patched = ctx

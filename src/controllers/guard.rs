@@ -1,0 +1,229 @@
+//! The one vocabulary of safety refusals: every mutation a controller makes
+//! is re-checked against this reconcile's fresh observations just before it
+//! is made, and a check that refuses names itself with a [`Refusal`]. The
+//! checks every controller shares (the group's own ASG, an active member,
+//! desired changes within bounds, a decrement above min) live here; each
+//! controller's guard adds its own.
+
+use crate::Error;
+use crate::cloud::AsgDescription;
+use crate::controllers::group_view::DesiredChange;
+use crate::crd::NodeGroup;
+
+/// The check that refused a mutation, with what it saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A refresher mutation while no run is recorded.
+    OutsideARun,
+    NotTheGroupsAsg {
+        asg: String,
+    },
+    NotTheGroupsNode {
+        node: String,
+    },
+    AboveMax {
+        asg: String,
+        to: i32,
+        max: i32,
+    },
+    StaleCount {
+        asg: String,
+        planned_from: i32,
+        desired: i32,
+    },
+    /// Lowering desired below the active instances: AWS would pick a victim.
+    AwsWouldPickAVictim {
+        asg: String,
+        to: i32,
+        active: i32,
+    },
+    NotActive {
+        instance: String,
+        asg: String,
+    },
+    /// A refresh replacing a node its run did not plan.
+    NotPlanned {
+        instance: String,
+    },
+    TerminationNotRecorded {
+        instance: String,
+    },
+    NotAboveRecordedCount {
+        instance: String,
+        asg: String,
+        desired: i32,
+        recorded: Option<i32>,
+    },
+    TooFewReady {
+        instance: String,
+        ready_besides: i32,
+        needed: i32,
+    },
+    /// Removing a never-joined instance that a Node runs on after all.
+    HasANode {
+        instance: String,
+    },
+    DecrementAtMin {
+        instance: String,
+        asg: String,
+    },
+    /// Retiring an instance whose node records no loss.
+    NotReclaimed {
+        instance: String,
+    },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::OutsideARun => write!(f, "act outside a run"),
+            Refusal::NotTheGroupsAsg { asg } => {
+                write!(f, "touch {asg}: not one of the group's ASGs")
+            }
+            Refusal::NotTheGroupsNode { node } => {
+                write!(f, "touch node {node}: not one of the group's nodes")
+            }
+            Refusal::AboveMax { asg, to, max } => {
+                write!(f, "set {asg} to {to}: above its max {max}")
+            }
+            Refusal::StaleCount {
+                asg,
+                planned_from,
+                desired,
+            } => write!(
+                f,
+                "set {asg}: planned from {planned_from}, desired is now {desired}"
+            ),
+            Refusal::AwsWouldPickAVictim { asg, to, active } => write!(
+                f,
+                "lower {asg} to {to}: {active} active instance(s), AWS would pick which to terminate"
+            ),
+            Refusal::NotActive { instance, asg } => {
+                write!(f, "touch {instance}: not active in {asg}")
+            }
+            Refusal::NotPlanned { instance } => {
+                write!(f, "replace {instance}: the run did not plan it")
+            }
+            Refusal::TerminationNotRecorded { instance } => {
+                write!(f, "terminate {instance}: the termination is not recorded")
+            }
+            Refusal::NotAboveRecordedCount {
+                instance,
+                asg,
+                desired,
+                recorded,
+            } => write!(
+                f,
+                "remove {instance} from {asg}: desired {desired} is not above the recorded {recorded:?}"
+            ),
+            Refusal::TooFewReady {
+                instance,
+                ready_besides,
+                needed,
+            } => write!(
+                f,
+                "terminate {instance}: {ready_besides} other Ready node(s), {needed} needed"
+            ),
+            Refusal::HasANode { instance } => write!(f, "remove {instance}: a Node runs on it"),
+            Refusal::DecrementAtMin { instance, asg } => {
+                write!(f, "remove {instance} with decrement: {asg} is at its min")
+            }
+            Refusal::NotReclaimed { instance } => write!(
+                f,
+                "terminate {instance}: its node carries no spot interruption or scheduled change"
+            ),
+        }
+    }
+}
+
+impl From<Refusal> for Error {
+    fn from(refusal: Refusal) -> Error {
+        tracing::warn!(%refusal, "safety check");
+        Error::InvalidObject(format!("refusing to {refusal}"))
+    }
+}
+
+/// The group's ASG of that name, per the fresh describe.
+pub fn groups_asg<'a>(
+    group: &NodeGroup,
+    fresh: &'a [AsgDescription],
+    name: &str,
+) -> Result<&'a AsgDescription, Refusal> {
+    let listed = group
+        .spec
+        .auto_scaling_groups
+        .iter()
+        .any(|r| r.name == name);
+    fresh
+        .iter()
+        .find(|a| a.name == name && listed)
+        .ok_or_else(|| Refusal::NotTheGroupsAsg { asg: name.into() })
+}
+
+/// The group's ASG of that name, with the instance active in it.
+pub fn active_member<'a>(
+    group: &NodeGroup,
+    fresh: &'a [AsgDescription],
+    asg_name: &str,
+    instance: &str,
+) -> Result<&'a AsgDescription, Refusal> {
+    let asg = groups_asg(group, fresh, asg_name)?;
+    if !asg
+        .instances
+        .iter()
+        .any(|i| i.instance_id == instance && i.is_active())
+    {
+        return Err(Refusal::NotActive {
+            instance: instance.into(),
+            asg: asg_name.into(),
+        });
+    }
+    Ok(asg)
+}
+
+/// A termination with decrement keeps the ASG at or above its min.
+pub fn decrement_allowed(asg: &AsgDescription, instance: &str) -> Result<(), Refusal> {
+    if asg.desired <= asg.min {
+        return Err(Refusal::DecrementAtMin {
+            instance: instance.into(),
+            asg: asg.name.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// Desired changes touch only the group's ASGs, never above their max,
+/// never from a stale count, and never lower an ASG below its active
+/// instances (AWS would then pick which to terminate).
+pub fn desired_changes(
+    group: &NodeGroup,
+    fresh: &[AsgDescription],
+    changes: &[DesiredChange],
+) -> Result<(), Refusal> {
+    for c in changes {
+        let asg = groups_asg(group, fresh, &c.asg)?;
+        let active = asg.active_instances() as i32;
+        if c.to > asg.max {
+            return Err(Refusal::AboveMax {
+                asg: c.asg.clone(),
+                to: c.to,
+                max: asg.max,
+            });
+        }
+        if c.from != asg.desired {
+            return Err(Refusal::StaleCount {
+                asg: c.asg.clone(),
+                planned_from: c.from,
+                desired: asg.desired,
+            });
+        }
+        if c.to < c.from && c.to < active {
+            return Err(Refusal::AwsWouldPickAVictim {
+                asg: c.asg.clone(),
+                to: c.to,
+                active,
+            });
+        }
+    }
+    Ok(())
+}

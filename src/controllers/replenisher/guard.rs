@@ -1,0 +1,334 @@
+//! The replenisher's safety checks, over the shared vocabulary
+//! (`controllers::guard`): each mutation re-checked against the fresh
+//! describe just before it is made.
+
+use crate::cloud::AsgDescription;
+use crate::controllers::group_view::{DesiredChange, Fate, group_nodes};
+pub use crate::controllers::guard::Refusal;
+use crate::controllers::guard::{active_member, decrement_allowed, desired_changes};
+use crate::crd::NodeGroup;
+use crate::crd::replenisher::ScaleInTarget;
+
+/// Safety: only this group's ASGs, never above their max, never from a
+/// stale count (a raise never lowers, so AWS never picks a victim).
+pub fn scale_up(
+    group: &NodeGroup,
+    fresh: &[AsgDescription],
+    changes: &[DesiredChange],
+) -> Result<(), Refusal> {
+    desired_changes(group, fresh, changes)
+}
+
+/// Safety: the instance is active in that ASG of this group, no Node runs on
+/// it, and a decrement keeps the ASG at or above its min.
+pub fn not_joined(
+    group: &NodeGroup,
+    fresh: &[AsgDescription],
+    target: &crate::crd::replenisher::CleanupTarget,
+) -> Result<(), Refusal> {
+    let asg = active_member(
+        group,
+        fresh,
+        &target.auto_scaling_group,
+        &target.instance_id,
+    )?;
+    let has_node = group.status.as_ref().is_some_and(|s| {
+        s.nodes
+            .iter()
+            .any(|n| n.instance_id.as_deref() == Some(target.instance_id.as_str()))
+    });
+    if has_node {
+        return Err(Refusal::HasANode {
+            instance: target.instance_id.clone(),
+        });
+    }
+    if target.decrement {
+        decrement_allowed(asg, &target.instance_id)?;
+    }
+    Ok(())
+}
+
+/// Safety: the target is active in its ASG, above min when the termination
+/// decrements, and removing it keeps Ready >= desired.
+pub fn scale_in(
+    group: &NodeGroup,
+    status: &crate::crd::NodeGroupStatus,
+    fresh: &[AsgDescription],
+    target: &ScaleInTarget,
+) -> Result<(), Refusal> {
+    let asg = active_member(
+        group,
+        fresh,
+        &target.auto_scaling_group,
+        &target.instance_id,
+    )?;
+    if target.decrement {
+        decrement_allowed(asg, &target.instance_id)?;
+    }
+    let ready_besides = group_nodes(&status.nodes, fresh)
+        .iter()
+        .filter(|n| n.ready && n.instance_id.as_deref() != Some(target.instance_id.as_str()))
+        .count() as i32;
+    if ready_besides < group.spec.desired {
+        return Err(Refusal::TooFewReady {
+            instance: target.instance_id.clone(),
+            ready_besides,
+            needed: group.spec.desired,
+        });
+    }
+    Ok(())
+}
+
+/// Safety: an interrupted instance is terminated only while it is active in
+/// that ASG of the group, its node records a notice that AWS reclaims it
+/// (spot interruption, scheduled change), and a decrement keeps the ASG at
+/// or above its min.
+pub fn retire(
+    group: &NodeGroup,
+    status: &crate::crd::NodeGroupStatus,
+    fresh: &[AsgDescription],
+    r: &crate::crd::replenisher::Retirement,
+) -> Result<(), Refusal> {
+    let asg = active_member(group, fresh, &r.auto_scaling_group, &r.instance_id)?;
+    let reclaimed = status.nodes.iter().any(|n| {
+        n.instance_id.as_deref() == Some(r.instance_id.as_str())
+            && n.interruption
+                .as_ref()
+                .is_some_and(|i| matches!(Fate::of(i), Fate::Reclaimed { .. }))
+    });
+    if !reclaimed {
+        return Err(Refusal::NotReclaimed {
+            instance: r.instance_id.clone(),
+        });
+    }
+    if r.decrement {
+        decrement_allowed(asg, &r.instance_id)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::group_view::tests::{fresh, status_node};
+    use crate::controllers::inventory::plan::tests::{group, t0};
+    use crate::crd::replenisher::CleanupTarget;
+
+    /// Group of ASGs a (i-1, i-2 with nodes n1, n2; i-9 never joined) and b
+    /// (i-3 with n3), desired 2; a sits above its min of 1, b at its min.
+    struct Case {
+        group: NodeGroup,
+        fresh: Vec<AsgDescription>,
+    }
+
+    impl Case {
+        fn new() -> Case {
+            let mut g = group(&["a", "b"], 2);
+            g.status = Some(crate::crd::NodeGroupStatus {
+                nodes: vec![
+                    status_node("n1", "a", "i-1"),
+                    status_node("n2", "a", "i-2"),
+                    status_node("n3", "b", "i-3"),
+                ],
+                ..Default::default()
+            });
+            let mut a = fresh(
+                "a",
+                &[
+                    ("i-1", "InService"),
+                    ("i-2", "InService"),
+                    ("i-9", "InService"),
+                ],
+            );
+            a.min = 1;
+            a.max = 4;
+            let mut b = fresh("b", &[("i-3", "InService")]);
+            b.min = 1;
+            Case {
+                group: g,
+                fresh: vec![a, b],
+            }
+        }
+
+        fn status(&self) -> &crate::crd::NodeGroupStatus {
+            self.group.status.as_ref().expect("status")
+        }
+    }
+
+    fn change(asg: &str, from: i32, to: i32) -> DesiredChange {
+        DesiredChange {
+            asg: asg.into(),
+            from,
+            to,
+        }
+    }
+
+    fn cleanup(instance: &str, asg: &str, decrement: bool) -> CleanupTarget {
+        CleanupTarget {
+            instance_id: instance.into(),
+            auto_scaling_group: asg.into(),
+            reason: "not joined".into(),
+            decrement,
+            since: t0(),
+        }
+    }
+
+    fn target(node: &str, instance: &str, asg: &str) -> ScaleInTarget {
+        ScaleInTarget {
+            node: node.into(),
+            instance_id: instance.into(),
+            auto_scaling_group: asg.into(),
+            since: t0(),
+            terminating: None,
+            decrement: true,
+        }
+    }
+
+    #[test]
+    fn a_raise_goes_only_to_the_groups_asgs_within_max_from_the_current_count() {
+        let c = Case::new();
+        let check = |changes: &[DesiredChange]| scale_up(&c.group, &c.fresh, changes);
+        assert_eq!(check(&[change("a", 3, 4)]), Ok(()));
+        assert_eq!(
+            check(&[change("a", 3, 5)]),
+            Err(Refusal::AboveMax {
+                asg: "a".into(),
+                to: 5,
+                max: 4
+            })
+        );
+        assert_eq!(
+            check(&[change("a", 2, 3)]),
+            Err(Refusal::StaleCount {
+                asg: "a".into(),
+                planned_from: 2,
+                desired: 3
+            })
+        );
+        assert_eq!(
+            check(&[change("elsewhere", 1, 2)]),
+            Err(Refusal::NotTheGroupsAsg {
+                asg: "elsewhere".into()
+            })
+        );
+    }
+
+    #[test]
+    fn only_an_active_instance_without_a_node_is_removed_and_decremented_only_above_min() {
+        let c = Case::new();
+        let check = |t: &CleanupTarget| not_joined(&c.group, &c.fresh, t);
+        assert_eq!(check(&cleanup("i-9", "a", true)), Ok(()));
+        assert_eq!(
+            check(&cleanup("i-1", "a", false)),
+            Err(Refusal::HasANode {
+                instance: "i-1".into()
+            })
+        );
+        assert_eq!(
+            check(&cleanup("i-42", "a", false)),
+            Err(Refusal::NotActive {
+                instance: "i-42".into(),
+                asg: "a".into()
+            })
+        );
+        let mut at_min = Case::new();
+        at_min.fresh[0].min = 3;
+        assert_eq!(
+            not_joined(&at_min.group, &at_min.fresh, &cleanup("i-9", "a", true)),
+            Err(Refusal::DecrementAtMin {
+                instance: "i-9".into(),
+                asg: "a".into()
+            })
+        );
+        assert_eq!(
+            not_joined(&at_min.group, &at_min.fresh, &cleanup("i-9", "a", false)),
+            Ok(()),
+            "at min, removed without decrement: the ASG replaces it"
+        );
+    }
+
+    #[test]
+    fn a_scale_in_keeps_ready_at_desired_and_its_asg_at_min() {
+        let c = Case::new();
+        let check = |t: &ScaleInTarget| scale_in(&c.group, c.status(), &c.fresh, t);
+        assert_eq!(check(&target("n2", "i-2", "a")), Ok(()));
+        assert_eq!(
+            check(&target("n3", "i-3", "b")),
+            Err(Refusal::DecrementAtMin {
+                instance: "i-3".into(),
+                asg: "b".into()
+            })
+        );
+        let mut short = Case::new();
+        if let Some(s) = short.group.status.as_mut() {
+            s.nodes[2].ready = false;
+        }
+        assert_eq!(
+            scale_in(
+                &short.group,
+                short.status(),
+                &short.fresh,
+                &target("n2", "i-2", "a")
+            ),
+            Err(Refusal::TooFewReady {
+                instance: "i-2".into(),
+                ready_besides: 1,
+                needed: 2
+            })
+        );
+    }
+
+    #[test]
+    fn only_a_reclaimed_instance_active_in_the_groups_asg_is_retired() {
+        use crate::crd::nodegroup::NodeInterruption;
+        use crate::crd::replenisher::Retirement;
+        let mut c = Case::new();
+        let retirement = |instance: &str, asg: &str, decrement: bool| Retirement {
+            node: "n".into(),
+            instance_id: instance.into(),
+            auto_scaling_group: asg.into(),
+            decrement,
+            since: t0(),
+        };
+        let interruption = |kind: &str| NodeInterruption {
+            kind: kind.into(),
+            noticed: t0(),
+            deadline: t0(),
+            drained: None,
+        };
+        let check = |c: &Case, r: &Retirement| retire(&c.group, c.status(), &c.fresh, r);
+        assert_eq!(
+            check(&c, &retirement("i-2", "a", true)),
+            Err(Refusal::NotReclaimed {
+                instance: "i-2".into()
+            }),
+            "no notice on its node"
+        );
+        if let Some(s) = c.group.status.as_mut() {
+            s.nodes[1].interruption = Some(interruption("state_change"));
+            s.nodes[2].interruption = Some(interruption("spot_interruption"));
+        }
+        assert_eq!(
+            check(&c, &retirement("i-2", "a", false)),
+            Err(Refusal::NotReclaimed {
+                instance: "i-2".into()
+            }),
+            "going by itself: its ASG replaces it"
+        );
+        assert_eq!(check(&c, &retirement("i-3", "b", false)), Ok(()));
+        assert_eq!(
+            check(&c, &retirement("i-3", "b", true)),
+            Err(Refusal::DecrementAtMin {
+                instance: "i-3".into(),
+                asg: "b".into()
+            })
+        );
+        assert_eq!(
+            check(&c, &retirement("i-3", "a", false)),
+            Err(Refusal::NotActive {
+                instance: "i-3".into(),
+                asg: "a".into()
+            })
+        );
+    }
+}

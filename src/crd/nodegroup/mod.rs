@@ -1,0 +1,253 @@
+//! `NodeGroup`: one per kops master or worker group, written by the user.
+// Each `printcolumn(...)` repeats `type_`; clippy mistakes that for a duplicate.
+#![allow(clippy::duplicated_attributes)]
+
+use crate::duration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "nodemanager.dev",
+    version = "v1alpha1",
+    kind = "NodeGroup",
+    namespaced,
+    shortname = "ng",
+    category = "nodemanager",
+    status = "NodeGroupStatus",
+    printcolumn(name = "Role", type_ = "string", json_path = ".spec.role"),
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.desired"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyNodes"),
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(
+        name = "Operation",
+        type_ = "string",
+        json_path = ".status.operation.holder"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "ASGs",
+        type_ = "integer",
+        json_path = ".status.autoScalingGroupCount",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Next Refresh",
+        type_ = "string",
+        json_path = ".status.nextRefresh",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Last Interruption",
+        type_ = "date",
+        json_path = ".status.lastInterruption.noticed",
+        priority = 1
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeGroupSpec {
+    /// Whether the group holds control-plane (Master) or worker (Worker) nodes.
+    pub role: Role,
+    /// AWS region of the ASGs; the manager's configured region when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// The group's Auto Scaling Groups (kops creates one per availability zone).
+    #[schemars(length(min = 1))]
+    pub auto_scaling_groups: Vec<AutoScalingGroupRef>,
+    /// Selects the group's Nodes. Default: the ASGs' kops instance-group labels,
+    /// or the Nodes on the ASGs' own instances when those are unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+    /// How many Ready nodes the group should have; 0 to 10000.
+    #[schemars(range(min = 0, max = 10000))]
+    pub desired: i32,
+    /// The circuit breaker: when more than this share of the group's nodes
+    /// (in percent) is NotReady at once (a network partition, a broken
+    /// kubelet fleet), nothing in the group is terminated until it closes;
+    /// replacements are still launched. 0 to 100; default 50.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub max_not_ready_percent: Option<i32>,
+    /// Pause every action on this group (the inventory keeps reporting).
+    #[serde(default)]
+    pub suspend: bool,
+    #[serde(default)]
+    pub replenish: ReplenishSpec,
+    /// How interruption notices for this group's nodes are handled (when the
+    /// manager reads an interruption queue).
+    #[serde(default)]
+    pub interruption: InterruptionSpec,
+    /// Scheduled rolling replacement; no refresh when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh: Option<RefreshSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Role {
+    Master,
+    Worker,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct AutoScalingGroupRef {
+    #[schemars(length(min = 1, max = 255))]
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplenishSpec {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Minimum time between two ASG modifications.
+    #[serde(default = "default_cooldown")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub cooldown: String,
+    /// An instance that has not joined as a Node after this long is removed.
+    #[serde(default = "default_join_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub join_timeout: String,
+}
+
+/// The time from a notice (AWS's time) by which a doomed node's drain must be
+/// finished, unless the group says otherwise.
+pub const DEFAULT_DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(90);
+/// Bounds of `interruption.drainDeadline`: a spot warning gives two minutes.
+pub const DRAIN_DEADLINE_BOUNDS: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_secs(10),
+    std::time::Duration::from_secs(120),
+);
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InterruptionSpec {
+    /// From the notice's time (AWS's, not receipt), by when the drain of an
+    /// interrupted node must be finished; 10s to 2m.
+    #[serde(default = "default_drain_deadline")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub drain_deadline: String,
+    /// What a rebalance recommendation (elevated risk of interruption) does:
+    /// `Ignore` writes an Event; `Replace` launches a replacement and, once
+    /// it is Ready, drains and removes the node.
+    #[serde(default)]
+    pub on_rebalance_recommendation: OnRebalance,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OnRebalance {
+    #[default]
+    Ignore,
+    Replace,
+}
+
+impl Default for InterruptionSpec {
+    fn default() -> Self {
+        Self {
+            drain_deadline: default_drain_deadline(),
+            on_rebalance_recommendation: OnRebalance::Ignore,
+        }
+    }
+}
+
+impl InterruptionSpec {
+    /// The drain deadline; the default when invalid (validation reports it).
+    pub fn drain_deadline(&self) -> std::time::Duration {
+        duration::parse(&self.drain_deadline)
+            .ok()
+            .filter(|d| (DRAIN_DEADLINE_BOUNDS.0..=DRAIN_DEADLINE_BOUNDS.1).contains(d))
+            .unwrap_or(DEFAULT_DRAIN_DEADLINE)
+    }
+}
+
+fn default_drain_deadline() -> String {
+    "90s".into()
+}
+
+impl Default for ReplenishSpec {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            cooldown: default_cooldown(),
+            join_timeout: default_join_timeout(),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RefreshSpec {
+    /// Cron expression (seconds field optional), evaluated in `timeZone`.
+    #[schemars(length(min = 1))]
+    pub schedule: String,
+    /// IANA time zone name, e.g. Asia/Tokyo.
+    #[serde(default = "default_time_zone")]
+    pub time_zone: String,
+    /// Extra nodes added before replacing old ones. Default 1 for workers;
+    /// must be 0 for masters (kops cannot run an extra master).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub surplus_nodes: Option<i32>,
+    /// Only nodes older than this are replaced; every node when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub max_node_age: Option<String>,
+    #[serde(default = "default_drain_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub drain_timeout: String,
+    /// What to do when a drain times out.
+    #[serde(default)]
+    pub drain_timeout_action: DrainTimeoutAction,
+    /// How long a new node may take to become Ready.
+    #[serde(default = "default_ready_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub ready_timeout: String,
+    /// Masters: after a replacement's control-plane pods (kube-apiserver,
+    /// etcd-manager) are Ready, wait this long before the next master.
+    #[serde(default = "default_master_settle_time")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub master_settle_time: String,
+}
+
+fn default_master_settle_time() -> String {
+    "2m".into()
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum DrainTimeoutAction {
+    /// Terminate the node anyway.
+    Proceed,
+    /// Stop the refresh, leaving the node in service.
+    #[default]
+    Abort,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_cooldown() -> String {
+    "5m".into()
+}
+fn default_join_timeout() -> String {
+    "15m".into()
+}
+fn default_time_zone() -> String {
+    "UTC".into()
+}
+fn default_drain_timeout() -> String {
+    "5m".into()
+}
+fn default_ready_timeout() -> String {
+    "15m".into()
+}
+
+mod status;
+mod validation;
+
+pub use status::*;
+pub use validation::*;

@@ -1,0 +1,207 @@
+//! What the inventory writes of a NodeGroup: its nodes, instances that never
+//! joined, per-ASG figures, conditions, the operation lock.
+
+use super::super::condition::{
+    CIRCUIT_BREAKER, Condition, ConditionStatus, SPEC_VALID, list_map_by_type,
+};
+use super::NodeGroup;
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeGroupStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default)]
+    #[schemars(transform = list_map_by_type)]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_nodes: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_nodes: Option<i32>,
+    #[serde(default)]
+    pub nodes: Vec<NodeStatus>,
+    #[serde(default)]
+    pub not_joined: Vec<NotJoinedInstance>,
+    #[serde(default)]
+    pub auto_scaling_groups: Vec<AutoScalingGroupStatus>,
+    /// The refresh/replenish lock; absent when idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<OperationLock>,
+    /// The newest interruption notice handled for one of the group's nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_interruption: Option<LastInterruption>,
+    /// In one word, what is wrong with the group or what it is doing (the
+    /// `kubectl get` column), from its conditions, spec and lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<GroupState>,
+    /// How many ASGs the spec names (`kubectl get -o wide`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_scaling_group_count: Option<i32>,
+    /// When the group's Refresher next runs, if a refresh is scheduled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_refresh: Option<DateTime<Utc>>,
+}
+
+/// What `kubectl get nodegroups` says of a group, the first that holds.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum GroupState {
+    /// `SpecValid` is False: the group does nothing until its spec is fixed.
+    InvalidSpec,
+    /// `spec.suspend`: the group does nothing by request.
+    Suspended,
+    /// An ASG is missing or cannot launch, or the circuit breaker is open.
+    Degraded,
+    /// A refresh run holds the group's lock.
+    Refreshing,
+    /// The replenisher holds the group's lock, or fewer nodes are Ready than
+    /// desired (before the lock, e.g. while new nodes join).
+    Replenishing,
+    /// None of the above: the desired count is Ready and nothing is running.
+    Ready,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastInterruption {
+    pub node: String,
+    pub instance_id: String,
+    pub kind: String,
+    /// When AWS emitted the notice.
+    pub noticed: DateTime<Utc>,
+    /// When the node's drain ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained: Option<DateTime<Utc>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_scaling_group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub availability_zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
+    /// spot or on-demand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_time: Option<DateTime<Utc>>,
+    pub ready: bool,
+    pub unschedulable: bool,
+    /// Why this node could not be matched to an instance (e.g. a bad providerID).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// The interruption notice recorded on the node (by the interruption
+    /// handler): the node is leaving and no longer counts as Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interruption: Option<NodeInterruption>,
+}
+
+/// An interruption notice as the node records it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeInterruption {
+    /// spot_interruption, scheduled_change, state_change,
+    /// terminate_lifecycle_action or rebalance_recommendation.
+    pub kind: String,
+    /// When AWS emitted the notice.
+    pub noticed: DateTime<Utc>,
+    /// The drain must be finished by then.
+    pub deadline: DateTime<Utc>,
+    /// When the drain ended (drained, or its deadline passed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained: Option<DateTime<Utc>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotJoinedInstance {
+    pub instance_id: String,
+    pub auto_scaling_group: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub availability_zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_time: Option<DateTime<Utc>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoScalingGroupStatus {
+    pub name: String,
+    pub desired: i32,
+    pub min: i32,
+    pub max: i32,
+    /// Capacity as AWS counts it: InService and Pending instances.
+    pub instances: i32,
+    /// Of which Pending (launched, not yet InService).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pending: i32,
+    /// False when the ASG cannot be counted on to launch: Launch suspended,
+    /// its newest launch failed, or below desired for longer than the launch
+    /// grace. A launch in flight (lag, Pending) within the grace is launching.
+    pub launching: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Since when it has been seen below its desired count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind_since: Option<DateTime<Utc>>,
+    /// The newest launch activity's failure, while below desired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_failure: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspended_processes: Vec<String>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum OperationKind {
+    Refresh,
+    Replenish,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationLock {
+    pub holder: OperationKind,
+    /// Name of the Refresher or Replenisher holding the lock.
+    pub holder_name: String,
+    pub since: DateTime<Utc>,
+}
+
+/// The SpecValid reason of a group naming an ASG another group names.
+pub const ASG_CONFLICT: &str = "AutoScalingGroupConflict";
+
+/// The circuit breaker's default share of NotReady nodes, in percent.
+pub const DEFAULT_MAX_NOT_READY_PERCENT: i32 = 50;
+
+impl NodeGroup {
+    /// Why nothing in the group may be terminated now (the inventory's
+    /// circuit breaker condition is True), if so.
+    pub fn breaker_open(&self) -> Option<String> {
+        self.status.as_ref()?.conditions.iter().find_map(|c| {
+            (c.type_ == CIRCUIT_BREAKER && c.status == ConditionStatus::True)
+                .then(|| c.message.clone())
+        })
+    }
+
+    /// Why the group must not act because another group names one of its
+    /// ASGs (the inventory's SpecValid condition says so), if it must not.
+    pub fn asg_conflict(&self) -> Option<String> {
+        self.status.as_ref()?.conditions.iter().find_map(|c| {
+            (c.type_ == SPEC_VALID
+                && c.status == ConditionStatus::False
+                && c.reason == ASG_CONFLICT)
+                .then(|| c.message.clone())
+        })
+    }
+}
