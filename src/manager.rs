@@ -147,6 +147,45 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         shutdown.clone(),
     ));
 
+    let leadership = if settings.leader_election.enabled {
+        Leadership::elected()
+    } else {
+        Leadership::always()
+    };
+    let ctx = build_context(settings.clone(), metrics.clone(), leadership.clone()).await?;
+    readiness.set(true);
+
+    // The elector stops (and releases the Lease) only once every controller
+    // has stopped: releasing first would let the other replica lead while
+    // our last reconciles still mutate.
+    let elector_stop = CancellationToken::new();
+    let elector_task = settings.leader_election.enabled.then(|| {
+        let elector = Elector::new(
+            ctx.client.clone(),
+            settings.leader_election.clone(),
+            settings.identity.clone(),
+            leadership.clone(),
+        );
+        tokio::spawn(elector.run(elector_stop.clone()))
+    });
+
+    lead_while_elected(ctx, &leadership, &liveness, &shutdown).await;
+    info!("shutting down: every controller has stopped");
+    elector_stop.cancel();
+    if let Some(t) = elector_task {
+        let _ = t.await;
+    }
+    let _ = admin_task.await;
+    Ok(())
+}
+
+/// The controllers' Context: Kubernetes clients (after checking our CRDs
+/// are installed), the fenced AWS clients, the interruption queue if set.
+async fn build_context(
+    settings: Arc<Settings>,
+    metrics: Arc<Metrics>,
+    leadership: Leadership,
+) -> Result<Arc<Context>> {
     let client = kube_client(&settings).await?;
     let eviction_client = kube_client_without_retry(&settings).await?;
     check_crds(&client, &settings).await?;
@@ -163,11 +202,6 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
             "no AWS region configured (aws.region, --aws-region or AWS_REGION): AWS calls will fail"
         );
     }
-    let leadership = if settings.leader_election.enabled {
-        Leadership::elected()
-    } else {
-        Leadership::always()
-    };
     let cloud = Arc::new(
         AwsCloudProvider::new(sdk.clone(), settings.aws.emulator_account.clone())
             .with_fencing(cloud::Fencing {
@@ -181,22 +215,6 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
             "dry-run: no AWS or Kubernetes object will be mutated; intended mutations are logged"
         );
     }
-    readiness.set(true);
-
-    // The elector stops (and releases the Lease) only once every controller
-    // has stopped: releasing first would let the other replica lead while
-    // our last reconciles still mutate.
-    let elector_stop = CancellationToken::new();
-    let elector_task = settings.leader_election.enabled.then(|| {
-        let elector = Elector::new(
-            client.clone(),
-            settings.leader_election.clone(),
-            settings.identity.clone(),
-            leadership.clone(),
-        );
-        tokio::spawn(elector.run(elector_stop.clone()))
-    });
-
     let queue = settings.interruption.queue_url.as_deref().map(|url| {
         Arc::new(crate::cloud::sqs::Queue::new(
             &sdk,
@@ -208,32 +226,44 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
     if queue.is_none() {
         info!("interruption handler off: no interruption.queueUrl");
     }
-    let ctx = Arc::new(
+    Ok(Arc::new(
         Context::new(
             client,
             eviction_client,
-            settings.clone(),
+            settings,
             Arc::new(SystemClock),
-            metrics.clone(),
-            leadership.clone(),
+            metrics,
+            leadership,
             cloud,
         )
         .with_interruption_queue(queue),
-    );
+    ))
+}
 
+/// Runs every controller while this replica leads, stops them when it no
+/// longer does, and restarts them (after a pause) when they stop by
+/// themselves; returns once `shutdown` fires and they have stopped.
+async fn lead_while_elected(
+    ctx: Arc<Context>,
+    leadership: &Leadership,
+    liveness: &admin::Liveness,
+    shutdown: &CancellationToken,
+) {
+    let metrics = ctx.metrics.clone();
+    let identity = ctx.settings.identity.clone();
     let mut leading = leadership.subscribe();
     let mut restarts = RestartBackoff::default();
     while !shutdown.is_cancelled() {
         // Wait to lead.
         if !*leading.borrow_and_update() {
-            info!(identity = %settings.identity, "waiting for leadership");
+            info!(identity = %identity, "waiting for leadership");
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 changed = leading.changed() => if changed.is_err() { break } else { continue },
             }
         }
         metrics.leader.set(1);
-        info!(identity = %settings.identity, "leading: starting controllers");
+        info!(identity = %identity, "leading: starting controllers");
         let controllers = shutdown.child_token();
         let term_started = std::time::Instant::now();
         let mut task = tokio::spawn(crate::controllers::run_all(
@@ -279,13 +309,6 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
             liveness.set_failing(false);
         }
     }
-    info!("shutting down: every controller has stopped");
-    elector_stop.cancel();
-    if let Some(t) = elector_task {
-        let _ = t.await;
-    }
-    let _ = admin_task.await;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -108,139 +108,141 @@ fn duration_histogram() -> Histogram {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("spot_node_manager");
-        let reconciles = Family::<ControllerLabels, Counter>::default();
-        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
-        let reconcile_duration = Family::<ControllerLabels, Histogram>::new_with_constructor(
-            duration_histogram as fn() -> Histogram,
-        );
-        let mutations = Family::<MutationLabels, Counter>::default();
-        let leader = Gauge::default();
-        let aws_calls = Family::<AwsCallLabels, Counter>::default();
-        registry.register(
+        let mut metrics = Self {
+            registry: Registry::with_prefix("spot_node_manager"),
+            aws_calls: Family::default(),
+            aws_call_errors: Family::default(),
+            group_ready_nodes: Family::default(),
+            group_desired_nodes: Family::default(),
+            group_operation: Family::default(),
+            // 1 min .. ~17 h: a run replaces nodes one at a time.
+            refresh_run_duration: Family::new_with_constructor(
+                (|| Histogram::new(exponential_buckets(60.0, 2.0, 11))) as fn() -> Histogram,
+            ),
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Family::new_with_constructor(
+                duration_histogram as fn() -> Histogram,
+            ),
+            mutations: Family::default(),
+            drains: Family::default(),
+            refresh_runs: Family::default(),
+            refresh_runs_started: Counter::default(),
+            // 10 s .. ~3 h: a drain plus a new node becoming Ready.
+            node_replacement_duration: Histogram::new(exponential_buckets(10.0, 2.0, 11)),
+            interruption_messages: Family::default(),
+            // 50 ms .. ~7 min: from AWS emitting a notice to its node marked.
+            interruption_age: Histogram::new(exponential_buckets(0.05, 2.0, 14)),
+            leader: Gauge::default(),
+            controller_restarts: Counter::default(),
+        };
+        metrics.register();
+        metrics
+    }
+}
+
+impl Metrics {
+    /// Registers every series with its name and help, by concern.
+    fn register(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "aws_calls",
             "AWS API requests made, per operation (each page counts; failures too)",
-            aws_calls.clone(),
+            self.aws_calls.clone(),
         );
-        let aws_call_errors = Family::<AwsErrorLabels, Counter>::default();
-        registry.register(
+        r.register(
             "aws_call_errors",
             "AWS API requests that failed, per operation and kind (throttled, refused, no_response)",
-            aws_call_errors.clone(),
+            self.aws_call_errors.clone(),
         );
-        let group_ready_nodes = Family::<GroupLabels, Gauge>::default();
-        registry.register(
+        r.register(
             "group_ready_nodes",
             "Ready nodes of each NodeGroup, as its inventory last counted",
-            group_ready_nodes.clone(),
+            self.group_ready_nodes.clone(),
         );
-        let group_desired_nodes = Family::<GroupLabels, Gauge>::default();
-        registry.register(
+        r.register(
             "group_desired_nodes",
             "Desired Ready nodes of each NodeGroup (spec.desired)",
-            group_desired_nodes.clone(),
+            self.group_desired_nodes.clone(),
         );
-        let group_operation = Family::<OperationLabels, Gauge>::default();
-        registry.register(
+        r.register(
             "group_operation",
             "1 while a refresh or a replenishment holds the NodeGroup's lock",
-            group_operation.clone(),
+            self.group_operation.clone(),
         );
-        // 1 min .. ~17 h: a run replaces nodes one at a time.
-        let refresh_run_duration = Family::<RunLabels, Histogram>::new_with_constructor(
-            (|| Histogram::new(exponential_buckets(60.0, 2.0, 11))) as fn() -> Histogram,
-        );
-        registry.register(
+        self.register_runs();
+        self.register_controllers();
+    }
+
+    /// Refresh runs, drains and interruptions.
+    fn register_runs(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "refresh_run_duration_seconds",
             "From a refresh run's start to its end, per result",
-            refresh_run_duration.clone(),
+            self.refresh_run_duration.clone(),
         );
-        let drains = Family::<DrainLabels, Counter>::default();
-        registry.register("drains", "Drain steps and outcomes", drains.clone());
-        let refresh_runs = Family::<RunLabels, Counter>::default();
-        registry.register(
+        r.register("drains", "Drain steps and outcomes", self.drains.clone());
+        r.register(
             "refresh_runs",
             "Refresh runs ended, per result (Succeeded, Failed, Skipped)",
-            refresh_runs.clone(),
+            self.refresh_runs.clone(),
         );
-        let refresh_runs_started = Counter::default();
-        registry.register(
+        r.register(
             "refresh_runs_started",
             "Refresh runs started",
-            refresh_runs_started.clone(),
+            self.refresh_runs_started.clone(),
         );
-        // 10 s .. ~3 h: a drain plus a new node becoming Ready.
-        let node_replacement_duration = Histogram::new(exponential_buckets(10.0, 2.0, 11));
-        registry.register(
+        r.register(
             "node_replacement_duration_seconds",
             "From the start of a node's drain to its replacement being Ready",
-            node_replacement_duration.clone(),
+            self.node_replacement_duration.clone(),
         );
-        let interruption_messages = Family::<InterruptionLabels, Counter>::default();
-        registry.register(
+        r.register(
             "interruption_messages",
             "Interruption queue messages handled, per kind and outcome",
-            interruption_messages.clone(),
+            self.interruption_messages.clone(),
         );
-        // 50 ms .. ~7 min: from AWS emitting a notice to its node marked.
-        let interruption_age = Histogram::new(exponential_buckets(0.05, 2.0, 14));
-        registry.register(
+        r.register(
             "interruption_age_at_action_seconds",
             "From a notice's time (EventBridge) to its node cordoned and tainted",
-            interruption_age.clone(),
+            self.interruption_age.clone(),
         );
-        registry.register(
+    }
+
+    /// Reconciles, mutations, leadership and restarts.
+    fn register_controllers(&mut self) {
+        let r = &mut self.registry;
+        r.register(
             "reconciles",
             "Reconciliations run, per controller",
-            reconciles.clone(),
+            self.reconciles.clone(),
         );
-        registry.register(
+        r.register(
             "reconcile_errors",
             "Reconciliations that failed, per controller and error category",
-            reconcile_errors.clone(),
+            self.reconcile_errors.clone(),
         );
-        registry.register(
+        r.register(
             "reconcile_duration_seconds",
             "Duration of reconciliations, per controller",
-            reconcile_duration.clone(),
+            self.reconcile_duration.clone(),
         );
-        registry.register(
+        r.register(
             "mutations",
             "AWS and Kubernetes mutations, per target, action and outcome",
-            mutations.clone(),
+            self.mutations.clone(),
         );
-        registry.register(
+        r.register(
             "leader",
             "1 while this replica holds the leader lease",
-            leader.clone(),
+            self.leader.clone(),
         );
-        let controller_restarts = Counter::default();
-        registry.register(
+        r.register(
             "controller_restarts",
             "Times the controllers stopped by themselves and were restarted (after a backoff)",
-            controller_restarts.clone(),
+            self.controller_restarts.clone(),
         );
-        Self {
-            registry,
-            aws_calls,
-            aws_call_errors,
-            group_ready_nodes,
-            group_desired_nodes,
-            group_operation,
-            refresh_run_duration,
-            reconciles,
-            reconcile_errors,
-            reconcile_duration,
-            mutations,
-            drains,
-            refresh_runs,
-            refresh_runs_started,
-            node_replacement_duration,
-            interruption_messages,
-            interruption_age,
-            leader,
-            controller_restarts,
-        }
     }
 }
 

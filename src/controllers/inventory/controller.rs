@@ -180,26 +180,8 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     };
     ctx.metrics.group_observed(&namespace, &name, &next);
     if next != current {
-        let becomes_invalid = is_invalid(&next) && !is_invalid(&current);
-        let becomes_degraded = is_degraded(&next) && !is_degraded(&current);
-        let breaker_opens = next_breaker_opens(&current, &next);
         write_status(ctx, &namespace, &name, &next).await?;
-        for (flag, type_) in [
-            (becomes_invalid, SPEC_VALID),
-            (becomes_degraded, DEGRADED),
-            (breaker_opens, crate::crd::condition::CIRCUIT_BREAKER),
-        ] {
-            if flag && let Some(c) = crate::crd::condition::find(&next.conditions, type_) {
-                ctx.event(
-                    &group.object_ref(&()),
-                    EventType::Warning,
-                    &c.reason,
-                    "Sync",
-                    c.message.clone(),
-                )
-                .await;
-            }
-        }
+        warn_of_changes(ctx, &group, &current, &next).await;
     }
     if deleting {
         // The children unwind on their own (they see the deletion); the
@@ -218,6 +200,35 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
         sync_children(ctx, &group, &namespace, &name).await?;
     }
     Ok(Action::requeue(requeue))
+}
+
+/// A Warning Event for each problem the new status raises: the spec turned
+/// invalid, the group degraded, the circuit breaker opened.
+async fn warn_of_changes(
+    ctx: &Context,
+    group: &NodeGroup,
+    current: &NodeGroupStatus,
+    next: &NodeGroupStatus,
+) {
+    let becomes_invalid = is_invalid(next) && !is_invalid(current);
+    let becomes_degraded = is_degraded(next) && !is_degraded(current);
+    let breaker_opens = next_breaker_opens(current, next);
+    for (flag, type_) in [
+        (becomes_invalid, SPEC_VALID),
+        (becomes_degraded, DEGRADED),
+        (breaker_opens, crate::crd::condition::CIRCUIT_BREAKER),
+    ] {
+        if flag && let Some(c) = crate::crd::condition::find(&next.conditions, type_) {
+            ctx.event(
+                &group.object_ref(&()),
+                EventType::Warning,
+                &c.reason,
+                "Sync",
+                c.message.clone(),
+            )
+            .await;
+        }
+    }
 }
 
 /// When the group's Refresher next runs, as it says.

@@ -164,7 +164,6 @@ pub fn inventory_status<N: NodeView>(
     previous: &NodeGroupStatus,
     now: DateTime<Utc>,
 ) -> NodeGroupStatus {
-    let generation = group.metadata.generation;
     let mut status = previous.clone();
     let membership = Membership::of(group, &aws.asgs);
     let instances: BTreeMap<&str, &InstanceDescription> = aws
@@ -181,80 +180,12 @@ pub fn inventory_status<N: NodeView>(
                 .map(move |i| (i.instance_id.as_str(), a.name.as_str()))
         })
         .collect();
-
     let mut members: Vec<NodeStatus> = nodes
         .iter()
         .filter(|n| membership.includes(*n))
-        .map(|node| {
-            let provider_id = node.provider_id();
-            let parsed = match provider_id {
-                None | Some("") => Err("node has no providerID".to_string()),
-                Some(p) => parse_provider_id(p),
-            };
-            let (zone, instance_id, problem) = match parsed {
-                Ok((zone, id)) => (Some(zone), Some(id), None),
-                Err(problem) => (None, None, Some(problem)),
-            };
-            let instance = instance_id.as_deref().and_then(|id| instances.get(id));
-            let interruption = crate::controllers::interruption::record::record_of(node)
-                .filter(|r| instance_id.as_deref() == Some(r.instance_id.as_str()))
-                .map(|r| NodeInterruption {
-                    kind: r.kind,
-                    noticed: r.noticed,
-                    deadline: r.deadline,
-                    drained: r.drained,
-                });
-            NodeStatus {
-                name: node.node_name().to_string(),
-                auto_scaling_group: instance_id
-                    .as_deref()
-                    .and_then(|id| asg_of.get(id))
-                    .map(|s| s.to_string()),
-                availability_zone: instance.and_then(|i| i.availability_zone.clone()).or(zone),
-                instance_type: instance.and_then(|i| i.instance_type.clone()),
-                lifecycle: instance.map(|i| i.lifecycle.as_str().to_string()),
-                launch_time: instance.and_then(|i| i.launch_time),
-                instance_id,
-                ready: node.ready(),
-                unschedulable: node.cordoned(),
-                problem,
-                interruption,
-            }
-        })
+        .map(|node| member_status(node, &instances, &asg_of))
         .collect();
     members.sort_by(|a, b| a.name.cmp(&b.name));
-
-    // Not joined: in the ASGs, alive, and no Node anywhere in the cluster runs on it.
-    let joined: BTreeSet<String> = nodes.iter().filter_map(|n| n.instance_id()).collect();
-    let mut not_joined: Vec<NotJoinedInstance> = aws
-        .asgs
-        .iter()
-        .flat_map(|asg| {
-            asg.instances
-                .iter()
-                .filter(|i| i.is_active() && !joined.contains(&i.instance_id))
-                .map(|i| {
-                    let described = instances.get(i.instance_id.as_str());
-                    NotJoinedInstance {
-                        instance_id: i.instance_id.clone(),
-                        auto_scaling_group: asg.name.clone(),
-                        availability_zone: i.availability_zone.clone(),
-                        launch_time: described.and_then(|d| d.launch_time),
-                    }
-                })
-        })
-        // An instance EC2 already reports as terminated is leaving, not late.
-        .filter(|n| {
-            instances.get(n.instance_id.as_str()).is_none_or(|d| {
-                !matches!(
-                    d.state.as_str(),
-                    "shutting-down" | "terminated" | "stopping" | "stopped"
-                )
-            })
-        })
-        .collect();
-    not_joined.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
-
     let asg_statuses: Vec<AutoScalingGroupStatus> = group
         .spec
         .auto_scaling_groups
@@ -270,33 +201,105 @@ pub fn inventory_status<N: NodeView>(
         })
         .collect();
 
-    let missing: Vec<&str> = group
-        .spec
-        .auto_scaling_groups
-        .iter()
-        .map(|r| r.name.as_str())
-        .filter(|name| !aws.asgs.iter().any(|a| a.name == *name))
-        .collect();
-    let not_launching: Vec<String> = asg_statuses
-        .iter()
-        .filter(|a| !a.launching)
-        .map(|a| {
-            format!(
-                "{} ({})",
-                a.name,
-                a.reason.as_deref().unwrap_or("not launching")
-            )
-        })
-        .collect();
-    let bad_nodes = members.iter().filter(|m| m.problem.is_some()).count();
-
     status.ready_nodes = Some(members.iter().filter(|m| m.ready).count() as i32);
     status.desired_nodes = Some(group.spec.desired);
     status.last_interruption = last_interruption(previous.last_interruption.as_ref(), &members);
     status.nodes = members;
-    status.not_joined = not_joined;
+    status.not_joined = not_joined(nodes, aws, &instances);
     status.auto_scaling_groups = asg_statuses;
+    set_conditions(group, aws, &mut status, now);
+    status
+}
 
+/// One member Node's status: its instance (from `providerID`), what AWS
+/// says of it, and its interruption record.
+fn member_status<N: NodeView>(
+    node: &N,
+    instances: &BTreeMap<&str, &InstanceDescription>,
+    asg_of: &BTreeMap<&str, &str>,
+) -> NodeStatus {
+    let parsed = match node.provider_id() {
+        None | Some("") => Err("node has no providerID".to_string()),
+        Some(p) => parse_provider_id(p),
+    };
+    let (zone, instance_id, problem) = match parsed {
+        Ok((zone, id)) => (Some(zone), Some(id), None),
+        Err(problem) => (None, None, Some(problem)),
+    };
+    let instance = instance_id.as_deref().and_then(|id| instances.get(id));
+    let interruption = crate::controllers::interruption::record::record_of(node)
+        .filter(|r| instance_id.as_deref() == Some(r.instance_id.as_str()))
+        .map(|r| NodeInterruption {
+            kind: r.kind,
+            noticed: r.noticed,
+            deadline: r.deadline,
+            drained: r.drained,
+        });
+    NodeStatus {
+        name: node.node_name().to_string(),
+        auto_scaling_group: instance_id
+            .as_deref()
+            .and_then(|id| asg_of.get(id))
+            .map(|s| s.to_string()),
+        availability_zone: instance.and_then(|i| i.availability_zone.clone()).or(zone),
+        instance_type: instance.and_then(|i| i.instance_type.clone()),
+        lifecycle: instance.map(|i| i.lifecycle.as_str().to_string()),
+        launch_time: instance.and_then(|i| i.launch_time),
+        instance_id,
+        ready: node.ready(),
+        unschedulable: node.cordoned(),
+        problem,
+        interruption,
+    }
+}
+
+/// Not joined: in the ASGs, alive, and no Node anywhere in the cluster runs
+/// on it. An instance EC2 already reports as terminated is leaving, not late.
+fn not_joined<N: NodeView>(
+    nodes: &[N],
+    aws: &AwsView,
+    instances: &BTreeMap<&str, &InstanceDescription>,
+) -> Vec<NotJoinedInstance> {
+    let joined: BTreeSet<String> = nodes.iter().filter_map(|n| n.instance_id()).collect();
+    let mut not_joined: Vec<NotJoinedInstance> = aws
+        .asgs
+        .iter()
+        .flat_map(|asg| {
+            asg.instances
+                .iter()
+                .filter(|i| i.is_active() && !joined.contains(&i.instance_id))
+                .map(|i| NotJoinedInstance {
+                    instance_id: i.instance_id.clone(),
+                    auto_scaling_group: asg.name.clone(),
+                    availability_zone: i.availability_zone.clone(),
+                    launch_time: instances
+                        .get(i.instance_id.as_str())
+                        .and_then(|d| d.launch_time),
+                })
+        })
+        .filter(|n| {
+            instances.get(n.instance_id.as_str()).is_none_or(|d| {
+                !matches!(
+                    d.state.as_str(),
+                    "shutting-down" | "terminated" | "stopping" | "stopped"
+                )
+            })
+        })
+        .collect();
+    not_joined.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+    not_joined
+}
+
+/// The inventory's own conditions on `status` (its nodes, not-joined
+/// instances and ASG figures already set): synced, degraded, breaker.
+fn set_conditions(
+    group: &NodeGroup,
+    aws: &AwsView,
+    status: &mut NodeGroupStatus,
+    now: DateTime<Utc>,
+) {
+    let generation = group.metadata.generation;
+    let bad_nodes = status.nodes.iter().filter(|m| m.problem.is_some()).count();
     let mut synced = format!(
         "{} node(s), {} ready, {} instance(s) not joined",
         status.nodes.len(),
@@ -317,25 +320,7 @@ pub fn inventory_status<N: NodeView>(
         generation,
         now,
     );
-    let (degraded, reason, message) = if !missing.is_empty() {
-        (
-            ConditionStatus::True,
-            "AutoScalingGroupNotFound",
-            format!("Auto Scaling Group(s) not found: {}", missing.join(", ")),
-        )
-    } else if !not_launching.is_empty() {
-        (
-            ConditionStatus::True,
-            "NotLaunching",
-            format!("not launching: {}", not_launching.join("; ")),
-        )
-    } else {
-        (
-            ConditionStatus::False,
-            "AllLaunching",
-            "every Auto Scaling Group is launching".to_string(),
-        )
-    };
+    let (degraded, reason, message) = degradation(group, aws, &status.auto_scaling_groups);
     set_condition(
         &mut status.conditions,
         DEGRADED,
@@ -361,7 +346,51 @@ pub fn inventory_status<N: NodeView>(
         generation,
         now,
     );
-    status
+}
+
+/// The Degraded condition: an ASG not found, or not launching.
+fn degradation(
+    group: &NodeGroup,
+    aws: &AwsView,
+    asg_statuses: &[AutoScalingGroupStatus],
+) -> (ConditionStatus, &'static str, String) {
+    let missing: Vec<&str> = group
+        .spec
+        .auto_scaling_groups
+        .iter()
+        .map(|r| r.name.as_str())
+        .filter(|name| !aws.asgs.iter().any(|a| a.name == *name))
+        .collect();
+    let not_launching: Vec<String> = asg_statuses
+        .iter()
+        .filter(|a| !a.launching)
+        .map(|a| {
+            format!(
+                "{} ({})",
+                a.name,
+                a.reason.as_deref().unwrap_or("not launching")
+            )
+        })
+        .collect();
+    if !missing.is_empty() {
+        (
+            ConditionStatus::True,
+            "AutoScalingGroupNotFound",
+            format!("Auto Scaling Group(s) not found: {}", missing.join(", ")),
+        )
+    } else if !not_launching.is_empty() {
+        (
+            ConditionStatus::True,
+            "NotLaunching",
+            format!("not launching: {}", not_launching.join("; ")),
+        )
+    } else {
+        (
+            ConditionStatus::False,
+            "AllLaunching",
+            "every Auto Scaling Group is launching".to_string(),
+        )
+    }
 }
 
 /// Pure: the group's state for `kubectl get`: what is wrong first, then

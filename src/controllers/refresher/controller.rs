@@ -77,15 +77,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     };
     let now = ctx.clock.now();
     let group = &observed.group;
-    // Another group naming one of its ASGs pauses any run, as an invalid
-    // spec does.
-    let settings = match group.asg_conflict() {
-        Some(why) => Err(why),
-        None => rf
-            .spec
-            .resolve()
-            .map_err(|p| format!("the Refresher's spec is invalid: {p}")),
-    };
+    let settings = settings_of(&rf, group);
     let current = rf.status.clone().unwrap_or_default();
     let schedule_key = rf.spec.schedule_key();
     // Masters between replacements: which nodes' control planes are up.
@@ -140,6 +132,49 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
 
     let mut status = plan.status.clone();
     status.observed_generation = rf.metadata.generation;
+    set_conditions(&mut status, &rf, &settings, &schedule_key, &asgs, now);
+    let mut cluster = Cluster {
+        ctx,
+        namespace: &namespace,
+        name: &name,
+        me: &me,
+        group: &group,
+        group_ref: group.object_ref(&()),
+        fresh: &fresh,
+        nodes: &nodes,
+        cloud: cloud.as_ref(),
+        now,
+    };
+    let requeue = execute(&mut cluster, rf.status.as_ref(), &plan, &status, now).await?;
+    Ok(Action::requeue(requeue))
+}
+
+/// The run's settings, or why there are none: another group naming one of
+/// its ASGs pauses any run, as an invalid spec does.
+fn settings_of(
+    rf: &Refresher,
+    group: &NodeGroup,
+) -> std::result::Result<crate::crd::nodegroup::ResolvedRefresh, String> {
+    match group.asg_conflict() {
+        Some(why) => Err(why),
+        None => rf
+            .spec
+            .resolve()
+            .map_err(|p| format!("the Refresher's spec is invalid: {p}")),
+    }
+}
+
+/// The Refresher's own conditions: the spec (schedule) valid, the ASGs'
+/// scaling processes active, the last run's outcome.
+fn set_conditions(
+    status: &mut RefresherStatus,
+    rf: &Refresher,
+    settings: &std::result::Result<crate::crd::nodegroup::ResolvedRefresh, String>,
+    schedule_key: &str,
+    asgs: &[crate::controllers::group_view::AsgView],
+    now: DateTime<Utc>,
+) {
+    let generation = rf.metadata.generation;
     match &settings {
         Ok(_) => set_condition(
             &mut status.conditions,
@@ -147,7 +182,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             ConditionStatus::True,
             "Valid",
             format!("schedule {schedule_key}"),
-            rf.metadata.generation,
+            generation,
             now,
         ),
         Err(problem) => set_condition(
@@ -156,19 +191,19 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             ConditionStatus::False,
             "InvalidSpec",
             problem.clone(),
-            rf.metadata.generation,
+            generation,
             now,
         ),
     }
     // Whether the ASGs let a run do its work (Launch, Terminate not suspended).
-    match refresh_plan::blocking_processes(&asgs) {
+    match refresh_plan::blocking_processes(asgs) {
         Some(why) => set_condition(
             &mut status.conditions,
             SCALING_PROCESSES,
             ConditionStatus::False,
             "ProcessSuspended",
             why,
-            rf.metadata.generation,
+            generation,
             now,
         ),
         None if !asgs.is_empty() => set_condition(
@@ -177,7 +212,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             ConditionStatus::True,
             "Active",
             "Launch and Terminate are active on every ASG",
-            rf.metadata.generation,
+            generation,
             now,
         ),
         // Not described this reconcile (idle, not due): keep what was known.
@@ -199,24 +234,10 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             &format!("{:?}", last.result),
             last.reason
                 .unwrap_or_else(|| format!("replaced {}", last.replaced)),
-            rf.metadata.generation,
+            generation,
             now,
         );
     }
-    let mut cluster = Cluster {
-        ctx,
-        namespace: &namespace,
-        name: &name,
-        me: &me,
-        group: &group,
-        group_ref: group.object_ref(&()),
-        fresh: &fresh,
-        nodes: &nodes,
-        cloud: cloud.as_ref(),
-        now,
-    };
-    let requeue = execute(&mut cluster, rf.status.as_ref(), &plan, &status, now).await?;
-    Ok(Action::requeue(requeue))
 }
 
 /// The executor's effects on the cluster and AWS: each mutation re-checked

@@ -8,10 +8,10 @@ use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, obs
 use crate::controllers::persist::write_if_changed;
 use crate::controllers::replenisher::plan::{self as replenish_plan, Input, NotJoinedView};
 use crate::controllers::runtime::{About, instrumented};
-use crate::crd::Replenisher;
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::replenisher::ReplenishPhase;
+use crate::crd::{Replenisher, ReplenisherStatus};
 use crate::{Result, duration};
 use kube::Resource;
 use kube::runtime::controller::Action;
@@ -57,11 +57,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         .group_status
         .not_joined
         .iter()
-        .map(|n| NotJoinedView {
-            instance_id: n.instance_id.clone(),
-            asg: n.auto_scaling_group.clone(),
-            launch_time: n.launch_time,
-        })
+        .map(NotJoinedView::from)
         .collect();
     let plan_for = |described: &DescribedAsgs| {
         let group = &observed.group;
@@ -114,20 +110,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
 
     let mut status = plan.status.clone();
     status.observed_generation = rp.metadata.generation;
-    let steady = status.phase == ReplenishPhase::Steady;
-    set_condition(
-        &mut status.conditions,
-        REPLENISHED,
-        if steady {
-            ConditionStatus::True
-        } else {
-            ConditionStatus::False
-        },
-        &format!("{:?}", status.phase),
-        plan.message.clone(),
-        rp.metadata.generation,
-        now,
-    );
+    set_replenished(&mut status, &plan.message, rp.metadata.generation, now);
     let mut step = Step {
         ctx,
         at: (namespace.as_str(), name.as_str()),
@@ -147,4 +130,28 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     let requeue = step.requeue;
     write_if_changed::<Replenisher, _>(ctx, step.at, &mut step.written, &step.status).await?;
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// The Replenished condition: True while the group is steady.
+fn set_replenished(
+    status: &mut ReplenisherStatus,
+    message: &str,
+    generation: Option<i64>,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    let steady = status.phase == ReplenishPhase::Steady;
+    let reason = format!("{:?}", status.phase);
+    set_condition(
+        &mut status.conditions,
+        REPLENISHED,
+        if steady {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        },
+        &reason,
+        message,
+        generation,
+        now,
+    );
 }

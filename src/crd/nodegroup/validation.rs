@@ -55,6 +55,20 @@ pub struct SpecProblem {
     pub message: String,
 }
 
+/// The problems found so far, in the order they were found.
+#[derive(Default)]
+struct Problems(Vec<SpecProblem>);
+
+impl Problems {
+    fn push(&mut self, field: &str, reason: &'static str, message: String) {
+        self.0.push(SpecProblem {
+            field: field.to_string(),
+            reason,
+            message,
+        });
+    }
+}
+
 /// The spec's settings with defaults applied and strings parsed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedRefresh {
@@ -90,16 +104,17 @@ impl NodeGroupSpec {
     /// Checks what the CRD schema cannot: cron syntax, time zone names, duration
     /// strings, surplus for masters, duplicate ASGs. Pure: no I/O, never panics.
     pub fn validate(&self) -> Vec<SpecProblem> {
-        let mut problems = Vec::new();
-        let mut push = |field: &str, reason: &'static str, message: String| {
-            problems.push(SpecProblem {
-                field: field.to_string(),
-                reason,
-                message,
-            })
-        };
+        let mut problems = Problems::default();
+        self.check_counts(&mut problems);
+        self.check_durations(&mut problems);
+        self.check_refresh(&mut problems);
+        problems.0
+    }
+
+    /// `desired` in range; ASGs listed, named, each once.
+    fn check_counts(&self, problems: &mut Problems) {
         if !(0..=MAX_DESIRED).contains(&self.desired) {
-            push(
+            problems.push(
                 "desired",
                 "InvalidDesired",
                 format!(
@@ -109,7 +124,7 @@ impl NodeGroupSpec {
             );
         }
         if self.auto_scaling_groups.is_empty() {
-            push(
+            problems.push(
                 "autoScalingGroups",
                 "NoAutoScalingGroups",
                 "at least one Auto Scaling Group is required".into(),
@@ -118,19 +133,23 @@ impl NodeGroupSpec {
         let mut seen = std::collections::BTreeSet::new();
         for (i, asg) in self.auto_scaling_groups.iter().enumerate() {
             if asg.name.trim().is_empty() {
-                push(
+                problems.push(
                     &format!("autoScalingGroups[{i}].name"),
                     "InvalidAutoScalingGroup",
                     "name must not be empty".into(),
                 );
             } else if !seen.insert(asg.name.as_str()) {
-                push(
+                problems.push(
                     &format!("autoScalingGroups[{i}].name"),
                     "DuplicateAutoScalingGroup",
                     format!("Auto Scaling Group {:?} is listed twice", asg.name),
                 );
             }
         }
+    }
+
+    /// Every duration parses and lies within its bounds.
+    fn check_durations(&self, problems: &mut Problems) {
         let mut durations: Vec<(&str, &String)> = vec![
             ("replenish.cooldown", &self.replenish.cooldown),
             ("replenish.joinTimeout", &self.replenish.join_timeout),
@@ -149,8 +168,8 @@ impl NodeGroupSpec {
                 continue;
             };
             match duration::parse(value) {
-                Err(e) => push(field, "InvalidDuration", e.to_string()),
-                Ok(d) if d > *most => push(
+                Err(e) => problems.push(field, "InvalidDuration", e.to_string()),
+                Ok(d) if d > *most => problems.push(
                     field,
                     "InvalidDuration",
                     format!(
@@ -158,7 +177,7 @@ impl NodeGroupSpec {
                         duration::format(*most)
                     ),
                 ),
-                Ok(d) if d < *least && !minima_lifted() => push(
+                Ok(d) if d < *least && !minima_lifted() => problems.push(
                     field,
                     "InvalidDuration",
                     format!(
@@ -170,41 +189,46 @@ impl NodeGroupSpec {
             }
         }
         match duration::parse(&self.interruption.drain_deadline) {
-            Err(e) => push(
+            Err(e) => problems.push(
                 "interruption.drainDeadline",
                 "InvalidDuration",
                 e.to_string(),
             ),
-            Ok(d) if !(DRAIN_DEADLINE_BOUNDS.0..=DRAIN_DEADLINE_BOUNDS.1).contains(&d) => push(
-                "interruption.drainDeadline",
-                "InvalidDuration",
-                format!(
-                    "must be between {} and {} (a spot warning gives two minutes), got {}",
-                    duration::format(DRAIN_DEADLINE_BOUNDS.0),
-                    duration::format(DRAIN_DEADLINE_BOUNDS.1),
-                    self.interruption.drain_deadline
+            Ok(d) if !(DRAIN_DEADLINE_BOUNDS.0..=DRAIN_DEADLINE_BOUNDS.1).contains(&d) => problems
+                .push(
+                    "interruption.drainDeadline",
+                    "InvalidDuration",
+                    format!(
+                        "must be between {} and {} (a spot warning gives two minutes), got {}",
+                        duration::format(DRAIN_DEADLINE_BOUNDS.0),
+                        duration::format(DRAIN_DEADLINE_BOUNDS.1),
+                        self.interruption.drain_deadline
+                    ),
                 ),
-            ),
             Ok(_) => {}
         }
+    }
+
+    /// The schedule, its time zone, and surplus (none for masters).
+    fn check_refresh(&self, problems: &mut Problems) {
         if let Some(refresh) = &self.refresh {
             if let Err(e) = parse_schedule(&refresh.schedule) {
-                push("refresh.schedule", "InvalidSchedule", e);
+                problems.push("refresh.schedule", "InvalidSchedule", e);
             }
             if let Err(e) = refresh.time_zone.parse::<chrono_tz::Tz>() {
-                push(
+                problems.push(
                     "refresh.timeZone",
                     "InvalidTimeZone",
                     format!("unknown IANA time zone {:?}: {e}", refresh.time_zone),
                 );
             }
             match (self.role, refresh.surplus_nodes) {
-                (_, Some(n)) if !(0..=MAX_SURPLUS).contains(&n) => push(
+                (_, Some(n)) if !(0..=MAX_SURPLUS).contains(&n) => problems.push(
                     "refresh.surplusNodes",
                     "InvalidSurplus",
                     format!("surplusNodes must be between 0 and {MAX_SURPLUS}, got {n}"),
                 ),
-                (Role::Master, Some(n)) if n > 0 => push(
+                (Role::Master, Some(n)) if n > 0 => problems.push(
                     "refresh.surplusNodes",
                     "SurplusForMasters",
                     format!(
@@ -214,7 +238,6 @@ impl NodeGroupSpec {
                 _ => {}
             }
         }
-        problems
     }
 
     /// The refresh settings, parsed; `None` when refresh is unset or invalid

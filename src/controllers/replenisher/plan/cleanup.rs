@@ -1,7 +1,7 @@
 //! Instances that never joined: terminated in their ASG, one at a time,
 //! with a backoff per ASG while its replacements keep not joining.
 
-use super::{Command, Plan, Stage, exclusion_backoff};
+use super::{Command, NotJoinedView, Plan, Stage, exclusion_backoff};
 use crate::controllers::group_view::after;
 use crate::crd::Role;
 use crate::crd::replenisher::{CleanupTarget, NotJoinedRemovals, ReplenishPhase};
@@ -13,47 +13,7 @@ use crate::crd::replenisher::{CleanupTarget, NotJoinedRemovals, ReplenishPhase};
 pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
     let input = s.input;
     let now = input.now;
-    // A recorded cleanup whose instance is still there: that one, once due.
-    let total_instances: i32 = s.asgs.iter().map(|a| a.instances).sum();
-    let extra_master = input.role == Role::Master && total_instances > input.desired;
-    let candidate = input
-        .not_joined
-        .iter()
-        .filter(|n| input.active.contains(&n.instance_id))
-        .filter(|n| {
-            s.status
-                .removals
-                .iter()
-                .find(|r| r.auto_scaling_group == n.asg)
-                .is_none_or(|r| now >= r.retry_after)
-        })
-        .find_map(|n| {
-            if let Some(c) = s
-                .status
-                .cleanup
-                .as_ref()
-                .filter(|c| c.instance_id == n.instance_id)
-            {
-                return Some((n, c.reason.clone()));
-            }
-            if s.overdue(n) {
-                Some((
-                    n,
-                    format!(
-                        "not joined within {}",
-                        crate::duration::format(input.join_timeout)
-                    ),
-                ))
-            } else if extra_master {
-                Some((
-                    n,
-                    format!("extra master beyond the configured {}", input.desired),
-                ))
-            } else {
-                None
-            }
-        })?;
-    let (instance, reason) = candidate;
+    let (instance, reason) = candidate(s)?;
     let asg = s.asg(&instance.asg)?;
     let decrement = asg.desired > asg.min;
     let mut status = s.status.clone();
@@ -110,4 +70,51 @@ pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
         Command::RemoveNotJoined(target),
         message,
     ))
+}
+
+/// The instance to remove and why: a recorded cleanup whose instance is
+/// still there, else one overdue, else (masters) one beyond the configured
+/// count; only in an ASG whose backoff has passed.
+fn candidate<'a>(s: &Stage<'a>) -> Option<(&'a NotJoinedView, String)> {
+    let input = s.input;
+    let now = input.now;
+    let total_instances: i32 = s.asgs.iter().map(|a| a.instances).sum();
+    let extra_master = input.role == Role::Master && total_instances > input.desired;
+    input
+        .not_joined
+        .iter()
+        .filter(|n| input.active.contains(&n.instance_id))
+        .filter(|n| {
+            s.status
+                .removals
+                .iter()
+                .find(|r| r.auto_scaling_group == n.asg)
+                .is_none_or(|r| now >= r.retry_after)
+        })
+        .find_map(|n| {
+            if let Some(c) = s
+                .status
+                .cleanup
+                .as_ref()
+                .filter(|c| c.instance_id == n.instance_id)
+            {
+                return Some((n, c.reason.clone()));
+            }
+            if s.overdue(n) {
+                Some((
+                    n,
+                    format!(
+                        "not joined within {}",
+                        crate::duration::format(input.join_timeout)
+                    ),
+                ))
+            } else if extra_master {
+                Some((
+                    n,
+                    format!("extra master beyond the configured {}", input.desired),
+                ))
+            } else {
+                None
+            }
+        })
 }

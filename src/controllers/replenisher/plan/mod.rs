@@ -63,6 +63,16 @@ pub struct NotJoinedView {
     pub launch_time: Option<DateTime<Utc>>,
 }
 
+impl From<&crate::crd::nodegroup::NotJoinedInstance> for NotJoinedView {
+    fn from(n: &crate::crd::nodegroup::NotJoinedInstance) -> Self {
+        NotJoinedView {
+            instance_id: n.instance_id.clone(),
+            asg: n.auto_scaling_group.clone(),
+            launch_time: n.launch_time,
+        }
+    }
+}
+
 pub struct Input<'a> {
     pub role: Role,
     pub desired: i32,

@@ -72,16 +72,6 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
         .filter(|a| a.desired < a.max && !not_joining(a))
         .cloned()
         .collect();
-    // Spread: the candidate with the lowest desired count (then name) below
-    // its max gets the next one.
-    fn spread(candidates: &[AsgView]) -> Option<usize> {
-        candidates
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| a.desired < a.max)
-            .min_by(|(_, a), (_, b)| (a.desired, &a.name).cmp(&(b.desired, &b.name)))
-            .map(|(i, _)| i)
-    }
     let mut replacements = vec![];
     for node in unreplaced(s).into_iter().take(deficit as usize) {
         let own = candidates
@@ -98,30 +88,10 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
         }
     }
     let mut added = replacements.len() as i32;
-    if added == 0 {
-        if input.role == Role::Master {
-            return Some(s.idle(
-                s.status.clone(),
-                ReplenishPhase::Blocked,
-                format!(
-                    "{}/{} masters Ready; masters are never launched outside their own ASG",
-                    s.ready, input.desired
-                ),
-            ));
-        }
-        if candidates.is_empty() {
-            return Some(s.idle(
-                s.status.clone(),
-                ReplenishPhase::Blocked,
-                format!(
-                    "{}/{} Ready and no ASG can launch (not launching, backing off, or at max)",
-                    s.ready, input.desired
-                ),
-            ));
-        }
-        if let Some(left) = s.cooldown_left() {
-            return Some(s.wait(format!("cooldown before scaling up by {deficit}"), left));
-        }
+    if added == 0
+        && let Some(plan) = nothing_to_add(s, &candidates, deficit)
+    {
+        return Some(plan);
     }
     if input.role == Role::Worker && s.cooldown_left().is_none() {
         while added < deficit {
@@ -143,6 +113,65 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
             })
         })
         .collect();
+    let message = raise_message(s, added, &changes, &replacements);
+    let mut status = s.status.clone();
+    record_raise(&mut status, &changes, input.now, message.clone());
+    status.replacing.extend(replacements);
+    Some(s.act(
+        status,
+        ReplenishPhase::ScalingUp,
+        Command::ScaleUp(changes),
+        message,
+    ))
+}
+
+/// Spread: the candidate with the lowest desired count (then name) below
+/// its max gets the next one.
+fn spread(candidates: &[AsgView]) -> Option<usize> {
+    candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.desired < a.max)
+        .min_by(|(_, a), (_, b)| (a.desired, &a.name).cmp(&(b.desired, &b.name)))
+        .map(|(i, _)| i)
+}
+
+/// With no interrupted node replaced: why nothing can be added now
+/// (masters launch only in their own ASG; no ASG can launch; the cooldown),
+/// if so.
+fn nothing_to_add(s: &Stage, candidates: &[AsgView], deficit: i32) -> Option<Plan> {
+    let input = s.input;
+    if input.role == Role::Master {
+        return Some(s.idle(
+            s.status.clone(),
+            ReplenishPhase::Blocked,
+            format!(
+                "{}/{} masters Ready; masters are never launched outside their own ASG",
+                s.ready, input.desired
+            ),
+        ));
+    }
+    if candidates.is_empty() {
+        return Some(s.idle(
+            s.status.clone(),
+            ReplenishPhase::Blocked,
+            format!(
+                "{}/{} Ready and no ASG can launch (not launching, backing off, or at max)",
+                s.ready, input.desired
+            ),
+        ));
+    }
+    let left = s.cooldown_left()?;
+    Some(s.wait(format!("cooldown before scaling up by {deficit}"), left))
+}
+
+/// What a raise says: the counts, each change, the nodes it replaces.
+fn raise_message(
+    s: &Stage,
+    added: i32,
+    changes: &[DesiredChange],
+    replacements: &[crate::crd::replenisher::Replacement],
+) -> String {
     let replacing = match replacements.is_empty() {
         true => String::new(),
         false => format!(
@@ -154,23 +183,14 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
                 .join(", ")
         ),
     };
-    let message = format!(
+    format!(
         "{}/{} Ready: adding {added} on {}{replacing}",
         s.ready,
-        input.desired,
+        s.input.desired,
         changes
             .iter()
             .map(|c| format!("{} {}->{}", c.asg, c.from, c.to))
             .collect::<Vec<_>>()
             .join(", ")
-    );
-    let mut status = s.status.clone();
-    record_raise(&mut status, &changes, input.now, message.clone());
-    status.replacing.extend(replacements);
-    Some(s.act(
-        status,
-        ReplenishPhase::ScalingUp,
-        Command::ScaleUp(changes),
-        message,
-    ))
+    )
 }

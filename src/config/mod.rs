@@ -3,9 +3,15 @@
 
 use crate::duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use serde::Deserialize;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+mod file;
+use file::read_file;
+pub use file::{
+    FileAdmin, FileAws, FileConfig, FileInterruption, FileLeaderElection, FileLog, ForeignMessages,
+    parse_file,
+};
 use std::time::Duration;
 
 /// The release and the git commit the binary was built from (`build.rs`).
@@ -38,7 +44,7 @@ pub enum Command {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     Text,
@@ -93,62 +99,6 @@ pub struct RunArgs {
     /// notifications); the interruption handler is off when unset.
     #[arg(long)]
     pub interruption_queue_url: Option<String>,
-}
-
-/// The config file. Unknown fields are errors (a typo must not be ignored).
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct FileConfig {
-    pub kubeconfig: Option<PathBuf>,
-    pub namespace: Option<String>,
-    pub dry_run: Option<bool>,
-    pub resync_interval: Option<String>,
-    pub identity: Option<String>,
-    pub aws: FileAws,
-    pub admin: FileAdmin,
-    pub leader_election: FileLeaderElection,
-    pub log: FileLog,
-    pub interruption: FileInterruption,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct FileInterruption {
-    pub queue_url: Option<String>,
-    pub foreign_messages: Option<ForeignMessages>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct FileAws {
-    pub region: Option<String>,
-    pub endpoint: Option<String>,
-    pub emulator_account: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct FileAdmin {
-    pub address: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct FileLeaderElection {
-    pub enabled: Option<bool>,
-    pub lease_name: Option<String>,
-    pub lease_namespace: Option<String>,
-    pub lease_duration: Option<String>,
-    pub renew_deadline: Option<String>,
-    pub retry_period: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct FileLog {
-    pub format: Option<LogFormat>,
-    /// tracing filter directive, e.g. `info` or `spot_node_manager=debug`.
-    pub level: Option<String>,
 }
 
 /// A configuration error naming the field and the problem.
@@ -247,8 +197,72 @@ impl Settings {
                 format!("{admin_raw:?} is not a host:port socket address ({e})"),
             )
         })?;
+        let leader_election = LeaderElectionSettings::resolve(
+            args,
+            file.leader_election,
+            &env,
+            namespace.as_deref(),
+        )?;
+        let resync_interval = parse_duration_field("resyncInterval", file.resync_interval, "1m")?;
+        if resync_interval < Duration::from_secs(1) {
+            return Err(ConfigError::new("resyncInterval", "must be at least 1s"));
+        }
+        let aws = AwsSettings::resolve(args, file.aws)?;
+        let identity = args
+            .identity
+            .clone()
+            .or(file.identity)
+            .or_else(|| env("POD_NAME"))
+            .unwrap_or_else(default_identity);
+        if identity.is_empty() || identity.len() > 128 {
+            return Err(ConfigError::new("identity", "must be 1 to 128 characters"));
+        }
+        let log_level = file.log.level.unwrap_or_else(|| "info".to_string());
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
+            return Err(ConfigError::new(
+                "log.level",
+                format!("{log_level:?} is not a valid filter: {e}"),
+            ));
+        }
+        let interruption = InterruptionSettings {
+            queue_url: args
+                .interruption_queue_url
+                .clone()
+                .or(file.interruption.queue_url),
+            foreign_messages: file.interruption.foreign_messages.unwrap_or_default(),
+        };
+        if let Some(url) = &interruption.queue_url {
+            check_queue_url(url).map_err(|e| ConfigError::new("interruption.queueUrl", e))?;
+        }
+        Ok(Settings {
+            kubeconfig: args.kubeconfig.clone().or(file.kubeconfig),
+            in_cluster: args.in_cluster,
+            namespace,
+            dry_run: args.dry_run || file.dry_run.unwrap_or(false),
+            resync_interval,
+            identity,
+            aws,
+            admin_address,
+            leader_election,
+            log_format: args
+                .log_format
+                .or(file.log.format)
+                .unwrap_or(LogFormat::Text),
+            log_level,
+            interruption,
+        })
+    }
+}
 
-        let le = file.leader_election;
+impl LeaderElectionSettings {
+    /// Flags over file over defaults; the lease's namespace defaults to the
+    /// pod's, then the watched one. The three durations must nest.
+    fn resolve(
+        args: &RunArgs,
+        le: FileLeaderElection,
+        env: impl Fn(&str) -> Option<String>,
+        namespace: Option<&str>,
+    ) -> Result<LeaderElectionSettings, ConfigError> {
         let lease_name = args
             .lease_name
             .clone()
@@ -260,7 +274,7 @@ impl Settings {
             .clone()
             .or(le.lease_namespace)
             .or_else(|| env("POD_NAMESPACE"))
-            .or_else(|| namespace.clone())
+            .or_else(|| namespace.map(str::to_string))
             .unwrap_or_else(|| "default".to_string());
         check_dns_label("leaderElection.leaseNamespace", &lease_namespace)?;
         let lease_duration =
@@ -295,19 +309,25 @@ impl Settings {
                 ),
             ));
         }
+        Ok(LeaderElectionSettings {
+            enabled: args.leader_election.or(le.enabled).unwrap_or(true),
+            lease_name,
+            lease_namespace,
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        })
+    }
+}
 
-        let resync_interval = parse_duration_field("resyncInterval", file.resync_interval, "1m")?;
-        if resync_interval < Duration::from_secs(1) {
-            return Err(ConfigError::new("resyncInterval", "must be at least 1s"));
-        }
-
+impl AwsSettings {
+    /// Flags over file; a region name, an http(s) endpoint, and an emulator
+    /// account only in a test build.
+    fn resolve(args: &RunArgs, file: FileAws) -> Result<AwsSettings, ConfigError> {
         let aws = AwsSettings {
-            region: args.aws_region.clone().or(file.aws.region),
-            endpoint: args.aws_endpoint.clone().or(file.aws.endpoint),
-            emulator_account: args
-                .aws_emulator_account
-                .clone()
-                .or(file.aws.emulator_account),
+            region: args.aws_region.clone().or(file.region),
+            endpoint: args.aws_endpoint.clone().or(file.endpoint),
+            emulator_account: args.aws_emulator_account.clone().or(file.emulator_account),
         };
         if let Some(region) = &aws.region
             && (region.is_empty()
@@ -343,86 +363,8 @@ impl Settings {
                 format!("{account:?} must be 12 digits"),
             ));
         }
-
-        let identity = args
-            .identity
-            .clone()
-            .or(file.identity)
-            .or_else(|| env("POD_NAME"))
-            .unwrap_or_else(default_identity);
-        if identity.is_empty() || identity.len() > 128 {
-            return Err(ConfigError::new("identity", "must be 1 to 128 characters"));
-        }
-
-        let log_level = file.log.level.unwrap_or_else(|| "info".to_string());
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
-            return Err(ConfigError::new(
-                "log.level",
-                format!("{log_level:?} is not a valid filter: {e}"),
-            ));
-        }
-
-        let interruption = InterruptionSettings {
-            queue_url: args
-                .interruption_queue_url
-                .clone()
-                .or(file.interruption.queue_url),
-            foreign_messages: file.interruption.foreign_messages.unwrap_or_default(),
-        };
-        if let Some(url) = &interruption.queue_url {
-            check_queue_url(url).map_err(|e| ConfigError::new("interruption.queueUrl", e))?;
-        }
-
-        Ok(Settings {
-            kubeconfig: args.kubeconfig.clone().or(file.kubeconfig),
-            in_cluster: args.in_cluster,
-            namespace,
-            dry_run: args.dry_run || file.dry_run.unwrap_or(false),
-            resync_interval,
-            identity,
-            aws,
-            admin_address,
-            leader_election: LeaderElectionSettings {
-                enabled: args.leader_election.or(le.enabled).unwrap_or(true),
-                lease_name,
-                lease_namespace,
-                lease_duration,
-                renew_deadline,
-                retry_period,
-            },
-            log_format: args
-                .log_format
-                .or(file.log.format)
-                .unwrap_or(LogFormat::Text),
-            log_level,
-            interruption,
-        })
+        Ok(aws)
     }
-}
-
-/// Parses the file, reporting the dotted path of a bad field.
-pub fn parse_file(text: &str) -> Result<FileConfig, ConfigError> {
-    if text.trim().is_empty() {
-        return Ok(FileConfig::default());
-    }
-    let de = serde_yaml::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let field = if path == "." {
-            "config".to_string()
-        } else {
-            path
-        };
-        ConfigError::new(field, e.into_inner().to_string())
-    })
-}
-
-fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::new("--config", format!("cannot read {}: {e}", path.display()))
-    })?;
-    parse_file(&text)
-        .map_err(|e| ConfigError::new(e.field, format!("{} (in {})", e.problem, path.display())))
 }
 
 fn parse_duration_field(
@@ -474,17 +416,6 @@ fn default_identity() -> String {
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "spot-node-manager".to_string());
     format!("{host}-{}", std::process::id())
-}
-
-/// What to do with a message none of whose instances is ours.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-pub enum ForeignMessages {
-    /// Delete it (the queue is this cluster's alone).
-    #[default]
-    Delete,
-    /// Leave it for another cluster's handler (a queue shared by clusters);
-    /// it comes back after its visibility timeout.
-    Leave,
 }
 
 /// Checks a queue URL's shape: http(s), a host, then /<account>/<name>.
@@ -568,7 +499,7 @@ mod tests {
 
     #[test]
     fn the_example_config_parses() {
-        let text = include_str!("../config/spot-node-manager.yaml");
+        let text = include_str!("../../config/spot-node-manager.yaml");
         let s = resolve(&RunArgs::default(), text).expect("example config is valid");
         assert_eq!(s.namespace.as_deref(), Some("spot-node-manager"));
         // It pins no region: AWS_REGION (or a group's spec.region) decides.
