@@ -955,8 +955,12 @@ async fn with_ignore_a_rebalance_recommendation_writes_an_event_and_touches_noth
         (queue.remaining().await == 0).then_some(())
     })
     .await;
-    // A few reconciles later: nothing recorded, cordoned, ordered or removed.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // A few inventory syncs later (each would carry a record to the
+    // replenisher): nothing recorded, cordoned, ordered or removed.
+    steady
+        .manager
+        .idle_while_reconciling("inventory", &["workers"], Duration::from_secs(5))
+        .await;
     let nodes: Api<Node> = Api::all(world.client.clone());
     let node = nodes.get(&victim).await.expect("the node");
     assert_eq!(record_of(&node), None);

@@ -305,7 +305,13 @@ async fn invalid_specs_are_reported_without_any_aws_mutation() {
         (ConditionStatus::False, "SurplusForMasters")
     );
     // Several resyncs later: no child resources, and moto unchanged.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    manager
+        .idle_while_reconciling(
+            "inventory",
+            &["bad-cron", "master-surplus"],
+            Duration::from_secs(5),
+        )
+        .await;
     let refreshers: Api<Refresher> = world.api();
     let replenishers: Api<Replenisher> = world.api();
     assert!(
@@ -530,6 +536,7 @@ async fn an_asg_named_by_two_groups_stops_both_until_one_lets_go() {
     }
     // first now asks for one more node: it must not act while in conflict.
     let before = world.asg_snapshot(&kops.asgs).await;
+    let replenished_before = manager.reconciles_of("replenisher", "first");
     groups
         .patch(
             "first",
@@ -538,7 +545,15 @@ async fn an_asg_named_by_two_groups_stops_both_until_one_lets_go() {
         )
         .await
         .expect("patch");
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Both groups are looked at again and again, first's replenisher sees
+    // its group change, and nothing acts.
+    manager
+        .idle_while_reconciling("inventory", &["first", "second"], Duration::from_secs(5))
+        .await;
+    assert!(
+        manager.reconciles_of("replenisher", "first") > replenished_before,
+        "first's replenisher looked at the change"
+    );
     assert_eq!(
         world.asg_snapshot(&kops.asgs).await,
         before,

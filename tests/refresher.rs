@@ -432,7 +432,7 @@ async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing(
         world,
         kops,
         groups,
-        manager: _manager,
+        manager,
         config: _config,
         sim: _sim,
         ..
@@ -502,7 +502,26 @@ async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing(
     assert!(status.1.contains("Mars/Olympus"), "{}", status.1);
     assert_eq!(status.0.phase, RefreshPhase::Blocked);
     assert_eq!(status.0.next_run, None);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Changed twice (each change is reconciled), and still nothing runs.
+    let looked = manager.reconciles_of_child("refresher", "workers", "hand-made");
+    for poke in ["1", "2"] {
+        refreshers
+            .patch(
+                "hand-made",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(
+                    serde_json::json!({"metadata": {"annotations": {"test/poke": poke}}}),
+                ),
+            )
+            .await
+            .expect("poke");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    let ran = manager.reconciles_of_child("refresher", "workers", "hand-made") - looked;
+    assert!(
+        ran >= 2,
+        "hand-made reconciled {ran} time(s) after two changes"
+    );
     let s = refreshers
         .get("hand-made")
         .await

@@ -126,6 +126,47 @@ impl ManagerProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Reconciles of `group` (a NodeGroup's name) by `controller` that have
+    /// ended so far, from the manager's log (each ends with one line in its
+    /// span).
+    pub fn reconciles_of(&self, controller: &str, group: &str) -> usize {
+        self.ended_reconciles(controller, group, None)
+    }
+
+    /// Reconciles of the child resource `name` (a Refresher or Replenisher)
+    /// of `group` by `controller` that have ended so far.
+    pub fn reconciles_of_child(&self, controller: &str, group: &str, name: &str) -> usize {
+        self.ended_reconciles(controller, group, Some(name))
+    }
+
+    fn ended_reconciles(&self, controller: &str, group: &str, name: Option<&str>) -> usize {
+        let span = format!("reconcile{{controller=\"{controller}\" group=\"{group}\"}}");
+        let object = name.map(|n| format!("object=\"{n}\""));
+        self.logs()
+            .lines()
+            .filter(|l| l.contains(&span) && l.contains("reconcile ended"))
+            .filter(|l| object.as_ref().is_none_or(|o| l.contains(o.as_str())))
+            .count()
+    }
+
+    /// Waits `long`, and fails unless `controller` reconciled each of
+    /// `groups` at least twice meanwhile: a test that asserts nothing
+    /// happened must also show that the manager looked and did nothing.
+    pub async fn idle_while_reconciling(&self, controller: &str, groups: &[&str], long: Duration) {
+        let before: Vec<usize> = groups
+            .iter()
+            .map(|g| self.reconciles_of(controller, g))
+            .collect();
+        tokio::time::sleep(long).await;
+        for (group, before) in groups.iter().zip(before) {
+            let ran = self.reconciles_of(controller, group) - before;
+            assert!(
+                ran >= 2,
+                "{controller} reconciled {group} {ran} time(s) in {long:?}, expected at least 2"
+            );
+        }
+    }
+
     /// Sends SIGTERM and waits for the process to exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")

@@ -1109,7 +1109,14 @@ pub(crate) mod tests {
             for a in &status.auto_scaling_groups {
                 proptest::prop_assert!(g.spec.asg_names().contains(&a.name));
             }
-            proptest::prop_assert!(status.ready_nodes.unwrap_or(0) >= 0);
+            // Each member says what its Node says of readiness, and the
+            // count is of those members, never of a node outside the group.
+            for member in &status.nodes {
+                let node = nodes.iter().find(|n| n.name_any() == member.name);
+                proptest::prop_assert_eq!(Some(member.ready), node.map(|n| n.ready()));
+            }
+            let ready_members = status.nodes.iter().filter(|m| m.ready).count() as i32;
+            proptest::prop_assert_eq!(status.ready_nodes, Some(ready_members));
         }
     }
 }

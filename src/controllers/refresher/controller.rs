@@ -24,9 +24,9 @@ use crate::k8s::lock::{self, Acquired, Holder};
 use crate::metrics::RunLabels;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Resource;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -45,10 +45,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 
 async fn reconcile(rf: Arc<Refresher>, ctx: Arc<Context>) -> Result<Action> {
     let group = rf.spec.node_group.clone();
+    let name = rf.name_any();
     instrumented(
         &ctx,
         CONTROLLER,
-        About::Group(&group),
+        About::Child {
+            group: &group,
+            name: &name,
+        },
         reconcile_inner(rf, &ctx),
     )
     .await

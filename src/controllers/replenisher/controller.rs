@@ -13,8 +13,8 @@ use crate::crd::nodegroup::OperationKind;
 use crate::crd::replenisher::ReplenishPhase;
 use crate::crd::{Replenisher, ReplenisherStatus};
 use crate::{Result, duration};
-use kube::Resource;
 use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,10 +33,14 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 
 async fn reconcile(rp: Arc<Replenisher>, ctx: Arc<Context>) -> Result<Action> {
     let group = rp.spec.node_group.clone();
+    let name = rp.name_any();
     instrumented(
         &ctx,
         CONTROLLER,
-        About::Group(&group),
+        About::Child {
+            group: &group,
+            name: &name,
+        },
         reconcile_inner(rp, &ctx),
     )
     .await

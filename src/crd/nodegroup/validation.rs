@@ -469,41 +469,83 @@ mod tests {
         );
     }
 
-    proptest::proptest! {
-        /// Whatever a user writes that the schema's pattern lets through,
-        /// validation answers without panicking, and a spec it accepts
-        /// resolves to durations within the documented bounds.
-        #[test]
-        fn validation_never_panics_and_what_it_accepts_is_bounded(
-            cooldown in "([0-9]{1,20}(ms|s|m|h)){1,3}",
-            join in "([0-9]{1,20}(ms|s|m|h)){1,3}",
-            drain in "([0-9]{1,20}(ms|s|m|h)){1,3}",
-            age in proptest::option::of("([0-9]{1,20}(ms|s|m|h)){1,3}"),
-            desired in proptest::num::i32::ANY,
-            surplus in proptest::option::of(proptest::num::i32::ANY),
-        ) {
-            let mut spec = worker_spec();
-            spec.replenish.cooldown = cooldown;
-            spec.replenish.join_timeout = join;
-            spec.desired = desired;
-            let refresh = spec.refresh.as_mut().expect("refresh");
-            refresh.drain_timeout = drain;
-            refresh.max_node_age = age;
-            refresh.surplus_nodes = surplus;
-            let problems = spec.validate();
-            if problems.is_empty() {
+    /// Whatever a user writes that the schema's pattern lets through,
+    /// validation answers without panicking, and a spec it accepts resolves
+    /// to durations and counts within the documented bounds. Draws are
+    /// mostly valid (each field in bounds nine times in ten), so both the
+    /// accepting and the refusing branch run many times; the test fails
+    /// when either runs too rarely to mean anything.
+    #[test]
+    fn validation_never_panics_and_what_it_accepts_is_bounded() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        use std::cell::Cell;
+        use std::time::Duration;
+        const CASES: u32 = 256;
+        let bounds = |field: &str| {
+            let (_, least, most) = DURATION_BOUNDS
+                .iter()
+                .find(|(f, _, _)| *f == field)
+                .expect("a bounded field");
+            (least.as_secs(), most.as_secs())
+        };
+        let duration = move |field: &str| {
+            let (least, most) = bounds(field);
+            prop_oneof![
+                9 => (least..=most).prop_map(|s| crate::duration::format(Duration::from_secs(s))),
+                1 => "([0-9]{1,20}(ms|s|m|h)){1,3}",
+            ]
+        };
+        let strategy = (
+            duration("replenish.cooldown"),
+            duration("replenish.joinTimeout"),
+            duration("refresh.drainTimeout"),
+            proptest::option::of(duration("refresh.maxNodeAge")),
+            prop_oneof![9 => 0..=MAX_DESIRED, 1 => any::<i32>()],
+            proptest::option::of(prop_oneof![9 => 0..=MAX_SURPLUS, 1 => any::<i32>()]),
+        );
+        let (accepted, refused) = (Cell::new(0u32), Cell::new(0u32));
+        let mut runner = TestRunner::new(Config::with_cases(CASES));
+        let outcome = runner.run(
+            &strategy,
+            |(cooldown, join, drain, age, desired, surplus)| {
+                let mut spec = worker_spec();
+                spec.replenish.cooldown = cooldown;
+                spec.replenish.join_timeout = join;
+                spec.desired = desired;
+                let refresh = spec.refresh.as_mut().expect("refresh");
+                refresh.drain_timeout = drain;
+                refresh.max_node_age = age;
+                refresh.surplus_nodes = surplus;
+                let problems = spec.validate();
+                if !problems.is_empty() {
+                    refused.set(refused.get() + 1);
+                    return Ok(());
+                }
+                accepted.set(accepted.get() + 1);
                 let r = spec.resolved_refresh().expect("resolves when valid");
-                proptest::prop_assert!(r.drain_timeout <= HOURS_24);
-                proptest::prop_assert!(r.max_node_age.is_none_or(|a| a <= DURATION_BOUNDS[5].2));
-                proptest::prop_assert!((0..=MAX_DESIRED).contains(&spec.desired));
+                prop_assert!(r.drain_timeout <= HOURS_24);
+                prop_assert!(r.drain_timeout >= Duration::from_secs(30));
+                prop_assert!(r.max_node_age.is_none_or(|a| a <= DURATION_BOUNDS[5].2));
+                prop_assert!((0..=MAX_DESIRED).contains(&spec.desired));
+                prop_assert!((0..=MAX_SURPLUS).contains(&r.surplus_nodes));
                 for d in [&spec.replenish.cooldown, &spec.replenish.join_timeout] {
                     let parsed = crate::duration::parse(d).expect("valid");
-                    proptest::prop_assert!(parsed <= HOURS_24);
-                    proptest::prop_assert!(parsed >= std::time::Duration::from_secs(10));
+                    prop_assert!(parsed <= HOURS_24);
+                    prop_assert!(parsed >= Duration::from_secs(10));
                 }
-                proptest::prop_assert!(r.drain_timeout >= std::time::Duration::from_secs(30));
-            }
+                Ok(())
+            },
+        );
+        if let Err(failure) = outcome {
+            panic!("{failure}");
         }
+        assert!(
+            accepted.get() >= CASES / 4 && refused.get() >= CASES / 20,
+            "accepted {} and refused {} of {CASES}: draws must exercise both branches",
+            accepted.get(),
+            refused.get()
+        );
     }
 
     #[test]
