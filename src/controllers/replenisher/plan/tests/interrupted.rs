@@ -1,6 +1,7 @@
 //! Interrupted nodes: replaced before their loss, terminated by us once
 //! drained or at their deadline, exactly one new instance per lost one.
 
+use super::properties::arb_state;
 use super::*;
 use crate::controllers::replenisher::plan::interrupted::RETIRE_GRACE;
 use crate::crd::replenisher::{Replacement, Retirement};

@@ -1,0 +1,183 @@
+//! Runs that fail: surplus or replacements never Ready, drain timeouts.
+
+use super::*;
+
+#[test]
+fn surplus_that_never_gets_ready_fails_the_run_and_is_removed() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    let layout = sim.layout();
+    sim.step(false); // lock
+    sim.step(false); // start, raise
+    assert!(sim.asgs.iter().map(|a| a.desired).sum::<i32>() == 4);
+    // The surplus never becomes Ready.
+    for _ in 0..20 {
+        sim.step(false);
+        sim.advance(60);
+    }
+    let (result, reason) = sim.result().expect("ended");
+    assert_eq!(result, RunResult::Failed);
+    assert!(
+        reason
+            .unwrap_or_default()
+            .contains("surplus not Ready within 15m")
+    );
+    assert_eq!(sim.layout(), layout);
+    // The not-Ready surplus instance was removed; no old node was touched.
+    assert_eq!(sim.terminated.len(), 1);
+    assert_eq!(sim.instances.iter().filter(|i| i.ready).count(), 3);
+    assert!(sim.instances.iter().all(|i| !i.cordoned));
+    assert_eq!(sim.lock, LockState::Free);
+}
+
+#[test]
+fn surplus_that_cannot_launch_is_cancelled_without_terminating_anything() {
+    let mut sim = Sim::new(Role::Worker, 2, 1, 1);
+    for a in &mut sim.asgs {
+        a.launching = false;
+    }
+    // Not launching anywhere: the run does not start.
+    sim.step(false);
+    let (result, reason) = sim.result().expect("skipped");
+    assert_eq!(result, RunResult::Skipped);
+    assert!(reason.unwrap_or_default().contains("cannot add 1 surplus"));
+    // Launching per the describe, but nothing comes: timed out, desired set back.
+    let mut sim = Sim::new(Role::Worker, 2, 1, 1);
+    sim.step(false);
+    sim.step(false);
+    for a in &mut sim.asgs {
+        a.launching = false;
+    }
+    sim.instances.retain(|i| i.ready);
+    for _ in 0..20 {
+        sim.step(false);
+        sim.advance(60);
+    }
+    assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Failed));
+    assert_eq!(sim.layout(), vec![("asg-0".into(), 1), ("asg-1".into(), 1)]);
+    assert!(sim.terminated.is_empty());
+}
+
+#[test]
+fn a_replacement_that_never_gets_ready_fails_and_keeps_the_other_old_nodes() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    let layout = sim.layout();
+    let original: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    // Surplus Ready (in asg-0), the first old node (in asg-1) replaced;
+    // its replacement never joins.
+    sim.instances[1].launched -= chrono::Duration::days(1);
+    sim.step(false);
+    sim.step(false);
+    sim.all_join_and_ready();
+    while sim.terminated.is_empty() {
+        sim.step(false);
+    }
+    for _ in 0..16 {
+        sim.step(false);
+        sim.advance(60);
+    }
+    let reason = sim.status.failure.clone().unwrap_or_default();
+    assert!(reason.contains("was not Ready within 15m"), "{reason}");
+    assert_eq!(sim.status.phase, RefreshPhase::ScalingDown);
+    // The surplus is what keeps 3 Ready: it stays while the replacement is not Ready.
+    assert_eq!(sim.terminated.len(), 1);
+    assert_eq!(sim.ready_count(), 3);
+    // The replacement comes up late: the surplus goes, the layout is back.
+    sim.all_join_and_ready();
+    sim.run_to_end(50);
+    let (result, reason) = sim.result().expect("ended");
+    assert_eq!(result, RunResult::Failed);
+    assert!(
+        reason
+            .unwrap_or_default()
+            .contains("was not Ready within 15m")
+    );
+    assert_eq!(sim.layout(), layout);
+    // One old node replaced, the other two kept and schedulable.
+    let kept: Vec<&Instance> = sim
+        .instances
+        .iter()
+        .filter(|i| original.contains(&i.id))
+        .collect();
+    assert_eq!(kept.len(), 2);
+    assert!(kept.iter().all(|i| i.ready && !i.cordoned));
+    assert!(sim.ready_after_terminations.iter().all(|r| *r >= 3));
+    assert!(
+        sim.happenings
+            .iter()
+            .any(|h| matches!(h, Happening::Failed(_)))
+    );
+    assert_eq!(sim.lock, LockState::Free);
+}
+
+#[test]
+fn a_surplus_still_needed_after_a_failure_is_kept_and_the_run_ends() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    // The first target is in asg-1; the surplus goes to asg-0.
+    sim.instances[1].launched -= chrono::Duration::days(1);
+    sim.step(false);
+    sim.step(false);
+    sim.all_join_and_ready();
+    while sim.terminated.is_empty() {
+        sim.step(false);
+    }
+    for _ in 0..40 {
+        sim.step(false);
+        sim.advance(60);
+    }
+    let (result, reason) = sim.result().expect("ended");
+    assert_eq!(result, RunResult::Failed);
+    let reason = reason.unwrap_or_default();
+    assert!(reason.contains("surplus left in asg-0"), "{reason}");
+    assert_eq!(sim.ready_count(), 3);
+    assert_eq!(sim.lock, LockState::Free);
+}
+
+fn stuck_first_drain(action: DrainTimeoutAction) -> Sim {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    if let Ok(s) = &mut sim.settings {
+        s.drain_timeout_action = action;
+    }
+    let first = Sim::node_name(&sim.instances[0].id);
+    sim.stuck = vec![first];
+    sim
+}
+
+#[test]
+fn a_drain_timeout_with_proceed_terminates_the_node_anyway() {
+    let mut sim = stuck_first_drain(DrainTimeoutAction::Proceed);
+    let first = sim.instances[0].id.clone();
+    for _ in 0..30 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(20);
+    }
+    assert!(sim.terminated.contains(&first));
+    sim.run_to_end(200);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert_eq!(sim.status.last_run.as_ref().map(|r| r.replaced), Some(3));
+}
+
+#[test]
+fn a_drain_timeout_with_abort_ends_the_run_and_keeps_the_node() {
+    let mut sim = stuck_first_drain(DrainTimeoutAction::Abort);
+    let layout = sim.layout();
+    let first = sim.instances[0].id.clone();
+    for _ in 0..40 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(20);
+    }
+    let (result, reason) = sim.result().expect("ended");
+    assert_eq!(result, RunResult::Failed);
+    let reason = reason.unwrap_or_default();
+    assert!(reason.contains("timed out after 5m"), "{reason}");
+    assert!(
+        reason.contains(&format!("blocked by: {STUCK_BY}")),
+        "names the budget that held it: {reason}"
+    );
+    assert!(!sim.terminated.contains(&first));
+    let node = sim.instances.iter().find(|i| i.id == first).expect("kept");
+    assert!(!node.cordoned, "the kept node is back in service");
+    assert_eq!(sim.layout(), layout);
+    assert_eq!(sim.terminated.len(), 1, "only the surplus went");
+}

@@ -1,0 +1,138 @@
+//! Node age, and masters one at a time behind their control plane.
+
+use super::*;
+
+#[test]
+fn max_node_age_leaves_young_nodes_alone() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    if let Ok(s) = &mut sim.settings {
+        s.max_node_age = Some(Duration::from_secs(7 * 24 * 3600));
+    }
+    sim.instances[2].launched = sim.now - chrono::Duration::days(10);
+    let old = sim.instances[2].id.clone();
+    sim.run_to_end(200);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert_eq!(sim.status.last_run.as_ref().map(|r| r.replaced), Some(1));
+    assert_eq!(sim.terminated.len(), 2); // the old node and the surplus
+    assert!(sim.terminated.contains(&old));
+
+    let mut young = Sim::new(Role::Worker, 3, 1, 1);
+    if let Ok(s) = &mut young.settings {
+        s.max_node_age = Some(Duration::from_secs(7 * 24 * 3600));
+    }
+    young.step(false);
+    assert_eq!(
+        young.result(),
+        Some((
+            RunResult::Skipped,
+            Some("no node is older than 168h".into())
+        ))
+    );
+}
+
+#[test]
+fn masters_are_replaced_one_at_a_time_without_surplus() {
+    let mut sim = Sim::new(Role::Master, 3, 1, 0);
+    let layout = sim.layout();
+    let mut max_not_ready = 0;
+    for _ in 0..300 {
+        sim.step(false);
+        let desired: i32 = sim.asgs.iter().map(|a| a.desired).sum();
+        assert_eq!(desired, 3, "no surplus master");
+        max_not_ready = max_not_ready.max(3 - sim.ready_count());
+        // New masters join and become Ready a few steps later.
+        if sim.now.timestamp() % 4 == 0 {
+            sim.all_join_and_ready();
+        }
+        sim.advance(1);
+        if sim.status.last_run.is_some() {
+            break;
+        }
+    }
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert_eq!(sim.terminated.len(), 3);
+    assert_eq!(max_not_ready, 1, "one master at a time");
+    // Each termination left the other two Ready.
+    assert!(sim.ready_after_terminations.iter().all(|r| *r == 2));
+    assert_eq!(sim.layout(), layout);
+}
+
+#[test]
+fn the_next_master_waits_for_the_control_plane_and_the_settle_time() {
+    let mut sim = Sim::new(Role::Master, 3, 1, 0);
+    let originals: BTreeSet<String> = sim
+        .instances
+        .iter()
+        .map(|i| Sim::node_name(&i.id))
+        .collect();
+    // Run until the first replacement is Ready, its control plane down.
+    for _ in 0..60 {
+        sim.step(false);
+        let new: Vec<String> = sim
+            .instances
+            .iter()
+            .map(|i| Sim::node_name(&i.id))
+            .filter(|n| !originals.contains(n))
+            .collect();
+        sim.control_plane_down.extend(new);
+        sim.all_join_and_ready();
+        sim.advance(1);
+        if sim.terminated.len() == 1 && sim.ready_count() == 3 {
+            break;
+        }
+    }
+    assert_eq!(sim.terminated.len(), 1);
+    let drains_so_far = sim.drain_steps.len();
+    for _ in 0..30 {
+        let plan = sim.step(false);
+        assert!(
+            plan.message.contains("control-plane pods"),
+            "{}",
+            plan.message
+        );
+        sim.advance(1);
+    }
+    assert_eq!(
+        sim.drain_steps.len(),
+        drains_so_far,
+        "no second master touched"
+    );
+    // Up: still the settle time (10 s here) before the next master.
+    sim.control_plane_down.clear();
+    for _ in 0..9 {
+        let plan = sim.step(false);
+        assert!(plan.message.contains("settling"), "{}", plan.message);
+        sim.advance(1);
+    }
+    assert_eq!(sim.drain_steps.len(), drains_so_far);
+    sim.advance(1);
+    sim.run_to_end(300);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert_eq!(sim.terminated.len(), 3);
+}
+
+#[test]
+fn a_master_is_not_terminated_while_another_master_is_not_ready() {
+    let mut sim = Sim::new(Role::Master, 3, 1, 0);
+    let first = Sim::node_name(&sim.instances[0].id);
+    sim.stuck = vec![first.clone()];
+    sim.step(false); // lock
+    let plan = sim.step(false); // start, first drain step
+    assert!(matches!(plan.command, Command::Drain(_)));
+    // Another master goes down while the first is drained.
+    sim.instances[2].ready = false;
+    sim.stuck.clear();
+    for _ in 0..5 {
+        let plan = sim.step(false);
+        assert!(!matches!(
+            plan.command,
+            Command::Drain(_) | Command::Terminate(_)
+        ));
+        assert!(plan.message.contains("holding"), "{}", plan.message);
+    }
+    assert!(sim.terminated.is_empty());
+    sim.instances[2].ready = true;
+    sim.run_to_end(100);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert!(sim.ready_after_terminations.iter().all(|r| *r == 2));
+}

@@ -1,0 +1,534 @@
+mod failures;
+mod masters;
+mod pauses;
+mod restarts;
+mod runs;
+mod schedule;
+mod skips;
+
+use super::*;
+use crate::controllers::group_view::DesiredChange;
+use crate::controllers::refresher::execute::{
+    Drained, Effects, PERSISTED, TERMINATION_PERSISTED, execute,
+};
+use crate::crd::nodegroup::{DrainTimeoutAction, parse_schedule};
+use chrono::TimeZone;
+use proptest::prelude::*;
+
+fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).unwrap()
+}
+
+fn settings(schedule: &str, zone: &str, surplus: i32) -> ResolvedRefresh {
+    ResolvedRefresh {
+        schedule: parse_schedule(schedule).expect("schedule"),
+        time_zone: zone.parse().expect("zone"),
+        surplus_nodes: surplus,
+        max_node_age: None,
+        drain_timeout: Duration::from_secs(300),
+        drain_timeout_action: DrainTimeoutAction::Abort,
+        ready_timeout: Duration::from_secs(900),
+        master_settle_time: Duration::from_secs(10),
+    }
+}
+
+/// What the simulated budget says when it refuses an eviction.
+const STUCK_BY: &str = "The disruption budget web needs 3 healthy pods and has 3 currently";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Crash {
+    /// After persisting the planned status, before acting.
+    BeforeAction,
+    /// After a finished drain's termination is recorded, before the call.
+    BeforeTermination,
+}
+
+#[derive(Debug, Clone)]
+struct Instance {
+    id: String,
+    asg: String,
+    launched: DateTime<Utc>,
+    joined: bool,
+    ready: bool,
+    cordoned: bool,
+}
+
+#[derive(Debug, Clone)]
+struct SimAsg {
+    name: String,
+    desired: i32,
+    max: i32,
+    launching: bool,
+    suspended: Vec<String>,
+}
+
+/// A group and its ASGs as the plan would observe them, driven the way the
+/// reconcile drives the plan: persist the status, then act (or crash).
+#[derive(Debug, Clone)]
+struct Sim {
+    now: DateTime<Utc>,
+    role: Role,
+    desired: i32,
+    suspended: bool,
+    /// The NodeGroup has a deletionTimestamp.
+    deleting: bool,
+    dry_run: bool,
+    /// The group's circuit breaker, when open.
+    breaker: Option<String>,
+    settings: Result<ResolvedRefresh, String>,
+    key: String,
+    asgs: Vec<SimAsg>,
+    instances: Vec<Instance>,
+    next_id: u32,
+    status: RefresherStatus,
+    lock: LockState,
+    /// Drains of these nodes never finish (a PodDisruptionBudget).
+    stuck: Vec<String>,
+    /// Masters whose control-plane pods are not Ready.
+    control_plane_down: BTreeSet<String>,
+    /// Drain steps taken per node: a drain finishes on its second step.
+    drain_steps: Vec<String>,
+    terminated: Vec<String>,
+    happenings: Vec<Happening>,
+    actions: Vec<Command>,
+    /// Ready nodes right after each of our terminations of a Ready node
+    /// (removing one that is not Ready costs no Ready node).
+    ready_after_terminations: Vec<i32>,
+    /// Each ASG's desired count when each run started.
+    layouts: Vec<Vec<(String, i32)>>,
+    /// Where the manager dies in the reconcile being carried out.
+    crash: Option<Crash>,
+}
+
+impl Sim {
+    /// `per_asg` Ready nodes in each of `asgs` ASGs, launched a day ago.
+    fn new(role: Role, asgs: usize, per_asg: i32, surplus: i32) -> Sim {
+        let now = utc(2026, 6, 1, 12, 0);
+        let mut sim = Sim {
+            now,
+            role,
+            desired: asgs as i32 * per_asg,
+            suspended: false,
+            deleting: false,
+            dry_run: false,
+            breaker: None,
+            settings: Ok(settings("0 12 * * *", "UTC", surplus)),
+            key: "daily".into(),
+            asgs: (0..asgs)
+                .map(|i| SimAsg {
+                    name: format!("asg-{i}"),
+                    desired: per_asg,
+                    max: per_asg + 3,
+                    launching: true,
+                    suspended: vec![],
+                })
+                .collect(),
+            instances: vec![],
+            next_id: 0,
+            status: RefresherStatus {
+                next_run: Some(now),
+                next_run_from: Some("daily".into()),
+                ..Default::default()
+            },
+            lock: LockState::Free,
+            stuck: vec![],
+            control_plane_down: BTreeSet::new(),
+            drain_steps: vec![],
+            terminated: vec![],
+            happenings: vec![],
+            actions: vec![],
+            ready_after_terminations: vec![],
+            layouts: vec![],
+            crash: None,
+        };
+        sim.launch(now - chrono::Duration::days(1));
+        for i in &mut sim.instances {
+            i.joined = true;
+            i.ready = true;
+        }
+        sim
+    }
+
+    fn node_name(id: &str) -> String {
+        format!("node-{id}")
+    }
+
+    /// The ASGs launch up to their desired count (when they can).
+    fn launch(&mut self, at: DateTime<Utc>) {
+        for asg in self.asgs.clone() {
+            let have = self.instances.iter().filter(|i| i.asg == asg.name).count() as i32;
+            if !asg.launching {
+                continue;
+            }
+            for _ in have..asg.desired {
+                self.next_id += 1;
+                self.instances.push(Instance {
+                    id: format!("i-{:03}", self.next_id),
+                    asg: asg.name.clone(),
+                    launched: at,
+                    joined: false,
+                    ready: false,
+                    cordoned: false,
+                });
+            }
+        }
+    }
+
+    fn ready_count(&self) -> i32 {
+        self.instances.iter().filter(|i| i.ready).count() as i32
+    }
+
+    fn views(&self) -> (Vec<AsgView>, Vec<Member>, Vec<GroupNode>) {
+        let asgs = self
+            .asgs
+            .iter()
+            .map(|a| AsgView {
+                name: a.name.clone(),
+                desired: a.desired,
+                min: 0,
+                max: a.max,
+                instances: self.instances.iter().filter(|i| i.asg == a.name).count() as i32,
+                launching: a.launching,
+                suspended_processes: a.suspended.clone(),
+                ..Default::default()
+            })
+            .collect();
+        let members = self
+            .instances
+            .iter()
+            .map(|i| Member {
+                asg: i.asg.clone(),
+                instance_id: i.id.clone(),
+            })
+            .collect();
+        let nodes = self
+            .instances
+            .iter()
+            .filter(|i| i.joined)
+            .map(|i| GroupNode {
+                name: Sim::node_name(&i.id),
+                instance_id: Some(i.id.clone()),
+                asg: Some(i.asg.clone()),
+                ready: i.ready,
+                launch_time: Some(i.launched),
+                fate: None,
+            })
+            .collect();
+        (asgs, members, nodes)
+    }
+
+    fn plan(&self) -> Plan {
+        let (asgs, members, nodes) = self.views();
+        let control_plane_ready: BTreeSet<String> = nodes
+            .iter()
+            .map(|n| n.name.clone())
+            .filter(|n| !self.control_plane_down.contains(n))
+            .collect();
+        plan(&Input {
+            role: self.role,
+            desired: self.desired,
+            suspended: self.suspended,
+            deleting: self.deleting,
+            dry_run: self.dry_run,
+            breaker: self.breaker.clone(),
+            settings: &self.settings,
+            schedule_key: &self.key,
+            asgs: &asgs,
+            members: &members,
+            nodes: &nodes,
+            control_plane_ready: &control_plane_ready,
+            lock: self.lock.clone(),
+            status: &self.status,
+            now: self.now,
+        })
+    }
+
+    /// One reconcile. `crash`: the manager dies right after persisting
+    /// the status, before the action (or, for a finished drain, after
+    /// recording the termination and before making it).
+    fn step(&mut self, crash: bool) -> Plan {
+        self.step_with(if crash {
+            Some(Crash::BeforeAction)
+        } else {
+            None
+        })
+    }
+
+    /// One reconcile through the controller's own executor, with this
+    /// simulated group as its effects; `crash` makes it die at that point.
+    fn step_with(&mut self, crash: Option<Crash>) -> Plan {
+        let plan = self.plan();
+        if plan.status.run_start.is_some() && self.status.run_start.is_none() {
+            self.layouts.push(
+                self.asgs
+                    .iter()
+                    .map(|a| (a.name.clone(), a.desired))
+                    .collect(),
+            );
+        }
+        self.actions.push(plan.command.clone());
+        self.crash = crash;
+        let stored = self.status.clone();
+        let now = self.now;
+        // Died at a crash point: nothing after it happened.
+        let _ = block_on(execute(self, Some(&stored), &plan, &plan.status, now));
+        self.crash = None;
+        plan
+    }
+
+    fn terminate(&mut self, target: &RefreshTarget) {
+        assert!(
+            !self.terminated.contains(&target.instance_id),
+            "{} terminated twice",
+            target.instance_id
+        );
+        let Some(pos) = self
+            .instances
+            .iter()
+            .position(|i| i.id == target.instance_id)
+        else {
+            return;
+        };
+        let was_ready = self.instances.remove(pos).ready;
+        self.terminated.push(target.instance_id.clone());
+        if target.purpose == TargetPurpose::RemoveSurplus {
+            let asg = self
+                .asgs
+                .iter_mut()
+                .find(|a| a.name == target.auto_scaling_group)
+                .expect("asg");
+            asg.desired -= 1;
+        }
+        if was_ready {
+            self.ready_after_terminations.push(self.ready_count());
+        }
+        self.launch(self.now);
+    }
+
+    fn all_join_and_ready(&mut self) {
+        for i in &mut self.instances {
+            i.joined = true;
+            i.ready = true;
+        }
+    }
+
+    fn advance(&mut self, secs: i64) {
+        self.now += chrono::Duration::seconds(secs);
+    }
+
+    /// Steps (new nodes Ready at once) until the run ends or `max` steps.
+    fn run_to_end(&mut self, max: usize) {
+        for _ in 0..max {
+            self.step(false);
+            self.all_join_and_ready();
+            self.advance(1);
+            if self.status.run_start.is_none() && self.status.last_run.is_some() {
+                return;
+            }
+        }
+    }
+
+    fn original_cordoned(&self) -> usize {
+        self.instances
+            .iter()
+            .filter(|i| i.cordoned && self.status.planned_instances.contains(&i.id))
+            .count()
+    }
+
+    fn layout(&self) -> Vec<(String, i32)> {
+        self.asgs
+            .iter()
+            .map(|a| (a.name.clone(), a.desired))
+            .collect()
+    }
+
+    /// One event of the property tests.
+    fn apply(&mut self, e: Event) {
+        match e {
+            Event::Reconcile(crash) => {
+                self.step_with(crash);
+            }
+            Event::NotReady(k) => {
+                let ready: Vec<usize> = (0..self.instances.len())
+                    .filter(|i| self.instances[*i].ready)
+                    .collect();
+                if let Some(i) = ready.get(k % ready.len().max(1)) {
+                    self.instances[*i].ready = false;
+                }
+            }
+            Event::Join(k) => {
+                let waiting: Vec<usize> = (0..self.instances.len())
+                    .filter(|i| !self.instances[*i].joined)
+                    .collect();
+                if let Some(i) = waiting.get(k % waiting.len().max(1)) {
+                    self.instances[*i].joined = true;
+                }
+            }
+            Event::Ready(k) => {
+                let waiting: Vec<usize> = (0..self.instances.len())
+                    .filter(|i| self.instances[*i].joined && !self.instances[*i].ready)
+                    .collect();
+                if let Some(i) = waiting.get(k % waiting.len().max(1)) {
+                    self.instances[*i].ready = true;
+                }
+            }
+            Event::Tick(s) => self.advance(s),
+        }
+    }
+
+    fn result(&self) -> Option<(RunResult, Option<String>)> {
+        self.status
+            .last_run
+            .as_ref()
+            .map(|r| (r.result, r.reason.clone()))
+    }
+}
+
+/// Polls a future that never waits (the simulated effects are immediate).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+}
+
+impl Sim {
+    /// Persist, then act: a mutation comes after the status recording it is
+    /// stored, and only under the group's lock.
+    fn assert_persisted_and_locked(&self, status: &RefresherStatus) {
+        assert_eq!(&self.status, status, "acted before persisting its status");
+        assert_eq!(self.lock, LockState::Ours, "mutation without the lock");
+    }
+}
+
+/// The simulated group as the executor's effects, with the checks a real
+/// cluster and the reconcile's guard would make asserted.
+impl Effects for Sim {
+    async fn uncordon(&mut self, node: &str, _: &RefresherStatus) -> crate::Result<()> {
+        if let Some(i) = self
+            .instances
+            .iter_mut()
+            .find(|i| Sim::node_name(&i.id) == node)
+        {
+            i.cordoned = false;
+        }
+        Ok(())
+    }
+
+    async fn write_status(&mut self, status: &RefresherStatus) -> crate::Result<()> {
+        self.status = status.clone();
+        Ok(())
+    }
+
+    fn reached(&mut self, point: &str) -> crate::Result<()> {
+        let crashes = match self.crash {
+            Some(Crash::BeforeAction) => point == PERSISTED,
+            Some(Crash::BeforeTermination) => point == TERMINATION_PERSISTED,
+            None => false,
+        };
+        if crashes {
+            return Err(crate::Error::InvalidObject(format!("crashed at {point}")));
+        }
+        Ok(())
+    }
+
+    async fn report(&mut self, happenings: &[Happening]) {
+        self.happenings.extend(happenings.iter().cloned());
+    }
+
+    async fn take_lock(&mut self) -> crate::Result<Duration> {
+        assert_eq!(self.lock, LockState::Free, "took a held lock");
+        self.lock = LockState::Ours;
+        Ok(Duration::ZERO)
+    }
+
+    async fn release_lock(&mut self) -> crate::Result<()> {
+        self.lock = LockState::Free;
+        Ok(())
+    }
+
+    async fn set_desired(
+        &mut self,
+        changes: &[DesiredChange],
+        status: &RefresherStatus,
+        _: &str,
+    ) -> crate::Result<()> {
+        self.assert_persisted_and_locked(status);
+        for c in changes {
+            let active = self.instances.iter().filter(|i| i.asg == c.asg).count() as i32;
+            let asg = self.asgs.iter_mut().find(|a| a.name == c.asg).expect("asg");
+            assert_eq!(asg.desired, c.from, "planned from a stale count");
+            assert!(c.to <= asg.max, "above max");
+            assert!(
+                c.to >= active,
+                "lowering desired would make the ASG pick a victim"
+            );
+            asg.desired = c.to;
+        }
+        self.launch(self.now);
+        Ok(())
+    }
+
+    /// A drain finishes on its second step unless the node is stuck.
+    async fn drain_step(
+        &mut self,
+        target: &RefreshTarget,
+        status: &RefresherStatus,
+        _: bool,
+        _: &str,
+    ) -> crate::Result<Drained> {
+        self.assert_persisted_and_locked(status);
+        let node = target.node.clone().expect("drain of a node");
+        let inst = self
+            .instances
+            .iter_mut()
+            .find(|i| Sim::node_name(&i.id) == node)
+            .expect("draining a node that exists");
+        inst.cordoned = true;
+        let steps = self.drain_steps.iter().filter(|n| **n == node).count();
+        self.drain_steps.push(node.clone());
+        let stuck = self.stuck.contains(&node);
+        Ok(Drained {
+            done: !stuck && steps >= 1,
+            requeue: SOON,
+            blocked_by: stuck.then(|| STUCK_BY.to_string()),
+        })
+    }
+
+    async fn terminate(
+        &mut self,
+        target: &RefreshTarget,
+        status: &RefresherStatus,
+    ) -> crate::Result<()> {
+        self.assert_persisted_and_locked(status);
+        assert!(
+            target.terminated.is_some(),
+            "termination not recorded first"
+        );
+        assert_eq!(
+            status.current_target.as_ref(),
+            Some(target),
+            "termination not the recorded one"
+        );
+        Sim::terminate(self, target);
+        Ok(())
+    }
+}
+
+/// What happens to the simulated group between plans.
+#[derive(Debug, Clone)]
+enum Event {
+    /// One reconcile, perhaps with the manager dying in it.
+    Reconcile(Option<Crash>),
+    /// A node that is not being replaced goes NotReady (and recovers on a later Ready).
+    NotReady(usize),
+    /// A node joins (not Ready yet).
+    Join(usize),
+    /// A node becomes Ready.
+    Ready(usize),
+    /// Time passes (seconds).
+    Tick(i64),
+}

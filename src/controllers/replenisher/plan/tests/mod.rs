@@ -1,0 +1,165 @@
+mod guards;
+mod launching;
+mod not_joined;
+mod properties;
+mod scale_in;
+mod scale_up;
+
+use super::*;
+use crate::crd::replenisher::{AsgCount, AsgSince, NotJoinedRemovals, Raise};
+use chrono::TimeZone;
+use proptest::prelude::*;
+
+mod interrupted;
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap()
+}
+
+fn asg(name: &str, desired: i32, instances: i32, max: i32) -> AsgView {
+    AsgView {
+        name: name.into(),
+        desired,
+        min: 0,
+        max,
+        instances,
+        ..Default::default()
+    }
+    .judge(None, t0())
+}
+
+const NO_CAPACITY: &str = "Could not launch Spot Instances. InsufficientInstanceCapacity";
+
+/// Its newest launch activity failed.
+fn failing(mut a: AsgView) -> AsgView {
+    a.launch_failure = Some(NO_CAPACITY.into());
+    a.judge(None, t0())
+}
+
+fn node(name: &str, asg: &str, ready: bool, minutes_old: i64) -> GroupNode {
+    GroupNode {
+        name: name.into(),
+        instance_id: Some(format!("i-{name}")),
+        asg: Some(asg.into()),
+        ready,
+        launch_time: Some(t0() - chrono::Duration::minutes(minutes_old)),
+        fate: None,
+    }
+}
+
+#[derive(Debug)]
+struct Scenario {
+    role: Role,
+    desired: i32,
+    suspend: bool,
+    deleting: bool,
+    asgs: Vec<AsgView>,
+    nodes: Vec<GroupNode>,
+    not_joined: Vec<NotJoinedView>,
+    lock: LockState,
+    status: ReplenisherStatus,
+    /// The group's circuit breaker, when open.
+    breaker: Option<String>,
+}
+
+impl Scenario {
+    /// Three ASGs of one node each, all Ready, desired 3, lock ours.
+    fn steady() -> Self {
+        Self {
+            role: Role::Worker,
+            desired: 3,
+            suspend: false,
+            deleting: false,
+            asgs: vec![asg("a", 1, 1, 3), asg("c", 1, 1, 3), asg("d", 1, 1, 3)],
+            nodes: vec![
+                node("na", "a", true, 60),
+                node("nc", "c", true, 60),
+                node("nd", "d", true, 60),
+            ],
+            not_joined: vec![],
+            lock: LockState::Ours,
+            status: ReplenisherStatus::default(),
+            breaker: None,
+        }
+    }
+
+    fn plan(&self) -> Plan {
+        self.plan_with(Duration::from_secs(300), Duration::from_secs(900), t0())
+    }
+
+    fn plan_with(&self, cooldown: Duration, join_timeout: Duration, now: DateTime<Utc>) -> Plan {
+        plan(&Input {
+            role: self.role,
+            desired: self.desired,
+            suspend: self.suspend,
+            deleting: self.deleting,
+            spec_valid: true,
+            breaker: self.breaker.clone(),
+            cooldown,
+            join_timeout,
+            asgs: &self.asgs,
+            nodes: &self.nodes,
+            not_joined: &self.not_joined,
+            active: &self.active(),
+            lock: self.lock.clone(),
+            status: &self.status,
+            now,
+        })
+    }
+
+    /// Every instance with a node or not joined is active in its ASG.
+    fn active(&self) -> BTreeSet<String> {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.instance_id.clone())
+            .chain(self.not_joined.iter().map(|n| n.instance_id.clone()))
+            .collect()
+    }
+
+    /// After a shortage: a launched again, c had been raised by one and
+    /// its extra node `nc2` is Ready (a surplus to take back).
+    fn surplus_in_c(mut self) -> Self {
+        self.asgs[1] = asg("c", 2, 2, 3);
+        self.nodes.push(node("nc2", "c", true, 5));
+        self.status.raised = vec![AsgCount {
+            auto_scaling_group: "c".into(),
+            count: 1,
+        }];
+        self
+    }
+
+    /// Zone a is short: its node is gone and its launch failed.
+    fn shortage_in_a(mut self) -> Self {
+        self.asgs[0] = failing(asg("a", 1, 0, 3));
+        self.nodes.retain(|n| n.name != "na");
+        self
+    }
+}
+
+fn input_of<'a>(s: &'a Scenario, active: &'a BTreeSet<String>) -> Input<'a> {
+    Input {
+        role: s.role,
+        desired: s.desired,
+        suspend: s.suspend,
+        deleting: s.deleting,
+        spec_valid: true,
+        breaker: s.breaker.clone(),
+        cooldown: Duration::from_secs(300),
+        join_timeout: Duration::from_secs(900),
+        asgs: &s.asgs,
+        nodes: &s.nodes,
+        not_joined: &s.not_joined,
+        active,
+        lock: s.lock.clone(),
+        status: &s.status,
+        now: t0(),
+    }
+}
+
+fn never_joined(id: &str, asg: &str, minutes_old: i64) -> NotJoinedView {
+    NotJoinedView {
+        instance_id: id.into(),
+        asg: asg.into(),
+        launch_time: Some(t0() - chrono::Duration::minutes(minutes_old)),
+    }
+}

@@ -1,0 +1,117 @@
+//! Going back to the original layout: the surplus taken back, abandoned scale-ins, a group being deleted.
+
+use super::*;
+
+#[test]
+fn after_a_shortage_the_surplus_is_taken_back_from_the_raised_asg() {
+    let mut s = Scenario::steady().surplus_in_c();
+    let p = s.plan();
+    let Command::Drain(target) = p.command else {
+        panic!("expected a drain, got {:?}", p.command)
+    };
+    assert_eq!(
+        (target.node.as_str(), target.auto_scaling_group.as_str()),
+        ("nc2", "c"),
+        "newest node of the raised ASG"
+    );
+    assert_eq!(target.since, t0());
+    assert_eq!(p.status.scale_in.as_ref(), Some(&target), "persisted first");
+    // The termination is recorded (and the raise taken back) before it is made ...
+    let mut status = p.status.clone();
+    let recorded = record_termination(&mut status, t0()).expect("a target");
+    assert!(recorded.terminating.is_some());
+    assert!(status.raised.is_empty());
+    // ... and a restart with that record retries the same termination.
+    s.status = status.clone();
+    assert_eq!(s.plan().command, Command::Terminate(recorded.clone()));
+    // Once the instance is gone, the record is settled.
+    s.nodes.retain(|n| n.name != "nc2");
+    let settled = s.plan();
+    assert!(settled.status.scale_in.is_none());
+    assert!(settled.status.raised.is_empty(), "not taken back twice");
+    assert!(
+        settled
+            .status
+            .last_action
+            .is_some_and(|a| a.description.contains("removed nc2"))
+    );
+}
+
+#[test]
+fn a_scale_in_that_would_drop_below_desired_is_abandoned() {
+    let mut s = Scenario::steady();
+    s.asgs[1] = asg("c", 2, 2, 3);
+    s.nodes.push(node("nc2", "c", true, 5));
+    s.nodes[0].ready = false; // a node went NotReady meanwhile
+    s.status.scale_in = Some(ScaleInTarget {
+        node: "nc2".into(),
+        instance_id: "i-nc2".into(),
+        auto_scaling_group: "c".into(),
+        since: t0(),
+        terminating: None,
+        decrement: true,
+    });
+    assert!(matches!(s.plan().command, Command::AbandonScaleIn { .. }));
+}
+
+#[test]
+fn a_group_being_deleted_gives_a_scale_in_back_and_then_the_lock() {
+    let mut s = Scenario::steady();
+    s.asgs[1] = asg("c", 2, 2, 3);
+    s.nodes.push(node("nc2", "c", true, 5));
+    s.deleting = true;
+    let idle = s.plan();
+    assert_eq!(idle.command, Command::ReleaseLock, "{}", idle.message);
+    assert!(idle.status.scale_in.is_none(), "no scale-in starts");
+    let target = ScaleInTarget {
+        node: "nc2".into(),
+        instance_id: "i-nc2".into(),
+        auto_scaling_group: "c".into(),
+        since: t0(),
+        terminating: None,
+        decrement: true,
+    };
+    s.status.scale_in = Some(target.clone());
+    let p = s.plan();
+    assert!(
+        matches!(&p.command, Command::AbandonScaleIn { reason, .. } if reason.contains("being deleted")),
+        "{:?}",
+        p.command
+    );
+    // Drained already and its termination recorded: that termination is made.
+    s.status.scale_in = Some(ScaleInTarget {
+        terminating: Some(t0()),
+        ..target
+    });
+    assert!(matches!(s.plan().command, Command::Terminate(_)));
+}
+
+#[test]
+fn a_group_being_deleted_launches_nothing_when_short() {
+    let mut s = Scenario::steady().shortage_in_a();
+    s.deleting = true;
+    let p = s.plan();
+    assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
+    assert!(p.message.contains("being deleted"), "{}", p.message);
+}
+
+#[test]
+fn a_scale_in_drain_that_takes_too_long_is_abandoned() {
+    let mut s = Scenario::steady();
+    s.asgs[1] = asg("c", 2, 2, 3);
+    s.nodes.push(node("nc2", "c", true, 5));
+    s.status.scale_in = Some(ScaleInTarget {
+        node: "nc2".into(),
+        instance_id: "i-nc2".into(),
+        auto_scaling_group: "c".into(),
+        since: t0() - chrono::Duration::minutes(11),
+        terminating: None,
+        decrement: true,
+    });
+    let p = s.plan();
+    assert!(
+        matches!(&p.command, Command::AbandonScaleIn { reason, .. } if reason.contains("timed out")),
+        "{:?}",
+        p.command
+    );
+}

@@ -1,0 +1,135 @@
+//! Too few Ready nodes: raises on launching ASGs, spread, backoff, max, what is on its way, the cooldown.
+
+use super::*;
+
+#[test]
+fn steady_releases_the_lock_and_does_nothing() {
+    let p = Scenario::steady().plan();
+    assert_eq!(p.command, Command::ReleaseLock);
+    assert_eq!(p.status.phase, ReplenishPhase::Steady);
+    let mut s = Scenario::steady();
+    s.lock = LockState::Free;
+    assert_eq!(s.plan().command, Command::Nothing);
+}
+
+#[test]
+fn a_shortage_scales_up_only_launching_asgs_and_excludes_the_short_one() {
+    let p = Scenario::steady().shortage_in_a().plan();
+    assert_eq!(
+        p.command,
+        Command::ScaleUp(vec![DesiredChange {
+            asg: "c".into(),
+            from: 1,
+            to: 2
+        }])
+    );
+    assert_eq!(p.status.phase, ReplenishPhase::ScalingUp);
+    let excluded = &p.status.excluded;
+    assert_eq!(excluded.len(), 1);
+    assert_eq!(excluded[0].auto_scaling_group, "a");
+    assert_eq!(excluded[0].since, t0());
+    assert_eq!(
+        excluded[0].retry_after,
+        Some(t0() + chrono::Duration::minutes(1))
+    );
+    assert!(
+        excluded[0].reason.contains("InsufficientInstanceCapacity"),
+        "{excluded:?}"
+    );
+    // Recorded before the call: the raise, the count to take back, the cooldown.
+    assert_eq!(
+        p.status.raising,
+        vec![Raise {
+            auto_scaling_group: "c".into(),
+            from: 1,
+            to: 2
+        }]
+    );
+    assert_eq!(p.status.raised[0].count, 1);
+    assert_eq!(p.status.last_modification, Some(t0()));
+}
+
+#[test]
+fn the_increase_is_spread_over_launching_asgs() {
+    let mut s = Scenario::steady();
+    s.desired = 5;
+    let p = s.plan();
+    assert_eq!(
+        p.command,
+        Command::ScaleUp(vec![
+            DesiredChange {
+                asg: "a".into(),
+                from: 1,
+                to: 2
+            },
+            DesiredChange {
+                asg: "c".into(),
+                from: 1,
+                to: 2
+            },
+        ])
+    );
+}
+
+#[test]
+fn exclusion_backoff_grows_while_it_keeps_failing_and_lifts_after() {
+    let mut s = Scenario::steady().shortage_in_a();
+    s.status = s.plan().status;
+    // Still failing after the first backoff: failures 2, next retry in 2m.
+    let active = s.active();
+    let later = plan(&Input {
+        now: t0() + chrono::Duration::minutes(2),
+        ..input_of(&s, &active)
+    });
+    let e = &later.status.excluded[0];
+    assert_eq!(e.failures, 2);
+    assert_eq!(e.retry_after, Some(t0() + chrono::Duration::minutes(4)));
+    assert_eq!(exclusion_backoff(10), Duration::from_secs(1800), "capped");
+    // Launching again and past the backoff: no longer excluded.
+    s.status = later.status;
+    s.asgs[0] = asg("a", 1, 1, 3);
+    let active = s.active();
+    let healed = plan(&Input {
+        now: t0() + chrono::Duration::minutes(5),
+        ..input_of(&s, &active)
+    });
+    assert!(healed.status.excluded.is_empty());
+}
+
+#[test]
+fn all_asgs_at_max_is_reported_and_nothing_is_done() {
+    let mut s = Scenario::steady().shortage_in_a();
+    s.asgs[1].max = 1;
+    s.asgs[2].max = 1;
+    let p = s.plan();
+    assert_eq!(
+        p.command,
+        Command::ReleaseLock,
+        "nothing it can do: the lock goes back"
+    );
+    assert_eq!(p.status.phase, ReplenishPhase::Blocked);
+    assert!(p.message.contains("no ASG can launch"), "{}", p.message);
+}
+
+#[test]
+fn nodes_already_launching_are_not_ordered_twice() {
+    let mut s = Scenario::steady().shortage_in_a();
+    s.asgs[1] = asg("c", 2, 2, 3); // raised already, its new node not Ready yet
+    let p = s.plan();
+    assert_eq!(p.command, Command::Nothing);
+    assert_eq!(p.status.phase, ReplenishPhase::Waiting);
+}
+
+#[test]
+fn cooldown_not_over_means_wait_until_it_is() {
+    let mut s = Scenario::steady().shortage_in_a();
+    s.status.last_modification = Some(t0() - chrono::Duration::seconds(270));
+    let p = s.plan();
+    assert_eq!(p.command, Command::Nothing);
+    assert_eq!(p.status.phase, ReplenishPhase::Waiting);
+    assert_eq!(
+        p.requeue,
+        Duration::from_secs(30),
+        "requeued for the end of the cooldown"
+    );
+}
