@@ -126,6 +126,21 @@ impl World {
     }
 }
 
+/// A world is cleaned up when dropped, passing or failing: its namespace is
+/// deleted (best effort, as [`World::cleanup`]) by kubectl, which needs no
+/// async runtime in a destructor.
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(["delete", "namespace", &self.namespace, "--wait=false"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
 /// Stops the simulated kubelet when dropped.
 pub struct SimGuard(tokio_util::sync::CancellationToken);
 

@@ -1,0 +1,255 @@
+//! ASG terminate lifecycle actions, scheduled changes naming two nodes, stopping instances.
+
+use super::*;
+
+#[tokio::test]
+async fn an_asg_terminate_lifecycle_action_is_drained_kept_waiting_by_heartbeats_then_completed() {
+    let steady = SteadyGroup::workers("int-hook")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    // The drain outlasts the hook's heartbeat timeout: a budget holds every
+    // web pod until the 12 s deadline.
+    set_interruption(&steady, serde_json::json!({"drainDeadline": "12s"})).await;
+    deploy_web(world, 6, 0).await;
+    assert_web_ready(world, 6).await;
+    let victim = node_with_web_pods(world, 1).await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = instances(world, &kops.asgs).await;
+    let asg = asg_of(&before, &victim);
+    // kops's hook, notifying the queue directly: the ASG holds a leaving
+    // instance for its handler, 4 s at most without a heartbeat. (AWS's least
+    // is 30 s; compressed like every timing here so that the drain outlasts
+    // it within seconds. The manager reads the timeout from the hook, so only
+    // the ratio of drain to timeout matters.)
+    world
+        .terminate_hook(&asg, "kops-nth-lifecycle-hook", queue, 4)
+        .await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    // An operator replaces the instance through its ASG.
+    world.terminate_through_asg(&victim).await;
+    let held_since = std::time::Instant::now();
+    let node = assert_eventually("the node marked", WAIT, || marked(&nodes, &victim)).await;
+    assert_eq!(
+        world.lifecycle_state(&asg, &victim).await.as_deref(),
+        Some("Terminating:Wait"),
+        "the node must be marked while its instance is held"
+    );
+    let record = record_of(&node).expect("record");
+    assert_eq!(record.kind, "terminate_lifecycle_action");
+    assert_eq!(
+        record.lifecycle.as_ref().map(|a| a.hook.as_str()),
+        Some("kops-nth-lifecycle-hook")
+    );
+    // Its ASG launches the replacement while the instance is held.
+    assert_eventually("a replacement beside the held instance", WAIT, || async {
+        let ids = world.asg_instances(&asg).await;
+        assert!(
+            ids.contains(&victim),
+            "{victim} left before a replacement came"
+        );
+        ids.iter().any(|id| !original.contains(id)).then_some(())
+    })
+    .await;
+    // Two heartbeat timeouts later the ASG still holds it: heartbeats.
+    tokio::time::sleep(Duration::from_secs(9).saturating_sub(held_since.elapsed())).await;
+    assert_eq!(
+        world.lifecycle_state(&asg, &victim).await.as_deref(),
+        Some("Terminating:Wait"),
+        "the hook timed out: no heartbeat"
+    );
+    // The deadline ends the drain, nothing evicted against the budget: what
+    // it left is reported (the node itself goes a moment later, so the
+    // Event on the group is what stays to be read).
+    assert_eventually("the drain's end reported", WAIT, || async {
+        (event_count(world, "InterruptionDrainIncomplete").await >= 1).then_some(())
+    })
+    .await;
+    // Then the action is completed and the ASG lets the instance go.
+    assert_eventually("completed: the held instance gone", WAIT, || async {
+        world
+            .lifecycle_state(&asg, &victim)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_settled(&steady, &before, &original, std::slice::from_ref(&victim)).await;
+    assert_eventually(
+        "the notices deleted (and the hook's test)",
+        WAIT,
+        || async { (queue.remaining().await == 0).then_some(()) },
+    )
+    .await;
+    let metrics = steady.manager.assert_metrics().await;
+    let heartbeats = support::performed(&metrics, "lifecycle_action_heartbeat");
+    assert!(heartbeats >= 2, "{heartbeats} heartbeats: {metrics}");
+    assert_eq!(
+        support::performed(&metrics, "complete_lifecycle_action"),
+        1,
+        "{metrics}"
+    );
+    // Its ASG replaced it: nothing ordered or removed by us.
+    assert_orders(&metrics, 0, 0, "its ASG replaces it: nothing ordered by us");
+    assert!(event_count(world, "LifecycleActionCompleted").await >= 1);
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+}
+
+#[tokio::test]
+async fn a_scheduled_change_naming_two_nodes_replaces_both_before_their_loss() {
+    let steady = SteadyGroup::workers("int-health")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    deploy_web(world, 6, 1).await;
+    assert_web_ready(world, 6).await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = instances(world, &kops.asgs).await;
+    let victims = vec![before[0].2[0].clone(), before[1].2[0].clone()];
+    let sampler = sample_web(world);
+    // One AWS Health event retiring two of our instances.
+    queue.send(&scheduled_change(&victims, Utc::now())).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    for victim in &victims {
+        let node = assert_eventually("both marked", WAIT, || marked(&nodes, victim)).await;
+        assert_eq!(
+            record_of(&node).map(|r| r.kind).as_deref(),
+            Some("scheduled_change")
+        );
+    }
+    // A replacement in each victim's ASG while the victim still runs there.
+    for (asg, _, _) in &before[..2] {
+        assert_eventually("a replacement beside the victim", WAIT, || async {
+            let ids = world.asg_instances(asg).await;
+            assert!(
+                victims.iter().any(|v| ids.contains(v)),
+                "the victim left {asg} before a replacement was launched: {ids:?}"
+            );
+            ids.iter().any(|id| !original.contains(id)).then_some(())
+        })
+        .await;
+    }
+    assert_settled(&steady, &before, &original, &victims).await;
+    // Their pods moved and stayed available.
+    assert_eventually("6 Ready pods off the victims", WAIT, || async {
+        let pods = ready_web_pods(world).await;
+        (pods.len() == 6 && pods.iter().all(|(_, node)| !victims.contains(node))).then_some(())
+    })
+    .await;
+    let samples = sampler.stop();
+    assert!(samples.min_ready >= Some(5), "{samples:?}");
+    assert_eq!(queue.remaining().await, 0);
+    let metrics = steady.manager.assert_metrics().await;
+    assert_orders(
+        &metrics,
+        2,
+        2,
+        "one raise per victim / each victim removed by us",
+    );
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+}
+
+#[tokio::test]
+async fn a_stopping_instance_is_cordoned_and_drained_and_its_asg_replaces_it_once() {
+    let steady = SteadyGroup::workers("int-stopping")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    deploy_web(world, 6, 1).await;
+    assert_web_ready(world, 6).await;
+    let victim = node_with_web_pods(world, 1).await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = instances(world, &kops.asgs).await;
+    // AWS says it is stopping (its OS shuts down over the next seconds).
+    queue
+        .send(&state_change(&victim, "stopping", Utc::now()))
+        .await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let node = assert_eventually("the node marked", WAIT, || marked(&nodes, &victim)).await;
+    assert_eq!(
+        record_of(&node).map(|r| r.kind).as_deref(),
+        Some("state_change")
+    );
+    assert!(
+        instances(world, &kops.asgs).await.contains(&victim),
+        "marked before the instance went"
+    );
+    assert_eventually("its pods evicted", WAIT, || async {
+        let pods = ready_web_pods(world).await;
+        (pods.len() == 6 && pods.iter().all(|(_, node)| *node != victim)).then_some(())
+    })
+    .await;
+    world.stop_instance(&victim).await;
+    // Its ASG's health check replaces it; we order nothing.
+    assert_settled(&steady, &before, &original, std::slice::from_ref(&victim)).await;
+    assert_eq!(queue.remaining().await, 0);
+    let metrics = steady.manager.assert_metrics().await;
+    assert_orders(&metrics, 0, 0, "its ASG replaces it: nothing ordered by us");
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+}
+
+#[tokio::test]
+async fn a_lifecycle_action_on_an_instance_that_never_joined_is_completed_at_once() {
+    let steady = SteadyGroup::workers("int-hook-unjoined")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    let asg = kops.asgs[0].clone();
+    // One more instance in the first ASG, which never registers a Node.
+    world
+        .tag_asg(&asg, support::sim::NEVER_JOIN_TAG, "true")
+        .await;
+    let original = world.asg_instances(&asg).await;
+    world
+        .aws
+        .autoscaling
+        .set_desired_capacity()
+        .auto_scaling_group_name(&asg)
+        .desired_capacity(2)
+        .send()
+        .await
+        .expect("raise");
+    let late = assert_eventually("an instance that never joined", WAIT, || async {
+        let status = steady.groups.get("workers").await.ok()?.status?;
+        status
+            .not_joined
+            .into_iter()
+            .map(|n| n.instance_id)
+            .find(|id| !original.contains(id))
+    })
+    .await;
+    // A hook whose timeout outlasts this test: only a completion by the
+    // manager lets the instance go.
+    world
+        .terminate_hook(&asg, "kops-nth-lifecycle-hook", queue, 600)
+        .await;
+    world.terminate_through_asg(&late).await;
+    assert_eventually("held, then completed and gone", WAIT, || async {
+        world
+            .lifecycle_state(&asg, &late)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eventually("the notices deleted", WAIT, || async {
+        (queue.remaining().await == 0).then_some(())
+    })
+    .await;
+    let metrics = steady.manager.assert_metrics().await;
+    assert_eq!(
+        support::performed(&metrics, "complete_lifecycle_action"),
+        1,
+        "{metrics}"
+    );
+    assert_eq!(
+        support::performed(&metrics, "lifecycle_action_heartbeat"),
+        0
+    );
+    assert!(event_count(world, "LifecycleActionCompleted").await >= 1);
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+}

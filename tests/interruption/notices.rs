@@ -1,0 +1,246 @@
+//! Spot warnings, duplicates, foreign and bad messages, shared queues, a kill between marking and deleting.
+
+use super::*;
+
+#[tokio::test]
+async fn a_spot_warning_marks_our_node_before_the_instance_goes_and_the_message_is_deleted() {
+    let steady = SteadyGroup::workers("int-warning")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let victim = before[0].2[0].clone();
+    // AWS: the warning now; it would take the instance two minutes later.
+    // Before then: the node marked while its instance runs, a replacement
+    // launched in its ASG, and only then the instance terminated by us.
+    let asg = before[0].0.clone();
+    let noticed = Utc::now();
+    let started = std::time::Instant::now();
+    queue.send(&spot_warning(&victim, noticed)).await;
+    let node = assert_eventually("the node marked", WAIT, || marked(&nodes, &victim)).await;
+    let running = instances(world, &kops.asgs).await;
+    assert!(
+        running.contains(&victim),
+        "the node must be marked before its instance is terminated"
+    );
+    let record = record_of(&node).expect("record");
+    assert_eq!(record.kind, "spot_interruption");
+    assert_eq!(record.instance_id, victim);
+    // The deadline counts from AWS's time, not from receipt: 90 s by default.
+    let from_notice = (record.deadline - record.noticed).num_seconds();
+    assert_eq!(from_notice, 90, "{record:?}");
+    assert!(
+        (record.noticed - noticed).num_seconds().abs() <= 1,
+        "{record:?}"
+    );
+    assert!(
+        node.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(INTERRUPTION_ANNOTATION))
+    );
+    assert_eventually("the message deleted", WAIT, || async {
+        (queue.remaining().await == 0).then_some(())
+    })
+    .await;
+    let replacement = assert_eventually("a replacement launched beside it", WAIT, || async {
+        let ids = world.asg_instances(&asg).await;
+        assert!(
+            ids.contains(&victim),
+            "{victim} left {asg} before a replacement was launched: {ids:?}"
+        );
+        ids.into_iter().find(|id| *id != victim)
+    })
+    .await;
+    eprintln!("{:?}: marked, replacement launched", started.elapsed());
+    assert_eventually(
+        "the interrupted instance terminated by us",
+        WAIT,
+        || async {
+            let ids = world.asg_instances(&asg).await;
+            (ids == [replacement.clone()]).then_some(())
+        },
+    )
+    .await;
+    eprintln!("{:?}: interrupted instance removed", started.elapsed());
+    // AWS's own termination at its time finds it gone already.
+    world.lose_instance(&victim).await;
+    assert_eventually("the lost node gone, 3 Ready", RUN, || async {
+        let gone = world
+            .nodes()
+            .await
+            .unwrap_or_default()
+            .iter()
+            .all(|n| n.metadata.name.as_deref() != Some(victim.as_str()));
+        (gone && ready_count(&steady.groups, "workers").await? == 3).then_some(())
+    })
+    .await;
+    eprintln!("{:?}: 3 Ready", started.elapsed());
+    // The layout as before, the raise for the replacement taken back.
+    let settled = world.asg_snapshot(&kops.asgs).await;
+    assert_eq!(desired_counts(&settled), desired_counts(&before));
+    let after = instances(world, &kops.asgs).await;
+    assert_eq!(after.len(), 3, "exactly one new instance: {after:?}");
+    assert!(event_count(world, "InterruptionNotice").await >= 1);
+    let metrics = steady.manager.assert_metrics().await;
+    assert!(
+        metrics.contains(
+            "spot_node_manager_interruption_messages_total{kind=\"spot_interruption\",outcome=\"acted\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+}
+
+#[tokio::test]
+async fn duplicates_foreign_instances_and_bad_bodies_never_act_twice_or_block_the_queue() {
+    let steady = SteadyGroup::workers("int-dupes")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let victim = world.asg_snapshot(&kops.asgs).await[1].2[0].clone();
+    let warning = spot_warning(&victim, Utc::now());
+    queue.send(&warning).await;
+    queue.send(&warning).await;
+    queue
+        .send(&spot_warning("i-0123456789abcdef0", Utc::now()))
+        .await;
+    queue.send("{this is not json").await;
+    queue
+        .send(r#"{"version": "0", "source": "aws.ec2", "detail-type": "EC2 Something New", "time": "2026-11-23T00:00:00Z", "detail": {}}"#)
+        .await;
+    let node = assert_eventually("the node marked", WAIT, || marked(&nodes, &victim)).await;
+    assert_eventually("every message deleted", WAIT, || async {
+        (queue.remaining().await == 0).then_some(())
+    })
+    .await;
+    // Marked once: one taint of ours, one Event for it.
+    assert_eq!(our_taints(&node), 1);
+    assert_eq!(event_count(world, "InterruptionNotice").await, 1);
+    // No other node touched.
+    let marked_nodes = world
+        .nodes()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .filter(|n| record_of(n).is_some())
+        .count();
+    assert_eq!(marked_nodes, 1, "only the victim is marked");
+    let metrics = steady.manager.assert_metrics().await;
+    for series in [
+        "kind=\"spot_interruption\",outcome=\"acted\"} 2",
+        "kind=\"spot_interruption\",outcome=\"foreign_deleted\"} 1",
+        "kind=\"malformed\",outcome=\"rejected\"} 1",
+        "kind=\"unknown_kind\",outcome=\"rejected\"} 1",
+    ] {
+        assert!(
+            metrics.contains(&format!(
+                "spot_node_manager_interruption_messages_total{{{series}"
+            )),
+            "{series} missing:\n{metrics}"
+        );
+    }
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+}
+
+#[tokio::test]
+async fn on_a_shared_queue_a_foreign_notice_is_left_for_its_cluster() {
+    let steady = SteadyGroup::workers("int-shared")
+        .interruption_queue()
+        .manager_config("interruption:\n  foreignMessages: Leave\n")
+        .start()
+        .await;
+    let (world, queue) = (&steady.world, steady.queue());
+    queue
+        .send(&spot_warning("i-0123456789abcdef0", Utc::now()))
+        .await;
+    let metrics = assert_eventually("the foreign notice seen", WAIT, || async {
+        let m = steady.manager.assert_metrics().await;
+        m.contains("outcome=\"foreign_left\"").then_some(m)
+    })
+    .await;
+    assert!(!metrics.contains("foreign_deleted"), "{metrics}");
+    assert_eq!(queue.remaining().await, 1, "left on the queue");
+    let nodes = world.nodes().await.unwrap_or_default();
+    assert_eq!(nodes.len(), 3);
+    assert!(nodes.iter().all(|n| record_of(n).is_none()));
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+}
+
+#[tokio::test]
+async fn a_manager_killed_between_marking_and_deleting_finishes_the_job_once_on_redelivery() {
+    let world = support::World::new("int-kill").await;
+    let kops = world.kops_group("nodes", &support::ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<spot_node_manager::crd::NodeGroup> = world.api();
+    groups
+        .create(
+            &Default::default(),
+            &support::refresh::group("workers", "Worker", &kops.asgs, 3),
+        )
+        .await
+        .expect("create group");
+    let queue = world.queue("interruptions").await;
+    let flags = ["--interruption-queue-url", queue.url.as_str()];
+    let config = "resyncInterval: 2s\n";
+    // The first manager dies (as kill -9 would) right after the node is
+    // marked, before the message is deleted.
+    let (mut first, _c1) =
+        world.start_manager_with(config, &flags, &[("SNM_CRASH_AT", "interruption:marked")]);
+    assert_eventually("3 Ready", RUN, || async {
+        (ready_count(&groups, "workers").await? == 3).then_some(())
+    })
+    .await;
+    let victim = world.asg_snapshot(&kops.asgs).await[2].2[0].clone();
+    queue.send(&spot_warning(&victim, Utc::now())).await;
+    assert_eventually("a crash after marking", WAIT, || async {
+        (!first.child_alive()).then_some(())
+    })
+    .await;
+    assert!(
+        first.logs().contains("crash point interruption:marked"),
+        "{}",
+        first.logs()
+    );
+    first.kill();
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    assert!(
+        marked(&nodes, &victim).await.is_some(),
+        "marked before the crash"
+    );
+    assert_eq!(
+        queue.remaining().await,
+        1,
+        "the message is still on the queue"
+    );
+    // The next manager gets the message again and finishes: deleted, and
+    // nothing done twice.
+    let (second, _c2) = world.start_manager_with(config, &flags, &[]);
+    assert_eventually("the redelivered message deleted", WAIT, || async {
+        (queue.remaining().await == 0).then_some(())
+    })
+    .await;
+    if let Ok(node) = nodes.get(&victim).await {
+        assert!(our_taints(&node) <= 1, "{node:?}");
+    }
+    assert_eq!(
+        event_count(&world, "InterruptionNotice").await,
+        1,
+        "noticed once"
+    );
+    // One replacement, the interrupted instance removed by us, the layout
+    // as before.
+    assert_eventually("replaced once, the layout as before", RUN, || async {
+        let after = world.asg_snapshot(&kops.asgs).await;
+        let ids: Vec<&String> = after.iter().flat_map(|(_, _, ids)| ids).collect();
+        let layout = after.iter().all(|(_, desired, _)| *desired == 1);
+        let ready = ready_count(&groups, "workers").await? == 3;
+        (layout && ids.len() == 3 && !ids.contains(&&victim) && ready).then_some(())
+    })
+    .await;
+    assert!(second.child_alive(), "{}", second.logs());
+}
