@@ -126,6 +126,26 @@ impl From<AsgView> for AutoScalingGroupStatus {
     }
 }
 
+/// What every child plan is told of its group, whatever it decides: the
+/// spec's role and count, whether it may act at all, its ASGs and nodes as
+/// observed, the lock, and the time. Each plan's `Input` adds its own.
+#[derive(Debug, Clone)]
+pub struct GroupFacts<'a> {
+    pub role: crate::crd::Role,
+    pub desired: i32,
+    /// The group (or the child resource) is suspended.
+    pub suspended: bool,
+    /// The NodeGroup is being deleted: start nothing, unwind what is under way.
+    pub deleting: bool,
+    /// Why nothing may be terminated now (the group's circuit breaker is
+    /// open), if so.
+    pub breaker: Option<String>,
+    pub asgs: &'a [AsgView],
+    pub nodes: &'a [GroupNode],
+    pub lock: LockState,
+    pub now: DateTime<Utc>,
+}
+
 /// A node of the group, as a plan sees it (`ready` only while its instance
 /// is in service in its ASG: see [`group_nodes`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! inventory), the group's lock from its side, and, as a separate step, a
 //! fresh describe of the group's ASGs.
 
-use super::group_view::{AsgView, GroupNode, group_nodes};
+use super::group_view::{AsgView, GroupFacts, GroupNode, group_nodes};
 use crate::cloud::{AsgDescription, Cloud};
 use crate::context::Context;
 use crate::crd::nodegroup::OperationKind;
@@ -96,6 +96,28 @@ pub async fn observe_group<K: Resource>(
 }
 
 impl ObservedGroup {
+    /// What every child plan is told, from this observation and the ASGs
+    /// as `described`; `suspended` adds the child's own suspension to the
+    /// group's.
+    pub fn facts<'a>(
+        &'a self,
+        described: &'a DescribedAsgs,
+        suspended: bool,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> GroupFacts<'a> {
+        GroupFacts {
+            role: self.group.spec.role,
+            desired: self.group.spec.desired,
+            suspended: self.group.spec.suspend || suspended,
+            deleting: self.group.metadata.deletion_timestamp.is_some(),
+            breaker: self.group.breaker_open(),
+            asgs: &described.asgs,
+            nodes: &described.nodes,
+            lock: self.lock.clone(),
+            now,
+        }
+    }
+
     /// Describes the group's ASGs (one AWS call, or a description shared
     /// for a few seconds) and judges its nodes by it.
     pub async fn describe(&self) -> Result<DescribedAsgs, Error> {

@@ -94,21 +94,13 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     };
     let plan_for = |described: &DescribedAsgs| {
         refresh_plan::plan(&Input {
-            role: group.spec.role,
-            desired: group.spec.desired,
-            suspended: group.spec.suspend || rf.spec.suspend,
-            deleting: group.metadata.deletion_timestamp.is_some(),
+            group: observed.facts(described, rf.spec.suspend, now),
             dry_run: ctx.settings.dry_run,
-            breaker: group.breaker_open(),
             settings: &settings,
             schedule_key: &schedule_key,
-            asgs: &described.asgs,
             members: &members(&described.fresh),
-            nodes: &described.nodes,
             control_plane_ready: &control_plane_ready,
-            lock: observed.lock.clone(),
             status: &current,
-            now,
         })
     };
     let mut described = described.unwrap_or(DescribedAsgs {

@@ -72,23 +72,15 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
             .map(|i| i.instance_id.clone())
             .collect();
         replenish_plan::plan(&Input {
-            role: group.spec.role,
-            desired: group.spec.desired,
-            suspend: group.spec.suspend,
-            deleting: group.metadata.deletion_timestamp.is_some(),
+            group: observed.facts(described, false, now),
             // Another group naming one of its ASGs stops it too.
             spec_valid: group.spec.validate().is_empty() && group.asg_conflict().is_none(),
-            breaker: group.breaker_open(),
             cooldown: duration::parse(&rp.spec.cooldown).unwrap_or(Duration::from_secs(300)),
             join_timeout: duration::parse(&rp.spec.join_timeout)
                 .unwrap_or(Duration::from_secs(900)),
-            asgs: &described.asgs,
-            nodes: &described.nodes,
             not_joined: &not_joined,
             active: &active,
-            lock: observed.lock.clone(),
             status: &current,
-            now,
         })
     };
     let mut described = observed.describe().await?;

@@ -34,6 +34,7 @@ impl Planner<'_> {
                 return None;
             }
             let node = input
+                .group
                 .nodes
                 .iter()
                 .find(|n| n.instance_id.as_deref() == Some(id.as_str()))?;
@@ -42,7 +43,7 @@ impl Planner<'_> {
                 instance_id: id.clone(),
                 auto_scaling_group: node.asg.clone()?,
                 purpose: TargetPurpose::Replace,
-                since: input.now,
+                since: input.group.now,
                 terminated: None,
                 blocked_by: None,
             })
@@ -62,7 +63,7 @@ impl Planner<'_> {
 
     /// A target chosen, not yet terminated: drain it, or give up on it.
     pub(super) fn draining(&mut self, settings: &ResolvedRefresh) -> Step {
-        let now = self.input.now;
+        let now = self.input.group.now;
         let Some(target) = self.status.current_target.clone() else {
             return Step::wait("no target", SOON);
         };
@@ -152,6 +153,7 @@ impl Planner<'_> {
             // says so. The replenisher removes extra Ready nodes later.
             let current = self
                 .input
+                .group
                 .asgs
                 .iter()
                 .find(|a| a.name == target.auto_scaling_group)
@@ -181,7 +183,7 @@ impl Planner<'_> {
     }
 
     fn terminate_now(&mut self, message: String) -> Step {
-        match after_drain(&mut self.status, self.input.now) {
+        match after_drain(&mut self.status, self.input.group.now) {
             Some(target) => Step::act(Command::Terminate(target), message, SOON),
             None => Step::wait(message, SOON),
         }
@@ -190,8 +192,8 @@ impl Planner<'_> {
     fn removal_safety(&self, target: &RefreshTarget) -> Removal {
         removal(
             target,
-            self.input.nodes,
-            self.input.desired,
+            self.input.group.nodes,
+            self.input.group.desired,
             self.surplus_total(),
         )
     }

@@ -14,7 +14,7 @@ impl Planner<'_> {
     /// Not running. Some(step) unless a run starts now.
     pub(super) fn idle(&mut self, settings: &ResolvedRefresh) -> Option<Step> {
         let input = self.input;
-        let now = input.now;
+        let now = input.group.now;
         if self.status.next_run_from.as_deref() != Some(input.schedule_key) {
             self.schedule_next(settings);
         }
@@ -31,22 +31,22 @@ impl Planner<'_> {
             // A lock still held here was left by a run that ended just before a restart.
             return Some(Step::act(self.release_if_ours(), message, requeue));
         }
-        if input.suspended {
+        if input.group.suspended {
             return Some(self.skip("the group is suspended".into(), settings));
         }
-        if input.deleting {
+        if input.group.deleting {
             return Some(self.skip("the NodeGroup is being deleted".into(), settings));
         }
-        if let Some(why) = &input.breaker {
+        if let Some(why) = &input.group.breaker {
             return Some(self.skip(format!("circuit breaker open: {why}"), settings));
         }
-        if let Some(why) = blocking_processes(input.asgs) {
+        if let Some(why) = blocking_processes(input.group.asgs) {
             return Some(self.skip(why, settings));
         }
         let ready = self.ready();
-        if ready < input.desired {
+        if ready < input.group.desired {
             return Some(self.skip(
-                format!("only {ready} of {} nodes are Ready", input.desired),
+                format!("only {ready} of {} nodes are Ready", input.group.desired),
                 settings,
             ));
         }
@@ -58,11 +58,11 @@ impl Planner<'_> {
             };
             return Some(self.skip(why, settings));
         }
-        let wanted = match input.role {
+        let wanted = match input.group.role {
             Role::Worker => settings.surplus_nodes,
             Role::Master => 0,
         };
-        let surplus = distribute(wanted, input.asgs);
+        let surplus = distribute(wanted, input.group.asgs);
         let placed: i32 = surplus.iter().map(|s| s.desired).sum();
         if placed < wanted {
             return Some(self.skip(
@@ -83,7 +83,7 @@ impl Planner<'_> {
             self.finish_idle(now, RunResult::Skipped, Some(plan.clone()), settings);
             return Some(Step::wait(plan, SOON));
         }
-        match &input.lock {
+        match &input.group.lock {
             LockState::Other(holder) => {
                 self.status.phase = RefreshPhase::WaitingForLock;
                 return Some(Step::wait(
@@ -109,10 +109,11 @@ impl Planner<'_> {
         let input = self.input;
         let placed = surplus.iter().map(|s| s.desired).sum();
         let st = &mut self.status;
-        st.run_start = Some(input.now);
+        st.run_start = Some(input.group.now);
         st.phase = RefreshPhase::ScalingUp;
-        st.phase_since = Some(input.now);
+        st.phase_since = Some(input.group.now);
         st.original_desired = input
+            .group
             .asgs
             .iter()
             .map(|a| AsgDesired {
@@ -137,7 +138,7 @@ impl Planner<'_> {
     fn skip(&mut self, reason: String, settings: &ResolvedRefresh) -> Step {
         self.happenings.push(Happening::Skipped(reason.clone()));
         self.finish_idle(
-            self.input.now,
+            self.input.group.now,
             RunResult::Skipped,
             Some(reason.clone()),
             settings,
@@ -150,7 +151,8 @@ impl Planner<'_> {
     }
 
     pub(super) fn schedule_next(&mut self, settings: &ResolvedRefresh) {
-        self.status.next_run = next_run(&settings.schedule, settings.time_zone, self.input.now);
+        self.status.next_run =
+            next_run(&settings.schedule, settings.time_zone, self.input.group.now);
         self.status.next_run_from = Some(self.input.schedule_key.to_string());
     }
 
@@ -162,7 +164,7 @@ impl Planner<'_> {
         reason: Option<String>,
         settings: &ResolvedRefresh,
     ) {
-        let now = self.input.now;
+        let now = self.input.group.now;
         let st = &mut self.status;
         let replaced = if result == RunResult::Skipped {
             0
@@ -209,13 +211,14 @@ pub fn blocking_processes(asgs: &[AsgView]) -> Option<String> {
 /// (with `max_age`) at least that old. Nodes launched later are new.
 fn targets(input: &Input, max_age: Option<Duration>) -> Vec<String> {
     let mut old: Vec<(&DateTime<Utc>, &str, &str)> = input
+        .group
         .nodes
         .iter()
         .filter_map(|n| {
             let id = n.instance_id.as_deref()?;
             let launched = n.launch_time.as_ref()?;
             let member = input.members.iter().any(|m| m.instance_id == id);
-            let old_enough = max_age.is_none_or(|age| after(*launched, age) <= input.now);
+            let old_enough = max_age.is_none_or(|age| after(*launched, age) <= input.group.now);
             (member && old_enough).then_some((launched, n.name.as_str(), id))
         })
         .collect();

@@ -32,8 +32,7 @@ mod scaling_up;
 #[cfg(test)]
 mod tests;
 
-use crate::controllers::group_view::{AsgView, DesiredChange, LockState};
-use crate::crd::Role;
+use crate::controllers::group_view::{DesiredChange, LockState};
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{
     AsgDesired, RefreshPhase, RefreshTarget, RefresherStatus, RunResult, TargetPurpose,
@@ -42,7 +41,7 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-pub use crate::controllers::group_view::GroupNode;
+pub use crate::controllers::group_view::{GroupFacts, GroupNode};
 pub use draining::{Removal, removal};
 pub use idle::blocking_processes;
 
@@ -55,29 +54,19 @@ pub struct Member {
 }
 
 pub struct Input<'a> {
-    pub role: Role,
-    pub desired: i32,
-    /// The group or the Refresher is suspended.
-    pub suspended: bool,
-    /// The NodeGroup is being deleted: start nothing, unwind a run.
-    pub deleting: bool,
+    /// What every child plan is told (`suspended`: the group or the
+    /// Refresher; `breaker`: a run pauses, a due run is skipped).
+    pub group: GroupFacts<'a>,
     pub dry_run: bool,
-    /// Why nothing may be terminated now (the group's circuit breaker is
-    /// open), if so: a run pauses, a due run is skipped.
-    pub breaker: Option<String>,
     /// The Refresher's settings, or why they are invalid.
     pub settings: &'a Result<ResolvedRefresh, String>,
     /// Identifies the schedule (see `RefresherSpec::schedule_key`).
     pub schedule_key: &'a str,
-    pub asgs: &'a [AsgView],
     pub members: &'a [Member],
-    pub nodes: &'a [GroupNode],
     /// Masters: the nodes whose control-plane pods (kube-apiserver,
     /// etcd-manager) are all Ready. Looked at only between replacements.
     pub control_plane_ready: &'a BTreeSet<String>,
-    pub lock: LockState,
     pub status: &'a RefresherStatus,
-    pub now: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -287,10 +276,10 @@ impl Planner<'_> {
     /// manager, or the lock not ours.
     fn paused(&self) -> Option<Step> {
         let input = self.input;
-        if input.suspended {
+        if input.group.suspended {
             return Some(Step::wait("run paused: the group is suspended", IDLE));
         }
-        if let Some(why) = &input.breaker {
+        if let Some(why) = &input.group.breaker {
             return Some(Step::wait(
                 format!("run paused: circuit breaker open: {why}"),
                 IDLE,
@@ -304,7 +293,7 @@ impl Planner<'_> {
                 IDLE,
             ));
         }
-        match &input.lock {
+        match &input.group.lock {
             LockState::Ours => None,
             LockState::Free => Some(Step::act(
                 Command::TakeLock,
@@ -356,7 +345,8 @@ impl Planner<'_> {
     /// being drained, or drained with its termination recorded but not made,
     /// is kept: the record is taken back and the node uncordoned.
     fn unwind_for_deletion(&mut self) -> Option<Step> {
-        if !self.input.deleting || rank(self.status.phase) >= rank(RefreshPhase::ScalingDown) {
+        if !self.input.group.deleting || rank(self.status.phase) >= rank(RefreshPhase::ScalingDown)
+        {
             return None;
         }
         let reason = "the NodeGroup is being deleted".to_string();
@@ -376,7 +366,7 @@ impl Planner<'_> {
     }
 
     fn release_if_ours(&self) -> Command {
-        if self.input.lock == LockState::Ours {
+        if self.input.group.lock == LockState::Ours {
             Command::ReleaseLock
         } else {
             Command::Nothing
@@ -384,7 +374,7 @@ impl Planner<'_> {
     }
 
     fn ready(&self) -> i32 {
-        self.input.nodes.iter().filter(|n| n.ready).count() as i32
+        self.input.group.nodes.iter().filter(|n| n.ready).count() as i32
     }
 
     fn active(&self, instance_id: &str) -> bool {
@@ -400,7 +390,7 @@ impl Planner<'_> {
 
     /// Ready nodes the group should have while nothing is being replaced.
     fn whole(&self) -> i32 {
-        self.input.desired + self.surplus_total()
+        self.input.group.desired + self.surplus_total()
     }
 
     /// Records a failure; the run then goes to `ScalingDown`.
@@ -419,14 +409,14 @@ impl Planner<'_> {
 
     fn enter(&mut self, phase: RefreshPhase) {
         self.status.phase = phase;
-        self.status.phase_since = Some(self.input.now);
+        self.status.phase_since = Some(self.input.group.now);
     }
 
     fn since_phase(&self) -> DateTime<Utc> {
         self.status
             .phase_since
             .or(self.status.run_start)
-            .unwrap_or(self.input.now)
+            .unwrap_or(self.input.group.now)
     }
 }
 

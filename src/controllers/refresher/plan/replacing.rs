@@ -10,7 +10,7 @@ use std::time::Duration;
 
 impl Planner<'_> {
     pub(super) fn waiting_for_replacement(&mut self, settings: &ResolvedRefresh) -> Next {
-        let now = self.input.now;
+        let now = self.input.group.now;
         let Some(target) = self.status.current_target.clone() else {
             return self.next_target(settings);
         };
@@ -57,10 +57,11 @@ impl Planner<'_> {
         settings: &ResolvedRefresh,
     ) -> Result<Option<Step>, String> {
         let input = self.input;
-        if input.role != Role::Master {
+        if input.group.role != Role::Master {
             return Ok(None);
         }
         let mut waiting_for: Vec<&str> = input
+            .group
             .nodes
             .iter()
             .filter(|n| n.ready && !input.control_plane_ready.contains(&n.name))
@@ -70,7 +71,7 @@ impl Planner<'_> {
         let deadline = after(self.since_phase(), settings.ready_timeout);
         if !waiting_for.is_empty() {
             self.status.control_plane_ready_since = None;
-            if input.now >= deadline {
+            if input.group.now >= deadline {
                 return Err(format!(
                     "control-plane pods not Ready within {} on {}",
                     crate::duration::format(settings.ready_timeout),
@@ -82,21 +83,21 @@ impl Planner<'_> {
                     "waiting for control-plane pods (kube-apiserver, etcd-manager) on {}",
                     waiting_for.join(", ")
                 ),
-                SOON.min(until(input.now, deadline)),
+                SOON.min(until(input.group.now, deadline)),
             )));
         }
         let since = *self
             .status
             .control_plane_ready_since
-            .get_or_insert(input.now);
+            .get_or_insert(input.group.now);
         let settled = after(since, settings.master_settle_time);
-        if input.now < settled {
+        if input.group.now < settled {
             return Ok(Some(Step::wait(
                 format!(
                     "control plane Ready; settling until {}",
                     settled.to_rfc3339()
                 ),
-                until(input.now, settled),
+                until(input.group.now, settled),
             )));
         }
         self.status.control_plane_ready_since = None;

@@ -29,6 +29,7 @@ impl Planner<'_> {
         if let Some(target) = self.status.current_target.clone() {
             let original = original_of(&self.status.original_desired, &target.auto_scaling_group);
             let asg_desired = input
+                .group
                 .asgs
                 .iter()
                 .find(|a| a.name == target.auto_scaling_group)
@@ -52,12 +53,12 @@ impl Planner<'_> {
         if victim.is_none()
             && let Some(asg) = waiting
         {
-            if input.now < deadline {
+            if input.group.now < deadline {
                 return Step::wait(
                     format!(
                         "waiting for the launch in flight in {asg} before removing the surplus"
                     ),
-                    SOON.min(until(input.now, deadline)),
+                    SOON.min(until(input.group.now, deadline)),
                 );
             }
             return self.finish_run(
@@ -70,26 +71,26 @@ impl Planner<'_> {
         match victim {
             Some(Ok(target)) => {
                 self.status.current_target = Some(target);
-                self.status.phase_since = Some(input.now);
+                self.status.phase_since = Some(input.group.now);
                 self.draining(settings)
             }
             Some(Err(asg)) => {
-                if input.now >= deadline {
+                if input.group.now >= deadline {
                     return self.finish_run(
                         settings,
                         Some(format!(
                             "surplus left in {asg}: no node could be removed while keeping {} Ready",
-                            input.desired
+                            input.group.desired
                         )),
                     );
                 }
                 Step::wait(
                     format!(
                         "keeping the surplus in {asg} until removing it leaves {} Ready ({} Ready now)",
-                        input.desired,
+                        input.group.desired,
                         self.ready(),
                     ),
-                    SOON.min(until(input.now, deadline)),
+                    SOON.min(until(input.group.now, deadline)),
                 )
             }
             None => self.finish_run(settings, None),
@@ -101,7 +102,12 @@ impl Planner<'_> {
         let input = self.input;
         let mut layout = Layout::default();
         for o in &self.status.original_desired {
-            let Some(asg) = input.asgs.iter().find(|a| a.name == o.auto_scaling_group) else {
+            let Some(asg) = input
+                .group
+                .asgs
+                .iter()
+                .find(|a| a.name == o.auto_scaling_group)
+            else {
                 continue;
             };
             let active: Vec<&Member> = input.members.iter().filter(|m| m.asg == asg.name).collect();
@@ -147,6 +153,7 @@ impl Planner<'_> {
         let input = self.input;
         let node_of = |id: &str| {
             input
+                .group
                 .nodes
                 .iter()
                 .find(|n| n.instance_id.as_deref() == Some(id))
@@ -156,7 +163,7 @@ impl Planner<'_> {
             instance_id: m.instance_id.clone(),
             auto_scaling_group: asg.to_string(),
             purpose: TargetPurpose::RemoveSurplus,
-            since: input.now,
+            since: input.group.now,
             terminated: None,
             blocked_by: None,
         };
@@ -169,7 +176,7 @@ impl Planner<'_> {
         }) {
             return Some(target(m, Some(n)));
         }
-        if self.ready() - 1 < input.desired {
+        if self.ready() - 1 < input.group.desired {
             return None;
         }
         active
@@ -180,7 +187,7 @@ impl Planner<'_> {
     }
 
     fn finish_run(&mut self, settings: &ResolvedRefresh, leftover: Option<String>) -> Step {
-        let started = self.status.run_start.unwrap_or(self.input.now);
+        let started = self.status.run_start.unwrap_or(self.input.group.now);
         let reason = match (self.status.failure.clone(), leftover) {
             (Some(f), Some(l)) => Some(format!("{f}; {l}")),
             (f, l) => f.or(l),
@@ -192,7 +199,9 @@ impl Planner<'_> {
         };
         let replaced = self.status.replaced;
         let total = self.status.total;
-        let took = (self.input.now - started).to_std().unwrap_or_default();
+        let took = (self.input.group.now - started)
+            .to_std()
+            .unwrap_or_default();
         self.happenings.push(Happening::Finished {
             result,
             replaced,

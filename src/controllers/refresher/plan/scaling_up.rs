@@ -7,7 +7,7 @@ use crate::crd::nodegroup::ResolvedRefresh;
 
 impl Planner<'_> {
     pub(super) fn scaling_up(&mut self, settings: &ResolvedRefresh) -> Next {
-        let now = self.input.now;
+        let now = self.input.group.now;
         let changes = self.raise_changes();
         if !changes.is_empty() {
             let message = format!("adding surplus: {}", describe_changes(&changes));
@@ -38,6 +38,7 @@ impl Planner<'_> {
             .filter_map(|o| {
                 let asg = self
                     .input
+                    .group
                     .asgs
                     .iter()
                     .find(|a| a.name == o.auto_scaling_group)?;

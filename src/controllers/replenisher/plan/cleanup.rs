@@ -12,7 +12,7 @@ use crate::crd::replenisher::{CleanupTarget, NotJoinedRemovals, ReplenishPhase};
 /// cooldown, and a removal not yet due passes on to the other stages.
 pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
     let input = s.input;
-    let now = input.now;
+    let now = input.group.now;
     let (instance, reason) = candidate(s)?;
     let asg = s.asg(&instance.asg)?;
     let decrement = asg.desired > asg.min;
@@ -77,9 +77,9 @@ pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
 /// count; only in an ASG whose backoff has passed.
 fn candidate<'a>(s: &Stage<'a>) -> Option<(&'a NotJoinedView, String)> {
     let input = s.input;
-    let now = input.now;
+    let now = input.group.now;
     let total_instances: i32 = s.asgs.iter().map(|a| a.instances).sum();
-    let extra_master = input.role == Role::Master && total_instances > input.desired;
+    let extra_master = input.group.role == Role::Master && total_instances > input.group.desired;
     input
         .not_joined
         .iter()
@@ -111,7 +111,7 @@ fn candidate<'a>(s: &Stage<'a>) -> Option<(&'a NotJoinedView, String)> {
             } else if extra_master {
                 Some((
                     n,
-                    format!("extra master beyond the configured {}", input.desired),
+                    format!("extra master beyond the configured {}", input.group.desired),
                 ))
             } else {
                 None

@@ -41,14 +41,14 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
             format!("terminating interrupted {} (recorded)", names.join(", ")),
         ));
     }
-    let now = s.input.now;
+    let now = s.input.group.now;
     let scale_in = s.status.scale_in.as_ref().map(|t| t.instance_id.as_str());
     // Due once the drain has ended (drained, or its end recorded at the
     // deadline with what was left) and either the deadline has come or the
     // replacement is launched (its ASG no longer behind, or Ready back at
     // desired without it). Waiting for the drain's record keeps its report
     // (the pods left); should it never come, a grace after the deadline.
-    let restored = s.ready >= s.input.desired;
+    let restored = s.ready >= s.input.group.desired;
     let due = |n: &GroupNode, r: &Replacement| match n.fate {
         Some(Fate::Reclaimed { deadline, drained }) => {
             now >= after(deadline, RETIRE_GRACE)
@@ -61,6 +61,7 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
     };
     let due: Vec<(&GroupNode, &Replacement)> = s
         .input
+        .group
         .nodes
         .iter()
         .filter(|n| leaves_through_us(s, n) && n.instance_id.as_deref() != scale_in)
@@ -110,11 +111,12 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
 /// node: drained, then terminated (with decrement when replaced in its own
 /// ASG). The cooldown does not apply: this is the second half of one step.
 pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
-    if s.status.scale_in.is_some() || s.ready < s.input.desired {
+    if s.status.scale_in.is_some() || s.ready < s.input.group.desired {
         return None;
     }
     let (node, replaced) = s
         .input
+        .group
         .nodes
         .iter()
         .filter(|n| n.fate == Some(Fate::AtRisk) && leaves_through_us(s, n))
@@ -127,7 +129,7 @@ pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
         decrement: replaced.auto_scaling_group == own
             && s.asg(&own).is_some_and(|a| a.desired > a.min),
         auto_scaling_group: own,
-        since: s.input.now,
+        since: s.input.group.now,
         terminating: None,
     };
     let message = format!(

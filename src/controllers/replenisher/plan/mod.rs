@@ -36,9 +36,8 @@ pub use records::{
 };
 
 use crate::controllers::group_view::{
-    AsgView, DesiredChange, Fate, GroupNode, LockState, after, until,
+    AsgView, DesiredChange, Fate, GroupFacts, LockState, after, until,
 };
-use crate::crd::Role;
 use crate::crd::replenisher::{
     CleanupTarget, ReplenishPhase, ReplenisherStatus, Retirement, ScaleInTarget,
 };
@@ -74,27 +73,17 @@ impl From<&crate::crd::nodegroup::NotJoinedInstance> for NotJoinedView {
 }
 
 pub struct Input<'a> {
-    pub role: Role,
-    pub desired: i32,
-    pub suspend: bool,
-    /// The NodeGroup is being deleted: finish or give back what is under
-    /// way, start nothing.
-    pub deleting: bool,
+    /// What every child plan is told (`deleting`: finish or give back what
+    /// is under way, start nothing).
+    pub group: GroupFacts<'a>,
     /// The group's spec is valid (the inventory's SpecValid condition).
     pub spec_valid: bool,
-    /// Why nothing may be terminated now (the group's circuit breaker is
-    /// open), if so.
-    pub breaker: Option<String>,
     pub cooldown: Duration,
     pub join_timeout: Duration,
-    pub asgs: &'a [AsgView],
-    pub nodes: &'a [GroupNode],
     pub not_joined: &'a [NotJoinedView],
     /// Instances that count as capacity in the group's ASGs (fresh describe).
     pub active: &'a BTreeSet<String>,
-    pub lock: LockState,
     pub status: &'a ReplenisherStatus,
-    pub now: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,7 +155,7 @@ pub fn plan(input: &Input) -> Plan {
     let mut plan = plan_inner(input);
     // Wake up for the next deadline the plan knows about, not a minute later.
     if let Some(deadline) = next_deadline(input, &plan.status) {
-        plan.requeue = plan.requeue.min(until(input.now, deadline));
+        plan.requeue = plan.requeue.min(until(input.group.now, deadline));
     }
     plan
 }
@@ -191,7 +180,7 @@ fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<U
         .map(|t| after(t.since, SCALE_IN_DRAIN_TIMEOUT));
     // An interrupted node we replaced is terminated at its deadline once its
     // drain's end is recorded, or a grace later.
-    let retirements = input.nodes.iter().filter_map(|n| match n.fate {
+    let retirements = input.group.nodes.iter().filter_map(|n| match n.fate {
         Some(Fate::Reclaimed { deadline, drained }) => {
             let id = n.instance_id.as_deref()?;
             let at = if drained {
@@ -213,7 +202,7 @@ fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<U
         .chain(removals)
         .chain(graces)
         .chain(drain)
-        .filter(|t| *t > input.now)
+        .filter(|t| *t > input.group.now)
         .min()
 }
 
@@ -246,7 +235,7 @@ impl Stage<'_> {
 
     /// Not acting: give the lock back if we hold it, say why.
     fn idle(&self, status: ReplenisherStatus, phase: ReplenishPhase, message: String) -> Plan {
-        if self.input.lock == LockState::Ours {
+        if self.input.group.lock == LockState::Ours {
             self.finish(status, phase, Command::ReleaseLock, message, SOON)
         } else {
             self.finish(status, phase, Command::Nothing, message, IDLE)
@@ -261,7 +250,7 @@ impl Stage<'_> {
         command: Command,
         message: String,
     ) -> Plan {
-        match &self.input.lock {
+        match &self.input.group.lock {
             LockState::Ours => self.finish(status, phase, command, message, SOON),
             // The record of what we are about to do is written only with the
             // lock: until then, nothing was decided.
@@ -305,12 +294,12 @@ impl Stage<'_> {
 
     fn cooldown_left(&self) -> Option<Duration> {
         let end = after(self.status.last_modification?, self.input.cooldown);
-        (self.input.now < end).then(|| until(self.input.now, end))
+        (self.input.group.now < end).then(|| until(self.input.group.now, end))
     }
 
     fn overdue(&self, n: &NotJoinedView) -> bool {
         n.launch_time
-            .is_some_and(|t| self.input.now >= after(t, self.input.join_timeout))
+            .is_some_and(|t| self.input.group.now >= after(t, self.input.join_timeout))
     }
 }
 
@@ -318,10 +307,10 @@ fn plan_inner(input: &Input) -> Plan {
     let mut status = input.status.clone();
     settle_records(input, &mut status);
     let asgs = judge(input, &mut status);
-    update_exclusions(&mut status, &asgs, input.now);
+    update_exclusions(&mut status, &asgs, input.group.now);
     let stage = Stage {
         input,
-        ready: input.nodes.iter().filter(|n| n.ready).count() as i32,
+        ready: input.group.nodes.iter().filter(|n| n.ready).count() as i32,
         asgs,
         status,
     };
@@ -338,7 +327,7 @@ fn plan_inner(input: &Input) -> Plan {
             stage.idle(
                 stage.status.clone(),
                 ReplenishPhase::Steady,
-                format!("{}/{} Ready", stage.ready, input.desired),
+                format!("{}/{} Ready", stage.ready, input.group.desired),
             )
         })
 }
@@ -350,7 +339,7 @@ fn plan_inner(input: &Input) -> Plan {
 /// instances is carried out. Then idle, lock released.
 fn unwinding(s: &Stage) -> Option<Plan> {
     const REASON: &str = "the NodeGroup is being deleted";
-    if !s.input.deleting {
+    if !s.input.group.deleting {
         return None;
     }
     if !s.status.retiring.is_empty() {
@@ -394,7 +383,7 @@ fn unwinding(s: &Stage) -> Option<Plan> {
 /// terminations under way are kept for later), but an interrupted node AWS
 /// is taking anyway is still retired and replacements are still launched.
 fn breaker(s: &Stage) -> Option<Plan> {
-    let why = s.input.breaker.as_ref()?;
+    let why = s.input.group.breaker.as_ref()?;
     let message = format!("circuit breaker open: {why}");
     retire(s)
         .or_else(|| scale_up(s))
@@ -411,14 +400,14 @@ fn guards(s: &Stage) -> Option<Plan> {
             "the NodeGroup spec is invalid".into(),
         ));
     }
-    if s.input.suspend {
+    if s.input.group.suspended {
         return Some(s.idle(
             s.status.clone(),
             ReplenishPhase::Paused,
             "the NodeGroup is suspended".into(),
         ));
     }
-    if let LockState::Other(holder) = &s.input.lock {
+    if let LockState::Other(holder) = &s.input.group.lock {
         return Some(s.finish(
             s.status.clone(),
             ReplenishPhase::Paused,

@@ -33,6 +33,7 @@ pub(super) fn replacement<'a>(s: &'a Stage, node: &GroupNode) -> Option<&'a Repl
 pub(super) fn unreplaced<'a>(s: &'a Stage) -> Vec<&'a GroupNode> {
     let mut nodes: Vec<&GroupNode> = s
         .input
+        .group
         .nodes
         .iter()
         .filter(|n| leaves_through_us(s, n) && replacement(s, n).is_none())
@@ -47,6 +48,6 @@ pub(super) fn replacement_in(s: &Stage, node: &GroupNode, asg: &str) -> Replacem
         node: node.name.clone(),
         instance_id: node.instance_id.clone().unwrap_or_default(),
         auto_scaling_group: asg.to_string(),
-        since: s.input.now,
+        since: s.input.group.now,
     }
 }

@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 pub(super) fn settle_records(input: &Input, status: &mut ReplenisherStatus) {
     for raise in std::mem::take(&mut status.raising) {
         let landed = input
+            .group
             .asgs
             .iter()
             .find(|a| a.name == raise.auto_scaling_group)
@@ -57,7 +58,7 @@ pub(super) fn settle_records(input: &Input, status: &mut ReplenisherStatus) {
         .retain(|r| input.active.contains(&r.instance_id));
     // A removal run ends once a node of that ASG launched after it is Ready.
     status.removals.retain(|r| {
-        !input.nodes.iter().any(|n| {
+        !input.group.nodes.iter().any(|n| {
             n.ready
                 && n.asg.as_deref() == Some(r.auto_scaling_group.as_str())
                 && n.launch_time.is_some_and(|t| t > r.last)
@@ -70,6 +71,7 @@ pub(super) fn settle_records(input: &Input, status: &mut ReplenisherStatus) {
 pub(super) fn judge(input: &Input, status: &mut ReplenisherStatus) -> Vec<AsgView> {
     let mut behind = vec![];
     let asgs = input
+        .group
         .asgs
         .iter()
         .map(|a| {
@@ -82,7 +84,7 @@ pub(super) fn judge(input: &Input, status: &mut ReplenisherStatus) -> Vec<AsgVie
                 (Some(x), Some(y)) => Some(x.min(y)),
                 (x, y) => x.or(y),
             };
-            let judged = a.clone().judge(remembered, input.now);
+            let judged = a.clone().judge(remembered, input.group.now);
             if let Some(since) = judged.behind_since {
                 behind.push(AsgSince {
                     auto_scaling_group: a.name.clone(),

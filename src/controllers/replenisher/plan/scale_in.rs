@@ -26,17 +26,18 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
         ));
     }
     let target_ready = input
+        .group
         .nodes
         .iter()
         .any(|n| n.instance_id.as_deref() == Some(&target.instance_id) && n.ready);
     let ready_without = s.ready - i32::from(target_ready);
-    let abandon = if ready_without < input.desired {
+    let abandon = if ready_without < input.group.desired {
         Some(format!(
             "removing {} would leave {ready_without} Ready node(s), below {}",
-            target.node, input.desired
+            target.node, input.group.desired
         ))
     } else if target.terminating.is_none()
-        && input.now >= after(target.since, SCALE_IN_DRAIN_TIMEOUT)
+        && input.group.now >= after(target.since, SCALE_IN_DRAIN_TIMEOUT)
     {
         Some(format!("drain of {} timed out", target.node))
     } else {
@@ -76,14 +77,14 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
 /// Too many Ready nodes (a shortage ended): take one back, explicitly chosen.
 pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
     let input = s.input;
-    if s.ready <= input.desired {
+    if s.ready <= input.group.desired {
         return None;
     }
     if let Some(left) = s.cooldown_left() {
         return Some(s.wait(
             format!(
                 "cooldown before removing {} surplus node(s)",
-                s.ready - input.desired
+                s.ready - input.group.desired
             ),
             left,
         ));
@@ -97,7 +98,7 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
     };
     let message = format!(
         "{}/{} Ready: removing {} from {}",
-        s.ready, input.desired, target.node, target.auto_scaling_group
+        s.ready, input.group.desired, target.node, target.auto_scaling_group
     );
     Some(start_scale_in(s, target, message))
 }
@@ -126,7 +127,7 @@ pub(super) fn choose_victim(s: &Stage) -> Option<ScaleInTarget> {
             .find(|r| r.auto_scaling_group == asg)
             .map_or(0, |r| r.count)
     };
-    let ready_in = |asg: &str| ready_in(input.nodes, asg);
+    let ready_in = |asg: &str| ready_in(input.group.nodes, asg);
     let asg = s
         .asgs
         .iter()
@@ -145,6 +146,7 @@ pub(super) fn choose_victim(s: &Stage) -> Option<ScaleInTarget> {
                 ))
         })?;
     let node = input
+        .group
         .nodes
         .iter()
         .filter(|n| {
@@ -155,7 +157,7 @@ pub(super) fn choose_victim(s: &Stage) -> Option<ScaleInTarget> {
         node: node.name.clone(),
         instance_id: node.instance_id.clone()?,
         auto_scaling_group: asg.name.clone(),
-        since: input.now,
+        since: input.group.now,
         terminating: None,
         decrement: true,
     })

@@ -17,6 +17,7 @@ pub(super) fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
     let input = s.input;
     let in_asg = |n: &&GroupNode| n.asg.as_deref() == Some(asg.name.as_str());
     let stuck_nodes = input
+        .group
         .nodes
         .iter()
         .filter(in_asg)
@@ -24,10 +25,11 @@ pub(super) fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
             !n.ready
                 && n.fate.is_none()
                 && n.launch_time
-                    .is_some_and(|t| input.now >= after(t, input.join_timeout))
+                    .is_some_and(|t| input.group.now >= after(t, input.join_timeout))
         })
         .count() as i32;
     let leaving = input
+        .group
         .nodes
         .iter()
         .filter(in_asg)
@@ -38,7 +40,7 @@ pub(super) fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
         .iter()
         .filter(|n| n.asg == asg.name && s.overdue(n))
         .count() as i32;
-    (asg.desired - ready_in(input.nodes, &asg.name) - stuck_nodes - stuck_instances - leaving)
+    (asg.desired - ready_in(input.group.nodes, &asg.name) - stuck_nodes - stuck_instances - leaving)
         .max(0)
 }
 
@@ -48,12 +50,12 @@ pub(super) fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
 /// there), even during the cooldown; the rest is spread over the ASGs.
 pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
     let input = s.input;
-    if s.ready >= input.desired {
+    if s.ready >= input.group.desired {
         return None;
     }
     let usable = |a: &&AsgView| a.launching && !s.excluded(&a.name);
     let coming: i32 = s.asgs.iter().filter(usable).map(|a| on_the_way(s, a)).sum();
-    let deficit = input.desired - s.ready - coming;
+    let deficit = input.group.desired - s.ready - coming;
     if deficit <= 0 {
         return Some(s.wait(format!("{coming} node(s) on their way"), SOON));
     }
@@ -79,7 +81,7 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
             .position(|c| Some(c.name.as_str()) == node.asg.as_deref() && c.desired < c.max);
         let pick = match own {
             Some(i) => Some(i),
-            None if input.role == Role::Worker => spread(&candidates),
+            None if input.group.role == Role::Worker => spread(&candidates),
             None => None,
         };
         if let Some(i) = pick {
@@ -93,7 +95,7 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
     {
         return Some(plan);
     }
-    if input.role == Role::Worker && s.cooldown_left().is_none() {
+    if input.group.role == Role::Worker && s.cooldown_left().is_none() {
         while added < deficit {
             let Some(i) = spread(&candidates) else {
                 break;
@@ -115,7 +117,7 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
         .collect();
     let message = raise_message(s, added, &changes, &replacements);
     let mut status = s.status.clone();
-    record_raise(&mut status, &changes, input.now, message.clone());
+    record_raise(&mut status, &changes, input.group.now, message.clone());
     status.replacing.extend(replacements);
     Some(s.act(
         status,
@@ -141,13 +143,13 @@ fn spread(candidates: &[AsgView]) -> Option<usize> {
 /// if so.
 fn nothing_to_add(s: &Stage, candidates: &[AsgView], deficit: i32) -> Option<Plan> {
     let input = s.input;
-    if input.role == Role::Master {
+    if input.group.role == Role::Master {
         return Some(s.idle(
             s.status.clone(),
             ReplenishPhase::Blocked,
             format!(
                 "{}/{} masters Ready; masters are never launched outside their own ASG",
-                s.ready, input.desired
+                s.ready, input.group.desired
             ),
         ));
     }
@@ -157,7 +159,7 @@ fn nothing_to_add(s: &Stage, candidates: &[AsgView], deficit: i32) -> Option<Pla
             ReplenishPhase::Blocked,
             format!(
                 "{}/{} Ready and no ASG can launch (not launching, backing off, or at max)",
-                s.ready, input.desired
+                s.ready, input.group.desired
             ),
         ));
     }
@@ -186,7 +188,7 @@ fn raise_message(
     format!(
         "{}/{} Ready: adding {added} on {}{replacing}",
         s.ready,
-        s.input.desired,
+        s.input.group.desired,
         changes
             .iter()
             .map(|c| format!("{} {}->{}", c.asg, c.from, c.to))

@@ -7,10 +7,12 @@ mod schedule;
 mod skips;
 
 use super::*;
+use crate::controllers::group_view::AsgView;
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::refresher::execute::{
     Drained, Effects, PERSISTED, TERMINATION_PERSISTED, execute,
 };
+use crate::crd::Role;
 use crate::crd::nodegroup::{DrainTimeoutAction, parse_schedule};
 use chrono::TimeZone;
 use proptest::prelude::*;
@@ -225,21 +227,23 @@ impl Sim {
             .filter(|n| !self.control_plane_down.contains(n))
             .collect();
         plan(&Input {
-            role: self.role,
-            desired: self.desired,
-            suspended: self.suspended,
-            deleting: self.deleting,
+            group: GroupFacts {
+                role: self.role,
+                desired: self.desired,
+                suspended: self.suspended,
+                deleting: self.deleting,
+                breaker: self.breaker.clone(),
+                asgs: &asgs,
+                nodes: &nodes,
+                lock: self.lock.clone(),
+                now: self.now,
+            },
             dry_run: self.dry_run,
-            breaker: self.breaker.clone(),
             settings: &self.settings,
             schedule_key: &self.key,
-            asgs: &asgs,
             members: &members,
-            nodes: &nodes,
             control_plane_ready: &control_plane_ready,
-            lock: self.lock.clone(),
             status: &self.status,
-            now: self.now,
         })
     }
 

@@ -39,10 +39,10 @@ fn a_raise_in_flight_counts_as_launching_within_the_grace_and_is_not_ordered_twi
     s.asgs[1] = asg("c", 2, 1, 3);
     s.status = p.status;
     let active = s.active();
-    let later = plan(&Input {
-        now: t0() + crate::controllers::group_view::to_chrono(crate::cloud::LAUNCH_GRACE),
-        ..input_of(&s, &active)
-    });
+    let later = plan(&at(
+        input_of(&s, &active),
+        t0() + crate::controllers::group_view::to_chrono(crate::cloud::LAUNCH_GRACE),
+    ));
     assert_eq!(
         later.command,
         Command::ScaleUp(vec![DesiredChange {

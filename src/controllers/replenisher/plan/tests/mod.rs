@@ -6,6 +6,8 @@ mod scale_in;
 mod scale_up;
 
 use super::*;
+use crate::controllers::group_view::GroupNode;
+use crate::crd::Role;
 use crate::crd::replenisher::{AsgCount, AsgSince, NotJoinedRemovals, Raise};
 use chrono::TimeZone;
 use proptest::prelude::*;
@@ -89,21 +91,23 @@ impl Scenario {
 
     fn plan_with(&self, cooldown: Duration, join_timeout: Duration, now: DateTime<Utc>) -> Plan {
         plan(&Input {
-            role: self.role,
-            desired: self.desired,
-            suspend: self.suspend,
-            deleting: self.deleting,
+            group: GroupFacts {
+                role: self.role,
+                desired: self.desired,
+                suspended: self.suspend,
+                deleting: self.deleting,
+                breaker: self.breaker.clone(),
+                asgs: &self.asgs,
+                nodes: &self.nodes,
+                lock: self.lock.clone(),
+                now,
+            },
             spec_valid: true,
-            breaker: self.breaker.clone(),
             cooldown,
             join_timeout,
-            asgs: &self.asgs,
-            nodes: &self.nodes,
             not_joined: &self.not_joined,
             active: &self.active(),
-            lock: self.lock.clone(),
             status: &self.status,
-            now,
         })
     }
 
@@ -138,21 +142,23 @@ impl Scenario {
 
 fn input_of<'a>(s: &'a Scenario, active: &'a BTreeSet<String>) -> Input<'a> {
     Input {
-        role: s.role,
-        desired: s.desired,
-        suspend: s.suspend,
-        deleting: s.deleting,
+        group: GroupFacts {
+            role: s.role,
+            desired: s.desired,
+            suspended: s.suspend,
+            deleting: s.deleting,
+            breaker: s.breaker.clone(),
+            asgs: &s.asgs,
+            nodes: &s.nodes,
+            lock: s.lock.clone(),
+            now: t0(),
+        },
         spec_valid: true,
-        breaker: s.breaker.clone(),
         cooldown: Duration::from_secs(300),
         join_timeout: Duration::from_secs(900),
-        asgs: &s.asgs,
-        nodes: &s.nodes,
         not_joined: &s.not_joined,
         active,
-        lock: s.lock.clone(),
         status: &s.status,
-        now: t0(),
     }
 }
 
@@ -162,4 +168,10 @@ fn never_joined(id: &str, asg: &str, minutes_old: i64) -> NotJoinedView {
         asg: asg.into(),
         launch_time: Some(t0() - chrono::Duration::minutes(minutes_old)),
     }
+}
+
+/// The same input, at another time.
+fn at<'a>(mut input: Input<'a>, now: DateTime<Utc>) -> Input<'a> {
+    input.group.now = now;
+    input
 }

@@ -77,10 +77,10 @@ fn exclusion_backoff_grows_while_it_keeps_failing_and_lifts_after() {
     s.status = s.plan().status;
     // Still failing after the first backoff: failures 2, next retry in 2m.
     let active = s.active();
-    let later = plan(&Input {
-        now: t0() + chrono::Duration::minutes(2),
-        ..input_of(&s, &active)
-    });
+    let later = plan(&at(
+        input_of(&s, &active),
+        t0() + chrono::Duration::minutes(2),
+    ));
     let e = &later.status.excluded[0];
     assert_eq!(e.failures, 2);
     assert_eq!(e.retry_after, Some(t0() + chrono::Duration::minutes(4)));
@@ -89,10 +89,10 @@ fn exclusion_backoff_grows_while_it_keeps_failing_and_lifts_after() {
     s.status = later.status;
     s.asgs[0] = asg("a", 1, 1, 3);
     let active = s.active();
-    let healed = plan(&Input {
-        now: t0() + chrono::Duration::minutes(5),
-        ..input_of(&s, &active)
-    });
+    let healed = plan(&at(
+        input_of(&s, &active),
+        t0() + chrono::Duration::minutes(5),
+    ));
     assert!(healed.status.excluded.is_empty());
 }
 
