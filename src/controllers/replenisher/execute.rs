@@ -130,24 +130,15 @@ impl Step<'_> {
 
     async fn remove_not_joined(&mut self, target: &CleanupTarget) -> Result<()> {
         guard::not_joined(self.group, self.fresh, target)?;
-        let (ctx, cloud) = (self.ctx, self.cloud);
-        let applied = persist_then::<Replenisher, _, _, _, _>(
-            ctx,
-            self.at,
-            &mut self.written,
-            &self.status,
-            "replenisher:remove_not_joined",
-            || {
-                terminate_in_group(
-                    ctx,
-                    cloud.as_ref(),
-                    &target.instance_id,
-                    target.decrement,
-                    format!("{}: {}", target.auto_scaling_group, target.reason),
-                )
-            },
-        )
-        .await?;
+        let why = format!("{}: {}", target.auto_scaling_group, target.reason);
+        let applied = self
+            .persist_then_terminate(
+                "replenisher:remove_not_joined",
+                &target.instance_id,
+                target.decrement,
+                why,
+            )
+            .await?;
         if applied.performed().is_none() {
             return Ok(());
         }
@@ -232,29 +223,20 @@ impl Step<'_> {
     /// The recorded termination of a drained scale-in target (with decrement
     /// unless it says otherwise): written, then made, then marked done.
     async fn terminate_scale_in(&mut self, target: &ScaleInTarget) -> Result<()> {
-        let (ctx, cloud) = (self.ctx, self.cloud);
-        let applied = persist_then::<Replenisher, _, _, _, _>(
-            ctx,
-            self.at,
-            &mut self.written,
-            &self.status,
-            "replenisher:scale_in",
-            || {
-                terminate_in_group(
-                    ctx,
-                    cloud.as_ref(),
-                    &target.instance_id,
-                    target.decrement,
-                    format!(
-                        "{}{}: scale-in of {}",
-                        if target.decrement { "decrement " } else { "" },
-                        target.auto_scaling_group,
-                        target.node
-                    ),
-                )
-            },
-        )
-        .await?;
+        let why = format!(
+            "{}{}: scale-in of {}",
+            if target.decrement { "decrement " } else { "" },
+            target.auto_scaling_group,
+            target.node
+        );
+        let applied = self
+            .persist_then_terminate(
+                "replenisher:scale_in",
+                &target.instance_id,
+                target.decrement,
+                why,
+            )
+            .await?;
         if let Applied::Performed(()) = applied {
             replenish_plan::finish_scale_in(&mut self.status, target);
         }
@@ -317,6 +299,27 @@ impl Step<'_> {
         )
         .await;
         Ok(())
+    }
+
+    /// Terminates `instance` in its ASG (with decrement or not) once the
+    /// status that records it is written: persist, then act.
+    async fn persist_then_terminate(
+        &mut self,
+        step: &str,
+        instance: &str,
+        decrement: bool,
+        why: String,
+    ) -> Result<Applied<()>> {
+        let (ctx, cloud) = (self.ctx, self.cloud);
+        persist_then::<Replenisher, _, _, _, _>(
+            ctx,
+            self.at,
+            &mut self.written,
+            &self.status,
+            step,
+            || terminate_in_group(ctx, cloud.as_ref(), instance, decrement, why),
+        )
+        .await
     }
 
     async fn event(&self, type_: EventType, reason: &str, message: String) {
