@@ -19,7 +19,7 @@ use snm_testkit as support;
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
-use spot_node_manager::controllers::interruption::record::record_of;
+use spot_node_manager::k8s::interruption_record::record_of;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use support::interruption::spot_warning;

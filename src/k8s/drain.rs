@@ -311,7 +311,7 @@ pub fn may_uncordon(node: &Node) -> bool {
     let ours = node.annotations().contains_key(CORDONED_BY_US);
     cordoned
         && ours
-        && crate::controllers::interruption::record::record_of(node).is_none_or(|r| !r.is_loss())
+        && crate::k8s::interruption_record::record_of(node).is_none_or(|r| !r.is_loss())
 }
 
 /// Puts a node back in service after a drain was given up. A node that no
@@ -475,7 +475,7 @@ mod tests {
     fn a_node_with_an_interruption_notice_is_never_uncordoned() {
         let mut node = patched(Node::default(), &cordon_patch("drain"));
         assert!(may_uncordon(&node));
-        let record = crate::controllers::interruption::record::Record {
+        let record = crate::k8s::interruption_record::Record {
             kind: "spot_interruption".into(),
             instance_id: "i-1".into(),
             noticed: chrono::DateTime::UNIX_EPOCH,

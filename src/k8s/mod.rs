@@ -3,5 +3,6 @@
 
 pub mod control_plane;
 pub mod drain;
+pub mod interruption_record;
 pub mod lock;
 pub mod node;

@@ -18,7 +18,7 @@ use spot_node_manager::crd::labels::{
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use spot_node_manager::controllers::interruption::record::record_of;
+use spot_node_manager::k8s::interruption_record::record_of;
 use std::time::Duration;
 use support::assert_eventually;
 use support::interruption::{

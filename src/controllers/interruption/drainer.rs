@@ -4,11 +4,11 @@
 //! shortened so it ends by the deadline. At the deadline what is left is
 //! named in an Event. The outcome is recorded in the mark.
 
-use super::record::{self, HookAction, HookStep, Record, hook_step};
 use crate::cloud::HookCallKind;
 use crate::context::Context;
 use crate::crd::labels::INTERRUPTED_LABEL;
 use crate::k8s::drain::{drain_step_within, pods_to_move};
+use crate::k8s::interruption_record::{self, HookAction, HookStep, Record, hook_step};
 use crate::mutation::Intent;
 use crate::{Error, Result};
 use chrono::{DateTime, Utc};
@@ -95,7 +95,7 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action> {
 }
 
 async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
-    let Some(record) = record::record_of(node) else {
+    let Some(record) = interruption_record::record_of(node) else {
         return Ok(Action::await_change());
     };
     let name = node.name_any();

@@ -7,8 +7,8 @@
 //! - [`message`]: a body parsed into a typed notice, or why not;
 //! - [`ownership`]: which instances are ours (through the inventory);
 //! - [`plan`]: what to do with one message, pure;
-//! - [`mark`]: the persisted first action on a doomed node;
-//! - [`queue`] and [`handler`]: the SQS I/O and the loop;
+//! - [`receiver`]: the loop over the SQS queue (`cloud::sqs`), marking
+//!   doomed nodes (the record on the Node: `k8s::interruption_record`);
 //! - [`drainer`]: drains marked nodes by their deadline.
 
 pub mod drainer;
@@ -16,4 +16,3 @@ pub mod message;
 pub mod ownership;
 pub mod plan;
 pub mod receiver;
-pub mod record;

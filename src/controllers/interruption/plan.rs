@@ -4,7 +4,7 @@
 
 use super::message::{Notice, NoticeKind, Parsed};
 use super::ownership::{Disposition, ForeignMessages, Owner, Ownership, dispose};
-use super::record::{HookAction, Record};
+use crate::k8s::interruption_record::{HookAction, Record};
 use chrono::{DateTime, Utc};
 
 /// One instance of ours a notice names.

@@ -6,10 +6,10 @@
 use super::message;
 use super::ownership::{Owner, Ownership};
 use super::plan::{self, GroupSpecs, MessagePlan, Step};
-use super::record::{self, Record};
 use crate::cloud::sqs::{Queue, Received};
 use crate::context::Context;
 use crate::crd::NodeGroup;
+use crate::k8s::interruption_record::{self, Record};
 use crate::mutation::Intent;
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
@@ -320,7 +320,7 @@ async fn complete_unjoined(
     groups: &Groups,
     owner: &Owner,
     instance_id: &str,
-    action: &super::record::HookAction,
+    action: &crate::k8s::interruption_record::HookAction,
 ) -> Result<()> {
     let call = action.call(instance_id);
     let cloud = ctx.cloud.cloud(action.region.as_deref());
@@ -369,7 +369,7 @@ async fn mark_node(ctx: &Context, name: &str, record: &Record) -> Result<bool> {
         else {
             return Ok(false);
         };
-        let Some(patch) = record::mark_patch(&node, record) else {
+        let Some(patch) = interruption_record::mark_patch(&node, record) else {
             return Ok(false);
         };
         let patched = ctx

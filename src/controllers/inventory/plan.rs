@@ -227,7 +227,7 @@ fn member_status<N: NodeView>(
         Err(problem) => (None, None, Some(problem)),
     };
     let instance = instance_id.as_deref().and_then(|id| instances.get(id));
-    let interruption = crate::controllers::interruption::record::record_of(node)
+    let interruption = crate::k8s::interruption_record::record_of(node)
         .filter(|r| instance_id.as_deref() == Some(r.instance_id.as_str()))
         .map(|r| NodeInterruption {
             kind: r.kind,

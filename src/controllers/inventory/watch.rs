@@ -99,7 +99,7 @@ fn node_fingerprint(node: &(impl NodeView + ?Sized)) -> u64 {
     // An interruption notice and its drain's end drive the replenisher
     // through the group's status: the fields the status copies, and no more
     // (a lifecycle action's heartbeat is no reason to describe AWS again).
-    crate::controllers::interruption::record::record_of(node)
+    crate::k8s::interruption_record::record_of(node)
         .map(|r| (r.kind, r.instance_id, r.noticed, r.deadline, r.drained))
         .hash(&mut h);
     h.finish()
@@ -214,7 +214,7 @@ mod tests {
         );
         assert_eq!(slim.instance_id(), full.instance_id());
         assert!(slim.ready() && slim.cordoned());
-        assert!(crate::controllers::interruption::record::record_of(&slim).is_some());
+        assert!(crate::k8s::interruption_record::record_of(&slim).is_some());
         // What the group's status says of it is the same.
         let ig = "nodes-ap-northeast-1a";
         let g = group(&[ig], 1);
@@ -276,7 +276,7 @@ mod tests {
 
     #[test]
     fn a_drains_end_changes_the_fingerprint_a_lifecycle_heartbeat_does_not() {
-        use crate::controllers::interruption::record::{HookAction, Record};
+        use crate::k8s::interruption_record::{HookAction, Record};
         use chrono::TimeZone;
         let t0 = Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap();
         let with = |r: &Record| {
