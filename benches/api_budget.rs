@@ -176,7 +176,6 @@ async fn measure(nodes: usize, windows: &Windows) {
     let (t1, after) = snapshot(&steady).await;
     report(nodes, "refresh", Rate::between(&before, &after, t1 - t0));
     println!("{nodes:>5} {:>9} run: {outcome}", "");
-    steady.world.cleanup().await;
 }
 
 fn report(nodes: usize, phase: &str, rate: Rate) {

@@ -146,7 +146,6 @@ async fn measure(nodes: usize) -> Memory {
             &ListParams::default().labels(&format!("{LABEL}={run}")),
         )
         .await;
-    world.cleanup().await;
     figures
 }
 

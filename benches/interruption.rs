@@ -128,7 +128,7 @@ async fn measure(nodes: usize) -> Figures {
     let delta = |name: &str, filter: &str| {
         (counter(&after, name, filter) - counter(&before, name, filter)) / nodes as f64
     };
-    let figures = Figures {
+    Figures {
         nodes,
         p50: percentile(&latencies, 0.50),
         p99: percentile(&latencies, 0.99),
@@ -140,9 +140,7 @@ async fn measure(nodes: usize) -> Figures {
             "spot_node_manager_mutations_total",
             "target=\"kubernetes\"",
         ),
-    };
-    steady.world.cleanup().await;
-    figures
+    }
 }
 
 #[tokio::main]

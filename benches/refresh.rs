@@ -84,7 +84,6 @@ async fn measure(nodes: usize) -> Figures {
     let mean_replacement = metric("spot_node_manager_node_replacement_duration_seconds_sum")
         / metric("spot_node_manager_node_replacement_duration_seconds_count");
     let surplus_minutes = samples.extra_instance_secs / 60.0;
-    world.cleanup().await;
     Figures {
         nodes,
         run,

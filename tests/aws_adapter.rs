@@ -52,7 +52,6 @@ async fn describe_groups_returns_existing_groups_with_their_instances() {
     );
     assert!(g.recent_failure.is_none());
     assert!(g.suspended_processes.is_empty());
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -100,7 +99,6 @@ async fn a_short_asg_reports_its_newest_launch_failure_and_suspended_processes()
     })
     .await;
     assert_eq!(aws.launch_failure(asg).await.expect("activities"), None);
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -129,7 +127,6 @@ async fn describe_instances_pages_through_more_ids_than_one_page() {
     assert_eq!(one.availability_zone.as_deref(), Some(ZONES[0]));
     assert_eq!(one.state, "running");
     assert!(one.instance_type.is_some());
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -162,7 +159,6 @@ async fn set_desired_capacity_launches_and_an_unknown_asg_is_a_clear_error() {
     ] {
         assert!(text.contains(line), "no {line} in:\n{text}");
     }
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -202,7 +198,6 @@ async fn terminate_in_group_honours_the_decrement_flag_and_the_asgs_min() {
     assert_eq!(desired(&world, &asg).await, 2);
     let left = world.wait_in_service(&asg, 2).await;
     assert!(!left.contains(&ids[1]));
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -246,7 +241,6 @@ async fn a_replica_that_stops_leading_makes_no_further_aws_call() {
     let refused = fenced.describe_groups(std::slice::from_ref(&asg)).await;
     assert!(refused.is_err(), "reads are fenced too: {refused:?}");
     assert_eq!(desired(&world, &asg).await, 2, "no call reached AWS");
-    world.cleanup().await;
 }
 
 /// A stand-in for AWS that refuses every request with `Throttling` (which

@@ -43,6 +43,4 @@ async fn each_world_has_its_own_moto_account() {
         .await
         .expect("autoscaling answers through the same endpoint");
     assert!(groups.auto_scaling_groups().is_empty());
-    a.cleanup().await;
-    b.cleanup().await;
 }

@@ -73,7 +73,6 @@ async fn a_launch_starts_after_a_lag_and_is_pending_before_in_service() {
             .1
             .starts_with("Launching a new EC2 instance: i-")
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -103,7 +102,6 @@ async fn spot_groups_launch_spot_instances_of_an_override_type() {
         let t = i.instance_type().map(|t| t.as_str()).unwrap_or_default();
         assert!(["m5.large", "m5a.large"].contains(&t), "{t}");
     }
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -176,7 +174,6 @@ async fn calls_outside_the_bounds_are_refused_with_aws_text() {
         (g.desired_capacity(), states(&g)),
         (Some(1), vec!["InService".to_string()])
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -205,7 +202,6 @@ async fn an_instance_terminated_through_ec2_is_replaced_by_the_asgs_health_check
         format!("Launching a new EC2 instance: {replacement}"),
         "newest first"
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -259,7 +255,6 @@ async fn a_short_asg_records_failed_launches_and_keeps_retrying_until_capacity_r
     // Capacity returns: the ASG's own retry launches, nobody asks again.
     world.untag_asg(asg, "snm.test/no-capacity", "true").await;
     world.wait_in_service(asg, 2).await;
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -316,7 +311,6 @@ async fn suspended_launch_and_standby_are_honoured() {
             .then_some(())
     })
     .await;
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -335,7 +329,6 @@ async fn an_sqs_long_poll_waits_for_a_message_without_stalling_other_calls() {
     queue.send("hello").await;
     let received = poll.await;
     assert_eq!(received, vec!["hello".to_string()]);
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -473,5 +466,4 @@ async fn a_terminate_hook_holds_a_leaving_instance_until_completed_or_timed_out(
         "{:?}",
         held.elapsed()
     );
-    world.cleanup().await;
 }

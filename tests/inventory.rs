@@ -111,7 +111,6 @@ async fn nodes_in_three_asgs_are_mapped_with_readiness_and_cordons() {
             .then_some(())
     })
     .await;
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -198,7 +197,6 @@ async fn never_joined_instances_and_bad_provider_ids_are_reported() {
         Some(joined.asgs[0].as_str())
     );
     let _ = nodes.delete(&bad_name, &Default::default()).await;
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -249,7 +247,6 @@ async fn an_unknown_asg_degrades_only_its_group() {
         "the manager must not crash:\n{}",
         manager.logs()
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -340,7 +337,6 @@ async fn invalid_specs_are_reported_without_any_aws_mutation() {
         !metrics.contains(r#"target="aws""#),
         "no AWS mutation attempted:\n{metrics}"
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -406,7 +402,6 @@ async fn child_resources_follow_the_group_spec() {
         (rf.is_none() && rp.is_none()).then_some(())
     })
     .await;
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -450,7 +445,6 @@ async fn a_settled_group_status_is_not_rewritten_on_resync() {
         version,
         "nothing changed, so nothing is written"
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -491,7 +485,6 @@ async fn deleting_a_group_garbage_collects_its_children() {
     })
     .await;
     assert!(manager.child_alive(), "{}", manager.logs());
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -580,7 +573,6 @@ async fn an_asg_named_by_two_groups_stops_both_until_one_lets_go() {
         (valid == ConditionStatus::True).then_some(())
     })
     .await;
-    world.cleanup().await;
 }
 
 /// `kubectl get nodegroups` as the apiserver serves it (a Table): each
@@ -712,5 +704,4 @@ async fn kubectl_get_says_whether_a_group_is_ready_invalid_or_degraded() {
         assert!(metrics.contains(line.as_str()), "no {line} in:\n{metrics}");
     }
     assert!(manager.child_alive(), "{}", manager.logs());
-    world.cleanup().await;
 }

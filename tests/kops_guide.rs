@@ -246,5 +246,4 @@ async fn the_guides_nodegroups_are_accepted_and_are_the_overlays() {
         has_the_overlays,
         "the guide's worked NodeGroups must be overlays/example/nodegroups.yaml"
     );
-    world.cleanup().await;
 }

@@ -132,7 +132,6 @@ async fn exactly_one_of_two_replicas_leads_and_sigterm_hands_over() {
         },
     )
     .await;
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -158,7 +157,6 @@ async fn a_killed_leader_is_replaced_after_its_lease_expires() {
         .then_some(())
     })
     .await;
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -292,5 +290,4 @@ async fn a_leader_cut_off_from_the_apiserver_makes_no_aws_call_after_its_renew_d
         "it knows it lost the lease"
     );
     drop(proxy);
-    world.cleanup().await;
 }

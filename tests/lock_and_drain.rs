@@ -127,7 +127,6 @@ async fn two_racing_holders_exactly_one_wins_the_lock() {
         lock::acquire(&ctx, &fresh, loser, now).await.expect("take"),
         Acquired::Yes
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -162,7 +161,6 @@ async fn a_lock_held_by_a_deleted_holder_is_taken_over() {
             .expect("take over"),
         Acquired::Yes
     );
-    world.cleanup().await;
 }
 
 /// A bare Node (no kubelet behind it) for pods to be bound to.
@@ -290,7 +288,6 @@ async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
     assert!(pods.get_opt("logs").await.expect("get").is_some());
     assert!(pods.get_opt("static").await.expect("get").is_some());
     let _ = nodes.delete(&node_name, &DeleteParams::default()).await;
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -321,7 +318,6 @@ async fn a_dry_run_drain_neither_cordons_nor_evicts() {
         "not evicted in dry-run"
     );
     let _ = nodes.delete(&node_name, &DeleteParams::default()).await;
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -332,5 +328,4 @@ async fn a_node_that_is_gone_has_nothing_left_to_drain() {
         .await
         .expect("drain step");
     assert!(progress.done(), "{progress:?}");
-    world.cleanup().await;
 }

@@ -72,7 +72,6 @@ async fn json_logs_name_the_controller_group_node_and_instance_of_each_line() {
     );
     assert!(!steady.manager.logs().contains('\u{1b}'), "no colour codes");
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
-    steady.world.cleanup().await;
 }
 
 #[tokio::test]
@@ -93,5 +92,4 @@ async fn text_logs_to_a_file_carry_no_colour_codes_and_name_the_reconcile() {
         "no line names the inventory's reconcile of workers:\n{logs}"
     );
     assert!(steady.manager.child_alive(), "{logs}");
-    steady.world.cleanup().await;
 }

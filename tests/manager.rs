@@ -77,7 +77,6 @@ async fn admin_endpoints_answer_on_a_running_manager() {
         "{}",
         manager.logs()
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -149,5 +148,4 @@ async fn invalid_specs_are_reported_as_false_conditions_and_events() {
     })
     .await;
     drop(manager);
-    world.cleanup().await;
 }

@@ -477,5 +477,4 @@ async fn invalid_node_groups_are_rejected_by_schema_validation() {
             .items
             .is_empty()
     );
-    world.cleanup().await;
 }

@@ -121,7 +121,6 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
         metrics.contains("spot_node_manager_node_replacement_duration_seconds_count 3"),
         "{metrics}"
     );
-    world.cleanup().await;
 }
 
 /// The log as plain text (the manager colours its fields).
@@ -278,7 +277,6 @@ async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
         .remove("terminated")
         .unwrap_or_default();
     assert_eq!(terminated, original, "exactly the old masters terminated");
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -316,7 +314,6 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
         configs.push(config);
     }
     assert_taken_over_run_finished(&world, &kops.asgs, &manager, sampler, &original, &before).await;
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -351,7 +348,6 @@ async fn a_dry_run_refresh_plans_and_changes_nothing() {
             .iter()
             .any(|r| r == "RefreshPlanned")
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -421,7 +417,6 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
         metrics.contains("spot_node_manager_refresh_runs_total{result=\"Failed\"} 1"),
         "{metrics}"
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -532,7 +527,6 @@ async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing(
     assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
     let g = groups.get("workers").await.expect("group");
     assert_eq!(g.status.and_then(|s| s.operation), None);
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -585,7 +579,6 @@ async fn a_run_is_skipped_while_an_asg_has_launch_suspended_naming_it() {
         !metrics.contains(r#"target="aws",action="set_desired_capacity",outcome="performed""#),
         "{metrics}"
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -645,5 +638,4 @@ async fn with_most_nodes_not_ready_the_circuit_breaker_skips_the_refresh_until_t
     .await;
     let status = assert_run_succeeded(rf, &steady.manager);
     assert!(status.last_run.is_some_and(|r| r.replaced == 3));
-    world.cleanup().await;
 }

@@ -167,7 +167,6 @@ async fn a_spot_loss_is_replaced_by_its_own_asg_and_the_manager_orders_nothing()
         0,
         "{metrics}"
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -349,7 +348,6 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
         .and_then(|s| s.last_action)
         .expect("last action in status");
     assert!(last.description.contains("removed"), "{}", last.description);
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -433,7 +431,6 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
             "{id} is left running: {described:?}"
         );
     }
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -555,7 +552,6 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
         1,
         "terminated with decrement"
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -612,5 +608,4 @@ async fn dry_run_plans_and_logs_but_mutates_nothing() {
         "nothing recorded as done: {:?}",
         status.raised
     );
-    world.cleanup().await;
 }

@@ -135,7 +135,6 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
         terminations, 2,
         "the lost instance (health check) and one surplus instance"
     );
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -208,5 +207,4 @@ async fn killed_after_recording_and_after_removing_a_never_joined_instance_it_re
         1,
         "desired unchanged at min: the ASG replaces the instance"
     );
-    world.cleanup().await;
 }

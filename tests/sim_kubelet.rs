@@ -76,7 +76,6 @@ async fn nodes_register_with_kops_labels_and_leave_with_their_instance() {
         nodes.get_opt(&id).await.ok()?.is_none().then_some(())
     })
     .await;
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -132,5 +131,4 @@ async fn a_master_runs_the_static_control_plane_pods_ready_after_a_delay() {
         list().await.is_empty().then_some(())
     })
     .await;
-    world.cleanup().await;
 }

@@ -72,5 +72,4 @@ async fn a_refresh_started_by_the_previous_release_is_finished_by_this_one() {
     // This release takes over from status.
     let (manager, _new_config) = world.start_manager(&[]);
     assert_taken_over_run_finished(&world, &kops.asgs, &manager, sampler, &original, &before).await;
-    world.cleanup().await;
 }

@@ -85,7 +85,6 @@ async fn a_refresh_keeps_the_workload_within_its_budget_and_moves_every_pod() {
         moved.iter().all(|p| !after.iter().any(|(q, _)| q == *p)),
         "every original pod was evicted and recreated: before {before:?}, after {after:?}"
     );
-    world.cleanup().await;
 }
 
 /// The emulator's marker: the ASG's launches fail for lack of capacity.
@@ -203,7 +202,6 @@ async fn replenishing_a_lost_node_and_scaling_back_in_keeps_the_workload_within_
         "Ready pods fell below the budget's floor: {samples:?}"
     );
     assert!(manager.child_alive(), "{}", manager.logs());
-    world.cleanup().await;
 }
 
 /// Runs a refresh whose drains are given up after 10 s (`Abort`), and
@@ -267,7 +265,6 @@ async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_e
     let reasons = support::event_reasons(&world).await;
     assert!(reasons.iter().any(|r| r == "DrainBlocked"), "{reasons:?}");
     assert!(manager.child_alive(), "{}", manager.logs());
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -323,7 +320,6 @@ async fn an_operators_cordon_stays_when_a_refresh_gives_up_its_drain() {
         );
     }
     assert!(manager.child_alive(), "{}", manager.logs());
-    world.cleanup().await;
 }
 
 #[tokio::test]
@@ -431,7 +427,6 @@ async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go()
         manager.logs()
     );
     assert!(manager.child_alive(), "{}", manager.logs());
-    world.cleanup().await;
 }
 
 /// Every message of the group's `Deleting` condition, in order, from a watch

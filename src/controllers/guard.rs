@@ -2,7 +2,7 @@
 //! is re-checked against this reconcile's fresh observations just before it
 //! is made, and a check that refuses names itself with a [`Refusal`]. The
 //! checks every controller shares (the group's own ASG, an active member,
-//! desired changes within bounds, a decrement above min) live here; each
+//! desired changes within bounds, a removal from an ASG) live here; each
 //! controller's guard adds its own.
 
 use crate::Error;
@@ -181,9 +181,17 @@ pub fn active_member<'a>(
     Ok(asg)
 }
 
-/// A termination with decrement keeps the ASG at or above its min.
-pub fn decrement_allowed(asg: &AsgDescription, instance: &str) -> Result<(), Refusal> {
-    if asg.desired <= asg.min {
+/// The instance may leave its ASG: it is active in that ASG of the group,
+/// and a termination with decrement keeps the ASG at or above its min.
+pub fn removable(
+    group: &NodeGroup,
+    fresh: &[AsgDescription],
+    asg_name: &str,
+    instance: &str,
+    decrement: bool,
+) -> Result<(), Refusal> {
+    let asg = active_member(group, fresh, asg_name, instance)?;
+    if decrement && asg.desired <= asg.min {
         return Err(Refusal::DecrementAtMin {
             instance: instance.into(),
             asg: asg.name.clone(),

@@ -5,7 +5,7 @@ use crate::plane::{
     aws_sdk_config, control_plane, fresh_account, install_crds, kube_client, unique,
 };
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta, PostParams};
 use spot_node_manager::cloud::AwsClients;
 use std::path::Path;
 use std::time::Duration;
@@ -70,15 +70,6 @@ impl World {
     {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
-
-    /// Best effort: there is no namespace controller on this apiserver, so the
-    /// namespace stays Terminating; its objects are ours alone anyway.
-    pub async fn cleanup(&self) {
-        let ns_api: Api<Namespace> = Api::all(self.client.clone());
-        let _ = ns_api
-            .delete(&self.namespace, &DeleteParams::default())
-            .await;
-    }
 }
 
 impl World {
@@ -127,8 +118,9 @@ impl World {
 }
 
 /// A world is cleaned up when dropped, passing or failing: its namespace is
-/// deleted (best effort, as [`World::cleanup`]) by kubectl, which needs no
-/// async runtime in a destructor.
+/// deleted by kubectl, which needs no async runtime in a destructor. Best
+/// effort: there is no namespace controller on the test apiserver, so the
+/// namespace stays Terminating; its objects are ours alone anyway.
 impl Drop for World {
     fn drop(&mut self) {
         let _ = std::process::Command::new("kubectl")

@@ -6,8 +6,7 @@
 use super::plan::{GroupNode, removal};
 use crate::cloud::AsgDescription;
 use crate::controllers::group_view::DesiredChange;
-pub use crate::controllers::guard::Refusal;
-use crate::controllers::guard::{active_member, desired_changes, groups_asg};
+use crate::controllers::guard::{Refusal, active_member, desired_changes, groups_asg};
 use crate::crd::refresher::{RefreshTarget, TargetPurpose};
 use crate::crd::{NodeGroup, RefresherStatus};
 

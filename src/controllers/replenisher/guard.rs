@@ -4,8 +4,7 @@
 
 use crate::cloud::AsgDescription;
 use crate::controllers::group_view::{DesiredChange, Fate, group_nodes};
-pub use crate::controllers::guard::Refusal;
-use crate::controllers::guard::{active_member, decrement_allowed, desired_changes};
+use crate::controllers::guard::{Refusal, desired_changes, removable};
 use crate::crd::NodeGroup;
 use crate::crd::replenisher::ScaleInTarget;
 
@@ -26,11 +25,12 @@ pub fn not_joined(
     fresh: &[AsgDescription],
     target: &crate::crd::replenisher::CleanupTarget,
 ) -> Result<(), Refusal> {
-    let asg = active_member(
+    removable(
         group,
         fresh,
         &target.auto_scaling_group,
         &target.instance_id,
+        target.decrement,
     )?;
     let has_node = group.status.as_ref().is_some_and(|s| {
         s.nodes
@@ -41,9 +41,6 @@ pub fn not_joined(
         return Err(Refusal::HasANode {
             instance: target.instance_id.clone(),
         });
-    }
-    if target.decrement {
-        decrement_allowed(asg, &target.instance_id)?;
     }
     Ok(())
 }
@@ -56,15 +53,13 @@ pub fn scale_in(
     fresh: &[AsgDescription],
     target: &ScaleInTarget,
 ) -> Result<(), Refusal> {
-    let asg = active_member(
+    removable(
         group,
         fresh,
         &target.auto_scaling_group,
         &target.instance_id,
+        target.decrement,
     )?;
-    if target.decrement {
-        decrement_allowed(asg, &target.instance_id)?;
-    }
     let ready_besides = group_nodes(&status.nodes, fresh)
         .iter()
         .filter(|n| n.ready && n.instance_id.as_deref() != Some(target.instance_id.as_str()))
@@ -89,7 +84,13 @@ pub fn retire(
     fresh: &[AsgDescription],
     r: &crate::crd::replenisher::Retirement,
 ) -> Result<(), Refusal> {
-    let asg = active_member(group, fresh, &r.auto_scaling_group, &r.instance_id)?;
+    removable(
+        group,
+        fresh,
+        &r.auto_scaling_group,
+        &r.instance_id,
+        r.decrement,
+    )?;
     let reclaimed = status.nodes.iter().any(|n| {
         n.instance_id.as_deref() == Some(r.instance_id.as_str())
             && n.interruption
@@ -100,9 +101,6 @@ pub fn retire(
         return Err(Refusal::NotReclaimed {
             instance: r.instance_id.clone(),
         });
-    }
-    if r.decrement {
-        decrement_allowed(asg, &r.instance_id)?;
     }
     Ok(())
 }
