@@ -91,6 +91,7 @@ fn main() {
                     lifecycle: Some("spot".into()),
                     launch_time: Some(chrono::Utc::now()),
                     ready: true,
+                    unhealthy_since: None,
                     unschedulable: false,
                     problem: None,
                     interruption: None,

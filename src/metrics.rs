@@ -29,6 +29,11 @@ pub struct DrainLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RepairLabels {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RunLabels {
     /// Succeeded | Failed | Skipped
     pub result: &'static str,
@@ -92,6 +97,7 @@ pub struct Metrics {
     pub reconcile_duration: Family<ControllerLabels, Histogram>,
     pub mutations: Family<MutationLabels, Counter>,
     pub drains: Family<DrainLabels, Counter>,
+    pub node_repairs: Family<RepairLabels, Counter>,
     pub refresh_runs: Family<RunLabels, Counter>,
     pub refresh_runs_started: Counter,
     pub node_replacement_duration: Histogram,
@@ -126,6 +132,7 @@ impl Default for Metrics {
             ),
             mutations: Family::default(),
             drains: Family::default(),
+            node_repairs: Family::default(),
             refresh_runs: Family::default(),
             refresh_runs_started: Counter::default(),
             // 10 s .. ~3 h: a drain plus a new node becoming Ready.
@@ -183,6 +190,11 @@ impl Metrics {
             self.refresh_run_duration.clone(),
         );
         r.register("drains", "Drain steps and outcomes", self.drains.clone());
+        r.register(
+            "node_repairs",
+            "Unhealthy nodes repaired (terminated) or held back, per outcome (repaired, refreshed, blocked)",
+            self.node_repairs.clone(),
+        );
         r.register(
             "refresh_runs",
             "Refresh runs ended, per result (Succeeded, Failed, Skipped)",
@@ -356,6 +368,12 @@ impl Metrics {
                 operation,
             });
         }
+    }
+
+    pub fn node_repair(&self, outcome: &'static str) {
+        self.node_repairs
+            .get_or_create(&RepairLabels { outcome })
+            .inc();
     }
 
     pub fn drain(&self, outcome: &'static str) {

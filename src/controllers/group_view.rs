@@ -140,10 +140,45 @@ pub struct GroupFacts<'a> {
     /// Why nothing may be terminated now (the group's circuit breaker is
     /// open), if so.
     pub breaker: Option<String>,
+    /// How long a node may stay NotReady before it is unhealthy
+    /// (`replenish.unhealthyTimeout`).
+    pub unhealthy_timeout: Duration,
+    /// Whether unhealthy nodes are repaired (`replenish.repair`).
+    pub repair: bool,
     pub asgs: &'a [AsgView],
     pub nodes: &'a [GroupNode],
     pub lock: LockState,
     pub now: DateTime<Utc>,
+}
+
+impl GroupFacts<'_> {
+    /// When `node` becomes (or became) unhealthy: its Ready condition not
+    /// True since `unhealthy_since`, plus the timeout. None while Ready, or
+    /// while leaving on an interruption notice.
+    pub fn unhealthy_at(&self, node: &GroupNode) -> Option<DateTime<Utc>> {
+        if node.ready || node.fate.is_some() {
+            return None;
+        }
+        Some(after(node.unhealthy_since?, self.unhealthy_timeout))
+    }
+
+    /// NotReady for longer than the unhealthy timeout: a dead kubelet, not
+    /// a blip.
+    pub fn unhealthy(&self, node: &GroupNode) -> bool {
+        self.unhealthy_at(node).is_some_and(|at| self.now >= at)
+    }
+
+    /// Not Ready and no longer expected to become Ready: unhealthy, or,
+    /// with no record of since when it is NotReady, launched longer than
+    /// the unhealthy timeout ago. Such a node is not on its way.
+    pub fn stuck(&self, node: &GroupNode) -> bool {
+        if node.ready || node.fate.is_some() {
+            return false;
+        }
+        node.unhealthy_since
+            .or(node.launch_time)
+            .is_some_and(|t| self.now >= after(t, self.unhealthy_timeout))
+    }
 }
 
 /// A node of the group, as a plan sees it (`ready` only while its instance
@@ -156,6 +191,9 @@ pub struct GroupNode {
     /// Ready, in service, and not leaving (no interruption recorded).
     pub ready: bool,
     pub launch_time: Option<DateTime<Utc>>,
+    /// Since when its Ready condition has not been True (the inventory's
+    /// `unhealthySince`).
+    pub unhealthy_since: Option<DateTime<Utc>>,
     /// Leaving, per an interruption notice recorded on the node.
     pub fate: Option<Fate>,
 }
@@ -214,6 +252,13 @@ pub fn after(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
+/// The drain of an unhealthy node (a repair, or a refresh target whose node
+/// died) tries evictions for at most this long, then the node is terminated
+/// anyway: its pods are not running, and a budget that already counts them
+/// unhealthy may refuse their eviction for good. A pod whose deletion was
+/// asked counts as gone: a dead kubelet never confirms it.
+pub const REPAIR_DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// A plan waiting on something about to change looks again this soon.
 pub const SOON: Duration = Duration::from_secs(2);
 /// Idle, a plan looks again this often (a clock jump, an edit missed); the
@@ -265,6 +310,7 @@ pub fn group_nodes(
                 asg: n.auto_scaling_group.clone(),
                 ready: n.ready && active && fate.is_none(),
                 launch_time: n.launch_time,
+                unhealthy_since: n.unhealthy_since,
                 fate,
             }
         })
@@ -287,6 +333,7 @@ pub(crate) mod tests {
             lifecycle: None,
             launch_time: None,
             ready: true,
+            unhealthy_since: None,
             unschedulable: false,
             problem: None,
             interruption: None,

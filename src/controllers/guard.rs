@@ -71,6 +71,16 @@ pub enum Refusal {
     NotReclaimed {
         instance: String,
     },
+    /// Repairing a node that is Ready, or not NotReady for long enough.
+    NotUnhealthy {
+        node: String,
+        timeout: String,
+    },
+    /// Repairing while the group's circuit breaker is open.
+    BreakerOpen {
+        instance: String,
+        why: String,
+    },
 }
 
 impl std::fmt::Display for Refusal {
@@ -131,6 +141,14 @@ impl std::fmt::Display for Refusal {
             Refusal::NotReclaimed { instance } => write!(
                 f,
                 "terminate {instance}: its node carries no spot interruption or scheduled change"
+            ),
+            Refusal::NotUnhealthy { node, timeout } => write!(
+                f,
+                "repair {node}: it is not NotReady for over the unhealthy timeout ({timeout})"
+            ),
+            Refusal::BreakerOpen { instance, why } => write!(
+                f,
+                "terminate {instance}: the circuit breaker is open ({why})"
             ),
         }
     }

@@ -111,6 +111,8 @@ impl ObservedGroup {
             suspended: self.group.spec.suspend || suspended,
             deleting: self.group.metadata.deletion_timestamp.is_some(),
             breaker: self.group.breaker_open(),
+            unhealthy_timeout: self.group.spec.replenish.unhealthy_timeout(),
+            repair: self.group.spec.replenish.repair,
             asgs: &described.asgs,
             nodes: &described.nodes,
             lock: self.lock.clone(),

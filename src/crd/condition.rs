@@ -25,6 +25,9 @@ pub const SCALING_PROCESSES: &str = "ScalingProcesses";
 pub const CIRCUIT_BREAKER: &str = "CircuitBreakerOpen";
 /// Replenisher: the group has its desired count of Ready nodes.
 pub const REPLENISHED: &str = "Replenished";
+/// Replenisher: False while an unhealthy node is not repaired (the circuit
+/// breaker is open, repair is off, or a master waits for the others).
+pub const REPAIR_ALLOWED: &str = "RepairAllowed";
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub enum ConditionStatus {

@@ -154,6 +154,10 @@ pub struct RefreshTarget {
     /// in the apiserver's words), so a drain given up says what held it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_by: Option<String>,
+    /// Its node is unhealthy (NotReady past the unhealthy timeout): drained
+    /// best effort, as a repair, and never given up on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unhealthy: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

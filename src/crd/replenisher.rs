@@ -56,6 +56,9 @@ pub enum ReplenishPhase {
     ScalingDown,
     /// Removing instances that never joined.
     CleaningUp,
+    /// Repairing an unhealthy node: draining it (best effort) and
+    /// terminating it once its replacement is Ready (a master: in its ASG).
+    Repairing,
     /// Waiting out the cooldown or for launched nodes to become Ready.
     Waiting,
     /// Not acting: suspended, or a refresh holds the lock.
@@ -145,6 +148,11 @@ pub struct ScaleInTarget {
     /// in its own ASG); without, its ASG launches one in its place.
     #[serde(default = "yes")]
     pub decrement: bool,
+    /// A repair of an unhealthy node: drained best effort (a pod counts as
+    /// gone once its deletion is asked; evictions are tried for at most
+    /// `REPAIR_DRAIN_TIMEOUT`), then terminated; never abandoned.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repair: bool,
 }
 
 fn yes() -> bool {

@@ -75,6 +75,24 @@ impl DrainProgress {
     }
 }
 
+impl DrainProgress {
+    /// Every pod that must move has had its deletion asked (evicted now or
+    /// before, already terminating): all a drain can do on a node whose
+    /// kubelet is dead, which never confirms a deletion.
+    pub fn deletions_asked(&self) -> bool {
+        self.blocked.is_empty() && self.throttled.is_empty()
+    }
+
+    /// Done for a drain of a healthy node ([`Self::done`]), or of an
+    /// unhealthy one ([`Self::deletions_asked`]).
+    pub fn done_for(&self, unhealthy: bool) -> bool {
+        match unhealthy {
+            true => self.deletions_asked(),
+            false => self.done(),
+        }
+    }
+}
+
 /// When to take the next step of a drain that started at `started`: evicted
 /// pods often go within a second or two, so soon at first, then every 2 s.
 pub fn next_step_after(

@@ -34,6 +34,29 @@ pub fn is_ready(node: &Node) -> bool {
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// Since when the Ready condition has not been True: its
+/// lastTransitionTime, or the Node's creation when it has no Ready
+/// condition yet (or no transition time). None while Ready is True.
+pub fn not_ready_since(node: &Node) -> Option<chrono::DateTime<chrono::Utc>> {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    if ready.is_some_and(|c| c.status == "True") {
+        return None;
+    }
+    ready
+        .and_then(|c| c.last_transition_time.as_ref())
+        .or(node.metadata.creation_timestamp.as_ref())
+        .and_then(|t| time_of(&t.0))
+}
+
+/// A k8s-openapi timestamp as chrono's.
+fn time_of(t: &k8s_openapi::jiff::Timestamp) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::from_timestamp(t.as_second(), t.subsec_nanosecond().max(0) as u32)
+}
+
 /// Cordoned.
 pub fn is_unschedulable(node: &Node) -> bool {
     node.spec
@@ -58,6 +81,8 @@ pub trait NodeView {
     fn provider_id(&self) -> Option<&str>;
     /// Ready condition True, and not being deleted.
     fn ready(&self) -> bool;
+    /// Since when the Ready condition has not been True ([`not_ready_since`]).
+    fn not_ready_since(&self) -> Option<chrono::DateTime<chrono::Utc>>;
     fn being_deleted(&self) -> bool;
     fn cordoned(&self) -> bool;
     fn annotation(&self, key: &str) -> Option<&str>;
@@ -82,6 +107,9 @@ impl NodeView for Node {
     }
     fn ready(&self) -> bool {
         is_ready(self)
+    }
+    fn not_ready_since(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        not_ready_since(self)
     }
     fn being_deleted(&self) -> bool {
         self.metadata.deletion_timestamp.is_some()
@@ -109,6 +137,9 @@ macro_rules! forward_node_view {
             }
             fn ready(&self) -> bool {
                 (**self).ready()
+            }
+            fn not_ready_since(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+                (**self).not_ready_since()
             }
             fn being_deleted(&self) -> bool {
                 (**self).being_deleted()
@@ -209,6 +240,9 @@ pub struct SlimNode {
     pub unschedulable: bool,
     /// The Ready condition's status is True.
     pub ready_condition: bool,
+    /// Since when the Ready condition has not been True
+    /// ([`not_ready_since`]).
+    pub not_ready_since: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// A Node as served, reduced to the fields a [`SlimNode`] keeps: serde
@@ -233,6 +267,7 @@ struct WireMeta {
     #[serde(default)]
     annotations: BTreeMap<String, String>,
     deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    creation_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 #[derive(Default, serde::Deserialize)]
@@ -249,10 +284,12 @@ struct WireStatus {
 }
 
 #[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct WireCondition {
     #[serde(rename = "type")]
     type_: String,
     status: String,
+    last_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// The annotations the inventory reads; any other is dropped on decode.
@@ -260,6 +297,14 @@ const KEPT_ANNOTATIONS: &[&str] = &[crate::crd::labels::INTERRUPTION_ANNOTATION]
 
 impl From<WireNode> for SlimNode {
     fn from(wire: WireNode) -> SlimNode {
+        let ready = wire.status.conditions.iter().find(|c| c.type_ == "Ready");
+        let not_ready_since = match ready {
+            Some(c) if c.status == "True" => None,
+            _ => ready
+                .and_then(|c| c.last_transition_time.as_ref())
+                .or(wire.metadata.creation_timestamp.as_ref())
+                .and_then(|t| time_of(&t.0)),
+        };
         let mut annotations = wire.metadata.annotations;
         annotations.retain(|k, _| KEPT_ANNOTATIONS.contains(&k.as_str()));
         SlimNode {
@@ -273,11 +318,8 @@ impl From<WireNode> for SlimNode {
             labels: PackedLabels::pack(wire.metadata.labels.pairs()),
             provider_id: wire.spec.provider_id,
             unschedulable: wire.spec.unschedulable.unwrap_or(false),
-            ready_condition: wire
-                .status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True"),
+            ready_condition: ready.is_some_and(|c| c.status == "True"),
+            not_ready_since,
         }
     }
 }
@@ -314,6 +356,9 @@ impl NodeView for SlimNode {
     fn ready(&self) -> bool {
         !self.being_deleted() && self.ready_condition
     }
+    fn not_ready_since(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.not_ready_since
+    }
     fn being_deleted(&self) -> bool {
         self.metadata.deletion_timestamp.is_some()
     }
@@ -335,11 +380,12 @@ mod slim_tests {
     /// give the same string.
     fn views(node: &dyn NodeView) -> String {
         format!(
-            "{} {:?} {:?} ready={} deleting={} cordoned={} {:?}",
+            "{} {:?} {:?} ready={} since={:?} deleting={} cordoned={} {:?}",
             node.node_name(),
             node.node_labels().pairs().collect::<Vec<_>>(),
             node.provider_id(),
             node.ready(),
+            node.not_ready_since(),
             node.being_deleted(),
             node.cordoned(),
             node.annotation(crate::crd::labels::INTERRUPTION_ANNOTATION),
@@ -353,6 +399,7 @@ mod slim_tests {
             (false, "True", false, false),
             (true, "False", true, true),
             (true, "True", false, true),
+            (false, "Unknown", false, false),
         ] {
             json["spec"]["unschedulable"] = cordon.into();
             if let Some(conditions) = json["status"]["conditions"].as_array_mut() {
@@ -382,6 +429,11 @@ mod slim_tests {
                 views(&slim),
                 views(&full),
                 "{cordon} {ready} {deleting} {marked}"
+            );
+            assert_eq!(
+                slim.not_ready_since().is_some(),
+                ready != "True",
+                "unhealthy since the Ready condition's transition"
             );
             assert!(slim.instance_id().is_some());
             assert_eq!(slim.instance_id(), full.instance_id());

@@ -174,6 +174,7 @@ mod tests {
                 since: t,
                 terminating: None,
                 decrement: true,
+                repair: false,
             }),
             ..Default::default()
         };

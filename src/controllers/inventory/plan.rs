@@ -184,6 +184,7 @@ pub fn inventory_status<N: NodeView>(
         .iter()
         .filter(|n| membership.includes(*n))
         .map(|node| member_status(node, &instances, &asg_of))
+        .map(|member| keep_unhealthy_since(member, &previous.nodes))
         .collect();
     members.sort_by(|a, b| a.name.cmp(&b.name));
     let asg_statuses: Vec<AutoScalingGroupStatus> = group
@@ -247,10 +248,26 @@ fn member_status<N: NodeView>(
         launch_time: instance.and_then(|i| i.launch_time),
         instance_id,
         ready: node.ready(),
+        unhealthy_since: node.not_ready_since(),
         unschedulable: node.cordoned(),
         problem,
         interruption,
     }
+}
+
+/// Unhealthy since the earlier of what the Node says and what was recorded
+/// while it stayed not Ready: a Ready condition going from False to Unknown
+/// (or back) moves its lastTransitionTime, but the node was never Ready in
+/// between.
+fn keep_unhealthy_since(mut member: NodeStatus, previous: &[NodeStatus]) -> NodeStatus {
+    let recorded = previous
+        .iter()
+        .find(|p| p.name == member.name && p.instance_id == member.instance_id)
+        .and_then(|p| p.unhealthy_since);
+    if let (Some(now), Some(before)) = (member.unhealthy_since, recorded) {
+        member.unhealthy_since = Some(now.min(before));
+    }
+    member
 }
 
 /// Not joined: in the ASGs, alive, and no Node anywhere in the cluster runs

@@ -98,7 +98,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             dry_run: ctx.settings.dry_run,
             settings: &settings,
             schedule_key: &schedule_key,
-            members: &members(&described.fresh),
+            members: &Member::all_of(&described.fresh),
             control_plane_ready: &control_plane_ready,
             status: &current,
         })
@@ -352,35 +352,37 @@ impl Effects for Cluster<'_> {
             )
             .await;
         }
-        if progress.done() {
+        let done = progress.done_for(target.unhealthy);
+        if done {
             ctx.metrics.drain("finished");
         }
         Ok(Drained {
-            done: progress.done(),
+            done,
             requeue: next_step_after(target.since, self.now),
             blocked_by: (!progress.budgets.is_empty()).then(|| progress.budgets.join("; ")),
         })
     }
 
     async fn terminate(&mut self, target: &RefreshTarget, status: &RefresherStatus) -> Result<()> {
-        terminate(self.ctx, &self.guard(status), self.cloud, target).await
+        terminate(self.ctx, &self.guard(status), self.cloud, target).await?;
+        if let (true, Some(node)) = (target.unhealthy, &target.node) {
+            self.ctx.metrics.node_repair("refreshed");
+            let why = "was NotReady past the unhealthy timeout: terminated by the refresh as a repair, its pods' deletions asked";
+            let note = format!("{node} ({}) {why}", target.instance_id);
+            let (ctx, group) = (self.ctx, &self.group_ref);
+            drain_event(
+                ctx,
+                group,
+                node,
+                EventType::Normal,
+                "NodeRepaired",
+                EVENT_ACTION,
+                note,
+            )
+            .await;
+        }
+        Ok(())
     }
-}
-
-/// Active instances of the group's ASGs, per the fresh describe.
-fn members(fresh: &[AsgDescription]) -> Vec<Member> {
-    fresh
-        .iter()
-        .flat_map(|a| {
-            a.instances
-                .iter()
-                .filter(|i| i.is_active())
-                .map(|i| Member {
-                    asg: a.name.clone(),
-                    instance_id: i.instance_id.clone(),
-                })
-        })
-        .collect()
 }
 
 async fn terminate(

@@ -206,6 +206,7 @@ mod tests {
             since: Utc.with_ymd_and_hms(2026, 6, 1, 12, 1, 0).unwrap(),
             terminated: Some(Utc.with_ymd_and_hms(2026, 6, 1, 12, 2, 0).unwrap()),
             blocked_by: None,
+            unhealthy: false,
         }
     }
 

@@ -22,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 pub const CONTROLLER: &str = "replenisher";
-use crate::crd::condition::REPLENISHED;
+use crate::controllers::replenisher::plan::RepairHeld;
+use crate::crd::condition::{REPAIR_ALLOWED, REPLENISHED};
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     crate::controllers::runtime::run_group_child::<Replenisher, _, _>(
@@ -107,6 +108,12 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     let mut status = plan.status.clone();
     status.observed_generation = rp.metadata.generation;
     set_replenished(&mut status, &plan.message, rp.metadata.generation, now);
+    let newly_blocked = set_repair_allowed(
+        &mut status,
+        plan.repair_held.as_ref(),
+        rp.metadata.generation,
+        now,
+    );
     let mut step = Step {
         ctx,
         at: (namespace.as_str(), name.as_str()),
@@ -121,12 +128,51 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         now,
         requeue: plan.requeue,
     };
+    if let Some(held) = newly_blocked {
+        step.repair_blocked(held).await;
+    }
     step.carry_out(plan.command.clone(), &me, current.scale_in.as_ref())
         .await?;
     let requeue = step.requeue;
     write_if_changed::<Replenisher, _>(ctx, step.at, &mut step.written, &step.status).await?;
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
 }
+
+/// The RepairAllowed condition: False while unhealthy nodes wait
+/// unrepaired. Returns what newly blocks them when the circuit breaker has
+/// just started to (its Warning Event and metric, once per episode).
+fn set_repair_allowed<'a>(
+    status: &mut ReplenisherStatus,
+    held: Option<&'a RepairHeld>,
+    generation: Option<i64>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<&'a RepairHeld> {
+    let was_blocked = status.conditions.iter().any(|c| {
+        c.type_ == REPAIR_ALLOWED
+            && c.status == ConditionStatus::False
+            && c.reason == BLOCKED_BY_BREAKER
+    });
+    let (condition, reason, message) = match held {
+        Some(h) => (ConditionStatus::False, h.reason, h.message.clone()),
+        None => (
+            ConditionStatus::True,
+            "Allowed",
+            "unhealthy nodes are repaired".to_string(),
+        ),
+    };
+    set_condition(
+        &mut status.conditions,
+        REPAIR_ALLOWED,
+        condition,
+        reason,
+        &message,
+        generation,
+        now,
+    );
+    held.filter(|h| h.reason == BLOCKED_BY_BREAKER && !was_blocked)
+}
+
+const BLOCKED_BY_BREAKER: &str = "CircuitBreakerOpen";
 
 /// The Replenished condition: True while the group is steady.
 fn set_replenished(

@@ -8,6 +8,7 @@ use crate::Result;
 use crate::cloud::{AsgDescription, Cloud};
 use crate::context::Context;
 use crate::controllers::aws_mutations::{set_desired_capacity, terminate_in_group};
+use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after};
 use crate::controllers::persist::{persist_then, write_if_changed};
 use crate::crd::replenisher::{CleanupTarget, ReplenishPhase, Retirement, ScaleInTarget};
 use crate::crd::{NodeGroup, NodeGroupStatus, Replenisher, ReplenisherStatus};
@@ -64,7 +65,7 @@ impl Step<'_> {
                 self.drain(&target, first_step).await?
             }
             Command::Terminate(target) => {
-                guard::scale_in(self.group, self.group_status, self.fresh, &target)?;
+                self.guard_removal(&target)?;
                 self.terminate_scale_in(&target).await?;
                 if self.status.scale_in.is_none() {
                     self.last_action_event("ScaledDown").await;
@@ -205,11 +206,13 @@ impl Step<'_> {
             )
             .await;
         }
-        if !progress.done() {
+        // A repair ends its best effort at REPAIR_DRAIN_TIMEOUT.
+        let effort_over = target.repair && self.now >= after(target.since, REPAIR_DRAIN_TIMEOUT);
+        if !progress.done_for(target.repair) && !effort_over {
             self.requeue = next_step_after(target.since, self.now);
             return Ok(());
         }
-        guard::scale_in(self.group, self.group_status, self.fresh, target)?;
+        self.guard_removal(target)?;
         if let Some(target) = replenish_plan::record_termination(&mut self.status, self.now) {
             self.terminate_scale_in(&target).await?;
             ctx.metrics.drain("finished");
@@ -239,6 +242,41 @@ impl Step<'_> {
             .await?;
         if let Applied::Performed(()) = applied {
             replenish_plan::finish_scale_in(&mut self.status, target);
+            if target.repair {
+                self.ctx.metrics.node_repair("repaired");
+                let message = format!(
+                    "{} ({}) was NotReady for over {}: terminated in {}{}",
+                    target.node,
+                    target.instance_id,
+                    crate::duration::format(self.group.spec.replenish.unhealthy_timeout()),
+                    target.auto_scaling_group,
+                    if target.decrement {
+                        " with decrement (its replacement was launched first)"
+                    } else {
+                        " (its ASG launches a replacement)"
+                    }
+                );
+                drain_event(
+                    self.ctx,
+                    &self.group_ref,
+                    &target.node,
+                    EventType::Normal,
+                    "NodeRepaired",
+                    EVENT_ACTION,
+                    message,
+                )
+                .await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The check before a scale-in's termination: a repair's own (the node
+    /// is unhealthy), else Ready stays at desired without it.
+    fn guard_removal(&self, target: &ScaleInTarget) -> Result<()> {
+        match target.repair {
+            true => guard::repair(self.group, self.group_status, self.fresh, target, self.now)?,
+            false => guard::scale_in(self.group, self.group_status, self.fresh, target)?,
         }
         Ok(())
     }
@@ -320,6 +358,24 @@ impl Step<'_> {
             || terminate_in_group(ctx, cloud.as_ref(), instance, decrement, why),
         )
         .await
+    }
+
+    /// Unhealthy nodes the circuit breaker keeps from repair: a Warning
+    /// Event on the group and each node, counted once per episode.
+    pub async fn repair_blocked(&self, held: &replenish_plan::RepairHeld) {
+        self.ctx.metrics.node_repair("blocked");
+        for node in &held.nodes {
+            drain_event(
+                self.ctx,
+                &self.group_ref,
+                node,
+                EventType::Warning,
+                "RepairBlocked",
+                EVENT_ACTION,
+                held.message.clone(),
+            )
+            .await;
+        }
     }
 
     async fn event(&self, type_: EventType, reason: &str, message: String) {

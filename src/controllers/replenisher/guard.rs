@@ -74,6 +74,49 @@ pub fn scale_in(
     Ok(())
 }
 
+/// Safety for a repair: the target is active in that ASG of the group (above
+/// min when the termination decrements), its node is still NotReady for
+/// longer than the unhealthy timeout per the inventory, is not leaving on
+/// an interruption notice, and the circuit breaker is closed. Ready nodes
+/// are not counted: an unhealthy node costs none.
+pub fn repair(
+    group: &NodeGroup,
+    status: &crate::crd::NodeGroupStatus,
+    fresh: &[AsgDescription],
+    target: &ScaleInTarget,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), Refusal> {
+    removable(
+        group,
+        fresh,
+        &target.auto_scaling_group,
+        &target.instance_id,
+        target.decrement,
+    )?;
+    if let Some(why) = group.breaker_open() {
+        return Err(Refusal::BreakerOpen {
+            instance: target.instance_id.clone(),
+            why,
+        });
+    }
+    let timeout = group.spec.replenish.unhealthy_timeout();
+    let unhealthy = status.nodes.iter().any(|n| {
+        n.name == target.node
+            && n.instance_id.as_deref() == Some(target.instance_id.as_str())
+            && !n.ready
+            && n.interruption.is_none()
+            && n.unhealthy_since
+                .is_some_and(|t| now >= crate::controllers::group_view::after(t, timeout))
+    });
+    if !unhealthy {
+        return Err(Refusal::NotUnhealthy {
+            node: target.node.clone(),
+            timeout: crate::duration::format(timeout),
+        });
+    }
+    Ok(())
+}
+
 /// Safety: an interrupted instance is terminated only while it is active in
 /// that ASG of the group, its node records a notice that AWS reclaims it
 /// (spot interruption, scheduled change), and a decrement keeps the ASG at
@@ -179,6 +222,7 @@ mod tests {
             since: t0(),
             terminating: None,
             decrement: true,
+            repair: false,
         }
     }
 

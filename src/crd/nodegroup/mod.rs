@@ -113,6 +113,18 @@ pub struct ReplenishSpec {
     #[serde(default = "default_join_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub join_timeout: String,
+    /// A node whose Ready condition has been False or Unknown this long
+    /// (from the condition's lastTransitionTime) is unhealthy: it no longer
+    /// counts as on its way, and is repaired. At least 1m; default 10m.
+    #[serde(default = "default_unhealthy_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub unhealthy_timeout: String,
+    /// Repair unhealthy nodes: a worker is replaced, then drained (best
+    /// effort) and terminated with decrement; a master is terminated in its
+    /// ASG, one at a time. `false` keeps them running (a replacement is
+    /// still launched beside a worker). Default true.
+    #[serde(default = "default_true")]
+    pub repair: bool,
 }
 
 /// The time from a notice (AWS's time) by which a doomed node's drain must be
@@ -169,12 +181,25 @@ fn default_drain_deadline() -> String {
     "90s".into()
 }
 
+/// The unhealthy timeout when `replenish.unhealthyTimeout` does not parse
+/// (validation reports it).
+pub const DEFAULT_UNHEALTHY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl ReplenishSpec {
+    /// `unhealthyTimeout`; the default when invalid (validation reports it).
+    pub fn unhealthy_timeout(&self) -> std::time::Duration {
+        duration::parse(&self.unhealthy_timeout).unwrap_or(DEFAULT_UNHEALTHY_TIMEOUT)
+    }
+}
+
 impl Default for ReplenishSpec {
     fn default() -> Self {
         Self {
             enabled: true,
             cooldown: default_cooldown(),
             join_timeout: default_join_timeout(),
+            unhealthy_timeout: default_unhealthy_timeout(),
+            repair: true,
         }
     }
 }
@@ -235,6 +260,9 @@ fn default_cooldown() -> String {
 }
 fn default_join_timeout() -> String {
     "15m".into()
+}
+fn default_unhealthy_timeout() -> String {
+    "10m".into()
 }
 fn default_time_zone() -> String {
     "UTC".into()

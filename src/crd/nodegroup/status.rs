@@ -94,6 +94,11 @@ pub struct NodeStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_time: Option<DateTime<Utc>>,
     pub ready: bool,
+    /// Since when the node's Ready condition has not been True (False or
+    /// Unknown, continuously): its lastTransitionTime, kept across a
+    /// change between False and Unknown. Absent while Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy_since: Option<DateTime<Utc>>,
     pub unschedulable: bool,
     /// Why this node could not be matched to an instance (e.g. a bad providerID).
     #[serde(default, skip_serializing_if = "Option::is_none")]

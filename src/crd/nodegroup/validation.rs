@@ -11,9 +11,10 @@ use crate::duration;
 /// drain into a termination (a 30 s join timeout removes every node that
 /// boots slowly); the most are far above any sensible setting, far below
 /// where time arithmetic could overflow.
-pub const DURATION_BOUNDS: [(&str, std::time::Duration, std::time::Duration); 6] = [
+pub const DURATION_BOUNDS: [(&str, std::time::Duration, std::time::Duration); 7] = [
     ("replenish.cooldown", secs(10), HOURS_24),
     ("replenish.joinTimeout", secs(120), HOURS_24),
+    ("replenish.unhealthyTimeout", secs(60), HOURS_24),
     ("refresh.drainTimeout", secs(30), HOURS_24),
     ("refresh.readyTimeout", secs(60), HOURS_24),
     ("refresh.masterSettleTime", secs(0), secs(3600)),
@@ -153,6 +154,10 @@ impl NodeGroupSpec {
         let mut durations: Vec<(&str, &String)> = vec![
             ("replenish.cooldown", &self.replenish.cooldown),
             ("replenish.joinTimeout", &self.replenish.join_timeout),
+            (
+                "replenish.unhealthyTimeout",
+                &self.replenish.unhealthy_timeout,
+            ),
         ];
         if let Some(refresh) = &self.refresh {
             durations.push(("refresh.drainTimeout", &refresh.drain_timeout));
@@ -393,6 +398,7 @@ mod tests {
             match field {
                 "replenish.cooldown" => spec.replenish.cooldown = huge,
                 "replenish.joinTimeout" => spec.replenish.join_timeout = huge,
+                "replenish.unhealthyTimeout" => spec.replenish.unhealthy_timeout = huge,
                 "refresh.drainTimeout" => refresh.drain_timeout = huge,
                 "refresh.readyTimeout" => refresh.ready_timeout = huge,
                 "refresh.masterSettleTime" => refresh.master_settle_time = huge,
@@ -443,6 +449,7 @@ mod tests {
                 match field {
                     "replenish.cooldown" => spec.replenish.cooldown = value.into(),
                     "replenish.joinTimeout" => spec.replenish.join_timeout = value.into(),
+                    "replenish.unhealthyTimeout" => spec.replenish.unhealthy_timeout = value.into(),
                     "refresh.drainTimeout" => refresh.drain_timeout = value.into(),
                     "refresh.readyTimeout" => refresh.ready_timeout = value.into(),
                     "refresh.maxNodeAge" => refresh.max_node_age = Some(value.into()),
@@ -526,7 +533,7 @@ mod tests {
                 let r = spec.resolved_refresh().expect("resolves when valid");
                 prop_assert!(r.drain_timeout <= HOURS_24);
                 prop_assert!(r.drain_timeout >= Duration::from_secs(30));
-                prop_assert!(r.max_node_age.is_none_or(|a| a <= DURATION_BOUNDS[5].2));
+                prop_assert!(r.max_node_age.is_none_or(|a| a <= DURATION_BOUNDS[6].2));
                 prop_assert!((0..=MAX_DESIRED).contains(&spec.desired));
                 prop_assert!((0..=MAX_SURPLUS).contains(&r.surplus_nodes));
                 for d in [&spec.replenish.cooldown, &spec.replenish.join_timeout] {

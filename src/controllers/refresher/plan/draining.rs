@@ -3,7 +3,7 @@
 //! once drained, its termination is recorded before it is made.
 
 use super::{Command, GroupNode, Next, Planner, SOON, Step, after_drain};
-use crate::controllers::group_view::{after, until};
+use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after, until};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
 use std::time::Duration;
@@ -25,19 +25,26 @@ impl Planner<'_> {
             .is_some_and(|t| t.terminated.is_none())
     }
 
-    /// The oldest planned instance still in service becomes the target (phase
-    /// `Draining`) and its drain starts; with none left, `ScalingDown`.
+    /// The oldest planned instance still in service (an unhealthy one
+    /// first) becomes the target (phase `Draining`) and its drain starts; with none left, `ScalingDown`.
     pub(super) fn next_target(&mut self, settings: &ResolvedRefresh) -> Next {
         let input = self.input;
-        let next = self.status.planned_instances.iter().find_map(|id| {
-            if self.status.replaced_instances.contains(id) || !self.active(id) {
-                return None;
-            }
-            let node = input
+        // A node that died during the run goes first: it holds no pods that
+        // can still move, and until it is replaced no Ready node can be spared.
+        let node_of = |id: &str| {
+            input
                 .group
                 .nodes
                 .iter()
-                .find(|n| n.instance_id.as_deref() == Some(id.as_str()))?;
+                .find(|n| n.instance_id.as_deref() == Some(id))
+        };
+        let mut order: Vec<&String> = self.status.planned_instances.iter().collect();
+        order.sort_by_key(|id| !node_of(id).is_some_and(|n| input.group.unhealthy(n)));
+        let next = order.into_iter().find_map(|id| {
+            if self.status.replaced_instances.contains(id) || !self.active(id) {
+                return None;
+            }
+            let node = node_of(id)?;
             Some(RefreshTarget {
                 node: Some(node.name.clone()),
                 instance_id: id.clone(),
@@ -46,6 +53,7 @@ impl Planner<'_> {
                 since: input.group.now,
                 terminated: None,
                 blocked_by: None,
+                unhealthy: input.group.unhealthy(node),
             })
         });
         match next {
@@ -87,7 +95,17 @@ impl Planner<'_> {
             ready_besides,
             needed,
         } = self.removal_safety(&target);
-        let drain_deadline = after(target.since, settings.drain_timeout);
+        let target = self.mark_unhealthy(target);
+        let drain_deadline = match target.unhealthy {
+            true => after(
+                target.since,
+                settings.drain_timeout.min(REPAIR_DRAIN_TIMEOUT),
+            ),
+            false => after(target.since, settings.drain_timeout),
+        };
+        if !safe && let Some(step) = self.unhealthy_first(&target, &label) {
+            return step;
+        }
         if !safe {
             // Waiting for Ready nodes elsewhere, bounded like a replacement.
             let deadline = after(drain_deadline, settings.ready_timeout);
@@ -109,6 +127,12 @@ impl Planner<'_> {
         if target.node.is_none() {
             // An instance that never joined: nothing to drain.
             return self.terminate_now(format!("terminating {label} (never joined)"));
+        }
+        if now >= drain_deadline && target.unhealthy {
+            // Its kubelet is dead: what its pods wait for never comes.
+            return self.terminate_now(format!(
+                "{label} is NotReady past the unhealthy timeout; evictions tried, terminating it as a repair"
+            ));
         }
         if now >= drain_deadline {
             let after = crate::duration::format(settings.drain_timeout);
@@ -142,6 +166,58 @@ impl Planner<'_> {
             what,
             SOON.min(until(now, drain_deadline)),
         )
+    }
+
+    /// The target, marked unhealthy (in the status too) once its node is
+    /// NotReady past the unhealthy timeout: its drain is then best effort.
+    fn mark_unhealthy(&mut self, mut target: RefreshTarget) -> RefreshTarget {
+        let unhealthy = target.node.as_ref().is_some_and(|name| {
+            self.input
+                .group
+                .nodes
+                .iter()
+                .any(|n| n.name == *name && self.input.group.unhealthy(n))
+        });
+        if unhealthy && !target.unhealthy {
+            target.unhealthy = true;
+            if let Some(t) = self.status.current_target.as_mut() {
+                t.unhealthy = true;
+            }
+        }
+        target
+    }
+
+    /// A planned node died while a healthy target waits to be spared: the
+    /// group cannot spare it until the dead one is replaced, so the dead one
+    /// goes first; the target is put back in service and taken again later.
+    fn unhealthy_first(&mut self, target: &RefreshTarget, label: &str) -> Option<Step> {
+        if target.unhealthy {
+            return None;
+        }
+        let dead = self.unhealthy_planned()?;
+        self.status.current_target = None;
+        let message = format!("{dead} died during the run: replacing it before {label}");
+        Some(match target.node.clone() {
+            Some(node) => Step::act(Command::Uncordon(node), message, Duration::ZERO),
+            None => Step::wait(message, Duration::ZERO),
+        })
+    }
+
+    /// A planned node, not yet replaced and still in service, that is
+    /// unhealthy (its kubelet died during the run), by name.
+    fn unhealthy_planned(&self) -> Option<String> {
+        let group = &self.input.group;
+        self.status
+            .planned_instances
+            .iter()
+            .filter(|id| !self.status.replaced_instances.contains(id) && self.active(id))
+            .find_map(|id| {
+                group
+                    .nodes
+                    .iter()
+                    .find(|n| n.instance_id.as_deref() == Some(id.as_str()) && group.unhealthy(n))
+                    .map(|n| n.name.clone())
+            })
     }
 
     /// Leaves the target in service (uncordoned) and fails the run.

@@ -53,6 +53,24 @@ pub struct Member {
     pub instance_id: String,
 }
 
+impl Member {
+    /// Active instances of the group's ASGs, per the fresh describe.
+    pub fn all_of(fresh: &[crate::cloud::AsgDescription]) -> Vec<Member> {
+        fresh
+            .iter()
+            .flat_map(|a| {
+                a.instances
+                    .iter()
+                    .filter(|i| i.is_active())
+                    .map(|i| Member {
+                        asg: a.name.clone(),
+                        instance_id: i.instance_id.clone(),
+                    })
+            })
+            .collect()
+    }
+}
+
 pub struct Input<'a> {
     /// What every child plan is told (`suspended`: the group or the
     /// Refresher; `breaker`: a run pauses, a due run is skipped).

@@ -166,6 +166,7 @@ impl Planner<'_> {
             since: input.group.now,
             terminated: None,
             blocked_by: None,
+            unhealthy: node.is_some_and(|n| input.group.unhealthy(n)),
         };
         if let Some(m) = active.iter().find(|m| node_of(&m.instance_id).is_none()) {
             return Some(target(m, None));

@@ -131,6 +131,7 @@ pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
         auto_scaling_group: own,
         since: s.input.group.now,
         terminating: None,
+        repair: false,
     };
     let message = format!(
         "{} at risk of interruption, its replacement Ready: removing it from {}",

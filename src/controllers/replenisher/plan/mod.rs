@@ -5,8 +5,10 @@
 //! One stage per step of the README's behaviour list, each returning a plan
 //! or passing on: guards (invalid, suspended, a refresh holds the lock),
 //! interrupted nodes due for termination, a scale-in in progress, instances
-//! that never joined, too few Ready nodes (interrupted ones replaced first),
-//! at-risk nodes whose replacement is Ready, too many, steady. Before them, the records of earlier actions are checked
+//! that never joined, unhealthy masters (and workers nothing can replace)
+//! repaired in place, too few Ready nodes (interrupted and unhealthy ones
+//! replaced first), at-risk nodes whose replacement is Ready, unhealthy
+//! workers once Ready is back at desired, too many, steady. Before them, the records of earlier actions are checked
 //! against what is observed (a raise or termination a restart interrupted).
 //!
 //! Invariants (property-tested below): no mutating action without holding the
@@ -19,6 +21,7 @@ mod cleanup;
 mod interrupted;
 mod queries;
 mod records;
+mod repair;
 mod scale_in;
 mod scale_up;
 #[cfg(test)]
@@ -27,6 +30,10 @@ mod tests;
 use cleanup::remove_not_joined;
 use interrupted::{remove_at_risk, retire};
 use records::{judge, settle_records, update_exclusions};
+use repair::{repair_held, repair_in_place, repair_replaced};
+
+pub use repair::RepairHeld;
+
 use scale_in::{scale_in, scale_in_in_progress};
 use scale_up::scale_up;
 
@@ -36,7 +43,7 @@ pub use records::{
 };
 
 use crate::controllers::group_view::{
-    AsgView, DesiredChange, Fate, GroupFacts, LockState, after, until,
+    AsgView, DesiredChange, Fate, GroupFacts, LockState, REPAIR_DRAIN_TIMEOUT, after, until,
 };
 use crate::crd::replenisher::{
     CleanupTarget, ReplenishPhase, ReplenisherStatus, Retirement, ScaleInTarget,
@@ -147,6 +154,9 @@ pub struct Plan {
     /// What it is doing or waiting for, for status and logs.
     pub message: String,
     pub requeue: Duration,
+    /// Why unhealthy nodes wait unrepaired (the RepairAllowed condition's
+    /// reason and message), if any do.
+    pub repair_held: Option<RepairHeld>,
 }
 
 use crate::controllers::group_view::{IDLE, SOON};
@@ -162,7 +172,8 @@ pub fn plan(input: &Input) -> Plan {
 
 /// The earliest future moment at which the plan may decide differently on
 /// the same observations: a join timeout, an exclusion's retry, a removal's
-/// backoff, the end of a launch grace, a drain timeout.
+/// backoff, the end of a launch grace, a drain timeout, a node turning
+/// unhealthy.
 fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<Utc>> {
     let joins = input
         .not_joined
@@ -174,10 +185,19 @@ fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<U
         .behind
         .iter()
         .map(|b| after(b.since, crate::cloud::LAUNCH_GRACE));
-    let drain = status
-        .scale_in
+    let drain = status.scale_in.iter().map(|t| {
+        let timeout = match t.repair {
+            true => REPAIR_DRAIN_TIMEOUT,
+            false => SCALE_IN_DRAIN_TIMEOUT,
+        };
+        after(t.since, timeout)
+    });
+    // A NotReady node turns unhealthy (no longer on its way; repaired).
+    let unhealthy = input
+        .group
+        .nodes
         .iter()
-        .map(|t| after(t.since, SCALE_IN_DRAIN_TIMEOUT));
+        .filter_map(|n| input.group.unhealthy_at(n));
     // An interrupted node we replaced is terminated at its deadline once its
     // drain's end is recorded, or a grace later.
     let retirements = input.group.nodes.iter().filter_map(|n| match n.fate {
@@ -202,6 +222,7 @@ fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<U
         .chain(removals)
         .chain(graces)
         .chain(drain)
+        .chain(unhealthy)
         .filter(|t| *t > input.group.now)
         .min()
 }
@@ -230,6 +251,7 @@ impl Stage<'_> {
             status,
             message,
             requeue,
+            repair_held: None,
         }
     }
 
@@ -314,14 +336,16 @@ fn plan_inner(input: &Input) -> Plan {
         asgs,
         status,
     };
-    guards(&stage)
+    let mut plan = guards(&stage)
         .or_else(|| breaker(&stage))
         .or_else(|| unwinding(&stage))
         .or_else(|| retire(&stage))
         .or_else(|| scale_in_in_progress(&stage))
         .or_else(|| remove_not_joined(&stage))
+        .or_else(|| repair_in_place(&stage))
         .or_else(|| scale_up(&stage))
         .or_else(|| remove_at_risk(&stage))
+        .or_else(|| repair_replaced(&stage))
         .or_else(|| scale_in(&stage))
         .unwrap_or_else(|| {
             stage.idle(
@@ -329,7 +353,9 @@ fn plan_inner(input: &Input) -> Plan {
                 ReplenishPhase::Steady,
                 format!("{}/{} Ready", stage.ready, input.group.desired),
             )
-        })
+        });
+    plan.repair_held = repair_held(&stage);
+    plan
 }
 
 /// The NodeGroup is being deleted; its finalizer waits until nothing is

@@ -2,7 +2,8 @@
 //! (no stage imports another's helpers).
 
 use super::Stage;
-use crate::controllers::group_view::{Fate, GroupNode};
+use crate::controllers::group_view::{AsgView, Fate, GroupNode};
+use crate::crd::Role;
 use crate::crd::replenisher::Replacement;
 
 /// Ready nodes of one ASG.
@@ -13,14 +14,56 @@ pub(super) fn ready_in(nodes: &[GroupNode], asg: &str) -> i32 {
         .count() as i32
 }
 
-/// A node that leaves through us (reclaimed or at risk), still running in
-/// its ASG: capacity its ASG will not bring back by itself.
+/// A node that leaves through us (reclaimed, at risk, or an unhealthy
+/// worker to repair), still running in its ASG: capacity its ASG will not
+/// bring back by itself.
 pub(super) fn leaves_through_us(s: &Stage, n: &GroupNode) -> bool {
-    matches!(n.fate, Some(Fate::Reclaimed { .. } | Fate::AtRisk))
+    (matches!(n.fate, Some(Fate::Reclaimed { .. } | Fate::AtRisk)) || repaired_worker(s, n))
         && n.asg.is_some()
         && n.instance_id
             .as_ref()
             .is_some_and(|id| s.input.active.contains(id))
+}
+
+/// An unhealthy worker that repair replaces first, then removes.
+pub(super) fn repaired_worker(s: &Stage, n: &GroupNode) -> bool {
+    let group = &s.input.group;
+    group.repair && group.role == Role::Worker && group.unhealthy(n)
+}
+
+/// Unhealthy nodes still in service in their ASG (repair on or off), by name.
+pub(super) fn unhealthy<'a>(s: &'a Stage) -> Vec<&'a GroupNode> {
+    let mut nodes: Vec<&GroupNode> = s
+        .input
+        .group
+        .nodes
+        .iter()
+        .filter(|n| s.input.group.unhealthy(n) && n.asg.is_some())
+        .filter(|n| {
+            n.instance_id
+                .as_ref()
+                .is_some_and(|id| s.input.active.contains(id))
+        })
+        .collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    nodes
+}
+
+/// The ASGs a raise may go to now: launching, not excluded, below max, and
+/// not in a run of instances that never join.
+pub(super) fn raise_candidates(s: &Stage) -> Vec<AsgView> {
+    let not_joining = |a: &&AsgView| {
+        s.status
+            .removals
+            .iter()
+            .any(|r| r.auto_scaling_group == a.name)
+    };
+    s.asgs
+        .iter()
+        .filter(|a| a.launching && !s.excluded(&a.name))
+        .filter(|a| a.desired < a.max && !not_joining(a))
+        .cloned()
+        .collect()
 }
 
 /// The replacement recorded for `node`'s instance.

@@ -53,9 +53,16 @@ pub(super) fn settle_records(input: &Input, status: &mut ReplenisherStatus) {
         .map(|r| r.instance_id.clone())
         .collect();
     finish_retiring(status, &gone);
-    status
-        .replacing
-        .retain(|r| input.active.contains(&r.instance_id));
+    // A replacement is forgotten once its node is gone, or Ready again (an
+    // unhealthy node that recovered: what was raised for it is surplus).
+    status.replacing.retain(|r| {
+        input.active.contains(&r.instance_id)
+            && !input
+                .group
+                .nodes
+                .iter()
+                .any(|n| n.ready && n.instance_id.as_deref() == Some(r.instance_id.as_str()))
+    });
     // A removal run ends once a node of that ASG launched after it is Ready.
     status.removals.retain(|r| {
         !input.group.nodes.iter().any(|n| {

@@ -31,7 +31,15 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
         .iter()
         .any(|n| n.instance_id.as_deref() == Some(&target.instance_id) && n.ready);
     let ready_without = s.ready - i32::from(target_ready);
-    let abandon = if ready_without < input.group.desired {
+    let phase = match target.repair {
+        true => ReplenishPhase::Repairing,
+        false => ReplenishPhase::ScalingDown,
+    };
+    // A repair is never abandoned: its node is not Ready (it costs no Ready
+    // node), and putting it back in service would put pods on a dead kubelet.
+    let abandon = if target.repair {
+        None
+    } else if ready_without < input.group.desired {
         Some(format!(
             "removing {} would leave {ready_without} Ready node(s), below {}",
             target.node, input.group.desired
@@ -48,30 +56,26 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
             target,
             reason: reason.clone(),
         };
-        return Some(s.act(status, ReplenishPhase::ScalingDown, action, reason));
+        return Some(s.act(status, phase, action, reason));
     }
     if target.terminating.is_some() {
         let message = format!(
             "terminating {} in {} (recorded before a restart)",
             target.node, target.auto_scaling_group
         );
-        return Some(s.act(
-            status,
-            ReplenishPhase::ScalingDown,
-            Command::Terminate(target),
-            message,
-        ));
+        return Some(s.act(status, phase, Command::Terminate(target), message));
     }
-    let message = format!(
-        "draining {} to remove it from {}",
-        target.node, target.auto_scaling_group
-    );
-    Some(s.act(
-        status,
-        ReplenishPhase::ScalingDown,
-        Command::Drain(target),
-        message,
-    ))
+    let message = match target.repair {
+        true => format!(
+            "repairing {}: draining it (best effort) to remove it from {}",
+            target.node, target.auto_scaling_group
+        ),
+        false => format!(
+            "draining {} to remove it from {}",
+            target.node, target.auto_scaling_group
+        ),
+    };
+    Some(s.act(status, phase, Command::Drain(target), message))
 }
 
 /// Too many Ready nodes (a shortage ended): take one back, explicitly chosen.
@@ -107,12 +111,11 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
 pub(super) fn start_scale_in(s: &Stage, target: ScaleInTarget, message: String) -> Plan {
     let mut status = s.status.clone();
     status.scale_in = Some(target.clone());
-    s.act(
-        status,
-        ReplenishPhase::ScalingDown,
-        Command::Drain(target),
-        message,
-    )
+    let phase = match target.repair {
+        true => ReplenishPhase::Repairing,
+        false => ReplenishPhase::ScalingDown,
+    };
+    s.act(status, phase, Command::Drain(target), message)
 }
 
 /// The surplus node to remove: from an ASG we raised (so the original layout
@@ -160,5 +163,6 @@ pub(super) fn choose_victim(s: &Stage) -> Option<ScaleInTarget> {
         since: input.group.now,
         terminating: None,
         decrement: true,
+        repair: false,
     })
 }

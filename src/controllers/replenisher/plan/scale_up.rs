@@ -1,10 +1,10 @@
 //! Too few Ready nodes: raise desired on the ASGs that can launch, counting
 //! what is already on its way once.
 
-use super::queries::{leaves_through_us, ready_in, replacement_in, unreplaced};
+use super::queries::{leaves_through_us, raise_candidates, ready_in, replacement_in, unreplaced};
 use super::records::record_raise;
 use super::{Command, Plan, SOON, Stage};
-use crate::controllers::group_view::{AsgView, DesiredChange, GroupNode, after};
+use crate::controllers::group_view::{AsgView, DesiredChange, GroupNode};
 use crate::crd::Role;
 use crate::crd::replenisher::ReplenishPhase;
 
@@ -16,17 +16,14 @@ use crate::crd::replenisher::ReplenishPhase;
 pub(super) fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
     let input = s.input;
     let in_asg = |n: &&GroupNode| n.asg.as_deref() == Some(asg.name.as_str());
+    // A NotReady node is on its way (joining, or a blip) until the
+    // unhealthy timeout; one that leaves through us is counted below.
     let stuck_nodes = input
         .group
         .nodes
         .iter()
         .filter(in_asg)
-        .filter(|n| {
-            !n.ready
-                && n.fate.is_none()
-                && n.launch_time
-                    .is_some_and(|t| input.group.now >= after(t, input.join_timeout))
-        })
+        .filter(|n| input.group.stuck(n) && !leaves_through_us(s, n))
         .count() as i32;
     let leaving = input
         .group
@@ -59,21 +56,7 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
     if deficit <= 0 {
         return Some(s.wait(format!("{coming} node(s) on their way"), SOON));
     }
-    // An ASG whose instances are not joining (a removal run in progress) is
-    // no place for another one.
-    let not_joining = |a: &&AsgView| {
-        s.status
-            .removals
-            .iter()
-            .any(|r| r.auto_scaling_group == a.name)
-    };
-    let mut candidates: Vec<AsgView> = s
-        .asgs
-        .iter()
-        .filter(usable)
-        .filter(|a| a.desired < a.max && !not_joining(a))
-        .cloned()
-        .collect();
+    let mut candidates = raise_candidates(s);
     let mut replacements = vec![];
     for node in unreplaced(s).into_iter().take(deficit as usize) {
         let own = candidates
@@ -177,7 +160,7 @@ fn raise_message(
     let replacing = match replacements.is_empty() {
         true => String::new(),
         false => format!(
-            " (replacing interrupted {})",
+            " (replacing {})",
             replacements
                 .iter()
                 .map(|r| r.node.as_str())

@@ -181,3 +181,38 @@ fn a_drain_timeout_with_abort_ends_the_run_and_keeps_the_node() {
     assert_eq!(sim.layout(), layout);
     assert_eq!(sim.terminated.len(), 1, "only the surplus went");
 }
+
+#[test]
+fn a_refresh_that_meets_a_dead_node_replaces_it_as_a_repair_instead_of_aborting() {
+    // drainTimeoutAction Abort (the default).
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    if let Ok(s) = &mut sim.settings {
+        s.drain_timeout_action = DrainTimeoutAction::Abort;
+    }
+    // The run starts; once its first node is being drained, the last
+    // planned node's kubelet dies (and stays dead past the timeout): its
+    // pods never finish terminating.
+    let last = sim.instances[2].id.clone();
+    for _ in 0..50 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(5);
+        if sim.status.phase == RefreshPhase::Draining {
+            break;
+        }
+    }
+    assert_eq!(sim.status.phase, RefreshPhase::Draining);
+    sim.dead = vec![Sim::node_name(&last)];
+    sim.run_to_end(300);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert!(sim.terminated.contains(&last), "the dead node is gone");
+    assert_eq!(sim.status.last_run.as_ref().map(|r| r.replaced), Some(3));
+    // Its drain was a best-effort one: one step (every deletion asked),
+    // not a wait for pods a dead kubelet never lets go.
+    let steps = sim
+        .drain_steps
+        .iter()
+        .filter(|n| **n == Sim::node_name(&last))
+        .count();
+    assert_eq!(steps, 1, "drained once, then terminated");
+}

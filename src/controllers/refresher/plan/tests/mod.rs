@@ -86,6 +86,10 @@ struct Sim {
     lock: LockState,
     /// Drains of these nodes never finish (a PodDisruptionBudget).
     stuck: Vec<String>,
+    /// Nodes whose kubelet died a day ago: NotReady, and their pods never
+    /// finish terminating (a drain of such a node finishes only as a
+    /// best-effort one, once every deletion is asked).
+    dead: Vec<String>,
     /// Masters whose control-plane pods are not Ready.
     control_plane_down: BTreeSet<String>,
     /// Drain steps taken per node: a drain finishes on its second step.
@@ -134,6 +138,7 @@ impl Sim {
             },
             lock: LockState::Free,
             stuck: vec![],
+            dead: vec![],
             control_plane_down: BTreeSet::new(),
             drain_steps: vec![],
             terminated: vec![],
@@ -207,13 +212,17 @@ impl Sim {
             .instances
             .iter()
             .filter(|i| i.joined)
-            .map(|i| GroupNode {
-                name: Sim::node_name(&i.id),
-                instance_id: Some(i.id.clone()),
-                asg: Some(i.asg.clone()),
-                ready: i.ready,
-                launch_time: Some(i.launched),
-                fate: None,
+            .map(|i| {
+                let dead = self.dead.contains(&Sim::node_name(&i.id));
+                GroupNode {
+                    name: Sim::node_name(&i.id),
+                    instance_id: Some(i.id.clone()),
+                    asg: Some(i.asg.clone()),
+                    ready: i.ready && !dead,
+                    launch_time: Some(i.launched),
+                    unhealthy_since: dead.then(|| self.now - chrono::Duration::days(1)),
+                    fate: None,
+                }
             })
             .collect();
         (asgs, members, nodes)
@@ -233,6 +242,8 @@ impl Sim {
                 suspended: self.suspended,
                 deleting: self.deleting,
                 breaker: self.breaker.clone(),
+                unhealthy_timeout: Duration::from_secs(600),
+                repair: true,
                 asgs: &asgs,
                 nodes: &nodes,
                 lock: self.lock.clone(),
@@ -495,6 +506,14 @@ impl Effects for Sim {
         let steps = self.drain_steps.iter().filter(|n| **n == node).count();
         self.drain_steps.push(node.clone());
         let stuck = self.stuck.contains(&node);
+        if self.dead.contains(&node) {
+            // Every pod's deletion asked on the first step; none ever ends.
+            return Ok(Drained {
+                done: target.unhealthy,
+                requeue: SOON,
+                blocked_by: None,
+            });
+        }
         Ok(Drained {
             done: !stuck && steps >= 1,
             requeue: SOON,

@@ -13,6 +13,7 @@ use chrono::TimeZone;
 use proptest::prelude::*;
 
 mod interrupted;
+mod repair;
 
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap()
@@ -45,9 +46,21 @@ fn node(name: &str, asg: &str, ready: bool, minutes_old: i64) -> GroupNode {
         asg: Some(asg.into()),
         ready,
         launch_time: Some(t0() - chrono::Duration::minutes(minutes_old)),
+        unhealthy_since: None,
         fate: None,
     }
 }
+
+/// A node whose Ready condition has not been True for `minutes`.
+fn not_ready_for(name: &str, asg: &str, minutes: i64) -> GroupNode {
+    GroupNode {
+        unhealthy_since: Some(t0() - chrono::Duration::minutes(minutes)),
+        ..node(name, asg, false, 600)
+    }
+}
+
+/// The unhealthy timeout the scenarios run with (the default).
+const UNHEALTHY: Duration = Duration::from_secs(600);
 
 #[derive(Debug)]
 struct Scenario {
@@ -62,6 +75,8 @@ struct Scenario {
     status: ReplenisherStatus,
     /// The group's circuit breaker, when open.
     breaker: Option<String>,
+    /// `replenish.repair`.
+    repair: bool,
 }
 
 impl Scenario {
@@ -82,6 +97,7 @@ impl Scenario {
             lock: LockState::Ours,
             status: ReplenisherStatus::default(),
             breaker: None,
+            repair: true,
         }
     }
 
@@ -97,6 +113,8 @@ impl Scenario {
                 suspended: self.suspend,
                 deleting: self.deleting,
                 breaker: self.breaker.clone(),
+                unhealthy_timeout: UNHEALTHY,
+                repair: self.repair,
                 asgs: &self.asgs,
                 nodes: &self.nodes,
                 lock: self.lock.clone(),
@@ -148,6 +166,8 @@ fn input_of<'a>(s: &'a Scenario, active: &'a BTreeSet<String>) -> Input<'a> {
             suspended: s.suspend,
             deleting: s.deleting,
             breaker: s.breaker.clone(),
+            unhealthy_timeout: UNHEALTHY,
+            repair: s.repair,
             asgs: &s.asgs,
             nodes: &s.nodes,
             lock: s.lock.clone(),

@@ -41,12 +41,18 @@ pub(super) fn arb_state() -> impl Strategy<Value = Scenario> {
                     for j in 0..instances {
                         let id = format!("i-{i}-{j}");
                         if joined_all || j > 0 {
+                            let ready = flags.next().unwrap_or(true);
                             nodes.push(GroupNode {
                                 name: id.clone(),
                                 instance_id: Some(id),
                                 asg: Some(name.clone()),
-                                ready: flags.next().unwrap_or(true),
+                                ready,
                                 launch_time: Some(t0() - chrono::Duration::minutes(j as i64)),
+                                // Some NotReady nodes are unhealthy (past the
+                                // timeout), some within it.
+                                unhealthy_since: (!ready).then(|| {
+                                    t0() - chrono::Duration::minutes(5 + 10 * (j as i64 % 2))
+                                }),
                                 fate: None,
                             });
                         } else {
@@ -73,6 +79,7 @@ pub(super) fn arb_state() -> impl Strategy<Value = Scenario> {
                         since: t0(),
                         terminating: None,
                         decrement: true,
+                        repair: false,
                     });
                 }
                 Scenario {
@@ -94,6 +101,7 @@ pub(super) fn arb_state() -> impl Strategy<Value = Scenario> {
                     },
                     status,
                     breaker: None,
+                    repair: true,
                 }
             },
         )

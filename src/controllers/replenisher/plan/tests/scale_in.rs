@@ -50,6 +50,7 @@ fn a_scale_in_that_would_drop_below_desired_is_abandoned() {
         since: t0(),
         terminating: None,
         decrement: true,
+        repair: false,
     });
     assert!(matches!(s.plan().command, Command::AbandonScaleIn { .. }));
 }
@@ -70,6 +71,7 @@ fn a_group_being_deleted_gives_a_scale_in_back_and_then_the_lock() {
         since: t0(),
         terminating: None,
         decrement: true,
+        repair: false,
     };
     s.status.scale_in = Some(target.clone());
     let p = s.plan();
@@ -107,6 +109,7 @@ fn a_scale_in_drain_that_takes_too_long_is_abandoned() {
         since: t0() - chrono::Duration::minutes(11),
         terminating: None,
         decrement: true,
+        repair: false,
     });
     let p = s.plan();
     assert!(
