@@ -11,8 +11,11 @@
 //! passed.
 //!
 //! Markers a test sets on an ASG by tag: [`NEVER_JOIN_TAG`] (its instances
-//! never register) and [`NOT_READY_TAG`] (comma-separated instance ids whose
-//! nodes report NotReady).
+//! never register), [`NOT_READY_TAG`] (comma-separated instance ids whose
+//! nodes report NotReady: a kubelet alive but not ready) and [`DEAD_TAG`]
+//! (comma-separated instance ids whose kubelet is dead: no Lease renewal,
+//! no status, no pod ever run or let go; the node lifecycle controller
+//! marks the Node Unknown once its grace, 40 s, has passed).
 //!
 //! It only touches Nodes labelled with its own [`SIM_ACCOUNT_LABEL`], so tests
 //! sharing one apiserver (each with its own emulator account) stay apart.
@@ -34,6 +37,7 @@ use tracing::{debug, info, warn};
 
 pub const NEVER_JOIN_TAG: &str = "snm.test/never-join";
 pub const NOT_READY_TAG: &str = "snm.test/not-ready";
+pub const DEAD_TAG: &str = "snm.test/dead";
 pub const SIM_ACCOUNT_LABEL: &str = "snm.test/sim-account";
 pub const MASTER_ROLE_TAG: &str = "k8s.io/role/master";
 
@@ -79,6 +83,7 @@ struct Member {
     master: bool,
     never_join: bool,
     not_ready: bool,
+    dead: bool,
 }
 
 pub struct SimKubelet {
@@ -151,10 +156,12 @@ impl SimKubelet {
                 let Some(instance_group) = tags.get(INSTANCE_GROUP_LABEL) else {
                     continue;
                 };
-                let not_ready: BTreeSet<&str> = tags
-                    .get(NOT_READY_TAG)
-                    .map(|v| v.split(',').map(str::trim).collect())
-                    .unwrap_or_default();
+                let listed = |tag: &str| -> BTreeSet<&str> {
+                    tags.get(tag)
+                        .map(|v| v.split(',').map(str::trim).collect())
+                        .unwrap_or_default()
+                };
+                let (not_ready, dead) = (listed(NOT_READY_TAG), listed(DEAD_TAG));
                 for i in g.instances() {
                     let Some(id) = i.instance_id() else { continue };
                     members.insert(
@@ -164,6 +171,7 @@ impl SimKubelet {
                             master: tags.contains_key(MASTER_ROLE_TAG),
                             never_join: tags.contains_key(NEVER_JOIN_TAG),
                             not_ready: not_ready.contains(id),
+                            dead: dead.contains(id),
                         },
                     );
                 }
@@ -226,6 +234,10 @@ impl SimKubelet {
             if member.never_join || now.duration_since(first_seen) < self.config.register_delay {
                 continue;
             }
+            if member.dead && existing.contains_key(*id) {
+                // A dead kubelet says nothing more: no status, no Lease.
+                continue;
+            }
             let zone = instance.availability_zone.clone().unwrap_or_default();
             if !existing.contains_key(*id) {
                 self.register(id, &zone, instance.instance_type.as_deref(), member)
@@ -251,7 +263,12 @@ impl SimKubelet {
             }
         }
         self.sync_control_plane(&control_plane).await?;
-        self.run_pods(&existing).await
+        // Pods on a dead kubelet's node neither run nor go.
+        let alive: BTreeMap<String, Node> = existing
+            .into_iter()
+            .filter(|(name, _)| members.get(name).is_none_or(|m| !m.dead))
+            .collect();
+        self.run_pods(&alive).await
     }
 
     /// The kubelet's heartbeat: the node lifecycle controller marks a Node

@@ -1,0 +1,389 @@
+//! Node repair end to end: real apiserver and controller-manager (its node
+//! lifecycle controller marks a silent Node Unknown after 40 s), the rude
+//! emulator, and the simulated kubelet, whose `DEAD_TAG` kills a kubelet
+//! for good: no Lease, no status, no pod ever let go.
+//! The crash test needs the `fault-injection` feature (scripts/test enables it).
+
+use snm_testkit as support;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PostParams};
+use spot_node_manager::crd::condition::{ConditionStatus, REPAIR_ALLOWED};
+use spot_node_manager::crd::replenisher::ReplenishPhase;
+use spot_node_manager::crd::{NodeGroup, Replenisher};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use support::sim::{DEAD_TAG, NOT_READY_TAG};
+use support::{World, ZONES, assert_eventually};
+
+/// From a kubelet's death: 40 s to Unknown, the timeout, a replacement.
+const WAIT: Duration = Duration::from_secs(180);
+const FAST: Duration = Duration::from_millis(300);
+
+fn group(name: &str, role: &str, asgs: &[String], extra: serde_json::Value) -> NodeGroup {
+    let mut spec = serde_json::json!({
+        "role": role,
+        "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
+        "desired": asgs.len(),
+        "replenish": {"cooldown": "1s", "joinTimeout": "15m", "unhealthyTimeout": "20s"}
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            spec.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .expect("group")
+}
+
+async fn steady(world: &World, name: &str, count: i32) {
+    let groups: Api<NodeGroup> = world.api();
+    let replenishers: Api<Replenisher> = world.api();
+    assert_eventually(
+        &format!("{name} steady with {count} Ready"),
+        WAIT,
+        || async {
+            let rp = replenishers.get(name).await.ok()?;
+            let ready = groups.get(name).await.ok()?.status?.ready_nodes?;
+            (ready == count && rp.status?.phase == ReplenishPhase::Steady).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The instances in the ASGs now.
+async fn instances_of(world: &World, asgs: &[String]) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    for asg in asgs {
+        seen.extend(world.asg_instances(asg).await);
+    }
+    seen
+}
+
+/// A pod on `node` (no controller: nothing recreates it).
+async fn pod_on(world: &World, node: &str) {
+    let pods: Api<Pod> = world.api();
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some("app".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.into()),
+            termination_grace_period_seconds: Some(30),
+            containers: vec![Container {
+                name: "app".into(),
+                image: Some("registry.k8s.io/pause:3.9".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("pod");
+}
+
+async fn terminating_activities(world: &World, asgs: &[String], instance: &str) -> usize {
+    let mut n = 0;
+    for asg in asgs {
+        n += world
+            .activities(asg)
+            .await
+            .iter()
+            .filter(|(_, d)| d.starts_with("Terminating EC2 instance") && d.contains(instance))
+            .count();
+    }
+    n
+}
+
+/// The group's Replenisher's RepairAllowed condition (status, reason, message).
+async fn repair_allowed(world: &World, name: &str) -> Option<(ConditionStatus, String, String)> {
+    let replenishers: Api<Replenisher> = world.api();
+    let status = replenishers.get(name).await.ok()?.status?;
+    let c = status
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == REPAIR_ALLOWED)?;
+    Some((c.status, c.reason, c.message))
+}
+
+#[tokio::test]
+async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_comes_back() {
+    let world = World::new("repair-worker").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &group("workers", "Worker", &kops.asgs, serde_json::json!({})),
+        )
+        .await
+        .expect("create");
+    let (manager, _config) = world.start_manager(&[]);
+    steady(&world, "workers", 3).await;
+    let original = world.asg_snapshot(&kops.asgs).await;
+    let before = instances_of(&world, &kops.asgs).await;
+
+    let dead = world.asg_instances(&kops.asgs[0]).await.remove(0);
+    pod_on(&world, &dead).await;
+    world.tag_asg(&kops.asgs[0], DEAD_TAG, &dead).await;
+    let killed = Instant::now();
+    let mut seen = before.clone();
+    let mut unhealthy_since_seen = false;
+    loop {
+        assert!(killed.elapsed() < WAIT, "the dead instance still runs");
+        let now = instances_of(&world, &kops.asgs).await;
+        if !now.contains(&dead) {
+            break;
+        }
+        seen.extend(now);
+        if let Ok(g) = groups.get("workers").await {
+            unhealthy_since_seen |= g.status.is_some_and(|s| {
+                s.nodes
+                    .iter()
+                    .any(|n| n.name == dead && n.unhealthy_since.is_some())
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "figure: kubelet killed -> dead instance terminated in {:.1}s (40s to Unknown + 20s timeout)",
+        killed.elapsed().as_secs_f64()
+    );
+    steady(&world, "workers", 3).await;
+    seen.extend(instances_of(&world, &kops.asgs).await);
+    let new: Vec<&String> = seen.difference(&before).collect();
+    assert_eq!(new.len(), 1, "exactly one new instance: {new:?}");
+    assert!(
+        unhealthy_since_seen,
+        "status.nodes[].unhealthySince was set"
+    );
+    let counts = |s: &[(String, i32, Vec<String>)]| {
+        s.iter()
+            .map(|(n, d, ids)| (n.clone(), *d, ids.len()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        counts(&world.asg_snapshot(&kops.asgs).await),
+        counts(&original),
+        "the layout is back (1/1/1)"
+    );
+    assert_eq!(terminating_activities(&world, &kops.asgs, &dead).await, 1);
+    let reasons = support::cluster::event_reasons(&world).await;
+    assert!(reasons.iter().any(|r| r == "NodeRepaired"), "{reasons:?}");
+    let metrics = manager.assert_metrics().await;
+    assert_eq!(
+        support::manager::metric(
+            &metrics,
+            "spot_node_manager_node_repairs_total{outcome=\"repaired\"}"
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_notready_blip_shorter_than_the_timeout_launches_and_terminates_nothing() {
+    let world = World::new("repair-blip").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    let mut spec = group("workers", "Worker", &kops.asgs, serde_json::json!({}));
+    spec.spec.replenish.unhealthy_timeout = "30s".into();
+    groups
+        .create(&PostParams::default(), &spec)
+        .await
+        .expect("create");
+    let (_manager, _config) = world.start_manager(&[]);
+    steady(&world, "workers", 3).await;
+    let before = instances_of(&world, &kops.asgs).await;
+    let original = world.asg_snapshot(&kops.asgs).await;
+
+    // Nodes older than the timeout: counting a NotReady node's time from
+    // its launch would call the blip stuck at once.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    // A kubelet restart: NotReady for 15 s, then Ready again.
+    let blip = world.asg_instances(&kops.asgs[0]).await.remove(0);
+    world.tag_asg(&kops.asgs[0], NOT_READY_TAG, &blip).await;
+    assert_eventually("the node NotReady", WAIT, || async {
+        let status = groups.get("workers").await.ok()?.status?;
+        (status.ready_nodes? == 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    world.tag_asg(&kops.asgs[0], NOT_READY_TAG, "").await;
+    // Watch past the moment the timeout would have expired.
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        assert_eq!(
+            instances_of(&world, &kops.asgs).await,
+            before,
+            "nothing launched, nothing terminated"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    steady(&world, "workers", 3).await;
+    assert_eq!(world.asg_snapshot(&kops.asgs).await, original);
+}
+
+#[tokio::test]
+async fn the_circuit_breaker_with_two_of_three_workers_dead_terminates_nothing_and_says_why() {
+    let world = World::new("repair-breaker").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    // 30%: with the two replacements Ready, 2 of 5 NotReady still opens it.
+    groups
+        .create(
+            &PostParams::default(),
+            &group(
+                "workers",
+                "Worker",
+                &kops.asgs,
+                serde_json::json!({"maxNotReadyPercent": 30}),
+            ),
+        )
+        .await
+        .expect("create");
+    let (_manager, _config) = world.start_manager(&[]);
+    steady(&world, "workers", 3).await;
+    let a = world.asg_instances(&kops.asgs[0]).await.remove(0);
+    let b = world.asg_instances(&kops.asgs[1]).await.remove(0);
+    world.tag_asg(&kops.asgs[0], DEAD_TAG, &a).await;
+    world.tag_asg(&kops.asgs[1], DEAD_TAG, &b).await;
+    assert_eventually("RepairAllowed False: the breaker", WAIT, || async {
+        let (status, reason, message) = repair_allowed(&world, "workers").await?;
+        (status == ConditionStatus::False
+            && reason == "CircuitBreakerOpen"
+            && message.contains(&a)
+            && message.contains(&b))
+        .then_some(())
+    })
+    .await;
+    // Well past the timeout, both still run.
+    let until = Instant::now() + Duration::from_secs(25);
+    while Instant::now() < until {
+        let all = instances_of(&world, &kops.asgs).await;
+        assert!(
+            all.contains(&a) && all.contains(&b),
+            "nothing terminated while the breaker is open"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (_, _, message) = repair_allowed(&world, "workers").await.expect("condition");
+    assert!(message.contains("circuit breaker open"), "{message}");
+    let reasons = support::cluster::event_reasons(&world).await;
+    assert!(reasons.iter().any(|r| r == "RepairBlocked"), "{reasons:?}");
+}
+
+#[tokio::test]
+async fn a_dead_master_is_terminated_and_replaced_in_its_own_asg() {
+    let world = World::new("repair-master").await;
+    let kops = world.kops_group("master", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &group("masters", "Master", &kops.asgs, serde_json::json!({})),
+        )
+        .await
+        .expect("create");
+    let (_manager, _config) = world.start_manager(&[]);
+    steady(&world, "masters", 3).await;
+    let original = world.asg_snapshot(&kops.asgs).await;
+    let dead = world.asg_instances(&kops.asgs[1]).await.remove(0);
+    world.tag_asg(&kops.asgs[1], DEAD_TAG, &dead).await;
+    assert_eventually("the dead master replaced in its own ASG", WAIT, || async {
+        let ids = world.asg_instances(&kops.asgs[1]).await;
+        (ids.len() == 1 && ids[0] != dead).then_some(())
+    })
+    .await;
+    steady(&world, "masters", 3).await;
+    let now = world.asg_snapshot(&kops.asgs).await;
+    let desired = |s: &[(String, i32, Vec<String>)]| {
+        s.iter()
+            .map(|(n, d, _)| (n.clone(), *d))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(desired(&now), desired(&original), "never surged");
+    assert_eq!(terminating_activities(&world, &kops.asgs, &dead).await, 1);
+}
+
+#[cfg(feature = "fault-injection")]
+#[tokio::test]
+async fn killed_between_the_recorded_termination_and_the_call_it_terminates_once() {
+    let world = World::new("repair-restart").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &group("workers", "Worker", &kops.asgs, serde_json::json!({})),
+        )
+        .await
+        .expect("create");
+    let original = {
+        let (_manager, _config) = world.start_manager(&[]);
+        steady(&world, "workers", 3).await;
+        world.asg_snapshot(&kops.asgs).await
+    };
+    let before = instances_of(&world, &kops.asgs).await;
+    let dead = world.asg_instances(&kops.asgs[0]).await.remove(0);
+    world.tag_asg(&kops.asgs[0], DEAD_TAG, &dead).await;
+
+    // Dies right after writing that it terminates the dead node.
+    let point = "replenisher:scale_in:persisted";
+    let (mut manager, _config) =
+        world.start_manager_with("resyncInterval: 2s\n", &[], &[("SNM_CRASH_AT", point)]);
+    assert_eventually(&format!("a crash at {point}"), WAIT, || async {
+        (!manager.child_alive()).then_some(())
+    })
+    .await;
+    assert!(
+        manager.logs().contains(&format!("crash point {point}")),
+        "{}",
+        manager.logs()
+    );
+    manager.kill();
+    let replenishers: Api<Replenisher> = world.api();
+    let recorded = replenishers
+        .get("workers")
+        .await
+        .expect("replenisher")
+        .status
+        .and_then(|s| s.scale_in)
+        .expect("the repair is recorded");
+    assert!(recorded.repair && recorded.terminating.is_some() && recorded.node == dead);
+    assert!(
+        instances_of(&world, &kops.asgs).await.contains(&dead),
+        "not terminated before the crash"
+    );
+
+    let (_manager, _config) = world.start_manager(&[]);
+    assert_eventually("the dead instance terminated", WAIT, || async {
+        (!instances_of(&world, &kops.asgs).await.contains(&dead)).then_some(())
+    })
+    .await;
+    steady(&world, "workers", 3).await;
+    assert_eq!(terminating_activities(&world, &kops.asgs, &dead).await, 1);
+    let after = instances_of(&world, &kops.asgs).await;
+    assert_eq!(after.difference(&before).count(), 1, "one new instance");
+    let counts = |s: &[(String, i32, Vec<String>)]| {
+        s.iter()
+            .map(|(n, d, ids)| (n.clone(), *d, ids.len()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        counts(&world.asg_snapshot(&kops.asgs).await),
+        counts(&original)
+    );
+}
