@@ -136,7 +136,7 @@ async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_c
     world.tag_asg(&kops.asgs[0], DEAD_TAG, &dead).await;
     let killed = Instant::now();
     let mut seen = before.clone();
-    let mut unhealthy_since_seen = false;
+    let mut unhealthy_since_seen = None;
     loop {
         assert!(killed.elapsed() < WAIT, "the dead instance still runs");
         let now = instances_of(&world, &kops.asgs).await;
@@ -145,26 +145,27 @@ async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_c
         }
         seen.extend(now);
         if let Ok(g) = groups.get("workers").await {
-            unhealthy_since_seen |= g.status.is_some_and(|s| {
+            let since = g.status.and_then(|s| {
                 s.nodes
-                    .iter()
-                    .any(|n| n.name == dead && n.unhealthy_since.is_some())
+                    .into_iter()
+                    .find(|n| n.name == dead)
+                    .and_then(|n| n.unhealthy_since)
             });
+            unhealthy_since_seen = unhealthy_since_seen.or(since);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let since = unhealthy_since_seen.expect("status.nodes[].unhealthySince was set");
+    let expired = since + chrono::Duration::seconds(20);
     eprintln!(
-        "figure: kubelet killed -> dead instance terminated in {:.1}s (40s to Unknown + 20s timeout)",
-        killed.elapsed().as_secs_f64()
+        "figure: kubelet killed -> dead instance terminated {:.1}s; timeout expired -> terminated {:.1}s (replacement launched and Ready, drain, termination)",
+        killed.elapsed().as_secs_f64(),
+        (chrono::Utc::now() - expired).num_milliseconds() as f64 / 1000.0
     );
     steady(&world, "workers", 3).await;
     seen.extend(instances_of(&world, &kops.asgs).await);
     let new: Vec<&String> = seen.difference(&before).collect();
     assert_eq!(new.len(), 1, "exactly one new instance: {new:?}");
-    assert!(
-        unhealthy_since_seen,
-        "status.nodes[].unhealthySince was set"
-    );
     let counts = |s: &[(String, i32, Vec<String>)]| {
         s.iter()
             .map(|(n, d, ids)| (n.clone(), *d, ids.len()))
@@ -386,4 +387,64 @@ async fn killed_between_the_recorded_termination_and_the_call_it_terminates_once
         counts(&world.asg_snapshot(&kops.asgs).await),
         counts(&original)
     );
+}
+
+#[tokio::test]
+async fn a_refresh_that_meets_a_node_dead_during_the_run_replaces_it_instead_of_aborting() {
+    use spot_node_manager::crd::Refresher;
+    use spot_node_manager::crd::refresher::RunResult;
+    use support::refresh::{
+        SteadyGroup, all_instances, node_names, pods_on, run_finished, schedule_refresh,
+    };
+    let steady = SteadyGroup::workers("repair-refresh").start().await;
+    let (world, kops, groups) = (&steady.world, &steady.kops, &steady.groups);
+    let patch = serde_json::json!({"spec": {"replenish": {"unhealthyTimeout": "20s"}}});
+    groups
+        .patch(
+            "workers",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .expect("patch");
+    let original = all_instances(world, &kops.asgs).await;
+    // Pods on every node: a dead kubelet never lets its pod go.
+    pods_on(world, &node_names(world, &original).await).await;
+    // drainTimeoutAction Abort (the default); a drain timeout long enough
+    // for the node to turn unhealthy (40 s to Unknown, then 20 s) first.
+    schedule_refresh(
+        world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "drainTimeout": "90s"}),
+    )
+    .await;
+    let refreshers: Api<Refresher> = world.api();
+    assert_eventually("the run started", WAIT, || async {
+        let s = refreshers.get("workers").await.ok()?.status?;
+        s.run_start.map(|_| ())
+    })
+    .await;
+    // One old node's kubelet dies as the run begins.
+    let dead = world.asg_instances(&kops.asgs[2]).await.remove(0);
+    world.tag_asg(&kops.asgs[2], DEAD_TAG, &dead).await;
+
+    let rf = run_finished(world, "workers").await;
+    let last = rf
+        .status
+        .and_then(|s| s.last_run)
+        .expect("the run's result");
+    assert_eq!(
+        last.result,
+        RunResult::Succeeded,
+        "{last:?}\n{}",
+        steady.manager.logs()
+    );
+    assert_eq!(
+        last.replaced, 3,
+        "every old node replaced, the dead one too"
+    );
+    assert!(!all_instances(world, &kops.asgs).await.contains(&dead));
+    assert_eq!(terminating_activities(world, &kops.asgs, &dead).await, 1);
+    let reasons = support::cluster::event_reasons(world).await;
+    assert!(reasons.iter().any(|r| r == "NodeRepaired"), "{reasons:?}");
 }
