@@ -31,6 +31,22 @@ pub const DESCRIBE_FLOOR: Duration = Duration::from_secs(5);
 /// launch grace. AWS retries a failed launch at about this pace.
 pub const ACTIVITY_FLOOR: Duration = Duration::from_secs(10);
 
+/// For this long after an ASG is first seen behind, its description and
+/// launch activities are asked every [`FAST_FLOOR`]: a launch into an AZ out
+/// of capacity fails a few seconds after the loss, and the raise elsewhere
+/// should follow within seconds, not at the next 10 s look. Bounded, so a
+/// shortage costs a handful of calls more (the README's budget: at most 20
+/// calls a minute during an operation).
+pub const FAST_WINDOW: Duration = Duration::from_secs(12);
+/// The floor of both kinds of look during the [`FAST_WINDOW`]: under the
+/// replenisher's 2 s look while it waits, so each of its looks is fresh.
+pub const FAST_FLOOR: Duration = Duration::from_millis(1500);
+
+/// Whether an ASG first seen behind at `behind_since` is in its fast window.
+fn in_fast_window(behind_since: Instant, now: Instant) -> bool {
+    now.saturating_duration_since(behind_since) < FAST_WINDOW
+}
+
 /// What to do about an ASG's newest launch activity on a fresh describe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LaunchCheck {
@@ -64,9 +80,13 @@ pub fn launch_check(asg: &AsgDescription, memo: Option<&LaunchMemo>, now: Instan
         return LaunchCheck::Ask;
     };
     let within_grace = now.saturating_duration_since(memo.behind_since) < LAUNCH_GRACE;
+    let floor = match in_fast_window(memo.behind_since, now) {
+        true => FAST_FLOOR,
+        false => ACTIVITY_FLOOR,
+    };
     let asked_lately = memo
         .asked
-        .is_some_and(|at| now.saturating_duration_since(at) < ACTIVITY_FLOOR);
+        .is_some_and(|at| now.saturating_duration_since(at) < floor);
     if within_grace && !asked_lately {
         LaunchCheck::Ask
     } else {
@@ -183,10 +203,15 @@ impl Cloud for CachedCloud {
             let state = self.lock();
             let now = Instant::now();
             let any_stale = names.iter().any(|n| {
+                // Newly behind: looked at more often for a few seconds.
+                let floor = match state.launches.get(n) {
+                    Some(m) if in_fast_window(m.behind_since, now) => self.floor.min(FAST_FLOOR),
+                    _ => self.floor,
+                };
                 state
                     .asgs
                     .get(n)
-                    .is_none_or(|e| now.saturating_duration_since(e.described) >= self.floor)
+                    .is_none_or(|e| now.saturating_duration_since(e.described) >= floor)
             });
             // One call describes them all: all are described again together,
             // so their ages stay aligned (a call per ASG otherwise, after a
@@ -400,14 +425,25 @@ mod tests {
         assert_eq!(launch_check(&suspended, None, t0), LaunchCheck::Forget);
         // Newly behind: ask.
         assert_eq!(launch_check(&behind(2, 1), None, t0), LaunchCheck::Ask);
-        // Within the grace: again once the activity floor has passed.
+        // In its first seconds behind: again once the fast floor has passed.
         let at = |s: u64| t0 + Duration::from_secs(s);
+        let ms = |ms: u64| t0 + Duration::from_millis(ms);
         assert_eq!(
-            launch_check(&behind(2, 1), Some(&memo(0)), at(5)),
+            launch_check(&behind(2, 1), Some(&memo(0)), ms(1000)),
             LaunchCheck::Keep
         );
         assert_eq!(
-            launch_check(&behind(2, 1), Some(&memo(0)), at(10)),
+            launch_check(&behind(2, 1), Some(&memo(0)), ms(1600)),
+            LaunchCheck::Ask
+        );
+        // Within the grace, past the fast window: once the activity floor
+        // has passed.
+        assert_eq!(
+            launch_check(&behind(2, 1), Some(&memo(12)), at(17)),
+            LaunchCheck::Keep
+        );
+        assert_eq!(
+            launch_check(&behind(2, 1), Some(&memo(12)), at(22)),
             LaunchCheck::Ask
         );
         // Past the grace: never again while it stays behind.
@@ -419,6 +455,44 @@ mod tests {
             launch_check(&behind(2, 1), Some(&memo(50)), at(3600)),
             LaunchCheck::Keep
         );
+    }
+
+    #[tokio::test]
+    async fn a_newly_behind_asg_is_described_again_after_the_fast_floor_only_in_its_window() {
+        let fake = FakeCloud::new();
+        fake.add_group("a", "zone-a", 1, 10, Utc::now());
+        fake.set_desired_without_launch("a", 2);
+        let cloud = cached(&fake, DESCRIBE_FLOOR);
+        look(&cloud, &["a"]).await;
+        assert_eq!(fake.calls("describe_groups"), 1);
+        let age = |cloud: &CachedCloud, described_ago: Duration, behind_for: Duration| {
+            let now = Instant::now();
+            let mut state = cloud.lock();
+            if let Some(e) = state.asgs.get_mut("a") {
+                e.described = now
+                    .checked_sub(described_ago)
+                    .expect("a clock that has run");
+            }
+            if let Some(m) = state.launches.get_mut("a") {
+                m.behind_since = now.checked_sub(behind_for).expect("a clock that has run");
+            }
+        };
+        // Described 1.6 s ago, behind for 3 s: in its fast window, fresh.
+        age(&cloud, Duration::from_millis(1600), Duration::from_secs(3));
+        look(&cloud, &["a"]).await;
+        assert_eq!(fake.calls("describe_groups"), 2);
+        // Described 1.6 s ago, behind for 13 s: the usual floor holds.
+        age(&cloud, Duration::from_millis(1600), Duration::from_secs(13));
+        look(&cloud, &["a"]).await;
+        assert_eq!(fake.calls("describe_groups"), 2);
+        // Not behind: the usual floor, whatever the memo said.
+        let fake = FakeCloud::new();
+        fake.add_group("a", "zone-a", 1, 10, Utc::now());
+        let cloud = cached(&fake, DESCRIBE_FLOOR);
+        look(&cloud, &["a"]).await;
+        age(&cloud, Duration::from_millis(1600), Duration::ZERO);
+        look(&cloud, &["a"]).await;
+        assert_eq!(fake.calls("describe_groups"), 1);
     }
 
     #[tokio::test]
