@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use spot_node_manager::crd::condition::{ConditionStatus, REPAIR_ALLOWED};
+use spot_node_manager::crd::nodegroup::GroupState;
 use spot_node_manager::crd::replenisher::ReplenishPhase;
 use spot_node_manager::crd::{NodeGroup, Replenisher};
 use std::collections::BTreeSet;
@@ -53,6 +54,52 @@ async fn steady(world: &World, name: &str, count: i32) {
         },
     )
     .await;
+}
+
+/// A group of one node per zone at its desired count, the simulated
+/// kubelet and the manager running.
+struct Started {
+    world: World,
+    kops: support::KopsGroup,
+    groups: Api<NodeGroup>,
+    manager: support::ManagerProcess,
+    _config: tempfile::NamedTempFile,
+    _sim: support::SimGuard,
+}
+
+/// `name` (of `role`: kops "nodes" or "master" ASGs) with `extra` spec
+/// fields, steady.
+async fn started(test: &str, name: &str, role: &str, extra: serde_json::Value) -> Started {
+    let world = World::new(test).await;
+    let kops_role = if role == "Master" { "master" } else { "nodes" };
+    let kops = world.kops_group(kops_role, &ZONES, 1, &[]).await;
+    let sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &group(name, role, &kops.asgs, extra),
+        )
+        .await
+        .expect("create");
+    let (manager, config) = world.start_manager(&[]);
+    steady(&world, name, 3).await;
+    Started {
+        world,
+        kops,
+        groups,
+        manager,
+        _config: config,
+        _sim: sim,
+    }
+}
+
+/// (ASG, desired, instances) of an `asg_snapshot`: its layout.
+fn counts(snapshot: &[(String, i32, Vec<String>)]) -> Vec<(String, i32, usize)> {
+    snapshot
+        .iter()
+        .map(|(n, d, ids)| (n.clone(), *d, ids.len()))
+        .collect()
 }
 
 /// The instances in the ASGs now.
@@ -115,19 +162,13 @@ async fn repair_allowed(world: &World, name: &str) -> Option<(ConditionStatus, S
 
 #[tokio::test]
 async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_comes_back() {
-    let world = World::new("repair-worker").await;
-    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &group("workers", "Worker", &kops.asgs, serde_json::json!({})),
-        )
-        .await
-        .expect("create");
-    let (manager, _config) = world.start_manager(&[]);
-    steady(&world, "workers", 3).await;
+    let Started {
+        world,
+        kops,
+        groups,
+        manager,
+        ..
+    } = started("repair-worker", "workers", "Worker", serde_json::json!({})).await;
     let original = world.asg_snapshot(&kops.asgs).await;
     let before = instances_of(&world, &kops.asgs).await;
 
@@ -137,6 +178,7 @@ async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_c
     let killed = Instant::now();
     let mut seen = before.clone();
     let mut unhealthy_since_seen = None;
+    let mut repairing_seen = false;
     loop {
         assert!(killed.elapsed() < WAIT, "the dead instance still runs");
         let now = instances_of(&world, &kops.asgs).await;
@@ -145,6 +187,10 @@ async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_c
         }
         seen.extend(now);
         if let Ok(g) = groups.get("workers").await {
+            repairing_seen |= g
+                .status
+                .as_ref()
+                .is_some_and(|s| s.state == Some(GroupState::Repairing));
             let since = g.status.and_then(|s| {
                 s.nodes
                     .into_iter()
@@ -166,11 +212,7 @@ async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_c
     seen.extend(instances_of(&world, &kops.asgs).await);
     let new: Vec<&String> = seen.difference(&before).collect();
     assert_eq!(new.len(), 1, "exactly one new instance: {new:?}");
-    let counts = |s: &[(String, i32, Vec<String>)]| {
-        s.iter()
-            .map(|(n, d, ids)| (n.clone(), *d, ids.len()))
-            .collect::<Vec<_>>()
-    };
+    assert!(repairing_seen, "the group's state said Repairing");
     assert_eq!(
         counts(&world.asg_snapshot(&kops.asgs).await),
         counts(&original),
@@ -192,18 +234,15 @@ async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_c
 
 #[tokio::test]
 async fn a_notready_blip_shorter_than_the_timeout_launches_and_terminates_nothing() {
-    let world = World::new("repair-blip").await;
-    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    let mut spec = group("workers", "Worker", &kops.asgs, serde_json::json!({}));
-    spec.spec.replenish.unhealthy_timeout = "30s".into();
-    groups
-        .create(&PostParams::default(), &spec)
-        .await
-        .expect("create");
-    let (_manager, _config) = world.start_manager(&[]);
-    steady(&world, "workers", 3).await;
+    let extra = serde_json::json!({"replenish": {
+        "cooldown": "1s", "joinTimeout": "15m", "unhealthyTimeout": "30s"
+    }});
+    let Started {
+        world,
+        kops,
+        groups,
+        ..
+    } = started("repair-blip", "workers", "Worker", extra).await;
     let before = instances_of(&world, &kops.asgs).await;
     let original = world.asg_snapshot(&kops.asgs).await;
 
@@ -236,25 +275,9 @@ async fn a_notready_blip_shorter_than_the_timeout_launches_and_terminates_nothin
 
 #[tokio::test]
 async fn the_circuit_breaker_with_two_of_three_workers_dead_terminates_nothing_and_says_why() {
-    let world = World::new("repair-breaker").await;
-    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
     // 30%: with the two replacements Ready, 2 of 5 NotReady still opens it.
-    groups
-        .create(
-            &PostParams::default(),
-            &group(
-                "workers",
-                "Worker",
-                &kops.asgs,
-                serde_json::json!({"maxNotReadyPercent": 30}),
-            ),
-        )
-        .await
-        .expect("create");
-    let (_manager, _config) = world.start_manager(&[]);
-    steady(&world, "workers", 3).await;
+    let extra = serde_json::json!({"maxNotReadyPercent": 30});
+    let Started { world, kops, .. } = started("repair-breaker", "workers", "Worker", extra).await;
     let a = world.asg_instances(&kops.asgs[0]).await.remove(0);
     let b = world.asg_instances(&kops.asgs[1]).await.remove(0);
     world.tag_asg(&kops.asgs[0], DEAD_TAG, &a).await;
@@ -286,19 +309,8 @@ async fn the_circuit_breaker_with_two_of_three_workers_dead_terminates_nothing_a
 
 #[tokio::test]
 async fn a_dead_master_is_terminated_and_replaced_in_its_own_asg() {
-    let world = World::new("repair-master").await;
-    let kops = world.kops_group("master", &ZONES, 1, &[]).await;
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &group("masters", "Master", &kops.asgs, serde_json::json!({})),
-        )
-        .await
-        .expect("create");
-    let (_manager, _config) = world.start_manager(&[]);
-    steady(&world, "masters", 3).await;
+    let Started { world, kops, .. } =
+        started("repair-master", "masters", "Master", serde_json::json!({})).await;
     let original = world.asg_snapshot(&kops.asgs).await;
     let dead = world.asg_instances(&kops.asgs[1]).await.remove(0);
     world.tag_asg(&kops.asgs[1], DEAD_TAG, &dead).await;
@@ -321,40 +333,22 @@ async fn a_dead_master_is_terminated_and_replaced_in_its_own_asg() {
 #[cfg(feature = "fault-injection")]
 #[tokio::test]
 async fn killed_between_the_recorded_termination_and_the_call_it_terminates_once() {
-    let world = World::new("repair-restart").await;
-    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &group("workers", "Worker", &kops.asgs, serde_json::json!({})),
-        )
-        .await
-        .expect("create");
-    let original = {
-        let (_manager, _config) = world.start_manager(&[]);
-        steady(&world, "workers", 3).await;
-        world.asg_snapshot(&kops.asgs).await
-    };
+    let Started {
+        world,
+        kops,
+        manager,
+        ..
+    } = started("repair-restart", "workers", "Worker", serde_json::json!({})).await;
+    let original = world.asg_snapshot(&kops.asgs).await;
+    drop(manager);
     let before = instances_of(&world, &kops.asgs).await;
     let dead = world.asg_instances(&kops.asgs[0]).await.remove(0);
     world.tag_asg(&kops.asgs[0], DEAD_TAG, &dead).await;
 
     // Dies right after writing that it terminates the dead node.
-    let point = "replenisher:scale_in:persisted";
-    let (mut manager, _config) =
-        world.start_manager_with("resyncInterval: 2s\n", &[], &[("SNM_CRASH_AT", point)]);
-    assert_eventually(&format!("a crash at {point}"), WAIT, || async {
-        (!manager.child_alive()).then_some(())
-    })
-    .await;
-    assert!(
-        manager.logs().contains(&format!("crash point {point}")),
-        "{}",
-        manager.logs()
-    );
-    manager.kill();
+    world
+        .assert_crashes_at("replenisher:scale_in:persisted")
+        .await;
     let replenishers: Api<Replenisher> = world.api();
     let recorded = replenishers
         .get("workers")
@@ -378,11 +372,6 @@ async fn killed_between_the_recorded_termination_and_the_call_it_terminates_once
     assert_eq!(terminating_activities(&world, &kops.asgs, &dead).await, 1);
     let after = instances_of(&world, &kops.asgs).await;
     assert_eq!(after.difference(&before).count(), 1, "one new instance");
-    let counts = |s: &[(String, i32, Vec<String>)]| {
-        s.iter()
-            .map(|(n, d, ids)| (n.clone(), *d, ids.len()))
-            .collect::<Vec<_>>()
-    };
     assert_eq!(
         counts(&world.asg_snapshot(&kops.asgs).await),
         counts(&original)

@@ -36,22 +36,6 @@ async fn ready_nodes(groups: &Api<NodeGroup>) -> Option<i32> {
     groups.get("workers").await.ok()?.status?.ready_nodes
 }
 
-/// Runs the manager until it aborts at `point`, then returns.
-async fn assert_crashes_at(world: &World, point: &str) {
-    let (mut manager, _config) =
-        world.start_manager_with("resyncInterval: 2s\n", &[], &[("SNM_CRASH_AT", point)]);
-    assert_eventually(&format!("a crash at {point}"), WAIT, || async {
-        (!manager.child_alive()).then_some(())
-    })
-    .await;
-    assert!(
-        manager.logs().contains(&format!("crash point {point}")),
-        "exited without reaching {point}:\n{}",
-        manager.logs()
-    );
-    manager.kill();
-}
-
 #[tokio::test]
 async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_the_layout() {
     let world = World::new("rp-restart").await;
@@ -87,8 +71,10 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
     world.lose_instance(&lost).await;
 
     // The raise: killed after recording it, then after making it.
-    assert_crashes_at(&world, "replenisher:scale_up:persisted").await;
-    assert_crashes_at(&world, "replenisher:scale_up:acted").await;
+    world
+        .assert_crashes_at("replenisher:scale_up:persisted")
+        .await;
+    world.assert_crashes_at("replenisher:scale_up:acted").await;
     let raised = world.asg_snapshot(&kops.asgs).await;
     let total: i32 = raised.iter().map(|(_, d, _)| d).sum();
     assert_eq!(total, 4, "one raise, not two: {raised:?}");
@@ -96,8 +82,10 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
     // The shortage ends; the surplus goes: killed after recording the
     // termination, then after making it.
     world.untag_asg(&short, NO_CAPACITY, "true").await;
-    assert_crashes_at(&world, "replenisher:scale_in:persisted").await;
-    assert_crashes_at(&world, "replenisher:scale_in:acted").await;
+    world
+        .assert_crashes_at("replenisher:scale_in:persisted")
+        .await;
+    world.assert_crashes_at("replenisher:scale_in:acted").await;
 
     let (_manager, _config) = world.start_manager(&[]);
     let replenishers: Api<Replenisher> = world.api();
@@ -157,7 +145,9 @@ async fn killed_after_recording_and_after_removing_a_never_joined_instance_it_re
         .expect("create");
 
     // Killed right after recording the removal: the record survives.
-    assert_crashes_at(&world, "replenisher:remove_not_joined:persisted").await;
+    world
+        .assert_crashes_at("replenisher:remove_not_joined:persisted")
+        .await;
     let replenishers: Api<Replenisher> = world.api();
     let recorded = replenishers
         .get("workers")
@@ -175,7 +165,9 @@ async fn killed_after_recording_and_after_removing_a_never_joined_instance_it_re
 
     // Restarted, it retries that same removal once its backoff is over, and
     // is killed right after making it.
-    assert_crashes_at(&world, "replenisher:remove_not_joined:acted").await;
+    world
+        .assert_crashes_at("replenisher:remove_not_joined:acted")
+        .await;
     let (_manager, _config) = world.start_manager(&[]);
     let status = assert_eventually("the removal settled", WAIT, || async {
         let status = replenishers.get("workers").await.ok()?.status?;

@@ -285,6 +285,25 @@ impl World {
         self.start_manager_binary(&manager_binary(), config_yaml, extra, env)
     }
 
+    /// Runs a manager (fault-injection build) until it aborts at crash point
+    /// `point`, as `kill -9` would, asserting it got there; then returns.
+    pub async fn assert_crashes_at(&self, point: &str) {
+        let (mut manager, _config) =
+            self.start_manager_with("resyncInterval: 2s\n", &[], &[("SNM_CRASH_AT", point)]);
+        crate::assert_eventually(
+            &format!("a crash at {point}"),
+            std::time::Duration::from_secs(180),
+            || async { (!manager.child_alive()).then_some(()) },
+        )
+        .await;
+        assert!(
+            manager.logs().contains(&format!("crash point {point}")),
+            "exited without reaching {point}:\n{}",
+            manager.logs()
+        );
+        manager.kill();
+    }
+
     /// The same, running `binary` instead of this tree's manager.
     pub fn start_manager_binary(
         &self,

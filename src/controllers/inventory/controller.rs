@@ -172,7 +172,7 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     };
 
     let mut next = next;
-    next.state = Some(plan::group_state(&group, &next));
+    next.state = Some(plan::group_state(&group, &next, now));
     next.auto_scaling_group_count = i32::try_from(group.spec.auto_scaling_groups.len()).ok();
     next.next_refresh = match group.spec.refresh {
         Some(_) => next_refresh(ctx, &namespace, &name).await?,

@@ -413,7 +413,20 @@ fn degradation(
 /// Pure: the group's state for `kubectl get`: what is wrong first, then
 /// what it is doing. A group short of its desired Ready nodes is never
 /// "Ready", even before the replenisher takes the lock (nodes still joining).
-pub fn group_state(group: &NodeGroup, status: &NodeGroupStatus) -> GroupState {
+/// A node is NotReady past the unhealthy timeout and repair is on: with
+/// the replenisher holding the lock, it is repairing.
+fn repairing(group: &NodeGroup, status: &NodeGroupStatus, now: DateTime<Utc>) -> bool {
+    let timeout = group.spec.replenish.unhealthy_timeout();
+    group.spec.replenish.repair
+        && status.nodes.iter().any(|n| {
+            !n.ready
+                && n.interruption.is_none()
+                && n.unhealthy_since
+                    .is_some_and(|t| now >= crate::controllers::group_view::after(t, timeout))
+        })
+}
+
+pub fn group_state(group: &NodeGroup, status: &NodeGroupStatus, now: DateTime<Utc>) -> GroupState {
     let holds = |type_: &str, value: ConditionStatus| {
         crate::crd::condition::find(&status.conditions, type_).is_some_and(|c| c.status == value)
     };
@@ -431,6 +444,9 @@ pub fn group_state(group: &NodeGroup, status: &NodeGroupStatus) -> GroupState {
     } else {
         match status.operation.as_ref().map(|l| &l.holder) {
             Some(OperationKind::Refresh) => GroupState::Refreshing,
+            Some(OperationKind::Replenish) if repairing(group, status, now) => {
+                GroupState::Repairing
+            }
             Some(OperationKind::Replenish) => GroupState::Replenishing,
             None if status.ready_nodes.unwrap_or(0) < group.spec.desired => {
                 GroupState::Replenishing
@@ -576,33 +592,53 @@ pub(crate) mod tests {
         set(&mut s, SPEC_VALID, ConditionStatus::True);
         set(&mut s, DEGRADED, ConditionStatus::False);
         assert_eq!(
-            group_state(&g, &s),
+            group_state(&g, &s, t0()),
             GroupState::Replenishing,
             "short of desired (0 of 1 Ready), with no lock yet"
         );
         s.ready_nodes = Some(1);
-        assert_eq!(group_state(&g, &s), GroupState::Ready);
+        assert_eq!(group_state(&g, &s, t0()), GroupState::Ready);
         s.operation = Some(lock(OperationKind::Replenish));
-        assert_eq!(group_state(&g, &s), GroupState::Replenishing);
+        assert_eq!(group_state(&g, &s, t0()), GroupState::Replenishing);
+        // A node NotReady past the unhealthy timeout (10m): a repair.
+        let mut dead = crate::controllers::group_view::tests::status_node("n", "a", "i-1");
+        dead.ready = false;
+        dead.unhealthy_since = Some(t0() - chrono::Duration::minutes(11));
+        s.nodes = vec![dead];
+        assert_eq!(group_state(&g, &s, t0()), GroupState::Repairing);
+        g.spec.replenish.repair = false;
+        assert_eq!(group_state(&g, &s, t0()), GroupState::Replenishing);
+        g.spec.replenish.repair = true;
+        s.nodes[0].unhealthy_since = Some(t0() - chrono::Duration::minutes(9));
+        assert_eq!(
+            group_state(&g, &s, t0()),
+            GroupState::Replenishing,
+            "a blip"
+        );
+        s.nodes.clear();
         s.operation = Some(lock(OperationKind::Refresh));
-        assert_eq!(group_state(&g, &s), GroupState::Refreshing);
+        assert_eq!(group_state(&g, &s, t0()), GroupState::Refreshing);
         set(
             &mut s,
             crate::crd::condition::CIRCUIT_BREAKER,
             ConditionStatus::True,
         );
-        assert_eq!(group_state(&g, &s), GroupState::Degraded, "breaker open");
+        assert_eq!(
+            group_state(&g, &s, t0()),
+            GroupState::Degraded,
+            "breaker open"
+        );
         set(
             &mut s,
             crate::crd::condition::CIRCUIT_BREAKER,
             ConditionStatus::False,
         );
         set(&mut s, DEGRADED, ConditionStatus::True);
-        assert_eq!(group_state(&g, &s), GroupState::Degraded);
+        assert_eq!(group_state(&g, &s, t0()), GroupState::Degraded);
         g.spec.suspend = true;
-        assert_eq!(group_state(&g, &s), GroupState::Suspended);
+        assert_eq!(group_state(&g, &s, t0()), GroupState::Suspended);
         set(&mut s, SPEC_VALID, ConditionStatus::False);
-        assert_eq!(group_state(&g, &s), GroupState::InvalidSpec);
+        assert_eq!(group_state(&g, &s, t0()), GroupState::InvalidSpec);
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub enum GroupState {
     Degraded,
     /// A refresh run holds the group's lock.
     Refreshing,
+    /// The replenisher holds the group's lock while a node is NotReady past
+    /// `replenish.unhealthyTimeout`: it is repairing it.
+    Repairing,
     /// The replenisher holds the group's lock, or fewer nodes are Ready than
     /// desired (before the lock, e.g. while new nodes join).
     Replenishing,
