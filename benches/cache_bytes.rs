@@ -94,6 +94,7 @@ fn main() {
                     unhealthy_since: None,
                     unschedulable: false,
                     problem: None,
+                    drifted: None,
                     interruption: None,
                 })
                 .collect(),

@@ -27,6 +27,10 @@ API calls and gives it to a loop that runs like an ASG's own:
   unknown groups and instances.
 - Suspended processes: Launch, Terminate, HealthCheck, ReplaceUnhealthy
   (AZRebalance is recorded; these single-AZ groups never rebalance).
+- Launch template versions: each member reports the template version it was
+  launched from (moto reports the template's current default for every
+  member, so a new version would look applied to instances that predate it);
+  `$Latest` and `$Default` are resolved at launch, as AWS does.
 - Standby instances are not capacity: entering Standby without decrement
   launches a replacement.
 - Spot groups: a MixedInstancesPolicy group with spot above its on-demand base
@@ -545,6 +549,37 @@ def finish(state):
 
 
 _replace = FakeGroup.replace_autoscaling_group_instances
+
+
+def launched_version(group):
+    """The number `group` launches from now: its template version resolved."""
+    template = group.ec2_launch_template
+    if template is None:
+        return None
+    return template.get_version(group.launch_template_version or "$Default").number
+
+
+_state_init = asg_models.InstanceState.__init__
+
+
+def state_init_recording_version(self, *args, **kwargs):
+    _state_init(self, *args, **kwargs)
+    group = self.auto_scaling_group
+    if group is not None and group.ec2_launch_template is not None:
+        self._snm_launched_from = {
+            "LaunchTemplateId": group.ec2_launch_template.id,
+            "LaunchTemplateName": group.ec2_launch_template.name,
+            "Version": str(launched_version(group)),
+        }
+
+
+def instance_launch_template(self):
+    """The template and version the instance was launched from."""
+    return getattr(self, "_snm_launched_from", None)
+
+
+asg_models.InstanceState.__init__ = state_init_recording_version
+asg_models.InstanceState.launch_template = property(instance_launch_template)
 
 
 def backends():

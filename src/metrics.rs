@@ -90,6 +90,7 @@ pub struct Metrics {
     pub aws_call_errors: Family<AwsErrorLabels, Counter>,
     pub group_ready_nodes: Family<GroupLabels, Gauge>,
     pub group_desired_nodes: Family<GroupLabels, Gauge>,
+    pub group_drifted_nodes: Family<GroupLabels, Gauge>,
     pub group_operation: Family<OperationLabels, Gauge>,
     pub refresh_run_duration: Family<RunLabels, Histogram>,
     pub reconciles: Family<ControllerLabels, Counter>,
@@ -120,6 +121,7 @@ impl Default for Metrics {
             aws_call_errors: Family::default(),
             group_ready_nodes: Family::default(),
             group_desired_nodes: Family::default(),
+            group_drifted_nodes: Family::default(),
             group_operation: Family::default(),
             // 1 min .. ~17 h: a run replaces nodes one at a time.
             refresh_run_duration: Family::new_with_constructor(
@@ -171,6 +173,11 @@ impl Metrics {
             "group_desired_nodes",
             "Desired Ready nodes of each NodeGroup (spec.desired)",
             self.group_desired_nodes.clone(),
+        );
+        r.register(
+            "group_drifted_nodes",
+            "Nodes of each NodeGroup on an old launch template version, or marked kops.k8s.io/needs-update",
+            self.group_drifted_nodes.clone(),
         );
         r.register(
             "group_operation",
@@ -338,6 +345,9 @@ impl Metrics {
         self.group_desired_nodes
             .get_or_create(&labels)
             .set(i64::from(status.desired_nodes.unwrap_or(0)));
+        self.group_drifted_nodes
+            .get_or_create(&labels)
+            .set(i64::from(status.drifted_nodes.unwrap_or(0)));
         let held = status.operation.as_ref().map(|l| &l.holder);
         for (operation, kind) in [
             ("refresh", OperationKind::Refresh),
@@ -361,6 +371,7 @@ impl Metrics {
         };
         self.group_ready_nodes.remove(&labels);
         self.group_desired_nodes.remove(&labels);
+        self.group_drifted_nodes.remove(&labels);
         for operation in ["refresh", "replenish"] {
             self.group_operation.remove(&OperationLabels {
                 namespace: namespace.to_string(),
@@ -400,6 +411,7 @@ mod tests {
         let mut status = crate::crd::NodeGroupStatus {
             ready_nodes: Some(2),
             desired_nodes: Some(3),
+            drifted_nodes: Some(1),
             ..Default::default()
         };
         status.operation = Some(OperationLock {
@@ -412,6 +424,7 @@ mod tests {
         for line in [
             r#"spot_node_manager_group_ready_nodes{namespace="ns",group="workers"} 2"#,
             r#"spot_node_manager_group_desired_nodes{namespace="ns",group="workers"} 3"#,
+            r#"spot_node_manager_group_drifted_nodes{namespace="ns",group="workers"} 1"#,
             r#"spot_node_manager_group_operation{namespace="ns",group="workers",operation="replenish"} 1"#,
             r#"spot_node_manager_group_operation{namespace="ns",group="workers",operation="refresh"} 0"#,
         ] {

@@ -2,8 +2,8 @@
 
 use snm_testkit as support;
 
-use spot_node_manager::cloud::Cloud;
 use spot_node_manager::cloud::aws::AwsCloud;
+use spot_node_manager::cloud::{Cloud, LaunchSource, TemplateKey};
 use std::time::Duration;
 use support::{World, ZONES, assert_eventually};
 
@@ -42,10 +42,18 @@ async fn describe_groups_returns_existing_groups_with_their_instances() {
             .all(|i| i.availability_zone.as_deref() == Some(ZONES[0]))
     );
     assert!(g.instances.iter().all(|i| i.lifecycle_state == "InService"));
-    assert_eq!(
-        g.launch_template.as_deref(),
-        Some(format!("{}-nodes", world.prefix()).as_str())
-    );
+    let template = format!("{}-nodes", world.prefix());
+    match &g.launches_from {
+        Some(LaunchSource::Template { name, version, .. }) => {
+            assert_eq!(name.as_deref(), Some(template.as_str()));
+            assert_eq!(
+                version.as_deref(),
+                Some("$Latest"),
+                "as the test kit sets it"
+            );
+        }
+        other => panic!("launches from {other:?}"),
+    }
     assert_eq!(
         g.tags.get("kops.k8s.io/instancegroup"),
         Some(&kops.instance_groups[0])
@@ -358,4 +366,67 @@ async fn a_retry_due_after_the_lease_ran_out_is_never_sent() {
         1,
         "only the attempt made while leading reached AWS"
     );
+}
+
+#[tokio::test]
+async fn each_instance_reports_the_template_version_it_was_launched_from() {
+    let world = World::new("aws-template-versions").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let asg = &kops.asgs[0];
+    let cloud = cloud(&world);
+    let version_of = |g: &spot_node_manager::cloud::AsgDescription, id: &str| match g
+        .instances
+        .iter()
+        .find(|i| i.instance_id == id)
+        .and_then(|i| i.launched_from.clone())
+    {
+        Some(LaunchSource::Template { name, version, .. }) => {
+            assert_eq!(
+                name.as_deref(),
+                Some(asg.as_str()),
+                "kops names it as its ASG"
+            );
+            version
+        }
+        other => panic!("{id} launched from {other:?}"),
+    };
+    let first = world.asg_instances(asg).await.remove(0);
+    let g = cloud
+        .describe_groups(std::slice::from_ref(asg))
+        .await
+        .expect("describe")[0]
+        .clone();
+    assert_eq!(version_of(&g, &first).as_deref(), Some("1"));
+
+    // `kops update cluster`: version 2, which the ASG ($Latest) launches now.
+    assert_eq!(world.kops_update_cluster(&kops).await, [2]);
+    let key = TemplateKey::Name(asg.clone());
+    let versions = cloud
+        .template_versions(&[key.clone(), TemplateKey::Name("no-such-template".into())])
+        .await
+        .expect("a template not found is simply absent");
+    assert_eq!(versions.len(), 1, "{versions:?}");
+    assert_eq!((versions[0].latest, versions[0].default), (2, 1));
+    assert!(versions[0].is(&key));
+
+    cloud.set_desired_capacity(asg, 2).await.expect("scale up");
+    let second = assert_eventually("a second instance", Duration::from_secs(30), || async {
+        world
+            .asg_instances(asg)
+            .await
+            .into_iter()
+            .find(|i| *i != first)
+    })
+    .await;
+    let g = cloud
+        .describe_groups(std::slice::from_ref(asg))
+        .await
+        .expect("describe")[0]
+        .clone();
+    assert_eq!(
+        version_of(&g, &first).as_deref(),
+        Some("1"),
+        "a running instance stays on the version it was launched from"
+    );
+    assert_eq!(version_of(&g, &second).as_deref(), Some("2"));
 }

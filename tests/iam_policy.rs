@@ -38,7 +38,7 @@ fn policy_actions() -> BTreeSet<String> {
 #[test]
 fn policy_matches_the_adapter_calls() {
     let service = |op: &str| match op {
-        "DescribeInstances" => "ec2",
+        "DescribeInstances" | "DescribeLaunchTemplates" => "ec2",
         "ReceiveMessage" | "DeleteMessage" => "sqs",
         _ => "autoscaling",
     };

@@ -4,7 +4,7 @@
 
 use super::{
     AsgDescription, AsgInstance, AwsClients, Cloud, CloudProvider, HookCall, HookCallKind,
-    InstanceDescription, Lifecycle, NO_ACTIVE_ACTION,
+    InstanceDescription, LaunchSource, Lifecycle, NO_ACTIVE_ACTION, TemplateKey, TemplateVersions,
 };
 use crate::{Error, Result};
 use aws_config::SdkConfig;
@@ -116,6 +116,50 @@ impl Cloud for AwsCloud {
             }
         }
         Ok(groups)
+    }
+
+    async fn template_versions(&self, keys: &[TemplateKey]) -> Result<Vec<TemplateVersions>> {
+        let (names, ids): (Vec<&TemplateKey>, Vec<&TemplateKey>) =
+            keys.iter().partition(|k| matches!(k, TemplateKey::Name(_)));
+        let raw = |k: &&TemplateKey| match k {
+            TemplateKey::Id(s) | TemplateKey::Name(s) => s.clone(),
+        };
+        let mut out = Vec::new();
+        let ec2 = &self.clients.ec2;
+        if !names.is_empty() {
+            // A filter, not LaunchTemplateNames: a template deleted since
+            // must not fail the others.
+            let filter = aws_sdk_ec2::types::Filter::builder()
+                .name("launch-template-name")
+                .set_values(Some(names.iter().map(raw).collect()))
+                .build();
+            let mut pages = ec2
+                .describe_launch_templates()
+                .filters(filter)
+                .max_results(200)
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                self.count("DescribeLaunchTemplates");
+                let page = page.map_err(self.failed(
+                    "DescribeLaunchTemplates",
+                    format!("{} name(s)", names.len()),
+                ))?;
+                out.extend(page.launch_templates().iter().filter_map(template_versions));
+            }
+        }
+        if !ids.is_empty() {
+            self.count("DescribeLaunchTemplates");
+            let ids: Vec<String> = ids.iter().map(raw).collect();
+            let page = ec2
+                .describe_launch_templates()
+                .set_launch_template_ids(Some(ids.clone()))
+                .send()
+                .await
+                .map_err(self.failed("DescribeLaunchTemplates", ids.join(",")))?;
+            out.extend(page.launch_templates().iter().filter_map(template_versions));
+        }
+        Ok(out)
     }
 
     async fn launch_failure(&self, asg: &str) -> Result<Option<String>> {
@@ -303,17 +347,37 @@ impl Cloud for AwsCloud {
     }
 }
 
+fn template_versions(t: &aws_sdk_ec2::types::LaunchTemplate) -> Option<TemplateVersions> {
+    Some(TemplateVersions {
+        id: t.launch_template_id()?.to_string(),
+        name: t.launch_template_name()?.to_string(),
+        latest: t.latest_version_number()?,
+        default: t.default_version_number()?,
+    })
+}
+
+fn launch_source(
+    template: Option<&aws_sdk_autoscaling::types::LaunchTemplateSpecification>,
+    configuration: Option<&str>,
+) -> Option<LaunchSource> {
+    let own = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(str::to_string);
+    match (template, own(configuration)) {
+        (Some(t), _) => Some(LaunchSource::Template {
+            id: own(t.launch_template_id()),
+            name: own(t.launch_template_name()),
+            version: own(t.version()),
+        }),
+        (None, Some(name)) => Some(LaunchSource::Configuration(name)),
+        (None, None) => None,
+    }
+}
+
 fn describe_group(g: &aws_sdk_autoscaling::types::AutoScalingGroup) -> AsgDescription {
-    let launch_template = g
-        .launch_template()
-        .and_then(|t| t.launch_template_name())
-        .or_else(|| {
-            g.mixed_instances_policy()
-                .and_then(|p| p.launch_template())
-                .and_then(|t| t.launch_template_specification())
-                .and_then(|s| s.launch_template_name())
-        })
-        .map(str::to_string);
+    let template = g.launch_template().or_else(|| {
+        g.mixed_instances_policy()
+            .and_then(|p| p.launch_template())
+            .and_then(|t| t.launch_template_specification())
+    });
     AsgDescription {
         name: g.auto_scaling_group_name().unwrap_or_default().to_string(),
         desired: g.desired_capacity().unwrap_or(0),
@@ -331,10 +395,11 @@ fn describe_group(g: &aws_sdk_autoscaling::types::AutoScalingGroup) -> AsgDescri
                     .map(|s| s.as_str().to_string())
                     .unwrap_or_default(),
                 health_status: i.health_status().unwrap_or_default().to_string(),
+                launched_from: launch_source(i.launch_template(), i.launch_configuration_name()),
             })
             .filter(|i| !i.instance_id.is_empty())
             .collect(),
-        launch_template,
+        launches_from: launch_source(template, g.launch_configuration_name()),
         tags: g
             .tags()
             .iter()

@@ -16,6 +16,7 @@
 
 use super::{
     AsgDescription, Cloud, HookCall, HookCallKind, InstanceDescription, LAUNCH, LAUNCH_GRACE,
+    TemplateKey, TemplateVersions,
 };
 use crate::Result;
 use std::collections::HashMap;
@@ -261,6 +262,10 @@ impl Cloud for CachedCloud {
 
     async fn describe_instances(&self, ids: &[String]) -> Result<Vec<InstanceDescription>> {
         self.inner.describe_instances(ids).await
+    }
+
+    async fn template_versions(&self, keys: &[TemplateKey]) -> Result<Vec<TemplateVersions>> {
+        self.inner.template_versions(keys).await
     }
 
     async fn set_desired_capacity(&self, asg: &str, desired: i32) -> Result<()> {

@@ -2,7 +2,10 @@
 //! model of ASGs and instances, call counts per operation, and injection of
 //! the next error.
 
-use super::{AsgDescription, AsgInstance, Cloud, CloudProvider, InstanceDescription, Lifecycle};
+use super::{
+    AsgDescription, AsgInstance, Cloud, CloudProvider, InstanceDescription, LaunchSource,
+    Lifecycle, TemplateKey, TemplateVersions,
+};
 use crate::{Error, Result};
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, VecDeque};
@@ -12,6 +15,8 @@ use std::sync::{Arc, Mutex};
 struct State {
     groups: BTreeMap<String, AsgDescription>,
     instances: BTreeMap<String, InstanceDescription>,
+    /// Each ASG's own launch template (named `<asg>-template`), by name.
+    templates: BTreeMap<String, TemplateVersions>,
     calls: BTreeMap<&'static str, usize>,
     next_errors: VecDeque<(&'static str, String)>,
     next_id: u64,
@@ -49,15 +54,36 @@ impl FakeCloud {
                 min: 0,
                 max,
                 instances: vec![],
-                launch_template: Some(format!("{name}-template")),
+                launches_from: Some(LaunchSource::Template {
+                    id: Some(format!("lt-{name}")),
+                    name: Some(format!("{name}-template")),
+                    version: Some("$Latest".into()),
+                }),
                 tags: BTreeMap::new(),
                 recent_failure: None,
                 suspended_processes: vec![],
             },
         );
+        state.templates.insert(
+            format!("{name}-template"),
+            TemplateVersions {
+                id: format!("lt-{name}"),
+                name: format!("{name}-template"),
+                latest: 1,
+                default: 1,
+            },
+        );
         (0..instances)
             .map(|_| launch(&mut state, name, zone, launch_time))
             .collect()
+    }
+
+    /// A new version of the ASG's template (what `kops update cluster`
+    /// does): instances launched from now on use it.
+    pub fn new_template_version(&self, asg: &str) {
+        if let Some(t) = self.lock().templates.get_mut(&format!("{asg}-template")) {
+            t.latest += 1;
+        }
     }
 
     /// Sets desired without launching (an ASG that cannot launch).
@@ -139,13 +165,26 @@ fn launch(state: &mut State, group: &str, zone: &str, launch_time: DateTime<Utc>
             tags: BTreeMap::new(),
         },
     );
+    let version = state
+        .templates
+        .get(&format!("{group}-template"))
+        .map(|t| t.latest.to_string());
     if let Some(g) = state.groups.get_mut(group) {
+        let launched_from = g.launches_from.clone().map(|source| match source {
+            LaunchSource::Template { id, name, .. } => LaunchSource::Template {
+                id,
+                name,
+                version: version.clone(),
+            },
+            other => other,
+        });
         g.instances.push(AsgInstance {
             instance_id: id.clone(),
             availability_zone: Some(zone.to_string()),
             instance_type: Some("m5.large".into()),
             lifecycle_state: "InService".into(),
             health_status: "Healthy".into(),
+            launched_from,
         });
     }
     id
@@ -242,6 +281,16 @@ impl Cloud for FakeCloud {
         Ok(ids
             .iter()
             .filter_map(|id| state.instances.get(id).cloned())
+            .collect())
+    }
+
+    async fn template_versions(&self, keys: &[TemplateKey]) -> Result<Vec<TemplateVersions>> {
+        let state = self.enter("template_versions")?;
+        Ok(state
+            .templates
+            .values()
+            .filter(|t| keys.iter().any(|k| t.is(k)))
+            .cloned()
             .collect())
     }
 

@@ -31,8 +31,9 @@ pub struct AsgDescription {
     pub min: i32,
     pub max: i32,
     pub instances: Vec<AsgInstance>,
-    /// Launch template name (plain or from the MixedInstancesPolicy).
-    pub launch_template: Option<String>,
+    /// What it launches new instances from now: its launch template (plain
+    /// or in its MixedInstancesPolicy) or launch configuration.
+    pub launches_from: Option<LaunchSource>,
     pub tags: BTreeMap<String, String>,
     /// The newest launch activity's failure message, when that activity
     /// failed. Filled by [`cache::CachedCloud`], only for an ASG below its
@@ -95,6 +96,71 @@ pub struct AsgInstance {
     pub lifecycle_state: String,
     /// Healthy or Unhealthy.
     pub health_status: String,
+    /// What it was launched from, at the version it was launched with.
+    pub launched_from: Option<LaunchSource>,
+}
+
+/// A launch template at a version, or a launch configuration: what an ASG
+/// launches from, or what one of its instances was launched from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchSource {
+    Template {
+        id: Option<String>,
+        name: Option<String>,
+        /// A number, `$Latest` or `$Default` (None: `$Default`, as AWS
+        /// reads an ASG's template without a version). An instance's is
+        /// always the number it was launched from.
+        version: Option<String>,
+    },
+    Configuration(String),
+}
+
+impl LaunchSource {
+    /// A template whose version names no number: it must be resolved
+    /// through DescribeLaunchTemplates.
+    pub fn symbolic_template(&self) -> Option<TemplateKey> {
+        match self {
+            LaunchSource::Template { id, name, version } => {
+                let numbered = version.as_deref().is_some_and(|v| v.parse::<i64>().is_ok());
+                if numbered {
+                    return None;
+                }
+                // By name where known: a filter on names tolerates a
+                // template deleted since, where an unknown id fails the call.
+                match (name, id) {
+                    (Some(name), _) => Some(TemplateKey::Name(name.clone())),
+                    (None, Some(id)) => Some(TemplateKey::Id(id.clone())),
+                    (None, None) => None,
+                }
+            }
+            LaunchSource::Configuration(_) => None,
+        }
+    }
+}
+
+/// How a launch template is asked for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TemplateKey {
+    Id(String),
+    Name(String),
+}
+
+/// A launch template's current version numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateVersions {
+    pub id: String,
+    pub name: String,
+    pub latest: i64,
+    pub default: i64,
+}
+
+impl TemplateVersions {
+    pub fn is(&self, key: &TemplateKey) -> bool {
+        match key {
+            TemplateKey::Id(id) => &self.id == id,
+            TemplateKey::Name(name) => &self.name == name,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +206,9 @@ pub trait Cloud: Send + Sync {
     async fn launch_failure(&self, asg: &str) -> Result<Option<String>>;
     /// The given instances that exist, described in pages of ids.
     async fn describe_instances(&self, ids: &[String]) -> Result<Vec<InstanceDescription>>;
+    /// The version numbers of the given launch templates that exist, in one
+    /// call for all of them (two when some are known by name only).
+    async fn template_versions(&self, keys: &[TemplateKey]) -> Result<Vec<TemplateVersions>>;
     async fn set_desired_capacity(&self, asg: &str, desired: i32) -> Result<()>;
     /// Terminates one instance through its ASG, with or without lowering
     /// the ASG's desired count. The only way we remove an instance: it never

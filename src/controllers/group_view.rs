@@ -336,6 +336,7 @@ pub(crate) mod tests {
             unhealthy_since: None,
             unschedulable: false,
             problem: None,
+            drifted: None,
             interruption: None,
         }
     }
@@ -354,9 +355,10 @@ pub(crate) mod tests {
                     instance_type: None,
                     lifecycle_state: state.to_string(),
                     health_status: "Healthy".into(),
+                    launched_from: None,
                 })
                 .collect(),
-            launch_template: None,
+            launches_from: None,
             tags: Default::default(),
             recent_failure: None,
             suspended_processes: vec![],

@@ -26,6 +26,9 @@ pub const INTERRUPTED_TAINT: &str = "nodemanager.dev/interrupted";
 pub const INTERRUPTED_LABEL: &str = "nodemanager.dev/interrupted";
 /// The interruption record (JSON) on a marked or at-risk node.
 pub const INTERRUPTION_ANNOTATION: &str = "nodemanager.dev/interruption";
+/// kops's mark of a node to be replaced by the next rolling update (any
+/// value; its presence counts, as for kops): the node is drifted.
+pub const NEEDS_UPDATE_ANNOTATION: &str = "kops.k8s.io/needs-update";
 /// Service controllers stop sending this node traffic before its pods go.
 pub const EXCLUDE_FROM_LOAD_BALANCERS: &str =
     "node.kubernetes.io/exclude-from-external-load-balancers";

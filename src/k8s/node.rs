@@ -293,7 +293,10 @@ struct WireCondition {
 }
 
 /// The annotations the inventory reads; any other is dropped on decode.
-const KEPT_ANNOTATIONS: &[&str] = &[crate::crd::labels::INTERRUPTION_ANNOTATION];
+const KEPT_ANNOTATIONS: &[&str] = &[
+    crate::crd::labels::INTERRUPTION_ANNOTATION,
+    crate::crd::labels::NEEDS_UPDATE_ANNOTATION,
+];
 
 impl From<WireNode> for SlimNode {
     fn from(wire: WireNode) -> SlimNode {

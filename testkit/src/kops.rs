@@ -50,20 +50,6 @@ impl World {
             LaunchTemplateSpecification, MixedInstancesPolicy, Tag,
         };
         let prefix = self.prefix();
-        let template = format!("{prefix}-{role}");
-        let _ = self
-            .aws
-            .ec2
-            .create_launch_template()
-            .launch_template_name(&template)
-            .launch_template_data(
-                aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
-                    .image_id("ami-12c6146b")
-                    .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
-                    .build(),
-            )
-            .send()
-            .await;
         let subnets = self
             .aws
             .ec2
@@ -94,6 +80,26 @@ impl World {
         for zone in zones {
             let instance_group = format!("{prefix}-{role}-{zone}");
             let name = format!("{instance_group}.example.com");
+            // kops: one launch template per instance group, named as its ASG.
+            let template = name.clone();
+            self.aws
+                .ec2
+                .create_launch_template()
+                .launch_template_name(&template)
+                .launch_template_data(
+                    aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                        .image_id("ami-12c6146b")
+                        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+                        .build(),
+                )
+                .send()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "create launch template {template}: {}",
+                        aws_sdk_ec2::error::DisplayErrorContext(&e)
+                    )
+                });
             let role_tag = if role == "master" {
                 "k8s.io/role/master"
             } else {
@@ -173,6 +179,44 @@ impl World {
             self.wait_in_service(asg, per_asg as usize).await;
         }
         group
+    }
+
+    /// What `kops update cluster --yes` does to a group after a change (a
+    /// new image, Kubernetes version, instance type or user data): a new
+    /// version of each instance group's launch template, which the ASGs
+    /// (at `$Latest`, as kops sets them) launch from now on. Running
+    /// instances stay on the version they were launched from. Returns the
+    /// new version numbers.
+    pub async fn kops_update_cluster(&self, group: &KopsGroup) -> Vec<i64> {
+        let mut versions = vec![];
+        for template in &group.asgs {
+            let out = self
+                .aws
+                .ec2
+                .create_launch_template_version()
+                .launch_template_name(template)
+                .source_version("$Latest")
+                .launch_template_data(
+                    aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                        .image_id("ami-0f7e8d2b")
+                        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+                        .build(),
+                )
+                .send()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "new version of {template}: {}",
+                        aws_sdk_ec2::error::DisplayErrorContext(&e)
+                    )
+                });
+            let number = out
+                .launch_template_version()
+                .and_then(|v| v.version_number())
+                .unwrap_or_else(|| panic!("no version number for {template}"));
+            versions.push(number);
+        }
+        versions
     }
 
     /// Two kops ASGs at their min (as kops groups are): `nodes`, one

@@ -68,9 +68,10 @@ pub(super) fn error_policy(
 }
 
 /// Reads the AWS view of a group: one describe of its ASGs (shared with the
-/// other controllers for a few seconds), and a describe of only the
-/// instances `facts` does not know yet or whose state is read (those without
-/// a Node). A steady sync describes no instance, whatever the node count.
+/// other controllers for a few seconds), a describe of only the instances
+/// `facts` does not know yet or whose state is read (those without a Node),
+/// and of the ASGs' symbolic template versions once per resync. A steady
+/// sync describes no instance, whatever the node count.
 /// `nodes` are any view of a Node: the cache's `Arc`s pass through without
 /// copying every Node on each sync.
 pub async fn observe_aws<N: NodeView>(
@@ -108,7 +109,20 @@ pub async fn observe_aws<N: NodeView>(
         cloud.describe_instances(&ids).await?
     };
     let instances = facts.remember(described, started, &wanted, std::time::Instant::now());
-    Ok(AwsView { asgs, instances })
+    // The versions of the templates the ASGs name as $Latest or $Default.
+    let symbolic = super::drift::symbolic_templates(&asgs);
+    let ask = facts.templates.to_ask(&symbolic, started);
+    let answer = if ask.is_empty() {
+        vec![]
+    } else {
+        cloud.template_versions(&ask).await?
+    };
+    let templates = facts.templates.remember(&ask, answer, started, &symbolic);
+    Ok(AwsView {
+        asgs,
+        instances,
+        templates,
+    })
 }
 
 async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Result<Action> {
@@ -203,7 +217,8 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
 }
 
 /// A Warning Event for each problem the new status raises: the spec turned
-/// invalid, the group degraded, the circuit breaker opened.
+/// invalid, the group degraded, the circuit breaker opened; a Normal one
+/// when nodes are found drifted.
 async fn warn_of_changes(
     ctx: &Context,
     group: &NodeGroup,
@@ -229,7 +244,20 @@ async fn warn_of_changes(
             .await;
         }
     }
+    if let Some(message) = super::drift::drift_appeared(current, next) {
+        ctx.event(
+            &group.object_ref(&()),
+            EventType::Normal,
+            DRIFT_DETECTED,
+            "Sync",
+            message,
+        )
+        .await;
+    }
 }
+
+/// The Event of nodes found drifted (see [`super::drift`]).
+pub const DRIFT_DETECTED: &str = "DriftDetected";
 
 /// When the group's Refresher next runs, as it says.
 async fn next_refresh(ctx: &Context, namespace: &str, name: &str) -> Result<Option<DateTime<Utc>>> {
@@ -335,8 +363,66 @@ mod inventory_tests {
         );
         assert_eq!(
             small,
-            [(2, 1), (1, 0)],
-            "one describe of the ASGs, one of the instances; then the ASGs only"
+            [(3, 1), (1, 0)],
+            "one describe of the ASGs, one of the instances, one of the \
+             templates; then the ASGs only (templates once per resync)"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_new_template_version_drifts_the_nodes_launched_before_it() {
+        let (cloud, nodes) = world(1);
+        let facts = InstanceFacts::for_resync(Duration::ZERO);
+        let g = group(&["nodes-a", "nodes-c", "nodes-d"], 3);
+        let sync = |nodes: Vec<Node>| {
+            let (cloud, facts, g) = (&cloud, &facts, &g);
+            async move {
+                let view = observe_aws(cloud, facts, g, &nodes).await.expect("observe");
+                plan::inventory_status(g, &nodes, &view, &Default::default(), t0())
+            }
+        };
+        let status = sync(nodes.clone()).await;
+        assert_eq!(status.drifted_nodes, Some(0));
+        assert_eq!(
+            cloud.calls("template_versions"),
+            1,
+            "one call, three templates"
+        );
+
+        // `kops update cluster`: a new version of nodes-a's template only.
+        cloud.new_template_version("nodes-a");
+        let status = sync(nodes.clone()).await;
+        assert_eq!(status.drifted_nodes, Some(1));
+        let drifted = status
+            .nodes
+            .iter()
+            .find(|n| n.drifted.is_some())
+            .expect("one");
+        assert_eq!(drifted.auto_scaling_group.as_deref(), Some("nodes-a"));
+        assert_eq!(
+            drifted.drifted.as_deref(),
+            Some("launch template nodes-a-template version 1, its ASG launches version 2")
+        );
+
+        // kops's annotation marks a node whatever its template.
+        let mut marked = nodes.clone();
+        marked[1].metadata.annotations = Some(
+            [(
+                crate::crd::labels::NEEDS_UPDATE_ANNOTATION.to_string(),
+                "".to_string(),
+            )]
+            .into(),
+        );
+        let status = sync(marked).await;
+        assert_eq!(status.drifted_nodes, Some(2));
+        assert_eq!(
+            status
+                .nodes
+                .iter()
+                .find(|n| n.name == nodes[1].name_any())
+                .and_then(|n| n.drifted.clone())
+                .as_deref(),
+            Some("annotation kops.k8s.io/needs-update")
         );
     }
 

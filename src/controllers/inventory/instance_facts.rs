@@ -23,13 +23,23 @@ struct Known {
     wanted: Instant,
 }
 
-/// The instances described so far, shared by every group's sync.
+/// The instances described so far, shared by every group's sync, and the
+/// version numbers of the launch templates they are compared with.
 #[derive(Default)]
 pub struct InstanceFacts {
     known: Mutex<HashMap<String, Known>>,
+    pub templates: super::drift::TemplateFacts,
 }
 
 impl InstanceFacts {
+    /// Template versions kept until the next resync.
+    pub fn for_resync(resync: Duration) -> Self {
+        Self {
+            known: Mutex::default(),
+            templates: super::drift::TemplateFacts::for_resync(resync),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Known>> {
         self.known.lock().unwrap_or_else(|p| p.into_inner())
     }

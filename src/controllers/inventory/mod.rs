@@ -7,6 +7,7 @@
 mod children;
 pub mod controller;
 pub mod deletion;
+pub mod drift;
 pub mod instance_facts;
 pub mod plan;
 mod validation;

@@ -1,7 +1,8 @@
 //! The node inventory, pure: from the group, the cluster's Nodes and the AWS
 //! view of the group's ASGs, compute the group's status. No I/O, no clock.
 
-use crate::cloud::{AsgDescription, InstanceDescription};
+use super::drift;
+use crate::cloud::{AsgDescription, InstanceDescription, TemplateVersions};
 use crate::controllers::group_view::AsgView;
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::labels::INSTANCE_GROUP_LABEL;
@@ -153,6 +154,8 @@ fn last_interruption(
 pub struct AwsView {
     pub asgs: Vec<AsgDescription>,
     pub instances: Vec<InstanceDescription>,
+    /// The version numbers of the templates the ASGs name symbolically.
+    pub templates: Vec<TemplateVersions>,
 }
 
 /// Pure: the group's next status from what was observed. `previous` supplies
@@ -180,10 +183,11 @@ pub fn inventory_status<N: NodeView>(
                 .map(move |i| (i.instance_id.as_str(), a.name.as_str()))
         })
         .collect();
+    let drift_of = drift::by_instance(&aws.asgs, &aws.templates);
     let mut members: Vec<NodeStatus> = nodes
         .iter()
         .filter(|n| membership.includes(*n))
-        .map(|node| member_status(node, &instances, &asg_of))
+        .map(|node| member_status(node, &instances, &asg_of, &drift_of))
         .map(|member| keep_unhealthy_since(member, &previous.nodes))
         .collect();
     members.sort_by(|a, b| a.name.cmp(&b.name));
@@ -205,6 +209,8 @@ pub fn inventory_status<N: NodeView>(
     status.ready_nodes = Some(members.iter().filter(|m| m.ready).count() as i32);
     status.desired_nodes = Some(group.spec.desired);
     status.last_interruption = last_interruption(previous.last_interruption.as_ref(), &members);
+    let drifted = members.iter().filter(|m| m.drifted.is_some()).count();
+    status.drifted_nodes = Some(drifted as i32);
     status.nodes = members;
     status.not_joined = not_joined(nodes, aws, &instances);
     status.auto_scaling_groups = asg_statuses;
@@ -218,6 +224,7 @@ fn member_status<N: NodeView>(
     node: &N,
     instances: &BTreeMap<&str, &InstanceDescription>,
     asg_of: &BTreeMap<&str, &str>,
+    drift_of: &BTreeMap<&str, String>,
 ) -> NodeStatus {
     let parsed = match node.provider_id() {
         None | Some("") => Err("node has no providerID".to_string()),
@@ -236,6 +243,8 @@ fn member_status<N: NodeView>(
             deadline: r.deadline,
             drained: r.drained,
         });
+    let marked = node.annotation(drift::NEEDS_UPDATE_ANNOTATION).is_some();
+    let drifted = drift::of_node(marked, instance_id.as_deref(), drift_of);
     NodeStatus {
         name: node.node_name().to_string(),
         auto_scaling_group: instance_id
@@ -251,6 +260,7 @@ fn member_status<N: NodeView>(
         unhealthy_since: node.not_ready_since(),
         unschedulable: node.cordoned(),
         problem,
+        drifted,
         interruption,
     }
 }
@@ -538,9 +548,10 @@ pub(crate) mod tests {
                     instance_type: Some("m5.large".into()),
                     lifecycle_state: "InService".into(),
                     health_status: "Healthy".into(),
+                    launched_from: None,
                 })
                 .collect(),
-            launch_template: None,
+            launches_from: None,
             tags: BTreeMap::from([(INSTANCE_GROUP_LABEL.to_string(), instance_group.to_string())]),
             recent_failure: None,
             suspended_processes: vec![],
@@ -681,6 +692,7 @@ pub(crate) mod tests {
         let aws = AwsView {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1", "i-2"], 2)],
             instances: vec![],
+            templates: vec![],
         };
         let s = inventory_status(
             &g,
@@ -723,6 +735,7 @@ pub(crate) mod tests {
                 instance("i-2", "zone-c"),
                 instance("i-3", "zone-d"),
             ],
+            templates: vec![],
         };
         let s = inventory_status(&g, &nodes, &aws, &NodeGroupStatus::default(), t0());
         let names: Vec<_> = s.nodes.iter().map(|n| n.name.as_str()).collect();
@@ -758,6 +771,7 @@ pub(crate) mod tests {
         let aws = AwsView {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1", "i-2"], 2)],
             instances: vec![],
+            templates: vec![],
         };
         let s = inventory_status(
             &g,
@@ -778,6 +792,7 @@ pub(crate) mod tests {
         let aws = AwsView {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1", "i-2"], 2)],
             instances: vec![instance("i-1", "zone-a"), instance("i-2", "zone-a")],
+            templates: vec![],
         };
         let s = inventory_status(
             &g,
@@ -802,6 +817,7 @@ pub(crate) mod tests {
         let aws = AwsView {
             asgs: vec![a],
             instances: vec![gone],
+            templates: vec![],
         };
         let s = inventory_status::<Node>(&g, &[], &aws, &Default::default(), t0());
         assert!(s.not_joined.is_empty(), "{:?}", s.not_joined);
@@ -818,6 +834,7 @@ pub(crate) mod tests {
         let aws = AwsView {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1)],
             instances: vec![instance("i-1", "zone-a")],
+            templates: vec![],
         };
         let s = inventory_status(&g, &[bad, none, good], &aws, &Default::default(), t0());
         let bad = s.nodes.iter().find(|n| n.name == "bad").unwrap();
@@ -845,6 +862,7 @@ pub(crate) mod tests {
         let aws = AwsView {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1)],
             instances: vec![instance("i-1", "zone-a")],
+            templates: vec![],
         };
         let s = inventory_status::<Node>(&g, &[], &aws, &Default::default(), t0());
         let c = cond(&s, DEGRADED);
@@ -875,6 +893,7 @@ pub(crate) mod tests {
         let aws = AwsView {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 2), failing],
             instances: vec![],
+            templates: vec![],
         };
         // First seen behind: a launch in flight counts as launching; a
         // failed launch does not.
@@ -970,6 +989,7 @@ pub(crate) mod tests {
         let aws = AwsView {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1)],
             instances: vec![instance("i-1", "zone-a")],
+            templates: vec![],
         };
         let nodes = [node("n1", "nodes-a", "zone-a", "i-1", true)];
         let first = inventory_status(&g, &nodes, &aws, &Default::default(), t0());
@@ -989,6 +1009,7 @@ pub(crate) mod tests {
         let aws = AwsView {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1)],
             instances: vec![],
+            templates: vec![],
         };
         let before = inventory_status(
             &g,
@@ -1137,6 +1158,7 @@ pub(crate) mod tests {
                             instance_type: None,
                             lifecycle_state: STATES[*state].into(),
                             health_status: "Healthy".into(),
+                            launched_from: None,
                         })
                         .collect();
                     a
@@ -1150,7 +1172,11 @@ pub(crate) mod tests {
                     ..instance(id, "zone-a")
                 })
                 .collect();
-            let view = AwsView { asgs: described, instances };
+            let view = AwsView {
+                asgs: described,
+                instances,
+                templates: vec![],
+            };
             let status = inventory_status(&g, &nodes, &view, &previous, now);
             for member in &status.nodes {
                 proptest::prop_assert!(nodes.iter().any(|n| n.name_any() == member.name));

@@ -27,6 +27,7 @@ use tracing::{debug, info};
 const NODE_PAGE: u32 = 50;
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let ctx_resync = ctx.settings.resync_interval;
     let groups: Api<NodeGroup> = match &ctx.settings.namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
@@ -72,7 +73,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
                 nodes,
                 groups: all_groups,
                 nodes_ready,
-                facts: InstanceFacts::default(),
+                facts: InstanceFacts::for_resync(ctx_resync),
             }),
         )
         .for_each(|result| async move {
@@ -96,6 +97,10 @@ fn node_fingerprint(node: &(impl NodeView + ?Sized)) -> u64 {
     node.cordoned().hash(&mut h);
     node.ready().hash(&mut h);
     node.being_deleted().hash(&mut h);
+    // kops's mark of a node to update: the node is drifted.
+    node.annotation(crate::crd::labels::NEEDS_UPDATE_ANNOTATION)
+        .is_some()
+        .hash(&mut h);
     // An interruption notice and its drain's end drive the replenisher
     // through the group's status: the fields the status copies, and no more
     // (a lifecycle action's heartbeat is no reason to describe AWS again).
@@ -227,6 +232,7 @@ mod tests {
                 1,
             )],
             instances: vec![],
+            templates: vec![],
         };
         let status = |n: &dyn Fn() -> NodeGroupStatus| n();
         let of_full = status(&|| {
@@ -272,6 +278,15 @@ mod tests {
         let mut cordoned = n.clone();
         cordoned.spec.as_mut().unwrap().unschedulable = Some(true);
         assert_ne!(node_fingerprint(&n), node_fingerprint(&cordoned));
+        let mut marked = n.clone();
+        marked.metadata.annotations = Some(
+            [(
+                crate::crd::labels::NEEDS_UPDATE_ANNOTATION.to_string(),
+                String::new(),
+            )]
+            .into(),
+        );
+        assert_ne!(node_fingerprint(&n), node_fingerprint(&marked));
     }
 
     #[test]

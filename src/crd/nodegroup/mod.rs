@@ -22,6 +22,11 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyNodes"),
     printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
     printcolumn(
+        name = "Drifted",
+        type_ = "integer",
+        json_path = ".status.driftedNodes"
+    ),
+    printcolumn(
         name = "Operation",
         type_ = "string",
         json_path = ".status.operation.holder"

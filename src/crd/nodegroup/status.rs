@@ -23,6 +23,9 @@ pub struct NodeGroupStatus {
     pub ready_nodes: Option<i32>,
     #[serde(default)]
     pub nodes: Vec<NodeStatus>,
+    /// How many nodes are drifted (see `nodes[].drifted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drifted_nodes: Option<i32>,
     #[serde(default)]
     pub not_joined: Vec<NotJoinedInstance>,
     #[serde(default)]
@@ -106,6 +109,12 @@ pub struct NodeStatus {
     /// Why this node could not be matched to an instance (e.g. a bad providerID).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// Why the node is drifted, when it is: its instance was launched from
+    /// another launch template version (or template, or launch
+    /// configuration) than its ASG launches from now, or the Node carries
+    /// kops's `kops.k8s.io/needs-update` annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drifted: Option<String>,
     /// The interruption notice recorded on the node (by the interruption
     /// handler): the node is leaving and no longer counts as Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,221 @@
+//! Drift detection end to end (issue 26, part 1): the rude emulator records
+//! the launch template version each instance was launched from, as AWS
+//! does; `kops update cluster` (a new version of every instance group's
+//! template) makes the running nodes drifted. Today the manager reports
+//! drift and replaces nothing for it.
+
+use snm_testkit as support;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use spot_node_manager::crd::NodeGroup;
+use spot_node_manager::crd::nodegroup::NodeGroupStatus;
+use std::collections::BTreeSet;
+use std::time::Duration;
+use support::{World, ZONES, assert_eventually};
+
+const WAIT: Duration = Duration::from_secs(120);
+const FAST: Duration = Duration::from_millis(300);
+
+fn workers(asgs: &[String]) -> NodeGroup {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
+        "metadata": {"name": "workers"},
+        "spec": {
+            "role": "Worker",
+            "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
+            "desired": asgs.len(),
+            "replenish": {"cooldown": "1s", "joinTimeout": "15m"}
+        }
+    }))
+    .expect("group")
+}
+
+struct Started {
+    world: World,
+    kops: support::KopsGroup,
+    groups: Api<NodeGroup>,
+    manager: support::ManagerProcess,
+    _config: tempfile::NamedTempFile,
+    _sim: support::SimGuard,
+}
+
+/// One worker per zone, the simulated kubelet and the manager running,
+/// 3 Ready and none drifted.
+async fn started(test: &str) -> Started {
+    let world = World::new(test).await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(&PostParams::default(), &workers(&kops.asgs))
+        .await
+        .expect("create");
+    let (manager, config) = world.start_manager(&[]);
+    let started = Started {
+        world,
+        kops,
+        groups,
+        manager,
+        _config: config,
+        _sim: sim,
+    };
+    started
+        .status_where("3 Ready, none drifted", |s| {
+            s.ready_nodes == Some(3) && s.drifted_nodes == Some(0)
+        })
+        .await;
+    started
+}
+
+impl Started {
+    async fn status_where(
+        &self,
+        what: &str,
+        holds: impl Fn(&NodeGroupStatus) -> bool,
+    ) -> NodeGroupStatus {
+        assert_eventually(what, WAIT, || async {
+            let status = self.groups.get("workers").await.ok()?.status?;
+            holds(&status).then_some(status)
+        })
+        .await
+    }
+
+    async fn instances(&self) -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        for asg in &self.kops.asgs {
+            seen.extend(self.world.asg_instances(asg).await);
+        }
+        seen
+    }
+
+    async fn terminations(&self) -> usize {
+        let mut n = 0;
+        for asg in &self.kops.asgs {
+            n += self
+                .world
+                .activities(asg)
+                .await
+                .iter()
+                .filter(|(_, d)| d.starts_with("Terminating EC2 instance"))
+                .count();
+        }
+        n
+    }
+
+    /// The DriftDetected Events: (message, published more than once).
+    async fn drift_events(&self) -> Vec<(String, bool)> {
+        let events: Api<k8s_openapi::api::events::v1::Event> = self.world.api();
+        events
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("DriftDetected"))
+            .map(|e| {
+                let repeated = e.series.is_some() || e.deprecated_count.unwrap_or(1) > 1;
+                (e.note.unwrap_or_default(), repeated)
+            })
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn after_kops_update_cluster_the_old_nodes_are_reported_drifted_and_nothing_is_replaced() {
+    let s = started("drift-report").await;
+    let before = s.instances().await;
+
+    let versions = s.world.kops_update_cluster(&s.kops).await;
+    assert_eq!(versions, [2, 2, 2]);
+    let status = s
+        .status_where("3 drifted", |s| s.drifted_nodes == Some(3))
+        .await;
+    for node in &status.nodes {
+        let why = node.drifted.as_deref().unwrap_or_default();
+        assert!(
+            why.ends_with("version 1, its ASG launches version 2"),
+            "{}: {why}",
+            node.name
+        );
+    }
+    let metrics = s.manager.assert_metrics().await;
+    let series = format!(
+        "spot_node_manager_group_drifted_nodes{{namespace=\"{}\",group=\"workers\"}}",
+        s.world.namespace
+    );
+    assert_eq!(
+        support::manager::metric(&metrics, &series),
+        Some(3.0),
+        "{metrics}"
+    );
+
+    // Told once, however many syncs see it (the test resyncs every 2 s).
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let events = s.drift_events().await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(!events[0].1, "published once: {events:?}");
+    assert!(events[0].0.starts_with("3 nodes are drifted"), "{events:?}");
+    // Reported, not replaced.
+    assert_eq!(s.instances().await, before);
+    assert_eq!(s.terminations().await, 0);
+
+    // A node launched from now on is on the new version: a spot loss in
+    // zone a, replaced by its ASG, leaves two drifted.
+    let lost = s.world.asg_instances(&s.kops.asgs[0]).await.remove(0);
+    s.world.lose_instance(&lost).await;
+    let status = s
+        .status_where("the replacement Ready, 2 drifted", |st| {
+            st.ready_nodes == Some(3)
+                && st.drifted_nodes == Some(2)
+                && !st.nodes.iter().any(|n| n.name == lost)
+        })
+        .await;
+    let fresh: Vec<_> = status
+        .nodes
+        .iter()
+        .filter(|n| !before.contains(&n.name))
+        .collect();
+    assert_eq!(fresh.len(), 1, "{status:?}");
+    assert_eq!(fresh[0].drifted, None, "launched from version 2");
+}
+
+#[tokio::test]
+async fn a_node_marked_needs_update_by_kops_is_drifted_until_the_mark_goes() {
+    let s = started("drift-needs-update").await;
+    let before = s.instances().await;
+    let marked = s.world.asg_instances(&s.kops.asgs[1]).await.remove(0);
+    let nodes: Api<Node> = Api::all(s.world.client.clone());
+    let annotate = |value: serde_json::Value| {
+        let nodes = nodes.clone();
+        let marked = marked.clone();
+        async move {
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                "kops.k8s.io/needs-update": value
+            }}});
+            nodes
+                .patch(&marked, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("annotate");
+        }
+    };
+    annotate(serde_json::json!("")).await;
+    let status = s
+        .status_where("the marked node drifted", |st| st.drifted_nodes == Some(1))
+        .await;
+    let node = status
+        .nodes
+        .iter()
+        .find(|n| n.drifted.is_some())
+        .expect("one");
+    assert_eq!(node.name, marked);
+    assert_eq!(
+        node.drifted.as_deref(),
+        Some("annotation kops.k8s.io/needs-update")
+    );
+    annotate(serde_json::Value::Null).await;
+    s.status_where("no node drifted", |st| st.drifted_nodes == Some(0))
+        .await;
+    assert_eq!(s.instances().await, before);
+    assert_eq!(s.terminations().await, 0);
+}
