@@ -447,6 +447,13 @@ async fn report(ctx: &Context, group: &ObjectReference, happenings: &[Happening]
                 )
             }
             Happening::Failed(why) => (EventType::Warning, "RefreshFailed", why.clone()),
+            Happening::LayoutLowered { asg, recorded, now } => (
+                EventType::Normal,
+                "LayoutLowered",
+                format!(
+                    "{asg}'s desired count was lowered from {recorded} to {now} by someone else during the run; the run ends at {now} and does not raise it back"
+                ),
+            ),
             Happening::Finished {
                 result,
                 replaced,

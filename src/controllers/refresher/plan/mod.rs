@@ -139,6 +139,13 @@ pub enum Happening {
         took: Duration,
     },
     Failed(String),
+    /// Someone else lowered an ASG's desired count below the one recorded
+    /// at the run's start: the run ends at theirs.
+    LayoutLowered {
+        asg: String,
+        recorded: i32,
+        now: i32,
+    },
     Finished {
         result: RunResult,
         replaced: i32,

@@ -10,7 +10,7 @@ use crate::crd::refresher::{AsgDesired, RefreshTarget, RunResult, TargetPurpose}
 /// What the layout needs next, ASG by ASG.
 #[derive(Default)]
 struct Layout {
-    /// Desired counts to set (restored, or a failed launch cancelled).
+    /// Desired counts to set (a failed launch cancelled).
     changes: Vec<DesiredChange>,
     /// A surplus node to remove, or the ASG where none can go yet.
     victim: Option<Result<RefreshTarget, String>>,
@@ -40,13 +40,14 @@ impl Planner<'_> {
             }
             self.status.current_target = None;
         }
+        self.accept_lowered_layout();
         let Layout {
             changes,
             victim,
             waiting,
         } = self.layout();
         if !changes.is_empty() {
-            let message = format!("restoring the layout: {}", describe_changes(&changes));
+            let message = format!("cancelling a failed launch: {}", describe_changes(&changes));
             return Step::act(Command::SetDesired(changes), message, SOON);
         }
         let deadline = after(self.since_phase(), settings.ready_timeout);
@@ -97,6 +98,32 @@ impl Planner<'_> {
         }
     }
 
+    /// An ASG whose desired count someone else lowered below the recorded
+    /// one during the run (a user, kops, another tool): that count is
+    /// theirs. The run ends at it instead of raising it back; our own steps
+    /// never take an ASG below its recorded count.
+    fn accept_lowered_layout(&mut self) {
+        for o in &mut self.status.original_desired {
+            let Some(asg) = self
+                .input
+                .group
+                .asgs
+                .iter()
+                .find(|a| a.name == o.auto_scaling_group)
+            else {
+                continue;
+            };
+            if asg.desired < o.desired {
+                self.happenings.push(Happening::LayoutLowered {
+                    asg: asg.name.clone(),
+                    recorded: o.desired,
+                    now: asg.desired,
+                });
+                o.desired = asg.desired;
+            }
+        }
+    }
+
     /// Compares each ASG with its recorded count.
     fn layout(&self) -> Layout {
         let input = self.input;
@@ -111,16 +138,8 @@ impl Planner<'_> {
                 continue;
             };
             let active: Vec<&Member> = input.members.iter().filter(|m| m.asg == asg.name).collect();
-            if asg.desired < o.desired {
-                // Lower than recorded (changed by someone else): restore it.
-                layout.changes.push(DesiredChange {
-                    asg: asg.name.clone(),
-                    from: asg.desired,
-                    to: o.desired.min(asg.max),
-                });
-            } else if asg.desired > o.desired
-                && ((active.len() as i32) < asg.desired || asg.pending > 0)
-            {
+            // (Lower than recorded: accepted before, see accept_lowered_layout.)
+            if asg.desired > o.desired && ((active.len() as i32) < asg.desired || asg.pending > 0) {
                 if asg.launching || asg.pending > 0 {
                     // A launch in flight or Pending: lowering desired now could
                     // make AWS pick a victim. Wait for it; it is then removed

@@ -216,3 +216,48 @@ fn a_refresh_that_meets_a_dead_node_replaces_it_as_a_repair_instead_of_aborting(
         .count();
     assert_eq!(steps, 1, "drained once, then terminated");
 }
+
+#[test]
+fn a_desired_count_someone_else_lowered_during_the_run_is_not_raised_back() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    for _ in 0..200 {
+        if sim.status.phase == RefreshPhase::ScalingDown {
+            break;
+        }
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+    }
+    assert_eq!(sim.status.phase, RefreshPhase::ScalingDown);
+    // Someone else (the user, shrinking the group to 2) lowers asg-2 from
+    // 1 to 0; AWS takes its node.
+    sim.desired = 2;
+    sim.asgs[2].desired = 0;
+    sim.instances.retain(|i| i.asg != "asg-2");
+    sim.run_to_end(200);
+    assert!(
+        matches!(sim.result(), Some((RunResult::Succeeded, None))),
+        "{:?}",
+        sim.result()
+    );
+    assert_eq!(
+        sim.layout(),
+        [
+            ("asg-0".into(), 1),
+            ("asg-1".into(), 1),
+            ("asg-2".into(), 0)
+        ],
+        "asg-2 left as its owner set it"
+    );
+    let raised_back = sim.actions.iter().any(|c| match c {
+        Command::SetDesired(changes) => changes.iter().any(|c| c.asg == "asg-2" && c.to > 0),
+        _ => false,
+    });
+    assert!(!raised_back, "{:?}", sim.actions);
+    let told: Vec<_> = sim
+        .happenings
+        .iter()
+        .filter(|h| matches!(h, Happening::LayoutLowered { asg, recorded: 1, now: 0 } if asg == "asg-2"))
+        .collect();
+    assert_eq!(told.len(), 1, "told once: {:?}", sim.happenings);
+}
