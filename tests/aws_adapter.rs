@@ -42,10 +42,9 @@ async fn describe_groups_returns_existing_groups_with_their_instances() {
             .all(|i| i.availability_zone.as_deref() == Some(ZONES[0]))
     );
     assert!(g.instances.iter().all(|i| i.lifecycle_state == "InService"));
-    let template = format!("{}-nodes", world.prefix());
     match &g.launches_from {
         Some(LaunchSource::Template { name, version, .. }) => {
-            assert_eq!(name.as_deref(), Some(template.as_str()));
+            assert_eq!(name.as_deref(), Some(g.name.as_str()), "kops names it as its ASG");
             assert_eq!(
                 version.as_deref(),
                 Some("$Latest"),
