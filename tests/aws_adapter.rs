@@ -44,7 +44,11 @@ async fn describe_groups_returns_existing_groups_with_their_instances() {
     assert!(g.instances.iter().all(|i| i.lifecycle_state == "InService"));
     match &g.launches_from {
         Some(LaunchSource::Template { name, version, .. }) => {
-            assert_eq!(name.as_deref(), Some(g.name.as_str()), "kops names it as its ASG");
+            assert_eq!(
+                name.as_deref(),
+                Some(g.name.as_str()),
+                "kops names it as its ASG"
+            );
             assert_eq!(
                 version.as_deref(),
                 Some("$Latest"),

@@ -57,7 +57,10 @@ async fn steady(world: &World, name: &str, count: i32) {
 }
 
 /// A group of one node per zone at its desired count, the simulated
-/// kubelet and the manager running.
+/// kubelet and the manager running. It cannot be destructured (it has a
+/// Drop): a `let Started { world, .. }` would drop the manager and cancel
+/// the simulated kubelet at the end of that statement, and the test would
+/// wait for a cluster nobody runs. Borrow its fields instead.
 struct Started {
     world: World,
     kops: support::KopsGroup,
@@ -92,6 +95,10 @@ async fn started(test: &str, name: &str, role: &str, extra: serde_json::Value) -
         _config: config,
         _sim: sim,
     }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {}
 }
 
 /// (ASG, desired, instances) of an `asg_snapshot`: its layout.
@@ -162,18 +169,13 @@ async fn repair_allowed(world: &World, name: &str) -> Option<(ConditionStatus, S
 
 #[tokio::test]
 async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_comes_back() {
-    let Started {
-        world,
-        kops,
-        groups,
-        manager,
-        ..
-    } = started("repair-worker", "workers", "Worker", serde_json::json!({})).await;
+    let s = started("repair-worker", "workers", "Worker", serde_json::json!({})).await;
+    let (world, kops, groups, manager) = (&s.world, &s.kops, &s.groups, &s.manager);
     let original = world.asg_snapshot(&kops.asgs).await;
-    let before = instances_of(&world, &kops.asgs).await;
+    let before = instances_of(world, &kops.asgs).await;
 
     let dead = world.asg_instances(&kops.asgs[0]).await.remove(0);
-    pod_on(&world, &dead).await;
+    pod_on(world, &dead).await;
     world.tag_asg(&kops.asgs[0], DEAD_TAG, &dead).await;
     let killed = Instant::now();
     let mut seen = before.clone();
@@ -181,7 +183,7 @@ async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_c
     let mut repairing_seen = false;
     loop {
         assert!(killed.elapsed() < WAIT, "the dead instance still runs");
-        let now = instances_of(&world, &kops.asgs).await;
+        let now = instances_of(world, &kops.asgs).await;
         if !now.contains(&dead) {
             break;
         }
@@ -208,8 +210,8 @@ async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_c
         killed.elapsed().as_secs_f64(),
         (chrono::Utc::now() - expired).num_milliseconds() as f64 / 1000.0
     );
-    steady(&world, "workers", 3).await;
-    seen.extend(instances_of(&world, &kops.asgs).await);
+    steady(world, "workers", 3).await;
+    seen.extend(instances_of(world, &kops.asgs).await);
     let new: Vec<&String> = seen.difference(&before).collect();
     assert_eq!(new.len(), 1, "exactly one new instance: {new:?}");
     assert!(repairing_seen, "the group's state said Repairing");
@@ -218,8 +220,8 @@ async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_c
         counts(&original),
         "the layout is back (1/1/1)"
     );
-    assert_eq!(terminating_activities(&world, &kops.asgs, &dead).await, 1);
-    let reasons = support::cluster::event_reasons(&world).await;
+    assert_eq!(terminating_activities(world, &kops.asgs, &dead).await, 1);
+    let reasons = support::cluster::event_reasons(world).await;
     assert!(reasons.iter().any(|r| r == "NodeRepaired"), "{reasons:?}");
     let metrics = manager.assert_metrics().await;
     assert_eq!(
@@ -237,13 +239,9 @@ async fn a_notready_blip_shorter_than_the_timeout_launches_and_terminates_nothin
     let extra = serde_json::json!({"replenish": {
         "cooldown": "1s", "joinTimeout": "15m", "unhealthyTimeout": "30s"
     }});
-    let Started {
-        world,
-        kops,
-        groups,
-        ..
-    } = started("repair-blip", "workers", "Worker", extra).await;
-    let before = instances_of(&world, &kops.asgs).await;
+    let s = started("repair-blip", "workers", "Worker", extra).await;
+    let (world, kops, groups) = (&s.world, &s.kops, &s.groups);
+    let before = instances_of(world, &kops.asgs).await;
     let original = world.asg_snapshot(&kops.asgs).await;
 
     // Nodes older than the timeout: counting a NotReady node's time from
@@ -263,13 +261,13 @@ async fn a_notready_blip_shorter_than_the_timeout_launches_and_terminates_nothin
     let until = Instant::now() + Duration::from_secs(30);
     while Instant::now() < until {
         assert_eq!(
-            instances_of(&world, &kops.asgs).await,
+            instances_of(world, &kops.asgs).await,
             before,
             "nothing launched, nothing terminated"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    steady(&world, "workers", 3).await;
+    steady(world, "workers", 3).await;
     assert_eq!(world.asg_snapshot(&kops.asgs).await, original);
 }
 
@@ -277,13 +275,14 @@ async fn a_notready_blip_shorter_than_the_timeout_launches_and_terminates_nothin
 async fn the_circuit_breaker_with_two_of_three_workers_dead_terminates_nothing_and_says_why() {
     // 30%: with the two replacements Ready, 2 of 5 NotReady still opens it.
     let extra = serde_json::json!({"maxNotReadyPercent": 30});
-    let Started { world, kops, .. } = started("repair-breaker", "workers", "Worker", extra).await;
+    let s = started("repair-breaker", "workers", "Worker", extra).await;
+    let (world, kops) = (&s.world, &s.kops);
     let a = world.asg_instances(&kops.asgs[0]).await.remove(0);
     let b = world.asg_instances(&kops.asgs[1]).await.remove(0);
     world.tag_asg(&kops.asgs[0], DEAD_TAG, &a).await;
     world.tag_asg(&kops.asgs[1], DEAD_TAG, &b).await;
     assert_eventually("RepairAllowed False: the breaker", WAIT, || async {
-        let (status, reason, message) = repair_allowed(&world, "workers").await?;
+        let (status, reason, message) = repair_allowed(world, "workers").await?;
         (status == ConditionStatus::False
             && reason == "CircuitBreakerOpen"
             && message.contains(&a)
@@ -294,23 +293,23 @@ async fn the_circuit_breaker_with_two_of_three_workers_dead_terminates_nothing_a
     // Well past the timeout, both still run.
     let until = Instant::now() + Duration::from_secs(25);
     while Instant::now() < until {
-        let all = instances_of(&world, &kops.asgs).await;
+        let all = instances_of(world, &kops.asgs).await;
         assert!(
             all.contains(&a) && all.contains(&b),
             "nothing terminated while the breaker is open"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let (_, _, message) = repair_allowed(&world, "workers").await.expect("condition");
+    let (_, _, message) = repair_allowed(world, "workers").await.expect("condition");
     assert!(message.contains("circuit breaker open"), "{message}");
-    let reasons = support::cluster::event_reasons(&world).await;
+    let reasons = support::cluster::event_reasons(world).await;
     assert!(reasons.iter().any(|r| r == "RepairBlocked"), "{reasons:?}");
 }
 
 #[tokio::test]
 async fn a_dead_master_is_terminated_and_replaced_in_its_own_asg() {
-    let Started { world, kops, .. } =
-        started("repair-master", "masters", "Master", serde_json::json!({})).await;
+    let s = started("repair-master", "masters", "Master", serde_json::json!({})).await;
+    let (world, kops) = (&s.world, &s.kops);
     let original = world.asg_snapshot(&kops.asgs).await;
     let dead = world.asg_instances(&kops.asgs[1]).await.remove(0);
     world.tag_asg(&kops.asgs[1], DEAD_TAG, &dead).await;
@@ -319,7 +318,7 @@ async fn a_dead_master_is_terminated_and_replaced_in_its_own_asg() {
         (ids.len() == 1 && ids[0] != dead).then_some(())
     })
     .await;
-    steady(&world, "masters", 3).await;
+    steady(world, "masters", 3).await;
     let now = world.asg_snapshot(&kops.asgs).await;
     let desired = |s: &[(String, i32, Vec<String>)]| {
         s.iter()
@@ -327,21 +326,17 @@ async fn a_dead_master_is_terminated_and_replaced_in_its_own_asg() {
             .collect::<Vec<_>>()
     };
     assert_eq!(desired(&now), desired(&original), "never surged");
-    assert_eq!(terminating_activities(&world, &kops.asgs, &dead).await, 1);
+    assert_eq!(terminating_activities(world, &kops.asgs, &dead).await, 1);
 }
 
 #[cfg(feature = "fault-injection")]
 #[tokio::test]
 async fn killed_between_the_recorded_termination_and_the_call_it_terminates_once() {
-    let Started {
-        world,
-        kops,
-        manager,
-        ..
-    } = started("repair-restart", "workers", "Worker", serde_json::json!({})).await;
+    let mut s = started("repair-restart", "workers", "Worker", serde_json::json!({})).await;
+    let (world, kops) = (&s.world, &s.kops);
     let original = world.asg_snapshot(&kops.asgs).await;
-    drop(manager);
-    let before = instances_of(&world, &kops.asgs).await;
+    s.manager.kill();
+    let before = instances_of(world, &kops.asgs).await;
     let dead = world.asg_instances(&kops.asgs[0]).await.remove(0);
     world.tag_asg(&kops.asgs[0], DEAD_TAG, &dead).await;
 
@@ -359,18 +354,18 @@ async fn killed_between_the_recorded_termination_and_the_call_it_terminates_once
         .expect("the repair is recorded");
     assert!(recorded.repair && recorded.terminating.is_some() && recorded.node == dead);
     assert!(
-        instances_of(&world, &kops.asgs).await.contains(&dead),
+        instances_of(world, &kops.asgs).await.contains(&dead),
         "not terminated before the crash"
     );
 
     let (_manager, _config) = world.start_manager(&[]);
     assert_eventually("the dead instance terminated", WAIT, || async {
-        (!instances_of(&world, &kops.asgs).await.contains(&dead)).then_some(())
+        (!instances_of(world, &kops.asgs).await.contains(&dead)).then_some(())
     })
     .await;
-    steady(&world, "workers", 3).await;
-    assert_eq!(terminating_activities(&world, &kops.asgs, &dead).await, 1);
-    let after = instances_of(&world, &kops.asgs).await;
+    steady(world, "workers", 3).await;
+    assert_eq!(terminating_activities(world, &kops.asgs, &dead).await, 1);
+    let after = instances_of(world, &kops.asgs).await;
     assert_eq!(after.difference(&before).count(), 1, "one new instance");
     assert_eq!(
         counts(&world.asg_snapshot(&kops.asgs).await),
