@@ -219,3 +219,76 @@ async fn a_node_marked_needs_update_by_kops_is_drifted_until_the_mark_goes() {
     assert_eq!(s.instances().await, before);
     assert_eq!(s.terminations().await, 0);
 }
+
+/// The test kit's `kops rolling-update` on its own (no manager): every old
+/// instance detached once and terminated, the ASG's replacements on the new
+/// template version, the layout as before. The scenario the manager must
+/// not fight (issue 26, point 3).
+#[tokio::test]
+async fn the_kits_kops_rolling_update_replaces_every_node_as_kops_does() {
+    use spot_node_manager::cloud::{Cloud, LaunchSource, aws::AwsCloud};
+    let world = World::new("drift-kops-rolling").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let ready = || async {
+        let nodes = world.nodes().await?;
+        let ready = nodes
+            .iter()
+            .filter(|n| spot_node_manager::k8s::node::is_ready(n))
+            .count();
+        (ready == 3).then_some(())
+    };
+    assert_eventually("3 Nodes Ready", WAIT, ready).await;
+    let layout: Vec<(String, i32, usize)> = world
+        .asg_snapshot(&kops.asgs)
+        .await
+        .into_iter()
+        .map(|(asg, desired, ids)| (asg, desired, ids.len()))
+        .collect();
+    world.kops_update_cluster(&kops).await;
+
+    let update = world.kops_rolling_update(&kops).await;
+    assert_eq!(update.replaced.len(), 3, "{update:?}");
+    let cloud = AwsCloud::new(world.aws.clone());
+    let asgs = cloud.describe_groups(&kops.asgs).await.expect("describe");
+    for (old, new) in &update.replaced {
+        let asg = asgs
+            .iter()
+            .find(|a| a.instances.iter().any(|i| &i.instance_id == new))
+            .expect("the replacement is in its ASG");
+        assert!(asg.instances.iter().all(|i| &i.instance_id != old));
+        let detached = world
+            .activities(&asg.name)
+            .await
+            .iter()
+            .filter(|(_, d)| d == &format!("Detaching EC2 instance: {old}"))
+            .count();
+        assert_eq!(detached, 1, "{old} detached once from {}", asg.name);
+        let launched = asg
+            .instances
+            .iter()
+            .find(|i| &i.instance_id == new)
+            .and_then(|i| i.launched_from.clone());
+        assert!(
+            matches!(&launched, Some(LaunchSource::Template { version: Some(v), .. }) if v == "2"),
+            "{new}: {launched:?}"
+        );
+        let gone = cloud
+            .describe_instances(std::slice::from_ref(old))
+            .await
+            .expect("describe");
+        assert!(
+            gone.iter()
+                .all(|i| i.state == "terminated" || i.state == "shutting-down"),
+            "{old}: {gone:?}"
+        );
+    }
+    let after: Vec<(String, i32, usize)> = world
+        .asg_snapshot(&kops.asgs)
+        .await
+        .into_iter()
+        .map(|(asg, desired, ids)| (asg, desired, ids.len()))
+        .collect();
+    assert_eq!(after, layout, "the layout as before");
+    assert_eventually("3 Nodes Ready again", WAIT, ready).await;
+}

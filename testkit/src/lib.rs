@@ -3,7 +3,7 @@
 //! that turns the emulator's instances into Nodes, and what the integration
 //! tests and benches build on, by topic: the local control plane
 //! ([`plane`]), an isolated world per test ([`world`]), kops-like ASGs in it
-//! ([`kops`]), Kubernetes objects in it ([`cluster`]), a manager process
+//! ([`kops`]) and what kops does to them ([`kops_rolling`]), Kubernetes objects in it ([`cluster`]), a manager process
 //! ([`manager`]), refresh helpers ([`refresh`]), a Deployment with a budget
 //! and its availability ([`workload`]). The product crate uses it as
 //! a dev-dependency only; `cargo install --path .` installs the manager alone.
@@ -13,6 +13,7 @@
 pub mod cluster;
 pub mod interruption;
 pub mod kops;
+pub mod kops_rolling;
 pub mod manager;
 pub mod plane;
 pub mod proxy;

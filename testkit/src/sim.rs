@@ -2,7 +2,9 @@
 //! like kops nodes to a real apiserver: every running instance of an ASG tagged
 //! as a kops instance group registers as a Node (named after the instance id,
 //! with providerID, kops/role/zone/type labels) after `register_delay`, turns
-//! Ready after `ready_delay`, and is deleted when its instance terminates.
+//! Ready after `ready_delay`, and is deleted when its instance terminates
+//! (an instance detached from its ASG, as kops's rolling update does, keeps
+//! running, and its Node with it, until then).
 //! Like a kubelet it renews each Node's Lease in `kube-node-lease` (the node
 //! lifecycle controller's heartbeat), reports capacity so the scheduler can
 //! place pods, runs the pods bound to its Ready nodes (Running, then Ready
@@ -78,6 +80,7 @@ impl Default for SimConfig {
     }
 }
 
+#[derive(Clone)]
 struct Member {
     instance_group: String,
     master: bool,
@@ -99,6 +102,9 @@ pub struct SimKubelet {
     renewed_at: HashMap<String, Instant>,
     /// Pods (namespace/name) first seen bound to a Ready node of ours.
     pod_seen: HashMap<String, Instant>,
+    /// The members seen last step: an instance detached from its ASG (as
+    /// kops's rolling update does) keeps running, and its kubelet with it.
+    former: BTreeMap<String, Member>,
 }
 
 impl SimKubelet {
@@ -116,6 +122,7 @@ impl SimKubelet {
             leases: Api::namespaced(client_for_leases, "kube-node-lease"),
             renewed_at: HashMap::new(),
             pod_seen: HashMap::new(),
+            former: BTreeMap::new(),
         }
     }
 
@@ -182,7 +189,10 @@ impl SimKubelet {
 
     /// One reconciliation of Nodes with instances.
     pub async fn step(&mut self) -> Result<()> {
-        let members = self.members().await?;
+        let mut members = self.members().await?;
+        for (id, member) in &self.former {
+            members.entry(id.clone()).or_insert_with(|| member.clone());
+        }
         let ids: Vec<String> = members.keys().cloned().collect();
         let instances = if ids.is_empty() {
             vec![]
@@ -193,6 +203,11 @@ impl SimKubelet {
             .iter()
             .filter(|i| i.state == "running" || i.state == "pending")
             .map(|i| (i.instance_id.as_str(), i))
+            .collect();
+        self.former = members
+            .iter()
+            .filter(|(id, _)| running.contains_key(id.as_str()))
+            .map(|(id, m)| (id.clone(), m.clone()))
             .collect();
         let selector = format!("{SIM_ACCOUNT_LABEL}={}", self.config.account);
         let existing = self
