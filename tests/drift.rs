@@ -292,3 +292,63 @@ async fn the_kits_kops_rolling_update_replaces_every_node_as_kops_does() {
     assert_eq!(after, layout, "the layout as before");
     assert_eventually("3 Nodes Ready again", WAIT, ready).await;
 }
+
+/// AWS mutations the manager performed, from its metrics.
+fn aws_mutations(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("spot_node_manager_mutations_total{")
+                && l.contains("target=\"aws\"")
+                && l.contains("outcome=\"performed\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A worker group rolled by `kops rolling-update` while the manager runs:
+/// the old node stays Ready until kops drains it, after its replacement
+/// (maxSurge 1), so the group is never short and nothing is extra in any
+/// ASG. The manager must make no AWS mutation, and the layout comes back
+/// with exactly one new instance per old one.
+#[tokio::test]
+async fn a_kops_rolling_update_beside_the_manager_gets_no_aws_mutation_from_it() {
+    let s = started("drift-kops-beside").await;
+    let before = s.instances().await;
+    let layout: Vec<(String, i32, usize)> = s
+        .world
+        .asg_snapshot(&s.kops.asgs)
+        .await
+        .into_iter()
+        .map(|(asg, desired, ids)| (asg, desired, ids.len()))
+        .collect();
+    let performed = aws_mutations(&s.manager.assert_metrics().await);
+    s.world.kops_update_cluster(&s.kops).await;
+    s.status_where("3 drifted", |st| st.drifted_nodes == Some(3))
+        .await;
+
+    let update = s.world.kops_rolling_update(&s.kops).await;
+    let status = s
+        .status_where("3 Ready, none drifted", |st| {
+            st.ready_nodes == Some(3) && st.drifted_nodes == Some(0)
+        })
+        .await;
+    // Some resyncs later: nothing came after either.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let metrics = s.manager.assert_metrics().await;
+    assert_eq!(aws_mutations(&metrics), performed, "{metrics}");
+    let now = s.instances().await;
+    let new: BTreeSet<&String> = now.difference(&before).collect();
+    let replacements: BTreeSet<&String> = update.replaced.iter().map(|(_, n)| n).collect();
+    assert_eq!(new, replacements, "no instance but kops's replacements");
+    assert!(now.is_disjoint(&before), "every old instance gone");
+    let after: Vec<(String, i32, usize)> = s
+        .world
+        .asg_snapshot(&s.kops.asgs)
+        .await
+        .into_iter()
+        .map(|(asg, desired, ids)| (asg, desired, ids.len()))
+        .collect();
+    assert_eq!(after, layout);
+    assert_eq!(status.nodes.len(), 3);
+}
