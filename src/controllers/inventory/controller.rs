@@ -70,7 +70,7 @@ pub(super) fn error_policy(
 /// Reads the AWS view of a group: one describe of its ASGs (shared with the
 /// other controllers for a few seconds), a describe of only the instances
 /// `facts` does not know yet or whose state is read (those without a Node),
-/// and of the ASGs' symbolic template versions once per resync. A steady
+/// and of the ASGs' symbolic template versions every other resync. A steady
 /// sync describes no instance, whatever the node count.
 /// `nodes` are any view of a Node: the cache's `Arc`s pass through without
 /// copying every Node on each sync.
@@ -365,7 +365,7 @@ mod inventory_tests {
             small,
             [(3, 1), (1, 0)],
             "one describe of the ASGs, one of the instances, one of the \
-             templates; then the ASGs only (templates once per resync)"
+             templates; then the ASGs only (templates every other resync)"
         );
     }
 
