@@ -12,6 +12,7 @@ use spot_node_manager::crd::NodeGroup;
 use spot_node_manager::crd::nodegroup::NodeGroupStatus;
 use std::collections::BTreeSet;
 use std::time::Duration;
+use support::kops_rolling::KopsSurge;
 use support::{World, ZONES, assert_eventually};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -247,7 +248,7 @@ async fn the_kits_kops_rolling_update_replaces_every_node_as_kops_does() {
         .collect();
     world.kops_update_cluster(&kops).await;
 
-    let update = world.kops_rolling_update(&kops).await;
+    let update = world.kops_rolling_update(&kops, KopsSurge::Detach).await;
     assert_eq!(update.replaced.len(), 3, "{update:?}");
     let cloud = AwsCloud::new(world.aws.clone());
     let asgs = cloud.describe_groups(&kops.asgs).await.expect("describe");
@@ -327,7 +328,10 @@ async fn a_kops_rolling_update_beside_the_manager_gets_no_aws_mutation_from_it()
     s.status_where("3 drifted", |st| st.drifted_nodes == Some(3))
         .await;
 
-    let update = s.world.kops_rolling_update(&s.kops).await;
+    let update = s
+        .world
+        .kops_rolling_update(&s.kops, KopsSurge::Detach)
+        .await;
     let status = s
         .status_where("3 Ready, none drifted", |st| {
             st.ready_nodes == Some(3) && st.drifted_nodes == Some(0)
@@ -351,4 +355,69 @@ async fn a_kops_rolling_update_beside_the_manager_gets_no_aws_mutation_from_it()
         .collect();
     assert_eq!(after, layout);
     assert_eq!(status.nodes.len(), 3);
+}
+
+/// kops rolling-update with maxSurge 0 (as for masters): each old node
+/// drained and terminated first, its ASG replacing it. Zone a's
+/// replacement takes longer than the launch grace (60 s), so a manager
+/// answering the missing node would raise another ASG. While kops's taint is
+/// on the group's nodes, the group says ExternalUpdate and the manager
+/// makes no AWS mutation of its own; afterwards the layout is as before.
+#[tokio::test]
+async fn a_kops_rolling_update_that_terminates_first_is_not_answered_by_the_manager() {
+    use spot_node_manager::crd::nodegroup::GroupState;
+    let s = started("drift-kops-first").await;
+    let before = s.instances().await;
+    let layout: Vec<(String, i32, usize)> = s
+        .world
+        .asg_snapshot(&s.kops.asgs)
+        .await
+        .into_iter()
+        .map(|(asg, desired, ids)| (asg, desired, ids.len()))
+        .collect();
+    let performed = aws_mutations(&s.manager.assert_metrics().await);
+    s.world
+        .set_timing(&s.kops.asgs[0], "launch-lag", 70.0)
+        .await;
+
+    let watch = async {
+        s.status_where("the group says ExternalUpdate", |st| {
+            st.state == Some(GroupState::ExternalUpdate)
+        })
+        .await
+    };
+    let (update, seen) = tokio::join!(
+        s.world
+            .kops_rolling_update(&s.kops, KopsSurge::TerminateFirst),
+        watch
+    );
+    assert!(
+        seen.conditions
+            .iter()
+            .any(|c| c.type_ == "ExternalUpdate" && c.reason == "KopsRollingUpdate"),
+        "{seen:?}"
+    );
+    let reasons = support::cluster::event_reasons(&s.world).await;
+    assert!(
+        reasons.iter().any(|r| r == "KopsRollingUpdate"),
+        "{reasons:?}"
+    );
+    s.status_where("3 Ready, no external update", |st| {
+        st.ready_nodes == Some(3) && st.state == Some(GroupState::Ready)
+    })
+    .await;
+    let metrics = s.manager.assert_metrics().await;
+    assert_eq!(aws_mutations(&metrics), performed, "{metrics}");
+    let now = s.instances().await;
+    let new: BTreeSet<&String> = now.difference(&before).collect();
+    let replacements: BTreeSet<&String> = update.replaced.iter().map(|(_, n)| n).collect();
+    assert_eq!(new, replacements, "no instance but the ASGs' replacements");
+    let after: Vec<(String, i32, usize)> = s
+        .world
+        .asg_snapshot(&s.kops.asgs)
+        .await
+        .into_iter()
+        .map(|(asg, desired, ids)| (asg, desired, ids.len()))
+        .collect();
+    assert_eq!(after, layout);
 }

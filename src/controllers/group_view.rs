@@ -137,6 +137,9 @@ pub struct GroupFacts<'a> {
     pub suspended: bool,
     /// The NodeGroup is being deleted: start nothing, unwind what is under way.
     pub deleting: bool,
+    /// Why the group makes no AWS mutation of its own now (a kops rolling
+    /// update is replacing its nodes), if so.
+    pub external_update: Option<String>,
     /// Why nothing may be terminated now (the group's circuit breaker is
     /// open), if so.
     pub breaker: Option<String>,

@@ -110,6 +110,7 @@ impl ObservedGroup {
             desired: self.group.spec.desired,
             suspended: self.group.spec.suspend || suspended,
             deleting: self.group.metadata.deletion_timestamp.is_some(),
+            external_update: self.group.external_update(),
             breaker: self.group.breaker_open(),
             unhealthy_timeout: self.group.spec.replenish.unhealthy_timeout(),
             repair: self.group.spec.replenish.repair,

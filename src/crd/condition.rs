@@ -23,6 +23,10 @@ pub const SCALING_PROCESSES: &str = "ScalingProcesses";
 /// NodeGroup: True while the circuit breaker is open (too much of the group
 /// is NotReady to terminate anything).
 pub const CIRCUIT_BREAKER: &str = "CircuitBreakerOpen";
+/// NodeGroup: True while a kops rolling update replaces the group's nodes
+/// (a member carries kops's `kops.k8s.io/scheduled-for-update` taint): the
+/// replenisher and the refresher make no AWS mutation of their own.
+pub const EXTERNAL_UPDATE: &str = "ExternalUpdate";
 /// Replenisher: the group has its desired count of Ready nodes.
 pub const REPLENISHED: &str = "Replenished";
 /// Replenisher: False while an unhealthy node is not repaired (the circuit

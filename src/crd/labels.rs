@@ -29,6 +29,9 @@ pub const INTERRUPTION_ANNOTATION: &str = "nodemanager.dev/interruption";
 /// kops's mark of a node to be replaced by the next rolling update (any
 /// value; its presence counts, as for kops): the node is drifted.
 pub const NEEDS_UPDATE_ANNOTATION: &str = "kops.k8s.io/needs-update";
+/// The taint `kops rolling-update` puts on every node it is about to
+/// replace, for as long as the update runs.
+pub const SCHEDULED_FOR_UPDATE_TAINT: &str = "kops.k8s.io/scheduled-for-update";
 /// Service controllers stop sending this node traffic before its pods go.
 pub const EXCLUDE_FROM_LOAD_BALANCERS: &str =
     "node.kubernetes.io/exclude-from-external-load-balancers";

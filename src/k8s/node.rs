@@ -2,7 +2,9 @@
 //! the instance a Node runs on, readiness, cordon state, role membership.
 
 use crate::crd::Role;
-use crate::crd::labels::{CONTROL_PLANE_LABEL, LEGACY_MASTER_LABEL, WORKER_LABEL};
+use crate::crd::labels::{
+    CONTROL_PLANE_LABEL, LEGACY_MASTER_LABEL, SCHEDULED_FOR_UPDATE_TAINT, WORKER_LABEL,
+};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
@@ -86,6 +88,9 @@ pub trait NodeView {
     fn being_deleted(&self) -> bool;
     fn cordoned(&self) -> bool;
     fn annotation(&self, key: &str) -> Option<&str>;
+    /// Carries kops's taint `kops.k8s.io/scheduled-for-update`: a kops
+    /// rolling update is about to replace it.
+    fn scheduled_for_update(&self) -> bool;
 
     /// The instance the Node runs on, if its providerID says so.
     fn instance_id(&self) -> Option<String> {
@@ -120,6 +125,12 @@ impl NodeView for Node {
     fn annotation(&self, key: &str) -> Option<&str> {
         self.annotations().get(key).map(String::as_str)
     }
+    fn scheduled_for_update(&self) -> bool {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == SCHEDULED_FOR_UPDATE_TAINT))
+    }
 }
 
 /// A pointer to a view is a view: the cache's `Arc`s and plain references.
@@ -149,6 +160,9 @@ macro_rules! forward_node_view {
             }
             fn annotation(&self, key: &str) -> Option<&str> {
                 (**self).annotation(key)
+            }
+            fn scheduled_for_update(&self) -> bool {
+                (**self).scheduled_for_update()
             }
         }
     )*};
@@ -238,6 +252,8 @@ pub struct SlimNode {
     pub labels: PackedLabels,
     pub provider_id: Option<String>,
     pub unschedulable: bool,
+    /// Carries kops's `kops.k8s.io/scheduled-for-update` taint.
+    pub scheduled_for_update: bool,
     /// The Ready condition's status is True.
     pub ready_condition: bool,
     /// Since when the Ready condition has not been True
@@ -275,6 +291,13 @@ struct WireSpec {
     #[serde(rename = "providerID")]
     provider_id: Option<String>,
     unschedulable: Option<bool>,
+    #[serde(default)]
+    taints: Vec<WireTaint>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireTaint {
+    key: String,
 }
 
 #[derive(Default, serde::Deserialize)]
@@ -321,6 +344,11 @@ impl From<WireNode> for SlimNode {
             labels: PackedLabels::pack(wire.metadata.labels.pairs()),
             provider_id: wire.spec.provider_id,
             unschedulable: wire.spec.unschedulable.unwrap_or(false),
+            scheduled_for_update: wire
+                .spec
+                .taints
+                .iter()
+                .any(|t| t.key == SCHEDULED_FOR_UPDATE_TAINT),
             ready_condition: ready.is_some_and(|c| c.status == "True"),
             not_ready_since,
         }
@@ -367,6 +395,9 @@ impl NodeView for SlimNode {
     }
     fn cordoned(&self) -> bool {
         self.unschedulable
+    }
+    fn scheduled_for_update(&self) -> bool {
+        self.scheduled_for_update
     }
     fn annotation(&self, key: &str) -> Option<&str> {
         self.annotations().get(key).map(String::as_str)

@@ -1,6 +1,7 @@
 //! What `kops rolling-update cluster --yes` does to a worker instance group
-//! on AWS (kops's `pkg/instancegroups`, maxSurge 1, its default there), played
-//! on the emulator: every node to update is tainted
+//! on AWS (kops's `pkg/instancegroups`), played on the emulator, with
+//! maxSurge 1 (its default there) or 0 (see [`KopsSurge`]): every node to
+//! update is tainted
 //! `kops.k8s.io/scheduled-for-update`; then, one instance at a time, the
 //! old instance is tagged `kops.k8s.io/detached-from-asg` and detached
 //! without decrement (its ASG launches the replacement), the replacement is
@@ -23,6 +24,17 @@ pub const DETACHED_TAG: &str = "kops.k8s.io/detached-from-asg";
 
 const WAIT: Duration = Duration::from_secs(120);
 
+/// How kops makes room for each replacement (its `maxSurge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KopsSurge {
+    /// maxSurge 1, kops's default on AWS: detach the old instance without
+    /// decrement, so the ASG launches the replacement first.
+    Detach,
+    /// maxSurge 0 (and every master group): drain and terminate the old
+    /// instance first; the ASG's health check replaces it.
+    TerminateFirst,
+}
+
 /// What a rolling update did: (old instance, the ASG's replacement), in order.
 #[derive(Debug, Clone, Default)]
 pub struct RollingUpdate {
@@ -33,7 +45,7 @@ impl World {
     /// Plays `kops rolling-update cluster --yes` on `group` (every
     /// instance, as after `kops update cluster`, or `--force`). Returns once
     /// every old instance is terminated and its Node gone.
-    pub async fn kops_rolling_update(&self, group: &KopsGroup) -> RollingUpdate {
+    pub async fn kops_rolling_update(&self, group: &KopsGroup, surge: KopsSurge) -> RollingUpdate {
         let mut old = vec![];
         for asg in &group.asgs {
             for id in self.asg_instances(asg).await {
@@ -45,7 +57,10 @@ impl World {
         }
         let mut update = RollingUpdate::default();
         for (asg, id) in &old {
-            let replacement = self.kops_replace(asg, id).await;
+            let replacement = match surge {
+                KopsSurge::Detach => self.kops_replace(asg, id).await,
+                KopsSurge::TerminateFirst => self.kops_terminate_first(asg, id).await,
+            };
             update.replaced.push((id.clone(), replacement));
         }
         update
@@ -82,9 +97,31 @@ impl World {
                     aws_sdk_autoscaling::error::DisplayErrorContext(&e)
                 )
             });
+        let replacement = self.kops_replacement(asg, &before).await;
+        self.kops_drain(id).await;
+        self.lose_instance(id).await;
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let replacement = assert_eventually(
-            &format!("{asg} replaces {id} and its Node is Ready"),
+        assert_eventually(&format!("the Node of {id} gone"), WAIT, || async {
+            nodes.get_opt(id).await.ok()?.is_none().then_some(())
+        })
+        .await;
+        replacement
+    }
+
+    /// One old instance of `asg` with no surge: drain, terminate through
+    /// EC2, wait for the ASG to replace it. Returns the replacement's id.
+    async fn kops_terminate_first(&self, asg: &str, id: &str) -> String {
+        let before: BTreeSet<String> = self.asg_instances(asg).await.into_iter().collect();
+        self.kops_drain(id).await;
+        self.lose_instance(id).await;
+        self.kops_replacement(asg, &before).await
+    }
+
+    /// The ASG's new InService instance (not in `before`) once its Node is Ready.
+    async fn kops_replacement(&self, asg: &str, before: &BTreeSet<String>) -> String {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        assert_eventually(
+            &format!("{asg} launches a replacement and its Node is Ready"),
             WAIT,
             || async {
                 let members = self.asg_members(asg).await;
@@ -95,14 +132,7 @@ impl World {
                 spot_node_manager::k8s::node::is_ready(&node).then(|| new.0.clone())
             },
         )
-        .await;
-        self.kops_drain(id).await;
-        self.lose_instance(id).await;
-        assert_eventually(&format!("the Node of {id} gone"), WAIT, || async {
-            nodes.get_opt(id).await.ok()?.is_none().then_some(())
-        })
-        .await;
-        replacement
+        .await
     }
 
     async fn taint_for_update(&self, node: &str) {

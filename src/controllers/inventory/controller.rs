@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use super::children::sync_children;
 use super::validation::validated_status;
-use crate::crd::condition::{DEGRADED, DELETING, SPEC_VALID};
+use crate::crd::condition::{DEGRADED, DELETING, EXTERNAL_UPDATE, SPEC_VALID};
 
 pub const CONTROLLER: &str = "inventory";
 /// How often a deletion re-checks the children unwinding.
@@ -70,7 +70,8 @@ pub(super) fn error_policy(
 /// Reads the AWS view of a group: one describe of its ASGs (shared with the
 /// other controllers for a few seconds), a describe of only the instances
 /// `facts` does not know yet or whose state is read (those without a Node),
-/// and of the ASGs' symbolic template versions every other resync. A steady
+/// and of the ASGs' symbolic template versions every other resync outside
+/// operations. A steady
 /// sync describes no instance, whatever the node count.
 /// `nodes` are any view of a Node: the cache's `Arc`s pass through without
 /// copying every Node on each sync.
@@ -111,7 +112,13 @@ pub async fn observe_aws<N: NodeView>(
     let instances = facts.remember(described, started, &wanted, std::time::Instant::now());
     // The versions of the templates the ASGs name as $Latest or $Default.
     let symbolic = super::drift::symbolic_templates(&asgs);
-    let ask = facts.templates.to_ask(&symbolic, started);
+    // Not during an operation (its budget is 20 calls a minute, and a
+    // refresh replaces the nodes anyway): what is known stands until then.
+    let operating = group.status.as_ref().is_some_and(|s| s.operation.is_some());
+    let ask = match operating {
+        true => vec![],
+        false => facts.templates.to_ask(&symbolic, started),
+    };
     let answer = if ask.is_empty() {
         vec![]
     } else {
@@ -217,8 +224,8 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
 }
 
 /// A Warning Event for each problem the new status raises: the spec turned
-/// invalid, the group degraded, the circuit breaker opened; a Normal one
-/// when nodes are found drifted.
+/// invalid, the group degraded, the circuit breaker opened, a kops rolling
+/// update started; a Normal one when nodes are found drifted.
 async fn warn_of_changes(
     ctx: &Context,
     group: &NodeGroup,
@@ -228,10 +235,16 @@ async fn warn_of_changes(
     let becomes_invalid = is_invalid(next) && !is_invalid(current);
     let becomes_degraded = is_degraded(next) && !is_degraded(current);
     let breaker_opens = next_breaker_opens(current, next);
+    let external = |s: &NodeGroupStatus| {
+        crate::crd::condition::find(&s.conditions, EXTERNAL_UPDATE)
+            .is_some_and(|c| c.status == ConditionStatus::True)
+    };
+    let external_starts = external(next) && !external(current);
     for (flag, type_) in [
         (becomes_invalid, SPEC_VALID),
         (becomes_degraded, DEGRADED),
         (breaker_opens, crate::crd::condition::CIRCUIT_BREAKER),
+        (external_starts, EXTERNAL_UPDATE),
     ] {
         if flag && let Some(c) = crate::crd::condition::find(&next.conditions, type_) {
             ctx.event(
@@ -367,6 +380,31 @@ mod inventory_tests {
             "one describe of the ASGs, one of the instances, one of the \
              templates; then the ASGs only (templates every other resync)"
         );
+    }
+
+    #[tokio::test]
+    async fn no_template_is_asked_while_an_operation_holds_the_group() {
+        use crate::crd::nodegroup::{OperationKind, OperationLock};
+        let (cloud, nodes) = world(1);
+        let facts = InstanceFacts::for_resync(Duration::ZERO);
+        let mut g = group(&["nodes-a", "nodes-c", "nodes-d"], 3);
+        g.status = Some(NodeGroupStatus {
+            operation: Some(OperationLock {
+                holder: OperationKind::Refresh,
+                holder_name: "workers".into(),
+                since: t0(),
+            }),
+            ..Default::default()
+        });
+        observe_aws(&cloud, &facts, &g, &nodes)
+            .await
+            .expect("observe");
+        assert_eq!(cloud.calls("template_versions"), 0);
+        g.status = None;
+        observe_aws(&cloud, &facts, &g, &nodes)
+            .await
+            .expect("observe");
+        assert_eq!(cloud.calls("template_versions"), 1, "once the lock is free");
     }
 
     #[tokio::test]

@@ -215,6 +215,11 @@ pub fn inventory_status<N: NodeView>(
     status.not_joined = not_joined(nodes, aws, &instances);
     status.auto_scaling_groups = asg_statuses;
     set_conditions(group, aws, &mut status, now);
+    let tainted = nodes
+        .iter()
+        .filter(|n| membership.includes(*n))
+        .filter(|n| n.scheduled_for_update());
+    drift::set_external_update(&mut status, tainted.count(), group.metadata.generation, now);
     status
 }
 
@@ -444,6 +449,11 @@ pub fn group_state(group: &NodeGroup, status: &NodeGroupStatus, now: DateTime<Ut
         GroupState::InvalidSpec
     } else if group.spec.suspend {
         GroupState::Suspended
+    } else if holds(
+        crate::crd::condition::EXTERNAL_UPDATE,
+        ConditionStatus::True,
+    ) {
+        GroupState::ExternalUpdate
     } else if holds(DEGRADED, ConditionStatus::True)
         || holds(
             crate::crd::condition::CIRCUIT_BREAKER,
@@ -491,6 +501,7 @@ pub fn sync_failed_status(
 pub(crate) mod tests {
     use super::*;
     use crate::cloud::{AsgInstance, Lifecycle};
+    use crate::crd::condition::EXTERNAL_UPDATE;
     use crate::crd::labels::WORKER_LABEL;
     use chrono::TimeZone;
     use k8s_openapi::api::core::v1::Node;
@@ -1030,6 +1041,37 @@ pub(crate) mod tests {
             (c.status.clone(), c.reason.as_str()),
             (ConditionStatus::False, "AwsError")
         );
+    }
+
+    #[test]
+    fn a_member_tainted_by_kops_for_update_says_an_external_update_is_in_progress() {
+        let g = group(&["nodes-a"], 2);
+        let aws = AwsView {
+            asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1", "i-2"], 2)],
+            instances: vec![instance("i-1", "zone-a"), instance("i-2", "zone-a")],
+            templates: vec![],
+        };
+        let mut nodes = vec![
+            node("n1", "nodes-a", "zone-a", "i-1", true),
+            node("n2", "nodes-a", "zone-a", "i-2", true),
+        ];
+        let s = inventory_status(&g, &nodes, &aws, &Default::default(), t0());
+        assert_eq!(cond(&s, EXTERNAL_UPDATE).status, ConditionStatus::False);
+        nodes[1].spec.get_or_insert_with(Default::default).taints =
+            Some(vec![k8s_openapi::api::core::v1::Taint {
+                key: crate::crd::labels::SCHEDULED_FOR_UPDATE_TAINT.into(),
+                effect: "PreferNoSchedule".into(),
+                ..Default::default()
+            }]);
+        let s = inventory_status(&g, &nodes, &aws, &Default::default(), t0());
+        let c = cond(&s, EXTERNAL_UPDATE);
+        assert_eq!(c.status, ConditionStatus::True);
+        assert_eq!(c.reason, super::drift::KOPS_ROLLING_UPDATE);
+        assert!(c.message.contains("1 node(s) tainted"), "{}", c.message);
+        assert_eq!(group_state(&g, &s, t0()), GroupState::ExternalUpdate);
+        let mut with = g.clone();
+        with.status = Some(s);
+        assert!(with.external_update().is_some());
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub enum GroupState {
     InvalidSpec,
     /// `spec.suspend`: the group does nothing by request.
     Suspended,
+    /// A kops rolling update is replacing the group's nodes (condition
+    /// `ExternalUpdate`): the manager makes no AWS mutation of its own.
+    ExternalUpdate,
     /// An ASG is missing or cannot launch, or the circuit breaker is open.
     Degraded,
     /// A refresh run holds the group's lock.
@@ -207,6 +210,16 @@ impl NodeGroup {
     pub fn breaker_open(&self) -> Option<String> {
         self.status.as_ref()?.conditions.iter().find_map(|c| {
             (c.type_ == CIRCUIT_BREAKER && c.status == ConditionStatus::True)
+                .then(|| c.message.clone())
+        })
+    }
+
+    /// Why the group must make no AWS mutation of its own now: a kops
+    /// rolling update is replacing its nodes (the inventory's
+    /// `ExternalUpdate` condition is True), if so.
+    pub fn external_update(&self) -> Option<String> {
+        self.status.as_ref()?.conditions.iter().find_map(|c| {
+            (c.type_ == crate::crd::condition::EXTERNAL_UPDATE && c.status == ConditionStatus::True)
                 .then(|| c.message.clone())
         })
     }

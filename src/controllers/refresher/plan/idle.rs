@@ -37,6 +37,9 @@ impl Planner<'_> {
         if input.group.deleting {
             return Some(self.skip("the NodeGroup is being deleted".into(), settings));
         }
+        if let Some(why) = &input.group.external_update {
+            return Some(self.skip(why.clone(), settings));
+        }
         if let Some(why) = &input.group.breaker {
             return Some(self.skip(format!("circuit breaker open: {why}"), settings));
         }

@@ -297,12 +297,15 @@ impl Planner<'_> {
         self.run(settings)
     }
 
-    /// A run in progress that may not step now: suspended, a dry-run
-    /// manager, or the lock not ours.
+    /// A run in progress that may not step now: suspended, a kops rolling
+    /// update under way, a dry-run manager, or the lock not ours.
     fn paused(&self) -> Option<Step> {
         let input = self.input;
         if input.group.suspended {
             return Some(Step::wait("run paused: the group is suspended", IDLE));
+        }
+        if let Some(why) = &input.group.external_update {
+            return Some(Step::wait(format!("run paused: {why}"), IDLE));
         }
         if let Some(why) = &input.group.breaker {
             return Some(Step::wait(

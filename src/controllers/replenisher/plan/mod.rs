@@ -416,8 +416,8 @@ fn breaker(s: &Stage) -> Option<Plan> {
         .or_else(|| Some(s.idle(s.status.clone(), ReplenishPhase::Blocked, message)))
 }
 
-/// Nothing while the spec is invalid, the group suspended, or a refresh
-/// holds the lock.
+/// Nothing while the spec is invalid, the group suspended, a kops rolling
+/// update replaces its nodes, or a refresh holds the lock.
 fn guards(s: &Stage) -> Option<Plan> {
     if !s.input.spec_valid {
         return Some(s.idle(
@@ -432,6 +432,9 @@ fn guards(s: &Stage) -> Option<Plan> {
             ReplenishPhase::Paused,
             "the NodeGroup is suspended".into(),
         ));
+    }
+    if let Some(why) = &s.input.group.external_update {
+        return Some(s.idle(s.status.clone(), ReplenishPhase::Paused, why.clone()));
     }
     if let LockState::Other(holder) = &s.input.group.lock {
         return Some(s.finish(

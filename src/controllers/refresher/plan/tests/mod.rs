@@ -77,6 +77,8 @@ struct Sim {
     dry_run: bool,
     /// The group's circuit breaker, when open.
     breaker: Option<String>,
+    /// The group's ExternalUpdate condition (a kops rolling update), when True.
+    external_update: Option<String>,
     settings: Result<ResolvedRefresh, String>,
     key: String,
     asgs: Vec<SimAsg>,
@@ -118,6 +120,7 @@ impl Sim {
             deleting: false,
             dry_run: false,
             breaker: None,
+            external_update: None,
             settings: Ok(settings("0 12 * * *", "UTC", surplus)),
             key: "daily".into(),
             asgs: (0..asgs)
@@ -242,6 +245,7 @@ impl Sim {
                 suspended: self.suspended,
                 deleting: self.deleting,
                 breaker: self.breaker.clone(),
+                external_update: self.external_update.clone(),
                 unhealthy_timeout: Duration::from_secs(600),
                 repair: true,
                 asgs: &asgs,

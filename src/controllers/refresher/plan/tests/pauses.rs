@@ -101,3 +101,33 @@ fn a_run_suspended_midway_pauses_and_resumes() {
     sim.run_to_end(200);
     assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
 }
+
+#[test]
+fn a_kops_rolling_update_pauses_a_run_between_steps_and_it_resumes_after() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    while sim.terminated.is_empty() {
+        sim.step(false);
+        sim.all_join_and_ready();
+    }
+    sim.external_update = Some("a kops rolling update is in progress".into());
+    let terminated = sim.terminated.len();
+    for _ in 0..5 {
+        let plan = sim.step(false);
+        assert_eq!(plan.command, Command::Nothing);
+        assert!(
+            plan.message.contains("kops rolling update"),
+            "{}",
+            plan.message
+        );
+        sim.all_join_and_ready();
+        sim.advance(60);
+    }
+    assert_eq!(
+        sim.terminated.len(),
+        terminated,
+        "nothing more while kops runs"
+    );
+    sim.external_update = None;
+    sim.run_to_end(200);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+}

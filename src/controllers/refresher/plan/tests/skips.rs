@@ -79,3 +79,15 @@ fn too_few_ready_nodes_skip_the_run() {
     assert_eq!(sim.lock, LockState::Free);
     assert!(sim.actions.iter().all(|a| !a.mutates()));
 }
+
+#[test]
+fn a_run_due_during_a_kops_rolling_update_is_skipped_and_says_why() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    let why = "a kops rolling update is in progress (3 node(s) tainted kops.k8s.io/scheduled-for-update): no AWS mutation of our own until it ends";
+    sim.external_update = Some(why.into());
+    let plan = sim.step(false);
+    assert_eq!(plan.command, Command::Nothing);
+    assert_eq!(sim.result(), Some((RunResult::Skipped, Some(why.into()))));
+    assert!(sim.terminated.is_empty());
+    assert_eq!(sim.lock, LockState::Free);
+}

@@ -58,3 +58,19 @@ fn with_the_circuit_breaker_open_nothing_is_terminated_but_replacements_launch()
     short.breaker = open;
     assert!(matches!(short.plan().command, Command::ScaleUp(_)));
 }
+
+#[test]
+fn a_kops_rolling_update_in_progress_gets_no_aws_mutation() {
+    // One short (kops terminated a node first) and a surplus to take back:
+    // both are kops's to settle while its update runs.
+    for mut s in [
+        Scenario::steady().shortage_in_a(),
+        Scenario::steady().surplus_in_c(),
+    ] {
+        s.external_update = Some("a kops rolling update is in progress".into());
+        let p = s.plan();
+        assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
+        assert_eq!(p.status.phase, ReplenishPhase::Paused);
+        assert!(p.message.contains("kops rolling update"), "{}", p.message);
+    }
+}

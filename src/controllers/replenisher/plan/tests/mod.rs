@@ -75,6 +75,8 @@ struct Scenario {
     status: ReplenisherStatus,
     /// The group's circuit breaker, when open.
     breaker: Option<String>,
+    /// The group's ExternalUpdate condition (a kops rolling update), when True.
+    external_update: Option<String>,
     /// `replenish.repair`.
     repair: bool,
 }
@@ -97,6 +99,7 @@ impl Scenario {
             lock: LockState::Ours,
             status: ReplenisherStatus::default(),
             breaker: None,
+            external_update: None,
             repair: true,
         }
     }
@@ -113,6 +116,7 @@ impl Scenario {
                 suspended: self.suspend,
                 deleting: self.deleting,
                 breaker: self.breaker.clone(),
+                external_update: self.external_update.clone(),
                 unhealthy_timeout: UNHEALTHY,
                 repair: self.repair,
                 asgs: &self.asgs,
@@ -166,6 +170,7 @@ fn input_of<'a>(s: &'a Scenario, active: &'a BTreeSet<String>) -> Input<'a> {
             suspended: s.suspend,
             deleting: s.deleting,
             breaker: s.breaker.clone(),
+            external_update: s.external_update.clone(),
             unhealthy_timeout: UNHEALTHY,
             repair: s.repair,
             asgs: &s.asgs,

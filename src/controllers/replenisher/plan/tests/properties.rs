@@ -101,6 +101,7 @@ pub(super) fn arb_state() -> impl Strategy<Value = Scenario> {
                     },
                     status,
                     breaker: None,
+                    external_update: None,
                     repair: true,
                 }
             },
