@@ -32,6 +32,16 @@ fn workers(asgs: &[String]) -> NodeGroup {
     .expect("group")
 }
 
+/// (ASG, desired, instances) of each ASG: the layout.
+async fn layout_of(world: &World, asgs: &[String]) -> Vec<(String, i32, usize)> {
+    world
+        .asg_snapshot(asgs)
+        .await
+        .into_iter()
+        .map(|(asg, desired, ids)| (asg, desired, ids.len()))
+        .collect()
+}
+
 struct Started {
     world: World,
     kops: support::KopsGroup,
@@ -240,12 +250,7 @@ async fn the_kits_kops_rolling_update_replaces_every_node_as_kops_does() {
         (ready == 3).then_some(())
     };
     assert_eventually("3 Nodes Ready", WAIT, ready).await;
-    let layout: Vec<(String, i32, usize)> = world
-        .asg_snapshot(&kops.asgs)
-        .await
-        .into_iter()
-        .map(|(asg, desired, ids)| (asg, desired, ids.len()))
-        .collect();
+    let layout = layout_of(&world, &kops.asgs).await;
     world.kops_update_cluster(&kops).await;
 
     let update = world.kops_rolling_update(&kops, KopsSurge::Detach).await;
@@ -284,12 +289,7 @@ async fn the_kits_kops_rolling_update_replaces_every_node_as_kops_does() {
             "{old}: {gone:?}"
         );
     }
-    let after: Vec<(String, i32, usize)> = world
-        .asg_snapshot(&kops.asgs)
-        .await
-        .into_iter()
-        .map(|(asg, desired, ids)| (asg, desired, ids.len()))
-        .collect();
+    let after = layout_of(&world, &kops.asgs).await;
     assert_eq!(after, layout, "the layout as before");
     assert_eventually("3 Nodes Ready again", WAIT, ready).await;
 }
@@ -316,13 +316,7 @@ fn aws_mutations(metrics: &str) -> f64 {
 async fn a_kops_rolling_update_beside_the_manager_gets_no_aws_mutation_from_it() {
     let s = started("drift-kops-beside").await;
     let before = s.instances().await;
-    let layout: Vec<(String, i32, usize)> = s
-        .world
-        .asg_snapshot(&s.kops.asgs)
-        .await
-        .into_iter()
-        .map(|(asg, desired, ids)| (asg, desired, ids.len()))
-        .collect();
+    let layout = layout_of(&s.world, &s.kops.asgs).await;
     let performed = aws_mutations(&s.manager.assert_metrics().await);
     s.world.kops_update_cluster(&s.kops).await;
     s.status_where("3 drifted", |st| st.drifted_nodes == Some(3))
@@ -346,13 +340,7 @@ async fn a_kops_rolling_update_beside_the_manager_gets_no_aws_mutation_from_it()
     let replacements: BTreeSet<&String> = update.replaced.iter().map(|(_, n)| n).collect();
     assert_eq!(new, replacements, "no instance but kops's replacements");
     assert!(now.is_disjoint(&before), "every old instance gone");
-    let after: Vec<(String, i32, usize)> = s
-        .world
-        .asg_snapshot(&s.kops.asgs)
-        .await
-        .into_iter()
-        .map(|(asg, desired, ids)| (asg, desired, ids.len()))
-        .collect();
+    let after = layout_of(&s.world, &s.kops.asgs).await;
     assert_eq!(after, layout);
     assert_eq!(status.nodes.len(), 3);
 }
@@ -368,13 +356,7 @@ async fn a_kops_rolling_update_that_terminates_first_is_not_answered_by_the_mana
     use spot_node_manager::crd::nodegroup::GroupState;
     let s = started("drift-kops-first").await;
     let before = s.instances().await;
-    let layout: Vec<(String, i32, usize)> = s
-        .world
-        .asg_snapshot(&s.kops.asgs)
-        .await
-        .into_iter()
-        .map(|(asg, desired, ids)| (asg, desired, ids.len()))
-        .collect();
+    let layout = layout_of(&s.world, &s.kops.asgs).await;
     let performed = aws_mutations(&s.manager.assert_metrics().await);
     s.world
         .set_timing(&s.kops.asgs[0], "launch-lag", 70.0)
@@ -412,12 +394,6 @@ async fn a_kops_rolling_update_that_terminates_first_is_not_answered_by_the_mana
     let new: BTreeSet<&String> = now.difference(&before).collect();
     let replacements: BTreeSet<&String> = update.replaced.iter().map(|(_, n)| n).collect();
     assert_eq!(new, replacements, "no instance but the ASGs' replacements");
-    let after: Vec<(String, i32, usize)> = s
-        .world
-        .asg_snapshot(&s.kops.asgs)
-        .await
-        .into_iter()
-        .map(|(asg, desired, ids)| (asg, desired, ids.len()))
-        .collect();
+    let after = layout_of(&s.world, &s.kops.asgs).await;
     assert_eq!(after, layout);
 }
