@@ -155,6 +155,11 @@ pub struct GroupFacts<'a> {
 }
 
 impl GroupFacts<'_> {
+    /// The group's ASG named `name`, as observed.
+    pub fn asg(&self, name: &str) -> Option<&AsgView> {
+        self.asgs.iter().find(|a| a.name == name)
+    }
+
     /// When `node` becomes (or became) unhealthy: its Ready condition not
     /// True since `unhealthy_since`, plus the timeout. None while Ready, or
     /// while leaving on an interruption notice.

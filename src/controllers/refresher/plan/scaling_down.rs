@@ -103,14 +103,9 @@ impl Planner<'_> {
     /// theirs. The run ends at it instead of raising it back; our own steps
     /// never take an ASG below its recorded count.
     fn accept_lowered_layout(&mut self) {
+        let input = self.input;
         for o in &mut self.status.original_desired {
-            let Some(asg) = self
-                .input
-                .group
-                .asgs
-                .iter()
-                .find(|a| a.name == o.auto_scaling_group)
-            else {
+            let Some(asg) = input.group.asg(&o.auto_scaling_group) else {
                 continue;
             };
             if asg.desired < o.desired {
@@ -129,12 +124,7 @@ impl Planner<'_> {
         let input = self.input;
         let mut layout = Layout::default();
         for o in &self.status.original_desired {
-            let Some(asg) = input
-                .group
-                .asgs
-                .iter()
-                .find(|a| a.name == o.auto_scaling_group)
-            else {
+            let Some(asg) = input.group.asg(&o.auto_scaling_group) else {
                 continue;
             };
             let active: Vec<&Member> = input.members.iter().filter(|m| m.asg == asg.name).collect();
