@@ -204,6 +204,9 @@ pub struct GroupNode {
     pub unhealthy_since: Option<DateTime<Utc>>,
     /// Leaving, per an interruption notice recorded on the node.
     pub fate: Option<Fate>,
+    /// Launched from another template version than its ASG launches now, or
+    /// marked by kops (the inventory's `drifted`).
+    pub drifted: bool,
 }
 
 /// How a node with an interruption notice leaves, and who replaces it.
@@ -320,6 +323,7 @@ pub fn group_nodes(
                 launch_time: n.launch_time,
                 unhealthy_since: n.unhealthy_since,
                 fate,
+                drifted: n.drifted.is_some(),
             }
         })
         .collect()

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
     status = "RefresherStatus",
     printcolumn(name = "Group", type_ = "string", json_path = ".spec.nodeGroup"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Trigger", type_ = "string", json_path = ".status.trigger"),
     printcolumn(name = "Next Run", type_ = "string", json_path = ".status.nextRun"),
     printcolumn(name = "Progress", type_ = "string", json_path = ".status.progress"),
     printcolumn(
@@ -40,7 +41,11 @@ pub struct RefresherSpec {
     /// Name of the owning NodeGroup (same namespace).
     pub node_group: String,
     pub role: Role,
+    /// Cron expression; empty for a group with no scheduled refresh (its
+    /// Refresher only rolls drifted nodes).
+    #[serde(default)]
     pub schedule: String,
+    #[serde(default = "default_time_zone")]
     pub time_zone: String,
     #[schemars(range(min = 0))]
     pub surplus_nodes: i32,
@@ -53,6 +58,14 @@ pub struct RefresherSpec {
     pub master_settle_time: String,
     #[serde(default)]
     pub suspend: bool,
+    /// The group's `drift.action` is `Replace`: drifted nodes are rolled
+    /// without waiting for the schedule.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drift_replace: bool,
+}
+
+fn default_time_zone() -> String {
+    "UTC".into()
 }
 
 fn default_master_settle_time() -> String {
@@ -97,6 +110,10 @@ pub struct RefresherStatus {
     /// Start of the run in progress; absent when idle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_start: Option<DateTime<Utc>>,
+    /// What started the run in progress: its schedule, or drifted nodes
+    /// (a drift roll, whose planned instances follow the drift).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<RunTrigger>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_target: Option<RefreshTarget>,
     /// Masters: since when every master's control-plane pods are Ready
@@ -182,10 +199,22 @@ pub enum RunResult {
     Skipped,
 }
 
+/// What started a run.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RunTrigger {
+    /// The cron schedule (every node, or those older than `maxNodeAge`).
+    Schedule,
+    /// Drifted nodes (`drift.action: Replace`): only those, and the ones
+    /// that drift while it runs.
+    Drift,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunOutcome {
     pub started: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<RunTrigger>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished: Option<DateTime<Utc>>,
     pub replaced: i32,
@@ -203,8 +232,13 @@ impl RefresherSpec {
         let duration_of =
             |field: &str, v: &str| duration::parse(v).map_err(|e| format!("spec.{field}: {e}"));
         Ok(super::nodegroup::ResolvedRefresh {
-            schedule: super::nodegroup::parse_schedule(&self.schedule)
-                .map_err(|e| format!("spec.schedule: {e}"))?,
+            schedule: match self.schedule.trim() {
+                "" => None,
+                cron => Some(
+                    super::nodegroup::parse_schedule(cron)
+                        .map_err(|e| format!("spec.schedule: {e}"))?,
+                ),
+            },
             time_zone: self.time_zone.parse().map_err(|e| {
                 format!(
                     "spec.timeZone: unknown IANA time zone {:?}: {e}",
@@ -233,6 +267,9 @@ impl RefresherSpec {
 
     /// Identifies the schedule `nextRun` was computed from.
     pub fn schedule_key(&self) -> String {
-        format!("{} in {}", self.schedule, self.time_zone)
+        match self.schedule.trim() {
+            "" => "no schedule".into(),
+            cron => format!("{cron} in {}", self.time_zone),
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! them).
 
 use crate::context::{Context, FIELD_MANAGER};
+use crate::crd::nodegroup::{DriftAction, RefreshSpec};
 use crate::crd::refresher::RefresherSpec;
 use crate::crd::replenisher::ReplenisherSpec;
 use crate::crd::{NodeGroup, Refresher, Replenisher};
@@ -16,7 +17,19 @@ use tracing::{info, warn};
 pub fn child_specs(group: &NodeGroup) -> (Option<RefresherSpec>, Option<ReplenisherSpec>) {
     let spec = &group.spec;
     let name = group.name_any();
-    let refresher = spec.refresh.as_ref().map(|r| RefresherSpec {
+    let drift_replace = spec.drift.action == DriftAction::Replace;
+    // A group without `refresh` but with drift rolls gets a Refresher with no
+    // schedule and the refresh defaults (one surplus node for workers).
+    let defaults;
+    let refresh = match (&spec.refresh, drift_replace) {
+        (Some(r), _) => Some(r),
+        (None, true) => {
+            defaults = RefreshSpec::unscheduled();
+            Some(&defaults)
+        }
+        (None, false) => None,
+    };
+    let refresher = refresh.map(|r| RefresherSpec {
         node_group: name.clone(),
         role: spec.role,
         schedule: r.schedule.clone(),
@@ -28,6 +41,7 @@ pub fn child_specs(group: &NodeGroup) -> (Option<RefresherSpec>, Option<Replenis
         ready_timeout: r.ready_timeout.clone(),
         master_settle_time: r.master_settle_time.clone(),
         suspend: spec.suspend,
+        drift_replace,
     });
     let replenisher = spec.replenish.enabled.then(|| ReplenisherSpec {
         node_group: name.clone(),
@@ -209,5 +223,32 @@ mod tests {
         assert_eq!(rf.surplus_nodes, 1, "worker default");
         assert_eq!(rf.time_zone, "UTC");
         assert!(replenisher.is_none());
+    }
+    #[test]
+    fn drift_replace_without_refresh_gets_an_unscheduled_refresher() {
+        let mut g = group(&["nodes-a"], 3);
+        g.spec.drift.action = DriftAction::Replace;
+        let rf = child_specs(&g).0.expect("a Refresher for drift rolls");
+        assert!(rf.drift_replace);
+        assert_eq!(rf.schedule, "", "no scheduled run");
+        assert_eq!(rf.surplus_nodes, 1, "the worker default surplus");
+        let resolved = rf.resolve().expect("the defaults resolve");
+        assert!(resolved.schedule.is_none());
+        assert_eq!(resolved.drain_timeout, std::time::Duration::from_secs(300));
+
+        g.spec.refresh = Some(
+            serde_json::from_value(serde_json::json!({"schedule": "0 3 * * *", "surplusNodes": 2}))
+                .unwrap(),
+        );
+        let rf = child_specs(&g).0.expect("refresher");
+        assert!(rf.drift_replace);
+        assert_eq!(
+            (rf.schedule.as_str(), rf.surplus_nodes),
+            ("0 3 * * *", 2),
+            "refresh's settings"
+        );
+
+        g.spec.drift.action = DriftAction::Report;
+        assert!(!child_specs(&g).0.expect("refresher").drift_replace);
     }
 }

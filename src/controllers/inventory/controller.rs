@@ -114,7 +114,10 @@ pub async fn observe_aws<N: NodeView>(
     let symbolic = super::drift::symbolic_templates(&asgs);
     // Not during an operation (its budget is 20 calls a minute, and a
     // refresh replaces the nodes anyway): what is known stands until then.
-    let operating = group.status.as_ref().is_some_and(|s| s.operation.is_some());
+    // A group whose drift is rolled still asks: its roll follows a newer
+    // version, or a rollback, while it runs.
+    let operating = group.status.as_ref().is_some_and(|s| s.operation.is_some())
+        && group.spec.drift.action != crate::crd::nodegroup::DriftAction::Replace;
     let ask = match operating {
         true => vec![],
         false => facts.templates.to_ask(&symbolic, started),
@@ -405,6 +408,22 @@ mod inventory_tests {
             .await
             .expect("observe");
         assert_eq!(cloud.calls("template_versions"), 1, "once the lock is free");
+
+        // A group that rolls its drift asks during its own roll.
+        let facts = InstanceFacts::for_resync(Duration::ZERO);
+        g.spec.drift.action = crate::crd::nodegroup::DriftAction::Replace;
+        g.status = Some(NodeGroupStatus {
+            operation: Some(OperationLock {
+                holder: OperationKind::Refresh,
+                holder_name: "workers".into(),
+                since: t0(),
+            }),
+            ..Default::default()
+        });
+        observe_aws(&cloud, &facts, &g, &nodes)
+            .await
+            .expect("observe");
+        assert_eq!(cloud.calls("template_versions"), 2, "asked under the lock");
     }
 
     #[tokio::test]

@@ -37,6 +37,8 @@ pub enum Current {
         id: Option<String>,
         name: Option<String>,
         version: i64,
+        /// Resolved from `$Latest` (as asked a resync or two ago).
+        latest: bool,
     },
     Configuration(String),
 }
@@ -73,7 +75,12 @@ pub fn current(source: &LaunchSource, templates: &[TemplateVersions]) -> Option<
         id: id.clone(),
         name: name.clone(),
         version,
+        latest: version_is_latest(source),
     })
+}
+
+fn version_is_latest(source: &LaunchSource) -> bool {
+    matches!(source, LaunchSource::Template { version: Some(v), .. } if v == "$Latest")
 }
 
 /// Why an instance launched from `launched` is drifted from `current`, its
@@ -100,6 +107,7 @@ pub fn drift(launched: Option<&LaunchSource>, current: Option<&Current>) -> Opti
                 id: now_id,
                 name: now_name,
                 version: now_version,
+                latest,
             },
         ) => {
             let same = match ((id, now_id), (name, now_name)) {
@@ -117,6 +125,11 @@ pub fn drift(launched: Option<&LaunchSource>, current: Option<&Current>) -> Opti
             // An instance's version is the number it was launched from;
             // anything else cannot be compared.
             let was: i64 = version.as_deref()?.parse().ok()?;
+            if *latest && was > *now_version {
+                // Launched from a version newer than the latest we know of:
+                // what we know is older than the instance, not the other way.
+                return None;
+            }
             (was != *now_version).then(|| {
                 format!(
                     "launch template {} version {was}, its ASG launches version {now_version}",
@@ -135,7 +148,9 @@ fn label(id: &Option<String>, name: &Option<String>) -> String {
 
 fn describe(current: &Current) -> String {
     match current {
-        Current::Template { id, name, version } => {
+        Current::Template {
+            id, name, version, ..
+        } => {
             format!("launch template {} version {version}", label(id, name))
         }
         Current::Configuration(name) => format!("launch configuration {name}"),
@@ -343,17 +358,22 @@ mod tests {
     fn latest_and_default_resolve_through_the_templates_versions() {
         let known = [versions("nodes", 4, 2)];
         let at = |v: Option<&str>| current(&template("nodes", v), &known);
-        let number = |n| {
+        let number = |n, latest| {
             Some(Current::Template {
                 id: Some("lt-nodes".into()),
                 name: Some("nodes".into()),
                 version: n,
+                latest,
             })
         };
-        assert_eq!(at(Some("$Latest")), number(4));
-        assert_eq!(at(Some("$Default")), number(2));
-        assert_eq!(at(None), number(2), "no version launches the default");
-        assert_eq!(at(Some("3")), number(3), "a number needs no lookup");
+        assert_eq!(at(Some("$Latest")), number(4, true));
+        assert_eq!(at(Some("$Default")), number(2, false));
+        assert_eq!(
+            at(None),
+            number(2, false),
+            "no version launches the default"
+        );
+        assert_eq!(at(Some("3")), number(3, false), "a number needs no lookup");
         assert_eq!(
             current(&template("gone", Some("$Latest")), &known),
             None,
@@ -409,6 +429,19 @@ mod tests {
             drift(Some(&template("nodes", Some("$Latest"))), now.as_ref()),
             None
         );
+        // Launched from a version newer than the `$Latest` last asked (a
+        // replacement launched after `kops update cluster`, before the next
+        // ask): the answer is stale, the instance is not drifted.
+        assert_eq!(
+            drift(Some(&template("nodes", Some("5"))), now.as_ref()),
+            None
+        );
+        // With `$Default`, a newer instance is drift (the default was set back).
+        let default = current(
+            &template("nodes", Some("$Default")),
+            &[versions("nodes", 5, 4)],
+        );
+        assert!(drift(Some(&template("nodes", Some("5"))), default.as_ref()).is_some());
         // Templates without a comparable identity.
         let anonymous = LaunchSource::Template {
             id: None,

@@ -21,7 +21,6 @@ use crate::crd::refresher::{RefreshTarget, RunResult, TargetPurpose};
 use crate::crd::{NodeGroup, Refresher, RefresherStatus};
 use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
 use crate::k8s::lock::{self, Acquired, Holder};
-use crate::metrics::RunLabels;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::controller::Action;
@@ -30,11 +29,12 @@ use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::debug;
 
 pub const CONTROLLER: &str = "refresher";
 use crate::crd::condition::{LAST_RUN_SUCCEEDED, SCALING_PROCESSES, SCHEDULE_VALID};
 const EVENT_ACTION: &str = "Refresh";
+use super::report::report;
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     crate::controllers::runtime::run_group_child::<Refresher, _, _>(
@@ -70,10 +70,20 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     // Idle and not due: the plan looks at nothing AWS would say
     // (`needs_observation` is tested for exactly that), so the group's
     // frequent status updates cost no AWS call.
+    // Drifted nodes to roll: the group's status says so (the plan then
+    // reads which, per node, from the same status).
+    let drift_pending = rf.spec.drift_replace
+        && observed
+            .group
+            .status
+            .as_ref()
+            .and_then(|s| s.drifted_nodes)
+            .is_some_and(|n| n > 0);
     let described = if refresh_plan::needs_observation(
         rf.status.as_ref(),
         &rf.spec.schedule_key(),
         ctx.clock.now(),
+        drift_pending,
     ) {
         Some(observed.describe().await?)
     } else {
@@ -98,6 +108,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             dry_run: ctx.settings.dry_run,
             settings: &settings,
             schedule_key: &schedule_key,
+            drift_replace: rf.spec.drift_replace,
             members: &Member::all_of(&described.fresh),
             control_plane_ready: &control_plane_ready,
             status: &current,
@@ -411,74 +422,6 @@ async fn terminate(
     )
     .await?;
     Ok(())
-}
-
-/// Events and metrics for what the plan did.
-async fn report(ctx: &Context, group: &ObjectReference, happenings: &[Happening]) {
-    for h in happenings {
-        let (type_, reason, note) = match h {
-            Happening::Started { total, surplus } => {
-                ctx.metrics.refresh_runs_started.inc();
-                (
-                    EventType::Normal,
-                    "RefreshStarted",
-                    format!("replacing {total} node(s), {surplus} surplus"),
-                )
-            }
-            Happening::Skipped(why) => {
-                ctx.metrics.refresh_run("Skipped");
-                (EventType::Normal, "RefreshSkipped", why.clone())
-            }
-            Happening::Planned(what) => {
-                ctx.metrics.refresh_run("Skipped");
-                (EventType::Normal, "RefreshPlanned", what.clone())
-            }
-            Happening::Replaced { node, took } => {
-                ctx.metrics
-                    .node_replacement_duration
-                    .observe(took.as_secs_f64());
-                (
-                    EventType::Normal,
-                    "NodeReplaced",
-                    format!(
-                        "{node} replaced in {}",
-                        crate::duration::format(Duration::from_secs(took.as_secs()))
-                    ),
-                )
-            }
-            Happening::Failed(why) => (EventType::Warning, "RefreshFailed", why.clone()),
-            Happening::LayoutLowered { asg, recorded, now } => (
-                EventType::Normal,
-                "LayoutLowered",
-                format!(
-                    "{asg}'s desired count was lowered from {recorded} to {now} by someone else during the run; the run ends at {now} and does not raise it back"
-                ),
-            ),
-            Happening::Finished {
-                result,
-                replaced,
-                took,
-            } => {
-                let (label, type_) = match result {
-                    RunResult::Succeeded => ("Succeeded", EventType::Normal),
-                    RunResult::Failed => ("Failed", EventType::Warning),
-                    RunResult::Skipped => ("Skipped", EventType::Normal),
-                };
-                ctx.metrics.refresh_run(label);
-                ctx.metrics
-                    .refresh_run_duration
-                    .get_or_create(&RunLabels { result: label })
-                    .observe(took.as_secs_f64());
-                (
-                    type_,
-                    "RefreshFinished",
-                    format!("{label}: replaced {replaced} node(s)"),
-                )
-            }
-        };
-        info!(reason, %note, "refresh");
-        ctx.event(group, type_, reason, EVENT_ACTION, note).await;
-    }
 }
 
 async fn write_status(

@@ -1,6 +1,7 @@
 //! The refresher, one per group: cron-scheduled rolling replacement
 //! (`schedule`: the next run in a time zone; `plan`: the pure state machine,
-//! one module per phase; `execute`: the order a step is carried out in;
+//! one module per phase; `execute`: the order a step is carried out in; `report`: its Events
+//! and metrics;
 //! `controller`: observe, decide, then execute against the cluster and AWS).
 
 pub mod controller;
@@ -9,6 +10,7 @@ pub mod guard;
 pub mod plan;
 #[cfg(test)]
 mod reconcile_tests;
+mod report;
 pub mod schedule;
 
 pub use controller::{CONTROLLER, run};

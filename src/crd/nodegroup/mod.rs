@@ -91,6 +91,28 @@ pub struct NodeGroupSpec {
     /// Scheduled rolling replacement; no refresh when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh: Option<RefreshSpec>,
+    /// What is done with nodes whose instance was launched from another
+    /// launch template version than their ASG launches now (after `kops
+    /// update cluster`), or that kops marks `kops.k8s.io/needs-update`.
+    #[serde(default)]
+    pub drift: DriftSpec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftSpec {
+    /// `Report` (default): status, Event and metric only. `Replace`: drifted
+    /// nodes are rolled within a minute of detection, with `refresh`'s
+    /// surplus, drain and ready settings (their defaults without `refresh`).
+    #[serde(default)]
+    pub action: DriftAction,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DriftAction {
+    #[default]
+    Report,
+    Replace,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
@@ -246,6 +268,23 @@ pub struct RefreshSpec {
 
 fn default_master_settle_time() -> String {
     "2m".into()
+}
+
+impl RefreshSpec {
+    /// The refresh defaults with no schedule: what a drift roll of a group
+    /// without `refresh` runs with.
+    pub fn unscheduled() -> Self {
+        Self {
+            schedule: String::new(),
+            time_zone: default_time_zone(),
+            surplus_nodes: None,
+            max_node_age: None,
+            drain_timeout: default_drain_timeout(),
+            drain_timeout_action: DrainTimeoutAction::default(),
+            ready_timeout: default_ready_timeout(),
+            master_settle_time: default_master_settle_time(),
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]

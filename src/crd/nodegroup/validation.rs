@@ -73,7 +73,8 @@ impl Problems {
 /// The spec's settings with defaults applied and strings parsed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedRefresh {
-    pub schedule: cron::Schedule,
+    /// None for a group with drift rolls and no scheduled refresh.
+    pub schedule: Option<cron::Schedule>,
     pub time_zone: chrono_tz::Tz,
     pub surplus_nodes: i32,
     pub max_node_age: Option<std::time::Duration>,
@@ -250,7 +251,7 @@ impl NodeGroupSpec {
     pub fn resolved_refresh(&self) -> Option<ResolvedRefresh> {
         let refresh = self.refresh.as_ref()?;
         Some(ResolvedRefresh {
-            schedule: parse_schedule(&refresh.schedule).ok()?,
+            schedule: Some(parse_schedule(&refresh.schedule).ok()?),
             time_zone: refresh.time_zone.parse().ok()?,
             surplus_nodes: refresh.effective_surplus(self.role),
             max_node_age: match &refresh.max_node_age {
@@ -291,6 +292,7 @@ mod tests {
 
     pub(crate) fn worker_spec() -> NodeGroupSpec {
         NodeGroupSpec {
+            drift: Default::default(),
             role: Role::Worker,
             region: None,
             auto_scaling_groups: vec![

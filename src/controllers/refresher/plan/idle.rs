@@ -6,9 +6,12 @@ use crate::controllers::group_view::{AsgView, LockState, after, until};
 use crate::controllers::refresher::schedule::next_run;
 use crate::crd::Role;
 use crate::crd::nodegroup::ResolvedRefresh;
-use crate::crd::refresher::{AsgDesired, RefreshPhase, RunOutcome, RunResult};
+use crate::crd::refresher::{AsgDesired, RefreshPhase, RunOutcome, RunResult, RunTrigger};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
+
+/// Drifted nodes whose roll may not start yet: looked at again this often.
+const DRIFT_RETRY: Duration = Duration::from_secs(15);
 
 impl Planner<'_> {
     /// Not running. Some(step) unless a run starts now.
@@ -21,37 +24,29 @@ impl Planner<'_> {
         let due = self.status.next_run.is_some_and(|t| now >= t);
         if !due {
             self.status.phase = RefreshPhase::Idle;
-            let (message, requeue) = match self.status.next_run {
-                Some(t) => (
+            let drifted = match input.drift_replace {
+                true => drifted_targets(input),
+                false => vec![],
+            };
+            if !drifted.is_empty() {
+                return self.start_drift_roll(drifted, settings);
+            }
+            let (message, requeue) = match (self.status.next_run, &settings.schedule) {
+                (Some(t), _) => (
                     format!("next run at {}", t.to_rfc3339()),
                     until(now, t).min(IDLE),
                 ),
-                None => ("the schedule never fires again".to_string(), IDLE),
+                (None, None) => (
+                    "no schedule: only drifted nodes are rolled".to_string(),
+                    IDLE,
+                ),
+                (None, Some(_)) => ("the schedule never fires again".to_string(), IDLE),
             };
             // A lock still held here was left by a run that ended just before a restart.
             return Some(Step::act(self.release_if_ours(), message, requeue));
         }
-        if input.group.suspended {
-            return Some(self.skip("the group is suspended".into(), settings));
-        }
-        if input.group.deleting {
-            return Some(self.skip("the NodeGroup is being deleted".into(), settings));
-        }
-        if let Some(why) = &input.group.external_update {
-            return Some(self.skip(why.clone(), settings));
-        }
-        if let Some(why) = &input.group.breaker {
-            return Some(self.skip(format!("circuit breaker open: {why}"), settings));
-        }
-        if let Some(why) = blocking_processes(input.group.asgs) {
+        if let Some(why) = self.start_blocker() {
             return Some(self.skip(why, settings));
-        }
-        let ready = self.ready();
-        if ready < input.group.desired {
-            return Some(self.skip(
-                format!("only {ready} of {} nodes are Ready", input.group.desired),
-                settings,
-            ));
         }
         let planned = targets(input, settings.max_node_age);
         if planned.is_empty() {
@@ -61,19 +56,9 @@ impl Planner<'_> {
             };
             return Some(self.skip(why, settings));
         }
-        let wanted = match input.group.role {
-            Role::Worker => settings.surplus_nodes,
-            Role::Master => 0,
-        };
-        let surplus = distribute(wanted, input.group.asgs);
-        let placed: i32 = surplus.iter().map(|s| s.desired).sum();
-        if placed < wanted {
-            return Some(self.skip(
-                format!(
-                    "cannot add {wanted} surplus node(s): only {placed} fit on ASGs that are launching and below their max"
-                ),
-                settings,
-            ));
+        let (surplus, short) = self.surplus_to_add(settings);
+        if let Some(why) = short {
+            return Some(self.skip(why, settings));
         }
         if input.dry_run {
             let plan = format!(
@@ -86,33 +71,114 @@ impl Planner<'_> {
             self.finish_idle(now, RunResult::Skipped, Some(plan.clone()), settings);
             return Some(Step::wait(plan, SOON));
         }
-        match &input.group.lock {
-            LockState::Other(holder) => {
-                self.status.phase = RefreshPhase::WaitingForLock;
-                return Some(Step::wait(
-                    format!("due; waiting for the group's lock, held by {holder}"),
-                    LOCK_RETRY,
-                ));
-            }
-            LockState::Free => {
-                self.status.phase = RefreshPhase::WaitingForLock;
-                return Some(Step::act(
-                    super::Command::TakeLock,
-                    "due; taking the group's lock",
-                    Duration::ZERO,
-                ));
-            }
-            LockState::Ours => {}
+        if let Some(step) = self.lock_to_start("due") {
+            return Some(step);
         }
-        self.start(planned, surplus);
+        self.start(planned, surplus, RunTrigger::Schedule);
         None
     }
 
-    fn start(&mut self, planned: Vec<String>, surplus: Vec<AsgDesired>) {
+    /// Drifted members and `drift.action: Replace`: a drift roll of them
+    /// starts now, or waits (with the reason) while one may not. A wait is
+    /// not a skipped run: it is looked at again until the drift is gone.
+    fn start_drift_roll(
+        &mut self,
+        drifted: Vec<String>,
+        settings: &ResolvedRefresh,
+    ) -> Option<Step> {
+        let n = drifted.len();
+        let wait = |why: String| {
+            Some(Step::wait(
+                format!("{n} drifted node(s); the drift roll waits: {why}"),
+                DRIFT_RETRY,
+            ))
+        };
+        if let Some(why) = self.start_blocker() {
+            return wait(why);
+        }
+        let (surplus, short) = self.surplus_to_add(settings);
+        if let Some(why) = short {
+            return wait(why);
+        }
+        if self.input.dry_run {
+            return wait(format!(
+                "dry run: would add {} and replace {}",
+                describe_counts(&surplus),
+                drifted.join(", ")
+            ));
+        }
+        if let Some(step) = self.lock_to_start("drifted nodes") {
+            return Some(step);
+        }
+        self.start(drifted, surplus, RunTrigger::Drift);
+        None
+    }
+
+    /// Why no run may start now, if so.
+    fn start_blocker(&self) -> Option<String> {
+        let input = self.input;
+        if input.group.suspended {
+            return Some("the group is suspended".into());
+        }
+        if input.group.deleting {
+            return Some("the NodeGroup is being deleted".into());
+        }
+        if let Some(why) = &input.group.external_update {
+            return Some(why.clone());
+        }
+        if let Some(why) = &input.group.breaker {
+            return Some(format!("circuit breaker open: {why}"));
+        }
+        if let Some(why) = blocking_processes(input.group.asgs) {
+            return Some(why);
+        }
+        let ready = self.ready();
+        (ready < input.group.desired)
+            .then(|| format!("only {ready} of {} nodes are Ready", input.group.desired))
+    }
+
+    /// The surplus a run adds, per ASG, and why it cannot all be placed.
+    fn surplus_to_add(&self, settings: &ResolvedRefresh) -> (Vec<AsgDesired>, Option<String>) {
+        let wanted = match self.input.group.role {
+            Role::Worker => settings.surplus_nodes,
+            Role::Master => 0,
+        };
+        let surplus = distribute(wanted, self.input.group.asgs);
+        let placed: i32 = surplus.iter().map(|s| s.desired).sum();
+        let short = (placed < wanted).then(|| format!(
+            "cannot add {wanted} surplus node(s): only {placed} fit on ASGs that are launching and below their max"
+        ));
+        (surplus, short)
+    }
+
+    /// A run may start (`why`): Some(step) until the group's lock is ours.
+    fn lock_to_start(&mut self, why: &str) -> Option<Step> {
+        match &self.input.group.lock {
+            LockState::Other(holder) => {
+                self.status.phase = RefreshPhase::WaitingForLock;
+                Some(Step::wait(
+                    format!("{why}; waiting for the group's lock, held by {holder}"),
+                    LOCK_RETRY,
+                ))
+            }
+            LockState::Free => {
+                self.status.phase = RefreshPhase::WaitingForLock;
+                Some(Step::act(
+                    super::Command::TakeLock,
+                    format!("{why}; taking the group's lock"),
+                    Duration::ZERO,
+                ))
+            }
+            LockState::Ours => None,
+        }
+    }
+
+    fn start(&mut self, planned: Vec<String>, surplus: Vec<AsgDesired>, trigger: RunTrigger) {
         let input = self.input;
         let placed = surplus.iter().map(|s| s.desired).sum();
         let st = &mut self.status;
         st.run_start = Some(input.group.now);
+        st.trigger = Some(trigger);
         st.phase = RefreshPhase::ScalingUp;
         st.phase_since = Some(input.group.now);
         st.original_desired = input
@@ -135,6 +201,7 @@ impl Planner<'_> {
         self.happenings.push(Happening::Started {
             total: self.status.planned_instances.len(),
             surplus: placed,
+            trigger,
         });
     }
 
@@ -154,8 +221,10 @@ impl Planner<'_> {
     }
 
     pub(super) fn schedule_next(&mut self, settings: &ResolvedRefresh) {
-        self.status.next_run =
-            next_run(&settings.schedule, settings.time_zone, self.input.group.now);
+        self.status.next_run = settings
+            .schedule
+            .as_ref()
+            .and_then(|schedule| next_run(schedule, settings.time_zone, self.input.group.now));
         self.status.next_run_from = Some(self.input.schedule_key.to_string());
     }
 
@@ -174,8 +243,10 @@ impl Planner<'_> {
         } else {
             st.replaced
         };
+        let trigger = st.trigger.take();
         st.last_run = Some(RunOutcome {
             started,
+            trigger,
             finished: Some(now),
             replaced,
             result,
@@ -190,7 +261,11 @@ impl Planner<'_> {
         st.planned_instances = vec![];
         st.replaced_instances = vec![];
         st.failure = None;
-        self.schedule_next(settings);
+        // A drift roll leaves the schedule alone: a run that came due
+        // meanwhile starts next.
+        if trigger != Some(RunTrigger::Drift) {
+            self.schedule_next(settings);
+        }
     }
 }
 
@@ -227,6 +302,24 @@ fn targets(input: &Input, max_age: Option<Duration>) -> Vec<String> {
         .collect();
     old.sort();
     old.into_iter().map(|(_, _, id)| id.to_string()).collect()
+}
+
+/// The drifted members a drift roll replaces, oldest first: nodes the
+/// inventory reports drifted whose instance is active in a group ASG.
+pub(super) fn drifted_targets(input: &Input) -> Vec<String> {
+    let mut drifted: Vec<(Option<DateTime<Utc>>, &str)> = input
+        .group
+        .nodes
+        .iter()
+        .filter(|n| n.drifted)
+        .filter_map(|n| {
+            let id = n.instance_id.as_deref()?;
+            let member = input.members.iter().any(|m| m.instance_id == id);
+            member.then_some((n.launch_time, id))
+        })
+        .collect();
+    drifted.sort();
+    drifted.into_iter().map(|(_, id)| id.to_string()).collect()
 }
 
 /// Spreads `n` surplus nodes over ASGs that are launching and below their

@@ -25,6 +25,7 @@
 //! twice, and a run ends with every ASG at its recorded desired count.
 
 mod draining;
+mod drift;
 mod idle;
 mod replacing;
 mod scaling_down;
@@ -35,7 +36,7 @@ mod tests;
 use crate::controllers::group_view::{DesiredChange, LockState};
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{
-    AsgDesired, RefreshPhase, RefreshTarget, RefresherStatus, RunResult, TargetPurpose,
+    AsgDesired, RefreshPhase, RefreshTarget, RefresherStatus, RunResult, RunTrigger, TargetPurpose,
 };
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
@@ -80,6 +81,9 @@ pub struct Input<'a> {
     pub settings: &'a Result<ResolvedRefresh, String>,
     /// Identifies the schedule (see `RefresherSpec::schedule_key`).
     pub schedule_key: &'a str,
+    /// `drift.action: Replace`: drifted nodes (`GroupNode::drifted`) are
+    /// rolled without waiting for the schedule.
+    pub drift_replace: bool,
     pub members: &'a [Member],
     /// Masters: the nodes whose control-plane pods (kube-apiserver,
     /// etcd-manager) are all Ready. Looked at only between replacements.
@@ -130,6 +134,14 @@ pub enum Happening {
     Started {
         total: usize,
         surplus: i32,
+        trigger: RunTrigger,
+    },
+    /// A drift roll follows the drift: nodes that drifted meanwhile joined
+    /// it (a newer template version), nodes no longer drifted left it (the
+    /// old version made current again).
+    DriftChanged {
+        joined: Vec<String>,
+        left: Vec<String>,
     },
     Skipped(String),
     /// Dry run: what the run would do.
@@ -219,17 +231,21 @@ pub fn plan(input: &Input) -> Plan {
 }
 
 /// Whether a plan from `status` at `now` can look at the ASGs and nodes: a
-/// run in progress, a run due, or a schedule not yet evaluated. Otherwise the
-/// plan only reports the next run, so the reconcile skips describing the ASGs.
+/// run in progress, a run due, a schedule not yet evaluated, or drifted
+/// nodes to roll (`drift_pending`: the group reports drifted nodes and its
+/// drift action is `Replace`). Otherwise the plan only reports the next
+/// run, so the reconcile skips describing the ASGs.
 pub fn needs_observation(
     status: Option<&RefresherStatus>,
     schedule_key: &str,
     now: DateTime<Utc>,
+    drift_pending: bool,
 ) -> bool {
     let Some(status) = status else {
         return true;
     };
-    status.run_start.is_some()
+    drift_pending
+        || status.run_start.is_some()
         || status.next_run_from.as_deref() != Some(schedule_key)
         || status.next_run.is_some_and(|t| t <= now)
 }
@@ -338,6 +354,9 @@ impl Planner<'_> {
     /// Runs the phase transitions until one yields a step.
     fn run(&mut self, settings: &ResolvedRefresh) -> Step {
         if let Some(step) = self.unwind_for_deletion() {
+            return step;
+        }
+        if let Some(step) = self.follow_drift() {
             return step;
         }
         loop {

@@ -156,7 +156,8 @@ impl Planner<'_> {
     }
 
     /// Which instance of `asg` goes: one that never joined, else one that is
-    /// not Ready, else the newest Ready node (it carries the fewest pods).
+    /// not Ready, else the newest drifted Ready node, else the newest Ready
+    /// node (it carries the fewest pods).
     /// None when removing any would leave too few Ready.
     fn surplus_victim(&self, asg: &str, active: &[&Member]) -> Option<RefreshTarget> {
         let input = self.input;
@@ -189,10 +190,14 @@ impl Planner<'_> {
         if self.ready() - 1 < input.group.desired {
             return None;
         }
+        // A drifted one first (launched before a rollback), so what stays
+        // is on the template its ASG launches now.
         active
             .iter()
             .filter_map(|m| node_of(&m.instance_id).map(|n| (m, n)))
-            .max_by(|(_, a), (_, b)| (a.launch_time, &a.name).cmp(&(b.launch_time, &b.name)))
+            .max_by(|(_, a), (_, b)| {
+                (a.drifted, a.launch_time, &a.name).cmp(&(b.drifted, b.launch_time, &b.name))
+            })
             .map(|(m, n)| target(m, Some(n)))
     }
 

@@ -1,3 +1,4 @@
+mod drift;
 mod failures;
 mod masters;
 mod pauses;
@@ -23,7 +24,7 @@ fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
 
 fn settings(schedule: &str, zone: &str, surplus: i32) -> ResolvedRefresh {
     ResolvedRefresh {
-        schedule: parse_schedule(schedule).expect("schedule"),
+        schedule: Some(parse_schedule(schedule).expect("schedule")),
         time_zone: zone.parse().expect("zone"),
         surplus_nodes: surplus,
         max_node_age: None,
@@ -53,6 +54,8 @@ struct Instance {
     joined: bool,
     ready: bool,
     cordoned: bool,
+    /// The launch template version it was launched from.
+    version: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -106,6 +109,11 @@ struct Sim {
     layouts: Vec<Vec<(String, i32)>>,
     /// Where the manager dies in the reconcile being carried out.
     crash: Option<Crash>,
+    /// `drift.action: Replace`.
+    drift_replace: bool,
+    /// The template version the ASGs launch now; an instance launched from
+    /// another is drifted.
+    version: i64,
 }
 
 impl Sim {
@@ -150,6 +158,8 @@ impl Sim {
             ready_after_terminations: vec![],
             layouts: vec![],
             crash: None,
+            drift_replace: false,
+            version: 1,
         };
         sim.launch(now - chrono::Duration::days(1));
         for i in &mut sim.instances {
@@ -179,6 +189,7 @@ impl Sim {
                     joined: false,
                     ready: false,
                     cordoned: false,
+                    version: self.version,
                 });
             }
         }
@@ -225,6 +236,7 @@ impl Sim {
                     launch_time: Some(i.launched),
                     unhealthy_since: dead.then(|| self.now - chrono::Duration::days(1)),
                     fate: None,
+                    drifted: i.version != self.version,
                 }
             })
             .collect();
@@ -256,6 +268,7 @@ impl Sim {
             dry_run: self.dry_run,
             settings: &self.settings,
             schedule_key: &self.key,
+            drift_replace: self.drift_replace,
             members: &members,
             control_plane_ready: &control_plane_ready,
             status: &self.status,

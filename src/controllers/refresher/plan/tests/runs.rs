@@ -6,7 +6,12 @@ use super::*;
 fn a_plan_that_needs_no_observation_does_not_depend_on_it() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     sim.status.next_run = Some(sim.now + chrono::Duration::hours(1));
-    assert!(!needs_observation(Some(&sim.status), &sim.key, sim.now));
+    assert!(!needs_observation(
+        Some(&sim.status),
+        &sim.key,
+        sim.now,
+        false
+    ));
     let with = sim.plan();
     sim.instances.clear();
     sim.asgs.clear();
@@ -16,12 +21,27 @@ fn a_plan_that_needs_no_observation_does_not_depend_on_it() {
     assert!(needs_observation(
         Some(&sim.status),
         &sim.key,
-        sim.now + chrono::Duration::hours(1)
+        sim.now + chrono::Duration::hours(1),
+        false
     ));
-    assert!(needs_observation(Some(&sim.status), "edited", sim.now));
+    assert!(needs_observation(
+        Some(&sim.status),
+        "edited",
+        sim.now,
+        false
+    ));
+    assert!(
+        needs_observation(Some(&sim.status), &sim.key, sim.now, true),
+        "drifted nodes to roll"
+    );
     sim.status.run_start = Some(sim.now);
-    assert!(needs_observation(Some(&sim.status), &sim.key, sim.now));
-    assert!(needs_observation(None, &sim.key, sim.now));
+    assert!(needs_observation(
+        Some(&sim.status),
+        &sim.key,
+        sim.now,
+        false
+    ));
+    assert!(needs_observation(None, &sim.key, sim.now, false));
 }
 
 #[test]

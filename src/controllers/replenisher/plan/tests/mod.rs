@@ -48,6 +48,7 @@ fn node(name: &str, asg: &str, ready: bool, minutes_old: i64) -> GroupNode {
         launch_time: Some(t0() - chrono::Duration::minutes(minutes_old)),
         unhealthy_since: None,
         fate: None,
+        drifted: false,
     }
 }
 

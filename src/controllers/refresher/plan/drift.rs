@@ -1,0 +1,69 @@
+//! A drift roll (`drift.action: Replace`) follows the drift while it runs:
+//! a newer template version adds nodes to it, a rollback takes them out.
+
+use super::{Command, Happening, Planner, Step, idle, rank};
+use crate::crd::refresher::{RefreshPhase, RunTrigger, TargetPurpose};
+use std::time::Duration;
+
+impl Planner<'_> {
+    /// A drift roll short of `ScalingDown` takes the nodes drifted now:
+    /// those that drifted since it started join (a newer version) but for
+    /// as many as the surplus, planned ones no longer drifted leave (a
+    /// rollback), unless already terminated.
+    /// One being drained is put back in service (the step returned).
+    pub(super) fn follow_drift(&mut self) -> Option<Step> {
+        if self.status.trigger != Some(RunTrigger::Drift)
+            || rank(self.status.phase) >= rank(RefreshPhase::ScalingDown)
+        {
+            return None;
+        }
+        let input = self.input;
+        let clean = |id: &str| {
+            input
+                .group
+                .nodes
+                .iter()
+                .any(|n| n.instance_id.as_deref() == Some(id) && !n.drifted)
+        };
+        let mut step = None;
+        if let Some(target) = self.status.current_target.clone()
+            && target.purpose == TargetPurpose::Replace
+            && target.terminated.is_none()
+            && clean(&target.instance_id)
+        {
+            self.status.current_target = None;
+            let label = target.node.clone().unwrap_or(target.instance_id.clone());
+            let message = format!("{label} is no longer drifted; back in service");
+            step = Some(match target.node {
+                Some(node) => Step::act(Command::Uncordon(node), message, Duration::ZERO),
+                None => Step::wait(message, Duration::ZERO),
+            });
+        }
+        let drifted = idle::drifted_targets(input);
+        let surplus = self.surplus_total().max(0) as usize;
+        let st = &mut self.status;
+        let current = st.current_target.as_ref().map(|t| t.instance_id.clone());
+        let (kept, left): (Vec<String>, Vec<String>) = std::mem::take(&mut st.planned_instances)
+            .into_iter()
+            .partition(|id| {
+                st.replaced_instances.contains(id) || current.as_ref() == Some(id) || !clean(id)
+            });
+        st.planned_instances = kept;
+        let mut joined: Vec<String> = drifted
+            .into_iter()
+            .filter(|id| !st.planned_instances.contains(id))
+            .collect();
+        // The newest of them stand for the surplus: `ScalingDown` removes
+        // drifted nodes first, so replacing them too would cost a launch
+        // and a termination each for nothing.
+        joined.truncate(joined.len().saturating_sub(surplus));
+        if !joined.is_empty() || !left.is_empty() {
+            st.planned_instances.extend(joined.iter().cloned());
+            st.total = st.planned_instances.len() as i32;
+            st.progress = Some(format!("{}/{}", st.replaced, st.total));
+            self.happenings
+                .push(Happening::DriftChanged { joined, left });
+        }
+        step
+    }
+}

@@ -1,0 +1,110 @@
+//! What a refresher run did, told as Events on the group and as metrics.
+
+use crate::context::Context;
+use crate::controllers::refresher::plan::Happening;
+use crate::crd::refresher::{RunResult, RunTrigger};
+use crate::metrics::RunLabels;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::EventType;
+use std::time::Duration;
+use tracing::info;
+
+const EVENT_ACTION: &str = "Refresh";
+
+/// Events and metrics for what the plan did.
+pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &[Happening]) {
+    for h in happenings {
+        let (type_, reason, note) = match h {
+            Happening::Started {
+                total,
+                surplus,
+                trigger,
+            } => {
+                ctx.metrics.refresh_runs_started.inc();
+                let what = match trigger {
+                    RunTrigger::Schedule => "scheduled refresh",
+                    RunTrigger::Drift => "drift roll",
+                };
+                (
+                    EventType::Normal,
+                    "RefreshStarted",
+                    format!("{what}: replacing {total} node(s), {surplus} surplus"),
+                )
+            }
+            Happening::DriftChanged { joined, left } => {
+                let mut parts = vec![];
+                if !joined.is_empty() {
+                    parts.push(format!(
+                        "{} drifted since it started and joined it ({})",
+                        joined.len(),
+                        joined.join(", ")
+                    ));
+                }
+                if !left.is_empty() {
+                    parts.push(format!(
+                        "{} no longer drifted (its launch template version is current again) and left it ({})",
+                        left.len(),
+                        left.join(", ")
+                    ));
+                }
+                (
+                    EventType::Normal,
+                    "DriftRollChanged",
+                    format!("drift roll: {}", parts.join("; ")),
+                )
+            }
+            Happening::Skipped(why) => {
+                ctx.metrics.refresh_run("Skipped");
+                (EventType::Normal, "RefreshSkipped", why.clone())
+            }
+            Happening::Planned(what) => {
+                ctx.metrics.refresh_run("Skipped");
+                (EventType::Normal, "RefreshPlanned", what.clone())
+            }
+            Happening::Replaced { node, took } => {
+                ctx.metrics
+                    .node_replacement_duration
+                    .observe(took.as_secs_f64());
+                (
+                    EventType::Normal,
+                    "NodeReplaced",
+                    format!(
+                        "{node} replaced in {}",
+                        crate::duration::format(Duration::from_secs(took.as_secs()))
+                    ),
+                )
+            }
+            Happening::Failed(why) => (EventType::Warning, "RefreshFailed", why.clone()),
+            Happening::LayoutLowered { asg, recorded, now } => (
+                EventType::Normal,
+                "LayoutLowered",
+                format!(
+                    "{asg}'s desired count was lowered from {recorded} to {now} by someone else during the run; the run ends at {now} and does not raise it back"
+                ),
+            ),
+            Happening::Finished {
+                result,
+                replaced,
+                took,
+            } => {
+                let (label, type_) = match result {
+                    RunResult::Succeeded => ("Succeeded", EventType::Normal),
+                    RunResult::Failed => ("Failed", EventType::Warning),
+                    RunResult::Skipped => ("Skipped", EventType::Normal),
+                };
+                ctx.metrics.refresh_run(label);
+                ctx.metrics
+                    .refresh_run_duration
+                    .get_or_create(&RunLabels { result: label })
+                    .observe(took.as_secs_f64());
+                (
+                    type_,
+                    "RefreshFinished",
+                    format!("{label}: replaced {replaced} node(s)"),
+                )
+            }
+        };
+        info!(reason, %note, "refresh");
+        ctx.event(group, type_, reason, EVENT_ACTION, note).await;
+    }
+}
