@@ -386,7 +386,7 @@ async fn child_resources_follow_the_group_spec() {
     assert_eventually("children updated", WAIT, || async {
         let rf = refreshers.get("workers").await.ok()?;
         let rp = replenishers.get("workers").await.ok()?;
-        (rf.spec.schedule == "0 5 * * Tue" && rp.spec.desired == 2).then_some(())
+        (rf.spec.schedule.as_deref() == Some("0 5 * * Tue") && rp.spec.desired == 2).then_some(())
     })
     .await;
 

@@ -41,10 +41,10 @@ pub struct RefresherSpec {
     /// Name of the owning NodeGroup (same namespace).
     pub node_group: String,
     pub role: Role,
-    /// Cron expression; empty for a group with no scheduled refresh (its
+    /// Cron expression; absent for a group with no scheduled refresh (its
     /// Refresher only rolls drifted nodes).
-    #[serde(default)]
-    pub schedule: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
     #[serde(default = "default_time_zone")]
     pub time_zone: String,
     #[schemars(range(min = 0))]
@@ -232,9 +232,9 @@ impl RefresherSpec {
         let duration_of =
             |field: &str, v: &str| duration::parse(v).map_err(|e| format!("spec.{field}: {e}"));
         Ok(super::nodegroup::ResolvedRefresh {
-            schedule: match self.schedule.trim() {
-                "" => None,
-                cron => Some(
+            schedule: match self.schedule.as_deref().map(str::trim) {
+                None | Some("") => None,
+                Some(cron) => Some(
                     super::nodegroup::parse_schedule(cron)
                         .map_err(|e| format!("spec.schedule: {e}"))?,
                 ),
@@ -267,9 +267,9 @@ impl RefresherSpec {
 
     /// Identifies the schedule `nextRun` was computed from.
     pub fn schedule_key(&self) -> String {
-        match self.schedule.trim() {
-            "" => "no schedule".into(),
-            cron => format!("{cron} in {}", self.time_zone),
+        match self.schedule.as_deref().map(str::trim) {
+            None | Some("") => "no schedule".into(),
+            Some(cron) => format!("{cron} in {}", self.time_zone),
         }
     }
 }

@@ -3,6 +3,10 @@
 
 use crate::assert_eventually;
 use crate::world::World;
+use aws_sdk_autoscaling::types::{
+    InstancesDistribution, LaunchTemplate, LaunchTemplateOverrides, LaunchTemplateSpecification,
+    MixedInstancesPolicy,
+};
 use std::time::Duration;
 
 /// A kops-like set of ASGs in this world's moto account.
@@ -45,10 +49,7 @@ impl World {
         per_asg: i32,
         extra_tags: &[(&str, &str)],
     ) -> KopsGroup {
-        use aws_sdk_autoscaling::types::{
-            InstancesDistribution, LaunchTemplate, LaunchTemplateOverrides,
-            LaunchTemplateSpecification, MixedInstancesPolicy, Tag,
-        };
+        use aws_sdk_autoscaling::types::Tag;
         let prefix = self.prefix();
         let subnets = self
             .aws
@@ -121,36 +122,7 @@ impl World {
                 .max_size(20.max(per_asg * 2))
                 .desired_capacity(per_asg)
                 .vpc_zone_identifier(subnet_of(zone))
-                .mixed_instances_policy(
-                    MixedInstancesPolicy::builder()
-                        .launch_template(
-                            LaunchTemplate::builder()
-                                .launch_template_specification(
-                                    LaunchTemplateSpecification::builder()
-                                        .launch_template_name(&template)
-                                        .version("$Latest")
-                                        .build(),
-                                )
-                                .overrides(
-                                    LaunchTemplateOverrides::builder()
-                                        .instance_type("m5.large")
-                                        .build(),
-                                )
-                                .overrides(
-                                    LaunchTemplateOverrides::builder()
-                                        .instance_type("m5a.large")
-                                        .build(),
-                                )
-                                .build(),
-                        )
-                        .instances_distribution(
-                            InstancesDistribution::builder()
-                                .on_demand_percentage_above_base_capacity(0)
-                                .spot_allocation_strategy("price-capacity-optimized")
-                                .build(),
-                        )
-                        .build(),
-                )
+                .mixed_instances_policy(kops_policy(&template, "$Latest"))
                 .set_tags(Some(
                     tags.iter()
                         .map(|(k, v)| {
@@ -217,6 +189,27 @@ impl World {
             versions.push(number);
         }
         versions
+    }
+
+    /// A rollback: every ASG of `group` launches `version` of its template
+    /// from now on (pinned, as `aws autoscaling update-auto-scaling-group`
+    /// does), so the instances launched from it are current again.
+    pub async fn pin_template_version(&self, group: &KopsGroup, version: i64) {
+        for asg in &group.asgs {
+            self.aws
+                .autoscaling
+                .update_auto_scaling_group()
+                .auto_scaling_group_name(asg)
+                .mixed_instances_policy(kops_policy(asg, &version.to_string()))
+                .send()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "pin {asg} to version {version}: {}",
+                        aws_sdk_autoscaling::error::DisplayErrorContext(&e)
+                    )
+                });
+        }
     }
 
     /// Two kops ASGs at their min (as kops groups are): `nodes`, one
@@ -475,4 +468,37 @@ impl World {
         let answered = crate::http_get(self.emulator_port(), &path).await;
         assert!(matches!(answered, Some((200, _))), "{answered:?}");
     }
+}
+
+/// kops's spot MixedInstancesPolicy: `template` at `version`, two instance
+/// types, no on-demand.
+fn kops_policy(template: &str, version: &str) -> MixedInstancesPolicy {
+    MixedInstancesPolicy::builder()
+        .launch_template(
+            LaunchTemplate::builder()
+                .launch_template_specification(
+                    LaunchTemplateSpecification::builder()
+                        .launch_template_name(template)
+                        .version(version)
+                        .build(),
+                )
+                .overrides(
+                    LaunchTemplateOverrides::builder()
+                        .instance_type("m5.large")
+                        .build(),
+                )
+                .overrides(
+                    LaunchTemplateOverrides::builder()
+                        .instance_type("m5a.large")
+                        .build(),
+                )
+                .build(),
+        )
+        .instances_distribution(
+            InstancesDistribution::builder()
+                .on_demand_percentage_above_base_capacity(0)
+                .spot_allocation_strategy("price-capacity-optimized")
+                .build(),
+        )
+        .build()
 }

@@ -32,7 +32,7 @@ pub fn child_specs(group: &NodeGroup) -> (Option<RefresherSpec>, Option<Replenis
     let refresher = refresh.map(|r| RefresherSpec {
         node_group: name.clone(),
         role: spec.role,
-        schedule: r.schedule.clone(),
+        schedule: spec.refresh.as_ref().map(|_| r.schedule.clone()),
         time_zone: r.time_zone.clone(),
         surplus_nodes: r.effective_surplus(spec.role),
         max_node_age: r.max_node_age.clone(),
@@ -230,7 +230,7 @@ mod tests {
         g.spec.drift.action = DriftAction::Replace;
         let rf = child_specs(&g).0.expect("a Refresher for drift rolls");
         assert!(rf.drift_replace);
-        assert_eq!(rf.schedule, "", "no scheduled run");
+        assert_eq!(rf.schedule, None, "no scheduled run");
         assert_eq!(rf.surplus_nodes, 1, "the worker default surplus");
         let resolved = rf.resolve().expect("the defaults resolve");
         assert!(resolved.schedule.is_none());
@@ -243,8 +243,8 @@ mod tests {
         let rf = child_specs(&g).0.expect("refresher");
         assert!(rf.drift_replace);
         assert_eq!(
-            (rf.schedule.as_str(), rf.surplus_nodes),
-            ("0 3 * * *", 2),
+            (rf.schedule.as_deref(), rf.surplus_nodes),
+            (Some("0 3 * * *"), 2),
             "refresh's settings"
         );
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 impl Planner<'_> {
     /// A drift roll short of `ScalingDown` takes the nodes drifted now:
     /// those that drifted since it started join (a newer version) but for
-    /// as many as the surplus, planned ones no longer drifted leave (a
+    /// as many as each ASG's surplus, planned ones no longer drifted leave (a
     /// rollback), unless already terminated.
     /// One being drained is put back in service (the step returned).
     pub(super) fn follow_drift(&mut self) -> Option<Step> {
@@ -40,7 +40,7 @@ impl Planner<'_> {
             });
         }
         let drifted = idle::drifted_targets(input);
-        let surplus = self.surplus_total().max(0) as usize;
+        let mut surplus = self.status.surplus.clone();
         let st = &mut self.status;
         let current = st.current_target.as_ref().map(|t| t.instance_id.clone());
         let (kept, left): (Vec<String>, Vec<String>) = std::mem::take(&mut st.planned_instances)
@@ -49,14 +49,32 @@ impl Planner<'_> {
                 st.replaced_instances.contains(id) || current.as_ref() == Some(id) || !clean(id)
             });
         st.planned_instances = kept;
-        let mut joined: Vec<String> = drifted
-            .into_iter()
-            .filter(|id| !st.planned_instances.contains(id))
-            .collect();
-        // The newest of them stand for the surplus: `ScalingDown` removes
-        // drifted nodes first, so replacing them too would cost a launch
-        // and a termination each for nothing.
-        joined.truncate(joined.len().saturating_sub(surplus));
+        // The newest of them in an ASG with surplus stand for it, as many
+        // as it has: `ScalingDown` removes drifted nodes there first, so
+        // replacing them too would cost a launch and a termination each.
+        let asg_of = |id: &str| {
+            input
+                .group
+                .nodes
+                .iter()
+                .find(|n| n.instance_id.as_deref() == Some(id))
+                .and_then(|n| n.asg.clone())
+        };
+        let mut joined: Vec<String> = vec![];
+        for id in drifted.into_iter().rev() {
+            if st.planned_instances.contains(&id) {
+                continue;
+            }
+            let spare = asg_of(&id).and_then(|asg| {
+                surplus
+                    .iter_mut()
+                    .find(|s| s.auto_scaling_group == asg && s.desired > 0)
+            });
+            match spare {
+                Some(s) => s.desired -= 1,
+                None => joined.insert(0, id),
+            }
+        }
         if !joined.is_empty() || !left.is_empty() {
             st.planned_instances.extend(joined.iter().cloned());
             st.total = st.planned_instances.len() as i32;

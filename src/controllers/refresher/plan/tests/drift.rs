@@ -270,3 +270,41 @@ fn a_group_without_a_schedule_only_rolls_drift() {
     let plan = sim.step(false);
     assert!(plan.message.contains("no schedule"), "{}", plan.message);
 }
+
+#[test]
+fn a_newer_version_after_two_replacements_costs_no_node_launched_from_it() {
+    let mut sim = drifted_group();
+    let old = ids(&sim);
+    while sim.status.replaced_instances.len() < 2 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+    }
+    // Version 2 is on the surplus (asg-0) and two replacements (asg-0,
+    // asg-1); from here on every launch is from version 3.
+    sim.version = 3;
+    let first_v3 = sim.next_id;
+    sim.run_to_end(300);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert!(drifted(&sim).is_empty());
+    assert!(old.iter().all(|o| sim.terminated.contains(o)));
+    let from_v3: Vec<&String> = sim
+        .terminated
+        .iter()
+        .filter(|id| id[2..].parse::<u32>().is_ok_and(|n| n > first_v3))
+        .collect();
+    assert!(
+        from_v3.is_empty(),
+        "terminated {from_v3:?} launched from version 3"
+    );
+    // 3 old nodes and the 3 launched from version 2.
+    assert_eq!(sim.terminated.len(), 6, "{:?}", sim.terminated);
+    assert_eq!(
+        sim.layout(),
+        vec![
+            ("asg-0".to_string(), 1),
+            ("asg-1".into(), 1),
+            ("asg-2".into(), 1)
+        ]
+    );
+}
