@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument("--nodes-per-asg", type=int, default=1)
     parser.add_argument("--queue-url-file")
     parser.add_argument("--interrupt", metavar="ASG")
+    parser.add_argument("--kops-update", metavar="TEMPLATE")
     args = parser.parse_args()
 
     session = boto3.session.Session(
@@ -38,6 +39,9 @@ def main() -> None:
     sqs = session.client("sqs", endpoint_url=args.endpoint)
     if args.interrupt:
         interrupt(asg, sqs, args.interrupt)
+        return
+    if args.kops_update:
+        kops_update(ec2, args.kops_update)
         return
     if args.account:
         for client in (ec2, asg):
@@ -104,6 +108,18 @@ def main() -> None:
     if args.queue_url_file:
         with open(args.queue_url_file, "w") as f:
             f.write(queue)
+
+
+def kops_update(ec2, template: str) -> None:
+    """What `kops update cluster --yes` does after a change (here a new
+    image): a new version of the instance group's launch template, which its
+    ASGs (at $Latest) launch from now on. Prints the new version number."""
+    version = ec2.create_launch_template_version(
+        LaunchTemplateName=template,
+        SourceVersion="$Latest",
+        LaunchTemplateData={"ImageId": "ami-0f7e8d2b"},
+    )["LaunchTemplateVersion"]["VersionNumber"]
+    print(version)
 
 
 def interrupt(asg, sqs, name: str) -> None:

@@ -150,6 +150,7 @@ async fn after_kops_update_cluster_the_drifted_nodes_are_rolled_within_the_budge
     let nodes = sample(&world, &kops.asgs, 3);
     let web = sample_web(&world);
 
+    let updated = Instant::now();
     assert_eq!(world.kops_update_cluster(&kops).await, [2, 2, 2]);
     status_where(&world, "3 drifted", |s| s.drifted_nodes == Some(3)).await;
     let detected = Instant::now();
@@ -158,7 +159,8 @@ async fn after_kops_update_cluster_the_drifted_nodes_are_rolled_within_the_budge
     })
     .await;
     eprintln!(
-        "drift roll started {:.1} s after the group reported the drift",
+        "kops update cluster -> drift reported {:.1} s -> drift roll started {:.1} s later",
+        (detected - updated).as_secs_f64(),
         detected.elapsed().as_secs_f64()
     );
     assert_eq!(
@@ -382,4 +384,53 @@ async fn a_manager_killed_mid_drift_roll_resumes_it_and_terminates_each_node_onc
         (last.result, last.trigger),
         (RunResult::Succeeded, Some(RunTrigger::Drift))
     );
+}
+
+/// Masters: the drift roll takes them one at a time without surplus, with
+/// `spec.refresh`'s settings (a short settle time; its schedule is a year
+/// away and plays no part).
+#[tokio::test]
+async fn drifted_masters_are_rolled_one_at_a_time_without_surplus() {
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = SteadyGroup::masters("drift-roll-masters").start().await;
+    let original = all_instances(&world, &kops.asgs).await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    groups
+        .patch(
+            "masters",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {
+                "refresh": {"schedule": "0 0 1 1 *", "masterSettleTime": "2s", "readyTimeout": "60s"},
+                "drift": {"action": "Replace"}
+            }})),
+        )
+        .await
+        .expect("drift Replace");
+    let nodes = sample(&world, &kops.asgs, 3);
+    world.kops_update_cluster(&kops).await;
+    let rf = run_finished(&world, "masters").await;
+    let nodes = nodes.stop();
+    let last = assert_run_succeeded(rf, &manager)
+        .last_run
+        .expect("last run");
+    assert_eq!((last.replaced, last.trigger), (3, Some(RunTrigger::Drift)));
+    // One master out at a time, never an extra one.
+    assert_eq!(nodes.min_ready, Some(2), "{nodes:?}");
+    assert_eq!(nodes.max_desired, 3, "{nodes:?}");
+    let wanted = desired_counts(&before);
+    assert_eventually("the masters' layout as before", RUN, || async {
+        let after = world.asg_snapshot(&kops.asgs).await;
+        (desired_counts(&after) == wanted && after.iter().all(|(_, _, ids)| ids.len() == 1))
+            .then_some(())
+    })
+    .await;
+    let gone = terminated(&instances_by_state(&world).await);
+    assert_eq!(gone, original, "exactly the old masters terminated");
 }
