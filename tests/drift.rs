@@ -322,10 +322,38 @@ async fn a_kops_rolling_update_beside_the_manager_gets_no_aws_mutation_from_it()
     s.status_where("3 drifted", |st| st.drifted_nodes == Some(3))
         .await;
 
+    // While kops runs, no old node out of its ASG as the inventory itself
+    // saw it (`autoScalingGroup` unset): a node kops detached (or
+    // terminated) is not a member. (The inventory's description can be a
+    // few seconds older than the Nodes, so a count alone may briefly
+    // include one.)
+    let outside = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::new()));
+    let watch = {
+        let (groups, outside) = (s.groups.clone(), outside.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Some(st) = groups.get("workers").await.ok().and_then(|g| g.status) {
+                    let out = st.nodes.iter().filter(|n| n.auto_scaling_group.is_none());
+                    if let Ok(mut seen) = outside.lock() {
+                        seen.extend(out.map(|n| n.name.clone()));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
     let update = s
         .world
         .kops_rolling_update(&s.kops, KopsSurge::Detach)
         .await;
+    watch.abort();
+    let outside = outside.lock().map(|o| o.clone()).unwrap_or_default();
+    // (A replacement's Node can join before the description lists it.)
+    let detached: BTreeSet<&String> = outside.intersection(&before).collect();
+    assert!(
+        detached.is_empty(),
+        "detached nodes reported as members: {detached:?}"
+    );
     let status = s
         .status_where("3 Ready, none drifted", |st| {
             st.ready_nodes == Some(3) && st.drifted_nodes == Some(0)

@@ -266,6 +266,25 @@ pub fn set_external_update(
     );
 }
 
+/// A Node kops's rolling update has taken out of its ASG: tainted
+/// scheduled-for-update, its instance (known) active in none of the group's
+/// ASGs (detaching, detached, terminating). kops detaches an old instance
+/// without decrement and drains it once its replacement is up; from then on
+/// the node is not a member (not counted Ready, not in `nodes[]`), though
+/// its taint still says the update is running.
+pub fn detached_by_kops<N: crate::k8s::node::NodeView + ?Sized>(
+    node: &N,
+    asgs: &[AsgDescription],
+) -> bool {
+    node.scheduled_for_update()
+        && node.instance_id().is_some_and(|id| {
+            !asgs
+                .iter()
+                .flat_map(|a| a.instances.iter())
+                .any(|i| i.instance_id == id && i.is_active())
+        })
+}
+
 /// The reason of a True `ExternalUpdate`.
 pub const KOPS_ROLLING_UPDATE: &str = "KopsRollingUpdate";
 

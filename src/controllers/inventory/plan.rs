@@ -186,7 +186,7 @@ pub fn inventory_status<N: NodeView>(
     let drift_of = drift::by_instance(&aws.asgs, &aws.templates);
     let mut members: Vec<NodeStatus> = nodes
         .iter()
-        .filter(|n| membership.includes(*n))
+        .filter(|n| membership.includes(*n) && !drift::detached_by_kops(*n, &aws.asgs))
         .map(|node| member_status(node, &instances, &asg_of, &drift_of))
         .map(|member| keep_unhealthy_since(member, &previous.nodes))
         .collect();
@@ -1072,6 +1072,24 @@ pub(crate) mod tests {
         let mut with = g.clone();
         with.status = Some(s);
         assert!(with.external_update().is_some());
+
+        // kops detached the tainted node's instance from its ASG (the
+        // replacement not yet launched): no longer a member, still the
+        // update's.
+        let aws = AwsView {
+            asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 2)],
+            ..aws
+        };
+        let s = inventory_status(&g, &nodes, &aws, &Default::default(), t0());
+        let names: Vec<&str> = s.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["n1"]);
+        assert_eq!(s.ready_nodes, Some(1));
+        assert_eq!(cond(&s, EXTERNAL_UPDATE).status, ConditionStatus::True);
+        // Untainted, a node whose instance left its ASG is still reported
+        // (a terminated instance's Node lingers until its kubelet stops).
+        nodes[1].spec = None;
+        let s = inventory_status(&g, &nodes, &aws, &Default::default(), t0());
+        assert_eq!(s.nodes.len(), 2);
     }
 
     #[test]
