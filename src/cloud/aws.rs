@@ -373,10 +373,17 @@ fn launch_source(
 }
 
 fn describe_group(g: &aws_sdk_autoscaling::types::AutoScalingGroup) -> AsgDescription {
-    let template = g.launch_template().or_else(|| {
-        g.mixed_instances_policy()
-            .and_then(|p| p.launch_template())
-            .and_then(|t| t.launch_template_specification())
+    let mixed = g.mixed_instances_policy().and_then(|p| p.launch_template());
+    let template = g
+        .launch_template()
+        .or_else(|| mixed.and_then(|t| t.launch_template_specification()));
+    // An override with a template of its own launches some instances from
+    // it: what the ASG launches from cannot be told as one source, so its
+    // drift is not told either (never a roll that would never end).
+    let per_override = mixed.is_some_and(|t| {
+        t.overrides()
+            .iter()
+            .any(|o| o.launch_template_specification().is_some())
     });
     AsgDescription {
         name: g.auto_scaling_group_name().unwrap_or_default().to_string(),
@@ -399,7 +406,10 @@ fn describe_group(g: &aws_sdk_autoscaling::types::AutoScalingGroup) -> AsgDescri
             })
             .filter(|i| !i.instance_id.is_empty())
             .collect(),
-        launches_from: launch_source(template, g.launch_configuration_name()),
+        launches_from: match per_override {
+            true => None,
+            false => launch_source(template, g.launch_configuration_name()),
+        },
         tags: g
             .tags()
             .iter()
@@ -478,5 +488,57 @@ impl CloudProvider for AwsCloudProvider {
                 ))
             })
             .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_autoscaling::types::{
+        AutoScalingGroup, LaunchTemplate, LaunchTemplateOverrides, LaunchTemplateSpecification,
+        MixedInstancesPolicy,
+    };
+
+    fn spec(name: &str, version: &str) -> LaunchTemplateSpecification {
+        LaunchTemplateSpecification::builder()
+            .launch_template_name(name)
+            .version(version)
+            .build()
+    }
+
+    fn group(overrides: Vec<LaunchTemplateOverrides>) -> AutoScalingGroup {
+        AutoScalingGroup::builder()
+            .auto_scaling_group_name("nodes-a")
+            .mixed_instances_policy(
+                MixedInstancesPolicy::builder()
+                    .launch_template(
+                        LaunchTemplate::builder()
+                            .launch_template_specification(spec("nodes-a", "$Latest"))
+                            .set_overrides(Some(overrides))
+                            .build(),
+                    )
+                    .build(),
+            )
+            .build()
+    }
+
+    #[test]
+    fn a_mixed_policy_launches_from_its_template_unless_an_override_has_its_own() {
+        let plain = LaunchTemplateOverrides::builder()
+            .instance_type("m5.large")
+            .build();
+        assert_eq!(
+            describe_group(&group(vec![plain.clone()])).launches_from,
+            Some(LaunchSource::Template {
+                id: None,
+                name: Some("nodes-a".into()),
+                version: Some("$Latest".into()),
+            })
+        );
+        let own = LaunchTemplateOverrides::builder()
+            .instance_type("m6g.large")
+            .launch_template_specification(spec("nodes-a-arm", "3"))
+            .build();
+        assert_eq!(describe_group(&group(vec![plain, own])).launches_from, None);
     }
 }
