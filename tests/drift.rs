@@ -1,8 +1,9 @@
 //! Drift detection end to end (issue 26, part 1): the rude emulator records
 //! the launch template version each instance was launched from, as AWS
 //! does; `kops update cluster` (a new version of every instance group's
-//! template) makes the running nodes drifted. Today the manager reports
-//! drift and replaces nothing for it.
+//! template) makes the running nodes drifted. Here the groups only report
+//! it (`drift.action` `Report`, the default), and a `kops rolling-update`
+//! runs beside the manager; drift rolls (`Replace`) are in drift_roll.rs.
 
 use snm_testkit as support;
 
