@@ -10,6 +10,10 @@
 //!   for the short ASG);
 //! - **refresh**: a refresh run starts; counted from the schedule until the
 //!   run ends or the window closes.
+//! - **drift**: when the refresh ended in its window, the group's
+//!   `drift.action` set to `Replace` and `kops update cluster` run; counted
+//!   from the update until the drift roll ends or the window (the refresh's)
+//!   closes. Template versions are asked under the lock for such a group.
 //!
 //! The simulated kubelet registers a node 20 s after its instance runs and
 //! makes it Ready 10 s later (a kops node takes minutes; compressed, but
@@ -175,6 +179,40 @@ async fn measure(nodes: usize, windows: &Windows) {
     }
     let (t1, after) = snapshot(&steady).await;
     report(nodes, "refresh", Rate::between(&before, &after, t1 - t0));
+    println!("{nodes:>5} {:>9} run: {outcome}", "");
+    if outcome == "under way" {
+        return;
+    }
+
+    // Drift: rolled by the manager after `kops update cluster`.
+    let groups: Api<spot_node_manager::crd::NodeGroup> = world.api();
+    groups
+        .patch(
+            "workers",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"drift": {"action": "Replace"}}})),
+        )
+        .await
+        .expect("drift Replace");
+    let before_run = last_run().await;
+    let (t0, before) = snapshot(&steady).await;
+    world.kops_update_cluster(&steady.kops).await;
+    let closes = t0 + windows.refresh;
+    let mut outcome = "under way".to_string();
+    while Instant::now() < closes {
+        if let Some(run) = last_run().await
+            && Some(&run) != before_run.as_ref()
+        {
+            outcome = format!(
+                "{:?} {:?}, {} replaced",
+                run.trigger, run.result, run.replaced
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (t1, after) = snapshot(&steady).await;
+    report(nodes, "drift", Rate::between(&before, &after, t1 - t0));
     println!("{nodes:>5} {:>9} run: {outcome}", "");
 }
 

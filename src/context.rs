@@ -20,6 +20,9 @@ pub struct Context {
     /// Same cluster, without kube's 429 retry: a PDB-blocked eviction must
     /// surface at once instead of stalling the reconcile.
     pub eviction_client: kube::Client,
+    /// The apiserver refused a `policy/v1` Eviction: evictions are sent as
+    /// `policy/v1beta1` (see `k8s::eviction`).
+    pub eviction_legacy: std::sync::atomic::AtomicBool,
     pub settings: Arc<Settings>,
     pub clock: Arc<dyn Clock>,
     pub metrics: Arc<Metrics>,
@@ -53,6 +56,7 @@ impl Context {
         Self {
             client,
             eviction_client,
+            eviction_legacy: Default::default(),
             settings,
             clock,
             metrics,

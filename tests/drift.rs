@@ -426,3 +426,54 @@ async fn a_kops_rolling_update_that_terminates_first_is_not_answered_by_the_mana
     let after = layout_of(&s.world, &s.kops.asgs).await;
     assert_eq!(after, layout);
 }
+
+/// Masters rolled by `kops rolling-update` (maxSurge 0, as kops does for
+/// masters: each drained and terminated first, its ASG replacing it) beside
+/// the manager: the group says ExternalUpdate, the manager makes no AWS
+/// mutation of its own, and the layout comes back with one new master per
+/// old one.
+#[tokio::test]
+async fn a_kops_rolling_update_of_the_masters_gets_no_aws_mutation_from_the_manager() {
+    use spot_node_manager::crd::nodegroup::GroupState;
+    use support::refresh::{SteadyGroup, all_instances};
+    let g = SteadyGroup::masters("drift-kops-masters").start().await;
+    let before = all_instances(&g.world, &g.kops.asgs).await;
+    let layout = layout_of(&g.world, &g.kops.asgs).await;
+    let performed = aws_mutations(&g.manager.assert_metrics().await);
+    g.world.kops_update_cluster(&g.kops).await;
+    let masters = |what: &'static str, holds: fn(&NodeGroupStatus) -> bool| {
+        let groups = g.groups.clone();
+        async move {
+            assert_eventually(what, WAIT, || async {
+                let status = groups.get("masters").await.ok()?.status?;
+                holds(&status).then_some(status)
+            })
+            .await
+        }
+    };
+    masters("3 masters drifted", |s| s.drifted_nodes == Some(3)).await;
+    let (update, seen) = tokio::join!(
+        g.world
+            .kops_rolling_update(&g.kops, KopsSurge::TerminateFirst),
+        masters("the masters say ExternalUpdate", |s| {
+            s.state == Some(GroupState::ExternalUpdate)
+        })
+    );
+    assert!(
+        seen.conditions.iter().any(|c| c.type_ == "ExternalUpdate"
+            && c.status == spot_node_manager::crd::ConditionStatus::True),
+        "{seen:?}"
+    );
+    masters("3 masters Ready, none drifted, no external update", |s| {
+        s.ready_nodes == Some(3) && s.drifted_nodes == Some(0) && s.state == Some(GroupState::Ready)
+    })
+    .await;
+    let metrics = g.manager.assert_metrics().await;
+    assert_eq!(aws_mutations(&metrics), performed, "{metrics}");
+    let now = all_instances(&g.world, &g.kops.asgs).await;
+    let new: BTreeSet<&String> = now.difference(&before).collect();
+    let replacements: BTreeSet<&String> = update.replaced.iter().map(|(_, n)| n).collect();
+    assert_eq!(new, replacements, "no instance but the ASGs' replacements");
+    assert!(now.is_disjoint(&before), "every old master gone");
+    assert_eq!(layout_of(&g.world, &g.kops.asgs).await, layout);
+}

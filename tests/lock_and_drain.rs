@@ -329,3 +329,63 @@ async fn a_node_that_is_gone_has_nothing_left_to_drain() {
         .expect("drain step");
     assert!(progress.done(), "{progress:?}");
 }
+
+/// The grace cap of an interrupted node's drain reaches the apiserver: a
+/// pod whose own grace period is longer is evicted with the cap, one whose
+/// own is shorter keeps its own, and an uncapped drain leaves each its own.
+/// (kube's `Api::evict` sent the cap under a key the apiserver drops.)
+#[tokio::test]
+async fn an_eviction_carries_the_grace_cap_to_the_apiserver() {
+    use spot_node_manager::k8s::drain::drain_step_within;
+    let world = World::new("drain-grace").await;
+    let ctx = world.context(false).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let pods: Api<Pod> = world.api();
+    let pod_with_grace = |name: &str, node: &str, grace: i64| {
+        let mut pod = support::bound_pod(name, node, &[]);
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.termination_grace_period_seconds = Some(grace);
+        }
+        pod
+    };
+    let capped = format!("{}-capped-node", world.prefix());
+    let uncapped = format!("{}-uncapped-node", world.prefix());
+    for node in [&capped, &uncapped] {
+        create_node(&nodes, node).await;
+    }
+    for (name, node, grace) in [
+        ("long", &capped, 300),
+        ("short", &capped, 10),
+        ("own", &uncapped, 300),
+    ] {
+        pods.create(&PostParams::default(), &pod_with_grace(name, node, grace))
+            .await
+            .expect("pod");
+    }
+    let ns = &world.namespace;
+    let step = drain_step_within(&ctx, &capped, Some(20))
+        .await
+        .expect("drain step");
+    assert_eq!(step.evicted.len(), 2, "{step:?}");
+    let step = drain_step_within(&ctx, &uncapped, None)
+        .await
+        .expect("drain step");
+    assert_eq!(step.evicted, vec![format!("{ns}/own")]);
+    for (name, grace) in [("long", 20), ("short", 10), ("own", 300)] {
+        let pod = pods.get(name).await.expect("pod terminating");
+        assert!(pod.metadata.deletion_timestamp.is_some(), "{name} evicted");
+        assert_eq!(
+            pod.metadata.deletion_grace_period_seconds,
+            Some(grace),
+            "{name}'s grace period"
+        );
+    }
+    for name in ["long", "short", "own"] {
+        let _ = pods
+            .delete(name, &DeleteParams::default().grace_period(0))
+            .await;
+    }
+    for node in [&capped, &uncapped] {
+        let _ = nodes.delete(node, &DeleteParams::default()).await;
+    }
+}

@@ -16,7 +16,7 @@ use crate::{Error, Result};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,13 +164,7 @@ pub async fn drain_step_within(
             PodAction::Evict => {
                 let api: Api<Pod> = Api::namespaced(ctx.eviction_client.clone(), &namespace);
                 let name = pod.name_any();
-                let params = EvictParams {
-                    delete_options: grace_for(pod, max_grace).map(|g| kube::api::DeleteParams {
-                        grace_period_seconds: Some(g.clamp(0, u32::MAX as i64) as u32),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                };
+                let grace = grace_for(pod, max_grace);
                 let outcome = ctx
                     .mutations
                     .perform(
@@ -180,7 +174,14 @@ pub async fn drain_step_within(
                             format!("drain of node {node_name}"),
                         ),
                         || async {
-                            match api.evict(&name, &params).await {
+                            let evicted = crate::k8s::eviction::evict(
+                                &api,
+                                &namespace,
+                                &name,
+                                grace,
+                                &ctx.eviction_legacy,
+                            );
+                            match evicted.await {
                                 Ok(_) => Ok(Evicted::Yes),
                                 Err(kube::Error::Api(s)) if s.code == 429 => {
                                     Ok(match budget_refusal(&s) {

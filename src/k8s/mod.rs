@@ -1,8 +1,10 @@
 //! Kubernetes mechanisms shared by the controllers: the group's operation
-//! lock, the node drain, node helpers and masters' control-plane pods.
+//! lock, the node drain (and its evictions), node helpers and masters'
+//! control-plane pods.
 
 pub mod control_plane;
 pub mod drain;
+pub mod eviction;
 pub mod interruption_record;
 pub mod lock;
 pub mod node;
