@@ -278,11 +278,30 @@ async fn a_rollback_mid_roll_ends_it_and_keeps_the_old_nodes_not_yet_replaced() 
         })
     })
     .await;
+    // A termination the roll recorded before it saw the rollback is still
+    // made (recorded, then done); give the refresher a reconcile or two to
+    // see it, then every old node neither replaced nor being terminated
+    // must stay.
+    let decided_by = |rf: spot_node_manager::crd::RefresherStatus| {
+        rf.replaced_instances
+            .into_iter()
+            .chain(
+                rf.current_target
+                    .filter(|t| t.terminated.is_some())
+                    .map(|t| t.instance_id),
+            )
+            .collect::<BTreeSet<String>>()
+    };
+    let mut decided = decided_by(refresher_where(&world, "the refresher's status", |_| true).await);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    decided.extend(decided_by(
+        refresher_where(&world, "the refresher's status", |_| true).await,
+    ));
     let kept: BTreeSet<String> = status
         .nodes
         .iter()
         .filter_map(|n| n.instance_id.clone())
-        .filter(|i| original.contains(i))
+        .filter(|i| original.contains(i) && !decided.contains(i))
         .collect();
     let rf = run_finished(&world, "workers").await;
     assert_run_succeeded(rf, &manager);
