@@ -12,6 +12,8 @@ use std::time::Duration;
 
 /// Drifted nodes whose roll may not start yet: looked at again this often.
 const DRIFT_RETRY: Duration = Duration::from_secs(15);
+/// After a failed drift roll, the next one waits this long.
+pub const DRIFT_BACKOFF: Duration = Duration::from_secs(3600);
 
 impl Planner<'_> {
     /// Not running. Some(step) unless a run starts now.
@@ -93,6 +95,26 @@ impl Planner<'_> {
                 DRIFT_RETRY,
             ))
         };
+        // A drift roll that failed (a new template whose nodes never get
+        // Ready) is not retried at once: each try costs a surplus node for
+        // the whole ready timeout.
+        if let Some(last) = &self.status.last_run
+            && last.trigger == Some(RunTrigger::Drift)
+            && last.result == RunResult::Failed
+            && let Some(finished) = last.finished
+        {
+            let again = after(finished, DRIFT_BACKOFF);
+            if self.input.group.now < again {
+                return Some(Step::wait(
+                    format!(
+                        "{n} drifted node(s); the last drift roll failed ({}); the next one starts at {}",
+                        last.reason.as_deref().unwrap_or("no reason recorded"),
+                        again.to_rfc3339()
+                    ),
+                    until(self.input.group.now, again).min(IDLE),
+                ));
+            }
+        }
         if let Some(why) = self.start_blocker() {
             return wait(why);
         }

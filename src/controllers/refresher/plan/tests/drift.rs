@@ -308,3 +308,53 @@ fn a_newer_version_after_two_replacements_costs_no_node_launched_from_it() {
         ]
     );
 }
+
+#[test]
+fn a_failed_drift_roll_is_not_retried_for_an_hour() {
+    let mut sim = drifted_group();
+    sim.status.next_run = Some(sim.now + chrono::Duration::days(1));
+    let old = ids(&sim);
+    // The new version's nodes never join: the surplus is never Ready.
+    for _ in 0..100 {
+        sim.step(false);
+        sim.advance(60);
+        if sim.status.last_run.is_some() {
+            break;
+        }
+    }
+    let (result, reason) = sim.result().expect("the roll ended");
+    assert_eq!(result, RunResult::Failed, "{reason:?}");
+    assert!(
+        old.iter().all(|o| !sim.terminated.contains(o)),
+        "old nodes kept"
+    );
+    assert_eq!(
+        sim.status.last_run.as_ref().and_then(|r| r.trigger),
+        Some(RunTrigger::Drift)
+    );
+    // The surplus went; the nodes stay drifted, and no roll starts for an hour.
+    sim.instances.retain(|i| i.version == 1);
+    let ended = sim
+        .status
+        .last_run
+        .as_ref()
+        .and_then(|r| r.finished)
+        .expect("finished");
+    let plan = sim.step(false);
+    assert!(
+        plan.message.contains("the last drift roll failed"),
+        "{}",
+        plan.message
+    );
+    assert_eq!(plan.command, Command::Nothing);
+    sim.now = ended + chrono::Duration::minutes(59);
+    let plan = sim.step(false);
+    assert_eq!(sim.status.run_start, None, "{}", plan.message);
+    assert_eq!(sim.lock, LockState::Free);
+    // An hour on, it tries again.
+    sim.now = ended + chrono::Duration::minutes(61);
+    sim.step(false);
+    sim.step(false);
+    assert!(sim.status.run_start.is_some(), "{:?}", sim.status.message);
+    assert_eq!(sim.status.trigger, Some(RunTrigger::Drift));
+}
