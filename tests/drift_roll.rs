@@ -108,6 +108,15 @@ impl Drop for Versions {
     }
 }
 
+/// An Event with `reason` was recorded in the world's namespace.
+async fn assert_event(world: &World, reason: &str) {
+    let reasons = support::cluster::event_reasons(world).await;
+    assert!(
+        reasons.iter().any(|r| r == reason),
+        "no {reason} in {reasons:?}"
+    );
+}
+
 fn terminated(states: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<String> {
     let mut gone = states.get("terminated").cloned().unwrap_or_default();
     gone.extend(states.get("shutting-down").cloned().unwrap_or_default());
@@ -115,8 +124,8 @@ fn terminated(states: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<String> {
 }
 
 /// Waits for every ASG back at `before`'s desired counts with no extra
-/// instance, and nothing drifted; returns the instances in service.
-async fn settled(world: &World, asgs: &[String], before: &[(String, i32, Vec<String>)]) {
+/// instance.
+async fn layout_back(world: &World, asgs: &[String], before: &[(String, i32, Vec<String>)]) {
     let wanted = desired_counts(before);
     assert_eventually("the layout back, one instance per ASG", RUN, || async {
         let after = world.asg_snapshot(asgs).await;
@@ -125,6 +134,12 @@ async fn settled(world: &World, asgs: &[String], before: &[(String, i32, Vec<Str
         .then_some(())
     })
     .await;
+}
+
+/// The layout back (see [`layout_back`]) and group `workers` 3 Ready, none
+/// drifted.
+async fn settled(world: &World, asgs: &[String], before: &[(String, i32, Vec<String>)]) {
+    layout_back(world, asgs, before).await;
     status_where(world, "3 Ready, none drifted", |s| {
         s.ready_nodes == Some(3) && s.drifted_nodes == Some(0)
     })
@@ -193,8 +208,7 @@ async fn after_kops_update_cluster_the_drifted_nodes_are_rolled_within_the_budge
     assert_eq!(gone.len(), 4, "3 old nodes and the surplus: {gone:?}");
     let now = all_instances(&world, &kops.asgs).await;
     assert!(now.is_subset(&versions.of("2")), "{now:?}");
-    let reasons = support::cluster::event_reasons(&world).await;
-    assert!(reasons.iter().any(|r| r == "DriftDetected"), "{reasons:?}");
+    assert_event(&world, "DriftDetected").await;
     assert_eq!(event_count(&world, "RefreshStarted").await, 1);
 }
 
@@ -239,11 +253,7 @@ async fn a_newer_version_mid_roll_joins_it_and_no_node_launched_from_it_goes() {
         wasted.is_empty(),
         "terminated nodes launched from version 3: {wasted:?}"
     );
-    let reasons = support::cluster::event_reasons(&world).await;
-    assert!(
-        reasons.iter().any(|r| r == "DriftRollChanged"),
-        "{reasons:?}"
-    );
+    assert_event(&world, "DriftRollChanged").await;
 }
 
 #[tokio::test]
@@ -318,11 +328,7 @@ async fn a_rollback_mid_roll_ends_it_and_keeps_the_old_nodes_not_yet_replaced() 
         versions.of("2").is_subset(&gone),
         "every node of version 2 gone"
     );
-    let reasons = support::cluster::event_reasons(&world).await;
-    assert!(
-        reasons.iter().any(|r| r == "DriftRollChanged"),
-        "{reasons:?}"
-    );
+    assert_event(&world, "DriftRollChanged").await;
 }
 
 #[tokio::test]
@@ -443,13 +449,7 @@ async fn drifted_masters_are_rolled_one_at_a_time_without_surplus() {
     // One master out at a time, never an extra one.
     assert_eq!(nodes.min_ready, Some(2), "{nodes:?}");
     assert_eq!(nodes.max_desired, 3, "{nodes:?}");
-    let wanted = desired_counts(&before);
-    assert_eventually("the masters' layout as before", RUN, || async {
-        let after = world.asg_snapshot(&kops.asgs).await;
-        (desired_counts(&after) == wanted && after.iter().all(|(_, _, ids)| ids.len() == 1))
-            .then_some(())
-    })
-    .await;
+    layout_back(&world, &kops.asgs, &before).await;
     let gone = terminated(&instances_by_state(&world).await);
     assert_eq!(gone, original, "exactly the old masters terminated");
 }

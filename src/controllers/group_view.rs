@@ -160,6 +160,13 @@ impl GroupFacts<'_> {
         self.asgs.iter().find(|a| a.name == name)
     }
 
+    /// The group's node on instance `id`, as observed.
+    pub fn node_of(&self, id: &str) -> Option<&GroupNode> {
+        self.nodes
+            .iter()
+            .find(|n| n.instance_id.as_deref() == Some(id))
+    }
+
     /// When `node` becomes (or became) unhealthy: its Ready condition not
     /// True since `unhealthy_since`, plus the timeout. None while Ready, or
     /// while leaving on an interruption notice.

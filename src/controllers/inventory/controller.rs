@@ -391,14 +391,17 @@ mod inventory_tests {
         let (cloud, nodes) = world(1);
         let facts = InstanceFacts::for_resync(Duration::ZERO);
         let mut g = group(&["nodes-a", "nodes-c", "nodes-d"], 3);
-        g.status = Some(NodeGroupStatus {
-            operation: Some(OperationLock {
-                holder: OperationKind::Refresh,
-                holder_name: "workers".into(),
-                since: t0(),
-            }),
-            ..Default::default()
-        });
+        let locked = || {
+            Some(NodeGroupStatus {
+                operation: Some(OperationLock {
+                    holder: OperationKind::Refresh,
+                    holder_name: "workers".into(),
+                    since: t0(),
+                }),
+                ..Default::default()
+            })
+        };
+        g.status = locked();
         observe_aws(&cloud, &facts, &g, &nodes)
             .await
             .expect("observe");
@@ -412,14 +415,7 @@ mod inventory_tests {
         // A group that rolls its drift asks during its own roll.
         let facts = InstanceFacts::for_resync(Duration::ZERO);
         g.spec.drift.action = crate::crd::nodegroup::DriftAction::Replace;
-        g.status = Some(NodeGroupStatus {
-            operation: Some(OperationLock {
-                holder: OperationKind::Refresh,
-                holder_name: "workers".into(),
-                since: t0(),
-            }),
-            ..Default::default()
-        });
+        g.status = locked();
         observe_aws(&cloud, &facts, &g, &nodes)
             .await
             .expect("observe");

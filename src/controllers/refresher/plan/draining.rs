@@ -31,13 +31,7 @@ impl Planner<'_> {
         let input = self.input;
         // A node that died during the run goes first: it holds no pods that
         // can still move, and until it is replaced no Ready node can be spared.
-        let node_of = |id: &str| {
-            input
-                .group
-                .nodes
-                .iter()
-                .find(|n| n.instance_id.as_deref() == Some(id))
-        };
+        let node_of = |id: &str| input.group.node_of(id);
         let mut order: Vec<&String> = self.status.planned_instances.iter().collect();
         order.sort_by_key(|id| !node_of(id).is_some_and(|n| input.group.unhealthy(n)));
         let next = order.into_iter().find_map(|id| {

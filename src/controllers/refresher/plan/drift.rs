@@ -18,13 +18,7 @@ impl Planner<'_> {
             return None;
         }
         let input = self.input;
-        let clean = |id: &str| {
-            input
-                .group
-                .nodes
-                .iter()
-                .any(|n| n.instance_id.as_deref() == Some(id) && !n.drifted)
-        };
+        let clean = |id: &str| input.group.node_of(id).is_some_and(|n| !n.drifted);
         let mut step = None;
         if let Some(target) = self.status.current_target.clone()
             && target.purpose == TargetPurpose::Replace
@@ -52,14 +46,7 @@ impl Planner<'_> {
         // The newest of them in an ASG with surplus stand for it, as many
         // as it has: `ScalingDown` removes drifted nodes there first, so
         // replacing them too would cost a launch and a termination each.
-        let asg_of = |id: &str| {
-            input
-                .group
-                .nodes
-                .iter()
-                .find(|n| n.instance_id.as_deref() == Some(id))
-                .and_then(|n| n.asg.clone())
-        };
+        let asg_of = |id: &str| input.group.node_of(id).and_then(|n| n.asg.clone());
         let mut joined: Vec<String> = vec![];
         for id in drifted.into_iter().rev() {
             if st.planned_instances.contains(&id) {

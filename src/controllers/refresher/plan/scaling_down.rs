@@ -161,13 +161,7 @@ impl Planner<'_> {
     /// None when removing any would leave too few Ready.
     fn surplus_victim(&self, asg: &str, active: &[&Member]) -> Option<RefreshTarget> {
         let input = self.input;
-        let node_of = |id: &str| {
-            input
-                .group
-                .nodes
-                .iter()
-                .find(|n| n.instance_id.as_deref() == Some(id))
-        };
+        let node_of = |id: &str| input.group.node_of(id);
         let target = |m: &Member, node: Option<&GroupNode>| RefreshTarget {
             node: node.map(|n| n.name.clone()),
             instance_id: m.instance_id.clone(),

@@ -13,6 +13,24 @@ fn drifted_group() -> Sim {
     sim
 }
 
+/// Steps as `run_to_end` does (new nodes Ready at once) until `done`.
+fn run_until(sim: &mut Sim, done: impl Fn(&Sim) -> bool) {
+    for _ in 0..200 {
+        if done(sim) {
+            return;
+        }
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+    }
+    panic!("not reached in 200 steps: {:?}", sim.status);
+}
+
+/// The layout a run must end at: one node per ASG, as `drifted_group` starts.
+fn one_per_asg() -> Vec<(String, i32)> {
+    (0..3).map(|i| (format!("asg-{i}"), 1)).collect()
+}
+
 fn ids(sim: &Sim) -> Vec<String> {
     sim.instances.iter().map(|i| i.id.clone()).collect()
 }
@@ -132,11 +150,7 @@ fn nodes_drifted_by_a_newer_version_mid_roll_join_it() {
     let mut sim = drifted_group();
     let old = ids(&sim);
     // Until the first replacement is made (launched from version 2).
-    while sim.status.replaced_instances.is_empty() {
-        sim.step(false);
-        sim.all_join_and_ready();
-        sim.advance(1);
-    }
+    run_until(&mut sim, |s| !s.status.replaced_instances.is_empty());
     // `kops update cluster` again: version 3.
     sim.version = 3;
     sim.run_to_end(300);
@@ -151,14 +165,7 @@ fn nodes_drifted_by_a_newer_version_mid_roll_join_it() {
         h,
         Happening::DriftChanged { joined, left } if !joined.is_empty() && left.is_empty()
     )));
-    assert_eq!(
-        sim.layout(),
-        vec![
-            ("asg-0".to_string(), 1),
-            ("asg-1".into(), 1),
-            ("asg-2".into(), 1)
-        ]
-    );
+    assert_eq!(sim.layout(), one_per_asg());
     assert!(sim.ready_after_terminations.iter().all(|r| *r >= 3));
 }
 
@@ -166,11 +173,7 @@ fn nodes_drifted_by_a_newer_version_mid_roll_join_it() {
 fn a_rollback_mid_roll_keeps_the_nodes_not_yet_replaced() {
     let mut sim = drifted_group();
     let old = ids(&sim);
-    while sim.status.replaced_instances.is_empty() {
-        sim.step(false);
-        sim.all_join_and_ready();
-        sim.advance(1);
-    }
+    run_until(&mut sim, |s| !s.status.replaced_instances.is_empty());
     let replaced = sim.status.replaced_instances.clone();
     // Version 1 made current again.
     sim.version = 1;
@@ -192,14 +195,7 @@ fn a_rollback_mid_roll_keeps_the_nodes_not_yet_replaced() {
         h,
         Happening::DriftChanged { left, .. } if left.len() == 2
     )));
-    assert_eq!(
-        sim.layout(),
-        vec![
-            ("asg-0".to_string(), 1),
-            ("asg-1".into(), 1),
-            ("asg-2".into(), 1)
-        ]
-    );
+    assert_eq!(sim.layout(), one_per_asg());
     assert_eq!(sim.lock, LockState::Free);
 }
 
@@ -207,11 +203,7 @@ fn a_rollback_mid_roll_keeps_the_nodes_not_yet_replaced() {
 fn the_surplus_removed_is_a_drifted_node_when_there_is_one() {
     let mut sim = drifted_group();
     // Until the surplus is up and Ready (launched from version 2).
-    while sim.status.phase != RefreshPhase::Draining {
-        sim.step(false);
-        sim.all_join_and_ready();
-        sim.advance(1);
-    }
+    run_until(&mut sim, |s| s.status.phase == RefreshPhase::Draining);
     let surplus: Vec<String> = sim
         .instances
         .iter()
@@ -275,11 +267,7 @@ fn a_group_without_a_schedule_only_rolls_drift() {
 fn a_newer_version_after_two_replacements_costs_no_node_launched_from_it() {
     let mut sim = drifted_group();
     let old = ids(&sim);
-    while sim.status.replaced_instances.len() < 2 {
-        sim.step(false);
-        sim.all_join_and_ready();
-        sim.advance(1);
-    }
+    run_until(&mut sim, |s| s.status.replaced_instances.len() >= 2);
     // Version 2 is on the surplus (asg-0) and two replacements (asg-0,
     // asg-1); from here on every launch is from version 3.
     sim.version = 3;
@@ -299,14 +287,7 @@ fn a_newer_version_after_two_replacements_costs_no_node_launched_from_it() {
     );
     // 3 old nodes and the 3 launched from version 2.
     assert_eq!(sim.terminated.len(), 6, "{:?}", sim.terminated);
-    assert_eq!(
-        sim.layout(),
-        vec![
-            ("asg-0".to_string(), 1),
-            ("asg-1".into(), 1),
-            ("asg-2".into(), 1)
-        ]
-    );
+    assert_eq!(sim.layout(), one_per_asg());
 }
 
 #[test]
