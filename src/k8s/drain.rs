@@ -502,6 +502,8 @@ mod tests {
             group: None,
             drained: None,
             pods_left: None,
+            loss_at: None,
+            late: None,
             lifecycle: None,
         };
         node.metadata

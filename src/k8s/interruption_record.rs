@@ -27,6 +27,14 @@ pub struct Record {
     pub noticed: DateTime<Utc>,
     /// The drain must be finished by then.
     pub deadline: DateTime<Utc>,
+    /// When AWS says the instance goes, if the notice says (a scheduled
+    /// retirement or stop: its `startTime`, often days away).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_at: Option<DateTime<Utc>>,
+    /// The notice reached us after its drain deadline: the node was still
+    /// drained, within a short window of its own ([`LATE_DRAIN`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<bool>,
     /// The node's NodeGroup, `namespace/name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
@@ -102,6 +110,11 @@ pub fn hook_step(
     let due = last.checked_add_signed(heartbeat_timeout / 2)?;
     (now >= due).then_some(HookStep::Heartbeat)
 }
+
+/// How long a notice that arrived after its deadline still drains: its
+/// pods are evicted anyway (if the instance is gone already, they simply
+/// go), with grace periods cut to this.
+pub const LATE_DRAIN: chrono::Duration = chrono::Duration::seconds(10);
 
 /// The kind of a rebalance recommendation's record: the node is at risk,
 /// not lost; only the annotation is written (the replenisher replaces it,
@@ -202,6 +215,8 @@ mod tests {
             instance_id: "i-1".into(),
             noticed: t(0),
             deadline: t(deadline),
+            loss_at: None,
+            late: None,
             group: Some("ns/workers".into()),
             drained: None,
             pods_left: None,

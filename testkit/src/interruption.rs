@@ -75,6 +75,24 @@ pub fn rebalance_recommendation(instance_id: &str, time: DateTime<Utc>) -> Strin
 /// An AWS Health scheduled change for EC2 naming every instance in `ids`
 /// (a retirement, say), one message for all of them.
 pub fn scheduled_change(ids: &[String], time: DateTime<Utc>) -> String {
+    scheduled_event(
+        ids,
+        "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+        time,
+        time + chrono::Duration::days(2),
+    )
+}
+
+/// An AWS Health scheduled change of kind `code` (e.g.
+/// `AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED`, `AWS_EC2_SYSTEM_REBOOT_MAINTENANCE_SCHEDULED`)
+/// emitted at `time` for a change starting at `start`, written as AWS writes
+/// it (RFC 2822, "GMT").
+pub fn scheduled_event(
+    ids: &[String],
+    code: &str,
+    time: DateTime<Utc>,
+    start: DateTime<Utc>,
+) -> String {
     serde_json::json!({
         "version": "0",
         "id": format!("health-{}", ids.join("-")),
@@ -85,11 +103,11 @@ pub fn scheduled_change(ids: &[String], time: DateTime<Utc>) -> String {
         "region": "ap-northeast-1",
         "resources": ids,
         "detail": {
-            "eventArn": "arn:aws:health:ap-northeast-1::event/EC2/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED/x",
+            "eventArn": format!("arn:aws:health:ap-northeast-1::event/EC2/{code}/x"),
             "service": "EC2",
-            "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+            "eventTypeCode": code,
             "eventTypeCategory": "scheduledChange",
-            "startTime": time.to_rfc2822(),
+            "startTime": start.format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
             "affectedEntities": ids.iter().map(|id| serde_json::json!({"entityValue": id})).collect::<Vec<_>>(),
         },
     })

@@ -109,16 +109,40 @@ async fn a_scheduled_change_naming_two_nodes_replaces_both_before_their_loss() {
     let original = instances(world, &kops.asgs).await;
     let victims = vec![before[0].2[0].clone(), before[1].2[0].clone()];
     let sampler = sample_web(world);
-    // One AWS Health event retiring two of our instances.
-    queue.send(&scheduled_change(&victims, Utc::now())).await;
+    // One AWS Health event retiring two of our instances in two days.
+    let sent = Utc::now();
+    let start = sent + chrono::Duration::days(2);
+    let start = start - chrono::Duration::nanoseconds(start.timestamp_subsec_nanos().into());
+    queue
+        .send(&scheduled_event(
+            &victims,
+            "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+            sent,
+            start,
+        ))
+        .await;
     let nodes: Api<Node> = Api::all(world.client.clone());
     for victim in &victims {
         let node = assert_eventually("both marked", WAIT, || marked(&nodes, victim)).await;
-        assert_eq!(
-            record_of(&node).map(|r| r.kind).as_deref(),
-            Some("scheduled_change")
-        );
+        let record = record_of(&node).expect("record");
+        assert_eq!(record.kind, "scheduled_change");
+        // The real start, not two minutes from the notice; drained the
+        // group's drainDeadline (90 s) before it.
+        assert_eq!(record.loss_at, Some(start), "{record:?}");
+        assert_eq!(record.deadline, start - chrono::Duration::seconds(90));
     }
+    let last = assert_eventually("the group reports the start", WAIT, || async {
+        steady
+            .groups
+            .get("workers")
+            .await
+            .ok()?
+            .status?
+            .last_interruption
+    })
+    .await;
+    assert_eq!(last.loss_at, Some(start), "{last:?}");
+    assert_eq!(last.deadline, Some(start - chrono::Duration::seconds(90)));
     // A replacement in each victim's ASG while the victim still runs there.
     for (asg, _, _) in &before[..2] {
         assert_eventually("a replacement beside the victim", WAIT, || async {

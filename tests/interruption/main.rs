@@ -9,6 +9,7 @@ mod drains;
 mod lifecycle;
 mod notices;
 mod rebalance;
+mod scheduled;
 
 use snm_testkit as support;
 use spot_node_manager::crd::labels::{
@@ -22,7 +23,7 @@ use spot_node_manager::k8s::interruption_record::record_of;
 use std::time::Duration;
 use support::assert_eventually;
 use support::interruption::{
-    interrupt, rebalance_recommendation, scheduled_change, spot_warning, state_change,
+    interrupt, rebalance_recommendation, scheduled_event, spot_warning, state_change,
 };
 use support::refresh::*;
 use support::workload::{assert_web_ready, deploy_web, ready_web_pods, sample_web};

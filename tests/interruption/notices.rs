@@ -154,20 +154,44 @@ async fn on_a_shared_queue_a_foreign_notice_is_left_for_its_cluster() {
         .manager_config("interruption:\n  foreignMessages: Leave\n")
         .start()
         .await;
-    let (world, queue) = (&steady.world, steady.queue());
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    let theirs = "i-0123456789abcdef0";
+    queue.send(&spot_warning(theirs, Utc::now())).await;
+    // What we cannot read, and what we do not handle, may be another
+    // handler's too.
+    queue.send("{not json").await;
     queue
-        .send(&spot_warning("i-0123456789abcdef0", Utc::now()))
+        .send(r#"{"Event": "autoscaling:TEST_NOTIFICATION", "AutoScalingGroupName": "x"}"#)
         .await;
-    let metrics = assert_eventually("the foreign notice seen", WAIT, || async {
+    // One retirement naming one of ours and one of theirs.
+    let ours = world.asg_snapshot(&kops.asgs).await[0].2[0].clone();
+    queue
+        .send(&scheduled_event(
+            &[ours.clone(), theirs.to_string()],
+            "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+            Utc::now(),
+            Utc::now() + chrono::Duration::days(2),
+        ))
+        .await;
+    let metrics = assert_eventually("every message seen", WAIT, || async {
         let m = steady.manager.assert_metrics().await;
-        m.contains("outcome=\"foreign_left\"").then_some(m)
+        (m.contains("outcome=\"foreign_left\"")
+            && m.contains("outcome=\"rejected\"")
+            && m.contains("outcome=\"ignored\"")
+            && m.contains("outcome=\"acted\""))
+        .then_some(m)
     })
     .await;
     assert!(!metrics.contains("foreign_deleted"), "{metrics}");
-    assert_eq!(queue.remaining().await, 1, "left on the queue");
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    assert_eventually("ours marked", WAIT, || marked(&nodes, &ours)).await;
+    assert_eq!(queue.remaining().await, 4, "all left on the queue");
     let nodes = world.nodes().await.unwrap_or_default();
-    assert_eq!(nodes.len(), 3);
-    assert!(nodes.iter().all(|n| record_of(n).is_none()));
+    let recorded: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| record_of(n).map(|r| r.instance_id))
+        .collect();
+    assert_eq!(recorded, vec![ours], "only ours is marked");
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
 }
 

@@ -390,6 +390,8 @@ mod tests {
                 deadline: now + chrono::Duration::seconds(deadline_in),
                 drained: drained.then_some(now),
                 pods_left: None,
+                loss_at: None,
+                late: None,
                 lifecycle: None,
                 group: None,
             },

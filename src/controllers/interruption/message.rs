@@ -23,8 +23,18 @@ pub enum NoticeKind {
     /// "EC2 Instance State-change Notification" to stopping, stopped,
     /// shutting-down or terminated.
     StateChange(String),
-    /// An AWS Health scheduled change for EC2 (e.g. a retirement).
-    ScheduledChange { event_type: String },
+    /// An AWS Health scheduled change for EC2 that ends the instance (a
+    /// retirement or a stop), at `start` when the event gives it.
+    ScheduledChange {
+        event_type: String,
+        start: Option<DateTime<Utc>>,
+    },
+    /// An AWS Health scheduled change for EC2 that the instance survives (a
+    /// reboot, system maintenance) or one we do not know: reported only.
+    ScheduledMaintenance {
+        event_type: String,
+        start: Option<DateTime<Utc>>,
+    },
     /// An ASG terminate lifecycle action waiting for us to complete it.
     TerminateLifecycleAction(LifecycleAction),
 }
@@ -37,14 +47,19 @@ impl NoticeKind {
             NoticeKind::RebalanceRecommendation => "rebalance_recommendation",
             NoticeKind::StateChange(_) => "state_change",
             NoticeKind::ScheduledChange { .. } => "scheduled_change",
+            NoticeKind::ScheduledMaintenance { .. } => "scheduled_maintenance",
             NoticeKind::TerminateLifecycleAction(_) => "terminate_lifecycle_action",
         }
     }
 
     /// The node will be lost: cordon and drain it now. (A rebalance
-    /// recommendation only says it is at risk.)
+    /// recommendation only says it is at risk; a reboot or maintenance
+    /// leaves the instance in place.)
     pub fn is_loss(&self) -> bool {
-        !matches!(self, NoticeKind::RebalanceRecommendation)
+        !matches!(
+            self,
+            NoticeKind::RebalanceRecommendation | NoticeKind::ScheduledMaintenance { .. }
+        )
     }
 }
 
@@ -240,6 +255,12 @@ fn eventbridge_inner(value: &Value) -> Result<Parsed, Rejection> {
                 .and_then(Value::as_str)
                 .unwrap_or("unknown")
                 .to_string();
+            // A start we cannot read is not a reason to drop the notice: it
+            // is then treated as imminent (deadline from `time`).
+            let start = detail
+                .get("startTime")
+                .and_then(Value::as_str)
+                .and_then(health_time);
             let entities = detail
                 .get("affectedEntities")
                 .and_then(Value::as_array)
@@ -254,7 +275,12 @@ fn eventbridge_inner(value: &Value) -> Result<Parsed, Rejection> {
             if ids.is_empty() {
                 return Err(Rejection::Malformed("affectedEntities is empty".into()));
             }
-            notice(NoticeKind::ScheduledChange { event_type }, ids)
+            let kind = if ends_the_instance(&event_type) {
+                NoticeKind::ScheduledChange { event_type, start }
+            } else {
+                NoticeKind::ScheduledMaintenance { event_type, start }
+            };
+            notice(kind, ids)
         }
         ("aws.autoscaling", "EC2 Instance-terminate Lifecycle Action") => {
             let (action, instance) = lifecycle(detail)?;
@@ -264,6 +290,45 @@ fn eventbridge_inner(value: &Value) -> Result<Parsed, Rejection> {
             "{source} \"{detail_type}\""
         ))),
     }
+}
+
+/// A scheduled change that stops or ends the instance (its ASG then
+/// replaces it), as opposed to a reboot or maintenance it survives. Codes:
+/// `AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED`,
+/// `AWS_EC2_PERSISTENT_INSTANCE_RETIREMENT_SCHEDULED`,
+/// `AWS_EC2_INSTANCE_STOP_SCHEDULED`, against e.g.
+/// `AWS_EC2_INSTANCE_REBOOT_MAINTENANCE_SCHEDULED` or
+/// `AWS_EC2_SYSTEM_REBOOT_MAINTENANCE_SCHEDULED`. A code we do not know is
+/// reported, never acted on: no surprise termination.
+pub fn ends_the_instance(event_type: &str) -> bool {
+    let code = event_type.to_ascii_uppercase();
+    !code.contains("REBOOT")
+        && !code.contains("MAINTENANCE")
+        && (code.contains("RETIREMENT") || code.contains("_STOP_") || code.contains("TERMINATION"))
+}
+
+/// AWS Health writes times as RFC 2822 (`Sat, 05 Jun 2016 15:10:09 GMT`,
+/// its weekday not always true to the date, so it is not checked); RFC 3339
+/// is read too.
+fn health_time(text: &str) -> Option<DateTime<Utc>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Some(t.with_timezone(&Utc));
+    }
+    let without_weekday = text.split_once(',').map_or(text, |(_, rest)| rest).trim();
+    chrono::NaiveDateTime::parse_from_str(
+        without_weekday
+            .trim_end_matches("GMT")
+            .trim_end_matches("UTC")
+            .trim(),
+        "%d %b %Y %H:%M:%S",
+    )
+    .ok()
+    .map(|t| t.and_utc())
+    .or_else(|| {
+        DateTime::parse_from_str(without_weekday, "%d %b %Y %H:%M:%S %z")
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
+    })
 }
 
 fn lifecycle(value: &Value) -> Result<(LifecycleAction, String), Rejection> {

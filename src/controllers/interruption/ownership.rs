@@ -131,6 +131,7 @@ mod tests {
         Notice {
             kind: NoticeKind::ScheduledChange {
                 event_type: "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED".into(),
+                start: None,
             },
             instance_ids: ids.iter().map(|s| s.to_string()).collect(),
             time: Utc.with_ymd_and_hms(2026, 11, 23, 12, 0, 0).unwrap(),

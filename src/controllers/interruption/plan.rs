@@ -4,7 +4,7 @@
 
 use super::message::{Notice, NoticeKind, Parsed};
 use super::ownership::{Disposition, ForeignMessages, Owner, Ownership, dispose};
-use crate::k8s::interruption_record::{HookAction, Record};
+use crate::k8s::interruption_record::{HookAction, LATE_DRAIN, Record};
 use chrono::{DateTime, Utc};
 
 /// One instance of ours a notice names.
@@ -59,11 +59,14 @@ pub trait GroupSpecs {
     fn region(&self, owner: &Owner) -> Option<String>;
 }
 
+/// `now` tells a notice that arrived after its deadline (drained anyway,
+/// and recorded as late).
 pub fn plan(
     parsed: &Parsed,
     ownership: &Ownership,
     specs: &dyn GroupSpecs,
     foreign: ForeignMessages,
+    now: DateTime<Utc>,
 ) -> MessagePlan {
     let base = |kind, outcome, summary: String| MessagePlan {
         kind,
@@ -73,9 +76,22 @@ pub fn plan(
         summary,
         noticed: None,
     };
+    // On a queue shared with other handlers, what we cannot read or do not
+    // handle may be theirs: left too.
+    let shared = foreign == ForeignMessages::Leave;
     let notice = match parsed {
-        Parsed::Rejected(r) => return base(r.label(), "rejected", r.to_string()),
-        Parsed::Ignored { kind, why } => return base(kind, "ignored", why.clone()),
+        Parsed::Rejected(r) => {
+            return MessagePlan {
+                delete: !shared,
+                ..base(r.label(), "rejected", r.to_string())
+            };
+        }
+        Parsed::Ignored { kind, why } => {
+            return MessagePlan {
+                delete: !shared,
+                ..base(kind, "ignored", why.clone())
+            };
+        }
         Parsed::Notice(n) => n,
     };
     let kind = notice.kind.label();
@@ -97,9 +113,13 @@ pub fn plan(
             )
         },
         Disposition::Act(ours) => {
+            // A notice naming other clusters' instances too is theirs as
+            // well: on a shared queue it stays once ours are persisted
+            // (a redelivery finds our nodes marked and does nothing twice).
+            let partly_foreign = ours.len() < notice.instance_ids.len();
             let steps: Vec<Step> = ours
                 .into_iter()
-                .map(|(instance_id, owner)| step(notice, instance_id, owner, specs))
+                .map(|(instance_id, owner)| step(notice, instance_id, owner, specs, now))
                 .collect();
             MessagePlan {
                 summary: format!(
@@ -117,14 +137,56 @@ pub fn plan(
                 ),
                 steps,
                 noticed: Some(notice.time),
+                delete: !(shared && partly_foreign),
                 ..base(kind, "acted", String::new())
             }
         }
     }
 }
 
-fn step(notice: &Notice, instance_id: String, owner: Owner, specs: &dyn GroupSpecs) -> Step {
+/// The drain deadline of a loss, and when the instance goes if the notice
+/// says. A scheduled retirement or stop ends the instance at its `start`:
+/// the drain must be done `drainDeadline` before it (the replacement is
+/// launched at once, well ahead). A start nearer than twice that leaves the
+/// drain the same time as a spot warning, and never past the start.
+pub fn deadlines(
+    notice: &Notice,
+    drain_deadline: chrono::Duration,
+) -> (DateTime<Utc>, Option<DateTime<Utc>>) {
+    let after = |d| notice.time.checked_add_signed(d).unwrap_or(notice.time);
+    let from_notice = after(drain_deadline);
+    match &notice.kind {
+        NoticeKind::ScheduledChange {
+            start: Some(start), ..
+        } => {
+            let ahead = start.checked_sub_signed(drain_deadline).unwrap_or(*start);
+            (ahead.max(from_notice.min(*start)), Some(*start))
+        }
+        _ => (from_notice, None),
+    }
+}
+
+fn step(
+    notice: &Notice,
+    instance_id: String,
+    owner: Owner,
+    specs: &dyn GroupSpecs,
+    now: DateTime<Utc>,
+) -> Step {
     let kind = notice.kind.label();
+    if let NoticeKind::ScheduledMaintenance { event_type, start } = &notice.kind {
+        let when = start.map_or("at a time AWS did not give".to_string(), |s| {
+            format!("starting {}", s.to_rfc3339())
+        });
+        return Step::Note {
+            note: format!(
+                "scheduled {event_type} for {instance_id} {when}: the instance stays (not a loss), nothing is replaced"
+            ),
+            reason: "ScheduledMaintenance",
+            owner,
+            instance_id,
+        };
+    }
     let replace = specs.replace_on_rebalance(&owner);
     if notice.kind == NoticeKind::RebalanceRecommendation && !(replace && owner.node.is_some()) {
         return Step::Note {
@@ -168,23 +230,32 @@ fn step(notice: &Notice, instance_id: String, owner: Owner, specs: &dyn GroupSpe
             owner,
             instance_id,
         },
-        (Some(node), lifecycle) => Step::Mark {
-            record: Record {
-                kind: kind.to_string(),
-                instance_id,
-                noticed: notice.time,
-                deadline: notice
-                    .time
-                    .checked_add_signed(specs.drain_deadline(&owner))
-                    .unwrap_or(notice.time),
-                group: Some(format!("{}/{}", owner.namespace, owner.group)),
-                drained: None,
-                pods_left: None,
-                lifecycle,
-            },
-            node,
-            owner,
-        },
+        (Some(node), lifecycle) => {
+            let (deadline, loss_at) = deadlines(notice, specs.drain_deadline(&owner));
+            // Arrived after its deadline: drained anyway, briefly.
+            let late = notice.kind.is_loss() && now >= deadline;
+            let deadline = if late {
+                now.checked_add_signed(LATE_DRAIN).unwrap_or(now)
+            } else {
+                deadline
+            };
+            Step::Mark {
+                record: Record {
+                    kind: kind.to_string(),
+                    instance_id,
+                    noticed: notice.time,
+                    deadline,
+                    loss_at,
+                    late: late.then_some(true),
+                    group: Some(format!("{}/{}", owner.namespace, owner.group)),
+                    drained: None,
+                    pods_left: None,
+                    lifecycle,
+                },
+                node,
+                owner,
+            }
+        }
         (None, None) => Step::Note {
             note: format!("{kind} for {instance_id}, which never joined: no node to drain"),
             reason: "InterruptionNotice",
@@ -199,6 +270,11 @@ mod tests {
     use super::*;
     use crate::controllers::interruption::message::{Rejection, parse};
     use chrono::TimeZone;
+
+    /// The test notices' AWS time: each arrives the moment it is sent.
+    fn at_notice() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 23, 12, 0, 0).unwrap()
+    }
 
     struct Fixed(i64);
     impl GroupSpecs for Fixed {
@@ -245,6 +321,7 @@ mod tests {
             &ownership(),
             &Fixed(90),
             ForeignMessages::Delete,
+            at_notice(),
         );
         assert!(
             matches!(
@@ -261,6 +338,7 @@ mod tests {
             &ownership(),
             &Replacing,
             ForeignMessages::Delete,
+            at_notice(),
         );
         let [Step::Mark { record, .. }] = replaced.steps.as_slice() else {
             panic!("{replaced:?}")
@@ -304,6 +382,7 @@ mod tests {
             &ownership(),
             &Fixed(90),
             ForeignMessages::Delete,
+            at_notice(),
         );
         assert_eq!(
             (p.kind, p.outcome, p.delete),
@@ -320,6 +399,8 @@ mod tests {
                     instance_id: "i-1".into(),
                     noticed,
                     deadline: noticed + chrono::Duration::seconds(90),
+                    loss_at: None,
+                    late: None,
                     group: Some("ns/workers".into()),
                     drained: None,
                     pods_left: None,
@@ -337,6 +418,7 @@ mod tests {
             &ownership(),
             &Fixed(90),
             ForeignMessages::Delete,
+            at_notice(),
         );
         assert!(matches!(p.steps.as_slice(), [Step::Note { .. }]), "{p:?}");
         assert!(p.delete);
@@ -349,6 +431,7 @@ mod tests {
             &ownership(),
             &Fixed(90),
             ForeignMessages::Leave,
+            at_notice(),
         );
         assert_eq!((left.outcome, left.delete), ("foreign_left", false));
         assert!(left.steps.is_empty());
@@ -357,6 +440,7 @@ mod tests {
             &ownership(),
             &Fixed(90),
             ForeignMessages::Delete,
+            at_notice(),
         );
         assert_eq!((deleted.outcome, deleted.delete), ("foreign_deleted", true));
         let rejected = plan(
@@ -364,12 +448,191 @@ mod tests {
             &ownership(),
             &Fixed(90),
             ForeignMessages::Leave,
+            at_notice(),
         );
         assert_eq!(
             (rejected.kind, rejected.outcome, rejected.delete),
-            ("malformed", "rejected", true),
-            "a bad message never blocks the queue, even a shared one"
+            ("malformed", "rejected", false),
+            "on a shared queue what we cannot read may be another handler's"
         );
+        let test_notification = Parsed::Ignored {
+            kind: "test_notification",
+            why: "x".into(),
+        };
+        for (foreign, delete) in [
+            (ForeignMessages::Leave, false),
+            (ForeignMessages::Delete, true),
+        ] {
+            let p = plan(
+                &test_notification,
+                &ownership(),
+                &Fixed(90),
+                foreign,
+                at_notice(),
+            );
+            assert_eq!((p.outcome, p.delete), ("ignored", delete));
+            let p = plan(
+                &Parsed::Rejected(Rejection::Malformed("x".into())),
+                &ownership(),
+                &Fixed(90),
+                foreign,
+                at_notice(),
+            );
+            assert_eq!((p.outcome, p.delete), ("rejected", delete));
+        }
+    }
+
+    fn health(code: &str, ids: &[&str], start: &str) -> Parsed {
+        parse(
+            &serde_json::json!({
+                "version": "0", "source": "aws.health", "time": "2026-11-23T12:00:00Z",
+                "detail-type": "AWS Health Event",
+                "detail": {"service": "EC2", "eventTypeCategory": "scheduledChange",
+                    "eventTypeCode": code, "startTime": start,
+                    "affectedEntities": ids.iter().map(|i| serde_json::json!({"entityValue": i})).collect::<Vec<_>>()}
+            })
+            .to_string(),
+        )
+    }
+
+    #[test]
+    fn a_notice_naming_another_clusters_instance_too_stays_on_a_shared_queue() {
+        let both = health(
+            "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+            &["i-1", "i-theirs"],
+            "Sat, 28 Nov 2026 00:00:00 GMT",
+        );
+        let left = plan(
+            &both,
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Leave,
+            at_notice(),
+        );
+        assert!(
+            matches!(left.steps.as_slice(), [Step::Mark { .. }]),
+            "{left:?}"
+        );
+        assert_eq!((left.outcome, left.delete), ("acted", false));
+        let deleted = plan(
+            &both,
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+            at_notice(),
+        );
+        assert!(deleted.delete);
+        let ours = health(
+            "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+            &["i-1"],
+            "Sat, 28 Nov 2026 00:00:00 GMT",
+        );
+        assert!(
+            plan(
+                &ours,
+                &ownership(),
+                &Fixed(90),
+                ForeignMessages::Leave,
+                at_notice()
+            )
+            .delete
+        );
+    }
+
+    #[test]
+    fn a_scheduled_retirement_drains_by_its_start_less_the_drain_deadline() {
+        let start = Utc.with_ymd_and_hms(2026, 11, 28, 0, 0, 0).unwrap();
+        let p = plan(
+            &health(
+                "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+                &["i-1"],
+                "Sat, 28 Nov 2026 00:00:00 GMT",
+            ),
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+            at_notice(),
+        );
+        let [Step::Mark { record, .. }] = p.steps.as_slice() else {
+            panic!("{p:?}")
+        };
+        assert_eq!(record.kind, "scheduled_change");
+        assert_eq!(record.loss_at, Some(start));
+        assert_eq!(record.deadline, start - chrono::Duration::seconds(90));
+        assert_eq!(record.late, None);
+        // A start nearer than twice the drain deadline: the drain gets what
+        // a spot warning gets, and never past the start.
+        let soon = |secs: i64| {
+            let n = crate::controllers::interruption::message::Notice {
+                kind: NoticeKind::ScheduledChange {
+                    event_type: "AWS_EC2_INSTANCE_STOP_SCHEDULED".into(),
+                    start: Some(at_notice() + chrono::Duration::seconds(secs)),
+                },
+                instance_ids: vec!["i-1".into()],
+                time: at_notice(),
+                id: None,
+            };
+            deadlines(&n, chrono::Duration::seconds(90)).0 - at_notice()
+        };
+        assert_eq!(soon(150), chrono::Duration::seconds(90));
+        assert_eq!(soon(60), chrono::Duration::seconds(60));
+        assert_eq!(soon(-30), chrono::Duration::seconds(-30));
+        assert_eq!(soon(3600), chrono::Duration::seconds(3510));
+    }
+
+    #[test]
+    fn a_reboot_is_reported_and_nothing_is_marked() {
+        let p = plan(
+            &health(
+                "AWS_EC2_SYSTEM_REBOOT_MAINTENANCE_SCHEDULED",
+                &["i-1"],
+                "Sat, 28 Nov 2026 00:00:00 GMT",
+            ),
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+            at_notice(),
+        );
+        let [Step::Note { reason, note, .. }] = p.steps.as_slice() else {
+            panic!("{p:?}")
+        };
+        assert_eq!(*reason, "ScheduledMaintenance");
+        assert!(note.contains("2026-11-28T00:00:00"), "{note}");
+        assert_eq!(
+            (p.kind, p.outcome, p.delete),
+            ("scheduled_maintenance", "acted", true)
+        );
+    }
+
+    #[test]
+    fn a_notice_past_its_deadline_is_still_drained_briefly_and_says_it_came_late() {
+        let arrived = at_notice() + chrono::Duration::seconds(100);
+        let p = plan(
+            &warning("i-1"),
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+            arrived,
+        );
+        let [Step::Mark { record, .. }] = p.steps.as_slice() else {
+            panic!("{p:?}")
+        };
+        assert_eq!(record.late, Some(true));
+        assert_eq!(record.deadline, arrived + LATE_DRAIN);
+        assert_eq!(record.noticed, at_notice(), "the AWS time is kept");
+        // In time: not late.
+        let p = plan(
+            &warning("i-1"),
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+            at_notice() + chrono::Duration::seconds(89),
+        );
+        let [Step::Mark { record, .. }] = p.steps.as_slice() else {
+            panic!("{p:?}")
+        };
+        assert_eq!(record.late, None);
+        assert_eq!(record.deadline, at_notice() + chrono::Duration::seconds(90));
     }
 
     fn lifecycle_action(id: &str) -> Parsed {
@@ -402,6 +665,7 @@ mod tests {
             &ownership(),
             &Fixed(90),
             ForeignMessages::Delete,
+            at_notice(),
         );
         let [Step::Mark { record, .. }] = p.steps.as_slice() else {
             panic!("{p:?}")
@@ -414,6 +678,7 @@ mod tests {
             &ownership(),
             &Fixed(90),
             ForeignMessages::Delete,
+            at_notice(),
         );
         assert!(
             matches!(p.steps.as_slice(), [Step::Complete { action, instance_id, .. }]
@@ -427,7 +692,13 @@ mod tests {
         {
             a.auto_scaling_group = "asg-b".into();
         }
-        let p = plan(&other, &ownership(), &Fixed(90), ForeignMessages::Delete);
+        let p = plan(
+            &other,
+            &ownership(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+            at_notice(),
+        );
         assert!(matches!(p.steps.as_slice(), [Step::Note { .. }]), "{p:?}");
         // Not ours: never completed by us.
         let p = plan(
@@ -435,6 +706,7 @@ mod tests {
             &ownership(),
             &Fixed(90),
             ForeignMessages::Leave,
+            at_notice(),
         );
         assert!(p.steps.is_empty() && !p.delete, "{p:?}");
     }
@@ -539,7 +811,7 @@ mod tests {
         ) {
             let foreign = if leave { ForeignMessages::Leave } else { ForeignMessages::Delete };
             let parsed = parse(&body);
-            let p = plan(&parsed, &ownership(), &Any { deadline, replace }, foreign);
+            let p = plan(&parsed, &ownership(), &Any { deadline, replace }, foreign, at_notice());
             let ours = ownership();
             for step in &p.steps {
                 match step {
@@ -559,7 +831,17 @@ mod tests {
                     }
                 }
             }
-            proptest::prop_assert_eq!(p.delete, p.outcome != "foreign_left");
+            // Kept only on a shared queue: foreign, unreadable, unhandled,
+            // or naming other clusters' instances too.
+            if !p.delete {
+                proptest::prop_assert!(leave);
+            }
+            if !leave {
+                proptest::prop_assert!(p.delete);
+            }
+            if p.outcome == "foreign_left" {
+                proptest::prop_assert!(!p.delete);
+            }
             if p.outcome != "acted" {
                 proptest::prop_assert!(p.steps.is_empty());
             }
@@ -568,7 +850,7 @@ mod tests {
         /// Any text at all parses to a notice, an ignored kind or a rejection.
         #[test]
         fn any_text_parses_without_panicking(body in "\\PC{0,200}") {
-            let p = plan(&parse(&body), &ownership(), &Fixed(90), ForeignMessages::Delete);
+            let p = plan(&parse(&body), &ownership(), &Fixed(90), ForeignMessages::Delete, at_notice());
             proptest::prop_assert!(p.delete);
         }
     }

@@ -190,6 +190,7 @@ async fn handle(ctx: &Context, queue: &Queue, groups: &Groups, received: Receive
         &groups.ownership,
         groups,
         ctx.settings.interruption.foreign_messages,
+        ctx.clock.now(),
     );
     let id = received.message_id.as_deref().unwrap_or("-");
     match plan.outcome {
@@ -264,13 +265,25 @@ async fn carry_out(ctx: &Context, groups: &Groups, plan: &MessagePlan) -> Result
                     let age = ctx.clock.now() - record.noticed;
                     ctx.metrics
                         .interruption_age(age.to_std().unwrap_or_default());
-                    let note = format!(
+                    let mut note = format!(
                         "{} for {} ({}): cordoned and tainted; drain deadline {}",
                         record.kind,
                         node,
                         record.instance_id,
                         record.deadline.to_rfc3339()
                     );
+                    if let Some(loss) = record.loss_at {
+                        note.push_str(&format!(
+                            "; AWS takes the instance at {}",
+                            loss.to_rfc3339()
+                        ));
+                    }
+                    if record.late == Some(true) {
+                        note.push_str(&format!(
+                            "; the notice came late (AWS sent it at {}), its pods are evicted anyway",
+                            record.noticed.to_rfc3339()
+                        ));
+                    }
                     event(
                         ctx,
                         groups,

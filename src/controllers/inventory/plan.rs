@@ -132,16 +132,7 @@ fn last_interruption(
 ) -> Option<LastInterruption> {
     let newest = members
         .iter()
-        .filter_map(|n| {
-            let i = n.interruption.as_ref()?;
-            Some(LastInterruption {
-                node: n.name.clone(),
-                instance_id: n.instance_id.clone().unwrap_or_default(),
-                kind: i.kind.clone(),
-                noticed: i.noticed,
-                drained: i.drained,
-            })
-        })
+        .filter_map(LastInterruption::of)
         .max_by(|a, b| (a.noticed, &a.node).cmp(&(b.noticed, &b.node)));
     match (previous, newest) {
         (Some(p), Some(n)) if (p.noticed, &p.node) > (n.noticed, &n.node) => Some(p.clone()),
@@ -246,6 +237,8 @@ fn member_status<N: NodeView>(
             kind: r.kind,
             noticed: r.noticed,
             deadline: r.deadline,
+            loss_at: r.loss_at,
+            late: r.late,
             drained: r.drained,
         });
     let marked = node.annotation(drift::NEEDS_UPDATE_ANNOTATION).is_some();

@@ -105,7 +105,10 @@ fn node_fingerprint(node: &(impl NodeView + ?Sized)) -> u64 {
     // through the group's status: the fields the status copies, and no more
     // (a lifecycle action's heartbeat is no reason to describe AWS again).
     crate::k8s::interruption_record::record_of(node)
-        .map(|r| (r.kind, r.instance_id, r.noticed, r.deadline, r.drained))
+        .map(|r| {
+            let (kind, id, noticed, deadline) = (r.kind, r.instance_id, r.noticed, r.deadline);
+            (kind, id, noticed, deadline, r.loss_at, r.late, r.drained)
+        })
         .hash(&mut h);
     h.finish()
 }
@@ -313,6 +316,8 @@ mod tests {
             group: None,
             drained: None,
             pods_left: None,
+            loss_at: None,
+            late: None,
             lifecycle: Some(HookAction {
                 auto_scaling_group: "nodes-a".into(),
                 hook: "h".into(),

@@ -336,6 +336,8 @@ mod tests {
             kind: kind.into(),
             noticed: t0(),
             deadline: t0(),
+            loss_at: None,
+            late: None,
             drained: None,
         };
         let check = |c: &Case, r: &Retirement| retire(&c.group, c.status(), &c.fresh, r);

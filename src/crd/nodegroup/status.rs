@@ -80,9 +80,35 @@ pub struct LastInterruption {
     pub kind: String,
     /// When AWS emitted the notice.
     pub noticed: DateTime<Utc>,
+    /// By when the node's drain had to end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DateTime<Utc>>,
+    /// When AWS said the instance goes (a scheduled retirement or stop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_at: Option<DateTime<Utc>>,
+    /// The notice reached us after its drain deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<bool>,
     /// When the node's drain ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drained: Option<DateTime<Utc>>,
+}
+
+impl LastInterruption {
+    /// The notice `node` records, if any.
+    pub fn of(node: &NodeStatus) -> Option<LastInterruption> {
+        let i = node.interruption.as_ref()?;
+        Some(LastInterruption {
+            node: node.name.clone(),
+            instance_id: node.instance_id.clone().unwrap_or_default(),
+            kind: i.kind.clone(),
+            noticed: i.noticed,
+            deadline: Some(i.deadline),
+            loss_at: i.loss_at,
+            late: i.late,
+            drained: i.drained,
+        })
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
@@ -135,6 +161,13 @@ pub struct NodeInterruption {
     pub noticed: DateTime<Utc>,
     /// The drain must be finished by then.
     pub deadline: DateTime<Utc>,
+    /// When AWS said the instance goes (a scheduled retirement or stop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_at: Option<DateTime<Utc>>,
+    /// The notice reached us after its drain deadline (drained anyway, in
+    /// a short window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<bool>,
     /// When the drain ended (drained, or its deadline passed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drained: Option<DateTime<Utc>>,

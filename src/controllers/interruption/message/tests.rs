@@ -101,7 +101,10 @@ fn a_scheduled_change_names_every_affected_instance_once() {
     assert_eq!(
         n.kind,
         NoticeKind::ScheduledChange {
-            event_type: "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED".into()
+            event_type: "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED".into(),
+            // AWS's own example dates carry a weekday false to the date
+            // (28 Nov 2026 is a Saturday; "Sat, 05 Jun 2016" was a Sunday).
+            start: Some(Utc.with_ymd_and_hms(2026, 11, 28, 0, 0, 0).unwrap()),
         }
     );
     assert_eq!(n.instance_ids, vec!["i-0aaa", "i-0bbb"]);
@@ -111,6 +114,59 @@ fn a_scheduled_change_names_every_affected_instance_once() {
         json!({"service": "RDS", "eventTypeCategory": "scheduledChange", "affectedEntities": []}),
     );
     assert!(matches!(parse(&other.to_string()), Parsed::Ignored { .. }));
+}
+
+#[test]
+fn a_reboot_or_maintenance_is_not_a_loss_and_its_start_is_read_in_either_format() {
+    let health = |code: &str, start: &str| {
+        notice(&envelope(
+            "aws.health",
+            "AWS Health Event",
+            json!({
+                "service": "EC2", "eventTypeCode": code, "eventTypeCategory": "scheduledChange",
+                "startTime": start, "affectedEntities": [{"entityValue": "i-0aaa"}],
+            }),
+        ))
+    };
+    let start = Utc.with_ymd_and_hms(2016, 6, 5, 15, 10, 9).unwrap();
+    for code in [
+        "AWS_EC2_INSTANCE_REBOOT_MAINTENANCE_SCHEDULED",
+        "AWS_EC2_SYSTEM_REBOOT_MAINTENANCE_SCHEDULED",
+        "AWS_EC2_INSTANCE_REBOOT_FLEXIBLE_MAINTENANCE_SCHEDULED",
+        "AWS_EC2_DEDICATED_HOST_NETWORK_MAINTENANCE_SCHEDULED",
+        "AWS_EC2_SOMETHING_NEW_SCHEDULED",
+    ] {
+        let n = health(code, "Sat, 05 Jun 2016 15:10:09 GMT");
+        assert_eq!(
+            n.kind,
+            NoticeKind::ScheduledMaintenance {
+                event_type: code.into(),
+                start: Some(start)
+            }
+        );
+        assert!(!n.kind.is_loss(), "{code}");
+    }
+    for code in [
+        "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+        "AWS_EC2_PERSISTENT_INSTANCE_RETIREMENT_SCHEDULED",
+        "AWS_EC2_INSTANCE_STOP_SCHEDULED",
+    ] {
+        let n = health(code, "2016-06-05T15:10:09Z");
+        assert_eq!(
+            n.kind,
+            NoticeKind::ScheduledChange {
+                event_type: code.into(),
+                start: Some(start)
+            }
+        );
+        assert!(n.kind.is_loss(), "{code}");
+    }
+    // An unreadable start keeps the notice (treated as imminent).
+    let n = health("AWS_EC2_INSTANCE_STOP_SCHEDULED", "soon");
+    assert!(matches!(
+        n.kind,
+        NoticeKind::ScheduledChange { start: None, .. }
+    ));
 }
 
 fn lifecycle_detail() -> Value {
@@ -305,7 +361,7 @@ proptest! {
                 (json!({"version": "0", "source": "aws.health", "detail-type": "AWS Health Event", "time": stamp,
                         "detail": {"service": "EC2", "eventTypeCategory": "scheduledChange",
                                    "eventTypeCode": "AWS_EC2_INSTANCE_STOP_SCHEDULED", "affectedEntities": entities}}),
-                 NoticeKind::ScheduledChange { event_type: "AWS_EC2_INSTANCE_STOP_SCHEDULED".into() }, ids)
+                 NoticeKind::ScheduledChange { event_type: "AWS_EC2_INSTANCE_STOP_SCHEDULED".into(), start: None }, ids)
             }
             _ => (json!({"Message": json!({"AutoScalingGroupName": "asg-x", "LifecycleHookName": hook,
                     "LifecycleActionToken": token, "EC2InstanceId": id, "Time": stamp,
