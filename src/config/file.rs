@@ -26,6 +26,7 @@ pub struct FileConfig {
 pub struct FileInterruption {
     pub queue_url: Option<String>,
     pub foreign_messages: Option<ForeignMessages>,
+    pub unmanaged_nodes: Option<UnmanagedNodes>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -70,6 +71,18 @@ pub enum ForeignMessages {
     /// Leave it for another cluster's handler (a queue shared by clusters);
     /// it comes back after its visibility timeout.
     Leave,
+}
+
+/// What to do with a loss notice for a node of this cluster that no
+/// NodeGroup lists (a kops instance group nobody named).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum UnmanagedNodes {
+    /// Cordon and drain it by its deadline, as kops's own termination
+    /// handler would; it is not replaced by us (its ASG replaces it).
+    #[default]
+    Drain,
+    /// Leave it alone (another handler covers those nodes).
+    Ignore,
 }
 
 /// Parses the file, reporting the dotted path of a bad field.

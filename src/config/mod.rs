@@ -10,7 +10,7 @@ mod file;
 use file::read_file;
 pub use file::{
     FileAdmin, FileAws, FileConfig, FileInterruption, FileLeaderElection, FileLog, ForeignMessages,
-    parse_file,
+    UnmanagedNodes, parse_file,
 };
 use std::time::Duration;
 
@@ -140,6 +140,7 @@ pub struct InterruptionSettings {
     /// The handler is off when unset.
     pub queue_url: Option<String>,
     pub foreign_messages: ForeignMessages,
+    pub unmanaged_nodes: UnmanagedNodes,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -230,6 +231,7 @@ impl Settings {
                 .clone()
                 .or(file.interruption.queue_url),
             foreign_messages: file.interruption.foreign_messages.unwrap_or_default(),
+            unmanaged_nodes: file.interruption.unmanaged_nodes.unwrap_or_default(),
         };
         if let Some(url) = &interruption.queue_url {
             check_queue_url(url).map_err(|e| ConfigError::new("interruption.queueUrl", e))?;
@@ -468,11 +470,16 @@ mod tests {
         let off = resolve(&RunArgs::default(), "").expect("defaults");
         assert_eq!(off.interruption.queue_url, None);
         assert_eq!(off.interruption.foreign_messages, ForeignMessages::Delete);
-        let file = "interruption:\n  queueUrl: https://sqs.ap-northeast-1.amazonaws.com/123456789012/file\n  foreignMessages: Leave\n";
+        assert_eq!(off.interruption.unmanaged_nodes, UnmanagedNodes::Drain);
+        let file = "interruption:\n  queueUrl: https://sqs.ap-northeast-1.amazonaws.com/123456789012/file\n  foreignMessages: Leave\n  unmanagedNodes: Ignore\n";
         let from_file = resolve(&RunArgs::default(), file).expect("file");
         assert_eq!(
             from_file.interruption.foreign_messages,
             ForeignMessages::Leave
+        );
+        assert_eq!(
+            from_file.interruption.unmanaged_nodes,
+            UnmanagedNodes::Ignore
         );
         let flag = RunArgs {
             interruption_queue_url: Some("http://127.0.0.1:5000/123456789012/flag".into()),

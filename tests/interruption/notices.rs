@@ -268,3 +268,52 @@ async fn a_manager_killed_between_marking_and_deleting_finishes_the_job_once_on_
     .await;
     assert!(second.child_alive(), "{}", second.logs());
 }
+
+#[tokio::test]
+async fn a_node_of_an_instance_group_no_nodegroup_names_is_cordoned_and_drained_not_replaced() {
+    let steady = SteadyGroup::workers("int-unnamed")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    // A kops instance group nobody named in a NodeGroup.
+    let spare = world
+        .kops_group("spare", &[support::ZONES[0]], 1, &[])
+        .await;
+    let instance = world.asg_instances(&spare.asgs[0]).await[0].clone();
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    assert_eventually("the spare node joined", WAIT, || async {
+        world.nodes().await?.into_iter().find(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|p| p.ends_with(instance.as_str()))
+        })
+    })
+    .await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let spare_before = world.asg_snapshot(&spare.asgs).await;
+    queue.send(&spot_warning(&instance, Utc::now())).await;
+    let node = assert_eventually("the spare node marked", WAIT, || marked(&nodes, &instance)).await;
+    let record = record_of(&node).expect("record");
+    assert_eq!(record.group, None);
+    assert_eq!((record.deadline - record.noticed).num_seconds(), 90);
+    // Drained (nothing of ours runs there), recorded on the node.
+    assert_eventually("its drain recorded", WAIT, || async {
+        let node = marked(&nodes, &instance).await?;
+        record_of(&node)?.drained
+    })
+    .await;
+    assert_eventually("the message deleted", WAIT, || async {
+        (queue.remaining().await == 0).then_some(())
+    })
+    .await;
+    // Nothing replaced or terminated by us, here or in the group.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let metrics = steady.manager.assert_metrics().await;
+    assert_orders(&metrics, 0, 0, "a node of no group is never replaced by us");
+    assert!(metrics.contains("outcome=\"unmanaged\""), "{metrics}");
+    assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
+    assert_eq!(world.asg_snapshot(&spare.asgs).await, spare_before);
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+}

@@ -5,6 +5,7 @@
 use super::message::Notice;
 pub use crate::config::ForeignMessages;
 use crate::crd::NodeGroup;
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -62,27 +63,71 @@ impl Ownership {
     }
 }
 
+/// Nodes of this cluster that no NodeGroup lists (a kops instance group
+/// nobody named), by instance id: looked up only for a notice naming an
+/// instance no group has.
+#[derive(Debug, Default)]
+pub struct Unmanaged(HashMap<String, String>);
+
+impl Unmanaged {
+    /// From the cluster's Nodes, leaving out every instance a group lists.
+    pub fn of_nodes(nodes: &[Node], ownership: &Ownership) -> Unmanaged {
+        Unmanaged(
+            nodes
+                .iter()
+                .filter_map(|n| {
+                    let provider = n.spec.as_ref()?.provider_id.as_deref()?;
+                    let (_, id) = crate::k8s::node::parse_provider_id(provider).ok()?;
+                    (ownership.owner(&id).is_none()).then(|| (id, n.name_any()))
+                })
+                .collect(),
+        )
+    }
+
+    pub fn node(&self, instance_id: &str) -> Option<&str> {
+        self.0.get(instance_id).map(String::as_str)
+    }
+}
+
 /// What to do with a notice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Disposition {
-    /// Act on these instances of ours; delete the message once each action
-    /// is persisted.
-    Act(Vec<(String, Owner)>),
+    /// Act on these instances of ours (and nodes of this cluster no group
+    /// lists, instance → node); delete the message once each action is
+    /// persisted.
+    Act {
+        ours: Vec<(String, Owner)>,
+        unmanaged: Vec<(String, String)>,
+    },
     /// None of its instances is ours.
     Foreign(ForeignMessages),
 }
 
 /// Pure: whose instances a notice names.
-pub fn dispose(notice: &Notice, ownership: &Ownership, foreign: ForeignMessages) -> Disposition {
+pub fn dispose(
+    notice: &Notice,
+    ownership: &Ownership,
+    unmanaged: &Unmanaged,
+    foreign: ForeignMessages,
+) -> Disposition {
     let ours: Vec<(String, Owner)> = notice
         .instance_ids
         .iter()
         .filter_map(|id| ownership.owner(id).map(|o| (id.clone(), o.clone())))
         .collect();
-    if ours.is_empty() {
+    let others: Vec<(String, String)> = notice
+        .instance_ids
+        .iter()
+        .filter(|id| ownership.owner(id).is_none())
+        .filter_map(|id| unmanaged.node(id).map(|n| (id.clone(), n.to_string())))
+        .collect();
+    if ours.is_empty() && others.is_empty() {
         Disposition::Foreign(foreign)
     } else {
-        Disposition::Act(ours)
+        Disposition::Act {
+            ours,
+            unmanaged: others,
+        }
     }
 }
 
@@ -149,11 +194,13 @@ mod tests {
         let d = dispose(
             &notice(&["i-2", "i-404", "i-5", "i-9"]),
             &ownership,
+            &Unmanaged::default(),
             ForeignMessages::Delete,
         );
-        let Disposition::Act(ours) = d else {
+        let Disposition::Act { ours, unmanaged } = d else {
             panic!("{d:?}")
         };
+        assert!(unmanaged.is_empty());
         let named: Vec<(&str, &str, Option<&str>)> = ours
             .iter()
             .map(|(id, o)| (id.as_str(), o.group.as_str(), o.node.as_deref()))
@@ -173,9 +220,47 @@ mod tests {
         let ownership = Ownership::of(&[group("workers", &[("n1", "i-1")], &[])]);
         for foreign in [ForeignMessages::Delete, ForeignMessages::Leave] {
             assert_eq!(
-                dispose(&notice(&["i-other"]), &ownership, foreign),
+                dispose(
+                    &notice(&["i-other"]),
+                    &ownership,
+                    &Unmanaged::default(),
+                    foreign
+                ),
                 Disposition::Foreign(foreign)
             );
         }
+    }
+
+    fn node(name: &str, provider: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name}, "spec": {"providerID": provider}
+        }))
+        .expect("node")
+    }
+
+    #[test]
+    fn a_node_of_this_cluster_no_group_lists_is_unmanaged_not_foreign() {
+        let ownership = Ownership::of(&[group("workers", &[("n1", "i-1")], &[])]);
+        let unmanaged = Unmanaged::of_nodes(
+            &[
+                node("n1", "aws:///az-a/i-1"),
+                node("bastion", "aws:///az-a/i-7"),
+                node("odd", "gce://x/y"),
+            ],
+            &ownership,
+        );
+        assert_eq!(unmanaged.node("i-1"), None, "a group's node is the group's");
+        assert_eq!(unmanaged.node("i-7"), Some("bastion"));
+        let d = dispose(
+            &notice(&["i-7", "i-1", "i-other"]),
+            &ownership,
+            &unmanaged,
+            ForeignMessages::Delete,
+        );
+        let Disposition::Act { ours, unmanaged } = d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(ours.len(), 1);
+        assert_eq!(unmanaged, vec![("i-7".to_string(), "bastion".to_string())]);
     }
 }

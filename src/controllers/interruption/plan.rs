@@ -3,7 +3,7 @@
 //! whether the message may then be deleted.
 
 use super::message::{Notice, NoticeKind, Parsed};
-use super::ownership::{Disposition, ForeignMessages, Owner, Ownership, dispose};
+use super::ownership::{Disposition, ForeignMessages, Owner, Ownership, Unmanaged, dispose};
 use crate::k8s::interruption_record::{HookAction, LATE_DRAIN, Record};
 use chrono::{DateTime, Utc};
 
@@ -23,6 +23,10 @@ pub enum Step {
         instance_id: String,
         action: HookAction,
     },
+    /// A node of this cluster that no NodeGroup lists, about to be lost:
+    /// cordoned and drained like ours (the group's `drainDeadline` default),
+    /// never replaced or terminated by us (its ASG replaces it).
+    MarkUnmanaged { node: String, record: Record },
     /// Nothing to persist (a rebalance recommendation the group ignores, an
     /// instance that never joined): only say so.
     Note {
@@ -64,6 +68,7 @@ pub trait GroupSpecs {
 pub fn plan(
     parsed: &Parsed,
     ownership: &Ownership,
+    unmanaged: &Unmanaged,
     specs: &dyn GroupSpecs,
     foreign: ForeignMessages,
     now: DateTime<Utc>,
@@ -95,7 +100,7 @@ pub fn plan(
         Parsed::Notice(n) => n,
     };
     let kind = notice.kind.label();
-    match dispose(notice, ownership, foreign) {
+    match dispose(notice, ownership, unmanaged, foreign) {
         Disposition::Foreign(ForeignMessages::Delete) => base(
             kind,
             "foreign_deleted",
@@ -112,22 +117,32 @@ pub fn plan(
                 ),
             )
         },
-        Disposition::Act(ours) => {
-            // A notice naming other clusters' instances too is theirs as
-            // well: on a shared queue it stays once ours are persisted
-            // (a redelivery finds our nodes marked and does nothing twice).
+        Disposition::Act { ours, unmanaged } => {
+            // A notice naming instances no group of ours has may be another
+            // handler's too (another cluster's, or a manager's of another
+            // namespace): on a shared queue it stays once ours are persisted
+            // (a redelivery finds the nodes marked and does nothing twice).
             let partly_foreign = ours.len() < notice.instance_ids.len();
-            let steps: Vec<Step> = ours
+            let only_unmanaged = ours.is_empty();
+            let mut steps: Vec<Step> = ours
                 .into_iter()
                 .map(|(instance_id, owner)| step(notice, instance_id, owner, specs, now))
                 .collect();
+            steps.extend(
+                unmanaged.into_iter().filter_map(|(instance_id, node)| {
+                    unmanaged_step(notice, instance_id, node, now)
+                }),
+            );
+            let outcome = if only_unmanaged { "unmanaged" } else { "acted" };
             MessagePlan {
                 summary: format!(
                     "{kind} for {}",
                     steps
                         .iter()
                         .map(|s| match s {
-                            Step::Mark { node, .. } => node.clone(),
+                            Step::Mark { node, .. } | Step::MarkUnmanaged { node, .. } => {
+                                node.clone()
+                            }
                             Step::Note { instance_id, .. } | Step::Complete { instance_id, .. } => {
                                 instance_id.clone()
                             }
@@ -138,7 +153,7 @@ pub fn plan(
                 steps,
                 noticed: Some(notice.time),
                 delete: !(shared && partly_foreign),
-                ..base(kind, "acted", String::new())
+                ..base(kind, outcome, String::new())
             }
         }
     }
@@ -164,6 +179,54 @@ pub fn deadlines(
         }
         _ => (from_notice, None),
     }
+}
+
+/// A record's drain deadline, loss time and lateness: a loss whose notice
+/// arrives after its deadline is drained anyway, for [`LATE_DRAIN`].
+fn timing(
+    notice: &Notice,
+    drain_deadline: chrono::Duration,
+    now: DateTime<Utc>,
+) -> (DateTime<Utc>, Option<DateTime<Utc>>, Option<bool>) {
+    let (deadline, loss_at) = deadlines(notice, drain_deadline);
+    if notice.kind.is_loss() && now >= deadline {
+        let window = now.checked_add_signed(LATE_DRAIN).unwrap_or(now);
+        (window, loss_at, Some(true))
+    } else {
+        (deadline, loss_at, None)
+    }
+}
+
+/// A loss for a node no group lists: marked with the default drain
+/// deadline. A lifecycle action is not ours to complete (its ASG is no
+/// group's), and a node only at risk or up for maintenance is left alone.
+fn unmanaged_step(
+    notice: &Notice,
+    instance_id: String,
+    node: String,
+    now: DateTime<Utc>,
+) -> Option<Step> {
+    if !notice.kind.is_loss() || matches!(notice.kind, NoticeKind::TerminateLifecycleAction(_)) {
+        return None;
+    }
+    let default =
+        crate::controllers::group_view::to_chrono(crate::crd::nodegroup::DEFAULT_DRAIN_DEADLINE);
+    let (deadline, loss_at, late) = timing(notice, default, now);
+    Some(Step::MarkUnmanaged {
+        record: Record {
+            kind: notice.kind.label().to_string(),
+            instance_id,
+            noticed: notice.time,
+            deadline,
+            loss_at,
+            late,
+            group: None,
+            drained: None,
+            pods_left: None,
+            lifecycle: None,
+        },
+        node,
+    })
 }
 
 fn step(
@@ -231,14 +294,7 @@ fn step(
             instance_id,
         },
         (Some(node), lifecycle) => {
-            let (deadline, loss_at) = deadlines(notice, specs.drain_deadline(&owner));
-            // Arrived after its deadline: drained anyway, briefly.
-            let late = notice.kind.is_loss() && now >= deadline;
-            let deadline = if late {
-                now.checked_add_signed(LATE_DRAIN).unwrap_or(now)
-            } else {
-                deadline
-            };
+            let (deadline, loss_at, late) = timing(notice, specs.drain_deadline(&owner), now);
             Step::Mark {
                 record: Record {
                     kind: kind.to_string(),
@@ -246,7 +302,7 @@ fn step(
                     noticed: notice.time,
                     deadline,
                     loss_at,
-                    late: late.then_some(true),
+                    late,
                     group: Some(format!("{}/{}", owner.namespace, owner.group)),
                     drained: None,
                     pods_left: None,
@@ -319,6 +375,7 @@ mod tests {
         let ignored = plan(
             &recommendation("i-1"),
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Delete,
             at_notice(),
@@ -336,6 +393,7 @@ mod tests {
         let replaced = plan(
             &recommendation("i-1"),
             &ownership(),
+            &Unmanaged::default(),
             &Replacing,
             ForeignMessages::Delete,
             at_notice(),
@@ -380,6 +438,7 @@ mod tests {
         let p = plan(
             &warning("i-1"),
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Delete,
             at_notice(),
@@ -416,6 +475,7 @@ mod tests {
         let p = plan(
             &warning("i-9"),
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Delete,
             at_notice(),
@@ -429,6 +489,7 @@ mod tests {
         let left = plan(
             &warning("i-x"),
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Leave,
             at_notice(),
@@ -438,6 +499,7 @@ mod tests {
         let deleted = plan(
             &warning("i-x"),
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Delete,
             at_notice(),
@@ -446,6 +508,7 @@ mod tests {
         let rejected = plan(
             &Parsed::Rejected(Rejection::Malformed("x".into())),
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Leave,
             at_notice(),
@@ -466,6 +529,7 @@ mod tests {
             let p = plan(
                 &test_notification,
                 &ownership(),
+                &Unmanaged::default(),
                 &Fixed(90),
                 foreign,
                 at_notice(),
@@ -474,6 +538,7 @@ mod tests {
             let p = plan(
                 &Parsed::Rejected(Rejection::Malformed("x".into())),
                 &ownership(),
+                &Unmanaged::default(),
                 &Fixed(90),
                 foreign,
                 at_notice(),
@@ -505,6 +570,7 @@ mod tests {
         let left = plan(
             &both,
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Leave,
             at_notice(),
@@ -517,6 +583,7 @@ mod tests {
         let deleted = plan(
             &both,
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Delete,
             at_notice(),
@@ -531,6 +598,7 @@ mod tests {
             plan(
                 &ours,
                 &ownership(),
+                &Unmanaged::default(),
                 &Fixed(90),
                 ForeignMessages::Leave,
                 at_notice()
@@ -549,6 +617,7 @@ mod tests {
                 "Sat, 28 Nov 2026 00:00:00 GMT",
             ),
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Delete,
             at_notice(),
@@ -589,6 +658,7 @@ mod tests {
                 "Sat, 28 Nov 2026 00:00:00 GMT",
             ),
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Delete,
             at_notice(),
@@ -610,6 +680,7 @@ mod tests {
         let p = plan(
             &warning("i-1"),
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Delete,
             arrived,
@@ -624,6 +695,7 @@ mod tests {
         let p = plan(
             &warning("i-1"),
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Delete,
             at_notice() + chrono::Duration::seconds(89),
@@ -663,6 +735,7 @@ mod tests {
         let p = plan(
             &lifecycle_action("i-1"),
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Delete,
             at_notice(),
@@ -676,6 +749,7 @@ mod tests {
         let p = plan(
             &lifecycle_action("i-9"),
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Delete,
             at_notice(),
@@ -695,6 +769,7 @@ mod tests {
         let p = plan(
             &other,
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Delete,
             at_notice(),
@@ -704,6 +779,7 @@ mod tests {
         let p = plan(
             &lifecycle_action("i-x"),
             &ownership(),
+            &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Leave,
             at_notice(),
@@ -797,6 +873,72 @@ mod tests {
             })
     }
 
+    /// "i-other" runs a node of this cluster that no group lists.
+    fn bastion() -> Unmanaged {
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "bastion"}, "spec": {"providerID": "aws:///az-a/i-other"}
+        }))
+        .expect("node");
+        Unmanaged::of_nodes(&[node], &ownership())
+    }
+
+    #[test]
+    fn a_node_no_group_lists_is_cordoned_and_drained_but_never_replaced_or_its_hook_completed() {
+        let p = plan(
+            &warning("i-other"),
+            &ownership(),
+            &bastion(),
+            &Fixed(30),
+            ForeignMessages::Delete,
+            at_notice(),
+        );
+        let [Step::MarkUnmanaged { node, record }] = p.steps.as_slice() else {
+            panic!("{p:?}")
+        };
+        assert_eq!(node, "bastion");
+        assert_eq!(record.group, None);
+        assert_eq!(
+            record.deadline,
+            at_notice() + chrono::Duration::seconds(90),
+            "the default drainDeadline"
+        );
+        assert_eq!((p.outcome, p.delete), ("unmanaged", true));
+        // On a shared queue it may be another manager's (one of another
+        // namespace): marked, and left for it.
+        let p = plan(
+            &warning("i-other"),
+            &ownership(),
+            &bastion(),
+            &Fixed(30),
+            ForeignMessages::Leave,
+            at_notice(),
+        );
+        assert!(matches!(p.steps.as_slice(), [Step::MarkUnmanaged { .. }]));
+        assert!(!p.delete);
+        // Not a loss, or a lifecycle action of an ASG no group names: untouched.
+        for parsed in [recommendation("i-other"), lifecycle_action("i-other")] {
+            let p = plan(
+                &parsed,
+                &ownership(),
+                &bastion(),
+                &Replacing,
+                ForeignMessages::Delete,
+                at_notice(),
+            );
+            assert!(p.steps.is_empty(), "{p:?}");
+        }
+        // Told to ignore such nodes (no lookup): foreign.
+        let p = plan(
+            &warning("i-other"),
+            &ownership(),
+            &Unmanaged::default(),
+            &Fixed(30),
+            ForeignMessages::Delete,
+            at_notice(),
+        );
+        assert_eq!(p.outcome, "foreign_deleted");
+    }
+
     proptest::proptest! {
         /// Whatever arrives, the plan is made without panicking, acts only
         /// on instances the inventory gives a group, completes an action
@@ -811,10 +953,15 @@ mod tests {
         ) {
             let foreign = if leave { ForeignMessages::Leave } else { ForeignMessages::Delete };
             let parsed = parse(&body);
-            let p = plan(&parsed, &ownership(), &Any { deadline, replace }, foreign, at_notice());
+            let p = plan(&parsed, &ownership(), &bastion(), &Any { deadline, replace }, foreign, at_notice());
             let ours = ownership();
             for step in &p.steps {
                 match step {
+                    Step::MarkUnmanaged { node, record } => {
+                        proptest::prop_assert_eq!(node.as_str(), "bastion");
+                        proptest::prop_assert_eq!(record.instance_id.as_str(), "i-other");
+                        proptest::prop_assert!(record.kind != "terminate_lifecycle_action");
+                    }
                     Step::Mark { node, record, .. } => {
                         let owner = ours.owner(&record.instance_id).expect("owned");
                         proptest::prop_assert_eq!(owner.node.as_deref(), Some(node.as_str()));
@@ -842,7 +989,7 @@ mod tests {
             if p.outcome == "foreign_left" {
                 proptest::prop_assert!(!p.delete);
             }
-            if p.outcome != "acted" {
+            if p.outcome != "acted" && p.outcome != "unmanaged" {
                 proptest::prop_assert!(p.steps.is_empty());
             }
         }
@@ -850,7 +997,7 @@ mod tests {
         /// Any text at all parses to a notice, an ignored kind or a rejection.
         #[test]
         fn any_text_parses_without_panicking(body in "\\PC{0,200}") {
-            let p = plan(&parse(&body), &ownership(), &Fixed(90), ForeignMessages::Delete, at_notice());
+            let p = plan(&parse(&body), &ownership(), &Unmanaged::default(), &Fixed(90), ForeignMessages::Delete, at_notice());
             proptest::prop_assert!(p.delete);
         }
     }

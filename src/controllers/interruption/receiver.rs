@@ -3,20 +3,19 @@
 //! message whose steps fail is not deleted: it comes back after its
 //! visibility timeout, and the node marks make the retry do nothing twice.
 
+use super::lookup::{GroupCache, Groups, NodeCache, unmanaged};
 use super::message;
-use super::ownership::{Owner, Ownership};
-use super::plan::{self, GroupSpecs, MessagePlan, Step};
+use super::ownership::Owner;
+use super::plan::{self, MessagePlan, Step};
 use crate::cloud::sqs::{Queue, Received};
 use crate::context::Context;
-use crate::crd::NodeGroup;
 use crate::k8s::interruption_record::{self, Record};
 use crate::mutation::Intent;
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::{Resource, ResourceExt};
-use std::collections::HashMap;
+use kube::Resource;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -34,23 +33,20 @@ const EVENT_ACTION: &str = "Interruption";
 /// through a few concurrent polls; each message is still handled once at a
 /// time (invisible to the others while handled).
 const RECEIVERS: usize = 3;
-/// How long one listing of the NodeGroups serves the receivers (the
-/// inventory's status it reads changes far less often).
-const GROUPS_FRESH: Duration = Duration::from_secs(1);
 
 /// Runs until `shutdown`: receive, handle, repeat; SQS errors back off
 /// (1 s doubling to 1 min) and never stop the loop.
 pub async fn run(ctx: Arc<Context>, queue: Arc<Queue>, shutdown: CancellationToken) {
     info!(controller = CONTROLLER, queue = %queue.url(), "interruption handler started");
     let in_flight = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
-    let groups = Arc::new(GroupCache::default());
+    let caches = Arc::new((GroupCache::default(), NodeCache::default()));
     let mut receivers = tokio::task::JoinSet::new();
     for _ in 0..RECEIVERS {
         receivers.spawn(receive_loop(
             ctx.clone(),
             queue.clone(),
             in_flight.clone(),
-            groups.clone(),
+            caches.clone(),
             shutdown.clone(),
         ));
     }
@@ -58,29 +54,11 @@ pub async fn run(ctx: Arc<Context>, queue: Arc<Queue>, shutdown: CancellationTok
     info!(controller = CONTROLLER, "interruption handler stopped");
 }
 
-/// The NodeGroups listed at most [`GROUPS_FRESH`] ago.
-#[derive(Default)]
-struct GroupCache(tokio::sync::Mutex<Option<(std::time::Instant, Arc<Groups>)>>);
-
-impl GroupCache {
-    async fn get(&self, ctx: &Context) -> Result<Arc<Groups>> {
-        let mut cached = self.0.lock().await;
-        if let Some((at, groups)) = cached.as_ref()
-            && at.elapsed() < GROUPS_FRESH
-        {
-            return Ok(groups.clone());
-        }
-        let groups = Arc::new(list_groups(ctx).await?);
-        *cached = Some((std::time::Instant::now(), groups.clone()));
-        Ok(groups)
-    }
-}
-
 async fn receive_loop(
     ctx: Arc<Context>,
     queue: Arc<Queue>,
     in_flight: Arc<tokio::sync::Semaphore>,
-    cache: Arc<GroupCache>,
+    caches: Arc<(GroupCache, NodeCache)>,
     shutdown: CancellationToken,
 ) {
     let mut backoff = Duration::from_secs(1);
@@ -96,7 +74,7 @@ async fn receive_loop(
                 if messages.is_empty() {
                     continue;
                 }
-                let groups = match cache.get(&ctx).await {
+                let groups = match caches.0.get(&ctx).await {
                     Ok(g) => g,
                     Err(e) => {
                         // Unhandled messages come back after their visibility timeout.
@@ -109,8 +87,9 @@ async fn receive_loop(
                         break;
                     };
                     let (ctx, queue, groups) = (ctx.clone(), queue.clone(), groups.clone());
+                    let caches = caches.clone();
                     handling.spawn(async move {
-                        handle(&ctx, &queue, &groups, m).await;
+                        handle(&ctx, &queue, &groups, &caches.1, m).await;
                         drop(permit);
                     });
                 }
@@ -132,67 +111,32 @@ async fn receive_loop(
     while handling.join_next().await.is_some() {}
 }
 
-/// The managed groups, as the inventory last wrote them.
-pub struct Groups {
-    ownership: Ownership,
-    by_name: HashMap<(String, String), NodeGroup>,
-}
-
-async fn list_groups(ctx: &Context) -> Result<Groups> {
-    let api: Api<NodeGroup> = match &ctx.settings.namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    let list = api
-        .list(&Default::default())
-        .await
-        .map_err(Error::kube("list NodeGroups"))?;
-    Ok(Groups {
-        ownership: Ownership::of(&list.items),
-        by_name: list
-            .items
-            .into_iter()
-            .map(|g| ((g.namespace().unwrap_or_default(), g.name_any()), g))
-            .collect(),
-    })
-}
-
-impl GroupSpecs for Groups {
-    fn drain_deadline(&self, owner: &Owner) -> chrono::Duration {
-        let configured = self
-            .by_name
-            .get(&(owner.namespace.clone(), owner.group.clone()))
-            .map(|g| g.spec.interruption.drain_deadline())
-            .unwrap_or(crate::crd::nodegroup::DEFAULT_DRAIN_DEADLINE);
-        chrono::Duration::from_std(configured).unwrap_or(chrono::Duration::seconds(90))
-    }
-
-    fn replace_on_rebalance(&self, owner: &Owner) -> bool {
-        self.by_name
-            .get(&(owner.namespace.clone(), owner.group.clone()))
-            .is_some_and(|g| {
-                g.spec.interruption.on_rebalance_recommendation
-                    == crate::crd::nodegroup::OnRebalance::Replace
-            })
-    }
-
-    fn region(&self, owner: &Owner) -> Option<String> {
-        self.by_name
-            .get(&(owner.namespace.clone(), owner.group.clone()))
-            .and_then(|g| g.spec.region.clone())
-    }
-}
-
-async fn handle(ctx: &Context, queue: &Queue, groups: &Groups, received: Received) {
+async fn handle(
+    ctx: &Context,
+    queue: &Queue,
+    groups: &Groups,
+    nodes: &NodeCache,
+    received: Received,
+) {
     let parsed = message::parse(&received.body);
+    let id = received.message_id.as_deref().unwrap_or("-");
+    let unmanaged = match unmanaged(ctx, nodes, groups, &parsed).await {
+        Ok(u) => u,
+        Err(e) => {
+            // It comes back after its visibility timeout.
+            warn!(controller = CONTROLLER, message = id, error = %e, "cannot read the Nodes; message left on the queue");
+            ctx.metrics.interruption_message("unknown", "failed");
+            return;
+        }
+    };
     let plan = plan::plan(
         &parsed,
         &groups.ownership,
+        &unmanaged,
         groups,
         ctx.settings.interruption.foreign_messages,
         ctx.clock.now(),
     );
-    let id = received.message_id.as_deref().unwrap_or("-");
     match plan.outcome {
         "rejected" => {
             warn!(
@@ -244,53 +188,30 @@ async fn carry_out(ctx: &Context, groups: &Groups, plan: &MessagePlan) -> Result
                 node,
                 record,
             } => {
-                let marked = mark_node(ctx, node, record).await?;
-                if marked && !record.is_loss() {
+                if mark_node(ctx, node, record).await? {
+                    announce_mark(ctx, groups, owner, node, record).await;
+                }
+            }
+            Step::MarkUnmanaged { node, record } => {
+                if mark_node(ctx, node, record).await? {
                     let note = format!(
-                        "rebalance recommendation for {} ({}): at elevated risk of interruption; a replacement is launched, then the node is drained and removed (onRebalanceRecommendation Replace)",
-                        node, record.instance_id
-                    );
-                    let reason = "RebalanceRecommendation";
-                    event(
-                        ctx,
-                        groups,
-                        owner,
-                        Some(node),
-                        EventType::Normal,
-                        reason,
-                        note,
-                    )
-                    .await;
-                } else if marked {
-                    let age = ctx.clock.now() - record.noticed;
-                    ctx.metrics
-                        .interruption_age(age.to_std().unwrap_or_default());
-                    let mut note = format!(
-                        "{} for {} ({}): cordoned and tainted; drain deadline {}",
+                        "{} for {} ({}), a node of no NodeGroup: cordoned and tainted, drained by {}; not replaced by this manager (its ASG replaces it once AWS takes it)",
                         record.kind,
                         node,
                         record.instance_id,
                         record.deadline.to_rfc3339()
                     );
-                    if let Some(loss) = record.loss_at {
-                        note.push_str(&format!(
-                            "; AWS takes the instance at {}",
-                            loss.to_rfc3339()
-                        ));
-                    }
-                    if record.late == Some(true) {
-                        note.push_str(&format!(
-                            "; the notice came late (AWS sent it at {}), its pods are evicted anyway",
-                            record.noticed.to_rfc3339()
-                        ));
-                    }
-                    event(
-                        ctx,
-                        groups,
-                        owner,
-                        Some(node),
+                    let on = ObjectReference {
+                        api_version: Some("v1".into()),
+                        kind: Some("Node".into()),
+                        name: Some(node.clone()),
+                        ..Default::default()
+                    };
+                    ctx.event(
+                        &on,
                         EventType::Warning,
                         "InterruptionNotice",
+                        EVENT_ACTION,
                         note,
                     )
                     .await;
@@ -324,6 +245,60 @@ async fn carry_out(ctx: &Context, groups: &Groups, plan: &MessagePlan) -> Result
         }
     }
     Ok(())
+}
+
+/// The Events of a node just marked: a loss or a recommendation acted on.
+async fn announce_mark(ctx: &Context, groups: &Groups, owner: &Owner, node: &str, record: &Record) {
+    if !record.is_loss() {
+        let note = format!(
+            "rebalance recommendation for {} ({}): at elevated risk of interruption; a replacement is launched, then the node is drained and removed (onRebalanceRecommendation Replace)",
+            node, record.instance_id
+        );
+        let reason = "RebalanceRecommendation";
+        event(
+            ctx,
+            groups,
+            owner,
+            Some(node),
+            EventType::Normal,
+            reason,
+            note,
+        )
+        .await;
+    } else {
+        let age = ctx.clock.now() - record.noticed;
+        ctx.metrics
+            .interruption_age(age.to_std().unwrap_or_default());
+        let mut note = format!(
+            "{} for {} ({}): cordoned and tainted; drain deadline {}",
+            record.kind,
+            node,
+            record.instance_id,
+            record.deadline.to_rfc3339()
+        );
+        if let Some(loss) = record.loss_at {
+            note.push_str(&format!(
+                "; AWS takes the instance at {}",
+                loss.to_rfc3339()
+            ));
+        }
+        if record.late == Some(true) {
+            note.push_str(&format!(
+                "; the notice came late (AWS sent it at {}), its pods are evicted anyway",
+                record.noticed.to_rfc3339()
+            ));
+        }
+        event(
+            ctx,
+            groups,
+            owner,
+            Some(node),
+            EventType::Warning,
+            "InterruptionNotice",
+            note,
+        )
+        .await;
+    }
 }
 
 /// A terminate lifecycle action for an instance of ours that never joined:
