@@ -15,12 +15,7 @@ impl World {
     /// A fresh queue in this world's moto account, messages invisible for 5 s
     /// after a receive.
     pub async fn queue(&self, name: &str) -> TestQueue {
-        let config = aws_sdk_sqs::config::Builder::from(&self.aws_sdk)
-            .interceptor(spot_node_manager::cloud::emulator::EmulatorAccount(
-                self.account.clone(),
-            ))
-            .build();
-        let client = aws_sdk_sqs::Client::from_conf(config);
+        let client = self.queue_client();
         // A message received and not deleted comes back after 5 s (SQS's
         // default is 30 s): redeliveries within a test's patience.
         let out = client
@@ -37,6 +32,112 @@ impl World {
             url: out.queue_url().expect("queue url").to_string(),
             client,
         }
+    }
+}
+
+impl World {
+    /// Deploys the queue we ship (`manifests/aws/interruption-queue.yaml`)
+    /// into this world's moto account through CloudFormation, for cluster
+    /// `cluster`; returns its queue once the stack is complete.
+    pub async fn queue_stack(&self, cluster: &str) -> TestQueue {
+        let template = std::fs::read_to_string(
+            crate::repo_root().join("manifests/aws/interruption-queue.yaml"),
+        )
+        .expect("read the queue template");
+        let config = aws_sdk_cloudformation::config::Builder::from(&self.aws_sdk)
+            .interceptor(spot_node_manager::cloud::emulator::EmulatorAccount(
+                self.account.clone(),
+            ))
+            .build();
+        let cfn = aws_sdk_cloudformation::Client::from_conf(config);
+        cfn.create_stack()
+            .stack_name("interruption-queue")
+            .template_body(template)
+            .parameters(
+                aws_sdk_cloudformation::types::Parameter::builder()
+                    .parameter_key("ClusterName")
+                    .parameter_value(cluster)
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("create the queue stack");
+        let status = crate::assert_eventually(
+            "the queue stack created",
+            Duration::from_secs(60),
+            || async {
+                let out = cfn
+                    .describe_stacks()
+                    .stack_name("interruption-queue")
+                    .send()
+                    .await
+                    .ok()?;
+                let stack = out.stacks().first()?;
+                let status = stack.stack_status()?.as_str().to_string();
+                (!status.ends_with("IN_PROGRESS")).then_some(status)
+            },
+        )
+        .await;
+        assert_eq!(status, "CREATE_COMPLETE");
+        let name = format!("{}-interruptions", cluster.replace('.', "-"));
+        let queue = self.queue_client();
+        let url = queue
+            .get_queue_url()
+            .queue_name(&name)
+            .send()
+            .await
+            .expect("the stack's queue")
+            .queue_url()
+            .expect("queue url")
+            .to_string();
+        TestQueue { url, client: queue }
+    }
+
+    /// An event put on this world's default EventBridge bus, as AWS would
+    /// emit it (EventBridge's rules route it).
+    pub async fn put_event(&self, source: &str, detail_type: &str, detail: serde_json::Value) {
+        let config = aws_sdk_eventbridge::config::Builder::from(&self.aws_sdk)
+            .interceptor(spot_node_manager::cloud::emulator::EmulatorAccount(
+                self.account.clone(),
+            ))
+            .build();
+        let out = aws_sdk_eventbridge::Client::from_conf(config)
+            .put_events()
+            .entries(
+                aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                    .source(source)
+                    .detail_type(detail_type)
+                    .detail(detail.to_string())
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("put event");
+        assert_eq!(out.failed_entry_count(), 0, "{out:?}");
+    }
+
+    fn queue_client(&self) -> aws_sdk_sqs::Client {
+        let config = aws_sdk_sqs::config::Builder::from(&self.aws_sdk)
+            .interceptor(spot_node_manager::cloud::emulator::EmulatorAccount(
+                self.account.clone(),
+            ))
+            .build();
+        aws_sdk_sqs::Client::from_conf(config)
+    }
+}
+
+impl TestQueue {
+    /// One attribute of the queue (e.g. `RedrivePolicy`).
+    pub async fn attribute(&self, name: aws_sdk_sqs::types::QueueAttributeName) -> Option<String> {
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.url)
+            .attribute_names(name.clone())
+            .send()
+            .await
+            .expect("queue attributes");
+        out.attributes().and_then(|a| a.get(&name).cloned())
     }
 }
 

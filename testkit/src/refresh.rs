@@ -290,6 +290,7 @@ pub struct SteadyGroupBuilder {
     delays: (Duration, Duration),
     args: Vec<String>,
     queue: bool,
+    queue_stack: bool,
     config: String,
     resync: String,
     binary: Option<std::path::PathBuf>,
@@ -324,6 +325,7 @@ impl SteadyGroupBuilder {
             delays: (FAST, FAST),
             args: vec![],
             queue: false,
+            queue_stack: false,
             config: String::new(),
             resync: "2s".into(),
             binary: None,
@@ -350,6 +352,15 @@ impl SteadyGroupBuilder {
     /// Extra flags for the manager.
     pub fn manager_args(mut self, args: &[&str]) -> Self {
         self.args = args.iter().map(|a| a.to_string()).collect();
+        self
+    }
+
+    /// The queue we ship (the CloudFormation stack of
+    /// `manifests/aws/interruption-queue.yaml`, deployed into the world's
+    /// account), read by the manager.
+    pub fn interruption_queue_stack(mut self) -> Self {
+        self.queue = true;
+        self.queue_stack = true;
         self
     }
 
@@ -397,6 +408,7 @@ impl SteadyGroupBuilder {
             .await
             .expect("create group");
         let queue = match self.queue {
+            true if self.queue_stack => Some(world.queue_stack("example.com").await),
             true => Some(world.queue("interruptions").await),
             false => None,
         };
