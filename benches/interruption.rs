@@ -18,7 +18,8 @@ use snm_testkit as support;
 
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+use kube::api::Api;
 use spot_node_manager::k8s::interruption_record::record_of;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -28,9 +29,18 @@ use support::{ZONES, assert_eventually};
 
 struct Figures {
     nodes: usize,
+    /// SQS on an emulator of its own, or sharing the main one's lock.
+    separate: bool,
     p50: f64,
     p99: f64,
     max: f64,
+    /// p50 / p99 of each leg, from the manager's log: send to the message
+    /// handled (the queue: the send, the long poll, the NodeGroups' listing),
+    /// handled to the mark stored (the Node's read and patch).
+    queue_leg: (f64, f64),
+    mark_leg: (f64, f64),
+    /// Send to the mark stored (the two legs together).
+    stored: (f64, f64),
     all_evicted: f64,
     aws_per_message: f64,
     describes_per_message: f64,
@@ -51,13 +61,19 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank - 1]
 }
 
-async fn measure(nodes: usize) -> Figures {
+async fn measure(nodes: usize, separate: bool) -> Figures {
     let per_asg = (nodes / ZONES.len()) as i32;
-    let steady = SteadyGroup::workers(&format!("bench-int-{nodes}"))
-        .per_asg(per_asg)
-        .interruption_queue()
-        .start()
-        .await;
+    let sqs = match separate {
+        true => Some(support::interruption::SeparateSqs::start().await),
+        false => None,
+    };
+    let builder = SteadyGroup::workers(&format!("bench-int-{nodes}")).per_asg(per_asg);
+    let steady = match &sqs {
+        Some(sqs) => builder.interruption_queue_on(&sqs.endpoint),
+        None => builder.interruption_queue(),
+    }
+    .start()
+    .await;
     let (world, queue) = (&steady.world, steady.queue());
     let instances: Vec<String> = all_instances(world, &steady.kops.asgs)
         .await
@@ -69,50 +85,38 @@ async fn measure(nodes: usize) -> Figures {
     support::workload::assert_web_ready(world, replicas as usize).await;
     let pods_api: Api<k8s_openapi::api::core::v1::Pod> = world.api();
     let before = steady.manager.assert_metrics().await;
+    // Watching before the first send (its initial list in well before).
+    let marked = seen_marked(world, nodes);
+    let evicted = all_gone_from(pods_api.clone(), instances.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let first_sent = Instant::now();
+    eprintln!("first send at {}", Utc::now().to_rfc3339());
     let mut sent: BTreeMap<String, Instant> = BTreeMap::new();
-    for id in &instances {
-        queue.send(&spot_warning(id, Utc::now())).await;
-        sent.insert(id.clone(), Instant::now());
-    }
-    let nodes_api: Api<Node> = Api::all(world.client.clone());
-    let selector = format!("{}={}", support::sim::SIM_ACCOUNT_LABEL, world.account);
-    let mut marked: BTreeMap<String, Instant> = BTreeMap::new();
-    let mut all_evicted: Option<Instant> = None;
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while (marked.len() < nodes || all_evicted.is_none()) && Instant::now() < deadline {
-        if all_evicted.is_none()
-            && let Ok(pods) = pods_api
-                .list(&ListParams::default().labels("app=web"))
-                .await
-        {
-            let now = Instant::now();
-            let left = pods.items.iter().any(|p| {
-                p.spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_ref())
-                    .is_some_and(|n| instances.contains(n))
-            });
-            if !left {
-                all_evicted = Some(now);
-            }
+    let mut sent_at: BTreeMap<String, chrono::DateTime<Utc>> = BTreeMap::new();
+    // Ten at a time (SendMessageBatch), each noted as sent once its batch is
+    // stored: the emulator is spared 150 requests of the harness's own.
+    for ids in instances.chunks(10) {
+        let bodies: Vec<String> = ids.iter().map(|id| spot_warning(id, Utc::now())).collect();
+        queue.send_batch(&bodies).await;
+        for id in ids {
+            sent.insert(id.clone(), Instant::now());
+            sent_at.insert(id.clone(), Utc::now());
         }
-        if let Ok(list) = nodes_api
-            .list(&ListParams::default().labels(&selector))
-            .await
-        {
-            let now = Instant::now();
-            for n in &list.items {
-                if let Some(r) = record_of(n) {
-                    marked.entry(r.instance_id).or_insert(now);
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    eprintln!(
+        "{nodes} sent in {:.2} s, last at {}",
+        first_sent.elapsed().as_secs_f64(),
+        Utc::now().to_rfc3339()
+    );
+    let marked = tokio::time::timeout(Duration::from_secs(180), marked)
+        .await
+        .expect("every node marked within 3 minutes")
+        .expect("the watch of the marks");
     assert_eq!(marked.len(), nodes, "every node marked within 3 minutes");
-    let all_evicted = all_evicted
+    let all_evicted = tokio::time::timeout(Duration::from_secs(180), evicted)
+        .await
         .expect("every pod evicted within 3 minutes")
+        .expect("the watch of the pods")
         .duration_since(first_sent)
         .as_secs_f64();
     assert_eventually("every message deleted", WAIT, || async {
@@ -125,14 +129,42 @@ async fn measure(nodes: usize) -> Figures {
         .filter_map(|(id, at)| Some(at.duration_since(*sent.get(id)?).as_secs_f64()))
         .collect();
     latencies.sort_by(f64::total_cmp);
+    let log = steady.manager.logs();
+    let kept = std::env::temp_dir().join(format!(
+        "snm-bench-interruption-{nodes}-{}.log",
+        if separate { "separate" } else { "shared" }
+    ));
+    if std::fs::write(&kept, &log).is_ok() {
+        eprintln!("the manager's log: {}", kept.display());
+    }
+    let (handled, stored) = legs(&log);
+    let leg = |from: &BTreeMap<String, chrono::DateTime<Utc>>,
+               to: &BTreeMap<String, chrono::DateTime<Utc>>| {
+        let mut d: Vec<f64> = instances
+            .iter()
+            .filter_map(|id| Some((*to.get(id)? - *from.get(id)?).as_seconds_f64()))
+            .collect();
+        d.sort_by(f64::total_cmp);
+        if d.is_empty() {
+            return (f64::NAN, f64::NAN);
+        }
+        (percentile(&d, 0.50), percentile(&d, 0.99))
+    };
+    let queue_leg = leg(&sent_at, &handled);
+    let mark_leg = leg(&handled, &stored);
+    let stored = leg(&sent_at, &stored);
     let delta = |name: &str, filter: &str| {
         (counter(&after, name, filter) - counter(&before, name, filter)) / nodes as f64
     };
     Figures {
         nodes,
+        separate,
         p50: percentile(&latencies, 0.50),
         p99: percentile(&latencies, 0.99),
         max: latencies.last().copied().unwrap_or_default(),
+        queue_leg,
+        mark_leg,
+        stored,
         all_evicted,
         aws_per_message: delta("spot_node_manager_aws_calls_total", ""),
         describes_per_message: delta("spot_node_manager_aws_calls_total", "Describe"),
@@ -143,33 +175,163 @@ async fn measure(nodes: usize) -> Figures {
     }
 }
 
+/// When each of the world's Nodes was first seen with an interruption
+/// record, through a watch (each change as the apiserver commits it, no
+/// polling lag); ends once `nodes` are.
+fn seen_marked(
+    world: &support::World,
+    nodes: usize,
+) -> tokio::task::JoinHandle<BTreeMap<String, Instant>> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let api: Api<Node> = Api::all(world.client.clone());
+    let selector = format!("{}={}", support::sim::SIM_ACCOUNT_LABEL, world.account);
+    tokio::spawn(async move {
+        let mut marked = BTreeMap::new();
+        let stream = watcher::watcher(api, watcher::Config::default().labels(&selector));
+        let mut stream = std::pin::pin!(stream);
+        while marked.len() < nodes {
+            let Some(event) = stream.next().await else {
+                break;
+            };
+            let now = Instant::now();
+            let touched: Vec<Node> = match event {
+                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => vec![n],
+                _ => vec![],
+            };
+            for n in touched {
+                if let Some(r) = record_of(&n) {
+                    marked.entry(r.instance_id).or_insert(now);
+                }
+            }
+        }
+        marked
+    })
+}
+
+/// When no pod of the workload is left on any of `instances` (deleted and
+/// gone), through a watch of the pods: the bench adds no polling load of its
+/// own to the apiserver it measures.
+fn all_gone_from(
+    api: Api<k8s_openapi::api::core::v1::Pod>,
+    instances: Vec<String>,
+) -> tokio::task::JoinHandle<Instant> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    tokio::spawn(async move {
+        let mut on: BTreeMap<String, String> = BTreeMap::new();
+        let stream = watcher::watcher(api, watcher::Config::default().labels("app=web"));
+        let mut stream = std::pin::pin!(stream);
+        let mut listed = false;
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                    let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                    match node {
+                        Some(n) if instances.contains(&n) => on.insert(p.name_any(), n),
+                        _ => on.remove(&p.name_any()),
+                    };
+                }
+                Ok(watcher::Event::Delete(p)) => {
+                    on.remove(&p.name_any());
+                }
+                Ok(watcher::Event::InitDone) => listed = true,
+                _ => {}
+            }
+            // Before the warnings every pod is on a warned node; done once
+            // the watch has seen them all go.
+            if listed && on.is_empty() {
+                return Instant::now();
+            }
+        }
+        Instant::now()
+    })
+}
+
+/// From the manager's log, per instance (its node is named after it): when
+/// its message was handled (the plan's line, `spot_interruption for <node>`)
+/// and when its mark was stored (`mutated action="mark_interrupted"`).
+#[allow(clippy::type_complexity)]
+fn legs(
+    log: &str,
+) -> (
+    BTreeMap<String, chrono::DateTime<Utc>>,
+    BTreeMap<String, chrono::DateTime<Utc>>,
+) {
+    let (mut handled, mut stored) = (BTreeMap::new(), BTreeMap::new());
+    for line in log.lines() {
+        let Some((stamp, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(at) = chrono::DateTime::parse_from_rfc3339(stamp) else {
+            continue;
+        };
+        let at = at.with_timezone(&Utc);
+        if let Some(after) = rest.split("spot_interruption for ").nth(1) {
+            let node = after.split([' ', ',']).next().unwrap_or_default();
+            handled.entry(node.to_string()).or_insert(at);
+        } else if rest.contains("action=\"mark_interrupted\"")
+            && let Some(after) = rest.split("object=node/").nth(1)
+        {
+            let node = after.split(' ').next().unwrap_or_default();
+            stored.entry(node.to_string()).or_insert(at);
+        }
+    }
+    (handled, stored)
+}
+
 #[tokio::main]
 async fn main() {
     let full = std::env::args().any(|a| a == "--bench");
-    let sizes: &[usize] = if full { &[12, 48] } else { &[3] };
+    let sizes: Vec<usize> = match std::env::var("INTERRUPTION_SIZES") {
+        Ok(list) => list
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect(),
+        Err(_) if full => vec![12, 48, 150],
+        Err(_) => vec![3],
+    };
+    // SQS sharing the main emulator's one lock (with Auto Scaling, EC2, the
+    // simulated kubelet and the bench's own sends), or on one of its own.
+    let modes: Vec<bool> = match std::env::var("INTERRUPTION_SQS").as_deref() {
+        Ok("shared") => vec![false],
+        Ok("separate") => vec![true],
+        _ if full => vec![false, true],
+        _ => vec![false],
+    };
     println!(
-        "{:>5} {:>9} {:>9} {:>9} {:>16} {:>12} {:>16} {:>18}",
+        "{:>8} {:>5} {:>9} {:>9} {:>9} {:>15} {:>15} {:>15} {:>16} {:>12} {:>16} {:>18}",
+        "SQS",
         "nodes",
         "p50 (s)",
         "p99 (s)",
         "max (s)",
+        "queue p50/p99",
+        "mark p50/p99",
+        "stored p50/p99",
         "all evicted (s)",
         "AWS/message",
         "describes/msg",
         "kube mutations/msg"
     );
-    for &n in sizes {
-        let f = measure(n).await;
-        println!(
-            "{:>5} {:>9.3} {:>9.3} {:>9.3} {:>16.3} {:>12.2} {:>16.2} {:>18.2}",
-            f.nodes,
-            f.p50,
-            f.p99,
-            f.max,
-            f.all_evicted,
-            f.aws_per_message,
-            f.describes_per_message,
-            f.kube_mutations_per_message
-        );
+    for n in sizes {
+        for &separate in &modes {
+            let f = measure(n, separate).await;
+            println!(
+                "{:>8} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>15} {:>15} {:>15} {:>16.3} {:>12.2} {:>16.2} {:>18.2}",
+                if f.separate { "separate" } else { "shared" },
+                f.nodes,
+                f.p50,
+                f.p99,
+                f.max,
+                format!("{:.2}/{:.2}", f.queue_leg.0, f.queue_leg.1),
+                format!("{:.2}/{:.2}", f.mark_leg.0, f.mark_leg.1),
+                format!("{:.2}/{:.2}", f.stored.0, f.stored.1),
+                f.all_evicted,
+                f.aws_per_message,
+                f.describes_per_message,
+                f.kube_mutations_per_message
+            );
+        }
     }
 }

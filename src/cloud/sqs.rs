@@ -46,6 +46,15 @@ impl Queue {
         if let Some(region) = region_of(url) {
             config = config.region(aws_config::Region::new(region));
         }
+        // AWS's own variable for SQS's endpoint (a VPC endpoint, or an
+        // emulator of its own), which the SDK ignores once `aws.endpoint`
+        // sets one in code: honoured here over it.
+        if let Some(endpoint) = std::env::var("AWS_ENDPOINT_URL_SQS")
+            .ok()
+            .filter(|e| !e.trim().is_empty())
+        {
+            config = config.endpoint_url(endpoint);
+        }
         #[cfg(feature = "test-support")]
         if let Some(account) = emulator_account {
             config =
@@ -81,13 +90,19 @@ impl Queue {
 
     /// Up to 10 messages, waiting up to 20 s for the first.
     pub async fn receive(&self) -> Result<Vec<Received>> {
+        self.receive_waiting(20).await
+    }
+
+    /// Up to 10 messages, waiting up to `wait_seconds` (0 to 20) for the
+    /// first.
+    pub async fn receive_waiting(&self, wait_seconds: i32) -> Result<Vec<Received>> {
         self.metrics.aws_call("ReceiveMessage");
         let out = self
             .client
             .receive_message()
             .queue_url(&self.url)
             .max_number_of_messages(10)
-            .wait_time_seconds(20)
+            .wait_time_seconds(wait_seconds.clamp(0, 20))
             .send()
             .await
             .map_err(self.failed("ReceiveMessage"))?;

@@ -15,7 +15,10 @@ impl World {
     /// A fresh queue in this world's moto account, messages invisible for 5 s
     /// after a receive.
     pub async fn queue(&self, name: &str) -> TestQueue {
-        let client = self.queue_client();
+        Self::create_queue(self.queue_client(), name).await
+    }
+
+    async fn create_queue(client: aws_sdk_sqs::Client, name: &str) -> TestQueue {
         // A message received and not deleted comes back after 5 s (SQS's
         // default is 30 s): redeliveries within a test's patience.
         let out = client
@@ -35,7 +38,64 @@ impl World {
     }
 }
 
+/// A second emulator of its own (the same rude wrapper, nothing in it but
+/// what a test puts there), so that SQS does not share the main emulator's
+/// one lock with Auto Scaling, EC2 and the simulated kubelet: what a burst
+/// of notices meets on AWS, where SQS is a service of its own. Stopped on
+/// drop.
+pub struct SeparateSqs {
+    pub endpoint: String,
+    child: std::process::Child,
+}
+
+impl SeparateSqs {
+    pub async fn start() -> SeparateSqs {
+        let root = crate::repo_root();
+        let python = std::process::Command::new(root.join("scripts/install-moto"))
+            .output()
+            .expect("scripts/install-moto");
+        let python = String::from_utf8_lossy(&python.stdout).trim().to_string();
+        let port = crate::free_port();
+        let child = std::process::Command::new(python)
+            .arg(root.join("scripts/moto_server.py"))
+            .args(["--port", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start a second moto");
+        let endpoint = format!("http://127.0.0.1:{port}");
+        crate::assert_eventually("the second moto up", Duration::from_secs(60), || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
+        SeparateSqs { endpoint, child }
+    }
+}
+
+impl Drop for SeparateSqs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl World {
+    /// A queue named `name` on another SQS endpoint (a [`SeparateSqs`]),
+    /// in this world's account.
+    pub async fn queue_on(&self, endpoint: &str, name: &str) -> TestQueue {
+        let config = aws_sdk_sqs::config::Builder::from(&self.aws_sdk)
+            .endpoint_url(endpoint)
+            .interceptor(spot_node_manager::cloud::emulator::EmulatorAccount(
+                self.account.clone(),
+            ))
+            .build();
+        let client = aws_sdk_sqs::Client::from_conf(config);
+        Self::create_queue(client, name).await
+    }
+
     /// Deploys the queue we ship (`manifests/aws/interruption-queue.yaml`)
     /// into this world's moto account through CloudFormation, for cluster
     /// `cluster`; returns its queue once the stack is complete.
@@ -240,6 +300,32 @@ impl TestQueue {
             .send()
             .await
             .expect("send message");
+    }
+
+    /// Up to 10 messages in one call (SendMessageBatch): a burst put on
+    /// the queue without loading the emulator with one request per notice
+    /// (on AWS the sender is EventBridge, not the SQS we measure).
+    pub async fn send_batch(&self, bodies: &[String]) {
+        let entries: Vec<aws_sdk_sqs::types::SendMessageBatchRequestEntry> = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, body)| {
+                aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                    .id(format!("m{i}"))
+                    .message_body(body)
+                    .build()
+                    .expect("batch entry")
+            })
+            .collect();
+        let out = self
+            .client
+            .send_message_batch()
+            .queue_url(&self.url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .expect("send message batch");
+        assert!(out.failed().is_empty(), "{:?}", out.failed());
     }
 
     /// Bodies received by one long poll of up to `wait_seconds`.

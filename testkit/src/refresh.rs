@@ -291,6 +291,7 @@ pub struct SteadyGroupBuilder {
     args: Vec<String>,
     queue: bool,
     queue_stack: bool,
+    queue_endpoint: Option<String>,
     config: String,
     resync: String,
     binary: Option<std::path::PathBuf>,
@@ -326,6 +327,7 @@ impl SteadyGroupBuilder {
             args: vec![],
             queue: false,
             queue_stack: false,
+            queue_endpoint: None,
             config: String::new(),
             resync: "2s".into(),
             binary: None,
@@ -361,6 +363,15 @@ impl SteadyGroupBuilder {
     pub fn interruption_queue_stack(mut self) -> Self {
         self.queue = true;
         self.queue_stack = true;
+        self
+    }
+
+    /// The interruption queue on an SQS endpoint of its own (a
+    /// [`crate::interruption::SeparateSqs`]); the manager is pointed at it
+    /// with `AWS_ENDPOINT_URL_SQS`.
+    pub fn interruption_queue_on(mut self, endpoint: &str) -> Self {
+        self.queue = true;
+        self.queue_endpoint = Some(endpoint.to_string());
         self
     }
 
@@ -409,6 +420,9 @@ impl SteadyGroupBuilder {
             .expect("create group");
         let queue = match self.queue {
             true if self.queue_stack => Some(world.queue_stack("example.com").await),
+            true if let Some(endpoint) = &self.queue_endpoint => {
+                Some(world.queue_on(endpoint, "interruptions").await)
+            }
             true => Some(world.queue("interruptions").await),
             false => None,
         };
@@ -421,7 +435,11 @@ impl SteadyGroupBuilder {
             &binary,
             &format!("resyncInterval: {}\n{}", self.resync, self.config),
             &args,
-            &[],
+            &self
+                .queue_endpoint
+                .as_deref()
+                .map(|e| vec![("AWS_ENDPOINT_URL_SQS", e)])
+                .unwrap_or_default(),
         );
         assert_eventually(&format!("{desired} Ready"), RUN, || async {
             (ready_count(&groups, self.name).await? == desired).then_some(())
