@@ -3,16 +3,21 @@
 //! group) put on the queue back to back, against the local control plane,
 //! moto's SQS and the simulated kubelet, the manager as a process.
 //!
-//! Latency: from each warning's send to its Node seen cordoned and tainted
-//! (polled every 50 ms, so figures carry up to ~50 ms of polling); and from
-//! the first send until no pod of the workload (two per node, a budget that
-//! allows it) is left on any warned node, deleted and gone. Cost:
+//! Latency: from each warning's send (its batch of 10 stored) to its Node
+//! seen marked through a watch; its two legs from the manager's log (send
+//! to handled: the queue; handled to the mark stored: the apiserver); and
+//! from the first send until no pod of the workload (two per node, a budget
+//! that allows it) is left on any warned node, deleted and gone. Cost:
 //! AWS calls and Kubernetes mutations the manager made during the burst,
 //! per message (its own counters).
 //!
-//! Run: `cargo bench --bench interruption` (12 and 48 nodes). Under `cargo
-//! test` a quick run with 3 nodes. Prints a table; asserts only that every
-//! node gets marked.
+//! Run: `cargo test --features fault-injection --bench interruption --
+//! --bench` in an `env-up` environment (12, 48 and 150 nodes, SQS shared
+//! with the main emulator and on one of its own); `INTERRUPTION_SIZES=48`,
+//! `INTERRUPTION_SQS=shared|separate`, `INTERRUPTION_MANAGER=<binary>` (a
+//! release build with `--features test-support`) narrow it. Without
+//! `--bench`, a quick run with 3 nodes. Prints a table; asserts only that
+//! every node gets marked and every pod evicted.
 
 use snm_testkit as support;
 
@@ -42,6 +47,8 @@ struct Figures {
     /// Send to the mark stored (the two legs together).
     stored: (f64, f64),
     all_evicted: f64,
+    /// Nodes whose drain ended at its deadline with pods left.
+    incomplete: usize,
     aws_per_message: f64,
     describes_per_message: f64,
     kube_mutations_per_message: f64,
@@ -67,7 +74,13 @@ async fn measure(nodes: usize, separate: bool) -> Figures {
         true => Some(support::interruption::SeparateSqs::start().await),
         false => None,
     };
-    let builder = SteadyGroup::workers(&format!("bench-int-{nodes}")).per_asg(per_asg);
+    let mut builder = SteadyGroup::workers(&format!("bench-int-{nodes}")).per_asg(per_asg);
+    // A release build of the manager, as users run it (built with the
+    // test-support feature, for the emulator's accounts); else this tree's
+    // debug build.
+    if let Ok(binary) = std::env::var("INTERRUPTION_MANAGER") {
+        builder = builder.manager_binary(std::path::Path::new(&binary));
+    }
     let steady = match &sqs {
         Some(sqs) => builder.interruption_queue_on(&sqs.endpoint),
         None => builder.interruption_queue(),
@@ -87,6 +100,7 @@ async fn measure(nodes: usize, separate: bool) -> Figures {
     let before = steady.manager.assert_metrics().await;
     // Watching before the first send (its initial list in well before).
     let marked = seen_marked(world, nodes);
+    let drained = drains_ended(world, nodes);
     let evicted = all_gone_from(pods_api.clone(), instances.clone());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let first_sent = Instant::now();
@@ -119,6 +133,11 @@ async fn measure(nodes: usize, separate: bool) -> Figures {
         .expect("the watch of the pods")
         .duration_since(first_sent)
         .as_secs_f64();
+    let drained = tokio::time::timeout(Duration::from_secs(180), drained)
+        .await
+        .expect("every drain ended within 3 minutes")
+        .expect("the watch of the drains");
+    let incomplete = drained.values().filter(|left| **left > 0).count();
     assert_eventually("every message deleted", WAIT, || async {
         (queue.remaining().await == 0).then_some(())
     })
@@ -166,6 +185,7 @@ async fn measure(nodes: usize, separate: bool) -> Figures {
         mark_leg,
         stored,
         all_evicted,
+        incomplete,
         aws_per_message: delta("spot_node_manager_aws_calls_total", ""),
         describes_per_message: delta("spot_node_manager_aws_calls_total", "Describe"),
         kube_mutations_per_message: delta(
@@ -206,6 +226,38 @@ fn seen_marked(
             }
         }
         marked
+    })
+}
+
+/// What each warned node's drain left when it ended (`podsLeft` in its
+/// record: 0 when every pod was evicted by the deadline), through a watch;
+/// ends once `nodes` have ended.
+fn drains_ended(
+    world: &support::World,
+    nodes: usize,
+) -> tokio::task::JoinHandle<BTreeMap<String, i32>> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let api: Api<Node> = Api::all(world.client.clone());
+    let selector = format!("{}={}", support::sim::SIM_ACCOUNT_LABEL, world.account);
+    tokio::spawn(async move {
+        let mut ended = BTreeMap::new();
+        let stream = watcher::watcher(api, watcher::Config::default().labels(&selector));
+        let mut stream = std::pin::pin!(stream);
+        while ended.len() < nodes {
+            let Some(event) = stream.next().await else {
+                break;
+            };
+            if let Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) = event
+                && let Some(r) = record_of(&n)
+                && r.drained.is_some()
+            {
+                ended
+                    .entry(r.instance_id)
+                    .or_insert(r.pods_left.unwrap_or_default());
+            }
+        }
+        ended
     })
 }
 
@@ -300,7 +352,7 @@ async fn main() {
         _ => vec![false],
     };
     println!(
-        "{:>8} {:>5} {:>9} {:>9} {:>9} {:>15} {:>15} {:>15} {:>16} {:>12} {:>16} {:>18}",
+        "{:>8} {:>5} {:>9} {:>9} {:>9} {:>15} {:>15} {:>15} {:>16} {:>10} {:>12} {:>16} {:>18}",
         "SQS",
         "nodes",
         "p50 (s)",
@@ -310,6 +362,7 @@ async fn main() {
         "mark p50/p99",
         "stored p50/p99",
         "all evicted (s)",
+        "incomplete",
         "AWS/message",
         "describes/msg",
         "kube mutations/msg"
@@ -318,7 +371,7 @@ async fn main() {
         for &separate in &modes {
             let f = measure(n, separate).await;
             println!(
-                "{:>8} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>15} {:>15} {:>15} {:>16.3} {:>12.2} {:>16.2} {:>18.2}",
+                "{:>8} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>15} {:>15} {:>15} {:>16.3} {:>10} {:>12.2} {:>16.2} {:>18.2}",
                 if f.separate { "separate" } else { "shared" },
                 f.nodes,
                 f.p50,
@@ -328,6 +381,7 @@ async fn main() {
                 format!("{:.2}/{:.2}", f.mark_leg.0, f.mark_leg.1),
                 format!("{:.2}/{:.2}", f.stored.0, f.stored.1),
                 f.all_evicted,
+                f.incomplete,
                 f.aws_per_message,
                 f.describes_per_message,
                 f.kube_mutations_per_message

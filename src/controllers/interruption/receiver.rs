@@ -423,12 +423,18 @@ async fn mark_node(ctx: &Context, name: &str, record: &Record) -> Result<bool> {
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let Some(node) = nodes
-            .get_opt(name)
-            .await
-            .map_err(Error::kube(format!("get node {name}")))?
-        else {
-            return Ok(false);
+        // The first read from the apiserver's watch cache (no etcd read per
+        // notice in a burst); a stale answer fails the conditional patch
+        // (409) and the retry reads consistently. The node is at least as
+        // fresh there as in the inventory that named it.
+        let read = match attempt {
+            1 => nodes.get_with(name, &kube::api::GetParams::any()).await,
+            _ => nodes.get(name).await,
+        };
+        let node = match read {
+            Ok(node) => node,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+            Err(e) => return Err(Error::kube(format!("get node {name}"))(e)),
         };
         let Some(patch) = interruption_record::mark_patch(&node, record) else {
             return Ok(false);
