@@ -99,8 +99,7 @@ async fn measure(nodes: usize, separate: bool) -> Figures {
     let pods_api: Api<k8s_openapi::api::core::v1::Pod> = world.api();
     let before = steady.manager.assert_metrics().await;
     // Watching before the first send (its initial list in well before).
-    let marked = seen_marked(world, nodes);
-    let drained = drains_ended(world, nodes);
+    let seen = watch_marks(world, nodes);
     let evicted = all_gone_from(pods_api.clone(), instances.clone());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let first_sent = Instant::now();
@@ -122,9 +121,9 @@ async fn measure(nodes: usize, separate: bool) -> Figures {
         first_sent.elapsed().as_secs_f64(),
         Utc::now().to_rfc3339()
     );
-    let marked = tokio::time::timeout(Duration::from_secs(180), marked)
+    let Seen { marked, drained } = tokio::time::timeout(Duration::from_secs(180), seen)
         .await
-        .expect("every node marked within 3 minutes")
+        .expect("every node marked and its drain ended within 3 minutes")
         .expect("the watch of the marks");
     assert_eq!(marked.len(), nodes, "every node marked within 3 minutes");
     let all_evicted = tokio::time::timeout(Duration::from_secs(180), evicted)
@@ -133,10 +132,6 @@ async fn measure(nodes: usize, separate: bool) -> Figures {
         .expect("the watch of the pods")
         .duration_since(first_sent)
         .as_secs_f64();
-    let drained = tokio::time::timeout(Duration::from_secs(180), drained)
-        .await
-        .expect("every drain ended within 3 minutes")
-        .expect("the watch of the drains");
     let incomplete = drained.values().filter(|left| **left > 0).count();
     assert_eventually("every message deleted", WAIT, || async {
         (queue.remaining().await == 0).then_some(())
@@ -195,69 +190,42 @@ async fn measure(nodes: usize, separate: bool) -> Figures {
     }
 }
 
-/// When each of the world's Nodes was first seen with an interruption
-/// record, through a watch (each change as the apiserver commits it, no
-/// polling lag); ends once `nodes` are.
-fn seen_marked(
-    world: &support::World,
-    nodes: usize,
-) -> tokio::task::JoinHandle<BTreeMap<String, Instant>> {
+/// What one watch of the world's Nodes saw of the warned nodes: when each
+/// was first seen with an interruption record (each change as the apiserver
+/// commits it, no polling lag), and what each drain left when it ended
+/// (`podsLeft`: 0 when every pod was evicted by the deadline).
+#[derive(Default)]
+struct Seen {
+    marked: BTreeMap<String, Instant>,
+    drained: BTreeMap<String, i32>,
+}
+
+/// Watches until `nodes` drains have ended.
+fn watch_marks(world: &support::World, nodes: usize) -> tokio::task::JoinHandle<Seen> {
     use futures::StreamExt;
     use kube::runtime::watcher;
     let api: Api<Node> = Api::all(world.client.clone());
     let selector = format!("{}={}", support::sim::SIM_ACCOUNT_LABEL, world.account);
     tokio::spawn(async move {
-        let mut marked = BTreeMap::new();
+        let mut seen = Seen::default();
         let stream = watcher::watcher(api, watcher::Config::default().labels(&selector));
         let mut stream = std::pin::pin!(stream);
-        while marked.len() < nodes {
+        while seen.drained.len() < nodes {
             let Some(event) = stream.next().await else {
                 break;
             };
             let now = Instant::now();
-            let touched: Vec<Node> = match event {
-                Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => vec![n],
-                _ => vec![],
-            };
-            for n in touched {
-                if let Some(r) = record_of(&n) {
-                    marked.entry(r.instance_id).or_insert(now);
-                }
-            }
-        }
-        marked
-    })
-}
-
-/// What each warned node's drain left when it ended (`podsLeft` in its
-/// record: 0 when every pod was evicted by the deadline), through a watch;
-/// ends once `nodes` have ended.
-fn drains_ended(
-    world: &support::World,
-    nodes: usize,
-) -> tokio::task::JoinHandle<BTreeMap<String, i32>> {
-    use futures::StreamExt;
-    use kube::runtime::watcher;
-    let api: Api<Node> = Api::all(world.client.clone());
-    let selector = format!("{}={}", support::sim::SIM_ACCOUNT_LABEL, world.account);
-    tokio::spawn(async move {
-        let mut ended = BTreeMap::new();
-        let stream = watcher::watcher(api, watcher::Config::default().labels(&selector));
-        let mut stream = std::pin::pin!(stream);
-        while ended.len() < nodes {
-            let Some(event) = stream.next().await else {
-                break;
-            };
             if let Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) = event
                 && let Some(r) = record_of(&n)
-                && r.drained.is_some()
             {
-                ended
-                    .entry(r.instance_id)
-                    .or_insert(r.pods_left.unwrap_or_default());
+                if r.drained.is_some() {
+                    let left = r.pods_left.unwrap_or_default();
+                    seen.drained.entry(r.instance_id.clone()).or_insert(left);
+                }
+                seen.marked.entry(r.instance_id).or_insert(now);
             }
         }
-        ended
+        seen
     })
 }
 

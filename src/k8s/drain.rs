@@ -331,7 +331,8 @@ pub async fn drain_event(
         .await;
 }
 
-fn node_ref(name: &str) -> ObjectReference {
+/// What an Event on the Node `name` names.
+pub fn node_ref(name: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Node".into()),

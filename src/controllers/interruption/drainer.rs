@@ -355,12 +355,7 @@ async fn event(
     reason: &str,
     note: String,
 ) {
-    let on_node = ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Node".into()),
-        name: Some(node.name_any()),
-        ..Default::default()
-    };
+    let on_node = crate::k8s::drain::node_ref(&node.name_any());
     if let Some((namespace, name)) = record.group.as_deref().and_then(|g| g.split_once('/')) {
         let on_group = ObjectReference {
             api_version: Some("nodemanager.dev/v1alpha1".into()),

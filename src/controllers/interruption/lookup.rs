@@ -21,21 +21,40 @@ use std::time::Duration;
 /// (the inventory's status it reads changes far less often).
 const FRESH: Duration = Duration::from_secs(1);
 
-/// The NodeGroups listed at most [`FRESH`] ago.
-#[derive(Default)]
-pub struct GroupCache(tokio::sync::Mutex<Option<(std::time::Instant, Arc<Groups>)>>);
+/// A listing kept at most [`FRESH`], shared by the receivers (one listing
+/// at a time: the others wait for it rather than list again).
+pub struct Brief<T>(tokio::sync::Mutex<Option<(std::time::Instant, Arc<T>)>>);
 
-impl GroupCache {
-    pub async fn get(&self, ctx: &Context) -> Result<Arc<Groups>> {
+impl<T> Default for Brief<T> {
+    fn default() -> Self {
+        Brief(Default::default())
+    }
+}
+
+impl<T> Brief<T> {
+    async fn get_or<F, Fut>(&self, list: F) -> Result<Arc<T>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
         let mut cached = self.0.lock().await;
-        if let Some((at, groups)) = cached.as_ref()
+        if let Some((at, value)) = cached.as_ref()
             && at.elapsed() < FRESH
         {
-            return Ok(groups.clone());
+            return Ok(value.clone());
         }
-        let groups = Arc::new(list_groups(ctx).await?);
-        *cached = Some((std::time::Instant::now(), groups.clone()));
-        Ok(groups)
+        let value = Arc::new(list().await?);
+        *cached = Some((std::time::Instant::now(), value.clone()));
+        Ok(value)
+    }
+}
+
+/// The NodeGroups listed at most [`FRESH`] ago.
+pub type GroupCache = Brief<Groups>;
+
+impl Brief<Groups> {
+    pub async fn get(&self, ctx: &Context) -> Result<Arc<Groups>> {
+        self.get_or(|| list_groups(ctx)).await
     }
 }
 
@@ -116,24 +135,18 @@ pub async fn unmanaged(
 }
 
 /// The cluster's Nodes listed at most [`FRESH`] ago.
-#[derive(Default)]
-pub struct NodeCache(tokio::sync::Mutex<Option<(std::time::Instant, Arc<Vec<Node>>)>>);
+pub type NodeCache = Brief<Vec<Node>>;
 
-impl NodeCache {
+impl Brief<Vec<Node>> {
     async fn get(&self, ctx: &Context) -> Result<Arc<Vec<Node>>> {
-        let mut cached = self.0.lock().await;
-        if let Some((at, nodes)) = cached.as_ref()
-            && at.elapsed() < FRESH
-        {
-            return Ok(nodes.clone());
-        }
-        let api: Api<Node> = Api::all(ctx.client.clone());
-        let list = api
-            .list(&Default::default())
-            .await
-            .map_err(Error::kube("list Nodes"))?;
-        let nodes = Arc::new(list.items);
-        *cached = Some((std::time::Instant::now(), nodes.clone()));
-        Ok(nodes)
+        self.get_or(|| async {
+            let api: Api<Node> = Api::all(ctx.client.clone());
+            let list = api
+                .list(&Default::default())
+                .await
+                .map_err(Error::kube("list Nodes"))?;
+            Ok(list.items)
+        })
+        .await
     }
 }

@@ -9,10 +9,11 @@ use super::ownership::Owner;
 use super::plan::{self, MessagePlan, Step};
 use crate::cloud::sqs::{Queue, Received};
 use crate::context::Context;
+use crate::k8s::drain::node_ref;
 use crate::k8s::interruption_record::{self, Record};
 use crate::mutation::Intent;
 use crate::{Error, Result};
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
@@ -274,12 +275,7 @@ async fn carry_out(ctx: &Context, groups: &Groups, plan: &MessagePlan) -> Result
                         record.instance_id,
                         record.deadline.to_rfc3339()
                     );
-                    let on = ObjectReference {
-                        api_version: Some("v1".into()),
-                        kind: Some("Node".into()),
-                        name: Some(node.clone()),
-                        ..Default::default()
-                    };
+                    let on = node_ref(node);
                     ctx.event(
                         &on,
                         EventType::Warning,
@@ -487,12 +483,7 @@ async fn event(
         .await;
     }
     if let Some(node) = node {
-        let on = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.into()),
-            ..Default::default()
-        };
-        ctx.event(&on, type_, reason, EVENT_ACTION, note).await;
+        ctx.event(&node_ref(node), type_, reason, EVENT_ACTION, note)
+            .await;
     }
 }
