@@ -19,6 +19,14 @@ pub struct FileConfig {
     pub leader_election: FileLeaderElection,
     pub log: FileLog,
     pub interruption: FileInterruption,
+    pub disruption: FileDisruption,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct FileDisruption {
+    /// How many groups may run a voluntary disruption at once.
+    pub max_concurrent: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -99,6 +99,11 @@ pub struct RunArgs {
     /// notifications); the interruption handler is off when unset.
     #[arg(long)]
     pub interruption_queue_url: Option<String>,
+    /// How many groups may run a voluntary disruption (a refresh or a drift
+    /// roll) at once, manager-wide (default 1). Master groups: one at a time
+    /// whatever this says.
+    #[arg(long)]
+    pub max_concurrent_disruptions: Option<u32>,
 }
 
 /// A configuration error naming the field and the problem.
@@ -133,6 +138,8 @@ pub struct Settings {
     pub log_format: LogFormat,
     pub log_level: String,
     pub interruption: InterruptionSettings,
+    /// How many groups may run a voluntary disruption at once (at least 1).
+    pub max_concurrent_disruptions: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -236,7 +243,18 @@ impl Settings {
         if let Some(url) = &interruption.queue_url {
             check_queue_url(url).map_err(|e| ConfigError::new("interruption.queueUrl", e))?;
         }
+        let max_concurrent_disruptions = args
+            .max_concurrent_disruptions
+            .or(file.disruption.max_concurrent)
+            .unwrap_or(1);
+        if max_concurrent_disruptions == 0 {
+            return Err(ConfigError::new(
+                "disruption.maxConcurrent",
+                "must be at least 1 (suspend groups to stop their disruptions)",
+            ));
+        }
         Ok(Settings {
+            max_concurrent_disruptions,
             kubeconfig: args.kubeconfig.clone().or(file.kubeconfig),
             in_cluster: args.in_cluster,
             namespace,

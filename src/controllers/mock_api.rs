@@ -182,8 +182,13 @@ fn not_found() -> (StatusCode, serde_json::Value) {
 }
 
 fn status(code: u16, message: &str) -> serde_json::Value {
+    // The reason as the apiserver gives it (kube's `get_opt` reads it).
+    let reason = match code {
+        404 => "NotFound",
+        _ => "InternalError",
+    };
     serde_json::json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {},
-        "status": "Failure", "message": message, "code": code,
+        "status": "Failure", "message": message, "code": code, "reason": reason,
     })
 }

@@ -19,6 +19,7 @@ pub mod persist;
 pub mod refresher;
 pub mod replenisher;
 pub mod runtime;
+pub mod window;
 
 use crate::context::Context;
 use std::future::Future;

@@ -20,6 +20,9 @@ pub const SCHEDULE_VALID: &str = "ScheduleValid";
 pub const LAST_RUN_SUCCEEDED: &str = "LastRunSucceeded";
 /// Refresher: False while an ASG of the group has Launch or Terminate suspended.
 pub const SCALING_PROCESSES: &str = "ScalingProcesses";
+/// Refresher: the schedule fires inside a maintenance window (False: its
+/// runs would wait for the next window).
+pub const SCHEDULE_IN_WINDOW: &str = "ScheduleInWindow";
 /// NodeGroup: True while the circuit breaker is open (too much of the group
 /// is NotReady to terminate anything).
 pub const CIRCUIT_BREAKER: &str = "CircuitBreakerOpen";

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Trigger", type_ = "string", json_path = ".status.trigger"),
     printcolumn(name = "Next Run", type_ = "string", json_path = ".status.nextRun"),
     printcolumn(name = "Progress", type_ = "string", json_path = ".status.progress"),
+    printcolumn(name = "Window", type_ = "string", json_path = ".status.window"),
     printcolumn(
         name = "Last Result",
         type_ = "string",
@@ -142,6 +143,10 @@ pub struct RefresherStatus {
     /// Why the run in progress is failing (it is removing its surplus).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// The group's maintenance windows now: `Open until <time>` or `Closed
+    /// until <time>`; absent without windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
     /// What the refresher is doing or waiting for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

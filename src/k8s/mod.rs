@@ -3,6 +3,7 @@
 //! control-plane pods.
 
 pub mod control_plane;
+pub mod disruption_slot;
 pub mod drain;
 pub mod eviction;
 pub mod interruption_record;

@@ -295,6 +295,7 @@ pub struct SteadyGroupBuilder {
     config: String,
     resync: String,
     binary: Option<std::path::PathBuf>,
+    split: bool,
 }
 
 impl SteadyGroup {
@@ -331,7 +332,15 @@ impl SteadyGroupBuilder {
             config: String::new(),
             resync: "2s".into(),
             binary: None,
+            split: false,
         }
+    }
+
+    /// One NodeGroup per ASG, named `<name>-<i>` (kops's one master
+    /// instance group per zone), instead of one over them all.
+    pub fn one_group_per_asg(mut self) -> Self {
+        self.split = true;
+        self
     }
 
     /// One ASG per zone.
@@ -411,13 +420,28 @@ impl SteadyGroupBuilder {
         let sim = world.start_sim(self.delays.0, self.delays.1);
         let groups: Api<NodeGroup> = world.api();
         let desired = self.per_asg * self.zones.len() as i32;
-        groups
-            .create(
-                &PostParams::default(),
-                &group(self.name, self.role, &kops.asgs, desired),
-            )
-            .await
-            .expect("create group");
+        let mut names = vec![];
+        match self.split {
+            false => names.push((self.name.to_string(), kops.asgs.clone(), desired)),
+            true => {
+                for (i, asg) in kops.asgs.iter().enumerate() {
+                    names.push((
+                        format!("{}-{i}", self.name),
+                        vec![asg.clone()],
+                        self.per_asg,
+                    ));
+                }
+            }
+        }
+        for (name, asgs, desired) in &names {
+            groups
+                .create(
+                    &PostParams::default(),
+                    &group(name, self.role, asgs, *desired),
+                )
+                .await
+                .expect("create group");
+        }
         let queue = match self.queue {
             true if self.queue_stack => Some(world.queue_stack("example.com").await),
             true if let Some(endpoint) = &self.queue_endpoint => {
@@ -442,7 +466,11 @@ impl SteadyGroupBuilder {
                 .unwrap_or_default(),
         );
         assert_eventually(&format!("{desired} Ready"), RUN, || async {
-            (ready_count(&groups, self.name).await? == desired).then_some(())
+            let mut ready = 0;
+            for (name, _, _) in &names {
+                ready += ready_count(&groups, name).await?;
+            }
+            (ready == desired).then_some(())
         })
         .await;
         SteadyGroup {

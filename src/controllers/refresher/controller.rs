@@ -15,10 +15,12 @@ use crate::controllers::refresher::execute::{Drained, Effects, execute};
 use crate::controllers::refresher::guard::Guard;
 use crate::controllers::refresher::plan::{self as refresh_plan, Happening, Input, Member};
 use crate::controllers::runtime::{About, instrumented};
+use crate::controllers::window::{WindowState, schedule_meets_a_window, window_state};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::refresher::{RefreshTarget, RunResult, TargetPurpose};
 use crate::crd::{NodeGroup, Refresher, RefresherStatus};
+use crate::k8s::disruption_slot::Slots;
 use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
 use crate::k8s::lock::{self, Acquired, Holder};
 use chrono::{DateTime, Utc};
@@ -32,7 +34,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 pub const CONTROLLER: &str = "refresher";
-use crate::crd::condition::{LAST_RUN_SUCCEEDED, SCALING_PROCESSES, SCHEDULE_VALID};
+use crate::crd::condition::{
+    LAST_RUN_SUCCEEDED, SCALING_PROCESSES, SCHEDULE_IN_WINDOW, SCHEDULE_VALID,
+};
 const EVENT_ACTION: &str = "Refresh";
 use super::report::report;
 
@@ -102,6 +106,13 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     } else {
         Default::default()
     };
+    let slots = Slots {
+        ctx,
+        me: format!("{}/{}", rf.namespace().unwrap_or_default(), rf.name_any()),
+        role: group.spec.role,
+    };
+    let slot = slots.observe().await?;
+    let window = group_window(group, now);
     let plan_for = |described: &DescribedAsgs| {
         refresh_plan::plan(&Input {
             group: observed.facts(described, rf.spec.suspend, now),
@@ -111,6 +122,8 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             drift_replace: rf.spec.drift_replace,
             members: &Member::all_of(&described.fresh),
             control_plane_ready: &control_plane_ready,
+            slot: slot.clone(),
+            window: window.clone(),
             status: &current,
         })
     };
@@ -139,9 +152,12 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
 
     let mut status = plan.status.clone();
     status.observed_generation = rf.metadata.generation;
+    status.window = window.describe();
     set_conditions(&mut status, &rf, &settings, &schedule_key, &asgs, now);
+    set_window_condition(&mut status, &rf, &settings, &group, now);
     let mut cluster = Cluster {
         ctx,
+        slots: &slots,
         namespace: &namespace,
         name: &name,
         me: &me,
@@ -154,6 +170,16 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     };
     let requeue = execute(&mut cluster, rf.status.as_ref(), &plan, &status, now).await?;
     Ok(Action::requeue(requeue))
+}
+
+/// The group's maintenance windows at `now`; closed for good while they
+/// are invalid (the group's SpecValid condition names the problem).
+pub(super) fn group_window(group: &NodeGroup, now: DateTime<Utc>) -> WindowState {
+    let zone = group.spec.refresh.as_ref().map(|r| r.time_zone.as_str());
+    match group.spec.disruption.resolve(zone) {
+        Some(d) => window_state(&d, now),
+        None => WindowState::Closed { opens: None },
+    }
 }
 
 /// The run's settings, or why there are none: another group naming one of
@@ -247,10 +273,70 @@ fn set_conditions(
     }
 }
 
+/// Whether the refresh schedule's next runs fall inside a maintenance
+/// window: a schedule that never does is reported, not silently waited on.
+fn set_window_condition(
+    status: &mut RefresherStatus,
+    rf: &Refresher,
+    settings: &std::result::Result<crate::crd::nodegroup::ResolvedRefresh, String>,
+    group: &NodeGroup,
+    now: DateTime<Utc>,
+) {
+    const RUNS: usize = 20;
+    let zone = group.spec.refresh.as_ref().map(|r| r.time_zone.as_str());
+    let disruption = group.spec.disruption.resolve(zone);
+    let (Ok(settings), Some(disruption)) = (settings, disruption) else {
+        return;
+    };
+    let (state, reason, message) = match &settings.schedule {
+        _ if disruption.windows.is_empty() => (
+            ConditionStatus::True,
+            "NoWindows",
+            "no maintenance windows: runs start when due".to_string(),
+        ),
+        None => (
+            ConditionStatus::True,
+            "NoSchedule",
+            "no schedule: drift rolls wait for a window".to_string(),
+        ),
+        Some(schedule) => {
+            // From the run that is due, if one is (it may be waiting now).
+            let from = status
+                .next_run
+                .map_or(now, |t| t - chrono::Duration::seconds(1))
+                .min(now);
+            match schedule_meets_a_window(schedule, settings.time_zone, &disruption, from, RUNS) {
+                Some(false) => (
+                    ConditionStatus::False,
+                    "ScheduleOutsideWindows",
+                    format!(
+                        "none of the schedule's next {RUNS} runs falls inside a maintenance window: each would wait for the next window to open"
+                    ),
+                ),
+                _ => (
+                    ConditionStatus::True,
+                    "InWindow",
+                    "the schedule's runs fall inside a maintenance window".to_string(),
+                ),
+            }
+        }
+    };
+    set_condition(
+        &mut status.conditions,
+        SCHEDULE_IN_WINDOW,
+        state,
+        reason,
+        message,
+        rf.metadata.generation,
+        now,
+    );
+}
+
 /// The executor's effects on the cluster and AWS: each mutation re-checked
 /// by the [`Guard`] against this reconcile's fresh observations first.
 struct Cluster<'a> {
     ctx: &'a Context,
+    slots: &'a Slots<'a>,
     namespace: &'a str,
     name: &'a str,
     me: &'a Holder,
@@ -293,6 +379,10 @@ impl Effects for Cluster<'_> {
     }
 
     async fn take_lock(&mut self) -> Result<Duration> {
+        if !self.slots.take(self.now).await? {
+            // Full again, or a race lost: look again soon.
+            return Ok(Duration::from_secs(1));
+        }
         Ok(
             match lock::acquire(self.ctx, self.group, self.me, self.now).await? {
                 Acquired::Yes => Duration::from_millis(100),
@@ -307,6 +397,9 @@ impl Effects for Cluster<'_> {
 
     async fn release_lock(&mut self) -> Result<()> {
         lock::release(self.ctx, self.group, self.me).await?;
+        // After the group's lock: a slot held a moment too long only delays
+        // another group; the other way round two could overlap.
+        self.slots.release().await?;
         Ok(())
     }
 

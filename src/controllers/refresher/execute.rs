@@ -39,8 +39,10 @@ pub trait Effects {
     /// A named point between a write and the action that follows it.
     fn reached(&mut self, point: &str) -> Result<()>;
     async fn report(&mut self, happenings: &[Happening]);
-    /// Returns when to look again.
+    /// Takes a manager-wide disruption slot, then the group's lock (not
+    /// the lock without the slot). Returns when to look again.
     async fn take_lock(&mut self) -> Result<Duration>;
+    /// Releases the group's lock and the disruption slot, whichever is ours.
     async fn release_lock(&mut self) -> Result<()>;
     async fn set_desired(
         &mut self,

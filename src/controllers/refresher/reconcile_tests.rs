@@ -89,14 +89,36 @@ impl Reconciled for Refresher {
     }
 }
 
-/// One reconcile of the Refresher, its group's Replenisher existing.
+/// Where the manager-wide disruption slots are kept (default settings).
+fn slots_path() -> String {
+    "/apis/coordination.k8s.io/v1/namespaces/default/leases/spot-node-manager-disruptions".into()
+}
+
+/// The slots' Lease, the run holding one.
+fn slot_held() -> serde_json::Value {
+    let holders = serde_json::json!([{"holder": format!("{NS}/workers"), "role": "Worker",
+                                       "since": "2026-01-01T00:00:00Z"}]);
+    serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "spot-node-manager-disruptions", "namespace": "default",
+                     "resourceVersion": "3",
+                     "annotations": {crate::k8s::disruption_slot::ANNOTATION: holders.to_string()}},
+        "spec": {},
+    })
+}
+
+/// One reconcile of the Refresher, its group's Replenisher existing, the
+/// run holding its disruption slot.
 async fn reconcile_once(
     cloud: &FakeCloud,
     group: NodeGroup,
     refresher: Refresher,
     refuse_status_writes: bool,
 ) -> (crate::Result<kube::runtime::controller::Action>, Vec<Seen>) {
-    let also = [(path("replenishers", "workers"), replenisher())];
+    let also = [
+        (path("replenishers", "workers"), replenisher()),
+        (slots_path(), slot_held()),
+    ];
     mock_api::reconcile_once(cloud, group, refresher, &also, refuse_status_writes).await
 }
 
@@ -110,11 +132,12 @@ async fn it_observes_then_persists_the_step_then_acts() {
         vec![
             format!("GET {}", path("refreshers", "workers")),
             format!("GET {}", path("nodegroups", "workers")),
+            format!("GET {}", slots_path()),
             format!("PATCH {}/status", path("refreshers", "workers")),
         ],
-        "observe (the Refresher, its group), then persist"
+        "observe (the Refresher, its group, the slot), then persist"
     );
-    let write = &seen[2];
+    let write = &seen[3];
     assert_eq!(write.body["status"]["phase"], "ScalingUp");
     assert_eq!(write.body["status"]["message"], "adding surplus: a 1->2");
     assert_eq!(
@@ -170,4 +193,46 @@ async fn a_run_whose_lock_is_held_by_another_operation_touches_nothing() {
         .expect("the pause is written");
     let message = write.body["status"]["message"].as_str().unwrap_or_default();
     assert!(message.starts_with("run paused:"), "{message}");
+}
+
+#[tokio::test]
+async fn a_run_whose_slot_another_group_holds_touches_nothing() {
+    let (cloud, group, refresher) = scaling_up();
+    let holders = serde_json::json!([{"holder": format!("{NS}/other"), "role": "Worker",
+                                       "since": "2026-01-01T00:00:00Z"}]);
+    let lease = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "spot-node-manager-disruptions", "namespace": "default",
+                     "resourceVersion": "3",
+                     "annotations": {crate::k8s::disruption_slot::ANNOTATION: holders.to_string()}},
+        "spec": {},
+    });
+    let other: serde_json::Value = serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "Refresher",
+        "metadata": {"name": "other", "namespace": NS},
+        "spec": {"nodeGroup": "other", "role": "Worker", "surplusNodes": 1,
+                 "drainTimeout": "5m", "drainTimeoutAction": "Abort", "readyTimeout": "15m"},
+    });
+    let also = [
+        (path("replenishers", "workers"), replenisher()),
+        (slots_path(), lease),
+        (path("refreshers", "other"), other),
+    ];
+    let (result, seen) = mock_api::reconcile_once(&cloud, group, refresher, &also, false).await;
+    result.expect("reconcile");
+    assert_eq!(cloud.calls("set_desired_capacity"), 0);
+    let write = seen
+        .iter()
+        .find(|s| s.call.ends_with("/refreshers/workers/status"))
+        .expect("the pause is written");
+    let message = write.body["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("waiting for a disruption slot"),
+        "{message}"
+    );
+    assert!(message.contains(&format!("{NS}/other")), "{message}");
+    assert!(
+        !calls(&seen).iter().any(|c| c.starts_with("PUT")),
+        "the slot is not taken"
+    );
 }

@@ -96,6 +96,14 @@ pub struct NodeGroupSpec {
     /// update cluster`), or that kops marks `kops.k8s.io/needs-update`.
     #[serde(default)]
     pub drift: DriftSpec,
+    /// When, and what, voluntary disruption may touch: maintenance windows,
+    /// do-not-disrupt, pods nothing would recreate.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub disruption: DisruptionSpec,
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -318,8 +326,10 @@ fn default_ready_timeout() -> String {
     "15m".into()
 }
 
+mod disruption;
 mod status;
 mod validation;
 
+pub use disruption::*;
 pub use status::*;
 pub use validation::*;

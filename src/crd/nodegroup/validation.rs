@@ -110,6 +110,10 @@ impl NodeGroupSpec {
         self.check_counts(&mut problems);
         self.check_durations(&mut problems);
         self.check_refresh(&mut problems);
+        let zone = self.refresh.as_ref().map(|r| r.time_zone.as_str());
+        for (field, reason, message) in self.disruption.problems(zone, minima_lifted()) {
+            problems.push(&field, reason, message);
+        }
         problems.0
     }
 
@@ -293,6 +297,7 @@ mod tests {
     pub(crate) fn worker_spec() -> NodeGroupSpec {
         NodeGroupSpec {
             drift: Default::default(),
+            disruption: Default::default(),
             role: Role::Worker,
             region: None,
             auto_scaling_groups: vec![

@@ -17,6 +17,15 @@ impl Planner<'_> {
         self.next_target(settings)
     }
 
+    /// Planned nodes not yet replaced and still in service.
+    pub(super) fn remaining(&self) -> usize {
+        self.status
+            .planned_instances
+            .iter()
+            .filter(|id| !self.status.replaced_instances.contains(id) && self.active(id))
+            .count()
+    }
+
     /// A target is chosen and its termination not yet recorded.
     pub(super) fn drain_pending(&self) -> bool {
         self.status
@@ -29,6 +38,25 @@ impl Planner<'_> {
     /// first) becomes the target (phase `Draining`) and its drain starts; with none left, `ScalingDown`.
     pub(super) fn next_target(&mut self, settings: &ResolvedRefresh) -> Next {
         let input = self.input;
+        // Inside a maintenance window only. Outside, the run waits with its surplus;
+        // a node in hand was finished above.
+        if let Some(why) = self.input.window.closed_reason()
+            && self.remaining() > 0
+        {
+            let requeue = match self.input.window {
+                super::WindowState::Closed { opens: Some(t) } => {
+                    until(self.input.group.now, t).min(crate::controllers::group_view::IDLE)
+                }
+                _ => crate::controllers::group_view::IDLE,
+            };
+            return Next::Step(Step::wait(
+                format!(
+                    "{} node(s) left; the run waits, keeping its surplus: {why}",
+                    self.remaining()
+                ),
+                requeue,
+            ));
+        }
         // A node that died during the run goes first: it holds no pods that
         // can still move, and until it is replaced no Ready node can be spared.
         let node_of = |id: &str| input.group.node_of(id);

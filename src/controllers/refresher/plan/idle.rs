@@ -1,7 +1,7 @@
 //! No run in progress: wait for the schedule, skip a run that cannot start
 //! (with the reason), or start one and record what it will do.
 
-use super::{Happening, IDLE, Input, LOCK_RETRY, Planner, SOON, Step, surplus_of};
+use super::{Happening, IDLE, Input, LOCK_RETRY, Planner, SOON, SlotState, Step, surplus_of};
 use crate::controllers::group_view::{AsgView, LockState, after, until};
 use crate::controllers::refresher::schedule::next_run;
 use crate::crd::Role;
@@ -49,6 +49,9 @@ impl Planner<'_> {
         }
         if let Some(why) = self.start_blocker() {
             return Some(self.skip(why, settings));
+        }
+        if let Some(step) = self.outside_windows("due") {
+            return Some(step);
         }
         let planned = targets(input, settings.max_node_age);
         if planned.is_empty() {
@@ -118,6 +121,9 @@ impl Planner<'_> {
         if let Some(why) = self.start_blocker() {
             return wait(why);
         }
+        if let Some(why) = self.input.window.closed_reason() {
+            return wait(why);
+        }
         let (surplus, short) = self.surplus_to_add(settings);
         if let Some(why) = short {
             return wait(why);
@@ -134,6 +140,25 @@ impl Planner<'_> {
         }
         self.start(drifted, surplus, RunTrigger::Drift);
         None
+    }
+
+    /// A due run outside every maintenance window waits for the next one
+    /// (not skipped: it starts when the window opens). Releases a slot or
+    /// lock taken just before the window closed.
+    fn outside_windows(&mut self, why: &str) -> Option<Step> {
+        let reason = self.input.window.closed_reason()?;
+        self.status.phase = RefreshPhase::Idle;
+        let requeue = match self.input.window {
+            super::WindowState::Closed { opens: Some(t) } => {
+                until(self.input.group.now, t).min(IDLE)
+            }
+            _ => IDLE,
+        };
+        Some(Step::act(
+            self.release_if_ours(),
+            format!("{why}; waiting: {reason}"),
+            requeue,
+        ))
     }
 
     /// Why no run may start now, if so.
@@ -175,12 +200,29 @@ impl Planner<'_> {
 
     /// A run may start (`why`): Some(step) until the group's lock is ours.
     fn lock_to_start(&mut self, why: &str) -> Option<Step> {
+        // The manager-wide slot first: a group waiting for it must not
+        // hold its own lock meanwhile (that would stall its replenisher).
+        if let SlotState::Full(holders) = &self.input.slot {
+            self.status.phase = RefreshPhase::WaitingForLock;
+            return Some(Step::wait(
+                format!("{why}; waiting for a disruption slot: {holders}"),
+                LOCK_RETRY,
+            ));
+        }
         match &self.input.group.lock {
             LockState::Other(holder) => {
                 self.status.phase = RefreshPhase::WaitingForLock;
                 Some(Step::wait(
                     format!("{why}; waiting for the group's lock, held by {holder}"),
                     LOCK_RETRY,
+                ))
+            }
+            LockState::Ours if self.input.slot != SlotState::Ours => {
+                self.status.phase = RefreshPhase::WaitingForLock;
+                Some(Step::act(
+                    super::Command::TakeLock,
+                    format!("{why}; taking a disruption slot"),
+                    Duration::ZERO,
                 ))
             }
             LockState::Free => {

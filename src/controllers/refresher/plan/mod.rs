@@ -34,10 +34,12 @@ mod scaling_up;
 mod tests;
 
 use crate::controllers::group_view::{DesiredChange, LockState};
+pub use crate::controllers::window::WindowState;
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{
     AsgDesired, RefreshPhase, RefreshTarget, RefresherStatus, RunResult, RunTrigger, TargetPurpose,
 };
+pub use crate::k8s::disruption_slot::SlotState;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -88,13 +90,21 @@ pub struct Input<'a> {
     /// Masters: the nodes whose control-plane pods (kube-apiserver,
     /// etcd-manager) are all Ready. Looked at only between replacements.
     pub control_plane_ready: &'a BTreeSet<String>,
+    /// The manager-wide disruption slot a run holds from its start to its
+    /// end (see `k8s::disruption_slot`).
+    pub slot: SlotState,
+    /// The group's maintenance windows now: a run starts, and takes its
+    /// next node, only while one is open.
+    pub window: WindowState,
     pub status: &'a RefresherStatus,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     Nothing,
+    /// Take a manager-wide disruption slot, then the group's lock.
     TakeLock,
+    /// Release the group's lock and the disruption slot, whichever is ours.
     ReleaseLock,
     /// Set ASGs' desired capacity (surplus up, layout back).
     SetDesired(Vec<DesiredChange>),
@@ -337,9 +347,15 @@ impl Planner<'_> {
                 IDLE,
             ));
         }
+        if let SlotState::Full(why) = &input.slot {
+            return Some(Step::wait(
+                format!("run paused: waiting for a disruption slot: {why}"),
+                LOCK_RETRY,
+            ));
+        }
         match &input.group.lock {
-            LockState::Ours => None,
-            LockState::Free => Some(Step::act(
+            LockState::Ours if input.slot == SlotState::Ours => None,
+            LockState::Ours | LockState::Free => Some(Step::act(
                 Command::TakeLock,
                 "retaking the group's lock",
                 Duration::ZERO,
@@ -413,7 +429,7 @@ impl Planner<'_> {
     }
 
     fn release_if_ours(&self) -> Command {
-        if self.input.group.lock == LockState::Ours {
+        if self.input.group.lock == LockState::Ours || self.input.slot == SlotState::Ours {
             Command::ReleaseLock
         } else {
             Command::Nothing

@@ -1,3 +1,4 @@
+mod disruption;
 mod drift;
 mod failures;
 mod masters;
@@ -89,6 +90,10 @@ struct Sim {
     next_id: u32,
     status: RefresherStatus,
     lock: LockState,
+    /// The manager-wide disruption slot.
+    slot: SlotState,
+    /// The maintenance windows.
+    window: WindowState,
     /// Drains of these nodes never finish (a PodDisruptionBudget).
     stuck: Vec<String>,
     /// Nodes whose kubelet died a day ago: NotReady, and their pods never
@@ -148,6 +153,8 @@ impl Sim {
                 ..Default::default()
             },
             lock: LockState::Free,
+            slot: SlotState::Free,
+            window: WindowState::Always,
             stuck: vec![],
             dead: vec![],
             control_plane_down: BTreeSet::new(),
@@ -271,6 +278,8 @@ impl Sim {
             drift_replace: self.drift_replace,
             members: &members,
             control_plane_ready: &control_plane_ready,
+            slot: self.slot.clone(),
+            window: self.window.clone(),
             status: &self.status,
         })
     }
@@ -433,6 +442,11 @@ impl Sim {
     fn assert_persisted_and_locked(&self, status: &RefresherStatus) {
         assert_eq!(&self.status, status, "acted before persisting its status");
         assert_eq!(self.lock, LockState::Ours, "mutation without the lock");
+        assert_eq!(
+            self.slot,
+            SlotState::Ours,
+            "mutation without a disruption slot"
+        );
     }
 }
 
@@ -472,13 +486,24 @@ impl Effects for Sim {
     }
 
     async fn take_lock(&mut self) -> crate::Result<Duration> {
-        assert_eq!(self.lock, LockState::Free, "took a held lock");
+        assert!(
+            !matches!(self.slot, SlotState::Full(_)),
+            "took a slot that is not free"
+        );
+        self.slot = SlotState::Ours;
+        assert!(
+            !matches!(self.lock, LockState::Other(_)),
+            "took a held lock"
+        );
         self.lock = LockState::Ours;
         Ok(Duration::ZERO)
     }
 
     async fn release_lock(&mut self) -> crate::Result<()> {
         self.lock = LockState::Free;
+        if self.slot == SlotState::Ours {
+            self.slot = SlotState::Free;
+        }
         Ok(())
     }
 

@@ -1,0 +1,165 @@
+//! Disruption controls: the manager-wide slot a run holds from its start to
+//! its end, and maintenance windows.
+
+use super::*;
+
+fn night(opens_in_minutes: i64, now: DateTime<Utc>) -> WindowState {
+    WindowState::Closed {
+        opens: Some(now + chrono::Duration::minutes(opens_in_minutes)),
+    }
+}
+
+#[test]
+fn a_due_run_waits_for_a_slot_held_elsewhere_without_taking_the_lock_then_starts() {
+    let mut sim = Sim::new(Role::Master, 3, 1, 0);
+    sim.slot = SlotState::Full("ns/masters-b is replacing a control-plane node".into());
+    for _ in 0..3 {
+        let plan = sim.step(false);
+        assert_eq!(plan.command, Command::Nothing);
+        assert!(
+            plan.message.contains("waiting for a disruption slot"),
+            "{}",
+            plan.message
+        );
+        assert!(plan.message.contains("ns/masters-b"), "{}", plan.message);
+        assert_eq!(plan.status.phase, RefreshPhase::WaitingForLock);
+        assert_eq!(plan.status.run_start, None, "not skipped, not started");
+        assert!(plan.status.last_run.is_none(), "not skipped");
+        sim.advance(30);
+    }
+    assert_eq!(
+        sim.lock,
+        LockState::Free,
+        "the group's lock is not held while waiting"
+    );
+    sim.slot = SlotState::Free;
+    assert_eq!(sim.step(false).command, Command::TakeLock);
+    assert_eq!(sim.slot, SlotState::Ours);
+    sim.run_to_end(300);
+    assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
+    assert_eq!(sim.slot, SlotState::Free, "released at the end of the run");
+}
+
+#[test]
+fn a_run_that_finds_its_slot_taken_pauses_without_acting() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.step(false);
+    sim.all_join_and_ready();
+    sim.step(false);
+    let before = sim.status.clone();
+    assert!(before.run_start.is_some());
+    sim.slot = SlotState::Full("1 of 1 disruption slot(s) held, by ns/other".into());
+    let actions = sim.actions.len();
+    for _ in 0..5 {
+        let plan = sim.step(false);
+        assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
+        assert!(plan.message.contains("run paused"), "{}", plan.message);
+        sim.advance(30);
+    }
+    assert!(
+        sim.actions[actions..]
+            .iter()
+            .all(|a| *a == Command::Nothing)
+    );
+    assert_eq!(sim.status.run_start, before.run_start);
+    // Free again (the other group's run ended): retaken, and the run goes on.
+    sim.slot = SlotState::Free;
+    assert_eq!(sim.step(false).command, Command::TakeLock);
+    sim.run_to_end(300);
+    assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
+}
+
+#[test]
+fn a_due_run_outside_every_window_waits_for_one_and_is_not_skipped() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.window = night(120, sim.now);
+    let plan = sim.step(false);
+    assert_eq!(plan.command, Command::Nothing);
+    assert!(
+        plan.message.contains("outside the maintenance windows"),
+        "{}",
+        plan.message
+    );
+    assert_eq!(plan.status.run_start, None);
+    assert!(plan.status.last_run.is_none(), "a wait, not a skipped run");
+    assert!(plan.requeue <= Duration::from_secs(7200));
+    // The window opens: the run starts.
+    sim.advance(7200);
+    sim.window = WindowState::Open {
+        closes: sim.now + chrono::Duration::hours(4),
+    };
+    assert_eq!(sim.step(false).command, Command::TakeLock);
+    sim.step(false);
+    assert!(sim.status.run_start.is_some(), "{:?}", sim.status.message);
+}
+
+#[test]
+fn a_run_whose_window_closes_finishes_the_node_in_hand_then_waits_with_its_surplus() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    let layout = sim.layout();
+    sim.window = WindowState::Open {
+        closes: sim.now + chrono::Duration::hours(1),
+    };
+    // Up to the first node being drained.
+    for _ in 0..20 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        if sim.status.phase == RefreshPhase::Draining {
+            break;
+        }
+    }
+    let in_hand = sim.status.current_target.clone().expect("a node in hand");
+    sim.window = night(600, sim.now);
+    // The node in hand is finished: drained, terminated, replaced.
+    for _ in 0..10 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(5);
+    }
+    assert_eq!(sim.terminated, vec![in_hand.instance_id.clone()]);
+    assert_eq!(sim.status.replaced, 1);
+    // Then it waits, its surplus kept, taking no other node.
+    for _ in 0..20 {
+        let plan = sim.step(false);
+        assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
+        assert!(
+            plan.message.contains("keeping its surplus"),
+            "{}",
+            plan.message
+        );
+        sim.advance(60);
+    }
+    assert_eq!(sim.terminated.len(), 1);
+    assert!(!sim.status.surplus.is_empty(), "surplus kept");
+    assert_eq!(sim.ready_count(), 4, "desired 3 + surplus 1");
+    // The next window: it resumes and ends with the layout as it was.
+    sim.window = WindowState::Open {
+        closes: sim.now + chrono::Duration::hours(4),
+    };
+    sim.run_to_end(300);
+    assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
+    assert_eq!(sim.terminated.len(), 4, "3 old nodes and the surplus");
+    assert_eq!(sim.layout(), layout);
+}
+
+#[test]
+fn a_drift_roll_waits_for_a_window() {
+    let mut sim = Sim::new(Role::Worker, 2, 1, 1);
+    sim.status.next_run = Some(sim.now + chrono::Duration::days(1));
+    sim.drift_replace = true;
+    sim.version = 2;
+    sim.window = night(30, sim.now);
+    let plan = sim.step(false);
+    assert_eq!(plan.command, Command::Nothing);
+    assert!(
+        plan.message.contains("the drift roll waits"),
+        "{}",
+        plan.message
+    );
+    assert!(
+        plan.message.contains("maintenance windows"),
+        "{}",
+        plan.message
+    );
+    assert_eq!(plan.status.run_start, None);
+}

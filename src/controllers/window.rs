@@ -1,0 +1,231 @@
+//! Maintenance windows, evaluated: whether voluntary disruption may start
+//! (or take its next node) at an instant, and until when. Pure.
+
+use crate::controllers::refresher::schedule::next_run;
+use crate::crd::nodegroup::ResolvedDisruption;
+use chrono::{DateTime, Utc};
+
+/// The most firings looked at per window per evaluation: a window every
+/// minute lasting a week is 10080; beyond the cap the window counts as open
+/// until the last firing seen plus its duration.
+const MOST_FIRINGS: usize = 20_000;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WindowState {
+    /// No windows: voluntary disruption may always run.
+    Always,
+    /// A window is open until `closes` (at least: a later firing may extend it).
+    Open { closes: DateTime<Utc> },
+    /// Every window is closed; the next opens at `opens` (None: never again).
+    Closed { opens: Option<DateTime<Utc>> },
+}
+
+impl WindowState {
+    pub fn is_open(&self) -> bool {
+        !matches!(self, WindowState::Closed { .. })
+    }
+
+    /// For status: `Open until <t>`, `Closed until <t>`; None without windows.
+    pub fn describe(&self) -> Option<String> {
+        match self {
+            WindowState::Always => None,
+            WindowState::Open { closes } => Some(format!("Open until {}", closes.to_rfc3339())),
+            WindowState::Closed { opens: Some(t) } => {
+                Some(format!("Closed until {}", t.to_rfc3339()))
+            }
+            WindowState::Closed { opens: None } => Some("Closed".into()),
+        }
+    }
+
+    /// Why a voluntary disruption waits, when it does.
+    pub fn closed_reason(&self) -> Option<String> {
+        match self {
+            WindowState::Closed { opens: Some(t) } => Some(format!(
+                "outside the maintenance windows (the next opens at {})",
+                t.to_rfc3339()
+            )),
+            WindowState::Closed { opens: None } => {
+                Some("outside the maintenance windows (none opens again)".into())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The windows at `now`: open while some window fired at most its duration ago.
+pub fn window_state(disruption: &ResolvedDisruption, now: DateTime<Utc>) -> WindowState {
+    if disruption.windows.is_empty() {
+        return WindowState::Always;
+    }
+    let tz = disruption.time_zone;
+    let mut closes: Option<DateTime<Utc>> = None;
+    let mut opens: Option<DateTime<Utc>> = None;
+    for (schedule, duration) in &disruption.windows {
+        let Ok(span) = chrono::Duration::from_std(*duration) else {
+            continue;
+        };
+        // Firings in (now - duration, now] keep the window open.
+        let mut t = now.checked_sub_signed(span).unwrap_or(now);
+        for _ in 0..MOST_FIRINGS {
+            let Some(fired) = next_run(schedule, tz, t) else {
+                break;
+            };
+            if fired > now {
+                opens = Some(opens.map_or(fired, |o| o.min(fired)));
+                break;
+            }
+            let end = fired.checked_add_signed(span).unwrap_or(fired);
+            closes = Some(closes.map_or(end, |c| c.max(end)));
+            t = fired;
+        }
+    }
+    match closes {
+        Some(closes) if closes > now => WindowState::Open { closes },
+        _ => WindowState::Closed { opens },
+    }
+}
+
+/// Whether a run fired by `schedule` at any of its next `count` firings
+/// after `now` would start inside a window; None when it never fires.
+pub fn schedule_meets_a_window(
+    schedule: &cron::Schedule,
+    schedule_zone: chrono_tz::Tz,
+    disruption: &ResolvedDisruption,
+    now: DateTime<Utc>,
+    count: usize,
+) -> Option<bool> {
+    let mut t = now;
+    let mut any = None;
+    for _ in 0..count {
+        let Some(fired) = next_run(schedule, schedule_zone, t) else {
+            break;
+        };
+        if window_state(disruption, fired).is_open() {
+            return Some(true);
+        }
+        any = Some(false);
+        t = fired;
+    }
+    any
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::nodegroup::parse_schedule;
+    use chrono::TimeZone;
+    use std::time::Duration;
+
+    fn utc(d: u32, h: u32, mi: u32) -> DateTime<Utc> {
+        // 2026-06-01 is a Monday.
+        Utc.with_ymd_and_hms(2026, 6, d, h, mi, 0).unwrap()
+    }
+
+    fn windows(list: &[(&str, u64)], zone: chrono_tz::Tz) -> ResolvedDisruption {
+        ResolvedDisruption {
+            windows: list
+                .iter()
+                .map(|(s, secs)| (parse_schedule(s).expect("cron"), Duration::from_secs(*secs)))
+                .collect(),
+            time_zone: zone,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn no_windows_is_always_open() {
+        assert_eq!(
+            window_state(&windows(&[], chrono_tz::UTC), utc(1, 12, 0)),
+            WindowState::Always
+        );
+    }
+
+    #[test]
+    fn a_nightly_window_is_open_inside_and_closed_outside_with_the_next_opening() {
+        let w = windows(&[("0 2 * * *", 4 * 3600)], chrono_tz::UTC);
+        assert_eq!(
+            window_state(&w, utc(2, 2, 0)),
+            WindowState::Open {
+                closes: utc(2, 6, 0)
+            }
+        );
+        assert_eq!(
+            window_state(&w, utc(2, 5, 59)),
+            WindowState::Open {
+                closes: utc(2, 6, 0)
+            }
+        );
+        assert_eq!(
+            window_state(&w, utc(2, 6, 0)),
+            WindowState::Closed {
+                opens: Some(utc(3, 2, 0))
+            }
+        );
+        assert_eq!(
+            window_state(&w, utc(2, 1, 59)),
+            WindowState::Closed {
+                opens: Some(utc(2, 2, 0))
+            }
+        );
+    }
+
+    #[test]
+    fn windows_are_read_in_their_zone() {
+        // 02:00 in Tokyo is 17:00 UTC the day before.
+        let w = windows(&[("0 2 * * *", 3600)], chrono_tz::Asia::Tokyo);
+        assert!(window_state(&w, utc(1, 17, 30)).is_open());
+        assert!(!window_state(&w, utc(1, 2, 30)).is_open());
+    }
+
+    #[test]
+    fn the_latest_close_of_overlapping_windows_counts() {
+        let w = windows(&[("0 2 * * *", 3600), ("30 2 * * *", 3600)], chrono_tz::UTC);
+        assert_eq!(
+            window_state(&w, utc(2, 2, 45)),
+            WindowState::Open {
+                closes: utc(2, 3, 30)
+            }
+        );
+    }
+
+    #[test]
+    fn a_refresh_at_noon_never_meets_a_night_window() {
+        let night = windows(&[("0 2 * * *", 4 * 3600)], chrono_tz::UTC);
+        let noon = parse_schedule("0 12 * * *").expect("cron");
+        let three = parse_schedule("0 3 * * Sat").expect("cron");
+        assert_eq!(
+            schedule_meets_a_window(&noon, chrono_tz::UTC, &night, utc(1, 0, 0), 20),
+            Some(false)
+        );
+        assert_eq!(
+            schedule_meets_a_window(&three, chrono_tz::UTC, &night, utc(1, 0, 0), 20),
+            Some(true)
+        );
+    }
+}
+
+#[cfg(test)]
+mod once_tests {
+    use super::*;
+    use crate::crd::nodegroup::parse_schedule;
+    use chrono::TimeZone;
+
+    #[test]
+    fn a_one_off_run_outside_a_new_year_window() {
+        let w = ResolvedDisruption {
+            windows: vec![(
+                parse_schedule("0 0 1 1 *").expect("cron"),
+                std::time::Duration::from_secs(60),
+            )],
+            time_zone: chrono_tz::UTC,
+            ..Default::default()
+        };
+        let now = Utc.with_ymd_and_hms(2026, 11, 26, 1, 12, 30).unwrap();
+        let once = parse_schedule("33 12 1 26 11 * 2026").expect("cron");
+        assert!(!window_state(&w, now).is_open());
+        assert_eq!(
+            schedule_meets_a_window(&once, chrono_tz::UTC, &w, now, 20),
+            Some(false)
+        );
+    }
+}

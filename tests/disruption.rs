@@ -1,0 +1,146 @@
+//! Disruption controls end to end (real apiserver + the rude emulator +
+//! simulated kubelet, the manager as a process): one control-plane node at
+//! a time across Master groups, and maintenance windows.
+
+use snm_testkit as support;
+
+use kube::api::{Api, Patch, PatchParams};
+use spot_node_manager::crd::condition::{ConditionStatus, SCHEDULE_IN_WINDOW};
+use spot_node_manager::crd::{NodeGroup, Refresher};
+use std::time::Duration;
+use support::assert_eventually;
+use support::refresh::*;
+
+#[tokio::test]
+async fn master_groups_with_the_same_schedule_never_replace_two_masters_at_once() {
+    // kops's usual layout: one master instance group (one ASG) per zone,
+    // each its own NodeGroup with desired 1.
+    let SteadyGroup {
+        world,
+        kops,
+        manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = SteadyGroup::masters("dc-masters")
+        .one_group_per_asg()
+        .start()
+        .await;
+    let original = all_instances(&world, &kops.asgs).await;
+    let sampler = sample(&world, &kops.asgs, 3);
+    let at = once_in(4);
+    for i in 0..3 {
+        schedule_refresh(
+            &world,
+            &format!("masters-{i}"),
+            serde_json::json!({"schedule": at, "masterSettleTime": "1s"}),
+        )
+        .await;
+    }
+    let mut runs = vec![];
+    for i in 0..3 {
+        let rf = run_finished(&world, &format!("masters-{i}")).await;
+        let status = assert_run_succeeded(rf, &manager);
+        let last = status.last_run.expect("last run");
+        assert_eq!(last.replaced, 1);
+        runs.push((last.started, last.finished.expect("finished")));
+    }
+    let samples = sampler.stop();
+    // Never two masters out: 3 masters, at least 2 Ready throughout.
+    assert_eq!(samples.min_ready, Some(2), "{samples:?}");
+    // The three runs, due together, ran one after another.
+    runs.sort();
+    for pair in runs.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].1,
+            "runs overlapped: {runs:?}\n{}",
+            manager.logs()
+        );
+    }
+    let now_in_service = all_instances(&world, &kops.asgs).await;
+    assert!(now_in_service.is_disjoint(&original));
+}
+
+#[tokio::test]
+async fn a_refresh_due_outside_every_window_waits_and_starts_when_one_opens() {
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = three_workers("dc-window").await;
+    let original = all_instances(&world, &kops.asgs).await;
+    // A window on 1 January only: closed now.
+    set_windows(
+        &groups,
+        serde_json::json!([{"schedule": "0 0 1 1 *", "duration": "1m"}]),
+    )
+    .await;
+    schedule_refresh(&world, "workers", serde_json::json!({})).await;
+    let refreshers: Api<Refresher> = world.api();
+    let waiting = assert_eventually("the due run to wait for the window", WAIT, || async {
+        let status = refreshers.get("workers").await.ok()?.status?;
+        let message = status.message.clone().unwrap_or_default();
+        message
+            .contains("outside the maintenance windows")
+            .then_some(status)
+    })
+    .await;
+    assert!(
+        waiting
+            .window
+            .as_deref()
+            .is_some_and(|w| w.starts_with("Closed until"))
+    );
+    let condition = waiting
+        .conditions
+        .iter()
+        .find(|c| c.type_ == SCHEDULE_IN_WINDOW)
+        .expect("the window condition");
+    assert_eq!(condition.status, ConditionStatus::False, "{condition:?}");
+    assert_eq!(condition.reason, "ScheduleOutsideWindows");
+    // It stays waiting: nothing started, nothing skipped, nothing touched.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let status = refreshers
+        .get("workers")
+        .await
+        .expect("refresher")
+        .status
+        .expect("status");
+    assert_eq!(status.run_start, None, "{:?}", status.message);
+    assert!(
+        status.last_run.is_none(),
+        "not skipped: {:?}",
+        status.last_run
+    );
+    assert_eq!(all_instances(&world, &kops.asgs).await, original);
+    // A window open now: the run starts and replaces every node.
+    set_windows(
+        &groups,
+        serde_json::json!([{"schedule": "* * * * *", "duration": "1h"}]),
+    )
+    .await;
+    let rf = run_finished(&world, "workers").await;
+    let status = assert_run_succeeded(rf, &manager);
+    assert_eq!(status.last_run.map(|r| r.replaced), Some(3));
+    assert!(
+        status
+            .window
+            .as_deref()
+            .is_some_and(|w| w.starts_with("Open until"))
+    );
+}
+
+async fn set_windows(groups: &Api<NodeGroup>, windows: serde_json::Value) {
+    groups
+        .patch(
+            "workers",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"disruption": {"windows": windows}}})),
+        )
+        .await
+        .expect("set windows");
+}
