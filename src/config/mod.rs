@@ -554,6 +554,23 @@ mod tests {
     }
 
     #[test]
+    fn one_disruption_at_a_time_unless_told_and_never_none() {
+        let s = resolve(&RunArgs::default(), "").expect("defaults");
+        assert_eq!(s.max_concurrent_disruptions, 1);
+        let s = resolve(&RunArgs::default(), "disruption:\n  maxConcurrent: 3\n").expect("file");
+        assert_eq!(s.max_concurrent_disruptions, 3);
+        let args = RunArgs {
+            max_concurrent_disruptions: Some(2),
+            ..Default::default()
+        };
+        let s = resolve(&args, "disruption:\n  maxConcurrent: 3\n").expect("flag");
+        assert_eq!(s.max_concurrent_disruptions, 2);
+        let err = resolve(&RunArgs::default(), "disruption:\n  maxConcurrent: 0\n")
+            .expect_err("zero refused");
+        assert_eq!(err.field, "disruption.maxConcurrent");
+    }
+
+    #[test]
     fn every_bad_field_is_named() {
         let cases = [
             ("admin:\n  address: nowhere\n", "admin.address"),

@@ -37,6 +37,16 @@ impl WindowState {
         }
     }
 
+    /// When a disruption waiting for a window should look again: when the
+    /// next one opens, at most `IDLE` from now.
+    pub fn recheck_in(&self, now: DateTime<Utc>) -> std::time::Duration {
+        use crate::controllers::group_view::{IDLE, until};
+        match self {
+            WindowState::Closed { opens: Some(t) } => until(now, *t).min(IDLE),
+            _ => IDLE,
+        }
+    }
+
     /// Why a voluntary disruption waits, when it does.
     pub fn closed_reason(&self) -> Option<String> {
         match self {
@@ -82,6 +92,16 @@ pub fn window_state(disruption: &ResolvedDisruption, now: DateTime<Utc>) -> Wind
     match closes {
         Some(closes) if closes > now => WindowState::Open { closes },
         _ => WindowState::Closed { opens },
+    }
+}
+
+/// The group's maintenance windows at `now`; closed for good while they
+/// are invalid (the group's SpecValid condition names the problem).
+pub fn group_window(group: &crate::crd::NodeGroup, now: DateTime<Utc>) -> WindowState {
+    let zone = group.spec.refresh.as_ref().map(|r| r.time_zone.as_str());
+    match group.spec.disruption.resolve(zone) {
+        Some(d) => window_state(&d, now),
+        None => WindowState::Closed { opens: None },
     }
 }
 

@@ -100,7 +100,21 @@ pub struct Slots<'a> {
     pub role: Role,
 }
 
-impl Slots<'_> {
+impl<'a> Slots<'a> {
+    /// The slots from a Refresher's side.
+    pub fn of(ctx: &'a Context, refresher: &crate::crd::Refresher, role: Role) -> Slots<'a> {
+        use kube::ResourceExt;
+        Slots {
+            ctx,
+            me: format!(
+                "{}/{}",
+                refresher.namespace().unwrap_or_default(),
+                refresher.name_any()
+            ),
+            role,
+        }
+    }
+
     fn api(&self) -> Api<Lease> {
         Api::namespaced(
             self.ctx.client.clone(),

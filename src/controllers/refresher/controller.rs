@@ -15,10 +15,8 @@ use crate::controllers::refresher::execute::{Drained, Effects, execute};
 use crate::controllers::refresher::guard::Guard;
 use crate::controllers::refresher::plan::{self as refresh_plan, Happening, Input, Member};
 use crate::controllers::runtime::{About, instrumented};
-use crate::controllers::window::{WindowState, schedule_meets_a_window, window_state};
-use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
-use crate::crd::refresher::{RefreshTarget, RunResult, TargetPurpose};
+use crate::crd::refresher::{RefreshTarget, TargetPurpose};
 use crate::crd::{NodeGroup, Refresher, RefresherStatus};
 use crate::k8s::disruption_slot::Slots;
 use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
@@ -34,10 +32,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 pub const CONTROLLER: &str = "refresher";
-use crate::crd::condition::{
-    LAST_RUN_SUCCEEDED, SCALING_PROCESSES, SCHEDULE_IN_WINDOW, SCHEDULE_VALID,
-};
 const EVENT_ACTION: &str = "Refresh";
+use super::conditions::{set_conditions, set_window_condition};
 use super::report::report;
 
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
@@ -98,21 +94,10 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     let settings = settings_of(&rf, group);
     let current = rf.status.clone().unwrap_or_default();
     let schedule_key = rf.spec.schedule_key();
-    // Masters between replacements: which nodes' control planes are up.
-    let control_plane_ready = if group.spec.role == crate::crd::Role::Master
-        && current.phase == crate::crd::refresher::RefreshPhase::WaitingForReplacement
-    {
-        crate::k8s::control_plane::ready_nodes(ctx).await?
-    } else {
-        Default::default()
-    };
-    let slots = Slots {
-        ctx,
-        me: format!("{}/{}", rf.namespace().unwrap_or_default(), rf.name_any()),
-        role: group.spec.role,
-    };
+    let control_plane_ready = control_plane_ready(ctx, group, &current).await?;
+    let slots = Slots::of(ctx, &rf, group.spec.role);
     let slot = slots.observe().await?;
-    let window = group_window(group, now);
+    let window = crate::controllers::window::group_window(group, now);
     let plan_for = |described: &DescribedAsgs| {
         refresh_plan::plan(&Input {
             group: observed.facts(described, rf.spec.suspend, now),
@@ -172,14 +157,18 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     Ok(Action::requeue(requeue))
 }
 
-/// The group's maintenance windows at `now`; closed for good while they
-/// are invalid (the group's SpecValid condition names the problem).
-pub(super) fn group_window(group: &NodeGroup, now: DateTime<Utc>) -> WindowState {
-    let zone = group.spec.refresh.as_ref().map(|r| r.time_zone.as_str());
-    match group.spec.disruption.resolve(zone) {
-        Some(d) => window_state(&d, now),
-        None => WindowState::Closed { opens: None },
+/// Masters between replacements: which nodes' control planes are up.
+async fn control_plane_ready(
+    ctx: &Context,
+    group: &NodeGroup,
+    current: &RefresherStatus,
+) -> Result<std::collections::BTreeSet<String>> {
+    if group.spec.role == crate::crd::Role::Master
+        && current.phase == crate::crd::refresher::RefreshPhase::WaitingForReplacement
+    {
+        return crate::k8s::control_plane::ready_nodes(ctx).await;
     }
+    Ok(Default::default())
 }
 
 /// The run's settings, or why there are none: another group naming one of
@@ -195,141 +184,6 @@ fn settings_of(
             .resolve()
             .map_err(|p| format!("the Refresher's spec is invalid: {p}")),
     }
-}
-
-/// The Refresher's own conditions: the spec (schedule) valid, the ASGs'
-/// scaling processes active, the last run's outcome.
-fn set_conditions(
-    status: &mut RefresherStatus,
-    rf: &Refresher,
-    settings: &std::result::Result<crate::crd::nodegroup::ResolvedRefresh, String>,
-    schedule_key: &str,
-    asgs: &[crate::controllers::group_view::AsgView],
-    now: DateTime<Utc>,
-) {
-    let generation = rf.metadata.generation;
-    match &settings {
-        Ok(_) => set_condition(
-            &mut status.conditions,
-            SCHEDULE_VALID,
-            ConditionStatus::True,
-            "Valid",
-            format!("schedule {schedule_key}"),
-            generation,
-            now,
-        ),
-        Err(problem) => set_condition(
-            &mut status.conditions,
-            SCHEDULE_VALID,
-            ConditionStatus::False,
-            "InvalidSpec",
-            problem.clone(),
-            generation,
-            now,
-        ),
-    }
-    // Whether the ASGs let a run do its work (Launch, Terminate not suspended).
-    match refresh_plan::blocking_processes(asgs) {
-        Some(why) => set_condition(
-            &mut status.conditions,
-            SCALING_PROCESSES,
-            ConditionStatus::False,
-            "ProcessSuspended",
-            why,
-            generation,
-            now,
-        ),
-        None if !asgs.is_empty() => set_condition(
-            &mut status.conditions,
-            SCALING_PROCESSES,
-            ConditionStatus::True,
-            "Active",
-            "Launch and Terminate are active on every ASG",
-            generation,
-            now,
-        ),
-        // Not described this reconcile (idle, not due): keep what was known.
-        None => {}
-    }
-    if let Some(last) = status
-        .last_run
-        .clone()
-        .filter(|l| l.result != RunResult::Skipped)
-    {
-        set_condition(
-            &mut status.conditions,
-            LAST_RUN_SUCCEEDED,
-            if last.result == RunResult::Succeeded {
-                ConditionStatus::True
-            } else {
-                ConditionStatus::False
-            },
-            &format!("{:?}", last.result),
-            last.reason
-                .unwrap_or_else(|| format!("replaced {}", last.replaced)),
-            generation,
-            now,
-        );
-    }
-}
-
-/// Whether the refresh schedule's next runs fall inside a maintenance
-/// window: a schedule that never does is reported, not silently waited on.
-fn set_window_condition(
-    status: &mut RefresherStatus,
-    rf: &Refresher,
-    settings: &std::result::Result<crate::crd::nodegroup::ResolvedRefresh, String>,
-    group: &NodeGroup,
-    now: DateTime<Utc>,
-) {
-    const RUNS: usize = 20;
-    let zone = group.spec.refresh.as_ref().map(|r| r.time_zone.as_str());
-    let disruption = group.spec.disruption.resolve(zone);
-    let (Ok(settings), Some(disruption)) = (settings, disruption) else {
-        return;
-    };
-    let (state, reason, message) = match &settings.schedule {
-        _ if disruption.windows.is_empty() => (
-            ConditionStatus::True,
-            "NoWindows",
-            "no maintenance windows: runs start when due".to_string(),
-        ),
-        None => (
-            ConditionStatus::True,
-            "NoSchedule",
-            "no schedule: drift rolls wait for a window".to_string(),
-        ),
-        Some(schedule) => {
-            // From the run that is due, if one is (it may be waiting now).
-            let from = status
-                .next_run
-                .map_or(now, |t| t - chrono::Duration::seconds(1))
-                .min(now);
-            match schedule_meets_a_window(schedule, settings.time_zone, &disruption, from, RUNS) {
-                Some(false) => (
-                    ConditionStatus::False,
-                    "ScheduleOutsideWindows",
-                    format!(
-                        "none of the schedule's next {RUNS} runs falls inside a maintenance window: each would wait for the next window to open"
-                    ),
-                ),
-                _ => (
-                    ConditionStatus::True,
-                    "InWindow",
-                    "the schedule's runs fall inside a maintenance window".to_string(),
-                ),
-            }
-        }
-    };
-    set_condition(
-        &mut status.conditions,
-        SCHEDULE_IN_WINDOW,
-        state,
-        reason,
-        message,
-        rf.metadata.generation,
-        now,
-    );
 }
 
 /// The executor's effects on the cluster and AWS: each mutation re-checked

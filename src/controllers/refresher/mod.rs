@@ -4,6 +4,7 @@
 //! and metrics;
 //! `controller`: observe, decide, then execute against the cluster and AWS).
 
+mod conditions;
 pub mod controller;
 pub mod execute;
 pub mod guard;

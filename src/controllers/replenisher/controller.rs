@@ -81,6 +81,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
                 .unwrap_or(Duration::from_secs(900)),
             not_joined: &not_joined,
             active: &active,
+            window: crate::controllers::window::group_window(group, now),
             status: &current,
         })
     };

@@ -43,12 +43,7 @@ impl Planner<'_> {
         if let Some(why) = self.input.window.closed_reason()
             && self.remaining() > 0
         {
-            let requeue = match self.input.window {
-                super::WindowState::Closed { opens: Some(t) } => {
-                    until(self.input.group.now, t).min(crate::controllers::group_view::IDLE)
-                }
-                _ => crate::controllers::group_view::IDLE,
-            };
+            let requeue = self.input.window.recheck_in(self.input.group.now);
             return Next::Step(Step::wait(
                 format!(
                     "{} node(s) left; the run waits, keeping its surplus: {why}",

@@ -148,12 +148,7 @@ impl Planner<'_> {
     fn outside_windows(&mut self, why: &str) -> Option<Step> {
         let reason = self.input.window.closed_reason()?;
         self.status.phase = RefreshPhase::Idle;
-        let requeue = match self.input.window {
-            super::WindowState::Closed { opens: Some(t) } => {
-                until(self.input.group.now, t).min(IDLE)
-            }
-            _ => IDLE,
-        };
+        let requeue = self.input.window.recheck_in(self.input.group.now);
         Some(Step::act(
             self.release_if_ours(),
             format!("{why}; waiting: {reason}"),

@@ -111,17 +111,12 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
 /// node: drained, then terminated (with decrement when replaced in its own
 /// ASG). The cooldown does not apply: this is the second half of one step.
 pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
-    if s.status.scale_in.is_some() || s.ready < s.input.group.desired {
+    // Outside the maintenance windows it stays (`at_risk_kept` says so);
+    // AWS may still take it, which is then an interruption like any other.
+    if s.status.scale_in.is_some() || s.ready < s.input.group.desired || !s.input.window.is_open() {
         return None;
     }
-    let (node, replaced) = s
-        .input
-        .group
-        .nodes
-        .iter()
-        .filter(|n| n.fate == Some(Fate::AtRisk) && leaves_through_us(s, n))
-        .filter_map(|n| Some((n, replacement(s, n)?)))
-        .min_by(|a, b| a.0.name.cmp(&b.0.name))?;
+    let (node, replaced) = at_risk_replaced(s)?;
     let own = node.asg.clone()?;
     let target = ScaleInTarget {
         node: node.name.clone(),
@@ -138,4 +133,29 @@ pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
         target.node, target.auto_scaling_group
     );
     Some(start_scale_in(s, target, message))
+}
+
+/// The first node at risk whose replacement we launched, with it.
+fn at_risk_replaced<'s>(s: &'s Stage) -> Option<(&'s GroupNode, &'s Replacement)> {
+    s.input
+        .group
+        .nodes
+        .iter()
+        .filter(|n| n.fate == Some(Fate::AtRisk) && leaves_through_us(s, n))
+        .filter_map(|n| Some((n, replacement(s, n)?)))
+        .min_by(|a, b| a.0.name.cmp(&b.0.name))
+}
+
+/// Nothing else to do, a node at risk replaced, every window closed: say
+/// that it is kept, and until when.
+pub(super) fn at_risk_kept(s: &Stage) -> Option<Plan> {
+    let why = s.input.window.closed_reason()?;
+    let (node, _) = at_risk_replaced(s)?;
+    Some(s.wait(
+        format!(
+            "{} at risk of interruption, replaced, kept: {why}",
+            node.name
+        ),
+        s.input.window.recheck_in(s.input.group.now),
+    ))
 }

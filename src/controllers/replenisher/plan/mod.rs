@@ -28,7 +28,7 @@ mod scale_up;
 mod tests;
 
 use cleanup::remove_not_joined;
-use interrupted::{remove_at_risk, retire};
+use interrupted::{at_risk_kept, remove_at_risk, retire};
 use records::{judge, settle_records, update_exclusions};
 use repair::{repair_held, repair_in_place, repair_replaced};
 
@@ -90,6 +90,10 @@ pub struct Input<'a> {
     pub not_joined: &'a [NotJoinedView],
     /// Instances that count as capacity in the group's ASGs (fresh describe).
     pub active: &'a BTreeSet<String>,
+    /// The group's maintenance windows now: the scale-in back to the
+    /// original layout and the removal of a node at risk (a rebalance
+    /// recommendation) wait for one. Repairs and interruptions do not.
+    pub window: crate::controllers::window::WindowState,
     pub status: &'a ReplenisherStatus,
 }
 
@@ -347,6 +351,7 @@ fn plan_inner(input: &Input) -> Plan {
         .or_else(|| remove_at_risk(&stage))
         .or_else(|| repair_replaced(&stage))
         .or_else(|| scale_in(&stage))
+        .or_else(|| at_risk_kept(&stage))
         .unwrap_or_else(|| {
             stage.idle(
                 stage.status.clone(),

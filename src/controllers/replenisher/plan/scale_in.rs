@@ -84,6 +84,16 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
     if s.ready <= input.group.desired {
         return None;
     }
+    if let Some(why) = input.window.closed_reason() {
+        let requeue = input.window.recheck_in(input.group.now);
+        return Some(s.wait(
+            format!(
+                "{} surplus node(s) kept: {why}",
+                s.ready - input.group.desired
+            ),
+            requeue,
+        ));
+    }
     if let Some(left) = s.cooldown_left() {
         return Some(s.wait(
             format!(

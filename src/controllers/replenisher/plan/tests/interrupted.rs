@@ -398,3 +398,29 @@ fn at_its_deadline_a_node_waits_for_its_drains_report_or_a_grace() {
     late.status.replacing = vec![replaced("na", "a")];
     assert!(matches!(late.plan().command, Command::Retire(_)));
 }
+
+#[test]
+fn an_at_risk_node_is_replaced_at_once_but_removed_only_inside_a_window() {
+    let mut s = Scenario::steady();
+    s.window = crate::controllers::window::WindowState::Closed { opens: None };
+    s.nodes[0].ready = false;
+    s.nodes[0].fate = Some(Fate::AtRisk);
+    // The replacement is launched (nothing is disrupted by that) ...
+    let p = s.plan();
+    assert_eq!(p.command, change("a", 1, 2), "{}", p.message);
+    s.status = p.status;
+    raise_landed(&mut s.status);
+    s.asgs[0] = asg("a", 2, 2, 3);
+    s.nodes.push(node("na2", "a", true, 0));
+    // ... the node at risk is kept while every window is closed ...
+    let p = s.plan();
+    assert_eq!(p.command, Command::Nothing, "{}", p.message);
+    assert!(p.message.contains("maintenance windows"), "{}", p.message);
+    // ... and removed once one opens.
+    s.window = crate::controllers::window::WindowState::Always;
+    let p = s.plan();
+    let Command::Drain(target) = &p.command else {
+        panic!("{:?}: {}", p.command, p.message)
+    };
+    assert_eq!(target.node, "na");
+}

@@ -80,6 +80,8 @@ struct Scenario {
     external_update: Option<String>,
     /// `replenish.repair`.
     repair: bool,
+    /// The maintenance windows.
+    window: crate::controllers::window::WindowState,
 }
 
 impl Scenario {
@@ -102,6 +104,7 @@ impl Scenario {
             breaker: None,
             external_update: None,
             repair: true,
+            window: crate::controllers::window::WindowState::Always,
         }
     }
 
@@ -130,6 +133,7 @@ impl Scenario {
             join_timeout,
             not_joined: &self.not_joined,
             active: &self.active(),
+            window: self.window.clone(),
             status: &self.status,
         })
     }
@@ -184,6 +188,7 @@ fn input_of<'a>(s: &'a Scenario, active: &'a BTreeSet<String>) -> Input<'a> {
         join_timeout: Duration::from_secs(900),
         not_joined: &s.not_joined,
         active,
+        window: s.window.clone(),
         status: &s.status,
     }
 }

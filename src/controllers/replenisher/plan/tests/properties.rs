@@ -101,6 +101,7 @@ pub(super) fn arb_state() -> impl Strategy<Value = Scenario> {
                         _ => LockState::Other("Refresh x".into()),
                     },
                     status,
+                    window: crate::controllers::window::WindowState::Always,
                     breaker: None,
                     external_update: None,
                     repair: true,

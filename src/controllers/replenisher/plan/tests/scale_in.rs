@@ -118,3 +118,24 @@ fn a_scale_in_drain_that_takes_too_long_is_abandoned() {
         p.command
     );
 }
+
+#[test]
+fn outside_the_maintenance_windows_the_surplus_is_kept_until_one_opens() {
+    let mut s = Scenario::steady().surplus_in_c();
+    let opens = t0() + chrono::Duration::hours(3);
+    s.window = crate::controllers::window::WindowState::Closed { opens: Some(opens) };
+    let p = s.plan();
+    assert_eq!(p.command, Command::Nothing, "{}", p.message);
+    assert!(
+        p.message.contains("1 surplus node(s) kept"),
+        "{}",
+        p.message
+    );
+    assert!(p.message.contains("maintenance windows"), "{}", p.message);
+    assert!(p.status.scale_in.is_none());
+    assert!(p.requeue <= Duration::from_secs(3 * 3600));
+    s.window = crate::controllers::window::WindowState::Open {
+        closes: opens + chrono::Duration::hours(1),
+    };
+    assert!(matches!(s.plan().command, Command::Drain(_)));
+}
