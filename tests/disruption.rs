@@ -144,3 +144,96 @@ async fn set_windows(groups: &Api<NodeGroup>, windows: serde_json::Value) {
         .await
         .expect("set windows");
 }
+
+#[tokio::test]
+async fn worker_groups_under_a_limit_of_one_run_one_after_another_across_a_restart() {
+    let SteadyGroup {
+        world,
+        kops,
+        mut manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = SteadyGroup::workers("dc-workers")
+        .one_group_per_asg()
+        .start()
+        .await;
+    let original = all_instances(&world, &kops.asgs).await;
+    let at = once_in(4);
+    for i in 0..3 {
+        schedule_refresh(
+            &world,
+            &format!("workers-{i}"),
+            serde_json::json!({"schedule": at, "surplusNodes": 1}),
+        )
+        .await;
+    }
+    // One runs; the others wait for the slot, without their groups' locks.
+    let refreshers: Api<Refresher> = world.api();
+    let waiting = assert_eventually("a run under way and one waiting", WAIT, || async {
+        let mut running = 0;
+        let mut waiting = None;
+        for i in 0..3 {
+            let status = refreshers.get(&format!("workers-{i}")).await.ok()?.status?;
+            if status.run_start.is_some() {
+                running += 1;
+            } else if status
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("waiting for a disruption slot"))
+            {
+                waiting = Some(i);
+            }
+        }
+        (running == 1).then_some(waiting).flatten()
+    })
+    .await;
+    let groups: Api<NodeGroup> = world.api();
+    let lock = groups
+        .get(&format!("workers-{waiting}"))
+        .await
+        .expect("group")
+        .status
+        .and_then(|s| s.operation);
+    assert!(lock.is_none(), "a waiting group holds its lock: {lock:?}");
+    // Killed while one runs and others wait: the restarted manager resumes.
+    manager.kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (restarted, _config2) = world.start_manager(&[]);
+    manager = restarted;
+    let mut runs = vec![];
+    for i in 0..3 {
+        let rf = run_finished(&world, &format!("workers-{i}")).await;
+        let status = assert_run_succeeded(rf, &manager);
+        let last = status.last_run.expect("last run");
+        assert_eq!(last.replaced, 1);
+        runs.push((last.started, last.finished.expect("finished")));
+    }
+    runs.sort();
+    for pair in runs.windows(2) {
+        assert!(pair[1].0 >= pair[0].1, "runs overlapped: {runs:?}");
+    }
+    // Each old node terminated once, and the slot given back.
+    let now_in_service = all_instances(&world, &kops.asgs).await;
+    assert!(now_in_service.is_disjoint(&original));
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = world.api();
+    let slots = leases
+        .list(&Default::default())
+        .await
+        .expect("leases")
+        .items
+        .into_iter()
+        .find(|l| {
+            l.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.ends_with("-disruptions"))
+        })
+        .expect("the slots' Lease");
+    let holders = slots
+        .metadata
+        .annotations
+        .and_then(|a| a.get("nodemanager.dev/disruption-slots").cloned())
+        .unwrap_or_default();
+    assert_eq!(holders, "[]", "every slot given back");
+}
