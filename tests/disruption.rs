@@ -4,6 +4,7 @@
 
 use snm_testkit as support;
 
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use spot_node_manager::crd::condition::{ConditionStatus, SCHEDULE_IN_WINDOW};
 use spot_node_manager::crd::{NodeGroup, Refresher};
@@ -236,4 +237,88 @@ async fn worker_groups_under_a_limit_of_one_run_one_after_another_across_a_resta
         .and_then(|a| a.get("nodemanager.dev/disruption-slots").cloned())
         .unwrap_or_default();
     assert_eq!(holders, "[]", "every slot given back");
+}
+
+#[tokio::test]
+async fn a_refresh_leaves_protected_nodes_alone_and_says_why() {
+    let SteadyGroup {
+        world,
+        kops,
+        manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = SteadyGroup::workers("dc-protected")
+        .per_asg(2)
+        .start()
+        .await;
+    let original = all_instances(&world, &kops.asgs).await;
+    let mut names = node_names(&world, &original).await;
+    names.sort();
+    assert_eq!(names.len(), 6);
+    let (node_annotated, pod_annotated, cordoned, bare, free) =
+        (&names[0], &names[1], &names[2], &names[3], &names[4..]);
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let merge = |v: serde_json::Value| Patch::Merge(v);
+    nodes
+        .patch(
+            node_annotated,
+            &PatchParams::default(),
+            &merge(serde_json::json!({"metadata": {"annotations": {"nodemanager.dev/do-not-disrupt": "true"}}})),
+        )
+        .await
+        .expect("annotate node");
+    // Cordoned by someone else (kubectl cordon).
+    nodes
+        .patch(
+            cordoned,
+            &PatchParams::default(),
+            &merge(serde_json::json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .expect("cordon");
+    // Controlled pods everywhere; one of them annotated; one bare pod.
+    pods_on(&world, &names).await;
+    let pods: Api<Pod> = world.api();
+    let index = names
+        .iter()
+        .position(|n| n == pod_annotated)
+        .expect("index");
+    pods.patch(
+        &format!("app-{index}"),
+        &PatchParams::default(),
+        &merge(serde_json::json!({"metadata": {"annotations": {"nodemanager.dev/do-not-disrupt": "true"}}})),
+    )
+    .await
+    .expect("annotate pod");
+    pods.create(&Default::default(), &support::bound_pod("bare", bare, &[]))
+        .await
+        .expect("bare pod");
+
+    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let rf = run_finished(&world, "workers").await;
+    let status = assert_run_succeeded(rf, &manager);
+    assert_eq!(status.last_run.as_ref().map(|r| r.replaced), Some(2));
+    let skipped: std::collections::BTreeMap<String, String> = status
+        .skipped
+        .iter()
+        .map(|s| (s.node.clone(), s.reason.clone()))
+        .collect();
+    assert_eq!(skipped.len(), 4, "{skipped:?}");
+    assert!(skipped[node_annotated].contains("the Node is annotated"));
+    assert!(skipped[pod_annotated].contains("is annotated nodemanager.dev/do-not-disrupt"));
+    assert!(skipped[cordoned].contains("cordoned by someone else"));
+    assert!(skipped[bare].contains("has no controller"));
+    // The protected nodes are still there, untouched; the foreign cordon kept.
+    let after = node_names(&world, &all_instances(&world, &kops.asgs).await).await;
+    for name in [node_annotated, pod_annotated, cordoned, bare] {
+        assert!(after.contains(name), "{name} was removed");
+        let node = nodes.get(name).await.expect("node");
+        let unschedulable = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        assert_eq!(unschedulable, name == cordoned, "{name}");
+    }
+    for name in free {
+        assert!(!after.contains(name), "{name} was not replaced");
+    }
+    assert!(event_count(&world, "NodesSkipped").await >= 1);
 }

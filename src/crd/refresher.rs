@@ -143,6 +143,14 @@ pub struct RefresherStatus {
     /// Why the run in progress is failing (it is removing its surplus).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// Nodes the run (or the last one) left alone, protected from voluntary
+    /// disruption, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedNode>,
+    /// Since when the run has had only protected nodes left to replace
+    /// (it waits for them up to `disruption.doNotDisruptTimeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protected_since: Option<DateTime<Utc>>,
     /// The group's maintenance windows now: `Open until <time>` or `Closed
     /// until <time>`; absent without windows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -180,6 +188,16 @@ pub struct RefreshTarget {
     /// best effort, as a repair, and never given up on.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unhealthy: bool,
+}
+
+/// A planned node a run did not replace: protected (do-not-disrupt, a
+/// foreign cordon, a pod nothing would recreate).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SkippedNode {
+    pub node: String,
+    pub instance_id: String,
+    pub reason: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

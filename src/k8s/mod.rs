@@ -9,3 +9,4 @@ pub mod eviction;
 pub mod interruption_record;
 pub mod lock;
 pub mod node;
+pub mod protection;

@@ -214,16 +214,39 @@ pub async fn run_finished(world: &World, name: &str) -> Refresher {
     .await
 }
 
-/// A Pod on each node, so every drain has something to evict.
+/// A Pod on each node, so every drain has something to evict. Each has a
+/// controller (a ConfigMap stands in for a ReplicaSet: it exists, so the
+/// garbage collector keeps the pods): a pod nothing would recreate protects
+/// its node from a refresh (`spec.disruption.evictUnmanagedPods`).
 pub async fn pods_on(world: &World, nodes: &[String]) {
-    let pods: Api<Pod> = world.api();
-    for (i, node) in nodes.iter().enumerate() {
-        pods.create(
+    let owners: Api<k8s_openapi::api::core::v1::ConfigMap> = world.api();
+    let owner = match owners
+        .create(
             &PostParams::default(),
-            &super::bound_pod(&format!("app-{i}"), node, &[("app", "web")]),
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "app-owner"}}))
+                .expect("configmap"),
         )
         .await
-        .expect("create pod");
+    {
+        Ok(owner) => owner,
+        // Called again in the same world: the owner is there already.
+        Err(_) => owners.get("app-owner").await.expect("the pods' owner"),
+    };
+    let reference = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        name: "app-owner".into(),
+        uid: owner.metadata.uid.unwrap_or_default(),
+        controller: Some(true),
+        ..Default::default()
+    };
+    let pods: Api<Pod> = world.api();
+    for (i, node) in nodes.iter().enumerate() {
+        let mut pod = super::bound_pod(&format!("app-{i}"), node, &[("app", "web")]);
+        pod.metadata.owner_references = Some(vec![reference.clone()]);
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
     }
 }
 

@@ -26,6 +26,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -98,6 +99,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     let slots = Slots::of(ctx, &rf, group.spec.role);
     let slot = slots.observe().await?;
     let window = crate::controllers::window::group_window(group, now);
+    let (protected, do_not_disrupt_timeout) = protected_planned(ctx, group, &current).await?;
     let plan_for = |described: &DescribedAsgs| {
         refresh_plan::plan(&Input {
             group: observed.facts(described, rf.spec.suspend, now),
@@ -109,6 +111,8 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             control_plane_ready: &control_plane_ready,
             slot: slot.clone(),
             window: window.clone(),
+            protected: &protected,
+            do_not_disrupt_timeout,
             status: &current,
         })
     };
@@ -155,6 +159,36 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     };
     let requeue = execute(&mut cluster, rf.status.as_ref(), &plan, &status, now).await?;
     Ok(Action::requeue(requeue))
+}
+
+/// During a run, the planned nodes not yet replaced that are protected from
+/// voluntary disruption (with why), and how long a run waits for them.
+async fn protected_planned(
+    ctx: &Context,
+    group: &NodeGroup,
+    current: &RefresherStatus,
+) -> Result<(BTreeMap<String, String>, Duration)> {
+    let disruption = &group.spec.disruption;
+    let zone = group.spec.refresh.as_ref().map(|r| r.time_zone.as_str());
+    let timeout = disruption
+        .resolve(zone)
+        .map_or(Duration::ZERO, |d| d.do_not_disrupt_timeout);
+    if current.run_start.is_none() {
+        return Ok((BTreeMap::new(), timeout));
+    }
+    let left = |id: &String| {
+        current.planned_instances.contains(id) && !current.replaced_instances.contains(id)
+    };
+    let names: BTreeSet<String> = group
+        .status
+        .iter()
+        .flat_map(|s| &s.nodes)
+        .filter(|n| n.instance_id.as_ref().is_some_and(left))
+        .map(|n| n.name.clone())
+        .collect();
+    let protected =
+        crate::k8s::protection::observe(ctx, &names, disruption.evict_unmanaged_pods).await?;
+    Ok((protected, timeout))
 }
 
 /// Masters between replacements: which nodes' control planes are up.

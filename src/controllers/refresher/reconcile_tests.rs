@@ -89,6 +89,11 @@ impl Reconciled for Refresher {
     }
 }
 
+/// An empty list (what protects the run's nodes: nothing).
+fn empty_list(kind: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {}, "items": []})
+}
+
 /// Where the manager-wide disruption slots are kept (default settings).
 fn slots_path() -> String {
     "/apis/coordination.k8s.io/v1/namespaces/default/leases/spot-node-manager-disruptions".into()
@@ -118,6 +123,8 @@ async fn reconcile_once(
     let also = [
         (path("replenishers", "workers"), replenisher()),
         (slots_path(), slot_held()),
+        ("/api/v1/nodes".into(), empty_list("NodeList")),
+        ("/api/v1/pods".into(), empty_list("PodList")),
     ];
     mock_api::reconcile_once(cloud, group, refresher, &also, refuse_status_writes).await
 }
@@ -133,11 +140,13 @@ async fn it_observes_then_persists_the_step_then_acts() {
             format!("GET {}", path("refreshers", "workers")),
             format!("GET {}", path("nodegroups", "workers")),
             format!("GET {}", slots_path()),
+            "GET /api/v1/nodes".to_string(),
+            "GET /api/v1/pods".to_string(),
             format!("PATCH {}/status", path("refreshers", "workers")),
         ],
-        "observe (the Refresher, its group, the slot), then persist"
+        "observe (the Refresher, its group, the slot, what protects its nodes), then persist"
     );
-    let write = &seen[3];
+    let write = &seen[5];
     assert_eq!(write.body["status"]["phase"], "ScalingUp");
     assert_eq!(write.body["status"]["message"], "adding surplus: a 1->2");
     assert_eq!(
@@ -217,6 +226,8 @@ async fn a_run_whose_slot_another_group_holds_touches_nothing() {
         (path("replenishers", "workers"), replenisher()),
         (slots_path(), lease),
         (path("refreshers", "other"), other),
+        ("/api/v1/nodes".into(), empty_list("NodeList")),
+        ("/api/v1/pods".into(), empty_list("PodList")),
     ];
     let (result, seen) = mock_api::reconcile_once(&cloud, group, refresher, &also, false).await;
     result.expect("reconcile");

@@ -57,6 +57,21 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
                 ctx.metrics.refresh_run("Skipped");
                 (EventType::Normal, "RefreshSkipped", why.clone())
             }
+            Happening::NodesSkipped(nodes) => {
+                let list: Vec<String> = nodes
+                    .iter()
+                    .map(|(node, why)| format!("{node}: {why}"))
+                    .collect();
+                (
+                    EventType::Warning,
+                    "NodesSkipped",
+                    format!(
+                        "left {} protected node(s) alone: {}",
+                        nodes.len(),
+                        list.join("; ")
+                    ),
+                )
+            }
             Happening::Planned(what) => {
                 ctx.metrics.refresh_run("Skipped");
                 (EventType::Normal, "RefreshPlanned", what.clone())

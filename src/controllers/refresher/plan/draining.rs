@@ -2,7 +2,7 @@
 //! target is drained, held while the group cannot spare it, or given up;
 //! once drained, its termination is recorded before it is made.
 
-use super::{Command, GroupNode, Next, Planner, SOON, Step, after_drain};
+use super::{Command, GroupNode, Happening, Next, Planner, SOON, Step, after_drain};
 use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after, until};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
@@ -57,11 +57,20 @@ impl Planner<'_> {
         let node_of = |id: &str| input.group.node_of(id);
         let mut order: Vec<&String> = self.status.planned_instances.iter().collect();
         order.sort_by_key(|id| !node_of(id).is_some_and(|n| input.group.unhealthy(n)));
+        let skipped = |id: &str| self.status.skipped.iter().any(|s| s.instance_id == id);
+        let mut protected = vec![];
         let next = order.into_iter().find_map(|id| {
-            if self.status.replaced_instances.contains(id) || !self.active(id) {
+            if self.status.replaced_instances.contains(id) || !self.active(id) || skipped(id) {
                 return None;
             }
             let node = node_of(id)?;
+            // A dead node is a repair: no protection holds it.
+            if let Some(why) = input.protected.get(&node.name)
+                && !input.group.unhealthy(node)
+            {
+                protected.push((node.name.clone(), id.clone(), why.clone()));
+                return None;
+            }
             Some(RefreshTarget {
                 node: Some(node.name.clone()),
                 instance_id: id.clone(),
@@ -73,8 +82,15 @@ impl Planner<'_> {
                 unhealthy: input.group.unhealthy(node),
             })
         });
+        if next.is_none()
+            && !protected.is_empty()
+            && let Some(step) = self.wait_for_protected(protected)
+        {
+            return Next::Step(step);
+        }
         match next {
             Some(target) => {
+                self.status.protected_since = None;
                 self.status.current_target = Some(target);
                 self.enter(RefreshPhase::Draining);
                 Next::Step(self.draining(settings))
@@ -84,6 +100,43 @@ impl Planner<'_> {
                 Next::Enter(RefreshPhase::ScalingDown)
             }
         }
+    }
+
+    /// Only protected nodes are left: wait for them up to the timeout
+    /// (from when that began), then skip them, reported; the run goes on
+    /// to its end. None once skipped.
+    fn wait_for_protected(&mut self, protected: Vec<(String, String, String)>) -> Option<Step> {
+        let now = self.input.group.now;
+        let since = *self.status.protected_since.get_or_insert(now);
+        let until_t = after(since, self.input.do_not_disrupt_timeout);
+        if now < until_t {
+            let list: Vec<String> = protected
+                .iter()
+                .map(|(node, _, why)| format!("{node} ({why})"))
+                .collect();
+            return Some(Step::wait(
+                format!(
+                    "waiting for protected node(s) until {}: {}",
+                    until_t.to_rfc3339(),
+                    list.join("; ")
+                ),
+                SOON.min(until(now, until_t)),
+            ));
+        }
+        self.status.protected_since = None;
+        let mut reported = vec![];
+        for (node, instance_id, reason) in protected {
+            reported.push((node.clone(), reason.clone()));
+            self.status
+                .skipped
+                .push(crate::crd::refresher::SkippedNode {
+                    node,
+                    instance_id,
+                    reason,
+                });
+        }
+        self.happenings.push(Happening::NodesSkipped(reported));
+        None
     }
 
     /// A target chosen, not yet terminated: drain it, or give up on it.

@@ -256,6 +256,8 @@ impl Planner<'_> {
         st.replaced = 0;
         st.current_target = None;
         st.failure = None;
+        st.skipped = vec![];
+        st.protected_since = None;
         st.progress = Some(format!("0/{}", st.total));
         self.happenings.push(Happening::Started {
             total: self.status.planned_instances.len(),
@@ -320,6 +322,7 @@ impl Planner<'_> {
         st.planned_instances = vec![];
         st.replaced_instances = vec![];
         st.failure = None;
+        st.protected_since = None;
         // A drift roll leaves the schedule alone: a run that came due
         // meanwhile starts next.
         if trigger != Some(RunTrigger::Drift) {

@@ -96,6 +96,11 @@ pub struct Input<'a> {
     /// The group's maintenance windows now: a run starts, and takes its
     /// next node, only while one is open.
     pub window: WindowState,
+    /// Planned nodes protected from voluntary disruption now, with why
+    /// (`k8s::protection`): taken last, waited for at most
+    /// `do_not_disrupt_timeout`, then skipped.
+    pub protected: &'a std::collections::BTreeMap<String, String>,
+    pub do_not_disrupt_timeout: Duration,
     pub status: &'a RefresherStatus,
 }
 
@@ -154,6 +159,8 @@ pub enum Happening {
         left: Vec<String>,
     },
     Skipped(String),
+    /// Protected nodes left alone by the run (node, reason).
+    NodesSkipped(Vec<(String, String)>),
     /// Dry run: what the run would do.
     Planned(String),
     Replaced {

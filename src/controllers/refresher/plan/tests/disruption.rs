@@ -163,3 +163,83 @@ fn a_drift_roll_waits_for_a_window() {
     );
     assert_eq!(plan.status.run_start, None);
 }
+
+#[test]
+fn a_protected_node_is_taken_last_then_skipped_and_reported_by_default() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    let first = sim.instances[0].id.clone();
+    let node = Sim::node_name(&first);
+    sim.protected.insert(
+        node.clone(),
+        "pod app/db is annotated nodemanager.dev/do-not-disrupt".into(),
+    );
+    sim.run_to_end(300);
+    let (result, _) = sim.result().expect("ended");
+    assert_eq!(result, RunResult::Succeeded);
+    assert!(!sim.terminated.contains(&first), "the protected node stays");
+    assert!(!sim.drain_steps.contains(&node), "and is never drained");
+    assert_eq!(sim.status.replaced, 2);
+    assert_eq!(sim.status.skipped.len(), 1);
+    assert_eq!(sim.status.skipped[0].node, node);
+    assert!(sim.status.skipped[0].reason.contains("do-not-disrupt"));
+    assert!(sim.happenings.iter().any(|h| matches!(
+        h,
+        Happening::NodesSkipped(n) if n.len() == 1 && n[0].0 == node
+    )));
+}
+
+#[test]
+fn a_run_waits_for_a_protected_node_up_to_its_timeout_and_takes_it_once_free() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.do_not_disrupt_timeout = Duration::from_secs(600);
+    let first = sim.instances[0].id.clone();
+    let node = Sim::node_name(&first);
+    sim.protected
+        .insert(node.clone(), "cordoned by someone else".into());
+    // The other two are replaced; then the run waits for the protected one.
+    for _ in 0..200 {
+        let plan = sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+        if plan.message.contains("waiting for protected node(s)") {
+            break;
+        }
+    }
+    assert_eq!(sim.status.replaced, 2, "{:?}", sim.status.message);
+    let plan = sim.step(false);
+    assert_eq!(plan.command, Command::Nothing);
+    assert!(
+        plan.message.contains("cordoned by someone else"),
+        "{}",
+        plan.message
+    );
+    // Freed within the timeout: it is replaced after all.
+    sim.advance(300);
+    sim.protected.clear();
+    sim.run_to_end(300);
+    assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
+    assert!(sim.terminated.contains(&first));
+    assert!(sim.status.skipped.is_empty());
+}
+
+#[test]
+fn a_protected_node_that_died_is_replaced_as_a_repair() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    let first = sim.instances[0].id.clone();
+    let node = Sim::node_name(&first);
+    sim.protected
+        .insert(node.clone(), "the Node is annotated".into());
+    // Once the run drains its first node, the protected one dies.
+    for _ in 0..50 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(5);
+        if sim.status.phase == RefreshPhase::Draining {
+            break;
+        }
+    }
+    sim.dead.push(node.clone());
+    sim.run_to_end(400);
+    assert!(sim.terminated.contains(&first), "{:?}", sim.status);
+    assert!(sim.status.skipped.is_empty());
+}

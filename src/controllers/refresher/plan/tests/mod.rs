@@ -94,6 +94,9 @@ struct Sim {
     slot: SlotState,
     /// The maintenance windows.
     window: WindowState,
+    /// Protected nodes (by node name), and how long a run waits for them.
+    protected: std::collections::BTreeMap<String, String>,
+    do_not_disrupt_timeout: Duration,
     /// Drains of these nodes never finish (a PodDisruptionBudget).
     stuck: Vec<String>,
     /// Nodes whose kubelet died a day ago: NotReady, and their pods never
@@ -155,6 +158,8 @@ impl Sim {
             lock: LockState::Free,
             slot: SlotState::Free,
             window: WindowState::Always,
+            protected: Default::default(),
+            do_not_disrupt_timeout: Duration::ZERO,
             stuck: vec![],
             dead: vec![],
             control_plane_down: BTreeSet::new(),
@@ -280,6 +285,8 @@ impl Sim {
             control_plane_ready: &control_plane_ready,
             slot: self.slot.clone(),
             window: self.window.clone(),
+            protected: &self.protected,
+            do_not_disrupt_timeout: self.do_not_disrupt_timeout,
             status: &self.status,
         })
     }
