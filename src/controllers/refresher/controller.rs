@@ -68,11 +68,9 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             Observation::Group(observed) => observed,
             Observation::NotYet(again) => return Ok(Action::requeue(again)),
         };
-    // Idle and not due: the plan looks at nothing AWS would say
-    // (`needs_observation` is tested for exactly that), so the group's
-    // frequent status updates cost no AWS call.
-    // Drifted nodes to roll: the group's status says so (the plan then
-    // reads which, per node, from the same status).
+    // Idle and not due: the plan looks at nothing AWS would say (tested in
+    // `needs_observation`), so frequent status updates cost no AWS call.
+    // Drifted nodes to roll: the group's status says so (and which).
     let drift_pending = rf.spec.drift_replace
         && observed
             .group

@@ -31,46 +31,17 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
                     format!("{what}: replacing {total} node(s), {surplus} surplus"),
                 )
             }
-            Happening::DriftChanged { joined, left } => {
-                let mut parts = vec![];
-                if !joined.is_empty() {
-                    parts.push(format!(
-                        "{} drifted since it started and joined it ({})",
-                        joined.len(),
-                        joined.join(", ")
-                    ));
-                }
-                if !left.is_empty() {
-                    parts.push(format!(
-                        "{} no longer drifted (its launch template version is current again) and left it ({})",
-                        left.len(),
-                        left.join(", ")
-                    ));
-                }
-                (
-                    EventType::Normal,
-                    "DriftRollChanged",
-                    format!("drift roll: {}", parts.join("; ")),
-                )
-            }
+            Happening::DriftChanged { joined, left } => (
+                EventType::Normal,
+                "DriftRollChanged",
+                drift_changed(joined, left),
+            ),
             Happening::Skipped(why) => {
                 ctx.metrics.refresh_run("Skipped");
                 (EventType::Normal, "RefreshSkipped", why.clone())
             }
             Happening::NodesSkipped(nodes) => {
-                let list: Vec<String> = nodes
-                    .iter()
-                    .map(|(node, why)| format!("{node}: {why}"))
-                    .collect();
-                (
-                    EventType::Warning,
-                    "NodesSkipped",
-                    format!(
-                        "left {} protected node(s) alone: {}",
-                        nodes.len(),
-                        list.join("; ")
-                    ),
-                )
+                (EventType::Warning, "NodesSkipped", nodes_skipped(nodes))
             }
             Happening::Planned(what) => {
                 ctx.metrics.refresh_run("Skipped");
@@ -122,4 +93,35 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
         info!(reason, %note, "refresh");
         ctx.event(group, type_, reason, EVENT_ACTION, note).await;
     }
+}
+
+fn drift_changed(joined: &[String], left: &[String]) -> String {
+    let mut parts = vec![];
+    if !joined.is_empty() {
+        parts.push(format!(
+            "{} drifted since it started and joined it ({})",
+            joined.len(),
+            joined.join(", ")
+        ));
+    }
+    if !left.is_empty() {
+        parts.push(format!(
+            "{} no longer drifted (its launch template version is current again) and left it ({})",
+            left.len(),
+            left.join(", ")
+        ));
+    }
+    format!("drift roll: {}", parts.join("; "))
+}
+
+fn nodes_skipped(nodes: &[(String, String)]) -> String {
+    let list: Vec<String> = nodes
+        .iter()
+        .map(|(node, why)| format!("{node}: {why}"))
+        .collect();
+    format!(
+        "left {} protected node(s) alone: {}",
+        nodes.len(),
+        list.join("; ")
+    )
 }

@@ -2,10 +2,12 @@
 //! target is drained, held while the group cannot spare it, or given up;
 //! once drained, its termination is recorded before it is made.
 
-use super::{Command, GroupNode, Happening, Next, Planner, SOON, Step, after_drain};
+use super::{Command, GroupNode, Happening, Next, Planner, SOON, Step};
 use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after, until};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
+use crate::crd::refresher::RefresherStatus;
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
+use chrono::{DateTime, Utc};
 use std::time::Duration;
 
 impl Planner<'_> {
@@ -411,4 +413,24 @@ pub fn removal(target: &RefreshTarget, nodes: &[GroupNode], desired: i32, surplu
         ready_besides,
         needed,
     }
+}
+
+/// The drain of the current target is complete (or given up with `Proceed`):
+/// record the termination in the status before it is made. Returns the target
+/// to terminate, or None when there is no target being drained.
+pub fn after_drain(status: &mut RefresherStatus, now: DateTime<Utc>) -> Option<RefreshTarget> {
+    let target = status.current_target.as_mut()?;
+    if target.terminated.is_some() {
+        return None;
+    }
+    target.terminated = Some(now);
+    let target = target.clone();
+    if target.purpose == TargetPurpose::Replace {
+        if !status.replaced_instances.contains(&target.instance_id) {
+            status.replaced_instances.push(target.instance_id.clone());
+        }
+        status.phase = RefreshPhase::WaitingForReplacement;
+    }
+    status.phase_since = Some(now);
+    Some(target)
 }

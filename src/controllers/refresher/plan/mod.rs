@@ -45,7 +45,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 pub use crate::controllers::group_view::{GroupFacts, GroupNode};
-pub use draining::{Removal, removal};
+pub use draining::{Removal, after_drain, removal};
 pub use idle::blocking_processes;
 
 /// An instance that is active (not terminating or detaching) in one of the
@@ -265,26 +265,6 @@ pub fn needs_observation(
         || status.run_start.is_some()
         || status.next_run_from.as_deref() != Some(schedule_key)
         || status.next_run.is_some_and(|t| t <= now)
-}
-
-/// The drain of the current target is complete (or given up with `Proceed`):
-/// record the termination in the status before it is made. Returns the target
-/// to terminate, or None when there is no target being drained.
-pub fn after_drain(status: &mut RefresherStatus, now: DateTime<Utc>) -> Option<RefreshTarget> {
-    let target = status.current_target.as_mut()?;
-    if target.terminated.is_some() {
-        return None;
-    }
-    target.terminated = Some(now);
-    let target = target.clone();
-    if target.purpose == TargetPurpose::Replace {
-        if !status.replaced_instances.contains(&target.instance_id) {
-            status.replaced_instances.push(target.instance_id.clone());
-        }
-        status.phase = RefreshPhase::WaitingForReplacement;
-    }
-    status.phase_since = Some(now);
-    Some(target)
 }
 
 /// The order a run goes through its phases; a plan only enters a phase of a
