@@ -268,7 +268,7 @@ async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_e
 }
 
 #[tokio::test]
-async fn an_operators_cordon_stays_when_a_refresh_gives_up_its_drain() {
+async fn an_operators_cordon_protects_its_node_from_a_refresh_and_stays() {
     let SteadyGroup {
         world,
         kops,
@@ -295,12 +295,29 @@ async fn an_operators_cordon_stays_when_a_refresh_gives_up_its_drain() {
             .await
             .expect("operator's cordon");
     }
-    // A budget that allows nothing holds the first drain until it is given up.
-    refresh_given_up(&world).await;
+    // Their cordons protect the nodes (issue 28; a refresh used to drain
+    // and terminate them): the run leaves all three alone and says why.
+    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let status = run_finished(&world, "workers")
+        .await
+        .status
+        .expect("status");
+    let last = status.last_run.clone().expect("last run");
+    assert_eq!(last.replaced, 0, "{last:?}");
+    assert_eq!(status.skipped.len(), 3, "{:?}", status.skipped);
+    assert!(
+        status
+            .skipped
+            .iter()
+            .all(|s| s.reason.contains("cordoned by someone else")),
+        "{:?}",
+        status.skipped
+    );
+    // (Only the surplus node is drained, at the run's end.)
     let reasons = support::event_reasons(&world).await;
-    assert!(reasons.iter().any(|r| r == "DrainBlocked"), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r == "NodesSkipped"), "{reasons:?}");
     // The surplus is gone; the operator's nodes are all still cordoned, none
-    // carrying our mark (the drain found them cordoned, and left them so).
+    // carrying our mark.
     assert_eventually("the surplus removed", WAIT, || async {
         (all_instances(&world, &kops.asgs).await == original).then_some(())
     })
