@@ -38,26 +38,11 @@ async fn master_groups_with_the_same_schedule_never_replace_two_masters_at_once(
         )
         .await;
     }
-    let mut runs = vec![];
-    for i in 0..3 {
-        let rf = run_finished(&world, &format!("masters-{i}")).await;
-        let status = assert_run_succeeded(rf, &manager);
-        let last = status.last_run.expect("last run");
-        assert_eq!(last.replaced, 1);
-        runs.push((last.started, last.finished.expect("finished")));
-    }
+    // The three runs, due together, ran one after another.
+    assert_one_after_another(&world, &manager, "masters").await;
     let samples = sampler.stop();
     // Never two masters out: 3 masters, at least 2 Ready throughout.
     assert_eq!(samples.min_ready, Some(2), "{samples:?}");
-    // The three runs, due together, ran one after another.
-    runs.sort();
-    for pair in runs.windows(2) {
-        assert!(
-            pair[1].0 >= pair[0].1,
-            "runs overlapped: {runs:?}\n{}",
-            manager.logs()
-        );
-    }
     let now_in_service = all_instances(&world, &kops.asgs).await;
     assert!(now_in_service.is_disjoint(&original));
 }
@@ -202,18 +187,7 @@ async fn worker_groups_under_a_limit_of_one_run_one_after_another_across_a_resta
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (restarted, _config2) = world.start_manager(&[]);
     manager = restarted;
-    let mut runs = vec![];
-    for i in 0..3 {
-        let rf = run_finished(&world, &format!("workers-{i}")).await;
-        let status = assert_run_succeeded(rf, &manager);
-        let last = status.last_run.expect("last run");
-        assert_eq!(last.replaced, 1);
-        runs.push((last.started, last.finished.expect("finished")));
-    }
-    runs.sort();
-    for pair in runs.windows(2) {
-        assert!(pair[1].0 >= pair[0].1, "runs overlapped: {runs:?}");
-    }
+    assert_one_after_another(&world, &manager, "workers").await;
     // Each old node terminated once, and the slot given back.
     let now_in_service = all_instances(&world, &kops.asgs).await;
     assert!(now_in_service.is_disjoint(&original));
@@ -321,4 +295,29 @@ async fn a_refresh_leaves_protected_nodes_alone_and_says_why() {
         assert!(!after.contains(name), "{name} was not replaced");
     }
     assert!(event_count(&world, "NodesSkipped").await >= 1);
+}
+
+/// Groups `<prefix>-0..2` each replaced their one node, their runs one after
+/// another (none started before the previous ended).
+async fn assert_one_after_another(
+    world: &support::World,
+    manager: &support::ManagerProcess,
+    prefix: &str,
+) {
+    let mut runs = vec![];
+    for i in 0..3 {
+        let rf = run_finished(world, &format!("{prefix}-{i}")).await;
+        let status = assert_run_succeeded(rf, manager);
+        let last = status.last_run.expect("last run");
+        assert_eq!(last.replaced, 1);
+        runs.push((last.started, last.finished.expect("finished")));
+    }
+    runs.sort();
+    for pair in runs.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].1,
+            "runs overlapped: {runs:?}\n{}",
+            manager.logs()
+        );
+    }
 }
