@@ -25,6 +25,14 @@ impl WindowState {
         !matches!(self, WindowState::Closed { .. })
     }
 
+    /// When a closed window opens next, if it is closed and ever opens.
+    pub fn opens(&self) -> Option<DateTime<Utc>> {
+        match self {
+            WindowState::Closed { opens } => *opens,
+            _ => None,
+        }
+    }
+
     /// For status: `Open until <t>`, `Closed until <t>`; None without windows.
     pub fn describe(&self) -> Option<String> {
         match self {

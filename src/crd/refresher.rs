@@ -151,6 +151,11 @@ pub struct RefresherStatus {
     /// (it waits for them up to `disruption.doNotDisruptTimeout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protected_since: Option<DateTime<Utc>>,
+    /// The rest of a run whose maintenance window closed, with
+    /// `disruption.onWindowClose: ScaleDown`: its surplus was removed, and
+    /// it resumes in the next window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_run: Option<PendingRun>,
     /// The group's maintenance windows now: `Open until <time>` or `Closed
     /// until <time>`; absent without windows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -188,6 +193,20 @@ pub struct RefreshTarget {
     /// best effort, as a repair, and never given up on.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unhealthy: bool,
+}
+
+/// A run set aside until the next maintenance window.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingRun {
+    /// When the run first started.
+    pub started: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<RunTrigger>,
+    /// The planned instances not yet replaced, oldest first.
+    pub remaining: Vec<String>,
+    pub replaced: i32,
+    pub total: i32,
 }
 
 /// A planned node a run did not replace: protected (do-not-disrupt, a

@@ -70,19 +70,11 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         };
     // Idle and not due: the plan looks at nothing AWS would say (tested in
     // `needs_observation`), so frequent status updates cost no AWS call.
-    // Drifted nodes to roll: the group's status says so (and which).
-    let drift_pending = rf.spec.drift_replace
-        && observed
-            .group
-            .status
-            .as_ref()
-            .and_then(|s| s.drifted_nodes)
-            .is_some_and(|n| n > 0);
     let described = if refresh_plan::needs_observation(
         rf.status.as_ref(),
         &rf.spec.schedule_key(),
         ctx.clock.now(),
-        drift_pending,
+        drift_pending(&rf, &observed.group),
     ) {
         Some(observed.describe().await?)
     } else {
@@ -97,7 +89,8 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     let slots = Slots::of(ctx, &rf, group.spec.role);
     let slot = slots.observe().await?;
     let window = crate::controllers::window::group_window(group, now);
-    let (protected, do_not_disrupt_timeout) = protected_planned(ctx, group, &current).await?;
+    let disruption = resolved_disruption(group);
+    let protected = protected_planned(ctx, group, &current).await?;
     let plan_for = |described: &DescribedAsgs| {
         refresh_plan::plan(&Input {
             group: observed.facts(described, rf.spec.suspend, now),
@@ -110,7 +103,8 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             slot: slot.clone(),
             window: window.clone(),
             protected: &protected,
-            do_not_disrupt_timeout,
+            do_not_disrupt_timeout: disruption.do_not_disrupt_timeout,
+            on_window_close: disruption.on_window_close,
             status: &current,
         })
     };
@@ -159,20 +153,33 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     Ok(Action::requeue(requeue))
 }
 
+/// Drifted nodes to roll: the group's status says so (and which).
+fn drift_pending(rf: &Refresher, group: &NodeGroup) -> bool {
+    rf.spec.drift_replace
+        && group
+            .status
+            .as_ref()
+            .and_then(|s| s.drifted_nodes)
+            .is_some_and(|n| n > 0)
+}
+
+/// The group's `spec.disruption`, parsed. Invalid: the group is invalid
+/// too, and no run steps, so the defaults are never acted on.
+fn resolved_disruption(group: &NodeGroup) -> crate::crd::nodegroup::ResolvedDisruption {
+    let zone = group.spec.refresh.as_ref().map(|r| r.time_zone.as_str());
+    group.spec.disruption.resolve(zone).unwrap_or_default()
+}
+
 /// During a run, the planned nodes not yet replaced that are protected from
-/// voluntary disruption (with why), and how long a run waits for them.
+/// voluntary disruption, with why.
 async fn protected_planned(
     ctx: &Context,
     group: &NodeGroup,
     current: &RefresherStatus,
-) -> Result<(BTreeMap<String, String>, Duration)> {
+) -> Result<BTreeMap<String, String>> {
     let disruption = &group.spec.disruption;
-    let zone = group.spec.refresh.as_ref().map(|r| r.time_zone.as_str());
-    let timeout = disruption
-        .resolve(zone)
-        .map_or(Duration::ZERO, |d| d.do_not_disrupt_timeout);
     if current.run_start.is_none() {
-        return Ok((BTreeMap::new(), timeout));
+        return Ok(BTreeMap::new());
     }
     let left = |id: &String| {
         current.planned_instances.contains(id) && !current.replaced_instances.contains(id)
@@ -186,7 +193,7 @@ async fn protected_planned(
         .collect();
     let protected =
         crate::k8s::protection::observe(ctx, &names, disruption.evict_unmanaged_pods).await?;
-    Ok((protected, timeout))
+    Ok(protected)
 }
 
 /// Masters between replacements: which nodes' control planes are up.

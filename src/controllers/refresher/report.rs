@@ -40,6 +40,19 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
                 ctx.metrics.refresh_run("Skipped");
                 (EventType::Normal, "RefreshSkipped", why.clone())
             }
+            Happening::SetAside { remaining, opens } => (
+                EventType::Normal,
+                "RefreshSetAside",
+                format!(
+                    "the maintenance window closed: surplus removed, {remaining} node(s) left for the next window{}",
+                    opens.map_or(String::new(), |t| format!(" (opens at {})", t.to_rfc3339()))
+                ),
+            ),
+            Happening::Resumed { remaining } => (
+                EventType::Normal,
+                "RefreshResumed",
+                format!("a maintenance window opened: resuming the run, {remaining} node(s) left"),
+            ),
             Happening::NodesSkipped(nodes) => {
                 (EventType::Warning, "NodesSkipped", nodes_skipped(nodes))
             }

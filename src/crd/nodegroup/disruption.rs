@@ -33,6 +33,25 @@ pub struct DisruptionSpec {
     /// do-not-disrupt pod's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub evict_unmanaged_pods: bool,
+    /// What a run does when its window closes before it is done: `Wait`
+    /// (default) finishes the node in hand and waits, keeping its surplus;
+    /// `ScaleDown` also removes the surplus (the original layout back) and
+    /// resumes the rest of the run in the next window.
+    #[serde(default, skip_serializing_if = "OnWindowClose::is_default")]
+    pub on_window_close: OnWindowClose,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OnWindowClose {
+    #[default]
+    Wait,
+    ScaleDown,
+}
+
+impl OnWindowClose {
+    fn is_default(&self) -> bool {
+        *self == OnWindowClose::Wait
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
@@ -57,6 +76,7 @@ pub struct ResolvedDisruption {
     pub time_zone: chrono_tz::Tz,
     pub do_not_disrupt_timeout: Duration,
     pub evict_unmanaged_pods: bool,
+    pub on_window_close: OnWindowClose,
 }
 
 impl DisruptionSpec {
@@ -151,6 +171,7 @@ impl DisruptionSpec {
                 None => Duration::ZERO,
             },
             evict_unmanaged_pods: self.evict_unmanaged_pods,
+            on_window_close: self.on_window_close,
         })
     }
 }
@@ -173,6 +194,7 @@ mod tests {
             time_zone: Some("Mars/Base".into()),
             do_not_disrupt_timeout: Some("2d".into()),
             evict_unmanaged_pods: false,
+            on_window_close: OnWindowClose::ScaleDown,
         };
         let fields: Vec<String> = spec
             .problems(None, false)

@@ -2,7 +2,7 @@
 //! target is drained, held while the group cannot spare it, or given up;
 //! once drained, its termination is recorded before it is made.
 
-use super::{Command, GroupNode, Happening, Next, Planner, SOON, Step};
+use super::{Command, GroupNode, Happening, Next, OnWindowClose, Planner, SOON, Step};
 use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after, until};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
 use crate::crd::refresher::RefresherStatus;
@@ -25,7 +25,16 @@ impl Planner<'_> {
             .planned_instances
             .iter()
             .filter(|id| !self.status.replaced_instances.contains(id) && self.active(id))
+            .filter(|id| !self.skipped(id))
             .count()
+    }
+
+    /// A planned instance the run left alone (protected).
+    pub(super) fn skipped(&self, instance_id: &str) -> bool {
+        self.status
+            .skipped
+            .iter()
+            .any(|s| s.instance_id == instance_id)
     }
 
     /// A target is chosen and its termination not yet recorded.
@@ -40,11 +49,16 @@ impl Planner<'_> {
     /// first) becomes the target (phase `Draining`) and its drain starts; with none left, `ScalingDown`.
     pub(super) fn next_target(&mut self, settings: &ResolvedRefresh) -> Next {
         let input = self.input;
-        // Inside a maintenance window only. Outside, the run waits with its surplus;
-        // a node in hand was finished above.
+        // Inside a maintenance window only. Outside, the run waits with its
+        // surplus, or removes it and resumes in the next window; a node in
+        // hand was finished above.
         if let Some(why) = self.input.window.closed_reason()
             && self.remaining() > 0
         {
+            if self.input.on_window_close == OnWindowClose::ScaleDown {
+                self.set_aside();
+                return Next::Enter(RefreshPhase::ScalingDown);
+            }
             let requeue = self.input.window.recheck_in(self.input.group.now);
             return Next::Step(Step::wait(
                 format!(
@@ -59,10 +73,9 @@ impl Planner<'_> {
         let node_of = |id: &str| input.group.node_of(id);
         let mut order: Vec<&String> = self.status.planned_instances.iter().collect();
         order.sort_by_key(|id| !node_of(id).is_some_and(|n| input.group.unhealthy(n)));
-        let skipped = |id: &str| self.status.skipped.iter().any(|s| s.instance_id == id);
         let mut protected = vec![];
         let next = order.into_iter().find_map(|id| {
-            if self.status.replaced_instances.contains(id) || !self.active(id) || skipped(id) {
+            if self.status.replaced_instances.contains(id) || !self.active(id) || self.skipped(id) {
                 return None;
             }
             let node = node_of(id)?;

@@ -6,6 +6,7 @@ use crate::controllers::group_view::{AsgView, LockState, after, until};
 use crate::controllers::refresher::schedule::next_run;
 use crate::crd::Role;
 use crate::crd::nodegroup::ResolvedRefresh;
+use crate::crd::refresher::RefresherStatus;
 use crate::crd::refresher::{AsgDesired, RefreshPhase, RunOutcome, RunResult, RunTrigger};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -22,6 +23,9 @@ impl Planner<'_> {
         let now = input.group.now;
         if self.status.next_run_from.as_deref() != Some(input.schedule_key) {
             self.schedule_next(settings);
+        }
+        if let Some(pending) = self.status.pending_run.clone() {
+            return self.resume(pending, settings);
         }
         let due = self.status.next_run.is_some_and(|t| now >= t);
         if !due {
@@ -145,7 +149,7 @@ impl Planner<'_> {
     /// A due run outside every maintenance window waits for the next one
     /// (not skipped: it starts when the window opens). Releases a slot or
     /// lock taken just before the window closed.
-    fn outside_windows(&mut self, why: &str) -> Option<Step> {
+    pub(super) fn outside_windows(&mut self, why: &str) -> Option<Step> {
         let reason = self.input.window.closed_reason()?;
         self.status.phase = RefreshPhase::Idle;
         let requeue = self.input.window.recheck_in(self.input.group.now);
@@ -157,7 +161,7 @@ impl Planner<'_> {
     }
 
     /// Why no run may start now, if so.
-    fn start_blocker(&self) -> Option<String> {
+    pub(super) fn start_blocker(&self) -> Option<String> {
         let input = self.input;
         if input.group.suspended {
             return Some("the group is suspended".into());
@@ -180,7 +184,10 @@ impl Planner<'_> {
     }
 
     /// The surplus a run adds, per ASG, and why it cannot all be placed.
-    fn surplus_to_add(&self, settings: &ResolvedRefresh) -> (Vec<AsgDesired>, Option<String>) {
+    pub(super) fn surplus_to_add(
+        &self,
+        settings: &ResolvedRefresh,
+    ) -> (Vec<AsgDesired>, Option<String>) {
         let wanted = match self.input.group.role {
             Role::Worker => settings.surplus_nodes,
             Role::Master => 0,
@@ -194,7 +201,7 @@ impl Planner<'_> {
     }
 
     /// A run may start (`why`): Some(step) until the group's lock is ours.
-    fn lock_to_start(&mut self, why: &str) -> Option<Step> {
+    pub(super) fn lock_to_start(&mut self, why: &str) -> Option<Step> {
         // The manager-wide slot first: a group waiting for it must not
         // hold its own lock meanwhile (that would stall its replenisher).
         if let SlotState::Full(holders) = &self.input.slot {
@@ -233,9 +240,27 @@ impl Planner<'_> {
     }
 
     fn start(&mut self, planned: Vec<String>, surplus: Vec<AsgDesired>, trigger: RunTrigger) {
-        let input = self.input;
         let placed = surplus.iter().map(|s| s.desired).sum();
+        self.begin(planned, surplus, trigger);
+        self.status.skipped = vec![];
+        self.happenings.push(Happening::Started {
+            total: self.status.planned_instances.len(),
+            surplus: placed,
+            trigger,
+        });
+    }
+
+    /// Records a run (or a resumed leg of one) as started: the layout now,
+    /// the surplus to add, the instances to replace.
+    pub(super) fn begin(
+        &mut self,
+        planned: Vec<String>,
+        surplus: Vec<AsgDesired>,
+        trigger: RunTrigger,
+    ) {
+        let input = self.input;
         let st = &mut self.status;
+        st.pending_run = None;
         st.run_start = Some(input.group.now);
         st.trigger = Some(trigger);
         st.phase = RefreshPhase::ScalingUp;
@@ -256,14 +281,8 @@ impl Planner<'_> {
         st.replaced = 0;
         st.current_target = None;
         st.failure = None;
-        st.skipped = vec![];
         st.protected_since = None;
         st.progress = Some(format!("0/{}", st.total));
-        self.happenings.push(Happening::Started {
-            total: self.status.planned_instances.len(),
-            surplus: placed,
-            trigger,
-        });
     }
 
     fn skip(&mut self, reason: String, settings: &ResolvedRefresh) -> Step {
@@ -313,6 +332,18 @@ impl Planner<'_> {
             result,
             reason,
         });
+        st.pending_run = None;
+        self.clear_run();
+        // A drift roll leaves the schedule alone: a run that came due
+        // meanwhile starts next.
+        if trigger != Some(RunTrigger::Drift) {
+            self.schedule_next(settings);
+        }
+    }
+
+    /// Forgets the run in progress (not its progress or skipped nodes).
+    pub(super) fn clear_run(&mut self) {
+        let st = &mut self.status;
         st.phase = RefreshPhase::Idle;
         st.run_start = None;
         st.phase_since = None;
@@ -323,11 +354,6 @@ impl Planner<'_> {
         st.replaced_instances = vec![];
         st.failure = None;
         st.protected_since = None;
-        // A drift roll leaves the schedule alone: a run that came due
-        // meanwhile starts next.
-        if trigger != Some(RunTrigger::Drift) {
-            self.schedule_next(settings);
-        }
     }
 }
 
@@ -417,4 +443,25 @@ fn describe_counts(surplus: &[AsgDesired]) -> String {
         .map(|s| format!("{} on {}", s.desired, s.auto_scaling_group))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Whether a plan from `status` at `now` can look at the ASGs and nodes: a
+/// run in progress, a run due, a schedule not yet evaluated, or drifted
+/// nodes to roll (`drift_pending`: the group reports drifted nodes and its
+/// drift action is `Replace`). Otherwise the plan only reports the next
+/// run, so the reconcile skips describing the ASGs.
+pub fn needs_observation(
+    status: Option<&RefresherStatus>,
+    schedule_key: &str,
+    now: DateTime<Utc>,
+    drift_pending: bool,
+) -> bool {
+    let Some(status) = status else {
+        return true;
+    };
+    drift_pending
+        || status.run_start.is_some()
+        || status.pending_run.is_some()
+        || status.next_run_from.as_deref() != Some(schedule_key)
+        || status.next_run.is_some_and(|t| t <= now)
 }

@@ -30,11 +30,13 @@ mod idle;
 mod replacing;
 mod scaling_down;
 mod scaling_up;
+mod set_aside;
 #[cfg(test)]
 mod tests;
 
 use crate::controllers::group_view::{DesiredChange, LockState};
 pub use crate::controllers::window::WindowState;
+pub use crate::crd::nodegroup::OnWindowClose;
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{
     AsgDesired, RefreshPhase, RefreshTarget, RefresherStatus, RunResult, RunTrigger, TargetPurpose,
@@ -46,7 +48,7 @@ use std::time::Duration;
 
 pub use crate::controllers::group_view::{GroupFacts, GroupNode};
 pub use draining::{Removal, after_drain, removal};
-pub use idle::blocking_processes;
+pub use idle::{blocking_processes, needs_observation};
 
 /// An instance that is active (not terminating or detaching) in one of the
 /// group's ASGs, per a fresh describe.
@@ -101,6 +103,9 @@ pub struct Input<'a> {
     /// `do_not_disrupt_timeout`, then skipped.
     pub protected: &'a std::collections::BTreeMap<String, String>,
     pub do_not_disrupt_timeout: Duration,
+    /// A run whose window closes with nodes left: wait with the surplus, or
+    /// remove it and resume in the next window (`status.pendingRun`).
+    pub on_window_close: OnWindowClose,
     pub status: &'a RefresherStatus,
 }
 
@@ -159,6 +164,16 @@ pub enum Happening {
         left: Vec<String>,
     },
     Skipped(String),
+    /// The window closed (`onWindowClose: ScaleDown`): the surplus is
+    /// gone, the rest of the run waits for the next window.
+    SetAside {
+        remaining: usize,
+        opens: Option<DateTime<Utc>>,
+    },
+    /// A run set aside resumes in an open window.
+    Resumed {
+        remaining: usize,
+    },
     /// Protected nodes left alone by the run (node, reason).
     NodesSkipped(Vec<(String, String)>),
     /// Dry run: what the run would do.
@@ -245,26 +260,6 @@ pub fn plan(input: &Input) -> Plan {
         requeue,
         happenings: planner.happenings,
     }
-}
-
-/// Whether a plan from `status` at `now` can look at the ASGs and nodes: a
-/// run in progress, a run due, a schedule not yet evaluated, or drifted
-/// nodes to roll (`drift_pending`: the group reports drifted nodes and its
-/// drift action is `Replace`). Otherwise the plan only reports the next
-/// run, so the reconcile skips describing the ASGs.
-pub fn needs_observation(
-    status: Option<&RefresherStatus>,
-    schedule_key: &str,
-    now: DateTime<Utc>,
-    drift_pending: bool,
-) -> bool {
-    let Some(status) = status else {
-        return true;
-    };
-    drift_pending
-        || status.run_start.is_some()
-        || status.next_run_from.as_deref() != Some(schedule_key)
-        || status.next_run.is_some_and(|t| t <= now)
 }
 
 /// The order a run goes through its phases; a plan only enters a phase of a

@@ -196,6 +196,10 @@ impl Planner<'_> {
     }
 
     fn finish_run(&mut self, settings: &ResolvedRefresh, leftover: Option<String>) -> Step {
+        if self.status.pending_run.is_some() && self.status.failure.is_none() && leftover.is_none()
+        {
+            return self.end_leg();
+        }
         let started = self.status.run_start.unwrap_or(self.input.group.now);
         let reason = match (self.status.failure.clone(), leftover) {
             (Some(f), Some(l)) => Some(format!("{f}; {l}")),

@@ -142,6 +142,112 @@ fn a_run_whose_window_closes_finishes_the_node_in_hand_then_waits_with_its_surpl
     assert_eq!(sim.layout(), layout);
 }
 
+/// Steps (new nodes Ready at once) until a node is being drained.
+fn up_to_the_first_drain(sim: &mut Sim) -> RefreshTarget {
+    for _ in 0..20 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        if sim.status.phase == RefreshPhase::Draining {
+            break;
+        }
+    }
+    sim.status.current_target.clone().expect("a node in hand")
+}
+
+#[test]
+fn a_run_whose_window_closes_with_scale_down_removes_its_surplus_and_resumes_in_the_next() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.on_window_close = OnWindowClose::ScaleDown;
+    let layout = sim.layout();
+    let old: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    sim.window = WindowState::Open {
+        closes: sim.now + chrono::Duration::hours(1),
+    };
+    let in_hand = up_to_the_first_drain(&mut sim);
+    let started = sim.status.run_start.expect("started");
+    sim.window = night(600, sim.now);
+    // The node in hand is finished, then the surplus goes and the leg ends.
+    for _ in 0..40 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(5);
+        if sim.status.pending_run.is_some() && sim.status.run_start.is_none() {
+            break;
+        }
+    }
+    let pending = sim.status.pending_run.clone().expect("set aside");
+    assert_eq!(sim.status.run_start, None, "{:?}", sim.status.message);
+    assert_eq!(pending.replaced, 1);
+    assert_eq!(pending.total, 3);
+    assert_eq!(pending.started, started);
+    assert_eq!(pending.remaining.len(), 2);
+    assert!(!pending.remaining.contains(&in_hand.instance_id));
+    assert_eq!(sim.terminated.len(), 2, "the node in hand and the surplus");
+    assert_eq!(sim.terminated[0], in_hand.instance_id);
+    assert_eq!(sim.layout(), layout, "the original layout back");
+    assert_eq!(sim.ready_count(), 3);
+    assert_eq!(sim.lock, LockState::Free);
+    assert_eq!(sim.slot, SlotState::Free);
+    assert!(sim.status.last_run.is_none(), "the run is not over");
+    assert!(
+        sim.happenings
+            .iter()
+            .any(|h| matches!(h, Happening::SetAside { remaining: 2, .. }))
+    );
+    // Closed: nothing more, and it says what it waits for.
+    for _ in 0..10 {
+        let plan = sim.step(false);
+        assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
+        assert!(
+            plan.message.contains("2 node(s) left of a run set aside"),
+            "{}",
+            plan.message
+        );
+        assert!(plan.status.pending_run.is_some());
+        sim.advance(60);
+    }
+    assert_eq!(sim.terminated.len(), 2);
+    // The next window: it resumes with a new surplus and replaces the rest.
+    sim.window = WindowState::Open {
+        closes: sim.now + chrono::Duration::hours(4),
+    };
+    sim.run_to_end(300);
+    assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
+    let last = sim.status.last_run.clone().expect("finished");
+    assert_eq!((last.replaced, last.started), (3, started));
+    assert_eq!(sim.status.pending_run, None);
+    assert!(old.iter().all(|id| sim.terminated.contains(id)));
+    assert_eq!(sim.terminated.len(), 5, "3 old nodes and 2 surplus nodes");
+    assert_eq!(sim.layout(), layout);
+    assert!(
+        sim.happenings
+            .iter()
+            .any(|h| matches!(h, Happening::Resumed { remaining: 2 }))
+    );
+}
+
+#[test]
+fn a_run_set_aside_whose_nodes_left_meanwhile_ends_without_a_surplus() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.status.next_run = Some(sim.now + chrono::Duration::days(1));
+    sim.status.pending_run = Some(crate::crd::refresher::PendingRun {
+        started: sim.now - chrono::Duration::hours(20),
+        trigger: Some(RunTrigger::Schedule),
+        remaining: vec!["i-gone".into()],
+        replaced: 2,
+        total: 3,
+    });
+    let plan = sim.step(false);
+    assert_eq!(plan.status.pending_run, None);
+    assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
+    assert_eq!(plan.status.last_run.map(|r| r.replaced), Some(2));
+    assert!(
+        sim.actions.iter().all(|a| !a.mutates()),
+        "{:?}",
+        sim.actions
+    );
+}
+
 #[test]
 fn a_drift_roll_waits_for_a_window() {
     let mut sim = Sim::new(Role::Worker, 2, 1, 1);

@@ -97,6 +97,7 @@ struct Sim {
     /// Protected nodes (by node name), and how long a run waits for them.
     protected: std::collections::BTreeMap<String, String>,
     do_not_disrupt_timeout: Duration,
+    on_window_close: OnWindowClose,
     /// Drains of these nodes never finish (a PodDisruptionBudget).
     stuck: Vec<String>,
     /// Nodes whose kubelet died a day ago: NotReady, and their pods never
@@ -160,6 +161,7 @@ impl Sim {
             window: WindowState::Always,
             protected: Default::default(),
             do_not_disrupt_timeout: Duration::ZERO,
+            on_window_close: OnWindowClose::Wait,
             stuck: vec![],
             dead: vec![],
             control_plane_down: BTreeSet::new(),
@@ -287,6 +289,7 @@ impl Sim {
             window: self.window.clone(),
             protected: &self.protected,
             do_not_disrupt_timeout: self.do_not_disrupt_timeout,
+            on_window_close: self.on_window_close,
             status: &self.status,
         })
     }
@@ -421,6 +424,13 @@ impl Sim {
                 }
             }
             Event::Tick(s) => self.advance(s),
+            Event::Window(open) => {
+                let then = self.now + chrono::Duration::hours(1);
+                self.window = match open {
+                    true => WindowState::Open { closes: then },
+                    false => WindowState::Closed { opens: Some(then) },
+                };
+            }
         }
     }
 
@@ -603,4 +613,6 @@ enum Event {
     Ready(usize),
     /// Time passes (seconds).
     Tick(i64),
+    /// The maintenance windows open (true) or close, for an hour.
+    Window(bool),
 }

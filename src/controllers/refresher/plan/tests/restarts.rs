@@ -234,6 +234,57 @@ proptest! {
         }
         prop_assert_eq!(sim.lock.clone(), LockState::Free);
     }
+
+    /// The same with maintenance windows opening and closing, whichever
+    /// `onWindowClose`: Ready never below desired, one old node at a time,
+    /// and once a window stays open the run (set aside or not) ends, with
+    /// the layout it started with (and every old node replaced if it
+    /// succeeded), its lock and slot given back.
+    #[test]
+    fn a_worker_refresh_across_windows_is_safe_under_any_event_order(
+        asgs in 1..4usize,
+        surplus in 1..3i32,
+        scale_down in any::<bool>(),
+        events in proptest::collection::vec(
+            prop_oneof![8 => event(), 1 => any::<bool>().prop_map(Event::Window)],
+            0..300,
+        ),
+    ) {
+        let mut sim = Sim::new(Role::Worker, asgs, 1, surplus);
+        sim.on_window_close = match scale_down {
+            true => OnWindowClose::ScaleDown,
+            false => OnWindowClose::Wait,
+        };
+        let desired = sim.desired;
+        let old: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+        for e in events {
+            sim.apply(e);
+            prop_assert!(sim.original_cordoned() <= 1, "two old nodes worked on at once");
+            prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired),
+                "Ready fell below {desired}: {:?}", sim.ready_after_terminations);
+        }
+        sim.window = WindowState::Always;
+        for _ in 0..500 {
+            sim.step(false);
+            sim.all_join_and_ready();
+            sim.advance(1);
+            if sim.status.run_start.is_none() && sim.status.pending_run.is_none() && sim.status.last_run.is_some() {
+                break;
+            }
+        }
+        prop_assert!(sim.status.run_start.is_none(), "run did not end: {:?}", sim.status);
+        prop_assert_eq!(sim.status.pending_run.clone(), None);
+        if sim.result().map(|r| r.0) == Some(RunResult::Succeeded) {
+            prop_assert!(old.iter().all(|id| sim.terminated.contains(id)), "an old node left");
+        }
+        prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired));
+        let kept = sim.result().and_then(|r| r.1).is_some_and(|r| r.contains("kept"));
+        if let (Some(start), false) = (sim.layouts.last(), kept) {
+            prop_assert_eq!(&sim.layout(), start, "layout not restored: {:?}", sim.result());
+        }
+        prop_assert_eq!(sim.lock.clone(), LockState::Free);
+        prop_assert_eq!(sim.slot.clone(), SlotState::Free);
+    }
 }
 
 #[test]
