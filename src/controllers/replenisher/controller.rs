@@ -4,6 +4,7 @@
 
 use super::execute::Step;
 use crate::context::Context;
+use crate::controllers::group_view::{Fate, LockState};
 use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, observe_group};
 use crate::controllers::persist::write_if_changed;
 use crate::controllers::replenisher::plan::{self as replenish_plan, Input, NotJoinedView};
@@ -15,7 +16,7 @@ use crate::crd::{Replenisher, ReplenisherStatus};
 use crate::{Result, duration};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -64,6 +65,8 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         .iter()
         .map(NotJoinedView::from)
         .collect();
+    let mut described = observed.describe().await?;
+    let protected = protected_candidates(ctx, &observed, &described, now).await?;
     let plan_for = |described: &DescribedAsgs| {
         let group = &observed.group;
         let active: BTreeSet<String> = described
@@ -82,10 +85,10 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
             not_joined: &not_joined,
             active: &active,
             window: crate::controllers::window::group_window(group, now),
+            protected: &protected,
             status: &current,
         })
     };
-    let mut described = observed.describe().await?;
     let mut plan = plan_for(&described);
     if plan.command.changes_aws() {
         // Act only on what AWS says now: the shared description may be a
@@ -137,6 +140,31 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     let requeue = step.requeue;
     write_if_changed::<Replenisher, _>(ctx, step.at, &mut step.written, &step.status).await?;
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// The nodes a voluntary removal could take, of those protected from it
+/// (with why): the Ready nodes while there are more than desired (a
+/// scale-in), and nodes at risk. Nothing is listed otherwise, nor while
+/// another operation holds the group (the replenisher then acts on nothing).
+async fn protected_candidates(
+    ctx: &Context,
+    observed: &ObservedGroup,
+    described: &DescribedAsgs,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<BTreeMap<String, String>> {
+    let facts = observed.facts(described, false, now);
+    if matches!(facts.lock, LockState::Other(_)) {
+        return Ok(BTreeMap::new());
+    }
+    let surplus = facts.nodes.iter().filter(|n| n.ready).count() as i32 > facts.desired;
+    let names: BTreeSet<String> = facts
+        .nodes
+        .iter()
+        .filter(|n| (surplus && n.ready) || n.fate == Some(Fate::AtRisk))
+        .map(|n| n.name.clone())
+        .collect();
+    let evict_unmanaged = observed.group.spec.disruption.evict_unmanaged_pods;
+    crate::k8s::protection::observe(ctx, &names, evict_unmanaged).await
 }
 
 /// The RepairAllowed condition: False while unhealthy nodes wait

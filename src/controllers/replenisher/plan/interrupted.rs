@@ -22,7 +22,7 @@ use crate::controllers::group_view::after;
 /// even if the end of its drain was never recorded.
 pub(super) const RETIRE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 use super::queries::{leaves_through_us, replacement};
-use super::scale_in::start_scale_in;
+use super::scale_in::{PROTECTED_RETRY, start_scale_in};
 use super::{Command, Plan, Stage};
 use crate::controllers::group_view::{Fate, GroupNode};
 use crate::crd::replenisher::{Replacement, ReplenishPhase, Retirement, ScaleInTarget};
@@ -117,6 +117,9 @@ pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
         return None;
     }
     let (node, replaced) = at_risk_replaced(s)?;
+    if s.input.protected.contains_key(&node.name) {
+        return None;
+    }
     let own = node.asg.clone()?;
     let target = ScaleInTarget {
         node: node.name.clone(),
@@ -146,16 +149,22 @@ fn at_risk_replaced<'s>(s: &'s Stage) -> Option<(&'s GroupNode, &'s Replacement)
         .min_by(|a, b| a.0.name.cmp(&b.0.name))
 }
 
-/// Nothing else to do, a node at risk replaced, every window closed: say
-/// that it is kept, and until when.
+/// Nothing else to do, a node at risk replaced and kept (every window
+/// closed, or it is protected): say so, and until when.
 pub(super) fn at_risk_kept(s: &Stage) -> Option<Plan> {
-    let why = s.input.window.closed_reason()?;
     let (node, _) = at_risk_replaced(s)?;
+    let (why, requeue) = match s.input.protected.get(&node.name) {
+        Some(why) => (format!("protected: {why}"), PROTECTED_RETRY),
+        None => (
+            s.input.window.closed_reason()?,
+            s.input.window.recheck_in(s.input.group.now),
+        ),
+    };
     Some(s.wait(
         format!(
             "{} at risk of interruption, replaced, kept: {why}",
             node.name
         ),
-        s.input.window.recheck_in(s.input.group.now),
+        requeue,
     ))
 }

@@ -94,6 +94,10 @@ pub struct Input<'a> {
     /// original layout and the removal of a node at risk (a rebalance
     /// recommendation) wait for one. Repairs and interruptions do not.
     pub window: crate::controllers::window::WindowState,
+    /// Nodes protected from voluntary disruption, with why
+    /// (`k8s::protection`): the scale-in never picks one, a node at risk
+    /// that is one is kept. Looked at only when either could happen.
+    pub protected: &'a std::collections::BTreeMap<String, String>,
     pub status: &'a ReplenisherStatus,
 }
 

@@ -4,6 +4,7 @@
 
 use super::queries::ready_in;
 use super::{Command, Plan, SCALE_IN_DRAIN_TIMEOUT, Stage};
+use crate::controllers::group_view::GroupNode;
 use crate::controllers::group_view::after;
 use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
 use std::time::Duration;
@@ -103,7 +104,17 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
             left,
         ));
     }
-    let Some(target) = choose_victim(s) else {
+    let Some(target) = choose_victim(s, true) else {
+        if choose_victim(s, false).is_some() {
+            return Some(s.wait(
+                format!(
+                    "{} surplus node(s) kept: {}",
+                    s.ready - input.group.desired,
+                    protected_surplus(s)
+                ),
+                PROTECTED_RETRY,
+            ));
+        }
         return Some(s.idle(
             s.status.clone(),
             ReplenishPhase::Blocked,
@@ -128,11 +139,36 @@ pub(super) fn start_scale_in(s: &Stage, target: ScaleInTarget, message: String) 
     s.act(status, phase, Command::Drain(target), message)
 }
 
+/// Surplus kept because only protected nodes could go: looked at again this
+/// often (a pod's annotation does not wake the replenisher).
+pub(super) const PROTECTED_RETRY: Duration = Duration::from_secs(60);
+
+/// The Ready nodes that are protected, and why, for a message.
+fn protected_surplus(s: &Stage) -> String {
+    let list: Vec<String> = s
+        .input
+        .group
+        .nodes
+        .iter()
+        .filter(|n| n.ready)
+        .filter_map(|n| Some(format!("{} ({})", n.name, s.input.protected.get(&n.name)?)))
+        .collect();
+    format!("the nodes that could go are protected: {}", list.join(", "))
+}
+
 /// The surplus node to remove: from an ASG we raised (so the original layout
 /// comes back), else from the ASG with the most Ready nodes; the newest node.
 /// Never from an ASG with launches in flight: it is still settling.
-pub(super) fn choose_victim(s: &Stage) -> Option<ScaleInTarget> {
+/// `spare_protected`: never a node protected from voluntary disruption
+/// (another ASG's node goes instead, the layout then off by one).
+pub(super) fn choose_victim(s: &Stage, spare_protected: bool) -> Option<ScaleInTarget> {
     let input = s.input;
+    let candidate = |n: &&GroupNode, asg: &str| {
+        n.ready
+            && n.asg.as_deref() == Some(asg)
+            && n.instance_id.is_some()
+            && !(spare_protected && input.protected.contains_key(&n.name))
+    };
     let raised = |asg: &str| {
         s.status
             .raised
@@ -141,10 +177,11 @@ pub(super) fn choose_victim(s: &Stage) -> Option<ScaleInTarget> {
             .map_or(0, |r| r.count)
     };
     let ready_in = |asg: &str| ready_in(input.group.nodes, asg);
+    let takes = |asg: &str| input.group.nodes.iter().any(|n| candidate(&n, asg));
     let asg = s
         .asgs
         .iter()
-        .filter(|a| a.desired > a.min && ready_in(&a.name) > 0)
+        .filter(|a| a.desired > a.min && takes(&a.name))
         .filter(|a| !a.is_behind() && a.pending == 0)
         .max_by(|a, b| {
             (
@@ -162,9 +199,7 @@ pub(super) fn choose_victim(s: &Stage) -> Option<ScaleInTarget> {
         .group
         .nodes
         .iter()
-        .filter(|n| {
-            n.ready && n.asg.as_deref() == Some(asg.name.as_str()) && n.instance_id.is_some()
-        })
+        .filter(|n| candidate(n, &asg.name))
         .max_by(|a, b| (a.launch_time, &a.name).cmp(&(b.launch_time, &b.name)))?;
     Some(ScaleInTarget {
         node: node.name.clone(),

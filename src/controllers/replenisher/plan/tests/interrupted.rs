@@ -424,3 +424,35 @@ fn an_at_risk_node_is_replaced_at_once_but_removed_only_inside_a_window() {
     };
     assert_eq!(target.node, "na");
 }
+
+#[test]
+fn a_protected_node_at_risk_is_replaced_but_kept() {
+    let mut s = Scenario::steady();
+    s.nodes[0].ready = false;
+    s.nodes[0].fate = Some(Fate::AtRisk);
+    s.protected = [("na".to_string(), "the Node is annotated".to_string())].into();
+    // The replacement is launched: that disrupts nothing.
+    let p = s.plan();
+    assert_eq!(p.command, change("a", 1, 2), "{}", p.message);
+    s.status = p.status;
+    raise_landed(&mut s.status);
+    s.asgs[0] = asg("a", 2, 2, 3);
+    s.nodes.push(node("na2", "a", true, 0));
+    // The node at risk stays while protected, and neither it nor its
+    // replacement is taken as a surplus.
+    let p = s.plan();
+    assert_eq!(p.command, Command::Nothing, "{}", p.message);
+    assert!(
+        p.message.contains(
+            "na at risk of interruption, replaced, kept: protected: the Node is annotated"
+        ),
+        "{}",
+        p.message
+    );
+    // No longer protected: removed.
+    s.protected.clear();
+    let Command::Drain(target) = s.plan().command else {
+        panic!("expected the node at risk to be drained")
+    };
+    assert_eq!(target.node, "na");
+}

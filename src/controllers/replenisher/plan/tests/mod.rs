@@ -82,6 +82,8 @@ struct Scenario {
     repair: bool,
     /// The maintenance windows.
     window: crate::controllers::window::WindowState,
+    /// Nodes protected from voluntary disruption, with why.
+    protected: std::collections::BTreeMap<String, String>,
 }
 
 impl Scenario {
@@ -105,6 +107,7 @@ impl Scenario {
             external_update: None,
             repair: true,
             window: crate::controllers::window::WindowState::Always,
+            protected: Default::default(),
         }
     }
 
@@ -134,6 +137,7 @@ impl Scenario {
             not_joined: &self.not_joined,
             active: &self.active(),
             window: self.window.clone(),
+            protected: &self.protected,
             status: &self.status,
         })
     }
@@ -189,6 +193,7 @@ fn input_of<'a>(s: &'a Scenario, active: &'a BTreeSet<String>) -> Input<'a> {
         not_joined: &s.not_joined,
         active,
         window: s.window.clone(),
+        protected: &s.protected,
         status: &s.status,
     }
 }

@@ -102,6 +102,7 @@ pub(super) fn arb_state() -> impl Strategy<Value = Scenario> {
                     },
                     status,
                     window: crate::controllers::window::WindowState::Always,
+                    protected: Default::default(),
                     breaker: None,
                     external_update: None,
                     repair: true,
@@ -225,6 +226,30 @@ proptest! {
                 prop_assert!(s.nodes.iter().all(|n| n.instance_id.as_deref() != Some(&t.instance_id)), "{} has a node", t.instance_id);
             }
             _ => {}
+        }
+    }
+
+    /// Whichever nodes are protected from voluntary disruption: a new
+    /// scale-in never picks one (a repair, of a dead node, may).
+    #[test]
+    fn a_new_scale_in_never_picks_a_protected_node(
+        mut s in arb_state(),
+        mask in prop::collection::vec(any::<bool>(), 12),
+    ) {
+        s.status.scale_in = None;
+        s.lock = LockState::Ours;
+        s.deleting = false;
+        s.protected = s
+            .nodes
+            .iter()
+            .zip(mask.iter().cycle())
+            .filter(|(_, p)| **p)
+            .map(|(n, _)| (n.name.clone(), "annotated".to_string()))
+            .collect();
+        if let Command::Drain(target) = s.plan().command
+            && !target.repair
+        {
+            prop_assert!(!s.protected.contains_key(&target.node), "picked protected {}", target.node);
         }
     }
 }

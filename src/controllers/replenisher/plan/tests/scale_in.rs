@@ -139,3 +139,37 @@ fn outside_the_maintenance_windows_the_surplus_is_kept_until_one_opens() {
     };
     assert!(matches!(s.plan().command, Command::Drain(_)));
 }
+
+#[test]
+fn the_surplus_taken_back_is_never_a_protected_node() {
+    let mut s = Scenario::steady().surplus_in_c();
+    s.protected = [("nc2".to_string(), "pod web/db-0 is annotated".to_string())].into();
+    // The raised ASG's other node goes: the layout still comes back.
+    let p = s.plan();
+    let Command::Drain(target) = p.command else {
+        panic!("expected a drain, got {:?}: {}", p.command, p.message)
+    };
+    assert_eq!(
+        (target.node.as_str(), target.auto_scaling_group.as_str()),
+        ("nc", "c")
+    );
+    // Every Ready node protected: the surplus is kept, and the message says why.
+    s.protected = s
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), "cordoned by someone else".to_string()))
+        .collect();
+    let p = s.plan();
+    assert_eq!(p.command, Command::Nothing, "{}", p.message);
+    assert!(
+        p.message.contains("1 surplus node(s) kept"),
+        "{}",
+        p.message
+    );
+    assert!(
+        p.message.contains("nc2 (cordoned by someone else)"),
+        "{}",
+        p.message
+    );
+    assert!(p.status.scale_in.is_none());
+}
