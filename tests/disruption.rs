@@ -1,6 +1,7 @@
 //! Disruption controls end to end (real apiserver + the rude emulator +
 //! simulated kubelet, the manager as a process): one control-plane node at
-//! a time across Master groups, and maintenance windows.
+//! a time across Master groups, maintenance windows (a run waiting for one,
+//! a run whose window closes), do-not-disrupt.
 
 use snm_testkit as support;
 
@@ -118,6 +119,180 @@ async fn a_refresh_due_outside_every_window_waits_and_starts_when_one_opens() {
             .as_deref()
             .is_some_and(|w| w.starts_with("Open until"))
     );
+}
+
+/// A window open now (for the next hour), and one only on 1 January.
+const OPEN: &str = r#"[{"schedule": "* * * * *", "duration": "1h"}]"#;
+const CLOSED: &str = r#"[{"schedule": "0 0 1 1 *", "duration": "1m"}]"#;
+
+fn windows(json: &str) -> serde_json::Value {
+    serde_json::from_str(json).expect("windows")
+}
+
+/// Starts a run (surplus 1) in an open window and closes the window once
+/// the run has its first node in hand.
+async fn close_the_window_mid_run(world: &support::World, groups: &Api<NodeGroup>) {
+    schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let refreshers: Api<Refresher> = world.api();
+    assert_eventually("the first node in hand", WAIT, || async {
+        let status = refreshers.get("workers").await.ok()?.status?;
+        status.current_target.map(|_| ())
+    })
+    .await;
+    set_windows(groups, windows(CLOSED)).await;
+}
+
+#[tokio::test]
+async fn a_run_whose_window_closes_waits_with_its_surplus_then_resumes() {
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = three_workers("dc-closes").await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = all_instances(&world, &kops.asgs).await;
+    set_windows(&groups, windows(OPEN)).await;
+    close_the_window_mid_run(&world, &groups).await;
+    let refreshers: Api<Refresher> = world.api();
+    let waiting = assert_eventually("the run to wait with its surplus", WAIT, || async {
+        let status = refreshers.get("workers").await.ok()?.status?;
+        let message = status.message.clone().unwrap_or_default();
+        message.contains("keeping its surplus").then_some(status)
+    })
+    .await;
+    assert!(waiting.run_start.is_some(), "{:?}", waiting.message);
+    assert!((1..3).contains(&waiting.replaced), "{waiting:?}");
+    // It stays so: the surplus kept Ready, nothing else taken.
+    let held = all_instances(&world, &kops.asgs).await;
+    let sampler = sample(&world, &kops.asgs, 3);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let samples = sampler.stop();
+    assert_eq!(all_instances(&world, &kops.asgs).await, held);
+    assert_eq!(
+        samples.min_ready,
+        Some(4),
+        "desired 3 + surplus 1: {samples:?}"
+    );
+    assert_eq!(samples.max_desired, 4, "{samples:?}");
+    let still = refreshers
+        .get("workers")
+        .await
+        .expect("rf")
+        .status
+        .expect("status");
+    assert_eq!(still.replaced, waiting.replaced);
+    assert_eq!(still.run_start, waiting.run_start);
+    // The next window: the run resumes and ends as if never paused.
+    set_windows(&groups, windows(OPEN)).await;
+    let rf = run_finished(&world, "workers").await;
+    let status = assert_run_succeeded(rf, &manager);
+    assert_eq!(status.last_run.map(|r| r.replaced), Some(3));
+    assert!(
+        all_instances(&world, &kops.asgs)
+            .await
+            .is_disjoint(&original)
+    );
+    let after = world.asg_snapshot(&kops.asgs).await;
+    assert_eq!(desired_counts(&after), desired_counts(&before));
+}
+
+#[tokio::test]
+async fn a_run_whose_window_closes_with_scale_down_sets_itself_aside_across_a_restart() {
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        mut manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = three_workers("dc-set-aside").await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = all_instances(&world, &kops.asgs).await;
+    groups
+        .patch(
+            "workers",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"disruption": {
+                "windows": windows(OPEN), "onWindowClose": "ScaleDown"}}})),
+        )
+        .await
+        .expect("windows");
+    close_the_window_mid_run(&world, &groups).await;
+    let refreshers: Api<Refresher> = world.api();
+    let pending = assert_eventually("the run set aside", WAIT, || async {
+        let status = refreshers.get("workers").await.ok()?.status?;
+        match status.run_start {
+            None => status.pending_run,
+            Some(_) => None,
+        }
+    })
+    .await;
+    assert!((1..3).contains(&pending.replaced), "{pending:?}");
+    assert_eq!(pending.total, 3);
+    assert_eq!(pending.remaining.len() as i32, 3 - pending.replaced);
+    // The surplus is gone: the layout is the one before the run.
+    let set_aside = world.asg_snapshot(&kops.asgs).await;
+    assert_eq!(desired_counts(&set_aside), desired_counts(&before));
+    // (The surplus instance leaves its ASG once its termination completes.)
+    assert_eventually("the surplus instance gone", WAIT, || async {
+        (all_instances(&world, &kops.asgs).await.len() == 3).then_some(())
+    })
+    .await;
+    assert!(event_count(&world, "RefreshSetAside").await >= 1);
+    // Killed while it waits: the restarted manager keeps waiting.
+    manager.kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (restarted, _config2) = world.start_manager(&[]);
+    manager = restarted;
+    let held = all_instances(&world, &kops.asgs).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let status = refreshers
+        .get("workers")
+        .await
+        .expect("rf")
+        .status
+        .expect("status");
+    assert_eq!(
+        status.pending_run.as_ref(),
+        Some(&pending),
+        "{:?}",
+        status.message
+    );
+    assert_eq!(status.run_start, None);
+    assert!(
+        status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("left of a run set aside")),
+        "{:?}",
+        status.message
+    );
+    assert_eq!(all_instances(&world, &kops.asgs).await, held);
+    // The next window: it resumes with a new surplus and ends as one run.
+    set_windows(&groups, windows(OPEN)).await;
+    let rf = run_finished(&world, "workers").await;
+    let status = assert_run_succeeded(rf, &manager);
+    let last = status.last_run.expect("last run");
+    assert_eq!((last.replaced, last.started), (3, pending.started));
+    assert_eq!(status.pending_run, None);
+    assert!(event_count(&world, "RefreshResumed").await >= 1);
+    let terminated = instances_by_state(&world)
+        .await
+        .remove("terminated")
+        .unwrap_or_default();
+    assert!(original.is_subset(&terminated), "{terminated:?}");
+    assert_eq!(
+        terminated.len(),
+        5,
+        "3 old nodes and 2 surplus nodes, once each: {terminated:?}"
+    );
+    let after = world.asg_snapshot(&kops.asgs).await;
+    assert_eq!(desired_counts(&after), desired_counts(&before));
 }
 
 async fn set_windows(groups: &Api<NodeGroup>, windows: serde_json::Value) {
