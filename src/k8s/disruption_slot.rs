@@ -1,14 +1,15 @@
 //! Manager-wide disruption slots: how many groups may run a voluntary
-//! disruption (a refresh or a drift roll) at once (`disruption.maxConcurrent`,
+//! disruption (a refresh or a drift roll, the replenisher's removal of a
+//! surplus node or of a node at risk) at once (`disruption.maxConcurrent`,
 //! default 1), and never two Master groups at once, so masters kept in
-//! separate groups (one per etcd member) are never replaced together.
+//! separate groups (one per etcd member) are never disrupted together.
 //!
 //! Held in one Lease (`<lease name>-disruptions`, next to the leader's), as a
 //! JSON list in an annotation. Taking and releasing a slot is a
 //! compare-and-swap on the Lease's resourceVersion, so of two groups racing
 //! for the last slot exactly one wins; a restarted manager finds its holders
-//! there and resumes as them. A holder whose Refresher no longer exists does
-//! not keep its slot.
+//! there and resumes as them. A holder whose Refresher (or Replenisher) no
+//! longer exists does not keep its slot.
 
 use crate::context::Context;
 use crate::crd::Role;
@@ -26,7 +27,7 @@ pub const ANNOTATION: &str = "nodemanager.dev/disruption-slots";
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct SlotHolder {
-    /// `<namespace>/<Refresher name>`.
+    /// `<namespace>/<Refresher name>`, or `Replenisher <namespace>/<name>`.
     pub holder: String,
     pub role: Role,
     pub since: DateTime<Utc>,
@@ -60,7 +61,7 @@ pub fn decide(
         && let Some(master) = others.iter().find(|h| h.role == Role::Master)
     {
         return SlotState::Full(format!(
-            "{} is replacing a control-plane node (one at a time across Master groups)",
+            "{} is disrupting a control-plane node (one at a time across Master groups)",
             master.holder
         ));
     }
@@ -95,10 +96,13 @@ pub fn holders_of(lease: &Lease) -> Result<Vec<SlotHolder>> {
 /// Who asks, and where the slots are kept.
 pub struct Slots<'a> {
     pub ctx: &'a Context,
-    /// `<namespace>/<Refresher name>`.
+    /// `<namespace>/<Refresher name>`, or `Replenisher <namespace>/<name>`.
     pub me: String,
     pub role: Role,
 }
+
+/// How a Replenisher's holder name starts (a Refresher's has no prefix).
+const REPLENISHER: &str = "Replenisher ";
 
 impl<'a> Slots<'a> {
     /// The slots from a Refresher's side.
@@ -110,6 +114,25 @@ impl<'a> Slots<'a> {
                 "{}/{}",
                 refresher.namespace().unwrap_or_default(),
                 refresher.name_any()
+            ),
+            role,
+        }
+    }
+
+    /// The slots from a Replenisher's side (its removals of a surplus node
+    /// or a node at risk).
+    pub fn of_replenisher(
+        ctx: &'a Context,
+        replenisher: &crate::crd::Replenisher,
+        role: Role,
+    ) -> Slots<'a> {
+        use kube::ResourceExt;
+        Slots {
+            ctx,
+            me: format!(
+                "{REPLENISHER}{}/{}",
+                replenisher.namespace().unwrap_or_default(),
+                replenisher.name_any()
             ),
             role,
         }
@@ -146,18 +169,28 @@ impl<'a> Slots<'a> {
         Ok((lease, holders))
     }
 
-    /// The holders whose Refresher still exists, besides `me`.
+    /// The holders whose Refresher or Replenisher still exists, besides `me`.
     async fn live_others(&self, holders: &[SlotHolder]) -> Result<Vec<SlotHolder>> {
         let mut live = vec![];
         for h in holders.iter().filter(|h| h.holder != self.me) {
-            let (namespace, name) = h.holder.split_once('/').unwrap_or(("", &h.holder));
-            let exists =
-                Api::<crate::crd::Refresher>::namespaced(self.ctx.client.clone(), namespace)
-                    .get_opt(name)
+            let (replenisher, at) = match h.holder.strip_prefix(REPLENISHER) {
+                Some(at) => (true, at),
+                None => (false, h.holder.as_str()),
+            };
+            let (namespace, name) = at.split_once('/').unwrap_or(("", at));
+            let client = self.ctx.client.clone();
+            // Metadata only: whether it exists, whatever its spec says.
+            let found = match replenisher {
+                true => Api::<crate::crd::Replenisher>::namespaced(client, namespace)
+                    .get_metadata_opt(name)
                     .await
-                    .map_err(Error::kube("get a disruption slot's holder"))?
-                    .is_some();
-            if exists {
+                    .map(|o| o.is_some()),
+                false => Api::<crate::crd::Refresher>::namespaced(client, namespace)
+                    .get_metadata_opt(name)
+                    .await
+                    .map(|o| o.is_some()),
+            };
+            if found.map_err(Error::kube("get a disruption slot's holder"))? {
                 live.push(h.clone());
             }
         }

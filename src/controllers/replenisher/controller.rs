@@ -13,6 +13,7 @@ use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::replenisher::ReplenishPhase;
 use crate::crd::{Replenisher, ReplenisherStatus};
+use crate::k8s::disruption_slot::{SlotState, Slots};
 use crate::{Result, duration};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -66,7 +67,8 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         .map(NotJoinedView::from)
         .collect();
     let mut described = observed.describe().await?;
-    let protected = protected_candidates(ctx, &observed, &described, now).await?;
+    let slots = Slots::of_replenisher(ctx, &rp, observed.group.spec.role);
+    let (protected, slot) = voluntary(ctx, &observed, &described, &slots, now).await?;
     let plan_for = |described: &DescribedAsgs| {
         let group = &observed.group;
         let active: BTreeSet<String> = described
@@ -86,6 +88,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
             active: &active,
             window: crate::controllers::window::group_window(group, now),
             protected: &protected,
+            slot: slot.clone(),
             status: &current,
         })
     };
@@ -129,6 +132,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         fresh: &fresh,
         group_ref: group.object_ref(&()),
         message: &plan.message,
+        slots: &slots,
         now,
         requeue: plan.requeue,
     };
@@ -142,19 +146,21 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
 }
 
-/// The nodes a voluntary removal could take, of those protected from it
-/// (with why): the Ready nodes while there are more than desired (a
-/// scale-in), and nodes at risk. Nothing is listed otherwise, nor while
-/// another operation holds the group (the replenisher then acts on nothing).
-async fn protected_candidates(
+/// What a voluntary removal needs to know. The nodes it could take that
+/// are protected (with why): the Ready nodes while there are more than
+/// desired (a scale-in), and nodes at risk; and the disruption slot.
+/// Neither is looked at while another operation holds the group (the
+/// replenisher then acts on nothing) or no removal could happen.
+async fn voluntary(
     ctx: &Context,
     observed: &ObservedGroup,
     described: &DescribedAsgs,
+    slots: &Slots<'_>,
     now: chrono::DateTime<chrono::Utc>,
-) -> Result<BTreeMap<String, String>> {
+) -> Result<(BTreeMap<String, String>, SlotState)> {
     let facts = observed.facts(described, false, now);
     if matches!(facts.lock, LockState::Other(_)) {
-        return Ok(BTreeMap::new());
+        return Ok((BTreeMap::new(), SlotState::Free));
     }
     let surplus = facts.nodes.iter().filter(|n| n.ready).count() as i32 > facts.desired;
     let names: BTreeSet<String> = facts
@@ -163,8 +169,15 @@ async fn protected_candidates(
         .filter(|n| (surplus && n.ready) || n.fate == Some(Fate::AtRisk))
         .map(|n| n.name.clone())
         .collect();
+    // A slot held when no removal could happen is given back with the lock
+    // (ReleaseLock releases both), so it need not be looked at then.
+    let slot = match names.is_empty() {
+        true => SlotState::Free,
+        false => slots.observe().await?,
+    };
     let evict_unmanaged = observed.group.spec.disruption.evict_unmanaged_pods;
-    crate::k8s::protection::observe(ctx, &names, evict_unmanaged).await
+    let protected = crate::k8s::protection::observe(ctx, &names, evict_unmanaged).await?;
+    Ok((protected, slot))
 }
 
 /// The RepairAllowed condition: False while unhealthy nodes wait

@@ -39,6 +39,7 @@ pub(super) struct Step<'a> {
     pub fresh: &'a [AsgDescription],
     pub group_ref: ObjectReference,
     pub message: &'a str,
+    pub slots: &'a crate::k8s::disruption_slot::Slots<'a>,
     pub now: DateTime<Utc>,
     pub requeue: Duration,
 }
@@ -56,7 +57,17 @@ impl Step<'_> {
             Command::Nothing => {}
             Command::TakeLock => self.take_lock(me).await?,
             Command::ReleaseLock => {
+                // The slot first: held only with the lock, so a restart
+                // between the two still finds the lock ours, and gives
+                // the lock back then (a slot is looked at with the lock).
+                self.slots.release().await?;
                 lock::release(self.ctx, self.group, me).await?;
+            }
+            Command::TakeSlot => {
+                self.requeue = match self.slots.take(self.now).await? {
+                    true => Duration::from_millis(100),
+                    false => Duration::from_secs(1),
+                };
             }
             Command::ScaleUp(changes) => self.scale_up(&changes).await?,
             Command::RemoveNotJoined(target) => self.remove_not_joined(&target).await?,

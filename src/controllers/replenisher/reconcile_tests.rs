@@ -150,3 +150,70 @@ async fn a_suspended_group_one_short_is_left_alone() {
     assert_eq!(cloud.calls("terminate_in_group"), 0);
     assert_eq!(cloud.group("a").map(|g| g.desired), Some(1));
 }
+
+/// The slots' Lease with a slot held by Refresher `team/other`, which exists.
+fn slot_held_by_other() -> [(String, serde_json::Value); 4] {
+    let holders = serde_json::json!([{"holder": format!("{NS}/other"), "role": "Worker",
+                                       "since": "2026-01-01T00:00:00Z"}]);
+    let lease = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "spot-node-manager-disruptions", "namespace": "default",
+                     "resourceVersion": "3",
+                     "annotations": {crate::k8s::disruption_slot::ANNOTATION: holders.to_string()}},
+        "spec": {},
+    });
+    let other = serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "Refresher",
+        "metadata": {"name": "other", "namespace": NS},
+        "spec": {"nodeGroup": "other", "role": "Worker"},
+    });
+    let empty = |kind: &str| serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {}, "items": []});
+    [
+        (
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases/spot-node-manager-disruptions"
+                .into(),
+            lease,
+        ),
+        (path("refreshers", "other"), other),
+        ("/api/v1/nodes".into(), empty("NodeList")),
+        ("/api/v1/pods".into(), empty("PodList")),
+    ]
+}
+
+#[tokio::test]
+async fn a_surplus_whose_slot_another_group_holds_is_kept_and_nothing_is_touched() {
+    let (cloud, mut group, replenisher) = one_short();
+    // Desired 2 with 3 Ready: one surplus node to take back.
+    group.spec.desired = 2;
+    let (result, seen) =
+        mock_api::reconcile_once(&cloud, group, replenisher, &slot_held_by_other(), false).await;
+    result.expect("reconcile");
+    let calls = calls(&seen);
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.contains("/leases/spot-node-manager-disruptions")),
+        "the slot looked at: {calls:?}"
+    );
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.starts_with("PUT") || c.starts_with("POST /api/v1/namespaces")),
+        "no slot taken, no eviction: {calls:?}"
+    );
+    assert!(
+        !calls.iter().any(|c| c.starts_with("PATCH /api/v1/nodes")),
+        "no node cordoned: {calls:?}"
+    );
+    let write = seen
+        .iter()
+        .rfind(|s| s.call.ends_with("/replenishers/workers/status"))
+        .expect("a status write");
+    let message = write.body["status"]["conditions"].to_string();
+    assert!(
+        message.contains("waiting for a disruption slot"),
+        "{message}"
+    );
+    assert!(write.body["status"]["scaleIn"].is_null(), "{}", write.body);
+    assert_eq!(cloud.calls("terminate_in_group"), 0);
+}

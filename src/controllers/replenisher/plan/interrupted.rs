@@ -135,6 +135,9 @@ pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
         "{} at risk of interruption, its replacement Ready: removing it from {}",
         target.node, target.auto_scaling_group
     );
+    if let Some(plan) = s.slot_for(&message) {
+        return Some(plan);
+    }
     Some(start_scale_in(s, target, message))
 }
 

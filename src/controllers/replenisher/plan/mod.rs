@@ -98,6 +98,10 @@ pub struct Input<'a> {
     /// (`k8s::protection`): the scale-in never picks one, a node at risk
     /// that is one is kept. Looked at only when either could happen.
     pub protected: &'a std::collections::BTreeMap<String, String>,
+    /// The manager-wide disruption slot a voluntary removal (a surplus
+    /// node, a node at risk) holds, with the lock (`k8s::disruption_slot`).
+    /// Looked at only when the lock is ours or a removal could happen.
+    pub slot: SlotState,
     pub status: &'a ReplenisherStatus,
 }
 
@@ -105,7 +109,11 @@ pub struct Input<'a> {
 pub enum Command {
     Nothing,
     TakeLock,
+    /// Give back the disruption slot if ours, then the lock.
     ReleaseLock,
+    /// Take a manager-wide disruption slot (the lock held) before a
+    /// voluntary removal.
+    TakeSlot,
     /// Raise desired capacity on launching ASGs (recorded in `raising` first).
     ScaleUp(Vec<DesiredChange>),
     /// Terminate an instance that never joined through its ASG (recorded in
@@ -138,6 +146,7 @@ impl Command {
                 | Command::Terminate(_)
                 | Command::Retire(_)
                 | Command::AbandonScaleIn { .. }
+                | Command::TakeSlot
         )
     }
 
@@ -168,6 +177,9 @@ pub struct Plan {
 }
 
 use crate::controllers::group_view::{IDLE, SOON};
+pub use crate::k8s::disruption_slot::SlotState;
+/// A removal waiting for a disruption slot asks again this often.
+const SLOT_RETRY: Duration = Duration::from_secs(5);
 
 pub fn plan(input: &Input) -> Plan {
     let mut plan = plan_inner(input);
@@ -263,9 +275,9 @@ impl Stage<'_> {
         }
     }
 
-    /// Not acting: give the lock back if we hold it, say why.
+    /// Not acting: give the lock (and a slot) back if we hold it, say why.
     fn idle(&self, status: ReplenisherStatus, phase: ReplenishPhase, message: String) -> Plan {
-        if self.input.group.lock == LockState::Ours {
+        if self.input.group.lock == LockState::Ours || self.input.slot == SlotState::Ours {
             self.finish(status, phase, Command::ReleaseLock, message, SOON)
         } else {
             self.finish(status, phase, Command::Nothing, message, IDLE)
@@ -298,6 +310,37 @@ impl Stage<'_> {
                 format!("{holder} holds the group's lock"),
                 IDLE,
             ),
+        }
+    }
+
+    /// A voluntary removal (`what`) needs a manager-wide disruption slot:
+    /// Some(plan) until it holds one.
+    fn slot_for(&self, what: &str) -> Option<Plan> {
+        match &self.input.slot {
+            SlotState::Ours => None,
+            SlotState::Free => Some(self.act(
+                self.status.clone(),
+                ReplenishPhase::ScalingDown,
+                Command::TakeSlot,
+                format!("taking a disruption slot to: {what}"),
+            )),
+            // Waiting without the lock: the slot's holder may be this
+            // group's refresher, waiting for the lock (a hold-and-wait).
+            SlotState::Full(why) => {
+                let message = format!("{what}: waiting for a disruption slot: {why}");
+                let command = match self.input.group.lock {
+                    LockState::Ours => Command::ReleaseLock,
+                    _ => Command::Nothing,
+                };
+                let status = self.status.clone();
+                Some(self.finish(
+                    status,
+                    ReplenishPhase::Waiting,
+                    command,
+                    message,
+                    SLOT_RETRY,
+                ))
+            }
         }
     }
 

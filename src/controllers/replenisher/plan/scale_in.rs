@@ -125,6 +125,9 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
         "{}/{} Ready: removing {} from {}",
         s.ready, input.group.desired, target.node, target.auto_scaling_group
     );
+    if let Some(plan) = s.slot_for(&message) {
+        return Some(plan);
+    }
     Some(start_scale_in(s, target, message))
 }
 

@@ -12,7 +12,7 @@ fn night(opens_in_minutes: i64, now: DateTime<Utc>) -> WindowState {
 #[test]
 fn a_due_run_waits_for_a_slot_held_elsewhere_without_taking_the_lock_then_starts() {
     let mut sim = Sim::new(Role::Master, 3, 1, 0);
-    sim.slot = SlotState::Full("ns/masters-b is replacing a control-plane node".into());
+    sim.slot = SlotState::Full("ns/masters-b is disrupting a control-plane node".into());
     for _ in 0..3 {
         let plan = sim.step(false);
         assert_eq!(plan.command, Command::Nothing);

@@ -456,3 +456,28 @@ fn a_protected_node_at_risk_is_replaced_but_kept() {
     };
     assert_eq!(target.node, "na");
 }
+
+#[test]
+fn removing_a_node_at_risk_waits_for_a_disruption_slot() {
+    let mut s = Scenario::steady();
+    s.nodes[0].ready = false;
+    s.nodes[0].fate = Some(Fate::AtRisk);
+    let p = s.plan();
+    assert_eq!(p.command, change("a", 1, 2), "{}", p.message);
+    s.status = p.status;
+    raise_landed(&mut s.status);
+    s.asgs[0] = asg("a", 2, 2, 3);
+    s.nodes.push(node("na2", "a", true, 0));
+    s.slot = Some(SlotState::Full(
+        "team/masters is disrupting a control-plane node".into(),
+    ));
+    let p = s.plan();
+    assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
+    assert!(
+        p.message.contains("waiting for a disruption slot"),
+        "{}",
+        p.message
+    );
+    s.slot = Some(SlotState::Free);
+    assert_eq!(s.plan().command, Command::TakeSlot);
+}

@@ -84,6 +84,9 @@ struct Scenario {
     window: crate::controllers::window::WindowState,
     /// Nodes protected from voluntary disruption, with why.
     protected: std::collections::BTreeMap<String, String>,
+    /// The manager-wide disruption slot; None: held with the lock (as
+    /// when a removal took it).
+    slot: Option<SlotState>,
 }
 
 impl Scenario {
@@ -108,6 +111,7 @@ impl Scenario {
             repair: true,
             window: crate::controllers::window::WindowState::Always,
             protected: Default::default(),
+            slot: None,
         }
     }
 
@@ -138,8 +142,17 @@ impl Scenario {
             active: &self.active(),
             window: self.window.clone(),
             protected: &self.protected,
+            slot: self.slot_state(),
             status: &self.status,
         })
+    }
+
+    fn slot_state(&self) -> SlotState {
+        match (&self.slot, &self.lock) {
+            (Some(slot), _) => slot.clone(),
+            (None, LockState::Ours) => SlotState::Ours,
+            (None, _) => SlotState::Free,
+        }
     }
 
     /// Every instance with a node or not joined is active in its ASG.
@@ -194,6 +207,7 @@ fn input_of<'a>(s: &'a Scenario, active: &'a BTreeSet<String>) -> Input<'a> {
         active,
         window: s.window.clone(),
         protected: &s.protected,
+        slot: s.slot_state(),
         status: &s.status,
     }
 }

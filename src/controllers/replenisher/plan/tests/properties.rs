@@ -103,6 +103,7 @@ pub(super) fn arb_state() -> impl Strategy<Value = Scenario> {
                     status,
                     window: crate::controllers::window::WindowState::Always,
                     protected: Default::default(),
+                    slot: None,
                     breaker: None,
                     external_update: None,
                     repair: true,

@@ -173,3 +173,43 @@ fn the_surplus_taken_back_is_never_a_protected_node() {
     );
     assert!(p.status.scale_in.is_none());
 }
+
+#[test]
+fn taking_the_surplus_back_holds_a_disruption_slot_and_waits_for_one() {
+    let mut s = Scenario::steady().surplus_in_c();
+    // Another group is disrupting: the surplus waits, nothing recorded.
+    s.slot = Some(SlotState::Full(
+        "1 of 1 disruption slot(s) held, by team/other".into(),
+    ));
+    // The lock is given back meanwhile: the slot's holder may be this
+    // group's refresher, waiting for it.
+    let p = s.plan();
+    assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
+    assert!(
+        p.message.contains("waiting for a disruption slot"),
+        "{}",
+        p.message
+    );
+    assert!(p.message.contains("team/other"), "{}", p.message);
+    assert!(p.status.scale_in.is_none());
+    s.lock = LockState::Free;
+    assert_eq!(s.plan().command, Command::Nothing, "not taken while full");
+    s.lock = LockState::Ours;
+    // Free: taken first (the lock held), still nothing recorded.
+    s.slot = Some(SlotState::Free);
+    let p = s.plan();
+    assert_eq!(p.command, Command::TakeSlot, "{}", p.message);
+    assert!(p.status.scale_in.is_none());
+    // Without the lock, the lock comes first.
+    s.lock = LockState::Free;
+    assert_eq!(s.plan().command, Command::TakeLock);
+    // Held: the drain starts.
+    s.lock = LockState::Ours;
+    s.slot = Some(SlotState::Ours);
+    assert!(matches!(s.plan().command, Command::Drain(_)));
+    // Nothing left to do: the slot goes back with the lock, or alone.
+    let mut steady = Scenario::steady();
+    steady.lock = LockState::Free;
+    steady.slot = Some(SlotState::Ours);
+    assert_eq!(steady.plan().command, Command::ReleaseLock);
+}
