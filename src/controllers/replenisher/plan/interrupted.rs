@@ -22,7 +22,7 @@ use crate::controllers::group_view::after;
 /// even if the end of its drain was never recorded.
 pub(super) const RETIRE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 use super::queries::{leaves_through_us, replacement};
-use super::scale_in::{PROTECTED_RETRY, start_scale_in};
+use super::scale_in::{PROTECTED_RETRY, slot_for, start_scale_in};
 use super::{Command, Plan, Stage};
 use crate::controllers::group_view::{Fate, GroupNode};
 use crate::crd::replenisher::{Replacement, ReplenishPhase, Retirement, ScaleInTarget};
@@ -135,7 +135,7 @@ pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
         "{} at risk of interruption, its replacement Ready: removing it from {}",
         target.node, target.auto_scaling_group
     );
-    if let Some(plan) = s.slot_for(&message) {
+    if let Some(plan) = slot_for(s, &message) {
         return Some(plan);
     }
     Some(start_scale_in(s, target, message))

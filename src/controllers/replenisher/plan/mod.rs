@@ -178,8 +178,6 @@ pub struct Plan {
 
 use crate::controllers::group_view::{IDLE, SOON};
 pub use crate::k8s::disruption_slot::SlotState;
-/// A removal waiting for a disruption slot asks again this often.
-const SLOT_RETRY: Duration = Duration::from_secs(5);
 
 pub fn plan(input: &Input) -> Plan {
     let mut plan = plan_inner(input);
@@ -310,37 +308,6 @@ impl Stage<'_> {
                 format!("{holder} holds the group's lock"),
                 IDLE,
             ),
-        }
-    }
-
-    /// A voluntary removal (`what`) needs a manager-wide disruption slot:
-    /// Some(plan) until it holds one.
-    fn slot_for(&self, what: &str) -> Option<Plan> {
-        match &self.input.slot {
-            SlotState::Ours => None,
-            SlotState::Free => Some(self.act(
-                self.status.clone(),
-                ReplenishPhase::ScalingDown,
-                Command::TakeSlot,
-                format!("taking a disruption slot to: {what}"),
-            )),
-            // Waiting without the lock: the slot's holder may be this
-            // group's refresher, waiting for the lock (a hold-and-wait).
-            SlotState::Full(why) => {
-                let message = format!("{what}: waiting for a disruption slot: {why}");
-                let command = match self.input.group.lock {
-                    LockState::Ours => Command::ReleaseLock,
-                    _ => Command::Nothing,
-                };
-                let status = self.status.clone();
-                Some(self.finish(
-                    status,
-                    ReplenishPhase::Waiting,
-                    command,
-                    message,
-                    SLOT_RETRY,
-                ))
-            }
         }
     }
 

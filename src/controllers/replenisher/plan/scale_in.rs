@@ -3,8 +3,9 @@
 //! start a scale-in of one chosen node.
 
 use super::queries::ready_in;
-use super::{Command, Plan, SCALE_IN_DRAIN_TIMEOUT, Stage};
+use super::{Command, Plan, SCALE_IN_DRAIN_TIMEOUT, SlotState, Stage};
 use crate::controllers::group_view::GroupNode;
+use crate::controllers::group_view::LockState;
 use crate::controllers::group_view::after;
 use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
 use std::time::Duration;
@@ -125,7 +126,7 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
         "{}/{} Ready: removing {} from {}",
         s.ready, input.group.desired, target.node, target.auto_scaling_group
     );
-    if let Some(plan) = s.slot_for(&message) {
+    if let Some(plan) = slot_for(s, &message) {
         return Some(plan);
     }
     Some(start_scale_in(s, target, message))
@@ -213,4 +214,38 @@ pub(super) fn choose_victim(s: &Stage, spare_protected: bool) -> Option<ScaleInT
         decrement: true,
         repair: false,
     })
+}
+
+/// A removal waiting for a disruption slot asks again this often.
+const SLOT_RETRY: Duration = Duration::from_secs(5);
+
+/// A voluntary removal (`what`) needs a manager-wide disruption slot:
+/// Some(plan) until it holds one.
+pub(super) fn slot_for(s: &Stage, what: &str) -> Option<Plan> {
+    match &s.input.slot {
+        SlotState::Ours => None,
+        SlotState::Free => Some(s.act(
+            s.status.clone(),
+            ReplenishPhase::ScalingDown,
+            Command::TakeSlot,
+            format!("taking a disruption slot to: {what}"),
+        )),
+        // Waiting without the lock: the slot's holder may be this
+        // group's refresher, waiting for the lock (a hold-and-wait).
+        SlotState::Full(why) => {
+            let message = format!("{what}: waiting for a disruption slot: {why}");
+            let command = match s.input.group.lock {
+                LockState::Ours => Command::ReleaseLock,
+                _ => Command::Nothing,
+            };
+            let status = s.status.clone();
+            Some(s.finish(
+                status,
+                ReplenishPhase::Waiting,
+                command,
+                message,
+                SLOT_RETRY,
+            ))
+        }
+    }
 }
