@@ -496,3 +496,108 @@ async fn assert_one_after_another(
         );
     }
 }
+
+#[tokio::test]
+async fn the_replenisher_takes_back_an_unprotected_surplus_node_and_keeps_protected_ones() {
+    use spot_node_manager::crd::Replenisher;
+    let world = support::World::new("dc-rp-protected").await;
+    let kops = world
+        .kops_group("nodes", &support::ZONES[..1], 3, &[])
+        .await;
+    let asg = kops.asgs[0].clone();
+    world.set_min(&asg, 1).await;
+    let fast = Duration::from_millis(300);
+    let _sim = world.start_sim(fast, fast);
+    let groups: Api<NodeGroup> = world.api();
+    let group: NodeGroup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
+        "metadata": {"name": "workers"},
+        "spec": {"role": "Worker", "autoScalingGroups": [{"name": asg}], "desired": 3,
+                 "replenish": {"cooldown": "1s", "joinTimeout": "15m"}}
+    }))
+    .expect("group");
+    groups
+        .create(&Default::default(), &group)
+        .await
+        .expect("create");
+    let (_manager, _config) = world.start_manager(&[]);
+    assert_eventually("3 Ready", WAIT, || async {
+        (ready_count(&groups, "workers").await? == 3).then_some(())
+    })
+    .await;
+    // Oldest first (launch time, then name): a scale-in prefers the newest,
+    // so only the oldest is left unprotected.
+    let mut by_age: Vec<(Option<chrono::DateTime<chrono::Utc>>, String)> = groups
+        .get("workers")
+        .await
+        .expect("group")
+        .status
+        .expect("status")
+        .nodes
+        .into_iter()
+        .map(|n| (n.launch_time, n.name))
+        .collect();
+    by_age.sort();
+    let names: Vec<String> = by_age.into_iter().map(|(_, n)| n).collect();
+    assert_eq!(names.len(), 3);
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let protect = |value: Option<&'static str>| {
+        Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+            "nodemanager.dev/do-not-disrupt": value}}}))
+    };
+    let oldest = names[0].clone();
+    for name in &names[1..] {
+        nodes
+            .patch(name, &PatchParams::default(), &protect(Some("true")))
+            .await
+            .expect("annotate");
+    }
+    let set_desired = |n: i32| {
+        let groups = groups.clone();
+        async move {
+            groups
+                .patch(
+                    "workers",
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"spec": {"desired": n}})),
+                )
+                .await
+                .expect("desired");
+        }
+    };
+    // One surplus: the unprotected node goes.
+    set_desired(2).await;
+    let in_asg = || async {
+        let ids = world.asg_instances(&asg).await.into_iter().collect();
+        let mut left = node_names(&world, &ids).await;
+        left.sort();
+        left
+    };
+    assert_eventually("the unprotected node removed", WAIT, || async {
+        let left = in_asg().await;
+        (left.len() == 2 && !left.contains(&oldest)).then_some(())
+    })
+    .await;
+    // One more surplus, only protected nodes left: kept, and said why.
+    set_desired(1).await;
+    let replenishers: Api<Replenisher> = world.api();
+    assert_eventually("the surplus kept", WAIT, || async {
+        let rp = replenishers.get("workers").await.ok()?;
+        let message = serde_json::to_string(&rp.status?.conditions).ok()?;
+        message
+            .contains("the nodes that could go are protected")
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(world.asg_instances(&asg).await.len(), 2, "nothing removed");
+    // The protection lifted from one: it goes.
+    nodes
+        .patch(&names[1], &PatchParams::default(), &protect(None))
+        .await
+        .expect("unannotate");
+    assert_eventually("the node no longer protected removed", WAIT, || async {
+        (in_asg().await == vec![names[2].clone()]).then_some(())
+    })
+    .await;
+}

@@ -455,13 +455,17 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
     })
     .await;
 
-    // One protected, Running pod on each node; the budget allows no disruption.
+    // One protected, Running pod on each node; the budget allows no
+    // disruption. (Each has a controller: a pod nothing would recreate
+    // would protect its node from the scale-in outright.)
     let pods: Api<Pod> = world.api();
+    let owner = support::refresh::app_owner(&world).await;
     for (i, node) in ids.iter().enumerate() {
         let pod = Pod {
             metadata: ObjectMeta {
                 name: Some(format!("db-{i}")),
                 labels: Some([("app".to_string(), "protected".to_string())].into()),
+                owner_references: Some(vec![owner.clone()]),
                 ..Default::default()
             },
             spec: Some(PodSpec {

@@ -80,6 +80,11 @@ pub enum RefreshPhase {
     Idle,
     /// Due, waiting for the group's operation lock.
     WaitingForLock,
+    /// Due, waiting for a manager-wide disruption slot (another group is
+    /// disrupting; `--max-concurrent-disruptions`, one Master group at a time).
+    WaitingForSlot,
+    /// Due (or set aside), waiting for a maintenance window to open.
+    WaitingForWindow,
     /// Adding surplus nodes and waiting for them to be Ready.
     ScalingUp,
     /// Draining the current target.

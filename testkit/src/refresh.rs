@@ -219,6 +219,22 @@ pub async fn run_finished(world: &World, name: &str) -> Refresher {
 /// garbage collector keeps the pods): a pod nothing would recreate protects
 /// its node from a refresh (`spec.disruption.evictUnmanagedPods`).
 pub async fn pods_on(world: &World, nodes: &[String]) {
+    let reference = app_owner(world).await;
+    let pods: Api<Pod> = world.api();
+    for (i, node) in nodes.iter().enumerate() {
+        let mut pod = super::bound_pod(&format!("app-{i}"), node, &[("app", "web")]);
+        pod.metadata.owner_references = Some(vec![reference.clone()]);
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+    }
+}
+
+/// A controller owner reference for test pods (ConfigMap `app-owner`,
+/// created on first use), so that drains treat them as managed.
+pub async fn app_owner(
+    world: &World,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
     let owners: Api<k8s_openapi::api::core::v1::ConfigMap> = world.api();
     let owner = match owners
         .create(
@@ -232,21 +248,13 @@ pub async fn pods_on(world: &World, nodes: &[String]) {
         // Called again in the same world: the owner is there already.
         Err(_) => owners.get("app-owner").await.expect("the pods' owner"),
     };
-    let reference = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
         api_version: "v1".into(),
         kind: "ConfigMap".into(),
         name: "app-owner".into(),
         uid: owner.metadata.uid.unwrap_or_default(),
         controller: Some(true),
         ..Default::default()
-    };
-    let pods: Api<Pod> = world.api();
-    for (i, node) in nodes.iter().enumerate() {
-        let mut pod = super::bound_pod(&format!("app-{i}"), node, &[("app", "web")]);
-        pod.metadata.owner_references = Some(vec![reference.clone()]);
-        pods.create(&PostParams::default(), &pod)
-            .await
-            .expect("create pod");
     }
 }
 

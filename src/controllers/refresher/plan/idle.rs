@@ -126,6 +126,7 @@ impl Planner<'_> {
             return wait(why);
         }
         if let Some(why) = self.input.window.closed_reason() {
+            self.status.phase = RefreshPhase::WaitingForWindow;
             return wait(why);
         }
         let (surplus, short) = self.surplus_to_add(settings);
@@ -151,7 +152,7 @@ impl Planner<'_> {
     /// lock taken just before the window closed.
     pub(super) fn outside_windows(&mut self, why: &str) -> Option<Step> {
         let reason = self.input.window.closed_reason()?;
-        self.status.phase = RefreshPhase::Idle;
+        self.status.phase = RefreshPhase::WaitingForWindow;
         let requeue = self.input.window.recheck_in(self.input.group.now);
         Some(Step::act(
             self.release_if_ours(),
@@ -205,7 +206,7 @@ impl Planner<'_> {
         // The manager-wide slot first: a group waiting for it must not
         // hold its own lock meanwhile (that would stall its replenisher).
         if let SlotState::Full(holders) = &self.input.slot {
-            self.status.phase = RefreshPhase::WaitingForLock;
+            self.status.phase = RefreshPhase::WaitingForSlot;
             return Some(Step::wait(
                 format!("{why}; waiting for a disruption slot: {holders}"),
                 LOCK_RETRY,

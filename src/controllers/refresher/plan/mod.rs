@@ -266,7 +266,11 @@ pub fn plan(input: &Input) -> Plan {
 /// higher rank than the one it is in, which bounds the transitions.
 fn rank(phase: RefreshPhase) -> u8 {
     match phase {
-        RefreshPhase::Idle | RefreshPhase::WaitingForLock | RefreshPhase::Blocked => 0,
+        RefreshPhase::Idle
+        | RefreshPhase::WaitingForLock
+        | RefreshPhase::WaitingForSlot
+        | RefreshPhase::WaitingForWindow
+        | RefreshPhase::Blocked => 0,
         RefreshPhase::ScalingUp => 1,
         RefreshPhase::Draining => 2,
         RefreshPhase::WaitingForReplacement => 3,
@@ -378,9 +382,11 @@ impl Planner<'_> {
             RefreshPhase::WaitingForReplacement => self.waiting_for_replacement(settings),
             RefreshPhase::ScalingDown => Next::Step(self.scaling_down(settings)),
             // A run without a running phase (hand-edited status): resume from the top.
-            RefreshPhase::Idle | RefreshPhase::WaitingForLock | RefreshPhase::Blocked => {
-                Next::Enter(RefreshPhase::ScalingUp)
-            }
+            RefreshPhase::Idle
+            | RefreshPhase::WaitingForLock
+            | RefreshPhase::WaitingForSlot
+            | RefreshPhase::WaitingForWindow
+            | RefreshPhase::Blocked => Next::Enter(RefreshPhase::ScalingUp),
         }
     }
 

@@ -22,7 +22,7 @@ fn a_due_run_waits_for_a_slot_held_elsewhere_without_taking_the_lock_then_starts
             plan.message
         );
         assert!(plan.message.contains("ns/masters-b"), "{}", plan.message);
-        assert_eq!(plan.status.phase, RefreshPhase::WaitingForLock);
+        assert_eq!(plan.status.phase, RefreshPhase::WaitingForSlot);
         assert_eq!(plan.status.run_start, None, "not skipped, not started");
         assert!(plan.status.last_run.is_none(), "not skipped");
         sim.advance(30);
@@ -81,6 +81,7 @@ fn a_due_run_outside_every_window_waits_for_one_and_is_not_skipped() {
         plan.message
     );
     assert_eq!(plan.status.run_start, None);
+    assert_eq!(plan.status.phase, RefreshPhase::WaitingForWindow);
     assert!(plan.status.last_run.is_none(), "a wait, not a skipped run");
     assert!(plan.requeue <= Duration::from_secs(7200));
     // The window opens: the run starts.
