@@ -38,6 +38,44 @@ pub fn path(plural: &str, name: &str) -> String {
     format!("/apis/nodemanager.dev/v1alpha1/namespaces/{NS}/{plural}/{name}")
 }
 
+/// Where the manager-wide disruption slots are kept (default settings).
+pub fn slots_path() -> String {
+    "/apis/coordination.k8s.io/v1/namespaces/default/leases/spot-node-manager-disruptions".into()
+}
+
+/// The slots' Lease with one slot, held by `holder` (`<ns>/<Refresher>`).
+pub fn slot_held_by(holder: &str) -> serde_json::Value {
+    let holders = serde_json::json!([{"holder": holder, "role": "Worker",
+                                       "since": "2026-01-01T00:00:00Z"}]);
+    serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "spot-node-manager-disruptions", "namespace": "default",
+                     "resourceVersion": "3",
+                     "annotations": {crate::k8s::disruption_slot::ANNOTATION: holders.to_string()}},
+        "spec": {},
+    })
+}
+
+/// Refresher `other` (a slot's holder that exists).
+pub fn other_refresher() -> (String, serde_json::Value) {
+    let other = serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "Refresher",
+        "metadata": {"name": "other", "namespace": NS},
+        "spec": {"nodeGroup": "other", "role": "Worker", "surplusNodes": 1,
+                 "drainTimeout": "5m", "drainTimeoutAction": "Abort", "readyTimeout": "15m"},
+    });
+    (path("refreshers", "other"), other)
+}
+
+/// Empty Node and Pod lists (nothing protects any node).
+pub fn no_nodes_or_pods() -> [(String, serde_json::Value); 2] {
+    let empty = |kind: &str| serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {}, "items": []});
+    [
+        ("/api/v1/nodes".into(), empty("NodeList")),
+        ("/api/v1/pods".into(), empty("PodList")),
+    ]
+}
+
 /// A group's child resource whose reconcile the tests drive.
 #[allow(async_fn_in_trait)] // Used with static dispatch only.
 pub trait Reconciled: serde::Serialize + Sized {

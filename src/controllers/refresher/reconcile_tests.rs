@@ -8,7 +8,10 @@ use super::controller::reconcile_inner;
 use crate::cloud::fake::FakeCloud;
 use crate::context::Context;
 use crate::controllers::group_view::tests::status_node;
-use crate::controllers::mock_api::{self, NS, Reconciled, Seen, calls, path};
+use crate::controllers::mock_api::{
+    self, NS, Reconciled, Seen, calls, no_nodes_or_pods, other_refresher, path, slot_held_by,
+    slots_path,
+};
 use crate::crd::nodegroup::{OperationKind, OperationLock};
 use crate::crd::refresher::{AsgDesired, RefreshPhase};
 use crate::crd::{NodeGroup, NodeGroupStatus, Refresher, RefresherStatus};
@@ -89,29 +92,6 @@ impl Reconciled for Refresher {
     }
 }
 
-/// An empty list (what protects the run's nodes: nothing).
-fn empty_list(kind: &str) -> serde_json::Value {
-    serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {}, "items": []})
-}
-
-/// Where the manager-wide disruption slots are kept (default settings).
-fn slots_path() -> String {
-    "/apis/coordination.k8s.io/v1/namespaces/default/leases/spot-node-manager-disruptions".into()
-}
-
-/// The slots' Lease, the run holding one.
-fn slot_held() -> serde_json::Value {
-    let holders = serde_json::json!([{"holder": format!("{NS}/workers"), "role": "Worker",
-                                       "since": "2026-01-01T00:00:00Z"}]);
-    serde_json::json!({
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": "spot-node-manager-disruptions", "namespace": "default",
-                     "resourceVersion": "3",
-                     "annotations": {crate::k8s::disruption_slot::ANNOTATION: holders.to_string()}},
-        "spec": {},
-    })
-}
-
 /// One reconcile of the Refresher, its group's Replenisher existing, the
 /// run holding its disruption slot.
 async fn reconcile_once(
@@ -120,11 +100,12 @@ async fn reconcile_once(
     refresher: Refresher,
     refuse_status_writes: bool,
 ) -> (crate::Result<kube::runtime::controller::Action>, Vec<Seen>) {
+    let [nodes, pods] = no_nodes_or_pods();
     let also = [
         (path("replenishers", "workers"), replenisher()),
-        (slots_path(), slot_held()),
-        ("/api/v1/nodes".into(), empty_list("NodeList")),
-        ("/api/v1/pods".into(), empty_list("PodList")),
+        (slots_path(), slot_held_by(&format!("{NS}/workers"))),
+        nodes,
+        pods,
     ];
     mock_api::reconcile_once(cloud, group, refresher, &also, refuse_status_writes).await
 }
@@ -207,27 +188,13 @@ async fn a_run_whose_lock_is_held_by_another_operation_touches_nothing() {
 #[tokio::test]
 async fn a_run_whose_slot_another_group_holds_touches_nothing() {
     let (cloud, group, refresher) = scaling_up();
-    let holders = serde_json::json!([{"holder": format!("{NS}/other"), "role": "Worker",
-                                       "since": "2026-01-01T00:00:00Z"}]);
-    let lease = serde_json::json!({
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": "spot-node-manager-disruptions", "namespace": "default",
-                     "resourceVersion": "3",
-                     "annotations": {crate::k8s::disruption_slot::ANNOTATION: holders.to_string()}},
-        "spec": {},
-    });
-    let other: serde_json::Value = serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "Refresher",
-        "metadata": {"name": "other", "namespace": NS},
-        "spec": {"nodeGroup": "other", "role": "Worker", "surplusNodes": 1,
-                 "drainTimeout": "5m", "drainTimeoutAction": "Abort", "readyTimeout": "15m"},
-    });
+    let [nodes, pods] = no_nodes_or_pods();
     let also = [
         (path("replenishers", "workers"), replenisher()),
-        (slots_path(), lease),
-        (path("refreshers", "other"), other),
-        ("/api/v1/nodes".into(), empty_list("NodeList")),
-        ("/api/v1/pods".into(), empty_list("PodList")),
+        (slots_path(), slot_held_by(&format!("{NS}/other"))),
+        other_refresher(),
+        nodes,
+        pods,
     ];
     let (result, seen) = mock_api::reconcile_once(&cloud, group, refresher, &also, false).await;
     result.expect("reconcile");

@@ -151,32 +151,18 @@ async fn a_suspended_group_one_short_is_left_alone() {
     assert_eq!(cloud.group("a").map(|g| g.desired), Some(1));
 }
 
-/// The slots' Lease with a slot held by Refresher `team/other`, which exists.
+/// The slots' Lease with a slot held by Refresher `team/other`, which
+/// exists; no node or pod protected.
 fn slot_held_by_other() -> [(String, serde_json::Value); 4] {
-    let holders = serde_json::json!([{"holder": format!("{NS}/other"), "role": "Worker",
-                                       "since": "2026-01-01T00:00:00Z"}]);
-    let lease = serde_json::json!({
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": "spot-node-manager-disruptions", "namespace": "default",
-                     "resourceVersion": "3",
-                     "annotations": {crate::k8s::disruption_slot::ANNOTATION: holders.to_string()}},
-        "spec": {},
-    });
-    let other = serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "Refresher",
-        "metadata": {"name": "other", "namespace": NS},
-        "spec": {"nodeGroup": "other", "role": "Worker"},
-    });
-    let empty = |kind: &str| serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {}, "items": []});
+    let [nodes, pods] = mock_api::no_nodes_or_pods();
     [
         (
-            "/apis/coordination.k8s.io/v1/namespaces/default/leases/spot-node-manager-disruptions"
-                .into(),
-            lease,
+            mock_api::slots_path(),
+            mock_api::slot_held_by(&format!("{NS}/other")),
         ),
-        (path("refreshers", "other"), other),
-        ("/api/v1/nodes".into(), empty("NodeList")),
-        ("/api/v1/pods".into(), empty("PodList")),
+        mock_api::other_refresher(),
+        nodes,
+        pods,
     ]
 }
 

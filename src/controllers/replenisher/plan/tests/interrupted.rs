@@ -399,19 +399,25 @@ fn at_its_deadline_a_node_waits_for_its_drains_report_or_a_grace() {
     assert!(matches!(late.plan().command, Command::Retire(_)));
 }
 
-#[test]
-fn an_at_risk_node_is_replaced_at_once_but_removed_only_inside_a_window() {
-    let mut s = Scenario::steady();
-    s.window = crate::controllers::window::WindowState::Closed { opens: None };
+/// Node `na` gets a rebalance recommendation: its replacement is launched
+/// in its own ASG at once, and is Ready.
+fn at_risk_and_replaced(s: &mut Scenario) {
     s.nodes[0].ready = false;
     s.nodes[0].fate = Some(Fate::AtRisk);
-    // The replacement is launched (nothing is disrupted by that) ...
     let p = s.plan();
     assert_eq!(p.command, change("a", 1, 2), "{}", p.message);
     s.status = p.status;
     raise_landed(&mut s.status);
     s.asgs[0] = asg("a", 2, 2, 3);
     s.nodes.push(node("na2", "a", true, 0));
+}
+
+#[test]
+fn an_at_risk_node_is_replaced_at_once_but_removed_only_inside_a_window() {
+    let mut s = Scenario::steady();
+    s.window = crate::controllers::window::WindowState::Closed { opens: None };
+    // The replacement is launched (nothing is disrupted by that) ...
+    at_risk_and_replaced(&mut s);
     // ... the node at risk is kept while every window is closed ...
     let p = s.plan();
     assert_eq!(p.command, Command::Nothing, "{}", p.message);
@@ -428,16 +434,9 @@ fn an_at_risk_node_is_replaced_at_once_but_removed_only_inside_a_window() {
 #[test]
 fn a_protected_node_at_risk_is_replaced_but_kept() {
     let mut s = Scenario::steady();
-    s.nodes[0].ready = false;
-    s.nodes[0].fate = Some(Fate::AtRisk);
     s.protected = [("na".to_string(), "the Node is annotated".to_string())].into();
     // The replacement is launched: that disrupts nothing.
-    let p = s.plan();
-    assert_eq!(p.command, change("a", 1, 2), "{}", p.message);
-    s.status = p.status;
-    raise_landed(&mut s.status);
-    s.asgs[0] = asg("a", 2, 2, 3);
-    s.nodes.push(node("na2", "a", true, 0));
+    at_risk_and_replaced(&mut s);
     // The node at risk stays while protected, and neither it nor its
     // replacement is taken as a surplus.
     let p = s.plan();
@@ -460,14 +459,7 @@ fn a_protected_node_at_risk_is_replaced_but_kept() {
 #[test]
 fn removing_a_node_at_risk_waits_for_a_disruption_slot() {
     let mut s = Scenario::steady();
-    s.nodes[0].ready = false;
-    s.nodes[0].fate = Some(Fate::AtRisk);
-    let p = s.plan();
-    assert_eq!(p.command, change("a", 1, 2), "{}", p.message);
-    s.status = p.status;
-    raise_landed(&mut s.status);
-    s.asgs[0] = asg("a", 2, 2, 3);
-    s.nodes.push(node("na2", "a", true, 0));
+    at_risk_and_replaced(&mut s);
     s.slot = Some(SlotState::Full(
         "team/masters is disrupting a control-plane node".into(),
     ));
