@@ -477,3 +477,132 @@ async fn record_deleting_messages(
     });
     said
 }
+
+#[tokio::test]
+async fn a_refresh_waits_for_the_pods_it_evicted_then_goes_on() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Pod;
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = three_workers("wl-validate").await;
+    let original = all_instances(&world, &kops.asgs).await;
+    let original_nodes = node_names(&world, &original).await;
+    // The oldest node is replaced first; a pod that may run only there.
+    let mut by_age: Vec<(Option<chrono::DateTime<chrono::Utc>>, String)> = groups
+        .get("workers")
+        .await
+        .expect("group")
+        .status
+        .expect("status")
+        .nodes
+        .into_iter()
+        .map(|n| (n.launch_time, n.name))
+        .collect();
+    by_age.sort();
+    let first = by_age[0].1.clone();
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let pin = Patch::Merge(serde_json::json!({"metadata": {"labels": {"snm.test/pinned": "yes"}}}));
+    nodes
+        .patch(&first, &PatchParams::default(), &pin)
+        .await
+        .expect("label");
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "pinned"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "pinned"}},
+            "template": {
+                "metadata": {"labels": {"app": "pinned"}},
+                "spec": {
+                    "nodeSelector": {support::sim::SIM_ACCOUNT_LABEL: world.account,
+                                     "snm.test/pinned": "yes"},
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "pinned", "image": "registry.invalid/pinned"}],
+                },
+            },
+        },
+    }))
+    .expect("deployment");
+    let deployments: Api<Deployment> = world.api();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = world.api();
+    let pinned_ready = || async {
+        pods.list(&kube::api::ListParams::default().labels("app=pinned"))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .find(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .and_then(|p| p.spec?.node_name)
+    };
+    let on = assert_eventually("the pinned pod Ready", WAIT, pinned_ready).await;
+    assert_eq!(on, first);
+
+    schedule_refresh(
+        &world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "validationTimeout": "5m"}),
+    )
+    .await;
+    // Its pod evicted, with nowhere to go: the run holds after the first node.
+    let refreshers: Api<Refresher> = world.api();
+    let held = assert_eventually("the run holding for the evicted pod", WAIT, || async {
+        let status = refreshers.get("workers").await.ok()?.status?;
+        let message = status.message.clone().unwrap_or_default();
+        (message.contains("validating the replacement") && message.contains("Pending"))
+            .then_some(status)
+    })
+    .await;
+    assert!(
+        held.message
+            .as_deref()
+            .is_some_and(|m| m.contains("/ReplicaSet/pinned-")),
+        "{:?}",
+        held.message
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let gone: BTreeSet<String> = instances_by_state(&world)
+        .await
+        .remove("terminated")
+        .unwrap_or_default()
+        .intersection(&original)
+        .cloned()
+        .collect();
+    assert_eq!(gone.len(), 1, "one old node taken, no second: {gone:?}");
+    let status = refreshers
+        .get("workers")
+        .await
+        .expect("rf")
+        .status
+        .expect("status");
+    assert_eq!(status.replaced, 0, "{:?}", status.message);
+    assert!(status.run_start.is_some());
+    // Room for it on the new nodes: it runs there, and the run goes on.
+    for node in node_names(&world, &all_instances(&world, &kops.asgs).await).await {
+        if !original_nodes.contains(&node) {
+            nodes
+                .patch(&node, &PatchParams::default(), &pin)
+                .await
+                .expect("label");
+        }
+    }
+    let rf = run_finished(&world, "workers").await;
+    let status = assert_run_succeeded(rf, &manager);
+    assert_eq!(status.last_run.map(|r| r.replaced), Some(3));
+}

@@ -214,6 +214,8 @@ pub struct GroupNode {
     /// Launched from another template version than its ASG launches now, or
     /// marked by kops (the inventory's `drifted`).
     pub drifted: bool,
+    /// Cordoned (by anyone): no new pod is scheduled on it.
+    pub unschedulable: bool,
 }
 
 /// How a node with an interruption notice leaves, and who replaces it.
@@ -331,6 +333,7 @@ pub fn group_nodes(
                 unhealthy_since: n.unhealthy_since,
                 fate,
                 drifted: n.drifted.is_some(),
+                unschedulable: n.unschedulable,
             }
         })
         .collect()

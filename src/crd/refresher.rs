@@ -57,6 +57,12 @@ pub struct RefresherSpec {
     pub ready_timeout: String,
     #[serde(default = "default_master_settle_time")]
     pub master_settle_time: String,
+    #[serde(default = "super::nodegroup::default_validation_timeout")]
+    pub validation_timeout: String,
+    #[serde(default)]
+    pub validation_timeout_action: DrainTimeoutAction,
+    #[serde(default = "super::nodegroup::default_settle_time")]
+    pub settle_time: String,
     #[serde(default)]
     pub suspend: bool,
     /// The group's `drift.action` is `Replace`: drifted nodes are rolled
@@ -122,6 +128,14 @@ pub struct RefresherStatus {
     pub trigger: Option<RunTrigger>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_target: Option<RefreshTarget>,
+    /// Since when the current replacement is being validated (its node
+    /// Ready again; `validationTimeout` runs from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validating_since: Option<DateTime<Utc>>,
+    /// Since when every validation check has passed (`settleTime` runs
+    /// from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validated_since: Option<DateTime<Utc>>,
     /// Masters: since when every master's control-plane pods are Ready
     /// after a replacement (the settle time runs from here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,6 +212,11 @@ pub struct RefreshTarget {
     /// best effort, as a repair, and never given up on.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unhealthy: bool,
+    /// The controllers of the pods its drain moves (`<namespace>/<Kind>/<name>`),
+    /// recorded before any is evicted: the step after its replacement waits
+    /// until none of their pods is Pending or not Ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workloads: Vec<String>,
 }
 
 /// A run set aside until the next maintenance window.
@@ -309,6 +328,9 @@ impl RefresherSpec {
             drain_timeout_action: self.drain_timeout_action,
             ready_timeout: duration_of("readyTimeout", &self.ready_timeout)?,
             master_settle_time: duration_of("masterSettleTime", &self.master_settle_time)?,
+            validation_timeout: duration_of("validationTimeout", &self.validation_timeout)?,
+            validation_timeout_action: self.validation_timeout_action,
+            settle_time: duration_of("settleTime", &self.settle_time)?,
         })
     }
 

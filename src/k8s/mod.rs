@@ -10,3 +10,4 @@ pub mod interruption_record;
 pub mod lock;
 pub mod node;
 pub mod protection;
+pub mod workloads;

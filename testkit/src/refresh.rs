@@ -51,6 +51,9 @@ pub async fn schedule_refresh(world: &World, name: &str, extra: serde_json::Valu
         "timeZone": "UTC",
         "drainTimeout": "30s",
         "readyTimeout": "60s",
+        // The tests compress time: a validated replacement holds for a
+        // second, not the default five.
+        "settleTime": "1s",
     });
     if let (Some(r), Some(e)) = (refresh.as_object_mut(), extra.as_object()) {
         r.extend(e.clone());

@@ -40,6 +40,9 @@ pub fn child_specs(group: &NodeGroup) -> (Option<RefresherSpec>, Option<Replenis
         drain_timeout_action: r.drain_timeout_action,
         ready_timeout: r.ready_timeout.clone(),
         master_settle_time: r.master_settle_time.clone(),
+        validation_timeout: r.validation_timeout.clone(),
+        validation_timeout_action: r.validation_timeout_action,
+        settle_time: r.settle_time.clone(),
         suspend: spec.suspend,
         drift_replace,
     });

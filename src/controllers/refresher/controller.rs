@@ -90,7 +90,10 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     let slot = slots.observe().await?;
     let window = crate::controllers::window::group_window(group, now);
     let disruption = resolved_disruption(group);
-    let protected = protected_planned(ctx, group, &current).await?;
+    let (protected, unsettled) = (
+        protected_planned(ctx, group, &current).await?,
+        unsettled_workloads(ctx, &current).await?,
+    );
     let plan_for = |described: &DescribedAsgs| {
         refresh_plan::plan(&Input {
             group: observed.facts(described, rf.spec.suspend, now),
@@ -105,6 +108,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             protected: &protected,
             do_not_disrupt_timeout: disruption.do_not_disrupt_timeout,
             on_window_close: disruption.on_window_close,
+            unsettled: &unsettled,
             status: &current,
         })
     };
@@ -194,6 +198,23 @@ async fn protected_planned(
     let protected =
         crate::k8s::protection::observe(ctx, &names, disruption.evict_unmanaged_pods).await?;
     Ok(protected)
+}
+
+/// Waiting for a replacement: of the workloads its drain moved, those
+/// whose pods are not all back (Pending or not Ready), with why.
+async fn unsettled_workloads(
+    ctx: &Context,
+    current: &RefresherStatus,
+) -> Result<BTreeMap<String, String>> {
+    match &current.current_target {
+        Some(t)
+            if current.phase == crate::crd::refresher::RefreshPhase::WaitingForReplacement
+                && !t.workloads.is_empty() =>
+        {
+            crate::k8s::workloads::observe_unsettled(ctx, &t.workloads).await
+        }
+        _ => Ok(BTreeMap::new()),
+    }
 }
 
 /// Masters between replacements: which nodes' control planes are up.
@@ -307,6 +328,13 @@ impl Effects for Cluster<'_> {
             set_desired_capacity(self.ctx, self.cloud, change, why).await?;
         }
         Ok(())
+    }
+
+    async fn workloads_on(&mut self, target: &RefreshTarget) -> Result<Vec<String>> {
+        match &target.node {
+            Some(node) => crate::k8s::workloads::on_node(self.ctx, node).await,
+            None => Ok(vec![]),
+        }
     }
 
     async fn drain_step(

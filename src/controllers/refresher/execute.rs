@@ -50,6 +50,9 @@ pub trait Effects {
         status: &RefresherStatus,
         why: &str,
     ) -> Result<()>;
+    /// The controllers of the pods a drain of `target`'s node moves now
+    /// (see `k8s::workloads`).
+    async fn workloads_on(&mut self, target: &RefreshTarget) -> Result<Vec<String>>;
     /// One drain step; `first` when this target was not being drained before.
     async fn drain_step(
         &mut self,
@@ -90,6 +93,15 @@ pub async fn execute<E: Effects>(
         }
         Command::Drain(target) => {
             let first = stored.and_then(|s| s.current_target.as_ref()) != Some(target);
+            // The workloads this step may evict, recorded before it does: the
+            // validation after the replacement waits for their pods.
+            let moving = effects.workloads_on(target).await?;
+            let recorded = with_workloads(status, &moving);
+            if let Some(recorded) = &recorded {
+                effects.write_status(recorded).await?;
+            }
+            let status = recorded.as_ref().unwrap_or(status);
+            let target = status.current_target.as_ref().unwrap_or(target);
             let drained = effects
                 .drain_step(target, status, first, &plan.message)
                 .await?;
@@ -121,4 +133,22 @@ pub async fn execute<E: Effects>(
         Command::Terminate(target) => effects.terminate(target, status).await?,
     }
     Ok(requeue.max(Duration::from_millis(100)))
+}
+
+/// `status` with `moving` added to its target's workloads; None when they
+/// are recorded already.
+fn with_workloads(status: &RefresherStatus, moving: &[String]) -> Option<RefresherStatus> {
+    let target = status.current_target.as_ref()?;
+    if moving.iter().all(|w| target.workloads.contains(w)) {
+        return None;
+    }
+    let mut recorded = status.clone();
+    let workloads = &mut recorded.current_target.as_mut()?.workloads;
+    for w in moving {
+        if !workloads.contains(w) {
+            workloads.push(w.clone());
+        }
+    }
+    workloads.sort();
+    Some(recorded)
 }

@@ -207,6 +207,7 @@ mod tests {
             terminated: Some(Utc.with_ymd_and_hms(2026, 6, 1, 12, 2, 0).unwrap()),
             blocked_by: None,
             unhealthy: false,
+            workloads: vec![],
         }
     }
 

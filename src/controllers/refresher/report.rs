@@ -74,6 +74,9 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
                 )
             }
             Happening::Failed(why) => (EventType::Warning, "RefreshFailed", why.clone()),
+            Happening::ValidationTimedOut(why) => {
+                (EventType::Warning, "ValidationTimedOut", why.clone())
+            }
             Happening::LayoutLowered { asg, recorded, now } => (
                 EventType::Normal,
                 "LayoutLowered",

@@ -272,10 +272,33 @@ pub struct RefreshSpec {
     #[serde(default = "default_master_settle_time")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub master_settle_time: String,
+    /// After each replacement, how long the run may wait for the group to
+    /// be whole again before the next node: the replacement itself Ready
+    /// and schedulable, and no pod the drain moved Pending or not Ready.
+    #[serde(default = "default_validation_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub validation_timeout: String,
+    /// What to do when that validation times out: `Abort` (default: the run
+    /// fails, its surplus removed, the remaining old nodes kept) or
+    /// `Proceed` (go on with the next node, with a Warning Event).
+    #[serde(default)]
+    pub validation_timeout_action: DrainTimeoutAction,
+    /// How long a validated replacement must stay so before the next node.
+    #[serde(default = "default_settle_time")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub settle_time: String,
 }
 
 fn default_master_settle_time() -> String {
     "2m".into()
+}
+
+pub(crate) fn default_validation_timeout() -> String {
+    "10m".into()
+}
+
+pub(crate) fn default_settle_time() -> String {
+    "5s".into()
 }
 
 impl RefreshSpec {
@@ -291,15 +314,21 @@ impl RefreshSpec {
             drain_timeout_action: DrainTimeoutAction::default(),
             ready_timeout: default_ready_timeout(),
             master_settle_time: default_master_settle_time(),
+            validation_timeout: default_validation_timeout(),
+            validation_timeout_action: DrainTimeoutAction::default(),
+            settle_time: default_settle_time(),
         }
     }
 }
 
+/// What a timeout does: for a drain (`drainTimeoutAction`) and for the
+/// validation after a replacement (`validationTimeoutAction`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum DrainTimeoutAction {
-    /// Terminate the node anyway.
+    /// Go on anyway: terminate the node (a drain), take the next node (a
+    /// validation).
     Proceed,
-    /// Stop the refresh, leaving the node in service.
+    /// Stop the refresh: its surplus removed, the old nodes left kept.
     #[default]
     Abort,
 }

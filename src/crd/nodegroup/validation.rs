@@ -11,7 +11,7 @@ use crate::duration;
 /// drain into a termination (a 30 s join timeout removes every node that
 /// boots slowly); the most are far above any sensible setting, far below
 /// where time arithmetic could overflow.
-pub const DURATION_BOUNDS: [(&str, std::time::Duration, std::time::Duration); 7] = [
+pub const DURATION_BOUNDS: [(&str, std::time::Duration, std::time::Duration); 9] = [
     ("replenish.cooldown", secs(10), HOURS_24),
     ("replenish.joinTimeout", secs(120), HOURS_24),
     ("replenish.unhealthyTimeout", secs(60), HOURS_24),
@@ -19,6 +19,8 @@ pub const DURATION_BOUNDS: [(&str, std::time::Duration, std::time::Duration); 7]
     ("refresh.readyTimeout", secs(60), HOURS_24),
     ("refresh.masterSettleTime", secs(0), secs(3600)),
     ("refresh.maxNodeAge", secs(3600), secs(8760 * 3600)),
+    ("refresh.validationTimeout", secs(30), HOURS_24),
+    ("refresh.settleTime", secs(0), secs(3600)),
 ];
 
 const fn secs(s: u64) -> std::time::Duration {
@@ -82,6 +84,9 @@ pub struct ResolvedRefresh {
     pub drain_timeout_action: DrainTimeoutAction,
     pub ready_timeout: std::time::Duration,
     pub master_settle_time: std::time::Duration,
+    pub validation_timeout: std::time::Duration,
+    pub validation_timeout_action: DrainTimeoutAction,
+    pub settle_time: std::time::Duration,
 }
 
 impl RefreshSpec {
@@ -168,6 +173,8 @@ impl NodeGroupSpec {
             durations.push(("refresh.drainTimeout", &refresh.drain_timeout));
             durations.push(("refresh.readyTimeout", &refresh.ready_timeout));
             durations.push(("refresh.masterSettleTime", &refresh.master_settle_time));
+            durations.push(("refresh.validationTimeout", &refresh.validation_timeout));
+            durations.push(("refresh.settleTime", &refresh.settle_time));
             if let Some(age) = &refresh.max_node_age {
                 durations.push(("refresh.maxNodeAge", age));
             }
@@ -266,6 +273,9 @@ impl NodeGroupSpec {
             drain_timeout_action: refresh.drain_timeout_action,
             ready_timeout: duration::parse(&refresh.ready_timeout).ok()?,
             master_settle_time: duration::parse(&refresh.master_settle_time).ok()?,
+            validation_timeout: duration::parse(&refresh.validation_timeout).ok()?,
+            validation_timeout_action: refresh.validation_timeout_action,
+            settle_time: duration::parse(&refresh.settle_time).ok()?,
         })
     }
 }
@@ -323,6 +333,9 @@ mod tests {
                 drain_timeout_action: DrainTimeoutAction::Abort,
                 ready_timeout: "15m".into(),
                 master_settle_time: "2m".into(),
+                validation_timeout: "10m".into(),
+                validation_timeout_action: DrainTimeoutAction::Abort,
+                settle_time: "5s".into(),
             }),
         }
     }
@@ -409,6 +422,8 @@ mod tests {
                 "refresh.drainTimeout" => refresh.drain_timeout = huge,
                 "refresh.readyTimeout" => refresh.ready_timeout = huge,
                 "refresh.masterSettleTime" => refresh.master_settle_time = huge,
+                "refresh.validationTimeout" => refresh.validation_timeout = huge,
+                "refresh.settleTime" => refresh.settle_time = huge,
                 "refresh.maxNodeAge" => refresh.max_node_age = Some(huge),
                 other => panic!("no such field {other}"),
             }
@@ -460,6 +475,7 @@ mod tests {
                     "refresh.drainTimeout" => refresh.drain_timeout = value.into(),
                     "refresh.readyTimeout" => refresh.ready_timeout = value.into(),
                     "refresh.maxNodeAge" => refresh.max_node_age = Some(value.into()),
+                    "refresh.validationTimeout" => refresh.validation_timeout = value.into(),
                     other => panic!("no such field {other}"),
                 }
                 problems_of(&spec)

@@ -95,6 +95,7 @@ impl Planner<'_> {
                 terminated: None,
                 blocked_by: None,
                 unhealthy: input.group.unhealthy(node),
+                workloads: vec![],
             })
         });
         if next.is_none()

@@ -355,6 +355,8 @@ impl Planner<'_> {
         st.replaced_instances = vec![];
         st.failure = None;
         st.protected_since = None;
+        st.validating_since = None;
+        st.validated_since = None;
     }
 }
 

@@ -106,6 +106,9 @@ pub struct Input<'a> {
     /// A run whose window closes with nodes left: wait with the surplus, or
     /// remove it and resume in the next window (`status.pendingRun`).
     pub on_window_close: OnWindowClose,
+    /// Waiting for a replacement: the workloads its drain moved whose pods
+    /// are not all back yet (Pending or not Ready), with why.
+    pub unsettled: &'a std::collections::BTreeMap<String, String>,
     pub status: &'a RefresherStatus,
 }
 
@@ -183,6 +186,9 @@ pub enum Happening {
         took: Duration,
     },
     Failed(String),
+    /// A replacement's validation timed out and the run went on
+    /// (`validationTimeoutAction: Proceed`).
+    ValidationTimedOut(String),
     /// Someone else lowered an ASG's desired count below the one recorded
     /// at the run's start: the run ends at theirs.
     LayoutLowered {

@@ -1,12 +1,21 @@
 //! `WaitingForReplacement`: the target is terminated without decrement; wait
-//! until Ready is whole again (masters: and the control plane settled), then
-//! go on with the next target.
+//! until Ready is whole again (masters: and the control plane settled), the
+//! group validated (the replacement itself Ready and schedulable, the pods
+//! the drain moved back) and settled, then go on with the next target.
 
 use super::{Happening, Next, Planner, SOON, Step};
 use crate::controllers::group_view::{after, until};
 use crate::crd::Role;
-use crate::crd::nodegroup::ResolvedRefresh;
+use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
+use crate::crd::refresher::RefreshTarget;
 use std::time::Duration;
+
+/// What the validation after a replacement decides.
+enum Validation {
+    Passed,
+    Wait(Step),
+    Failed(String),
+}
 
 impl Planner<'_> {
     pub(super) fn waiting_for_replacement(&mut self, settings: &ResolvedRefresh) -> Next {
@@ -28,6 +37,14 @@ impl Planner<'_> {
                     return self.fail(reason);
                 }
             }
+            match self.validate(&target, &node, settings) {
+                Validation::Passed => {}
+                Validation::Wait(step) => return Next::Step(step),
+                Validation::Failed(reason) => {
+                    self.status.current_target = None;
+                    return self.fail(reason);
+                }
+            }
             let took = (now - target.since).to_std().unwrap_or(Duration::ZERO);
             self.happenings.push(Happening::Replaced { node, took });
             self.status.replaced += 1;
@@ -35,6 +52,8 @@ impl Planner<'_> {
             self.status.current_target = None;
             return self.next_target(settings);
         }
+        // Whole again later: what was validated before counts no more.
+        self.status.validated_since = None;
         let deadline = after(self.since_phase(), settings.ready_timeout);
         if now >= deadline {
             self.status.current_target = None;
@@ -47,6 +66,94 @@ impl Planner<'_> {
             format!("waiting for the replacement of {node}: {ready} of {whole} nodes Ready"),
             SOON.min(until(now, deadline)),
         ))
+    }
+
+    /// Ready is whole again: the group is validated before the next node
+    /// (scoped to the group, not the cluster): the replacement itself Ready
+    /// and schedulable, no pod of a workload the drain moved Pending or not
+    /// Ready; then that holds for the settle time. Bounded by
+    /// `validationTimeout`, whose action decides what a timeout does.
+    fn validate(
+        &mut self,
+        target: &RefreshTarget,
+        node: &str,
+        settings: &ResolvedRefresh,
+    ) -> Validation {
+        let now = self.input.group.now;
+        let started = *self.status.validating_since.get_or_insert(now);
+        let mut waiting: Vec<String> = vec![];
+        if !self.replacement_in_service(target) {
+            waiting.push(format!(
+                "no new node in {} Ready and schedulable yet",
+                target.auto_scaling_group
+            ));
+        }
+        waiting.extend(
+            self.input
+                .unsettled
+                .iter()
+                .filter(|(w, _)| target.workloads.contains(w))
+                .map(|(w, why)| format!("{w}: {why}")),
+        );
+        if waiting.is_empty() {
+            let since = *self.status.validated_since.get_or_insert(now);
+            let settled = after(since, settings.settle_time);
+            if now < settled {
+                return Validation::Wait(Step::wait(
+                    format!(
+                        "the replacement of {node} is validated; settling until {}",
+                        settled.to_rfc3339()
+                    ),
+                    until(now, settled),
+                ));
+            }
+            self.end_validation();
+            return Validation::Passed;
+        }
+        self.status.validated_since = None;
+        let deadline = after(started, settings.validation_timeout);
+        if now < deadline {
+            return Validation::Wait(Step::wait(
+                format!(
+                    "validating the replacement of {node}: {}",
+                    waiting.join("; ")
+                ),
+                SOON.min(until(now, deadline)),
+            ));
+        }
+        let reason = format!(
+            "the group was not whole within {} of replacing {node}: {}",
+            crate::duration::format(settings.validation_timeout),
+            waiting.join("; ")
+        );
+        self.end_validation();
+        match settings.validation_timeout_action {
+            DrainTimeoutAction::Abort => Validation::Failed(reason),
+            DrainTimeoutAction::Proceed => {
+                self.happenings
+                    .push(Happening::ValidationTimedOut(format!("{reason}; going on")));
+                Validation::Passed
+            }
+        }
+    }
+
+    fn end_validation(&mut self) {
+        self.status.validating_since = None;
+        self.status.validated_since = None;
+    }
+
+    /// A node of the target's ASG launched since its termination was
+    /// decided, Ready and schedulable: its replacement (which a drift roll
+    /// may have joined since, drifted by a newer version: it still counts).
+    /// (A second's slack: AWS reports launch times to the second.)
+    fn replacement_in_service(&self, target: &RefreshTarget) -> bool {
+        let began = target.terminated.unwrap_or(target.since) - chrono::Duration::seconds(1);
+        self.input.group.nodes.iter().any(|n| {
+            n.ready
+                && !n.unschedulable
+                && n.asg.as_deref() == Some(target.auto_scaling_group.as_str())
+                && n.launch_time.is_some_and(|t| t >= began)
+        })
     }
 
     /// Masters, once the replacement is Ready: wait until every master's

@@ -171,6 +171,7 @@ impl Planner<'_> {
             terminated: None,
             blocked_by: None,
             unhealthy: node.is_some_and(|n| input.group.unhealthy(n)),
+            workloads: vec![],
         };
         if let Some(m) = active.iter().find(|m| node_of(&m.instance_id).is_none()) {
             return Some(target(m, None));

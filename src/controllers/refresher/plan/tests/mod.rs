@@ -7,6 +7,7 @@ mod restarts;
 mod runs;
 mod schedule;
 mod skips;
+mod validation;
 
 use super::*;
 use crate::controllers::group_view::AsgView;
@@ -33,6 +34,9 @@ fn settings(schedule: &str, zone: &str, surplus: i32) -> ResolvedRefresh {
         drain_timeout_action: DrainTimeoutAction::Abort,
         ready_timeout: Duration::from_secs(900),
         master_settle_time: Duration::from_secs(10),
+        validation_timeout: Duration::from_secs(600),
+        validation_timeout_action: DrainTimeoutAction::Abort,
+        settle_time: Duration::ZERO,
     }
 }
 
@@ -98,6 +102,12 @@ struct Sim {
     protected: std::collections::BTreeMap<String, String>,
     do_not_disrupt_timeout: Duration,
     on_window_close: OnWindowClose,
+    /// The controllers of the pods on every node (what a drain moves).
+    workloads: Vec<String>,
+    /// Workloads whose pods are not all back, with why.
+    unsettled: std::collections::BTreeMap<String, String>,
+    /// Nodes cordoned by someone else.
+    unschedulable: BTreeSet<String>,
     /// Drains of these nodes never finish (a PodDisruptionBudget).
     stuck: Vec<String>,
     /// Nodes whose kubelet died a day ago: NotReady, and their pods never
@@ -162,6 +172,9 @@ impl Sim {
             protected: Default::default(),
             do_not_disrupt_timeout: Duration::ZERO,
             on_window_close: OnWindowClose::Wait,
+            workloads: vec![],
+            unsettled: Default::default(),
+            unschedulable: BTreeSet::new(),
             stuck: vec![],
             dead: vec![],
             control_plane_down: BTreeSet::new(),
@@ -251,6 +264,7 @@ impl Sim {
                     unhealthy_since: dead.then(|| self.now - chrono::Duration::days(1)),
                     fate: None,
                     drifted: i.version != self.version,
+                    unschedulable: self.unschedulable.contains(&Sim::node_name(&i.id)),
                 }
             })
             .collect();
@@ -290,6 +304,7 @@ impl Sim {
             protected: &self.protected,
             do_not_disrupt_timeout: self.do_not_disrupt_timeout,
             on_window_close: self.on_window_close,
+            unsettled: &self.unsettled,
             status: &self.status,
         })
     }
@@ -547,6 +562,10 @@ impl Effects for Sim {
     }
 
     /// A drain finishes on its second step unless the node is stuck.
+    async fn workloads_on(&mut self, _: &RefreshTarget) -> crate::Result<Vec<String>> {
+        Ok(self.workloads.clone())
+    }
+
     async fn drain_step(
         &mut self,
         target: &RefreshTarget,

@@ -49,6 +49,7 @@ fn node(name: &str, asg: &str, ready: bool, minutes_old: i64) -> GroupNode {
         unhealthy_since: None,
         fate: None,
         drifted: false,
+        unschedulable: false,
     }
 }
 

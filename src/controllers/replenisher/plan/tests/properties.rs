@@ -55,6 +55,7 @@ pub(super) fn arb_state() -> impl Strategy<Value = Scenario> {
                                 }),
                                 fate: None,
                                 drifted: false,
+                                unschedulable: false,
                             });
                         } else {
                             not_joined.push(NotJoinedView {
