@@ -527,18 +527,7 @@ async fn the_replenisher_takes_back_an_unprotected_surplus_node_and_keeps_protec
     .await;
     // Oldest first (launch time, then name): a scale-in prefers the newest,
     // so only the oldest is left unprotected.
-    let mut by_age: Vec<(Option<chrono::DateTime<chrono::Utc>>, String)> = groups
-        .get("workers")
-        .await
-        .expect("group")
-        .status
-        .expect("status")
-        .nodes
-        .into_iter()
-        .map(|n| (n.launch_time, n.name))
-        .collect();
-    by_age.sort();
-    let names: Vec<String> = by_age.into_iter().map(|(_, n)| n).collect();
+    let names = nodes_oldest_first(&groups, "workers").await;
     assert_eq!(names.len(), 3);
     let nodes: Api<Node> = Api::all(world.client.clone());
     let protect = |value: Option<&'static str>| {

@@ -494,18 +494,7 @@ async fn a_refresh_waits_for_the_pods_it_evicted_then_goes_on() {
     let original = all_instances(&world, &kops.asgs).await;
     let original_nodes = node_names(&world, &original).await;
     // The oldest node is replaced first; a pod that may run only there.
-    let mut by_age: Vec<(Option<chrono::DateTime<chrono::Utc>>, String)> = groups
-        .get("workers")
-        .await
-        .expect("group")
-        .status
-        .expect("status")
-        .nodes
-        .into_iter()
-        .map(|n| (n.launch_time, n.name))
-        .collect();
-    by_age.sort();
-    let first = by_age[0].1.clone();
+    let first = nodes_oldest_first(&groups, "workers").await[0].clone();
     let nodes: Api<Node> = Api::all(world.client.clone());
     let pin = Patch::Merge(serde_json::json!({"metadata": {"labels": {"snm.test/pinned": "yes"}}}));
     nodes

@@ -69,6 +69,23 @@ pub async fn schedule_refresh(world: &World, name: &str, extra: serde_json::Valu
         .expect("schedule refresh");
 }
 
+/// The group's nodes, oldest first (launch time, then name): the order a
+/// refresh replaces them in, the reverse of the one a scale-in removes them in.
+pub async fn nodes_oldest_first(groups: &Api<NodeGroup>, name: &str) -> Vec<String> {
+    let mut by_age: Vec<(Option<chrono::DateTime<chrono::Utc>>, String)> = groups
+        .get(name)
+        .await
+        .expect("group")
+        .status
+        .expect("status")
+        .nodes
+        .into_iter()
+        .map(|n| (n.launch_time, n.name))
+        .collect();
+    by_age.sort();
+    by_age.into_iter().map(|(_, n)| n).collect()
+}
+
 pub async fn ready_count(groups: &Api<NodeGroup>, name: &str) -> Option<i32> {
     groups.get(name).await.ok()?.status?.ready_nodes
 }
