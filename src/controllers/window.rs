@@ -106,8 +106,7 @@ pub fn window_state(disruption: &ResolvedDisruption, now: DateTime<Utc>) -> Wind
 /// The group's maintenance windows at `now`; closed for good while they
 /// are invalid (the group's SpecValid condition names the problem).
 pub fn group_window(group: &crate::crd::NodeGroup, now: DateTime<Utc>) -> WindowState {
-    let zone = group.spec.refresh.as_ref().map(|r| r.time_zone.as_str());
-    match group.spec.disruption.resolve(zone) {
+    match group.spec.resolved_disruption() {
         Some(d) => window_state(&d, now),
         None => WindowState::Closed { opens: None },
     }

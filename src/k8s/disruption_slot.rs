@@ -179,18 +179,11 @@ impl<'a> Slots<'a> {
             };
             let (namespace, name) = at.split_once('/').unwrap_or(("", at));
             let client = self.ctx.client.clone();
-            // Metadata only: whether it exists, whatever its spec says.
             let found = match replenisher {
-                true => Api::<crate::crd::Replenisher>::namespaced(client, namespace)
-                    .get_metadata_opt(name)
-                    .await
-                    .map(|o| o.is_some()),
-                false => Api::<crate::crd::Refresher>::namespaced(client, namespace)
-                    .get_metadata_opt(name)
-                    .await
-                    .map(|o| o.is_some()),
+                true => exists::<crate::crd::Replenisher>(client, namespace, name).await?,
+                false => exists::<crate::crd::Refresher>(client, namespace, name).await?,
             };
-            if found.map_err(Error::kube("get a disruption slot's holder"))? {
+            if found {
                 live.push(h.clone());
             }
         }
@@ -283,6 +276,22 @@ impl<'a> Slots<'a> {
             .await?;
         Ok(result.performed().unwrap_or(false))
     }
+}
+
+/// Whether the holder exists: metadata only, whatever its spec says.
+async fn exists<K>(client: kube::Client, namespace: &str, name: &str) -> Result<bool>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+    K::DynamicType: Default,
+{
+    Api::<K>::namespaced(client, namespace)
+        .get_metadata_opt(name)
+        .await
+        .map(|o| o.is_some())
+        .map_err(Error::kube("get a disruption slot's holder"))
 }
 
 #[cfg(test)]

@@ -145,7 +145,7 @@ async fn pods_on(ctx: &Context, node_name: &str) -> Result<Vec<Pod>> {
 /// saturated the apiserver), confirmed by a consistent read once that says
 /// none is, so a drain never ends on a stale answer.
 async fn pods_for_step(ctx: &Context, node_name: &str) -> Result<Vec<Pod>> {
-    let cached = list_pods_on(ctx, node_name, ListParams::default().match_any()).await?;
+    let cached = cached_pods_on(ctx, node_name).await?;
     if cached
         .iter()
         .all(|p| matches!(classify(p), PodAction::Skip(_)))
@@ -153,6 +153,11 @@ async fn pods_for_step(ctx: &Context, node_name: &str) -> Result<Vec<Pod>> {
         return pods_on(ctx, node_name).await;
     }
     Ok(cached)
+}
+
+/// The pods on `node_name`, from the apiserver's watch cache.
+pub async fn cached_pods_on(ctx: &Context, node_name: &str) -> Result<Vec<Pod>> {
+    list_pods_on(ctx, node_name, ListParams::default().match_any()).await
 }
 
 async fn list_pods_on(ctx: &Context, node_name: &str, params: ListParams) -> Result<Vec<Pod>> {

@@ -4,7 +4,8 @@
 //! or not Ready (the evicted pods came back, on other nodes).
 
 use crate::context::Context;
-use crate::k8s::drain::{PodAction, classify};
+use crate::k8s::control_plane::is_pod_ready;
+use crate::k8s::drain::{PodAction, cached_pods_on, classify};
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -37,13 +38,6 @@ pub fn moved_by_drain(pods: &[Pod]) -> Vec<String> {
         .collect()
 }
 
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// Pure: of `workloads`, those with a pod (not being deleted) that is
 /// Pending or not Ready, with how many. A finished pod does not count.
 pub fn unsettled(workloads: &[String], pods: &[Pod]) -> BTreeMap<String, String> {
@@ -60,7 +54,7 @@ pub fn unsettled(workloads: &[String], pods: &[Pod]) -> BTreeMap<String, String>
         match phase {
             Some("Succeeded") | Some("Failed") => {}
             Some("Pending") | None => counts.0 += 1,
-            _ if !ready(pod) => counts.1 += 1,
+            _ if !is_pod_ready(pod) => counts.1 += 1,
             _ => {}
         }
     }
@@ -80,16 +74,7 @@ pub fn unsettled(workloads: &[String], pods: &[Pod]) -> BTreeMap<String, String>
 /// watch cache: a controller seen a moment late is recorded at the next
 /// drain step, before its pod is evicted).
 pub async fn on_node(ctx: &Context, node: &str) -> Result<Vec<String>> {
-    let pods = Api::<Pod>::all(ctx.client.clone())
-        .list(
-            &ListParams::default()
-                .match_any()
-                .fields(&format!("spec.nodeName={node}")),
-        )
-        .await
-        .map_err(Error::kube(format!("list pods on node {node}")))?
-        .items;
-    Ok(moved_by_drain(&pods))
+    Ok(moved_by_drain(&cached_pods_on(ctx, node).await?))
 }
 
 /// Of `workloads`, those whose pods are not all back (Pending or not Ready),

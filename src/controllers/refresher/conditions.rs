@@ -98,9 +98,7 @@ pub(super) fn set_window_condition(
     now: DateTime<Utc>,
 ) {
     const RUNS: usize = 20;
-    let zone = group.spec.refresh.as_ref().map(|r| r.time_zone.as_str());
-    let disruption = group.spec.disruption.resolve(zone);
-    let (Ok(settings), Some(disruption)) = (settings, disruption) else {
+    let (Ok(settings), Some(disruption)) = (settings, group.spec.resolved_disruption()) else {
         return;
     };
     let (state, reason, message) = match &settings.schedule {

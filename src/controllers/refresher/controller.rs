@@ -89,7 +89,9 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     let slots = Slots::of(ctx, &rf, group.spec.role);
     let slot = slots.observe().await?;
     let window = crate::controllers::window::group_window(group, now);
-    let disruption = resolved_disruption(group);
+    // Invalid: the group is invalid too, and no run steps, so the defaults
+    // are never acted on.
+    let disruption = group.spec.resolved_disruption().unwrap_or_default();
     let (protected, unsettled) = (
         protected_planned(ctx, group, &current).await?,
         unsettled_workloads(ctx, &current).await?,
@@ -165,13 +167,6 @@ fn drift_pending(rf: &Refresher, group: &NodeGroup) -> bool {
             .as_ref()
             .and_then(|s| s.drifted_nodes)
             .is_some_and(|n| n > 0)
-}
-
-/// The group's `spec.disruption`, parsed. Invalid: the group is invalid
-/// too, and no run steps, so the defaults are never acted on.
-fn resolved_disruption(group: &NodeGroup) -> crate::crd::nodegroup::ResolvedDisruption {
-    let zone = group.spec.refresh.as_ref().map(|r| r.time_zone.as_str());
-    group.spec.disruption.resolve(zone).unwrap_or_default()
 }
 
 /// During a run, the planned nodes not yet replaced that are protected from

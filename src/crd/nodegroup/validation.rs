@@ -257,6 +257,13 @@ impl NodeGroupSpec {
         }
     }
 
+    /// `spec.disruption`, parsed in its zone (its own, the refresh's, else
+    /// UTC); None while invalid ([`NodeGroupSpec::validate`] says why).
+    pub fn resolved_disruption(&self) -> Option<super::ResolvedDisruption> {
+        let zone = self.refresh.as_ref().map(|r| r.time_zone.as_str());
+        self.disruption.resolve(zone)
+    }
+
     /// The refresh settings, parsed; `None` when refresh is unset or invalid
     /// (callers report [`NodeGroupSpec::validate`] problems instead).
     pub fn resolved_refresh(&self) -> Option<ResolvedRefresh> {
