@@ -63,6 +63,8 @@ pub struct RefresherSpec {
     pub validation_timeout_action: DrainTimeoutAction,
     #[serde(default = "super::nodegroup::default_settle_time")]
     pub settle_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
     #[serde(default)]
     pub suspend: bool,
     /// The group's `drift.action` is `Replace`: drifted nodes are rolled
@@ -146,6 +148,11 @@ pub struct RefresherStatus {
     /// Surplus nodes this run added, per ASG (removed before the run ends).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub surplus: Vec<AsgDesired>,
+    /// Planned nodes whose replacements were launched ahead (their ASG
+    /// raised by one each, recorded before the raise): each is terminated
+    /// with decrement once drained. At most `maxSurge` at a time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub launched_ahead: Vec<LaunchedAhead>,
     /// The instances to replace, oldest first, fixed when the run started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub planned_instances: Vec<String>,
@@ -217,6 +224,29 @@ pub struct RefreshTarget {
     /// until none of their pods is Pending or not Ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workloads: Vec<String>,
+    /// When its replacement was launched ahead (see
+    /// `RefresherStatus::launched_ahead`): it is then terminated with
+    /// decrement, and its replacement is a node launched since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launched_ahead: Option<DateTime<Utc>>,
+}
+
+impl RefreshTarget {
+    /// Whether its termination lowers its ASG's desired count: a surplus
+    /// node, or a node whose replacement was launched ahead.
+    pub fn decrements(&self) -> bool {
+        self.purpose == TargetPurpose::RemoveSurplus || self.launched_ahead.is_some()
+    }
+}
+
+/// A planned node whose replacement was launched ahead of its termination.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LaunchedAhead {
+    pub instance_id: String,
+    pub auto_scaling_group: String,
+    /// When its ASG was raised for it.
+    pub since: DateTime<Utc>,
 }
 
 /// A run set aside until the next maintenance window.
@@ -331,6 +361,8 @@ impl RefresherSpec {
             validation_timeout: duration_of("validationTimeout", &self.validation_timeout)?,
             validation_timeout_action: self.validation_timeout_action,
             settle_time: duration_of("settleTime", &self.settle_time)?,
+            max_surge: super::nodegroup::MaxSurge::parse(self.max_surge.as_ref())
+                .map_err(|e| format!("spec.{e}"))?,
         })
     }
 

@@ -43,6 +43,7 @@ pub fn child_specs(group: &NodeGroup) -> (Option<RefresherSpec>, Option<Replenis
         validation_timeout: r.validation_timeout.clone(),
         validation_timeout_action: r.validation_timeout_action,
         settle_time: r.settle_time.clone(),
+        max_surge: r.max_surge.clone(),
         suspend: spec.suspend,
         drift_replace,
     });

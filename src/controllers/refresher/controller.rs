@@ -412,8 +412,12 @@ async fn terminate(
     target: &RefreshTarget,
 ) -> Result<()> {
     guard.terminate(target)?;
-    let decrement = target.purpose == TargetPurpose::RemoveSurplus;
+    let decrement = target.decrements();
     let detail = match target.purpose {
+        TargetPurpose::Replace if decrement => format!(
+            "replace: its replacement was launched ahead; decrement {}",
+            target.auto_scaling_group
+        ),
         TargetPurpose::Replace => format!(
             "replace: {} keeps its desired count and launches a new instance",
             target.auto_scaling_group

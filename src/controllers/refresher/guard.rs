@@ -82,14 +82,27 @@ impl Guard<'_> {
                 instance: t.instance_id.clone(),
             });
         }
-        if t.purpose == TargetPurpose::RemoveSurplus {
+        if t.decrements() {
+            // A decrement takes back a raise of this run: the surplus, or
+            // (a replacement launched ahead) a raise above the surplus.
             let asg = self.asg(&t.auto_scaling_group)?;
+            let surplus_in = |asg: &str| {
+                self.status
+                    .surplus
+                    .iter()
+                    .find(|s| s.auto_scaling_group == asg)
+                    .map_or(0, |s| s.desired)
+            };
+            let above = match t.purpose {
+                TargetPurpose::RemoveSurplus => 0,
+                TargetPurpose::Replace => surplus_in(&t.auto_scaling_group),
+            };
             let recorded = self
                 .status
                 .original_desired
                 .iter()
                 .find(|o| o.auto_scaling_group == t.auto_scaling_group)
-                .map(|o| o.desired);
+                .map(|o| o.desired + above);
             if recorded.is_none_or(|o| asg.desired <= o) {
                 return Err(Refusal::NotAboveRecordedCount {
                     instance: t.instance_id.clone(),
@@ -208,6 +221,7 @@ mod tests {
             blocked_by: None,
             unhealthy: false,
             workloads: vec![],
+            launched_ahead: None,
         }
     }
 
@@ -312,6 +326,42 @@ mod tests {
         let not_surplus = target("i-3", "b", "n3", TargetPurpose::RemoveSurplus);
         assert_eq!(
             case.check(|g| g.terminate(&not_surplus)),
+            Err(Refusal::NotAboveRecordedCount {
+                instance: "i-3".into(),
+                asg: "b".into(),
+                desired: 2,
+                recorded: Some(2)
+            })
+        );
+    }
+
+    #[test]
+    fn a_node_launched_ahead_goes_with_decrement_only_while_its_raise_is_there() {
+        let mut case = Case::new();
+        let ahead = |id: &str, asg: &str, node: &str| RefreshTarget {
+            launched_ahead: Some(Utc.with_ymd_and_hms(2026, 6, 1, 12, 1, 0).unwrap()),
+            ..target(id, asg, node, TargetPurpose::Replace)
+        };
+        // b raised for i-3's replacement: 3, above its recorded 2 (no surplus in b).
+        case.fresh[1].desired = 3;
+        assert!(
+            case.check(|g| g.terminate(&ahead("i-3", "b", "n3")))
+                .is_ok()
+        );
+        // a holds only its surplus: a decrement there would take the surplus.
+        assert_eq!(
+            case.check(|g| g.terminate(&ahead("i-1", "a", "n1"))),
+            Err(Refusal::NotAboveRecordedCount {
+                instance: "i-1".into(),
+                asg: "a".into(),
+                desired: 3,
+                recorded: Some(3)
+            })
+        );
+        // b's raise not made: its decrement would lower the layout.
+        case.fresh[1].desired = 2;
+        assert_eq!(
+            case.check(|g| g.terminate(&ahead("i-3", "b", "n3"))),
             Err(Refusal::NotAboveRecordedCount {
                 instance: "i-3".into(),
                 asg: "b".into(),

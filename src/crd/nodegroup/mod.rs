@@ -4,6 +4,7 @@
 
 use crate::duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -287,6 +288,15 @@ pub struct RefreshSpec {
     #[serde(default = "default_settle_time")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub settle_time: String,
+    /// Workers: how many replacements may be launched ahead of their old
+    /// node's termination (its ASG raised by one while the node drains,
+    /// then terminated with decrement), so a node costs the longer of its
+    /// drain and its replacement's launch, not both. A count or a
+    /// percentage of `desired` (rounded up), e.g. `2` or `25%`; default 1;
+    /// 0 launches each replacement only once its old node is gone. Masters
+    /// are always replaced one at a time, terminated first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<IntOrString>,
 }
 
 fn default_master_settle_time() -> String {
@@ -317,6 +327,7 @@ impl RefreshSpec {
             validation_timeout: default_validation_timeout(),
             validation_timeout_action: DrainTimeoutAction::default(),
             settle_time: default_settle_time(),
+            max_surge: None,
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use super::{DRAIN_DEADLINE_BOUNDS, DrainTimeoutAction, NodeGroupSpec, RefreshSpec, Role};
 use crate::duration;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// The bounds of each duration of the spec, inclusive: (field, least, most).
 /// `validate` reports one outside them as `SpecValid=False` naming the
@@ -87,6 +88,52 @@ pub struct ResolvedRefresh {
     pub validation_timeout: std::time::Duration,
     pub validation_timeout_action: DrainTimeoutAction,
     pub settle_time: std::time::Duration,
+    pub max_surge: MaxSurge,
+}
+
+/// `refresh.maxSurge`: replacements launched ahead, as a count or a
+/// percentage of the group's desired count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxSurge {
+    Count(i32),
+    Percent(i32),
+}
+
+impl MaxSurge {
+    pub const DEFAULT: MaxSurge = MaxSurge::Count(1);
+
+    /// Parses the field (unset: the default). The error names the field.
+    pub fn parse(value: Option<&IntOrString>) -> Result<MaxSurge, String> {
+        let invalid = |v: &str| {
+            format!("maxSurge: {v:?} is neither a count (0 or more) nor a percentage like \"25%\"")
+        };
+        match value {
+            None => Ok(MaxSurge::DEFAULT),
+            Some(IntOrString::Int(n)) if *n >= 0 => Ok(MaxSurge::Count(*n)),
+            Some(IntOrString::Int(n)) => Err(invalid(&n.to_string())),
+            Some(IntOrString::String(s)) => {
+                let t = s.trim();
+                match t.strip_suffix('%') {
+                    Some(p) => match p.trim().parse::<i32>() {
+                        Ok(p) if (0..=100).contains(&p) => Ok(MaxSurge::Percent(p)),
+                        _ => Err(invalid(s)),
+                    },
+                    None => match t.parse::<i32>() {
+                        Ok(n) if n >= 0 => Ok(MaxSurge::Count(n)),
+                        _ => Err(invalid(s)),
+                    },
+                }
+            }
+        }
+    }
+
+    /// How many, for a group of `desired` nodes (a percentage rounds up).
+    pub fn of(self, desired: i32) -> i32 {
+        match self {
+            MaxSurge::Count(n) => n,
+            MaxSurge::Percent(p) => (desired.max(0) * p + 99) / 100,
+        }
+    }
 }
 
 impl RefreshSpec {
@@ -254,6 +301,9 @@ impl NodeGroupSpec {
                 ),
                 _ => {}
             }
+            if let Err(e) = MaxSurge::parse(refresh.max_surge.as_ref()) {
+                problems.push("refresh.maxSurge", "InvalidMaxSurge", e);
+            }
         }
     }
 
@@ -283,6 +333,7 @@ impl NodeGroupSpec {
             validation_timeout: duration::parse(&refresh.validation_timeout).ok()?,
             validation_timeout_action: refresh.validation_timeout_action,
             settle_time: duration::parse(&refresh.settle_time).ok()?,
+            max_surge: MaxSurge::parse(refresh.max_surge.as_ref()).ok()?,
         })
     }
 }
@@ -343,6 +394,7 @@ mod tests {
                 validation_timeout: "10m".into(),
                 validation_timeout_action: DrainTimeoutAction::Abort,
                 settle_time: "5s".into(),
+                max_surge: None,
             }),
         }
     }
@@ -412,6 +464,36 @@ mod tests {
             problems_of(&spec),
             vec![("SurplusForMasters", "refresh.surplusNodes".to_string())]
         );
+    }
+
+    #[test]
+    fn max_surge_is_a_count_or_a_percentage() {
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString as Ios;
+        let parse = |v: Ios| MaxSurge::parse(Some(&v));
+        assert_eq!(MaxSurge::parse(None), Ok(MaxSurge::Count(1)));
+        assert_eq!(parse(Ios::Int(2)), Ok(MaxSurge::Count(2)));
+        assert_eq!(parse(Ios::String("3".into())), Ok(MaxSurge::Count(3)));
+        assert_eq!(
+            parse(Ios::String(" 25% ".into())),
+            Ok(MaxSurge::Percent(25))
+        );
+        for bad in ["-1", "150%", "a lot", "%", ""] {
+            assert!(parse(Ios::String(bad.into())).is_err(), "{bad:?}");
+        }
+        assert!(parse(Ios::Int(-1)).is_err());
+        let mut spec = worker_spec();
+        spec.refresh.as_mut().expect("refresh").max_surge = Some(Ios::String("25%".into()));
+        assert!(spec.validate().is_empty());
+        assert_eq!(
+            spec.resolved_refresh().map(|r| r.max_surge),
+            Some(MaxSurge::Percent(25))
+        );
+        spec.refresh.as_mut().expect("refresh").max_surge = Some(Ios::String("half".into()));
+        assert_eq!(
+            problems_of(&spec),
+            vec![("InvalidMaxSurge", "refresh.maxSurge".to_string())]
+        );
+        assert_eq!(spec.resolved_refresh(), None);
     }
 
     #[test]

@@ -12,6 +12,12 @@ use std::time::Duration;
 
 impl Planner<'_> {
     pub(super) fn draining_phase(&mut self, settings: &ResolvedRefresh) -> Next {
+        // Raises recorded for replacements launched ahead come before any
+        // drain (the manager may have died between the two).
+        self.prune_ahead();
+        if let Some(step) = self.raise_ahead(vec![]) {
+            return Next::Step(step);
+        }
         if self.drain_pending() {
             return Next::Step(self.draining(settings));
         }
@@ -48,7 +54,6 @@ impl Planner<'_> {
     /// The oldest planned instance still in service (an unhealthy one
     /// first) becomes the target (phase `Draining`) and its drain starts; with none left, `ScalingDown`.
     pub(super) fn next_target(&mut self, settings: &ResolvedRefresh) -> Next {
-        let input = self.input;
         // Inside a maintenance window only. Outside, the run waits with its
         // surplus, or removes it and resumes in the next window; a node in
         // hand was finished above.
@@ -68,36 +73,8 @@ impl Planner<'_> {
                 requeue,
             ));
         }
-        // A node that died during the run goes first: it holds no pods that
-        // can still move, and until it is replaced no Ready node can be spared.
-        let node_of = |id: &str| input.group.node_of(id);
-        let mut order: Vec<&String> = self.status.planned_instances.iter().collect();
-        order.sort_by_key(|id| !node_of(id).is_some_and(|n| input.group.unhealthy(n)));
-        let mut protected = vec![];
-        let next = order.into_iter().find_map(|id| {
-            if self.status.replaced_instances.contains(id) || !self.active(id) || self.skipped(id) {
-                return None;
-            }
-            let node = node_of(id)?;
-            // A dead node is a repair: no protection holds it.
-            if let Some(why) = input.protected.get(&node.name)
-                && !input.group.unhealthy(node)
-            {
-                protected.push((node.name.clone(), id.clone(), why.clone()));
-                return None;
-            }
-            Some(RefreshTarget {
-                node: Some(node.name.clone()),
-                instance_id: id.clone(),
-                auto_scaling_group: node.asg.clone()?,
-                purpose: TargetPurpose::Replace,
-                since: input.group.now,
-                terminated: None,
-                blocked_by: None,
-                unhealthy: input.group.unhealthy(node),
-                workloads: vec![],
-            })
-        });
+        let (upcoming, protected) = self.candidates();
+        let next = upcoming.first().cloned();
         if next.is_none()
             && !protected.is_empty()
             && let Some(step) = self.wait_for_protected(protected)
@@ -109,6 +86,11 @@ impl Planner<'_> {
                 self.status.protected_since = None;
                 self.status.current_target = Some(target);
                 self.enter(RefreshPhase::Draining);
+                // Its replacement (and the next ones', up to maxSurge)
+                // comes up while it drains.
+                if let Some(step) = self.launch_ahead(&upcoming, settings) {
+                    return Next::Step(step);
+                }
                 Next::Step(self.draining(settings))
             }
             None => {
@@ -116,6 +98,48 @@ impl Planner<'_> {
                 Next::Enter(RefreshPhase::ScalingDown)
             }
         }
+    }
+
+    /// The planned nodes still to replace, in the order the run takes them
+    /// (a node that died during the run first: it holds no pods that can
+    /// still move, and until it is replaced no Ready node can be spared),
+    /// and the protected ones left out (node, instance, why).
+    pub(super) fn candidates(&self) -> (Vec<RefreshTarget>, Vec<(String, String, String)>) {
+        let input = self.input;
+        let node_of = |id: &str| input.group.node_of(id);
+        let mut order: Vec<&String> = self.status.planned_instances.iter().collect();
+        order.sort_by_key(|id| !node_of(id).is_some_and(|n| input.group.unhealthy(n)));
+        let mut protected = vec![];
+        let mut upcoming = vec![];
+        for id in order {
+            if self.status.replaced_instances.contains(id) || !self.active(id) || self.skipped(id) {
+                continue;
+            }
+            let Some(node) = node_of(id) else { continue };
+            // A dead node is a repair: no protection holds it.
+            if let Some(why) = input.protected.get(&node.name)
+                && !input.group.unhealthy(node)
+            {
+                protected.push((node.name.clone(), id.clone(), why.clone()));
+                continue;
+            }
+            let Some(asg) = node.asg.clone() else {
+                continue;
+            };
+            upcoming.push(RefreshTarget {
+                node: Some(node.name.clone()),
+                instance_id: id.clone(),
+                auto_scaling_group: asg,
+                purpose: TargetPurpose::Replace,
+                since: input.group.now,
+                terminated: None,
+                blocked_by: None,
+                unhealthy: input.group.unhealthy(node),
+                workloads: vec![],
+                launched_ahead: None,
+            });
+        }
+        (upcoming, protected)
     }
 
     /// Only protected nodes are left: wait for them up to the timeout
@@ -404,7 +428,8 @@ pub struct Removal {
 /// The one rule for removing a target, used by the plan and re-checked by the
 /// reconcile before the termination: replacing an old node keeps Ready at
 /// desired + surplus - 1 (workers with surplus: never below desired; without
-/// surplus, masters: every other node Ready); removing surplus keeps Ready at
+/// surplus, masters: every other node Ready), and never below desired when
+/// its replacement was launched ahead; removing surplus keeps Ready at
 /// desired, and removing one that is not Ready costs no Ready node.
 pub fn removal(target: &RefreshTarget, nodes: &[GroupNode], desired: i32, surplus: i32) -> Removal {
     let id = Some(target.instance_id.as_str());
@@ -416,6 +441,12 @@ pub fn removal(target: &RefreshTarget, nodes: &[GroupNode], desired: i32, surplu
         .iter()
         .any(|n| n.ready && n.instance_id.as_deref() == id);
     let (safe, needed) = match target.purpose {
+        // Its replacement launched ahead: never below desired (without
+        // surplus, the replacement must be Ready first).
+        TargetPurpose::Replace if target.launched_ahead.is_some() => {
+            let needed = desired + (surplus - 1).max(0);
+            (ready_besides >= needed, needed)
+        }
         TargetPurpose::Replace => {
             let needed = desired + surplus - 1;
             (ready_besides >= needed, needed)

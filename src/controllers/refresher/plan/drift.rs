@@ -1,8 +1,8 @@
 //! A drift roll (`drift.action: Replace`) follows the drift while it runs:
 //! a newer template version adds nodes to it, a rollback takes them out.
 
-use super::{Command, Happening, Planner, Step, idle, rank};
-use crate::crd::refresher::{RefreshPhase, RunTrigger, TargetPurpose};
+use super::{Command, Happening, Planner, Step, idle, rank, surplus_of};
+use crate::crd::refresher::{AsgDesired, RefreshPhase, RunTrigger, TargetPurpose};
 use std::time::Duration;
 
 impl Planner<'_> {
@@ -34,7 +34,6 @@ impl Planner<'_> {
             });
         }
         let drifted = idle::drifted_targets(input);
-        let mut surplus = self.status.surplus.clone();
         let st = &mut self.status;
         let current = st.current_target.as_ref().map(|t| t.instance_id.clone());
         let (kept, left): (Vec<String>, Vec<String>) = std::mem::take(&mut st.planned_instances)
@@ -46,6 +45,30 @@ impl Planner<'_> {
         // The newest of them in an ASG with surplus stand for it, as many
         // as it has: `ScalingDown` removes drifted nodes there first, so
         // replacing them too would cost a launch and a termination each.
+        // Its surplus is all above the recorded count but the replacements
+        // still owed to planned nodes (a raise left by a node launched
+        // ahead that left the run is surplus too).
+        let mut surplus: Vec<AsgDesired> = st
+            .original_desired
+            .iter()
+            .map(|o| {
+                let name = &o.auto_scaling_group;
+                let owed = st
+                    .launched_ahead
+                    .iter()
+                    .filter(|a| a.auto_scaling_group == *name)
+                    .filter(|a| {
+                        st.planned_instances.contains(&a.instance_id)
+                            && !st.replaced_instances.contains(&a.instance_id)
+                    })
+                    .count() as i32;
+                let raised = input.group.asg(name).map_or(0, |a| a.desired - o.desired);
+                AsgDesired {
+                    auto_scaling_group: name.clone(),
+                    desired: surplus_of(&st.surplus, name).max(raised - owed),
+                }
+            })
+            .collect();
         let asg_of = |id: &str| input.group.node_of(id).and_then(|n| n.asg.clone());
         let mut joined: Vec<String> = vec![];
         for id in drifted.into_iter().rev() {

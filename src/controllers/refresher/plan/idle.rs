@@ -357,6 +357,7 @@ impl Planner<'_> {
         st.protected_since = None;
         st.validating_since = None;
         st.validated_since = None;
+        st.launched_ahead = vec![];
     }
 }
 

@@ -7,9 +7,10 @@
 //!    not suspended, lock taken: record the start, each ASG's desired count,
 //!    the surplus per ASG and the instances to replace (oldest first);
 //! 2. [`scaling_up`]: raise the ASGs by the surplus, wait for Ready >= desired + surplus;
-//! 3. [`draining`]: the next planned instance, once removing it keeps enough Ready;
-//! 4. [`replacing`] (`WaitingForReplacement`): terminated without decrement
-//!    (decided and persisted before the call), wait for Ready to be whole again;
+//! 3. [`draining`]: the next planned instance, once removing it keeps enough
+//!    Ready (workers: its replacement launched ahead first, see [`ahead`]);
+//! 4. [`replacing`] (`WaitingForReplacement`): terminated (recorded first),
+//!    wait for Ready to be whole again, validate;
 //! 5. [`scaling_down`]: every ASG back to its recorded count, surplus nodes
 //!    chosen explicitly, drained, terminated with decrement; release the lock.
 //!
@@ -24,6 +25,7 @@
 //! most one planned node is worked on at a time, no instance is terminated
 //! twice, and a run ends with every ASG at its recorded desired count.
 
+mod ahead;
 mod draining;
 mod drift;
 mod idle;
@@ -236,7 +238,8 @@ pub struct Plan {
     pub happenings: Vec<Happening>,
 }
 
-/// What a phase decides: a step now, or the phase to go on in.
+/// What a phase decides: a step now, or the phase to go on in (never stored).
+#[allow(clippy::large_enum_variant)]
 enum Next {
     Step(Step),
     Enter(RefreshPhase),

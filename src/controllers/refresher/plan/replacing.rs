@@ -26,7 +26,7 @@ impl Planner<'_> {
         if self.active(&target.instance_id) {
             return Next::Step(self.retry_termination(target));
         }
-        let (ready, whole) = (self.ready(), self.whole());
+        let (ready, whole) = (self.ready(), self.whole_but_dead());
         let node = target.node.clone().unwrap_or(target.instance_id.clone());
         if ready >= whole {
             match self.control_plane_settling(settings) {
@@ -36,6 +36,9 @@ impl Planner<'_> {
                     self.status.current_target = None;
                     return self.fail(reason);
                 }
+            }
+            if let Some(step) = self.launch_next_ahead(settings) {
+                return Next::Step(step);
             }
             match self.validate(&target, &node, settings) {
                 Validation::Passed => {}
@@ -66,6 +69,21 @@ impl Planner<'_> {
             format!("waiting for the replacement of {node}: {ready} of {whole} nodes Ready"),
             SOON.min(until(now, deadline)),
         ))
+    }
+
+    /// Ready nodes to wait for before the next node: the whole count, less
+    /// planned nodes whose kubelet died (they are never Ready again; the
+    /// run replaces them next, as repairs).
+    pub(super) fn whole_but_dead(&self) -> i32 {
+        let group = &self.input.group;
+        let dead = self
+            .status
+            .planned_instances
+            .iter()
+            .filter(|id| !self.status.replaced_instances.contains(id) && self.active(id))
+            .filter(|id| group.node_of(id).is_some_and(|n| group.unhealthy(n)))
+            .count() as i32;
+        self.whole() - dead
     }
 
     /// Ready is whole again: the group is validated before the next node
@@ -142,12 +160,18 @@ impl Planner<'_> {
         self.status.validated_since = None;
     }
 
-    /// A node of the target's ASG launched since its termination was
-    /// decided, Ready and schedulable: its replacement (which a drift roll
-    /// may have joined since, drifted by a newer version: it still counts).
-    /// (A second's slack: AWS reports launch times to the second.)
+    /// A node of the target's ASG launched since its replacement was
+    /// launched ahead, or else since its termination was decided, Ready and
+    /// schedulable: its replacement (which a drift roll may have joined
+    /// since, drifted by a newer version: it still counts). (AWS reports
+    /// launch times to the second, cut: compared from the second begun.)
     fn replacement_in_service(&self, target: &RefreshTarget) -> bool {
-        let began = target.terminated.unwrap_or(target.since) - chrono::Duration::seconds(1);
+        use chrono::Timelike;
+        let launched = target
+            .launched_ahead
+            .or(target.terminated)
+            .unwrap_or(target.since);
+        let began = launched.with_nanosecond(0).unwrap_or(launched);
         self.input.group.nodes.iter().any(|n| {
             n.ready
                 && !n.unschedulable

@@ -23,6 +23,8 @@ impl Planner<'_> {
     /// is the last phase.
     pub(super) fn scaling_down(&mut self, settings: &ResolvedRefresh) -> Step {
         let input = self.input;
+        // What was launched ahead is surplus now, removed like any.
+        self.status.launched_ahead.clear();
         if self.drain_pending() {
             return self.draining(settings);
         }
@@ -172,6 +174,7 @@ impl Planner<'_> {
             blocked_by: None,
             unhealthy: node.is_some_and(|n| input.group.unhealthy(n)),
             workloads: vec![],
+            launched_ahead: None,
         };
         if let Some(m) = active.iter().find(|m| node_of(&m.instance_id).is_none()) {
             return Some(target(m, None));

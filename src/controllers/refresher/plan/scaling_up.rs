@@ -13,7 +13,7 @@ impl Planner<'_> {
             let message = format!("adding surplus: {}", describe_changes(&changes));
             return Next::Step(Step::act(Command::SetDesired(changes), message, SOON));
         }
-        let (ready, whole) = (self.ready(), self.whole());
+        let (ready, whole) = (self.ready(), self.whole_but_dead());
         if ready >= whole {
             return self.next_target(settings);
         }

@@ -7,6 +7,7 @@ mod restarts;
 mod runs;
 mod schedule;
 mod skips;
+mod surge;
 mod validation;
 
 use super::*;
@@ -37,6 +38,7 @@ fn settings(schedule: &str, zone: &str, surplus: i32) -> ResolvedRefresh {
         validation_timeout: Duration::from_secs(600),
         validation_timeout_action: DrainTimeoutAction::Abort,
         settle_time: Duration::ZERO,
+        max_surge: crate::crd::nodegroup::MaxSurge::DEFAULT,
     }
 }
 
@@ -357,7 +359,7 @@ impl Sim {
         };
         let was_ready = self.instances.remove(pos).ready;
         self.terminated.push(target.instance_id.clone());
-        if target.purpose == TargetPurpose::RemoveSurplus {
+        if target.decrements() {
             let asg = self
                 .asgs
                 .iter_mut()

@@ -200,23 +200,33 @@ proptest! {
 
     /// Whatever the order of nodes joining, becoming Ready, time passing
     /// and the manager dying: our terminations never leave fewer Ready
-    /// than desired, at most one old node is worked on at a time, no
-    /// instance is terminated twice (asserted in the sim), and the run
-    /// ends with every ASG at its recorded count.
+    /// than desired, at most one old node is worked on at a time, at most
+    /// `maxSurge` replacements are launched ahead (no ASG raised beyond
+    /// its surplus and those), no instance is terminated twice (asserted
+    /// in the sim), and the run ends with every ASG at its recorded count.
     #[test]
     fn a_worker_refresh_is_safe_under_any_event_order(
         asgs in 1..4usize,
         per_asg in 1..3i32,
         surplus in 1..3i32,
+        max_surge in 0..4i32,
         events in proptest::collection::vec(event(), 0..300),
     ) {
         let mut sim = Sim::new(Role::Worker, asgs, per_asg, surplus);
+        if let Ok(s) = sim.settings.as_mut() {
+            s.max_surge = crate::crd::nodegroup::MaxSurge::Count(max_surge);
+        }
         let desired = sim.desired;
+        let start_total: i32 = sim.asgs.iter().map(|a| a.desired).sum();
         for e in events {
             sim.apply(e);
             prop_assert!(sim.original_cordoned() <= 1, "two old nodes worked on at once");
             prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired),
                 "Ready fell below {desired}: {:?}", sim.ready_after_terminations);
+            prop_assert!(sim.status.launched_ahead.len() <= max_surge as usize);
+            let total: i32 = sim.asgs.iter().map(|a| a.desired).sum();
+            prop_assert!(total <= start_total + surplus + max_surge,
+                "raised beyond surplus and maxSurge: {:?}", sim.layout());
         }
         let started = sim.layouts.len();
         let before_end: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
