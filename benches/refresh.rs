@@ -13,9 +13,13 @@
 //! above N, integrated over the run (sampled every 250 ms). Workload: the
 //! fewest Ready pods seen (every 250 ms) against the budget's floor.
 //!
-//! Run: `cargo bench --bench refresh` (3, 6 and 12 nodes). Under `cargo test`
-//! a quick run with 3 nodes. Prints a table; asserts only that runs succeed
-//! and the workload stays within its budget.
+//! Each size runs twice, side by side: `maxSurge: 1` and `maxSurge: 25%`
+//! (replacements launched ahead of their old node's termination).
+//!
+//! Run: `cargo bench --bench refresh` (3, 12 and 48 nodes; `REFRESH_SIZES=3,12`
+//! for others). Under `cargo test` a quick run with 3 nodes and maxSurge 1.
+//! Prints a table; asserts only that runs succeed and the workload stays
+//! within its budget.
 
 use snm_testkit as support;
 
@@ -38,6 +42,7 @@ fn node_ready() -> Duration {
 
 struct Figures {
     nodes: usize,
+    surge: &'static str,
     run: f64,
     bound: f64,
     mean_replacement: f64,
@@ -46,7 +51,7 @@ struct Figures {
     pods: usize,
 }
 
-async fn measure(nodes: usize) -> Figures {
+async fn measure(nodes: usize, surge: &'static str) -> Figures {
     let per_asg = (nodes / ZONES.len()) as i32;
     let SteadyGroup {
         world,
@@ -55,11 +60,14 @@ async fn measure(nodes: usize) -> Figures {
         config: _config,
         sim: _sim,
         ..
-    } = SteadyGroup::workers(&format!("bench-refresh-{nodes}"))
-        .per_asg(per_asg)
-        .delays(REGISTER, READY)
-        .start()
-        .await;
+    } = SteadyGroup::workers(&format!(
+        "bench-refresh-{nodes}-{}",
+        surge.trim_end_matches('%')
+    ))
+    .per_asg(per_asg)
+    .delays(REGISTER, READY)
+    .start()
+    .await;
     let pods = 2 * nodes;
     deploy_web(&world, pods as i32, 1).await;
     assert_eventually("the workload Ready", WAIT, || async {
@@ -68,7 +76,16 @@ async fn measure(nodes: usize) -> Figures {
     .await;
     let workload = sample_web(&world);
     let sampler = sample(&world, &kops.asgs, nodes as i32);
-    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let max_surge = match surge.parse::<i64>() {
+        Ok(n) => serde_json::json!(n),
+        Err(_) => serde_json::json!(surge),
+    };
+    schedule_refresh(
+        &world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "maxSurge": max_surge}),
+    )
+    .await;
     let rf = run_finished(&world, "workers").await;
     let samples = sampler.stop();
     let workload = workload.stop();
@@ -86,6 +103,7 @@ async fn measure(nodes: usize) -> Figures {
     let surplus_minutes = samples.extra_instance_secs / 60.0;
     Figures {
         nodes,
+        surge,
         run,
         bound: nodes as f64 * node_ready().as_secs_f64(),
         mean_replacement,
@@ -97,13 +115,21 @@ async fn measure(nodes: usize) -> Figures {
 
 fn main() {
     let full = std::env::args().any(|a| a == "--bench");
-    let sizes: &[usize] = if full { &[3, 6, 12] } else { &[3] };
+    let sizes: Vec<usize> = match std::env::var("REFRESH_SIZES") {
+        Ok(list) => list
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect(),
+        Err(_) if full => vec![3, 12, 48],
+        Err(_) => vec![3],
+    };
+    let surges: &[&'static str] = if full { &["1", "25%"] } else { &["1"] };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
     println!(
-        "node ready = launch lag {}s + max(pending {}s, register {}s + ready {}s + poll {}s) = {}s; drains not in the bound",
+        "node ready = launch lag {}s + max(pending {}s, register {}s + ready {}s + poll {}s) = {}s; drains not in the bound; surplus 1, settleTime 1s",
         LAUNCH_LAG.as_secs_f64(),
         PENDING.as_secs_f64(),
         REGISTER.as_secs_f64(),
@@ -112,8 +138,9 @@ fn main() {
         node_ready().as_secs_f64()
     );
     println!(
-        "{:>5} {:>9} {:>16} {:>7} {:>22} {:>24} {:>28}",
+        "{:>5} {:>9} {:>9} {:>16} {:>7} {:>22} {:>24} {:>28}",
         "nodes",
+        "maxSurge",
         "run (s)",
         "bound N*r (s)",
         "ratio",
@@ -121,11 +148,15 @@ fn main() {
         "surplus instance-minutes",
         "min Ready pods (floor)"
     );
-    for &n in sizes {
-        let f = runtime.block_on(measure(n));
+    for (n, surge) in sizes
+        .iter()
+        .flat_map(|n| surges.iter().map(move |s| (*n, *s)))
+    {
+        let f = runtime.block_on(measure(n, surge));
         println!(
-            "{:>5} {:>9.1} {:>16.1} {:>7.2} {:>22.1} {:>24.2} {:>28}",
+            "{:>5} {:>9} {:>9.1} {:>16.1} {:>7.2} {:>22.1} {:>24.2} {:>28}",
             f.nodes,
+            f.surge,
             f.run,
             f.bound,
             f.run / f.bound,

@@ -595,3 +595,65 @@ async fn a_refresh_waits_for_the_pods_it_evicted_then_goes_on() {
     let status = assert_run_succeeded(rf, &manager);
     assert_eq!(status.last_run.map(|r| r.replaced), Some(3));
 }
+
+#[tokio::test]
+async fn a_refresh_with_max_surge_two_launches_two_ahead_and_keeps_a_one_at_a_time_budget() {
+    let SteadyGroup {
+        world,
+        kops,
+        manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = SteadyGroup::workers("wl-surge").per_asg(2).start().await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = all_instances(&world, &kops.asgs).await;
+    // Two pods per node; the budget lets one be unavailable at a time.
+    let pods = 12;
+    deploy_web(&world, pods as i32, 1).await;
+    assert_eventually("the workload Ready", WAIT, || async {
+        (ready_web_pods(&world).await.len() == pods).then_some(())
+    })
+    .await;
+    let web = sample_web(&world);
+    let nodes = sample(&world, &kops.asgs, 6);
+    schedule_refresh(
+        &world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "maxSurge": 2}),
+    )
+    .await;
+    let rf = run_finished(&world, "workers").await;
+    let (nodes, web) = (nodes.stop(), web.stop());
+    let last = assert_run_succeeded(rf, &manager)
+        .last_run
+        .expect("last run");
+    assert_eq!(last.replaced, 6);
+    // Never below 6 Ready; besides the surplus, two replacements launched
+    // ahead at once, never more.
+    assert_eq!(nodes.min_ready, Some(6), "{nodes:?}");
+    assert_eq!(nodes.max_desired, 6 + 1 + 2, "{nodes:?}");
+    // The budget held throughout: at most one pod unavailable.
+    assert!(web.min_ready.is_some_and(|m| m + 1 >= pods), "{web:?}");
+    // Every old node gone, each once, with the surplus; nothing launched
+    // ahead left behind: the layout is back.
+    let after = assert_eventually("terminations through", WAIT, || async {
+        let after = world.asg_snapshot(&kops.asgs).await;
+        after
+            .iter()
+            .all(|(_, desired, ids)| ids.len() as i32 == *desired)
+            .then_some(after)
+    })
+    .await;
+    assert_eq!(desired_counts(&after), desired_counts(&before));
+    let terminated = instances_by_state(&world)
+        .await
+        .remove("terminated")
+        .unwrap_or_default();
+    assert!(original.is_subset(&terminated), "{terminated:?}");
+    assert_eq!(
+        terminated.len(),
+        7,
+        "six old nodes and the surplus: {terminated:?}"
+    );
+}
