@@ -83,10 +83,14 @@ async fn measure(nodes: usize, surge: &'static str) -> Figures {
     schedule_refresh(
         &world,
         "workers",
-        serde_json::json!({"surplusNodes": 1, "maxSurge": max_surge}),
+        // A slow eviction is measured, not failed on (the tests' 30 s is
+        // tight for 48 nodes on two shared cores).
+        serde_json::json!({"surplusNodes": 1, "maxSurge": max_surge, "drainTimeout": "5m"}),
     )
     .await;
-    let rf = run_finished(&world, "workers").await;
+    // A generous bound (tens of seconds a node): a figure, not a limit.
+    let within = Duration::from_secs(120 + 30 * nodes as u64);
+    let rf = run_finished_within(&world, "workers", within).await;
     let samples = sampler.stop();
     let workload = workload.stop();
     let last = assert_run_succeeded(rf, &manager)

@@ -225,8 +225,13 @@ pub async fn all_instances(world: &World, asgs: &[String]) -> BTreeSet<String> {
 
 /// Waits for the run to end and returns the Refresher.
 pub async fn run_finished(world: &World, name: &str) -> Refresher {
+    run_finished_within(world, name, RUN).await
+}
+
+/// The same, for a run that may take up to `within` (a large group).
+pub async fn run_finished_within(world: &World, name: &str, within: Duration) -> Refresher {
     let refreshers: Api<Refresher> = world.api();
-    assert_eventually("the refresh run to end", RUN, || async {
+    assert_eventually("the refresh run to end", within, || async {
         let rf = refreshers.get(name).await.ok()?;
         let status = rf.status.as_ref()?;
         (status.last_run.is_some() && status.run_start.is_none()).then_some(rf)
