@@ -281,10 +281,7 @@ async fn a_run_whose_window_closes_with_scale_down_sets_itself_aside_across_a_re
     assert_eq!((last.replaced, last.started), (3, pending.started));
     assert_eq!(status.pending_run, None);
     assert!(event_count(&world, "RefreshResumed").await >= 1);
-    let terminated = instances_by_state(&world)
-        .await
-        .remove("terminated")
-        .unwrap_or_default();
+    let terminated = terminated_instances(&world).await;
     assert!(original.is_subset(&terminated), "{terminated:?}");
     assert_eq!(
         terminated.len(),

@@ -123,19 +123,6 @@ fn terminated(states: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<String> {
     gone
 }
 
-/// Waits for every ASG back at `before`'s desired counts with no extra
-/// instance.
-async fn layout_back(world: &World, asgs: &[String], before: &[(String, i32, Vec<String>)]) {
-    let wanted = desired_counts(before);
-    assert_eventually("the layout back, one instance per ASG", RUN, || async {
-        let after = world.asg_snapshot(asgs).await;
-        (desired_counts(&after) == wanted
-            && after.iter().all(|(_, d, ids)| ids.len() == *d as usize))
-        .then_some(())
-    })
-    .await;
-}
-
 /// The layout back (see [`layout_back`]) and group `workers` 3 Ready, none
 /// drifted.
 async fn settled(world: &World, asgs: &[String], before: &[(String, i32, Vec<String>)]) {

@@ -274,10 +274,7 @@ async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
     assert_eq!(samples.max_desired, 3, "{samples:?}");
     let now_in_service = all_instances(&world, &kops.asgs).await;
     assert!(now_in_service.is_disjoint(&original));
-    let terminated = instances_by_state(&world)
-        .await
-        .remove("terminated")
-        .unwrap_or_default();
+    let terminated = terminated_instances(&world).await;
     assert_eq!(terminated, original, "exactly the old masters terminated");
 }
 

@@ -566,10 +566,8 @@ async fn a_refresh_waits_for_the_pods_it_evicted_then_goes_on() {
         held.message
     );
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
-    let gone: BTreeSet<String> = instances_by_state(&world)
+    let gone: BTreeSet<String> = terminated_instances(&world)
         .await
-        .remove("terminated")
-        .unwrap_or_default()
         .intersection(&original)
         .cloned()
         .collect();
@@ -637,19 +635,8 @@ async fn a_refresh_with_max_surge_two_launches_two_ahead_and_keeps_a_one_at_a_ti
     assert!(web.min_ready.is_some_and(|m| m + 1 >= pods), "{web:?}");
     // Every old node gone, each once, with the surplus; nothing launched
     // ahead left behind: the layout is back.
-    let after = assert_eventually("terminations through", WAIT, || async {
-        let after = world.asg_snapshot(&kops.asgs).await;
-        after
-            .iter()
-            .all(|(_, desired, ids)| ids.len() as i32 == *desired)
-            .then_some(after)
-    })
-    .await;
-    assert_eq!(desired_counts(&after), desired_counts(&before));
-    let terminated = instances_by_state(&world)
-        .await
-        .remove("terminated")
-        .unwrap_or_default();
+    layout_back(&world, &kops.asgs, &before).await;
+    let terminated = terminated_instances(&world).await;
     assert!(original.is_subset(&terminated), "{terminated:?}");
     assert_eq!(
         terminated.len(),

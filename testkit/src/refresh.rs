@@ -190,6 +190,27 @@ pub fn instance_of(node: &Node) -> Option<String> {
     Some(id.rsplit('/').next()?.to_string())
 }
 
+/// The account's instances in state terminated.
+pub async fn terminated_instances(world: &World) -> BTreeSet<String> {
+    instances_by_state(world)
+        .await
+        .remove("terminated")
+        .unwrap_or_default()
+}
+
+/// Waits for every ASG back at `before`'s desired counts (an
+/// `asg_snapshot`) with no extra instance in any.
+pub async fn layout_back(world: &World, asgs: &[String], before: &[(String, i32, Vec<String>)]) {
+    let wanted = desired_counts(before);
+    assert_eventually("the layout back", RUN, || async {
+        let after = world.asg_snapshot(asgs).await;
+        (desired_counts(&after) == wanted
+            && after.iter().all(|(_, d, ids)| ids.len() == *d as usize))
+        .then_some(())
+    })
+    .await;
+}
+
 /// Instance ids of the account's instances in each EC2 state.
 pub async fn instances_by_state(world: &World) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -582,10 +603,7 @@ pub async fn assert_taken_over_run_finished(
         .expect("last run");
     assert_eq!(last.replaced, 3, "every old node replaced, once");
     assert_eq!(samples.min_ready, Some(3), "{samples:?}");
-    let terminated = instances_by_state(world)
-        .await
-        .remove("terminated")
-        .unwrap_or_default();
+    let terminated = terminated_instances(world).await;
     assert!(original.is_subset(&terminated), "{terminated:?}");
     assert_eq!(
         terminated.len(),
