@@ -25,8 +25,8 @@ use snm_testkit as support;
 
 use std::time::Duration;
 use support::refresh::*;
-use support::workload::{deploy_web, ready_web_pods, sample_web};
-use support::{ZONES, assert_eventually};
+use support::workload::{assert_web_ready, deploy_web, sample_web};
+use support::ZONES;
 
 const REGISTER: Duration = Duration::from_secs(1);
 const READY: Duration = Duration::from_secs(2);
@@ -70,10 +70,7 @@ async fn measure(nodes: usize, surge: &'static str) -> Figures {
     .await;
     let pods = 2 * nodes;
     deploy_web(&world, pods as i32, 1).await;
-    assert_eventually("the workload Ready", WAIT, || async {
-        (ready_web_pods(&world).await.len() == pods).then_some(())
-    })
-    .await;
+    assert_web_ready(&world, pods).await;
     let workload = sample_web(&world);
     let sampler = sample(&world, &kops.asgs, nodes as i32);
     let max_surge = match surge.parse::<i64>() {

@@ -9,7 +9,7 @@ use snm_testkit as support;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use spot_node_manager::crd::refresher::RefreshPhase;
+use spot_node_manager::crd::refresher::{RefreshPhase, RunResult};
 use spot_node_manager::crd::replenisher::ReplenishPhase;
 use spot_node_manager::crd::{NodeGroup, Refresher, Replenisher};
 use std::collections::BTreeSet;
@@ -480,8 +480,6 @@ async fn record_deleting_messages(
 
 #[tokio::test]
 async fn a_refresh_waits_for_the_pods_it_evicted_then_goes_on() {
-    use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::api::core::v1::Pod;
     let SteadyGroup {
         world,
         kops,
@@ -493,55 +491,9 @@ async fn a_refresh_waits_for_the_pods_it_evicted_then_goes_on() {
     } = three_workers("wl-validate").await;
     let original = all_instances(&world, &kops.asgs).await;
     let original_nodes = node_names(&world, &original).await;
-    // The oldest node is replaced first; a pod that may run only there.
-    let first = nodes_oldest_first(&groups, "workers").await[0].clone();
+    pin_a_pod_to_the_oldest_node(&world, &groups).await;
     let nodes: Api<Node> = Api::all(world.client.clone());
-    let pin = Patch::Merge(serde_json::json!({"metadata": {"labels": {"snm.test/pinned": "yes"}}}));
-    nodes
-        .patch(&first, &PatchParams::default(), &pin)
-        .await
-        .expect("label");
-    let deployment: Deployment = serde_json::from_value(serde_json::json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "pinned"},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "pinned"}},
-            "template": {
-                "metadata": {"labels": {"app": "pinned"}},
-                "spec": {
-                    "nodeSelector": {support::sim::SIM_ACCOUNT_LABEL: world.account,
-                                     "snm.test/pinned": "yes"},
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{"name": "pinned", "image": "registry.invalid/pinned"}],
-                },
-            },
-        },
-    }))
-    .expect("deployment");
-    let deployments: Api<Deployment> = world.api();
-    deployments
-        .create(&PostParams::default(), &deployment)
-        .await
-        .expect("deployment");
-    let pods: Api<Pod> = world.api();
-    let pinned_ready = || async {
-        pods.list(&kube::api::ListParams::default().labels("app=pinned"))
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .find(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .and_then(|p| p.spec?.node_name)
-    };
-    let on = assert_eventually("the pinned pod Ready", WAIT, pinned_ready).await;
-    assert_eq!(on, first);
+    let pin = pin();
 
     schedule_refresh(
         &world,
@@ -609,10 +561,7 @@ async fn a_refresh_with_max_surge_two_launches_two_ahead_and_keeps_a_one_at_a_ti
     // Two pods per node; the budget lets one be unavailable at a time.
     let pods = 12;
     deploy_web(&world, pods as i32, 1).await;
-    assert_eventually("the workload Ready", WAIT, || async {
-        (ready_web_pods(&world).await.len() == pods).then_some(())
-    })
-    .await;
+    assert_web_ready(&world, pods).await;
     let web = sample_web(&world);
     let nodes = sample(&world, &kops.asgs, 6);
     schedule_refresh(
@@ -643,4 +592,124 @@ async fn a_refresh_with_max_surge_two_launches_two_ahead_and_keeps_a_one_at_a_ti
         7,
         "six old nodes and the surplus: {terminated:?}"
     );
+}
+
+/// A pod its drain moved never comes back (it may run only on the node the
+/// refresh took first): once `validationTimeout` (10 s here) runs out, the
+/// run fails and keeps the old nodes left (`Abort`), or goes on with the
+/// next node and says so in a `ValidationTimedOut` Warning Event (`Proceed`).
+async fn a_validation_that_times_out(action: &str) -> (Refresher, World, BTreeSet<String>) {
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager: _manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = three_workers(&format!("wl-timeout-{}", action.to_lowercase())).await;
+    let original = all_instances(&world, &kops.asgs).await;
+    pin_a_pod_to_the_oldest_node(&world, &groups).await;
+    schedule_refresh(
+        &world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "validationTimeout": "10s",
+                           "validationTimeoutAction": action}),
+    )
+    .await;
+    let rf = run_finished(&world, "workers").await;
+    (rf, world, original)
+}
+
+#[tokio::test]
+async fn a_validation_that_times_out_with_abort_fails_the_run_and_keeps_the_old_nodes_left() {
+    let (rf, world, original) = a_validation_that_times_out("Abort").await;
+    let last = rf.status.and_then(|s| s.last_run).expect("last run");
+    assert_eq!(last.result, RunResult::Failed, "{last:?}");
+    let reason = last.reason.unwrap_or_default();
+    assert!(reason.contains("not whole within 10s"), "{reason}");
+    assert!(reason.contains("/ReplicaSet/pinned-"), "{reason}");
+    let gone: BTreeSet<String> = terminated_instances(&world)
+        .await
+        .intersection(&original)
+        .cloned()
+        .collect();
+    assert_eq!(gone.len(), 1, "only the first old node went: {gone:?}");
+    assert_eq!(event_count(&world, "ValidationTimedOut").await, 0);
+}
+
+#[tokio::test]
+async fn a_validation_that_times_out_with_proceed_goes_on_and_says_so() {
+    let (rf, world, original) = a_validation_that_times_out("Proceed").await;
+    let last = rf.status.and_then(|s| s.last_run).expect("last run");
+    assert_eq!(
+        (last.result, last.replaced),
+        (RunResult::Succeeded, 3),
+        "{last:?}"
+    );
+    assert!(original.is_subset(&terminated_instances(&world).await));
+    assert!(event_count(&world, "ValidationTimedOut").await >= 1);
+}
+
+/// The label a node needs to run the `pinned` Deployment's pod.
+fn pin() -> Patch<serde_json::Value> {
+    Patch::Merge(serde_json::json!({"metadata": {"labels": {"snm.test/pinned": "yes"}}}))
+}
+
+/// Deployment `pinned` (one replica) whose pod may run only on a node
+/// labelled by [`pin`]; the group's oldest node, which a refresh takes
+/// first, gets the label. Returns that node once the pod is Ready on it.
+async fn pin_a_pod_to_the_oldest_node(world: &World, groups: &Api<NodeGroup>) -> String {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Pod;
+    // The oldest node is replaced first; a pod that may run only there.
+    let first = nodes_oldest_first(groups, "workers").await[0].clone();
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let pin = pin();
+    nodes
+        .patch(&first, &PatchParams::default(), &pin)
+        .await
+        .expect("label");
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "pinned"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "pinned"}},
+            "template": {
+                "metadata": {"labels": {"app": "pinned"}},
+                "spec": {
+                    "nodeSelector": {support::sim::SIM_ACCOUNT_LABEL: world.account,
+                                     "snm.test/pinned": "yes"},
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "pinned", "image": "registry.invalid/pinned"}],
+                },
+            },
+        },
+    }))
+    .expect("deployment");
+    let deployments: Api<Deployment> = world.api();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = world.api();
+    let pinned_ready = || async {
+        pods.list(&kube::api::ListParams::default().labels("app=pinned"))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .find(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .and_then(|p| p.spec?.node_name)
+    };
+    let on = assert_eventually("the pinned pod Ready", WAIT, pinned_ready).await;
+    assert_eq!(on, first);
+    first
 }
