@@ -24,9 +24,9 @@
 use snm_testkit as support;
 
 use std::time::Duration;
+use support::ZONES;
 use support::refresh::*;
 use support::workload::{assert_web_ready, deploy_web, sample_web};
-use support::ZONES;
 
 const REGISTER: Duration = Duration::from_secs(1);
 const READY: Duration = Duration::from_secs(2);

@@ -3,7 +3,7 @@
 //! refuses is named by a [`Refusal`] of the shared vocabulary
 //! (`controllers::guard`).
 
-use super::plan::{GroupNode, removal};
+use super::plan::{GroupNode, removal, surplus_of};
 use crate::cloud::AsgDescription;
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::{Refusal, active_member, desired_changes, groups_asg};
@@ -86,16 +86,9 @@ impl Guard<'_> {
             // A decrement takes back a raise of this run: the surplus, or
             // (a replacement launched ahead) a raise above the surplus.
             let asg = self.asg(&t.auto_scaling_group)?;
-            let surplus_in = |asg: &str| {
-                self.status
-                    .surplus
-                    .iter()
-                    .find(|s| s.auto_scaling_group == asg)
-                    .map_or(0, |s| s.desired)
-            };
             let above = match t.purpose {
                 TargetPurpose::RemoveSurplus => 0,
-                TargetPurpose::Replace => surplus_in(&t.auto_scaling_group),
+                TargetPurpose::Replace => surplus_of(&self.status.surplus, &t.auto_scaling_group),
             };
             let recorded = self
                 .status

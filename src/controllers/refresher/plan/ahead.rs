@@ -49,11 +49,7 @@ impl Planner<'_> {
     /// its termination not recorded (its decrement then takes the raise
     /// back), and not skipped.
     fn still_ahead(&self, instance_id: &str) -> bool {
-        let id = instance_id.to_string();
-        self.status.planned_instances.contains(&id)
-            && !self.status.replaced_instances.contains(&id)
-            && self.active(instance_id)
-            && !self.skipped(instance_id)
+        self.outstanding().any(|id| id == instance_id) && !self.skipped(instance_id)
     }
 
     /// Keeps `launchedAhead` to what is owed: entries whose node was

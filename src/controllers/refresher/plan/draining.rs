@@ -27,12 +27,24 @@ impl Planner<'_> {
 
     /// Planned nodes not yet replaced and still in service.
     pub(super) fn remaining(&self) -> usize {
+        self.outstanding().filter(|id| !self.skipped(id)).count()
+    }
+
+    /// Planned instances not yet replaced (their termination not recorded)
+    /// and still in service, skipped ones included.
+    pub(super) fn outstanding(&self) -> impl Iterator<Item = &String> + '_ {
         self.status
             .planned_instances
             .iter()
             .filter(|id| !self.status.replaced_instances.contains(id) && self.active(id))
-            .filter(|id| !self.skipped(id))
-            .count()
+    }
+
+    /// Outstanding planned nodes whose kubelet died during the run.
+    pub(super) fn dead_planned(&self) -> impl Iterator<Item = &GroupNode> + '_ {
+        let group = &self.input.group;
+        self.outstanding()
+            .filter_map(|id| group.node_of(id))
+            .filter(|n| group.unhealthy(n))
     }
 
     /// A planned instance the run left alone (protected).
@@ -316,18 +328,7 @@ impl Planner<'_> {
     /// A planned node, not yet replaced and still in service, that is
     /// unhealthy (its kubelet died during the run), by name.
     fn unhealthy_planned(&self) -> Option<String> {
-        let group = &self.input.group;
-        self.status
-            .planned_instances
-            .iter()
-            .filter(|id| !self.status.replaced_instances.contains(id) && self.active(id))
-            .find_map(|id| {
-                group
-                    .nodes
-                    .iter()
-                    .find(|n| n.instance_id.as_deref() == Some(id.as_str()) && group.unhealthy(n))
-                    .map(|n| n.name.clone())
-            })
+        self.dead_planned().next().map(|n| n.name.clone())
     }
 
     /// Leaves the target in service (uncordoned) and fails the run.

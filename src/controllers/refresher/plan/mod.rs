@@ -480,7 +480,8 @@ impl Planner<'_> {
     }
 }
 
-fn surplus_of(surplus: &[AsgDesired], asg: &str) -> i32 {
+/// The surplus a run added to `asg`.
+pub(crate) fn surplus_of(surplus: &[AsgDesired], asg: &str) -> i32 {
     surplus
         .iter()
         .find(|s| s.auto_scaling_group == asg)

@@ -75,15 +75,7 @@ impl Planner<'_> {
     /// planned nodes whose kubelet died (they are never Ready again; the
     /// run replaces them next, as repairs).
     pub(super) fn whole_but_dead(&self) -> i32 {
-        let group = &self.input.group;
-        let dead = self
-            .status
-            .planned_instances
-            .iter()
-            .filter(|id| !self.status.replaced_instances.contains(id) && self.active(id))
-            .filter(|id| group.node_of(id).is_some_and(|n| group.unhealthy(n)))
-            .count() as i32;
-        self.whole() - dead
+        self.whole() - self.dead_planned().count() as i32
     }
 
     /// Ready is whole again: the group is validated before the next node
