@@ -299,6 +299,32 @@ pub fn until(now: DateTime<Utc>, then: DateTime<Utc>) -> Duration {
         .clamp(Duration::from_millis(500), LONGEST_WAIT)
 }
 
+/// An instance that is active (not terminating or detaching) in one of the
+/// group's ASGs, per a fresh describe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub asg: String,
+    pub instance_id: String,
+}
+
+impl Member {
+    /// Active instances of the group's ASGs, per the fresh describe.
+    pub fn all_of(fresh: &[crate::cloud::AsgDescription]) -> Vec<Member> {
+        fresh
+            .iter()
+            .flat_map(|a| {
+                a.instances
+                    .iter()
+                    .filter(|i| i.is_active())
+                    .map(|i| Member {
+                        asg: a.name.clone(),
+                        instance_id: i.instance_id.clone(),
+                    })
+            })
+            .collect()
+    }
+}
+
 /// The group's nodes as the plan sees them. A node counts as Ready only while
 /// no interruption notice is recorded on it and its instance is InService in
 /// its ASG per the fresh describe: after a

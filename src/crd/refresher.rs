@@ -130,6 +130,12 @@ pub struct RefresherStatus {
     pub trigger: Option<RunTrigger>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_target: Option<RefreshTarget>,
+    /// Planned nodes drained at the same time as the current target
+    /// (`maxSurge` above 1): each has its replacement launched ahead and
+    /// Ready beside it. Each is terminated once drained (recorded here
+    /// first); the batch is validated as one step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alongside: Vec<RefreshTarget>,
     /// Since when the current replacement is being validated (its node
     /// Ready again; `validationTimeout` runs from here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -236,6 +242,22 @@ impl RefreshTarget {
     /// node, or a node whose replacement was launched ahead.
     pub fn decrements(&self) -> bool {
         self.purpose == TargetPurpose::RemoveSurplus || self.launched_ahead.is_some()
+    }
+}
+
+impl RefresherStatus {
+    /// The targets being worked on: the current one, then those drained
+    /// alongside it.
+    pub fn batch(&self) -> impl Iterator<Item = &RefreshTarget> + '_ {
+        self.current_target.iter().chain(&self.alongside)
+    }
+
+    /// The target of the batch that is `instance_id`.
+    pub fn batch_member_mut(&mut self, instance_id: &str) -> Option<&mut RefreshTarget> {
+        self.current_target
+            .iter_mut()
+            .chain(&mut self.alongside)
+            .find(|t| t.instance_id == instance_id)
     }
 }
 

@@ -195,21 +195,23 @@ async fn protected_planned(
     Ok(protected)
 }
 
-/// Waiting for a replacement: of the workloads its drain moved, those
+/// Waiting for the batch's replacements: of the workloads its drains moved, those
 /// whose pods are not all back (Pending or not Ready), with why.
 async fn unsettled_workloads(
     ctx: &Context,
     current: &RefresherStatus,
 ) -> Result<BTreeMap<String, String>> {
-    match &current.current_target {
-        Some(t)
-            if current.phase == crate::crd::refresher::RefreshPhase::WaitingForReplacement
-                && !t.workloads.is_empty() =>
-        {
-            crate::k8s::workloads::observe_unsettled(ctx, &t.workloads).await
-        }
-        _ => Ok(BTreeMap::new()),
+    let moved: BTreeSet<String> = current
+        .batch()
+        .flat_map(|t| t.workloads.iter().cloned())
+        .collect();
+    if current.phase != crate::crd::refresher::RefreshPhase::WaitingForReplacement
+        || moved.is_empty()
+    {
+        return Ok(BTreeMap::new());
     }
+    let moved: Vec<String> = moved.into_iter().collect();
+    crate::k8s::workloads::observe_unsettled(ctx, &moved).await
 }
 
 /// Masters between replacements: which nodes' control planes are up.

@@ -91,64 +91,86 @@ pub async fn execute<E: Effects>(
         Command::SetDesired(changes) => {
             effects.set_desired(changes, status, &plan.message).await?;
         }
-        Command::Drain(target) => {
-            let first = stored.and_then(|s| s.current_target.as_ref()) != Some(target);
-            // The workloads this step may evict, recorded before it does: the
-            // validation after the replacement waits for their pods.
-            let moving = effects.workloads_on(target).await?;
-            let recorded = with_workloads(status, &moving);
-            if let Some(recorded) = &recorded {
-                effects.write_status(recorded).await?;
-            }
-            let status = recorded.as_ref().unwrap_or(status);
-            let target = status.current_target.as_ref().unwrap_or(target);
-            let drained = effects
-                .drain_step(target, status, first, &plan.message)
-                .await?;
-            requeue = requeue.min(drained.requeue);
-            if !drained.done
-                && drained.blocked_by.is_some()
-                && drained.blocked_by != target.blocked_by
-            {
-                // What held the drain, kept for the failure reason should
-                // the drain be given up (an observation, not an intent).
-                let mut blocked = status.clone();
-                if let Some(t) = blocked.current_target.as_mut() {
-                    t.blocked_by = drained.blocked_by.clone();
-                }
-                effects.write_status(&blocked).await?;
-            }
-            if drained.done {
-                // Record the termination, then make it: a restart retries
-                // this one and never picks another node for the same step.
-                let mut after = status.clone();
-                if let Some(target) = after_drain(&mut after, now) {
-                    effects.write_status(&after).await?;
-                    effects.reached(TERMINATION_PERSISTED)?;
-                    effects.terminate(&target, &after).await?;
-                    requeue = Duration::from_millis(500);
-                }
-            }
+        Command::Drain(targets) => {
+            requeue =
+                requeue.min(drain(effects, stored, status, targets, &plan.message, now).await?);
         }
         Command::Terminate(target) => effects.terminate(target, status).await?,
     }
     Ok(requeue.max(Duration::from_millis(100)))
 }
 
-/// `status` with `moving` added to its target's workloads; None when they
-/// are recorded already.
-fn with_workloads(status: &RefresherStatus, moving: &[String]) -> Option<RefresherStatus> {
-    let target = status.current_target.as_ref()?;
-    if moving.iter().all(|w| target.workloads.contains(w)) {
-        return None;
-    }
+/// One drain step on each target; the first one drained has its
+/// termination recorded, then made (the others wait for the next step,
+/// judged then on fresh counts). Returns when to look again.
+async fn drain<E: Effects>(
+    effects: &mut E,
+    stored: Option<&RefresherStatus>,
+    status: &RefresherStatus,
+    targets: &[RefreshTarget],
+    why: &str,
+    now: DateTime<Utc>,
+) -> Result<Duration> {
+    // The workloads this step may evict, recorded before it does: the
+    // validation after the replacements waits for their pods.
     let mut recorded = status.clone();
-    let workloads = &mut recorded.current_target.as_mut()?.workloads;
-    for w in moving {
-        if !workloads.contains(w) {
-            workloads.push(w.clone());
+    for target in targets {
+        let moving = effects.workloads_on(target).await?;
+        with_workloads(&mut recorded, &target.instance_id, &moving);
+    }
+    if recorded != *status {
+        effects.write_status(&recorded).await?;
+    }
+    let mut status = recorded;
+    let mut requeue = Duration::MAX;
+    let mut drained: Option<String> = None;
+    let mut blocked = status.clone();
+    for target in targets {
+        let first = !stored.is_some_and(|s| s.batch().any(|t| t.instance_id == target.instance_id));
+        let target = status
+            .batch()
+            .find(|t| t.instance_id == target.instance_id)
+            .unwrap_or(target);
+        let step = effects.drain_step(target, &status, first, why).await?;
+        requeue = requeue.min(step.requeue);
+        if step.done {
+            drained.get_or_insert(target.instance_id.clone());
+        } else if step.blocked_by.is_some()
+            && step.blocked_by != target.blocked_by
+            && let Some(t) = blocked.batch_member_mut(&target.instance_id)
+        {
+            // What held the drain, kept for the failure reason should the
+            // drain be given up (an observation, not an intent).
+            t.blocked_by = step.blocked_by.clone();
         }
     }
-    workloads.sort();
-    Some(recorded)
+    if blocked != status {
+        effects.write_status(&blocked).await?;
+        status = blocked;
+    }
+    if let Some(id) = drained {
+        // Record the termination, then make it: a restart retries this
+        // one and never picks another node for the same step.
+        let mut after = status.clone();
+        if let Some(target) = after_drain(&mut after, &id, now) {
+            effects.write_status(&after).await?;
+            effects.reached(TERMINATION_PERSISTED)?;
+            effects.terminate(&target, &after).await?;
+            requeue = Duration::from_millis(500);
+        }
+    }
+    Ok(requeue)
+}
+
+/// Adds `moving` to the workloads of the batch's target `instance_id`.
+fn with_workloads(status: &mut RefresherStatus, instance_id: &str, moving: &[String]) {
+    let Some(target) = status.batch_member_mut(instance_id) else {
+        return;
+    };
+    for w in moving {
+        if !target.workloads.contains(w) {
+            target.workloads.push(w.clone());
+        }
+    }
+    target.workloads.sort();
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 impl Planner<'_> {
     /// How many replacements may be launched ahead at once.
-    fn surge(&self, settings: &ResolvedRefresh) -> usize {
+    pub(super) fn surge(&self, settings: &ResolvedRefresh) -> usize {
         match self.input.group.role {
             Role::Master => 0,
             Role::Worker => settings.max_surge.of(self.input.group.desired).max(0) as usize,
@@ -27,7 +27,7 @@ impl Planner<'_> {
 
     /// An ASG's recorded count plus this run's surplus in it: what it is
     /// at with nothing launched ahead.
-    fn base_desired(&self, asg: &str) -> Option<i32> {
+    pub(super) fn base_desired(&self, asg: &str) -> Option<i32> {
         let original = self
             .status
             .original_desired
@@ -55,8 +55,8 @@ impl Planner<'_> {
     /// Keeps `launchedAhead` to what is owed: entries whose node was
     /// terminated, left the ASG or the plan, or was skipped go (a raise
     /// they leave behind is surplus, removed at the end like any), and so
-    /// do entries an ASG's max no longer has room for. The current target
-    /// follows its entry until its termination is recorded: without one it
+    /// do entries an ASG's max no longer has room for. Each target of the
+    /// batch follows its entry until its termination is recorded: without one it
     /// is terminated without decrement and its ASG replaces it.
     pub(super) fn prune_ahead(&mut self) {
         let mut kept: Vec<LaunchedAhead> = vec![];
@@ -86,12 +86,16 @@ impl Planner<'_> {
                 .find(|a| a.instance_id == id)
                 .map(|a| a.since)
         };
-        let mark = match &self.status.current_target {
-            Some(t) if t.terminated.is_none() => Some(launched(&t.instance_id)),
-            _ => None,
-        };
-        if let (Some(mark), Some(t)) = (mark, self.status.current_target.as_mut()) {
-            t.launched_ahead = mark;
+        let marks: Vec<(String, Option<chrono::DateTime<chrono::Utc>>)> = self
+            .status
+            .batch()
+            .filter(|t| t.terminated.is_none())
+            .map(|t| (t.instance_id.clone(), launched(&t.instance_id)))
+            .collect();
+        for (id, mark) in marks {
+            if let Some(t) = self.status.batch_member_mut(&id) {
+                t.launched_ahead = mark;
+            }
         }
     }
 

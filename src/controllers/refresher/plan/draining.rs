@@ -2,12 +2,10 @@
 //! target is drained, held while the group cannot spare it, or given up;
 //! once drained, its termination is recorded before it is made.
 
-use super::{Command, GroupNode, Happening, Next, OnWindowClose, Planner, SOON, Step};
+use super::{Command, GroupNode, Happening, Next, OnWindowClose, Planner, Removal, SOON, Step};
 use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after, until};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
-use crate::crd::refresher::RefresherStatus;
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
-use chrono::{DateTime, Utc};
 use std::time::Duration;
 
 impl Planner<'_> {
@@ -17,6 +15,9 @@ impl Planner<'_> {
         self.prune_ahead();
         if let Some(step) = self.raise_ahead(vec![]) {
             return Next::Step(step);
+        }
+        if let Some(next) = self.promote_alongside() {
+            return next;
         }
         if self.drain_pending() {
             return Next::Step(self.draining(settings));
@@ -124,7 +125,11 @@ impl Planner<'_> {
         let mut protected = vec![];
         let mut upcoming = vec![];
         for id in order {
-            if self.status.replaced_instances.contains(id) || !self.active(id) || self.skipped(id) {
+            if self.status.replaced_instances.contains(id)
+                || !self.active(id)
+                || self.skipped(id)
+                || self.status.alongside.iter().any(|t| t.instance_id == *id)
+            {
                 continue;
             }
             let Some(node) = node_of(id) else { continue };
@@ -248,18 +253,19 @@ impl Planner<'_> {
         }
         if target.node.is_none() {
             // An instance that never joined: nothing to drain.
-            return self.terminate_now(format!("terminating {label} (never joined)"));
+            let id = target.instance_id.clone();
+            return self.terminate_now(&id, format!("terminating {label} (never joined)"));
         }
         if now >= drain_deadline && target.unhealthy {
             // Its kubelet is dead: what its pods wait for never comes.
-            return self.terminate_now(format!(
+            return self.terminate_now(&target.instance_id, format!(
                 "{label} is NotReady past the unhealthy timeout; evictions tried, terminating it as a repair"
             ));
         }
         if now >= drain_deadline {
             let after = crate::duration::format(settings.drain_timeout);
             return match settings.drain_timeout_action {
-                DrainTimeoutAction::Proceed => self.terminate_now(format!(
+                DrainTimeoutAction::Proceed => self.terminate_now(&target.instance_id, format!(
                     "drain of {label} timed out after {after}; terminating it anyway (drainTimeoutAction Proceed)"
                 )),
                 DrainTimeoutAction::Abort => self.give_up(
@@ -283,16 +289,13 @@ impl Planner<'_> {
             ),
             TargetPurpose::RemoveSurplus => format!("draining surplus node {label}"),
         };
-        Step::act(
-            Command::Drain(target),
-            what,
-            SOON.min(until(now, drain_deadline)),
-        )
+        let requeue = SOON.min(until(now, drain_deadline));
+        self.drain_batch(target, what, requeue, settings)
     }
 
     /// The target, marked unhealthy (in the status too) once its node is
     /// NotReady past the unhealthy timeout: its drain is then best effort.
-    fn mark_unhealthy(&mut self, mut target: RefreshTarget) -> RefreshTarget {
+    pub(super) fn mark_unhealthy(&mut self, mut target: RefreshTarget) -> RefreshTarget {
         let unhealthy = target.node.as_ref().is_some_and(|name| {
             self.input
                 .group
@@ -302,7 +305,7 @@ impl Planner<'_> {
         });
         if unhealthy && !target.unhealthy {
             target.unhealthy = true;
-            if let Some(t) = self.status.current_target.as_mut() {
+            if let Some(t) = self.status.batch_member_mut(&target.instance_id) {
                 t.unhealthy = true;
             }
         }
@@ -333,7 +336,7 @@ impl Planner<'_> {
 
     /// Leaves the target in service (uncordoned) and fails the run.
     pub(super) fn give_up(&mut self, target: &RefreshTarget, reason: String) -> Step {
-        self.status.current_target = None;
+        self.leave_batch(&target.instance_id);
         if target.purpose == TargetPurpose::RemoveSurplus {
             // Keep this surplus node rather than loop on it: its ASG's
             // current count becomes the layout to end at, and the failure
@@ -368,115 +371,4 @@ impl Planner<'_> {
             None => Step::wait(reason, Duration::ZERO),
         }
     }
-
-    fn terminate_now(&mut self, message: String) -> Step {
-        match after_drain(&mut self.status, self.input.group.now) {
-            Some(target) => Step::act(Command::Terminate(target), message, SOON),
-            None => Step::wait(message, SOON),
-        }
-    }
-
-    fn removal_safety(&self, target: &RefreshTarget) -> Removal {
-        removal(
-            target,
-            self.input.group.nodes,
-            self.input.group.desired,
-            self.surplus_total(),
-        )
-    }
-
-    /// A termination recorded but not made (the manager died in between):
-    /// make it if it is still safe; otherwise take the record back and let
-    /// the drain logic hold or give up, so a restart never removes a node
-    /// the group can no longer spare.
-    pub(super) fn retry_termination(&mut self, target: RefreshTarget) -> Step {
-        let Removal {
-            safe,
-            ready_besides,
-            needed,
-        } = self.removal_safety(&target);
-        if safe {
-            let message = format!("terminating {}", target.instance_id);
-            return Step::act(Command::Terminate(target), message, SOON);
-        }
-        if let Some(t) = self.status.current_target.as_mut() {
-            t.terminated = None;
-        }
-        self.status
-            .replaced_instances
-            .retain(|id| *id != target.instance_id);
-        if target.purpose == TargetPurpose::Replace {
-            self.status.phase = RefreshPhase::Draining;
-        }
-        Step::wait(
-            format!(
-                "holding {}: terminating it now would leave {ready_besides} Ready, fewer than {needed}",
-                target.instance_id
-            ),
-            SOON,
-        )
-    }
-}
-
-/// Whether the group can spare a target, by the Ready nodes besides it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Removal {
-    pub safe: bool,
-    pub ready_besides: i32,
-    pub needed: i32,
-}
-
-/// The one rule for removing a target, used by the plan and re-checked by the
-/// reconcile before the termination: replacing an old node keeps Ready at
-/// desired + surplus - 1 (workers with surplus: never below desired; without
-/// surplus, masters: every other node Ready), and never below desired when
-/// its replacement was launched ahead; removing surplus keeps Ready at
-/// desired, and removing one that is not Ready costs no Ready node.
-pub fn removal(target: &RefreshTarget, nodes: &[GroupNode], desired: i32, surplus: i32) -> Removal {
-    let id = Some(target.instance_id.as_str());
-    let ready_besides = nodes
-        .iter()
-        .filter(|n| n.ready && n.instance_id.as_deref() != id)
-        .count() as i32;
-    let target_ready = nodes
-        .iter()
-        .any(|n| n.ready && n.instance_id.as_deref() == id);
-    let (safe, needed) = match target.purpose {
-        // Its replacement launched ahead: never below desired (without
-        // surplus, the replacement must be Ready first).
-        TargetPurpose::Replace if target.launched_ahead.is_some() => {
-            let needed = desired + (surplus - 1).max(0);
-            (ready_besides >= needed, needed)
-        }
-        TargetPurpose::Replace => {
-            let needed = desired + surplus - 1;
-            (ready_besides >= needed, needed)
-        }
-        TargetPurpose::RemoveSurplus => (!target_ready || ready_besides >= desired, desired),
-    };
-    Removal {
-        safe,
-        ready_besides,
-        needed,
-    }
-}
-
-/// The drain of the current target is complete (or given up with `Proceed`):
-/// record the termination in the status before it is made. Returns the target
-/// to terminate, or None when there is no target being drained.
-pub fn after_drain(status: &mut RefresherStatus, now: DateTime<Utc>) -> Option<RefreshTarget> {
-    let target = status.current_target.as_mut()?;
-    if target.terminated.is_some() {
-        return None;
-    }
-    target.terminated = Some(now);
-    let target = target.clone();
-    if target.purpose == TargetPurpose::Replace {
-        if !status.replaced_instances.contains(&target.instance_id) {
-            status.replaced_instances.push(target.instance_id.clone());
-        }
-        status.phase = RefreshPhase::WaitingForReplacement;
-    }
-    status.phase_since = Some(now);
-    Some(target)
 }

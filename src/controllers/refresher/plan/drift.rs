@@ -33,13 +33,29 @@ impl Planner<'_> {
                 None => Step::wait(message, Duration::ZERO),
             });
         }
+        if step.is_none()
+            && let Some(t) = self
+                .status
+                .alongside
+                .iter()
+                .find(|t| t.terminated.is_none() && clean(&t.instance_id))
+                .cloned()
+        {
+            self.leave_batch(&t.instance_id);
+            let label = t.node.clone().unwrap_or(t.instance_id.clone());
+            let message = format!("{label} is no longer drifted; back in service");
+            step = Some(match t.node {
+                Some(node) => Step::act(Command::Uncordon(node), message, Duration::ZERO),
+                None => Step::wait(message, Duration::ZERO),
+            });
+        }
         let drifted = idle::drifted_targets(input);
         let st = &mut self.status;
-        let current = st.current_target.as_ref().map(|t| t.instance_id.clone());
+        let in_batch: Vec<String> = st.batch().map(|t| t.instance_id.clone()).collect();
         let (kept, left): (Vec<String>, Vec<String>) = std::mem::take(&mut st.planned_instances)
             .into_iter()
             .partition(|id| {
-                st.replaced_instances.contains(id) || current.as_ref() == Some(id) || !clean(id)
+                st.replaced_instances.contains(id) || in_batch.contains(id) || !clean(id)
             });
         st.planned_instances = kept;
         // The newest of them in an ASG with surplus stand for it, as many

@@ -281,6 +281,7 @@ impl Planner<'_> {
         st.replaced_instances = vec![];
         st.replaced = 0;
         st.current_target = None;
+        st.alongside = vec![];
         st.failure = None;
         st.protected_since = None;
         st.progress = Some(format!("0/{}", st.total));
@@ -349,6 +350,7 @@ impl Planner<'_> {
         st.run_start = None;
         st.phase_since = None;
         st.current_target = None;
+        st.alongside = vec![];
         st.original_desired = vec![];
         st.surplus = vec![];
         st.planned_instances = vec![];

@@ -8,9 +8,10 @@
 //!    the surplus per ASG and the instances to replace (oldest first);
 //! 2. [`scaling_up`]: raise the ASGs by the surplus, wait for Ready >= desired + surplus;
 //! 3. [`draining`]: the next planned instance, once removing it keeps enough
-//!    Ready (workers: its replacement launched ahead first, see [`ahead`]);
-//! 4. [`replacing`] (`WaitingForReplacement`): terminated (recorded first),
-//!    wait for Ready to be whole again, validate;
+//!    Ready (workers: its replacement launched ahead first, see [`ahead`];
+//!    with `maxSurge` above 1, the next ones drained alongside, [`batch`]);
+//! 4. [`replacing`] (`WaitingForReplacement`): terminated (recorded first,
+//!    [`termination`]), wait for Ready to be whole again, validate;
 //! 5. [`scaling_down`]: every ASG back to its recorded count, surplus nodes
 //!    chosen explicitly, drained, terminated with decrement; release the lock.
 //!
@@ -18,14 +19,15 @@
 //! enter ([`Next`]). Phases are only entered forward (see [`rank`]), and
 //! `ScalingDown` always yields a step, so a plan never loops.
 //!
-//! A failure (surplus or replacement not Ready in time, a drain timing out
-//! with `Abort`) records its reason and goes to `ScalingDown`: the surplus
-//! goes, old nodes stay. Invariants (property-tested in `tests`): Ready never
-//! drops below the desired count during a worker refresh with surplus, at
-//! most one planned node is worked on at a time, no instance is terminated
-//! twice, and a run ends with every ASG at its recorded desired count.
+//! A failure records its reason and goes to `ScalingDown`: the surplus
+//! goes, old nodes stay. Invariants (property-tested in `tests`): Ready
+//! never drops below the desired count during a worker refresh with
+//! surplus, at most `maxSurge` planned nodes (one without) are worked on at
+//! a time, no instance is terminated twice, and a run ends with every ASG
+//! at its recorded desired count.
 
 mod ahead;
+mod batch;
 mod draining;
 mod drift;
 mod idle;
@@ -33,6 +35,7 @@ mod replacing;
 mod scaling_down;
 mod scaling_up;
 mod set_aside;
+mod termination;
 #[cfg(test)]
 mod tests;
 
@@ -48,35 +51,9 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-pub use crate::controllers::group_view::{GroupFacts, GroupNode};
-pub use draining::{Removal, after_drain, removal};
+pub use crate::controllers::group_view::{GroupFacts, GroupNode, Member};
 pub use idle::{blocking_processes, needs_observation};
-
-/// An instance that is active (not terminating or detaching) in one of the
-/// group's ASGs, per a fresh describe.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
-    pub asg: String,
-    pub instance_id: String,
-}
-
-impl Member {
-    /// Active instances of the group's ASGs, per the fresh describe.
-    pub fn all_of(fresh: &[crate::cloud::AsgDescription]) -> Vec<Member> {
-        fresh
-            .iter()
-            .flat_map(|a| {
-                a.instances
-                    .iter()
-                    .filter(|i| i.is_active())
-                    .map(|i| Member {
-                        asg: a.name.clone(),
-                        instance_id: i.instance_id.clone(),
-                    })
-            })
-            .collect()
-    }
-}
+pub use termination::{Removal, after_drain, removal};
 
 pub struct Input<'a> {
     /// What every child plan is told (`suspended`: the group or the
@@ -123,9 +100,11 @@ pub enum Command {
     ReleaseLock,
     /// Set ASGs' desired capacity (surplus up, layout back).
     SetDesired(Vec<DesiredChange>),
-    /// One drain step on the target's node; once drained, [`after_drain`]
-    /// decides the termination, which is persisted before it is made.
-    Drain(RefreshTarget),
+    /// One drain step on each target's node (the current target, and the
+    /// nodes drained alongside it); once one is drained, [`after_drain`]
+    /// decides its termination, which is persisted before it is made (one
+    /// termination per step).
+    Drain(Vec<RefreshTarget>),
     /// Carry out a termination already recorded in status (`terminated` set):
     /// Replace without decrement, RemoveSurplus with decrement.
     Terminate(RefreshTarget),

@@ -7,7 +7,6 @@ use super::{Happening, Next, Planner, SOON, Step};
 use crate::controllers::group_view::{after, until};
 use crate::crd::Role;
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
-use crate::crd::refresher::RefreshTarget;
 use std::time::Duration;
 
 /// What the validation after a replacement decides.
@@ -20,46 +19,56 @@ enum Validation {
 impl Planner<'_> {
     pub(super) fn waiting_for_replacement(&mut self, settings: &ResolvedRefresh) -> Next {
         let now = self.input.group.now;
+        if let Some(next) = self.promote_alongside() {
+            return next;
+        }
         let Some(target) = self.status.current_target.clone() else {
             return self.next_target(settings);
         };
         if self.active(&target.instance_id) {
             return Next::Step(self.retry_termination(target));
         }
+        // The nodes drained alongside it go before the batch is validated.
+        if let Some(step) = self.finish_alongside(settings) {
+            return Next::Step(step);
+        }
         let (ready, whole) = (self.ready(), self.whole_but_dead());
-        let node = target.node.clone().unwrap_or(target.instance_id.clone());
+        let node = self.batch_label();
         if ready >= whole {
             match self.control_plane_settling(settings) {
                 Ok(Some(waiting)) => return Next::Step(waiting),
                 Ok(None) => {}
                 Err(reason) => {
-                    self.status.current_target = None;
+                    self.end_batch();
                     return self.fail(reason);
                 }
             }
             if let Some(step) = self.launch_next_ahead(settings) {
                 return Next::Step(step);
             }
-            match self.validate(&target, &node, settings) {
+            match self.validate(&node, settings) {
                 Validation::Passed => {}
                 Validation::Wait(step) => return Next::Step(step),
                 Validation::Failed(reason) => {
-                    self.status.current_target = None;
+                    self.end_batch();
                     return self.fail(reason);
                 }
             }
-            let took = (now - target.since).to_std().unwrap_or(Duration::ZERO);
-            self.happenings.push(Happening::Replaced { node, took });
-            self.status.replaced += 1;
+            for t in self.status.batch() {
+                let took = (now - t.since).to_std().unwrap_or(Duration::ZERO);
+                let node = t.node.clone().unwrap_or(t.instance_id.clone());
+                self.happenings.push(Happening::Replaced { node, took });
+            }
+            self.status.replaced += self.status.batch().count() as i32;
             self.status.progress = Some(format!("{}/{}", self.status.replaced, self.status.total));
-            self.status.current_target = None;
+            self.end_batch();
             return self.next_target(settings);
         }
         // Whole again later: what was validated before counts no more.
         self.status.validated_since = None;
         let deadline = after(self.since_phase(), settings.ready_timeout);
         if now >= deadline {
-            self.status.current_target = None;
+            self.end_batch();
             return self.fail(format!(
                 "the replacement for {node} was not Ready within {}: {ready} of {whole} nodes Ready",
                 crate::duration::format(settings.ready_timeout)
@@ -83,26 +92,16 @@ impl Planner<'_> {
     /// and schedulable, no pod of a workload the drain moved Pending or not
     /// Ready; then that holds for the settle time. Bounded by
     /// `validationTimeout`, whose action decides what a timeout does.
-    fn validate(
-        &mut self,
-        target: &RefreshTarget,
-        node: &str,
-        settings: &ResolvedRefresh,
-    ) -> Validation {
+    fn validate(&mut self, node: &str, settings: &ResolvedRefresh) -> Validation {
         let now = self.input.group.now;
         let started = *self.status.validating_since.get_or_insert(now);
-        let mut waiting: Vec<String> = vec![];
-        if !self.replacement_in_service(target) {
-            waiting.push(format!(
-                "no new node in {} Ready and schedulable yet",
-                target.auto_scaling_group
-            ));
-        }
+        let mut waiting = self.replacements_in_service();
+        let moved = |w: &String| self.status.batch().any(|t| t.workloads.contains(w));
         waiting.extend(
             self.input
                 .unsettled
                 .iter()
-                .filter(|(w, _)| target.workloads.contains(w))
+                .filter(|(w, _)| moved(w))
                 .map(|(w, why)| format!("{w}: {why}")),
         );
         if waiting.is_empty() {
@@ -150,26 +149,6 @@ impl Planner<'_> {
     fn end_validation(&mut self) {
         self.status.validating_since = None;
         self.status.validated_since = None;
-    }
-
-    /// A node of the target's ASG launched since its replacement was
-    /// launched ahead, or else since its termination was decided, Ready and
-    /// schedulable: its replacement (which a drift roll may have joined
-    /// since, drifted by a newer version: it still counts). (AWS reports
-    /// launch times to the second, cut: compared from the second begun.)
-    fn replacement_in_service(&self, target: &RefreshTarget) -> bool {
-        use chrono::Timelike;
-        let launched = target
-            .launched_ahead
-            .or(target.terminated)
-            .unwrap_or(target.since);
-        let began = launched.with_nanosecond(0).unwrap_or(launched);
-        self.input.group.nodes.iter().any(|n| {
-            n.ready
-                && !n.unschedulable
-                && n.asg.as_deref() == Some(target.auto_scaling_group.as_str())
-                && n.launch_time.is_some_and(|t| t >= began)
-        })
     }
 
     /// Masters, once the replacement is Ready: wait until every master's

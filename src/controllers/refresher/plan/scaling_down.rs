@@ -25,6 +25,9 @@ impl Planner<'_> {
         let input = self.input;
         // What was launched ahead is surplus now, removed like any.
         self.status.launched_ahead.clear();
+        if let Some(step) = self.release_alongside() {
+            return step;
+        }
         if self.drain_pending() {
             return self.draining(settings);
         }

@@ -1,3 +1,4 @@
+mod batches;
 mod disruption;
 mod drift;
 mod failures;
@@ -118,8 +119,10 @@ struct Sim {
     dead: Vec<String>,
     /// Masters whose control-plane pods are not Ready.
     control_plane_down: BTreeSet<String>,
-    /// Drain steps taken per node: a drain finishes on its second step.
+    /// Drain steps taken per node: a drain finishes on step
+    /// `drain_length + 1` (its second, by default).
     drain_steps: Vec<String>,
+    drain_length: usize,
     terminated: Vec<String>,
     happenings: Vec<Happening>,
     actions: Vec<Command>,
@@ -181,6 +184,7 @@ impl Sim {
             dead: vec![],
             control_plane_down: BTreeSet::new(),
             drain_steps: vec![],
+            drain_length: 1,
             terminated: vec![],
             happenings: vec![],
             actions: vec![],
@@ -595,7 +599,7 @@ impl Effects for Sim {
             });
         }
         Ok(Drained {
-            done: !stuck && steps >= 1,
+            done: !stuck && steps >= self.drain_length,
             requeue: SOON,
             blocked_by: stuck.then(|| STUCK_BY.to_string()),
         })
@@ -611,9 +615,8 @@ impl Effects for Sim {
             target.terminated.is_some(),
             "termination not recorded first"
         );
-        assert_eq!(
-            status.current_target.as_ref(),
-            Some(target),
+        assert!(
+            status.batch().any(|t| t == target),
             "termination not the recorded one"
         );
         Sim::terminate(self, target);

@@ -16,7 +16,7 @@ fn a_restart_after_recording_a_termination_terminates_that_same_node() {
     }
     // Drain completes, the termination is recorded, the manager dies.
     let target = sim.status.current_target.clone().expect("target");
-    let recorded = after_drain(&mut sim.status, sim.now).expect("recorded");
+    let recorded = after_drain(&mut sim.status, &target.instance_id, sim.now).expect("recorded");
     assert_eq!(recorded.instance_id, target.instance_id);
     // Restarted: the same instance, once.
     let plan = sim.step(false);
@@ -200,8 +200,8 @@ proptest! {
 
     /// Whatever the order of nodes joining, becoming Ready, time passing
     /// and the manager dying: our terminations never leave fewer Ready
-    /// than desired, at most one old node is worked on at a time, at most
-    /// `maxSurge` replacements are launched ahead (no ASG raised beyond
+    /// than desired, at most `maxSurge` old nodes are worked on at a time
+    /// (one without it), at most `maxSurge` replacements are launched ahead (no ASG raised beyond
     /// its surplus and those), no instance is terminated twice (asserted
     /// in the sim), and the run ends with every ASG at its recorded count.
     #[test]
@@ -210,6 +210,7 @@ proptest! {
         per_asg in 1..3i32,
         surplus in 1..3i32,
         max_surge in 0..4i32,
+        drain_length in 1..4usize,
         events in proptest::collection::vec(event(), 0..300),
     ) {
         let mut sim = Sim::new(Role::Worker, asgs, per_asg, surplus);
@@ -218,12 +219,15 @@ proptest! {
         }
         let desired = sim.desired;
         let start_total: i32 = sim.asgs.iter().map(|a| a.desired).sum();
+        sim.drain_length = drain_length;
         for e in events {
             sim.apply(e);
-            prop_assert!(sim.original_cordoned() <= 1, "two old nodes worked on at once");
+            prop_assert!(sim.original_cordoned() <= (max_surge as usize).max(1),
+                "more old nodes worked on at once than maxSurge");
             prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired),
                 "Ready fell below {desired}: {:?}", sim.ready_after_terminations);
             prop_assert!(sim.status.launched_ahead.len() <= max_surge as usize);
+            prop_assert!(sim.status.batch().count() <= (max_surge as usize).max(1));
             let total: i32 = sim.asgs.iter().map(|a| a.desired).sum();
             prop_assert!(total <= start_total + surplus + max_surge,
                 "raised beyond surplus and maxSurge: {:?}", sim.layout());

@@ -1,0 +1,140 @@
+//! When a target may go, and its termination: recorded in the status
+//! before it is made, retried after a restart only while still safe.
+
+use super::{Command, GroupNode, Planner, SOON, Step};
+use crate::crd::refresher::RefresherStatus;
+use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
+use chrono::{DateTime, Utc};
+
+impl Planner<'_> {
+    pub(super) fn terminate_now(&mut self, instance_id: &str, message: String) -> Step {
+        match after_drain(&mut self.status, instance_id, self.input.group.now) {
+            Some(target) => Step::act(Command::Terminate(target), message, SOON),
+            None => Step::wait(message, SOON),
+        }
+    }
+
+    pub(super) fn removal_safety(&self, target: &RefreshTarget) -> Removal {
+        removal(
+            target,
+            self.input.group.nodes,
+            self.input.group.desired,
+            self.surplus_total(),
+        )
+    }
+
+    /// A termination recorded but not made (the manager died in between):
+    /// make it if it is still safe; otherwise take the record back and let
+    /// the drain logic hold or give up, so a restart never removes a node
+    /// the group can no longer spare.
+    pub(super) fn retry_termination(&mut self, target: RefreshTarget) -> Step {
+        let Removal {
+            safe,
+            ready_besides,
+            needed,
+        } = self.removal_safety(&target);
+        if safe {
+            let message = format!("terminating {}", target.instance_id);
+            return Step::act(Command::Terminate(target), message, SOON);
+        }
+        let lead = self.is_lead(&target.instance_id);
+        if let Some(t) = self.status.batch_member_mut(&target.instance_id) {
+            t.terminated = None;
+        }
+        self.status
+            .replaced_instances
+            .retain(|id| *id != target.instance_id);
+        // Drained again (its drain finds nothing left) once safe; a node
+        // drained alongside is taken up by the batch where it is.
+        if target.purpose == TargetPurpose::Replace && lead {
+            self.status.phase = RefreshPhase::Draining;
+        }
+        Step::wait(
+            format!(
+                "holding {}: terminating it now would leave {ready_besides} Ready, fewer than {needed}",
+                target.instance_id
+            ),
+            SOON,
+        )
+    }
+}
+
+/// Whether the group can spare a target, by the Ready nodes besides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Removal {
+    pub safe: bool,
+    pub ready_besides: i32,
+    pub needed: i32,
+}
+
+/// The one rule for removing a target, used by the plan and re-checked by the
+/// reconcile before the termination: replacing an old node keeps Ready at
+/// desired + surplus - 1 (workers with surplus: never below desired; without
+/// surplus, masters: every other node Ready), and never below desired when
+/// its replacement was launched ahead; removing surplus keeps Ready at
+/// desired, and removing one that is not Ready costs no Ready node.
+pub fn removal(target: &RefreshTarget, nodes: &[GroupNode], desired: i32, surplus: i32) -> Removal {
+    let id = Some(target.instance_id.as_str());
+    let ready_besides = nodes
+        .iter()
+        .filter(|n| n.ready && n.instance_id.as_deref() != id)
+        .count() as i32;
+    let target_ready = nodes
+        .iter()
+        .any(|n| n.ready && n.instance_id.as_deref() == id);
+    let (safe, needed) = match target.purpose {
+        // Its replacement launched ahead: never below desired (without
+        // surplus, the replacement must be Ready first).
+        TargetPurpose::Replace if target.launched_ahead.is_some() => {
+            let needed = desired + (surplus - 1).max(0);
+            (ready_besides >= needed, needed)
+        }
+        TargetPurpose::Replace => {
+            let needed = desired + surplus - 1;
+            (ready_besides >= needed, needed)
+        }
+        TargetPurpose::RemoveSurplus => (!target_ready || ready_besides >= desired, desired),
+    };
+    Removal {
+        safe,
+        ready_besides,
+        needed,
+    }
+}
+
+/// The drain of a target of the batch (the current one, or one drained
+/// alongside it) is complete, or given up with `Proceed`: record its
+/// termination in the status before it is made. Returns the target to
+/// terminate, or None when it is not being drained. The current target's
+/// termination moves the run on to `WaitingForReplacement`.
+pub fn after_drain(
+    status: &mut RefresherStatus,
+    instance_id: &str,
+    now: DateTime<Utc>,
+) -> Option<RefreshTarget> {
+    let lead = status
+        .current_target
+        .as_ref()
+        .is_some_and(|t| t.instance_id == instance_id);
+    let target = status.batch_member_mut(instance_id)?;
+    if target.terminated.is_some() {
+        return None;
+    }
+    target.terminated = Some(now);
+    let target = target.clone();
+    if target.purpose == TargetPurpose::Replace
+        && !status.replaced_instances.contains(&target.instance_id)
+    {
+        status.replaced_instances.push(target.instance_id.clone());
+    }
+    if lead {
+        if target.purpose == TargetPurpose::Replace {
+            status.phase = RefreshPhase::WaitingForReplacement;
+        }
+        status.phase_since = Some(now);
+    } else if status.phase == RefreshPhase::WaitingForReplacement {
+        // The wait for Ready runs from the batch's last termination.
+        status.phase_since = Some(now);
+    }
+    Some(target)
+}

@@ -1,0 +1,254 @@
+//! Nodes drained at once (`maxSurge` above 1): who joins the drain and
+//! when, one validation for the batch, a node of it held or given up.
+
+use super::*;
+use crate::crd::nodegroup::MaxSurge;
+
+/// `maxSurge` set, and room for it below each ASG's max.
+fn with_surge(sim: &mut Sim, surge: i32) {
+    if let Ok(s) = sim.settings.as_mut() {
+        s.max_surge = MaxSurge::Count(surge);
+    }
+    for asg in &mut sim.asgs {
+        asg.max = asg.desired + 1 + surge;
+    }
+}
+
+/// Steps (new nodes Ready at once) up to the first drain step of `n`
+/// nodes at once; their targets.
+fn up_to_a_drain_of(sim: &mut Sim, n: usize) -> Vec<RefreshTarget> {
+    for _ in 0..50 {
+        let plan = sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+        if let Command::Drain(targets) = plan.command
+            && targets.len() == n
+        {
+            return targets;
+        }
+    }
+    panic!("no drain of {n}: {:?}", sim.status.message);
+}
+
+#[test]
+fn nodes_join_the_drain_only_once_their_replacements_are_ready() {
+    let mut sim = Sim::new(Role::Worker, 1, 4, 1);
+    with_surge(&mut sim, 3);
+    sim.drain_length = 2;
+    // Up to the launch ahead of three replacements.
+    for _ in 0..50 {
+        let plan = sim.step(false);
+        if plan.message.starts_with("launching the replacement") {
+            break;
+        }
+        sim.all_join_and_ready();
+    }
+    assert_eq!(sim.status.launched_ahead.len(), 3);
+    // Not Ready yet: the first node drains alone (the surplus holds its pods).
+    let plan = sim.step(false);
+    let Command::Drain(targets) = &plan.command else {
+        panic!("{plan:?}")
+    };
+    assert_eq!(targets.len(), 1, "{plan:?}");
+    assert!(sim.status.alongside.is_empty());
+    // Ready: the next two join it; the group stays whole besides the three.
+    sim.all_join_and_ready();
+    let plan = sim.step(false);
+    let Command::Drain(targets) = &plan.command else {
+        panic!("{plan:?}")
+    };
+    assert_eq!(targets.len(), 3, "{plan:?}");
+    assert!(targets.iter().all(|t| t.launched_ahead.is_some()));
+    assert_eq!(sim.status.alongside.len(), 2);
+    assert_eq!(sim.original_cordoned(), 3);
+    sim.run_to_end(300);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert_eq!(sim.layout(), vec![("asg-0".to_string(), 4)]);
+    assert!(sim.ready_after_terminations.iter().all(|r| *r >= 4));
+    // 4 old, 1 surplus, 4 replacements: one launch each.
+    assert_eq!(sim.next_id, 9);
+}
+
+#[test]
+fn a_batch_is_validated_once_for_every_node_and_workload_it_moved() {
+    let mut sim = Sim::new(Role::Worker, 1, 4, 1);
+    with_surge(&mut sim, 2);
+    sim.workloads = vec!["web/Deployment/web".into()];
+    let batch = up_to_a_drain_of(&mut sim, 2);
+    // Both terminated: the batch waits for its validation.
+    for _ in 0..20 {
+        if batch
+            .iter()
+            .all(|t| sim.terminated.contains(&t.instance_id))
+        {
+            break;
+        }
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+    }
+    assert!(
+        batch
+            .iter()
+            .all(|t| sim.terminated.contains(&t.instance_id))
+    );
+    sim.unsettled
+        .insert("web/Deployment/web".into(), "1 pod Pending".into());
+    for _ in 0..5 {
+        let plan = sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+        assert!(!matches!(plan.command, Command::Drain(_)), "{plan:?}");
+        // (The next batch's replacements are launched meanwhile.)
+        if !matches!(plan.command, Command::SetDesired(_)) {
+            assert!(plan.message.contains("1 pod Pending"), "{}", plan.message);
+        }
+        assert_eq!(sim.status.replaced, 0);
+    }
+    sim.unsettled.clear();
+    for _ in 0..5 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+        if sim.status.replaced > 0 {
+            break;
+        }
+    }
+    // Both counted at once, each reported.
+    assert_eq!(sim.status.replaced, 2);
+    let done = |t: &RefreshTarget| batch.iter().any(|b| b.instance_id == t.instance_id);
+    assert!(!sim.status.batch().any(done));
+    let replaced = |sim: &Sim| {
+        sim.happenings
+            .iter()
+            .filter(|h| matches!(h, Happening::Replaced { .. }))
+            .count()
+    };
+    assert_eq!(replaced(&sim), 2);
+    sim.run_to_end(300);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert_eq!(replaced(&sim), 4);
+}
+
+#[test]
+fn a_node_drained_alongside_that_a_budget_holds_fails_the_run_and_every_old_node_stays() {
+    let mut sim = Sim::new(Role::Worker, 1, 4, 1);
+    with_surge(&mut sim, 3);
+    let start = sim.layout();
+    sim.drain_length = 3;
+    let batch = up_to_a_drain_of(&mut sim, 3);
+    let held = batch[2].node.clone().expect("node");
+    sim.stuck.push(held.clone());
+    for _ in 0..400 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+        if sim.status.last_run.is_some() {
+            break;
+        }
+    }
+    let (result, reason) = sim.result().expect("run ended");
+    assert_eq!(result, RunResult::Failed);
+    let reason = reason.unwrap_or_default();
+    assert!(
+        reason.contains(&held) && reason.contains("timed out"),
+        "{reason}"
+    );
+    assert!(reason.contains(STUCK_BY), "{reason}");
+    // The held node stays, back in service; the others went; the layout is back.
+    assert!(!sim.terminated.contains(&batch[2].instance_id));
+    assert!(
+        batch[..2]
+            .iter()
+            .all(|t| sim.terminated.contains(&t.instance_id))
+    );
+    assert!(sim.instances.iter().all(|i| !i.cordoned));
+    assert_eq!(sim.layout(), start);
+    assert!(sim.ready_after_terminations.iter().all(|r| *r >= 4));
+}
+
+#[test]
+fn a_restart_after_recording_the_termination_of_a_node_drained_alongside_terminates_it_once() {
+    let mut sim = Sim::new(Role::Worker, 1, 4, 1);
+    with_surge(&mut sim, 2);
+    let start = sim.layout();
+    let batch = up_to_a_drain_of(&mut sim, 2);
+    // The first is terminated; the second's drain finishes next and the
+    // manager dies with its termination recorded.
+    let companion = batch[1].instance_id.clone();
+    for _ in 0..20 {
+        let recorded = sim
+            .status
+            .alongside
+            .iter()
+            .any(|t| t.instance_id == companion && t.terminated.is_some());
+        if recorded {
+            break;
+        }
+        sim.step_with(Some(Crash::BeforeTermination));
+        sim.all_join_and_ready();
+        sim.advance(1);
+    }
+    assert!(!sim.terminated.contains(&companion));
+    let desired = sim.asgs[0].desired;
+    let plan = sim.step(false);
+    assert!(
+        matches!(&plan.command, Command::Terminate(t) if t.instance_id == companion && t.decrements()),
+        "{plan:?}"
+    );
+    assert_eq!(sim.asgs[0].desired, desired - 1);
+    sim.run_to_end(300);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert_eq!(sim.layout(), start);
+    assert_eq!(sim.next_id, 9);
+}
+
+#[test]
+fn a_batch_waits_for_a_replacement_per_node_it_took() {
+    let mut sim = Sim::new(Role::Worker, 1, 4, 1);
+    with_surge(&mut sim, 2);
+    let batch = up_to_a_drain_of(&mut sim, 2);
+    for _ in 0..20 {
+        if batch
+            .iter()
+            .all(|t| sim.terminated.contains(&t.instance_id))
+        {
+            break;
+        }
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+    }
+    assert!(
+        batch
+            .iter()
+            .all(|t| sim.terminated.contains(&t.instance_id))
+    );
+    // One of the two replacements is cordoned by someone else.
+    let since = batch.iter().filter_map(|t| t.launched_ahead).min();
+    let cordoned = sim
+        .instances
+        .iter()
+        .find(|i| Some(i.launched) >= since)
+        .map(|i| Sim::node_name(&i.id))
+        .expect("a replacement");
+    sim.unschedulable.insert(cordoned);
+    // (The next nodes' replacements launched meanwhile are not Ready yet.)
+    for _ in 0..5 {
+        let plan = sim.step(false);
+        sim.advance(1);
+        assert_eq!(sim.status.replaced, 0, "{}", plan.message);
+    }
+    assert!(
+        sim.status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("fewer than 2 new node(s) in asg-0")),
+        "{:?}",
+        sim.status.message
+    );
+    sim.unschedulable.clear();
+    sim.run_to_end(300);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert_eq!(sim.status.replaced, 4);
+}
