@@ -546,8 +546,11 @@ async fn a_refresh_waits_for_the_pods_it_evicted_then_goes_on() {
     assert_eq!(status.last_run.map(|r| r.replaced), Some(3));
 }
 
+/// maxSurge 3 on six nodes, two pods each, a budget of one: three
+/// replacements launched ahead, and the nodes they stand for drained at
+/// once; the budget, not the refresher, paces the evictions.
 #[tokio::test]
-async fn a_refresh_with_max_surge_two_launches_two_ahead_and_keeps_a_one_at_a_time_budget() {
+async fn a_refresh_with_max_surge_three_drains_nodes_at_once_and_keeps_a_one_at_a_time_budget() {
     let SteadyGroup {
         world,
         kops,
@@ -567,7 +570,7 @@ async fn a_refresh_with_max_surge_two_launches_two_ahead_and_keeps_a_one_at_a_ti
     schedule_refresh(
         &world,
         "workers",
-        serde_json::json!({"surplusNodes": 1, "maxSurge": 2}),
+        serde_json::json!({"surplusNodes": 1, "maxSurge": 3}),
     )
     .await;
     let rf = run_finished(&world, "workers").await;
@@ -576,10 +579,13 @@ async fn a_refresh_with_max_surge_two_launches_two_ahead_and_keeps_a_one_at_a_ti
         .last_run
         .expect("last run");
     assert_eq!(last.replaced, 6);
-    // Never below 6 Ready; besides the surplus, two replacements launched
-    // ahead at once, never more.
+    // Never below 6 Ready; besides the surplus, three replacements
+    // launched ahead at once, never more.
     assert_eq!(nodes.min_ready, Some(6), "{nodes:?}");
-    assert_eq!(nodes.max_desired, 6 + 1 + 2, "{nodes:?}");
+    assert_eq!(nodes.max_desired, 6 + 1 + 3, "{nodes:?}");
+    // Old nodes drained at once (the first with the surplus beside it, the
+    // next ones once their replacements are Ready), never more than three.
+    assert!((2..=3).contains(&nodes.max_cordoned), "{nodes:?}");
     // The budget held throughout: at most one pod unavailable.
     assert!(web.min_ready.is_some_and(|m| m + 1 >= pods), "{web:?}");
     // Every old node gone, each once, with the surplus; nothing launched

@@ -100,6 +100,8 @@ pub struct Samples {
     pub max_desired: i32,
     /// Instance-seconds above `baseline` instances (the surplus used).
     pub extra_instance_secs: f64,
+    /// Most Nodes of in-service instances cordoned at once (being drained).
+    pub max_cordoned: usize,
 }
 
 /// Samples, every 250 ms, the Ready Nodes whose instance is InService in the
@@ -154,6 +156,12 @@ pub fn sample(world: &World, asgs: &[String], baseline: i32) -> Sampler {
                     .filter(|n| is_ready(n))
                     .filter(|n| instance_of(n).is_some_and(|i| in_service.contains(&i)))
                     .count() as i32;
+                let cordoned = listed
+                    .items
+                    .iter()
+                    .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+                    .filter(|n| instance_of(n).is_some_and(|i| in_service.contains(&i)))
+                    .count();
                 let active = described
                     .auto_scaling_groups()
                     .iter()
@@ -171,6 +179,7 @@ pub fn sample(world: &World, asgs: &[String], baseline: i32) -> Sampler {
                 s.count += 1;
                 s.min_ready = Some(s.min_ready.map_or(ready, |m| m.min(ready)));
                 s.max_desired = s.max_desired.max(desired);
+                s.max_cordoned = s.max_cordoned.max(cordoned);
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }

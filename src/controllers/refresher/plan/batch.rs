@@ -51,16 +51,18 @@ impl Planner<'_> {
             .count() as i32
     }
 
-    /// While the current target (launched ahead) drains: the next nodes
-    /// the run takes join it, in order, up to `maxSurge` in the batch,
+    /// While the current target (launched ahead) drains, or waits for its
+    /// replacement: the next nodes the run takes join it, in order, up to `maxSurge` in the batch,
     /// each once its replacement was launched ahead and the group stays
     /// whole without it (its replacement's room is Ready), in an open
     /// window. A dead node is not taken alongside: it goes next, as a repair.
     pub(super) fn admit_alongside(&mut self, settings: &ResolvedRefresh) {
+        // Until the batch's validation begins: a current target drained
+        // sooner than its replacements come up leaves room for the rest.
         let ready_lead = self.status.current_target.as_ref().is_some_and(|t| {
             t.purpose == TargetPurpose::Replace
-                && t.terminated.is_none()
                 && t.launched_ahead.is_some()
+                && self.status.validating_since.is_none()
         });
         if !ready_lead || self.input.window.closed_reason().is_some() {
             return;
@@ -178,9 +180,11 @@ impl Planner<'_> {
         Ok(drains)
     }
 
-    /// The current target is terminated: the rest of the batch finishes
-    /// before it is validated. None once every node of it is terminated.
+    /// The current target is terminated: the next nodes may still join,
+    /// and the batch finishes before it is validated. None once every node
+    /// of it is terminated.
     pub(super) fn finish_alongside(&mut self, settings: &ResolvedRefresh) -> Option<Step> {
+        self.admit_alongside(settings);
         let drains = match self.alongside_drains(settings) {
             Ok(drains) => drains,
             Err(step) => return Some(step),

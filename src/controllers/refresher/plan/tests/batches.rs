@@ -252,3 +252,38 @@ fn a_batch_waits_for_a_replacement_per_node_it_took() {
     assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
     assert_eq!(sim.status.replaced, 4);
 }
+
+#[test]
+fn nodes_join_a_batch_whose_first_node_drained_before_their_replacements_came_up() {
+    let mut sim = Sim::new(Role::Worker, 1, 4, 1);
+    with_surge(&mut sim, 3);
+    for _ in 0..50 {
+        let plan = sim.step(false);
+        if plan.message.starts_with("launching the replacement") {
+            break;
+        }
+        sim.all_join_and_ready();
+    }
+    // The first node drains and goes (the surplus holds its pods) while
+    // the three replacements are still coming up.
+    let lead = sim.status.current_target.clone().expect("target");
+    for _ in 0..5 {
+        sim.step(false);
+        sim.advance(1);
+    }
+    assert!(sim.terminated.contains(&lead.instance_id));
+    assert!(sim.status.alongside.is_empty());
+    // Up: the next two join before the batch is validated.
+    sim.all_join_and_ready();
+    let plan = sim.step(false);
+    let Command::Drain(targets) = &plan.command else {
+        panic!("{plan:?}")
+    };
+    assert_eq!(targets.len(), 2, "{plan:?}");
+    assert_eq!(sim.status.replaced, 0);
+    sim.run_to_end(300);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert_eq!(sim.layout(), vec![("asg-0".to_string(), 4)]);
+    assert!(sim.ready_after_terminations.iter().all(|r| *r >= 4));
+    assert_eq!(sim.next_id, 9);
+}
