@@ -318,6 +318,43 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
     assert_taken_over_run_finished(&world, &kops.asgs, &manager, sampler, &original, &before).await;
 }
 
+/// maxSurge 3 on three nodes: the manager is killed while nodes are
+/// drained alongside the first (`status.alongside` non-empty); the
+/// restarted one finishes the batch, terminating each node once.
+#[tokio::test]
+async fn a_manager_killed_mid_batch_resumes_it_and_terminates_each_node_once() {
+    let SteadyGroup {
+        world,
+        kops,
+        groups: _,
+        mut manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = three_workers("rf-restart-batch").await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = all_instances(&world, &kops.asgs).await;
+    pods_on(&world, &node_names(&world, &original).await).await;
+    let sampler = sample(&world, &kops.asgs, 3);
+    schedule_refresh(
+        &world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "maxSurge": 3}),
+    )
+    .await;
+    let refreshers: Api<Refresher> = world.api();
+    let alongside = assert_eventually("nodes drained alongside", RUN, || async {
+        let s = refreshers.get("workers").await.ok()?.status?;
+        (!s.alongside.is_empty()).then_some(s.alongside.len())
+    })
+    .await;
+    manager.kill();
+    eprintln!("killed the manager with {alongside} node(s) drained alongside");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (manager, _config) = world.start_manager(&[]);
+    assert_taken_over_run_finished(&world, &kops.asgs, &manager, sampler, &original, &before).await;
+}
+
 #[tokio::test]
 async fn a_dry_run_refresh_plans_and_changes_nothing() {
     let SteadyGroup {

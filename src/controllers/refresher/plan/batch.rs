@@ -52,10 +52,11 @@ impl Planner<'_> {
     }
 
     /// While the current target (launched ahead) drains, or waits for its
-    /// replacement: the next nodes the run takes join it, in order, up to `maxSurge` in the batch,
-    /// each once its replacement was launched ahead and the group stays
-    /// whole without it (its replacement's room is Ready), in an open
-    /// window. A dead node is not taken alongside: it goes next, as a repair.
+    /// replacement: the next nodes the run takes join it, in order, up to
+    /// `maxSurge` in the batch, each once its replacement was launched
+    /// ahead and the group stays whole without it (its replacement's room
+    /// is Ready), in an open window. A dead node is not taken alongside:
+    /// it goes next, as a repair.
     pub(super) fn admit_alongside(&mut self, settings: &ResolvedRefresh) {
         // Until the batch's validation begins: a current target drained
         // sooner than its replacements come up leaves room for the rest.

@@ -30,6 +30,24 @@ fn up_to_a_drain_of(sim: &mut Sim, n: usize) -> Vec<RefreshTarget> {
     panic!("no drain of {n}: {:?}", sim.status.message);
 }
 
+/// Steps (new nodes Ready at once) until every node of `batch` is terminated.
+fn until_terminated(sim: &mut Sim, batch: &[RefreshTarget]) {
+    let done = |sim: &Sim| {
+        batch
+            .iter()
+            .all(|t| sim.terminated.contains(&t.instance_id))
+    };
+    for _ in 0..20 {
+        if done(sim) {
+            return;
+        }
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+    }
+    assert!(done(sim), "{:?}", sim.status.message);
+}
+
 #[test]
 fn nodes_join_the_drain_only_once_their_replacements_are_ready() {
     let mut sim = Sim::new(Role::Worker, 1, 4, 1);
@@ -76,22 +94,7 @@ fn a_batch_is_validated_once_for_every_node_and_workload_it_moved() {
     sim.workloads = vec!["web/Deployment/web".into()];
     let batch = up_to_a_drain_of(&mut sim, 2);
     // Both terminated: the batch waits for its validation.
-    for _ in 0..20 {
-        if batch
-            .iter()
-            .all(|t| sim.terminated.contains(&t.instance_id))
-        {
-            break;
-        }
-        sim.step(false);
-        sim.all_join_and_ready();
-        sim.advance(1);
-    }
-    assert!(
-        batch
-            .iter()
-            .all(|t| sim.terminated.contains(&t.instance_id))
-    );
+    until_terminated(&mut sim, &batch);
     sim.unsettled
         .insert("web/Deployment/web".into(), "1 pod Pending".into());
     for _ in 0..5 {
@@ -208,22 +211,7 @@ fn a_batch_waits_for_a_replacement_per_node_it_took() {
     let mut sim = Sim::new(Role::Worker, 1, 4, 1);
     with_surge(&mut sim, 2);
     let batch = up_to_a_drain_of(&mut sim, 2);
-    for _ in 0..20 {
-        if batch
-            .iter()
-            .all(|t| sim.terminated.contains(&t.instance_id))
-        {
-            break;
-        }
-        sim.step(false);
-        sim.all_join_and_ready();
-        sim.advance(1);
-    }
-    assert!(
-        batch
-            .iter()
-            .all(|t| sim.terminated.contains(&t.instance_id))
-    );
+    until_terminated(&mut sim, &batch);
     // One of the two replacements is cordoned by someone else.
     let since = batch.iter().filter_map(|t| t.launched_ahead).min();
     let cordoned = sim
