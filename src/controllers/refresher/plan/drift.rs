@@ -10,7 +10,8 @@ impl Planner<'_> {
     /// those that drifted since it started join (a newer version) but for
     /// as many as each ASG's surplus, planned ones no longer drifted leave (a
     /// rollback), unless already terminated.
-    /// One being drained is put back in service (the step returned).
+    /// One being drained is put back in service (the step returned), and
+    /// so is one drained alongside it, even once the first is terminated.
     pub(super) fn follow_drift(&mut self) -> Option<Step> {
         if self.status.trigger != Some(RunTrigger::Drift)
             || rank(self.status.phase) >= rank(RefreshPhase::ScalingDown)

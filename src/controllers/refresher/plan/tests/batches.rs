@@ -275,3 +275,89 @@ fn nodes_join_a_batch_whose_first_node_drained_before_their_replacements_came_up
     assert!(sim.ready_after_terminations.iter().all(|r| *r >= 4));
     assert_eq!(sim.next_id, 9);
 }
+
+#[test]
+fn a_rollback_while_nodes_are_drained_alongside_puts_them_back_in_service() {
+    // Four workers drifted (version 2 current), drift rolled with maxSurge 3.
+    let mut sim = Sim::new(Role::Worker, 1, 4, 1);
+    with_surge(&mut sim, 3);
+    sim.drift_replace = true;
+    sim.status.next_run = Some(sim.now + chrono::Duration::hours(1));
+    sim.version = 2;
+    sim.drain_length = 3;
+    let old: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let batch = up_to_a_drain_of(&mut sim, 3);
+    assert_eq!(sim.original_cordoned(), 3);
+    // Version 1 made current again: no old node is drifted any more.
+    sim.version = 1;
+    sim.run_to_end(300);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    // The nodes being drained are back in service and stay; whatever was
+    // terminated before the rollback was drained first; nothing cordoned.
+    assert!(
+        sim.instances.iter().all(|i| !i.cordoned),
+        "{:?}",
+        sim.instances
+    );
+    for t in &batch[1..] {
+        assert!(!sim.terminated.contains(&t.instance_id), "{t:?} terminated");
+    }
+    let kept = old.iter().filter(|o| !sim.terminated.contains(o)).count();
+    assert!(kept >= 3, "{:?}", sim.terminated);
+    assert!(
+        sim.instances.iter().all(|i| i.version == 1),
+        "{:?}",
+        sim.instances
+    );
+    assert_eq!(sim.layout(), vec![("asg-0".to_string(), 4)]);
+    assert_eq!(sim.lock, LockState::Free);
+}
+
+#[test]
+fn a_rollback_after_the_first_node_went_puts_the_nodes_drained_alongside_back() {
+    let mut sim = Sim::new(Role::Worker, 1, 4, 1);
+    with_surge(&mut sim, 3);
+    sim.drift_replace = true;
+    sim.status.next_run = Some(sim.now + chrono::Duration::hours(1));
+    sim.version = 2;
+    sim.drain_length = 3;
+    // The first node drains and goes while the replacements come up.
+    for _ in 0..50 {
+        let plan = sim.step(false);
+        if plan.message.starts_with("launching the replacement") {
+            break;
+        }
+        sim.all_join_and_ready();
+    }
+    let lead = sim.status.current_target.clone().expect("target");
+    for _ in 0..10 {
+        sim.step(false);
+        sim.advance(1);
+    }
+    assert!(sim.terminated.contains(&lead.instance_id));
+    // Up: two join the batch, then version 1 is made current again.
+    sim.all_join_and_ready();
+    sim.step(false);
+    let alongside: Vec<String> = sim
+        .status
+        .alongside
+        .iter()
+        .map(|t| t.instance_id.clone())
+        .collect();
+    assert_eq!(alongside.len(), 2, "{:?}", sim.status.message);
+    sim.version = 1;
+    sim.run_to_end(300);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    for id in &alongside {
+        assert!(
+            !sim.terminated.contains(id),
+            "{id} terminated after the rollback"
+        );
+    }
+    assert!(
+        sim.instances.iter().all(|i| !i.cordoned),
+        "{:?}",
+        sim.instances
+    );
+    assert_eq!(sim.layout(), vec![("asg-0".to_string(), 4)]);
+}
