@@ -2,7 +2,7 @@
 //! target is drained, held while the group cannot spare it, or given up;
 //! once drained, its termination is recorded before it is made.
 
-use super::{Command, GroupNode, Happening, Next, OnWindowClose, Planner, Removal, SOON, Step};
+use super::{GroupNode, Happening, Next, OnWindowClose, Planner, Removal, SOON, Step};
 use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after, until};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
@@ -322,10 +322,7 @@ impl Planner<'_> {
         let dead = self.unhealthy_planned()?;
         self.status.current_target = None;
         let message = format!("{dead} died during the run: replacing it before {label}");
-        Some(match target.node.clone() {
-            Some(node) => Step::act(Command::Uncordon(node), message, Duration::ZERO),
-            None => Step::wait(message, Duration::ZERO),
-        })
+        Some(Step::back_in_service(target.node.clone(), message))
     }
 
     /// A planned node, not yet replaced and still in service, that is
@@ -366,9 +363,6 @@ impl Planner<'_> {
             self.record_failure(reason.clone());
         }
         self.enter(RefreshPhase::ScalingDown);
-        match target.node.clone() {
-            Some(node) => Step::act(Command::Uncordon(node), reason, Duration::ZERO),
-            None => Step::wait(reason, Duration::ZERO),
-        }
+        Step::back_in_service(target.node.clone(), reason)
     }
 }

@@ -1,9 +1,8 @@
 //! A drift roll (`drift.action: Replace`) follows the drift while it runs:
 //! a newer template version adds nodes to it, a rollback takes them out.
 
-use super::{Command, Happening, Planner, Step, idle, rank, surplus_of};
+use super::{Happening, Planner, Step, idle, rank, surplus_of};
 use crate::crd::refresher::{AsgDesired, RefreshPhase, RunTrigger, TargetPurpose};
-use std::time::Duration;
 
 impl Planner<'_> {
     /// A drift roll short of `ScalingDown` takes the nodes drifted now:
@@ -20,35 +19,25 @@ impl Planner<'_> {
         }
         let input = self.input;
         let clean = |id: &str| input.group.node_of(id).is_some_and(|n| !n.drifted);
+        // The first node of the batch being drained that is no longer
+        // drifted goes back in service (the next one at the next step).
         let mut step = None;
-        if let Some(target) = self.status.current_target.clone()
-            && target.purpose == TargetPurpose::Replace
-            && target.terminated.is_none()
-            && clean(&target.instance_id)
-        {
-            self.status.current_target = None;
-            let label = target.node.clone().unwrap_or(target.instance_id.clone());
-            let message = format!("{label} is no longer drifted; back in service");
-            step = Some(match target.node {
-                Some(node) => Step::act(Command::Uncordon(node), message, Duration::ZERO),
-                None => Step::wait(message, Duration::ZERO),
-            });
-        }
-        if step.is_none()
-            && let Some(t) = self
-                .status
-                .alongside
-                .iter()
-                .find(|t| t.terminated.is_none() && clean(&t.instance_id))
-                .cloned()
-        {
+        let back = self
+            .status
+            .batch()
+            .find(|t| {
+                t.purpose == TargetPurpose::Replace
+                    && t.terminated.is_none()
+                    && clean(&t.instance_id)
+            })
+            .cloned();
+        if let Some(t) = back {
             self.leave_batch(&t.instance_id);
             let label = t.node.clone().unwrap_or(t.instance_id.clone());
-            let message = format!("{label} is no longer drifted; back in service");
-            step = Some(match t.node {
-                Some(node) => Step::act(Command::Uncordon(node), message, Duration::ZERO),
-                None => Step::wait(message, Duration::ZERO),
-            });
+            step = Some(Step::back_in_service(
+                t.node,
+                format!("{label} is no longer drifted; back in service"),
+            ));
         }
         let drifted = idle::drifted_targets(input);
         let st = &mut self.status;

@@ -206,6 +206,15 @@ impl Step {
     fn wait(message: impl Into<String>, requeue: Duration) -> Step {
         Step::act(Command::Nothing, message, requeue)
     }
+
+    /// A target given back: its node uncordoned (none for an instance that
+    /// never joined), then look again at once.
+    fn back_in_service(node: Option<String>, message: impl Into<String>) -> Step {
+        match node {
+            Some(node) => Step::act(Command::Uncordon(node), message, Duration::ZERO),
+            None => Step::wait(message, Duration::ZERO),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
