@@ -32,20 +32,36 @@ fn up_to_a_drain_of(sim: &mut Sim, n: usize) -> Vec<RefreshTarget> {
 
 /// Steps (new nodes Ready at once) until every node of `batch` is terminated.
 fn until_terminated(sim: &mut Sim, batch: &[RefreshTarget]) {
-    let done = |sim: &Sim| {
+    sim.run_until(|sim| {
         batch
             .iter()
             .all(|t| sim.terminated.contains(&t.instance_id))
-    };
-    for _ in 0..20 {
-        if done(sim) {
+    });
+}
+
+/// Steps (new nodes Ready at once) up to the launch ahead of the first
+/// replacements, made but not Ready yet.
+fn up_to_the_launch_ahead(sim: &mut Sim) {
+    for _ in 0..50 {
+        let plan = sim.step(false);
+        if plan.message.starts_with("launching the replacement") {
             return;
         }
-        sim.step(false);
         sim.all_join_and_ready();
-        sim.advance(1);
     }
-    assert!(done(sim), "{:?}", sim.status.message);
+    panic!("no launch ahead: {:?}", sim.status.message);
+}
+
+/// Four workers drifted (version 2 current), drift rolled with maxSurge 3,
+/// drains of three steps.
+fn drifted_batch_group() -> Sim {
+    let mut sim = Sim::new(Role::Worker, 1, 4, 1);
+    with_surge(&mut sim, 3);
+    sim.drift_replace = true;
+    sim.status.next_run = Some(sim.now + chrono::Duration::hours(1));
+    sim.version = 2;
+    sim.drain_length = 3;
+    sim
 }
 
 #[test]
@@ -54,13 +70,7 @@ fn nodes_join_the_drain_only_once_their_replacements_are_ready() {
     with_surge(&mut sim, 3);
     sim.drain_length = 2;
     // Up to the launch ahead of three replacements.
-    for _ in 0..50 {
-        let plan = sim.step(false);
-        if plan.message.starts_with("launching the replacement") {
-            break;
-        }
-        sim.all_join_and_ready();
-    }
+    up_to_the_launch_ahead(&mut sim);
     assert_eq!(sim.status.launched_ahead.len(), 3);
     // Not Ready yet: the first node drains alone (the surplus holds its pods).
     let plan = sim.step(false);
@@ -245,13 +255,7 @@ fn a_batch_waits_for_a_replacement_per_node_it_took() {
 fn nodes_join_a_batch_whose_first_node_drained_before_their_replacements_came_up() {
     let mut sim = Sim::new(Role::Worker, 1, 4, 1);
     with_surge(&mut sim, 3);
-    for _ in 0..50 {
-        let plan = sim.step(false);
-        if plan.message.starts_with("launching the replacement") {
-            break;
-        }
-        sim.all_join_and_ready();
-    }
+    up_to_the_launch_ahead(&mut sim);
     // The first node drains and goes (the surplus holds its pods) while
     // the three replacements are still coming up.
     let lead = sim.status.current_target.clone().expect("target");
@@ -278,13 +282,7 @@ fn nodes_join_a_batch_whose_first_node_drained_before_their_replacements_came_up
 
 #[test]
 fn a_rollback_while_nodes_are_drained_alongside_puts_them_back_in_service() {
-    // Four workers drifted (version 2 current), drift rolled with maxSurge 3.
-    let mut sim = Sim::new(Role::Worker, 1, 4, 1);
-    with_surge(&mut sim, 3);
-    sim.drift_replace = true;
-    sim.status.next_run = Some(sim.now + chrono::Duration::hours(1));
-    sim.version = 2;
-    sim.drain_length = 3;
+    let mut sim = drifted_batch_group();
     let old: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
     let batch = up_to_a_drain_of(&mut sim, 3);
     assert_eq!(sim.original_cordoned(), 3);
@@ -315,20 +313,9 @@ fn a_rollback_while_nodes_are_drained_alongside_puts_them_back_in_service() {
 
 #[test]
 fn a_rollback_after_the_first_node_went_puts_the_nodes_drained_alongside_back() {
-    let mut sim = Sim::new(Role::Worker, 1, 4, 1);
-    with_surge(&mut sim, 3);
-    sim.drift_replace = true;
-    sim.status.next_run = Some(sim.now + chrono::Duration::hours(1));
-    sim.version = 2;
-    sim.drain_length = 3;
+    let mut sim = drifted_batch_group();
     // The first node drains and goes while the replacements come up.
-    for _ in 0..50 {
-        let plan = sim.step(false);
-        if plan.message.starts_with("launching the replacement") {
-            break;
-        }
-        sim.all_join_and_ready();
-    }
+    up_to_the_launch_ahead(&mut sim);
     let lead = sim.status.current_target.clone().expect("target");
     for _ in 0..10 {
         sim.step(false);

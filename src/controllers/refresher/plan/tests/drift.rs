@@ -13,19 +13,6 @@ fn drifted_group() -> Sim {
     sim
 }
 
-/// Steps as `run_to_end` does (new nodes Ready at once) until `done`.
-fn run_until(sim: &mut Sim, done: impl Fn(&Sim) -> bool) {
-    for _ in 0..200 {
-        if done(sim) {
-            return;
-        }
-        sim.step(false);
-        sim.all_join_and_ready();
-        sim.advance(1);
-    }
-    panic!("not reached in 200 steps: {:?}", sim.status);
-}
-
 /// The layout a run must end at: one node per ASG, as `drifted_group` starts.
 fn one_per_asg() -> Vec<(String, i32)> {
     (0..3).map(|i| (format!("asg-{i}"), 1)).collect()
@@ -150,7 +137,7 @@ fn nodes_drifted_by_a_newer_version_mid_roll_join_it() {
     let mut sim = drifted_group();
     let old = ids(&sim);
     // Until the first replacement is made (launched from version 2).
-    run_until(&mut sim, |s| !s.status.replaced_instances.is_empty());
+    sim.run_until(|s| !s.status.replaced_instances.is_empty());
     // `kops update cluster` again: version 3.
     sim.version = 3;
     sim.run_to_end(300);
@@ -173,7 +160,7 @@ fn nodes_drifted_by_a_newer_version_mid_roll_join_it() {
 fn a_rollback_mid_roll_keeps_the_nodes_not_yet_replaced() {
     let mut sim = drifted_group();
     let old = ids(&sim);
-    run_until(&mut sim, |s| !s.status.replaced_instances.is_empty());
+    sim.run_until(|s| !s.status.replaced_instances.is_empty());
     let replaced = sim.status.replaced_instances.clone();
     // Version 1 made current again.
     sim.version = 1;
@@ -204,7 +191,7 @@ fn the_surplus_removed_is_a_drifted_node_when_there_is_one() {
     let mut sim = drifted_group();
     // Until the surplus is up and Ready and the first replacement launched
     // ahead (both from version 2).
-    run_until(&mut sim, |s| s.status.phase == RefreshPhase::Draining);
+    sim.run_until(|s| s.status.phase == RefreshPhase::Draining);
     let mut launched: Vec<String> = sim
         .instances
         .iter()
@@ -271,7 +258,7 @@ fn a_group_without_a_schedule_only_rolls_drift() {
 fn a_newer_version_after_two_replacements_costs_no_node_launched_from_it() {
     let mut sim = drifted_group();
     let old = ids(&sim);
-    run_until(&mut sim, |s| s.status.replaced_instances.len() >= 2);
+    sim.run_until(|s| s.status.replaced_instances.len() >= 2);
     // Version 2 is on the surplus (asg-0) and two replacements (asg-0,
     // asg-1); from here on every launch is from version 3.
     sim.version = 3;

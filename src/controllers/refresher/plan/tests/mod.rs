@@ -388,6 +388,19 @@ impl Sim {
         self.now += chrono::Duration::seconds(secs);
     }
 
+    /// Steps as `run_to_end` does (new nodes Ready at once) until `done`.
+    fn run_until(&mut self, done: impl Fn(&Sim) -> bool) {
+        for _ in 0..200 {
+            if done(self) {
+                return;
+            }
+            self.step(false);
+            self.all_join_and_ready();
+            self.advance(1);
+        }
+        panic!("not reached in 200 steps: {:?}", self.status);
+    }
+
     /// Steps (new nodes Ready at once) until the run ends or `max` steps.
     fn run_to_end(&mut self, max: usize) {
         for _ in 0..max {
