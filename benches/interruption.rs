@@ -138,6 +138,24 @@ async fn measure(nodes: usize, separate: bool) -> Figures {
     })
     .await;
     let after = steady.manager.assert_metrics().await;
+    // The calls by operation, for where a burst's cost goes.
+    let by_operation = |m: &str| -> BTreeMap<String, f64> {
+        m.lines()
+            .filter(|l| l.starts_with("spot_node_manager_aws_calls_total{"))
+            .filter_map(|l| {
+                let op = l.split("operation=\"").nth(1)?.split('"').next()?;
+                Some((op.to_string(), l.rsplit(' ').next()?.parse::<f64>().ok()?))
+            })
+            .collect()
+    };
+    let (calls_before, calls_after) = (by_operation(&before), by_operation(&after));
+    let calls: Vec<String> = calls_after
+        .iter()
+        .map(|(op, n)| (op, n - calls_before.get(op).copied().unwrap_or_default()))
+        .filter(|(_, n)| *n > 0.0)
+        .map(|(op, n)| format!("{op} {n}"))
+        .collect();
+    eprintln!("AWS calls during the burst: {}", calls.join(", "));
     let mut latencies: Vec<f64> = marked
         .iter()
         .filter_map(|(id, at)| Some(at.duration_since(*sent.get(id)?).as_secs_f64()))

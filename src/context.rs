@@ -124,6 +124,26 @@ impl Context {
         action: &str,
         note: String,
     ) {
+        self.event_related(on, None, type_, reason, action, note)
+            .await
+    }
+
+    /// [`Self::event`] about `related` as well (a NodeGroup's Event about
+    /// one of its Nodes). kube's recorder makes an Event with the same
+    /// object, reason and related object the next of a series: it patches
+    /// the first one (keeping its note) instead of creating another. Naming
+    /// the node keeps each node's Event (and note) its own, and a burst of
+    /// them (150 interruptions at once) from racing to patch one object,
+    /// which took the apiserver seconds per Event and slowed every call.
+    pub async fn event_related(
+        &self,
+        on: &ObjectReference,
+        related: Option<&ObjectReference>,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
         if !self.leadership.is_leading() {
             return;
         }
@@ -132,7 +152,7 @@ impl Context {
             reason: reason.into(),
             note: Some(fit_note(note)),
             action: action.into(),
-            secondary: None,
+            secondary: related.cloned(),
         };
         if let Err(e) = self.recorder.publish(&event, on).await {
             debug!(error = %e, reason, "could not publish event");

@@ -331,9 +331,10 @@ pub async fn drain_event(
     action: &str,
     note: String,
 ) {
-    ctx.event(group, type_, reason, action, note.clone()).await;
-    ctx.event(&node_ref(node), type_, reason, action, note)
+    let on_node = node_ref(node);
+    ctx.event_related(group, Some(&on_node), type_, reason, action, note.clone())
         .await;
+    ctx.event(&on_node, type_, reason, action, note).await;
 }
 
 /// What an Event on the Node `name` names.

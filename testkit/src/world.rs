@@ -113,7 +113,10 @@ impl World {
             },
         );
         tokio::spawn(sim.run(token.clone()));
-        SimGuard(token)
+        SimGuard {
+            token,
+            account: self.account.clone(),
+        }
     }
 }
 
@@ -123,22 +126,43 @@ impl World {
 /// namespace stays Terminating; its objects are ours alone anyway.
 impl Drop for World {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig())
-            .args(["delete", "namespace", &self.namespace, "--wait=false"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
+        kubectl(&["delete", "namespace", &self.namespace, "--wait=false"]);
+        delete_nodes_of(&self.account);
     }
 }
 
-/// Stops the simulated kubelet when dropped.
-pub struct SimGuard(tokio_util::sync::CancellationToken);
+/// Best effort, without an async runtime (it runs in destructors).
+fn kubectl(args: &[&str]) {
+    let _ = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&control_plane().kubeconfig)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+/// Deletes the Nodes of a world's account. Nodes are cluster-scoped, so the
+/// namespace takes none of them: left behind, a bench's 150 NotReady Nodes a
+/// run piled up in the shared apiserver (6,500 after a dozen runs), and
+/// every later list of Nodes or pods, and the controller-manager's node
+/// lifecycle, paid for them.
+fn delete_nodes_of(account: &str) {
+    let selector = format!("{}={account}", crate::sim::SIM_ACCOUNT_LABEL);
+    kubectl(&["delete", "nodes", "-l", &selector, "--wait=false"]);
+}
+
+/// Stops the simulated kubelet when dropped, then deletes its Nodes (the
+/// world's own cleanup may run first, while the kubelet still registers).
+pub struct SimGuard {
+    token: tokio_util::sync::CancellationToken,
+    account: String,
+}
 
 impl Drop for SimGuard {
     fn drop(&mut self) {
-        self.0.cancel();
+        self.token.cancel();
+        delete_nodes_of(&self.account);
     }
 }
 

@@ -317,3 +317,72 @@ async fn a_node_of_an_instance_group_no_nodegroup_names_is_cordoned_and_drained_
     assert_eq!(world.asg_snapshot(&spare.asgs).await, spare_before);
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
 }
+
+/// The group's Events with `reason`, as (the node they are related to, the
+/// note, how many times the series counted it).
+async fn group_events(world: &support::World, reason: &str) -> Vec<(String, String, i32)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = world.api();
+    events
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("NodeGroup"))
+        .map(|e| {
+            let related = e.related.as_ref().and_then(|r| r.name.clone());
+            let count = e.series.as_ref().map_or(1, |s| s.count);
+            (
+                related.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+                count,
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn each_warned_node_has_its_own_events_on_the_group_naming_it() {
+    // kube's recorder makes an Event with the same object and reason the
+    // next of a series, keeping the first note: the group's Events named the
+    // first node only, and a burst raced to patch that one object.
+    let steady = SteadyGroup::workers("int-events")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let victims = [before[0].2[0].clone(), before[1].2[0].clone()];
+    // One after the other: the second node's Events come while the first
+    // node's are known to the recorder.
+    for victim in &victims {
+        queue.send(&spot_warning(victim, Utc::now())).await;
+        assert_eventually("the node's drain reported", WAIT, || async {
+            let events = group_events(world, "InterruptionDrained").await;
+            events
+                .iter()
+                .any(|(related, note, _)| related == victim || note.contains(victim.as_str()))
+                .then_some(())
+        })
+        .await;
+    }
+    for reason in ["InterruptionNotice", "InterruptionDrained"] {
+        let events = assert_eventually("an Event per node on the group", WAIT, || async {
+            let events = group_events(world, reason).await;
+            (events.len() >= victims.len()).then_some(events)
+        })
+        .await;
+        // One Event per node, each naming its own node (a series counts
+        // repeats of the same node's Event only).
+        assert_eq!(events.len(), victims.len(), "{reason}: {events:?}");
+        for victim in &victims {
+            let (_, note, _) = events
+                .iter()
+                .find(|(related, _, _)| related == victim)
+                .unwrap_or_else(|| panic!("{reason}: no Event related to {victim}: {events:?}"));
+            assert!(note.contains(victim.as_str()), "{reason}: {note}");
+        }
+    }
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+}

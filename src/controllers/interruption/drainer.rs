@@ -364,8 +364,16 @@ async fn event(
             name: Some(name.into()),
             ..Default::default()
         };
-        ctx.event(&on_group, type_, reason, EVENT_ACTION, note.clone())
-            .await;
+        let related = Some(&on_node);
+        ctx.event_related(
+            &on_group,
+            related,
+            type_,
+            reason,
+            EVENT_ACTION,
+            note.clone(),
+        )
+        .await;
     }
     ctx.event(&on_node, type_, reason, EVENT_ACTION, note).await;
 }

@@ -3,7 +3,7 @@
 //! message whose steps fail is not deleted: it comes back after its
 //! visibility timeout, and the node marks make the retry do nothing twice.
 
-use super::lookup::{GroupCache, Groups, NodeCache, unmanaged};
+use super::lookup::{GroupWatch, Groups, NodeCache, unmanaged};
 use super::message;
 use super::ownership::Owner;
 use super::plan::{self, MessagePlan, Step};
@@ -47,7 +47,8 @@ struct Receivers {
     ctx: Arc<Context>,
     queue: Arc<Queue>,
     in_flight: Arc<tokio::sync::Semaphore>,
-    caches: Arc<(GroupCache, NodeCache)>,
+    groups: GroupWatch,
+    nodes: Arc<NodeCache>,
     shutdown: CancellationToken,
     /// Burst receivers running.
     bursting: std::sync::atomic::AtomicUsize,
@@ -65,11 +66,18 @@ enum Poll {
 /// (1 s doubling to 1 min) and never stop the loop.
 pub async fn run(ctx: Arc<Context>, queue: Arc<Queue>, shutdown: CancellationToken) {
     info!(controller = CONTROLLER, queue = %queue.url(), "interruption handler started");
+    // Nothing is received before the groups are known: a message judged on
+    // an empty view would name no instance of ours.
+    let Some(groups) = GroupWatch::start(&ctx, &shutdown).await else {
+        info!(controller = CONTROLLER, "interruption handler stopped");
+        return;
+    };
     let shared = Arc::new(Receivers {
         ctx,
         queue,
         in_flight: Arc::new(tokio::sync::Semaphore::new(CONCURRENCY)),
-        caches: Arc::new((GroupCache::default(), NodeCache::default())),
+        groups,
+        nodes: Default::default(),
         shutdown,
         bursting: Default::default(),
     });
@@ -102,7 +110,8 @@ async fn receive_loop(shared: Arc<Receivers>, poll: Poll) {
         ctx,
         queue,
         in_flight,
-        caches,
+        groups,
+        nodes,
         shutdown,
         ..
     } = &*shared;
@@ -136,22 +145,15 @@ async fn receive_loop(shared: Arc<Receivers>, poll: Poll) {
                     ?poll,
                     "received"
                 );
-                let groups = match caches.0.get(ctx).await {
-                    Ok(g) => g,
-                    Err(e) => {
-                        // Unhandled messages come back after their visibility timeout.
-                        warn!(controller = CONTROLLER, error = %e, "cannot read the NodeGroups; messages left on the queue");
-                        continue;
-                    }
-                };
+                let groups = Arc::new(groups.groups());
                 for m in messages {
                     let Ok(permit) = in_flight.clone().acquire_owned().await else {
                         break;
                     };
                     let (ctx, queue, groups) = (ctx.clone(), queue.clone(), groups.clone());
-                    let caches = caches.clone();
+                    let nodes = nodes.clone();
                     handling.spawn(async move {
-                        handle(&ctx, &queue, &groups, &caches.1, m).await;
+                        handle(&ctx, &queue, &groups, &nodes, m).await;
                         drop(permit);
                     });
                 }
@@ -469,12 +471,15 @@ async fn event(
     reason: &str,
     note: String,
 ) {
+    let on_node = node.map(node_ref);
     if let Some(group) = groups
         .by_name
         .get(&(owner.namespace.clone(), owner.group.clone()))
     {
-        ctx.event(
-            &group.object_ref(&()),
+        let on_group = group.object_ref(&());
+        ctx.event_related(
+            &on_group,
+            on_node.as_ref(),
             type_,
             reason,
             EVENT_ACTION,
@@ -482,8 +487,7 @@ async fn event(
         )
         .await;
     }
-    if let Some(node) = node {
-        ctx.event(&node_ref(node), type_, reason, EVENT_ACTION, note)
-            .await;
+    if let Some(on_node) = on_node {
+        ctx.event(&on_node, type_, reason, EVENT_ACTION, note).await;
     }
 }
