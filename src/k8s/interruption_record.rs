@@ -7,6 +7,8 @@
 //! the patch is stored the SQS message can be deleted, and a restart or a
 //! redelivered message finds the node marked and does nothing twice.
 
+use crate::Result;
+use crate::context::Context;
 use crate::crd::labels::{
     EXCLUDE_FROM_LOAD_BALANCERS, INTERRUPTED_LABEL, INTERRUPTED_TAINT, INTERRUPTION_ANNOTATION,
 };
@@ -197,6 +199,61 @@ pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
         },
         "spec": {"unschedulable": true, "taints": taints},
     }))
+}
+
+/// Marks the node (one patch); false when it was already marked, or is gone.
+/// The patch is conditional on the node's resourceVersion (it replaces the
+/// taint list): a node changed meanwhile (a kubelet's status update) is read
+/// again and the mark re-planned, a few times, rather than leaving the
+/// message to come back after its visibility timeout.
+pub async fn mark(ctx: &Context, name: &str, record: &Record) -> Result<bool> {
+    const ATTEMPTS: usize = 5;
+    let nodes: kube::Api<Node> = kube::Api::all(ctx.client.clone());
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        // The first read from the apiserver's watch cache (no etcd read per
+        // notice in a burst); a stale answer fails the conditional patch
+        // (409) and the retry reads consistently. The node is at least as
+        // fresh there as in the inventory that named it.
+        let read = match attempt {
+            1 => nodes.get_with(name, &kube::api::GetParams::any()).await,
+            _ => nodes.get(name).await,
+        };
+        let node = match read {
+            Ok(node) => node,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+            Err(e) => return Err(crate::Error::kube(format!("get node {name}"))(e)),
+        };
+        let Some(patch) = mark_patch(&node, record) else {
+            return Ok(false);
+        };
+        let patched = ctx
+            .mutations
+            .perform(
+                crate::mutation::Intent::kube(
+                    "mark_interrupted",
+                    format!("node/{name}"),
+                    format!("{} of {}", record.kind, record.instance_id),
+                ),
+                || async {
+                    nodes
+                        .patch(
+                            name,
+                            &kube::api::PatchParams::default(),
+                            &kube::api::Patch::Merge(&patch),
+                        )
+                        .await
+                        .map_err(crate::Error::kube(format!("mark node {name} interrupted")))
+                },
+            )
+            .await;
+        match patched {
+            Ok(_) => return Ok(true),
+            Err(e) if e.category() == "kube_conflict" && attempt < ATTEMPTS => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 #[cfg(test)]

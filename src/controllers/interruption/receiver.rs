@@ -7,15 +7,13 @@ use super::lookup::{GroupWatch, Groups, NodeCache, unmanaged};
 use super::message;
 use super::ownership::Owner;
 use super::plan::{self, MessagePlan, Step};
+use crate::Result;
 use crate::cloud::sqs::{Queue, Received};
 use crate::context::Context;
 use crate::k8s::drain::node_ref;
 use crate::k8s::interruption_record::{self, Record};
 use crate::mutation::Intent;
-use crate::{Error, Result};
-use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
-use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use std::sync::Arc;
 use std::time::Duration;
@@ -280,13 +278,13 @@ async fn carry_out(
                 node,
                 record,
             } => {
-                if mark_node(ctx, node, record).await? {
+                if interruption_record::mark(ctx, node, record).await? {
                     let _permit = permit().await;
                     announce_mark(ctx, groups, owner, node, record).await;
                 }
             }
             Step::MarkUnmanaged { node, record } => {
-                if mark_node(ctx, node, record).await? {
+                if interruption_record::mark(ctx, node, record).await? {
                     let note = format!(
                         "{} for {} ({}), a node of no NodeGroup: cordoned and tainted, drained by {}; not replaced by this manager (its ASG replaces it once AWS takes it)",
                         record.kind,
@@ -427,57 +425,6 @@ async fn complete_unjoined(
     )
     .await;
     Ok(())
-}
-
-/// Marks the node (one patch); false when it was already marked, or is gone.
-/// The patch is conditional on the node's resourceVersion (it replaces the
-/// taint list): a node changed meanwhile (a kubelet's status update) is read
-/// again and the mark re-planned, a few times, rather than leaving the
-/// message to come back after its visibility timeout.
-async fn mark_node(ctx: &Context, name: &str, record: &Record) -> Result<bool> {
-    const ATTEMPTS: usize = 5;
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        // The first read from the apiserver's watch cache (no etcd read per
-        // notice in a burst); a stale answer fails the conditional patch
-        // (409) and the retry reads consistently. The node is at least as
-        // fresh there as in the inventory that named it.
-        let read = match attempt {
-            1 => nodes.get_with(name, &kube::api::GetParams::any()).await,
-            _ => nodes.get(name).await,
-        };
-        let node = match read {
-            Ok(node) => node,
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
-            Err(e) => return Err(Error::kube(format!("get node {name}"))(e)),
-        };
-        let Some(patch) = interruption_record::mark_patch(&node, record) else {
-            return Ok(false);
-        };
-        let patched = ctx
-            .mutations
-            .perform(
-                Intent::kube(
-                    "mark_interrupted",
-                    format!("node/{name}"),
-                    format!("{} of {}", record.kind, record.instance_id),
-                ),
-                || async {
-                    nodes
-                        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                        .map_err(Error::kube(format!("mark node {name} interrupted")))
-                },
-            )
-            .await;
-        match patched {
-            Ok(_) => return Ok(true),
-            Err(e) if e.category() == "kube_conflict" && attempt < ATTEMPTS => continue,
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 /// An Event on the NodeGroup and, when there is one, on the Node.
