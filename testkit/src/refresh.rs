@@ -330,16 +330,27 @@ pub async fn node_names(world: &World, instances: &BTreeSet<String>) -> Vec<Stri
 /// How many times an Event with `reason` was recorded (repeats of the same
 /// Event are a series on one object).
 pub async fn event_count(world: &World, reason: &str) -> i32 {
+    events_with_reason(world, reason)
+        .await
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}
+
+/// The world's Events with `reason`.
+pub async fn events_with_reason(
+    world: &World,
+    reason: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
     let events: Api<k8s_openapi::api::events::v1::Event> = world.api();
     events
         .list(&Default::default())
         .await
         .expect("events")
         .items
-        .iter()
+        .into_iter()
         .filter(|e| e.reason.as_deref() == Some(reason))
-        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
-        .sum()
+        .collect()
 }
 
 /// A group at its desired count of Ready nodes, with the manager running.

@@ -321,14 +321,9 @@ async fn a_node_of_an_instance_group_no_nodegroup_names_is_cordoned_and_drained_
 /// The group's Events with `reason`, as (the node they are related to, the
 /// note, how many times the series counted it).
 async fn group_events(world: &support::World, reason: &str) -> Vec<(String, String, i32)> {
-    let events: Api<k8s_openapi::api::events::v1::Event> = world.api();
-    events
-        .list(&Default::default())
+    events_with_reason(world, reason)
         .await
-        .expect("events")
-        .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
         .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("NodeGroup"))
         .map(|e| {
             let related = e.related.as_ref().and_then(|r| r.name.clone());
