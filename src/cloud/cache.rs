@@ -108,7 +108,13 @@ struct State {
     /// Bumped by every forgetting: a describe that was in flight across a
     /// mutation must not store what it saw before it.
     generation: u64,
+    /// Instances whose description was asked again because their Node was
+    /// Ready while it said Pending: once each, oldest forgotten first.
+    rechecked: std::collections::VecDeque<String>,
 }
+
+/// Instances remembered as rechecked (a few days of launches at most).
+const RECHECKED_KEPT: usize = 4096;
 
 /// A [`Cloud`] that shares ASG descriptions for `floor` and asks launch
 /// activities by [`launch_check`]; everything else passes through.
@@ -254,6 +260,24 @@ impl Cloud for CachedCloud {
         if !names.is_empty() {
             self.forget_names(&names);
         }
+    }
+
+    /// Once per instance, so an instance held Pending for long (a launch
+    /// lifecycle hook) costs one describe more, not one per look.
+    fn recheck_pending(&self, instances: &[String]) -> bool {
+        let mut state = self.lock();
+        let new: Vec<String> = instances
+            .iter()
+            .filter(|i| !state.rechecked.contains(i))
+            .cloned()
+            .collect();
+        for id in &new {
+            if state.rechecked.len() >= RECHECKED_KEPT {
+                state.rechecked.pop_front();
+            }
+            state.rechecked.push_back(id.clone());
+        }
+        !new.is_empty()
     }
 
     async fn launch_failure(&self, asg: &str) -> Result<Option<String>> {

@@ -93,6 +93,19 @@ impl FakeCloud {
         }
     }
 
+    /// Sets an instance's lifecycle state in its ASG (e.g. `Pending`).
+    pub fn set_lifecycle_state(&self, instance_id: &str, state: &str) {
+        for g in self.lock().groups.values_mut() {
+            for i in g
+                .instances
+                .iter_mut()
+                .filter(|i| i.instance_id == instance_id)
+            {
+                i.lifecycle_state = state.to_string();
+            }
+        }
+    }
+
     pub fn set_recent_failure(&self, name: &str, failure: Option<&str>) {
         if let Some(g) = self.lock().groups.get_mut(name) {
             g.recent_failure = failure.map(str::to_string);

@@ -201,6 +201,13 @@ pub trait Cloud: Send + Sync {
     /// Forgets any shared description of these ASGs, so the next describe
     /// asks AWS (see [`cache::CachedCloud`]); nothing to forget otherwise.
     fn forget(&self, _asgs: &[String]) {}
+    /// Whether a shared description that still lists these instances
+    /// Pending, while their Nodes are Ready, is worth asking again: true the
+    /// first time any of them is named (see [`cache::CachedCloud`]). Nothing
+    /// is shared otherwise, so nothing is to be asked again.
+    fn recheck_pending(&self, _instances: &[String]) -> bool {
+        false
+    }
     /// The failure message of the ASG's newest launch activity, when that
     /// activity failed (an older failure followed by a launch is none).
     async fn launch_failure(&self, asg: &str) -> Result<Option<String>>;

@@ -365,6 +365,26 @@ pub fn group_nodes(
         .collect()
 }
 
+/// Pure: the instances the inventory reports Ready whose ASG, per `fresh`,
+/// still has them Pending (a description taken before AWS put them in
+/// service, or a launch lifecycle hook holding them).
+pub fn ready_while_pending(
+    nodes: &[crate::crd::nodegroup::NodeStatus],
+    fresh: &[AsgDescription],
+) -> Vec<String> {
+    nodes
+        .iter()
+        .filter(|n| n.ready)
+        .filter_map(|n| n.instance_id.clone())
+        .filter(|id| {
+            fresh
+                .iter()
+                .flat_map(|a| &a.instances)
+                .any(|i| i.instance_id == *id && i.is_pending())
+        })
+        .collect()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -442,5 +462,28 @@ pub(crate) mod tests {
             .map(|n| n.name.as_str())
             .collect();
         assert_eq!(ready, ["kept"]);
+    }
+
+    #[test]
+    fn a_ready_node_on_an_instance_described_pending_is_named() {
+        let mut joining = status_node("joining", "a", "i-2");
+        joining.ready = false;
+        let nodes = [
+            status_node("kept", "a", "i-1"),
+            joining,
+            status_node("joined", "a", "i-3"),
+            status_node("held", "a", "i-4"),
+        ];
+        let asgs = [fresh(
+            "a",
+            &[
+                ("i-1", "InService"),
+                ("i-2", "Pending"),
+                ("i-3", "Pending"),
+                ("i-4", "Pending:Wait"),
+            ],
+        )];
+        assert_eq!(ready_while_pending(&nodes, &asgs), ["i-3", "i-4"]);
+        assert!(ready_while_pending(&nodes[..2], &asgs).is_empty());
     }
 }

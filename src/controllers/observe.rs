@@ -2,7 +2,7 @@
 //! inventory), the group's lock from its side, and, as a separate step, a
 //! fresh describe of the group's ASGs.
 
-use super::group_view::{AsgView, GroupFacts, GroupNode, group_nodes};
+use super::group_view::{AsgView, GroupFacts, GroupNode, group_nodes, ready_while_pending};
 use crate::cloud::{AsgDescription, Cloud};
 use crate::context::Context;
 use crate::crd::nodegroup::OperationKind;
@@ -124,10 +124,17 @@ impl ObservedGroup {
     /// Describes the group's ASGs (one AWS call, or a description shared
     /// for a few seconds) and judges its nodes by it.
     pub async fn describe(&self) -> Result<DescribedAsgs, Error> {
-        let fresh = self
-            .cloud
-            .describe_groups(&self.group.spec.asg_names())
-            .await?;
+        let names = self.group.spec.asg_names();
+        let mut fresh = self.cloud.describe_groups(&names).await?;
+        // A Node Ready on an instance the shared description has Pending:
+        // the description is older than the Node, and the node would count
+        // only at the next describe, up to its floor (5 s) later. Asked
+        // again, once per instance.
+        let joined = ready_while_pending(&self.group_status.nodes, &fresh);
+        if !joined.is_empty() && self.cloud.recheck_pending(&joined) {
+            self.cloud.forget(&names);
+            fresh = self.cloud.describe_groups(&names).await?;
+        }
         let asgs = fresh.iter().map(AsgView::from).collect();
         let nodes = group_nodes(&self.group_status.nodes, &fresh);
         Ok(DescribedAsgs { fresh, asgs, nodes })
@@ -138,5 +145,72 @@ impl ObservedGroup {
     pub async fn describe_fresh(&self) -> Result<DescribedAsgs, Error> {
         self.cloud.forget(&self.group.spec.asg_names());
         self.describe().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloud::cache::CachedCloud;
+    use crate::cloud::fake::FakeCloud;
+    use crate::controllers::group_view::tests::status_node;
+    use crate::controllers::inventory::plan::tests::group;
+
+    fn observed(cloud: Arc<dyn Cloud>, ready_on: &str) -> ObservedGroup {
+        ObservedGroup {
+            namespace: "ns".into(),
+            name: "workers".into(),
+            me: Holder {
+                kind: OperationKind::Refresh,
+                name: "workers".into(),
+            },
+            group: group(&["a"], 1),
+            group_status: NodeGroupStatus {
+                nodes: vec![status_node("n", "a", ready_on)],
+                ..Default::default()
+            },
+            lock: LockState::Free,
+            cloud,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_node_ready_on_an_instance_shared_as_pending_is_described_again_once() {
+        let fake = FakeCloud::new();
+        let ids = fake.add_group("a", "zone-a", 1, 10, chrono::Utc::now());
+        let cached: Arc<dyn Cloud> = Arc::new(CachedCloud::new(
+            Arc::new(fake.clone()),
+            Duration::from_secs(60),
+        ));
+        // Shared while AWS still launched it; in service since, and its
+        // Node Ready.
+        fake.set_lifecycle_state(&ids[0], "Pending");
+        cached
+            .describe_groups(&["a".into()])
+            .await
+            .expect("describe");
+        fake.set_lifecycle_state(&ids[0], "InService");
+        let group = observed(cached.clone(), &ids[0]);
+        let described = group.describe().await.expect("describe");
+        assert!(
+            described.nodes[0].ready,
+            "counted now, not at the next floor"
+        );
+        assert_eq!(fake.calls("describe_groups"), 2);
+
+        // Held Pending (a launch hook): asked again once, not at every look.
+        let held = fake.add_group("b", "zone-b", 1, 10, chrono::Utc::now());
+        fake.set_lifecycle_state(&held[0], "Pending:Wait");
+        let mut group = observed(cached.clone(), &held[0]);
+        group.group = crate::controllers::inventory::plan::tests::group(&["b"], 1);
+        for _ in 0..3 {
+            let described = group.describe().await.expect("describe");
+            assert!(!described.nodes[0].ready, "not in service: not counted");
+        }
+        assert_eq!(
+            fake.calls("describe_groups"),
+            4,
+            "b: the first look and one look again"
+        );
     }
 }

@@ -129,14 +129,29 @@ impl SimKubelet {
     pub async fn run(mut self, shutdown: CancellationToken) {
         info!(account = %self.config.account, "simulated kubelet started");
         loop {
-            if let Err(e) = self.step().await {
-                warn!(error = %e, "simulated kubelet step failed");
+            // A step of a large world registers Nodes for seconds: stopped
+            // midway, so none is registered after the world deleted them.
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                result = self.step() => if let Err(e) = result {
+                    warn!(error = %e, "simulated kubelet step failed");
+                },
             }
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(self.config.poll) => {}
             }
         }
+        // Its Nodes go with it (the guard deletes them too, but a request in
+        // flight when it did may have registered one since).
+        let selector = format!("{SIM_ACCOUNT_LABEL}={}", self.config.account);
+        let _ = self
+            .nodes
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels(&selector),
+            )
+            .await;
         info!("simulated kubelet stopped");
     }
 

@@ -112,7 +112,9 @@ async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
                     record.instance_id,
                     (record.deadline - now).num_seconds()
                 );
-                finish(ctx, node, &record, now, 0).await?;
+                if !finish(ctx, node, &record, now, 0).await? {
+                    return Ok(Action::await_change());
+                }
                 event(
                     ctx,
                     node,
@@ -131,8 +133,7 @@ async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
         Decision::Deadline => {
             // No more evictions: report what is still there, by name.
             let left = pods_to_move(ctx, &name).await?;
-            finish(ctx, node, &record, now, left.len()).await?;
-            if left.is_empty() {
+            if !finish(ctx, node, &record, now, left.len()).await? || left.is_empty() {
                 return Ok(Action::await_change());
             }
             let mut named = left
@@ -302,21 +303,40 @@ async fn lifecycle(
     Ok(next)
 }
 
-/// Records the drain's end in the mark, so it is not reported twice.
+/// Records the drain's end in the mark, so it is not reported twice; false
+/// when it was recorded already. The Node this reconcile was given can lag
+/// our own last write (a watch event queued before it lands after it), so
+/// the record is read afresh first: a drain is reported once.
 async fn finish(
     ctx: &Context,
     node: &Node,
     record: &Record,
     now: DateTime<Utc>,
     left: usize,
-) -> Result<()> {
+) -> Result<bool> {
     let name = node.name_any();
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let fresh = nodes.get_opt(&name).await.map_err(Error::kube(format!(
+        "read node {name} before recording its drain"
+    )))?;
+    if !should_record_drain(fresh.as_ref().and_then(interruption_record::record_of)) {
+        debug!(controller = CONTROLLER, node = %name, "drain recorded already (stale view); not reported again");
+        return Ok(false);
+    }
     let done = Record {
         drained: Some(now),
         pods_left: Some(left as i32),
         ..record.clone()
     };
-    write_record(ctx, &name, &done, "record_interruption_drain").await
+    write_record(ctx, &name, &done, "record_interruption_drain").await?;
+    Ok(true)
+}
+
+/// Pure: a drain's end is recorded (and reported) only while the Node, read
+/// afresh, still carries a mark without one. A Node gone or unmarked since
+/// has nothing to record.
+pub fn should_record_drain(fresh: Option<Record>) -> bool {
+    fresh.is_some_and(|r| r.drained.is_none())
 }
 
 /// Replaces the mark's record on the node.
@@ -419,6 +439,21 @@ mod tests {
         assert_eq!(decide(&r, now), Decision::Deadline);
         let (r, now) = record(80, true);
         assert_eq!(decide(&r, now), Decision::Done, "recorded: never twice");
+    }
+
+    #[test]
+    fn a_drain_recorded_since_the_view_was_taken_is_not_recorded_again() {
+        let (pending, _) = record(80, false);
+        let (drained, _) = record(80, true);
+        assert!(should_record_drain(Some(pending)));
+        assert!(
+            !should_record_drain(Some(drained)),
+            "the fresh Node has the drain recorded: a stale view must not report it twice"
+        );
+        assert!(
+            !should_record_drain(None),
+            "gone or unmarked: nothing to record"
+        );
     }
 
     #[test]
