@@ -122,12 +122,15 @@ impl Planner<'_> {
         self.status.validated_since = None;
         let deadline = after(started, settings.validation_timeout);
         if now < deadline {
+            // No watch tells of pods coming back, and evicted pods mostly
+            // do within seconds: looked at as often as a drain's steps.
+            let again = crate::k8s::drain::next_step_after(started, now);
             return Validation::Wait(Step::wait(
                 format!(
                     "validating the replacement of {node}: {}",
                     waiting.join("; ")
                 ),
-                SOON.min(until(now, deadline)),
+                again.min(until(now, deadline)),
             ));
         }
         let reason = format!(

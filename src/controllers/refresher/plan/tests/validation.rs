@@ -40,9 +40,16 @@ fn a_step_waits_while_pods_its_drain_moved_are_pending_then_goes_on() {
         "recorded before the eviction"
     );
     sim.unsettled = [(WEB.to_string(), "1 pod(s) Pending, 0 not Ready".to_string())].into();
-    for _ in 0..10 {
+    for round in 0..10 {
         let plan = sim.step(false);
         assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
+        // Looked at again soon while pods usually come back (the first
+        // 10 s), then every 2 s.
+        let again = match round {
+            0 | 1 => Duration::from_millis(500),
+            _ => Duration::from_secs(2),
+        };
+        assert_eq!(plan.requeue, again, "round {round}");
         assert!(
             plan.message.contains("validating the replacement"),
             "{}",
