@@ -341,11 +341,7 @@ pub fn group_nodes(
             // Once its instance leaves the ASG, the inventory no longer
             // names an ASG for the node either: judge by the instance alone.
             let active = match &n.instance_id {
-                Some(id) => fresh.iter().any(|a| {
-                    a.instances
-                        .iter()
-                        .any(|i| i.instance_id == *id && i.is_in_service())
-                }),
+                Some(id) => described(fresh, id).is_some_and(|i| i.is_in_service()),
                 // No instance known (e.g. a bad providerID): nothing says it is leaving.
                 None => true,
             };
@@ -376,13 +372,16 @@ pub fn ready_while_pending(
         .iter()
         .filter(|n| n.ready)
         .filter_map(|n| n.instance_id.clone())
-        .filter(|id| {
-            fresh
-                .iter()
-                .flat_map(|a| &a.instances)
-                .any(|i| i.instance_id == *id && i.is_pending())
-        })
+        .filter(|id| described(fresh, id).is_some_and(|i| i.is_pending()))
         .collect()
+}
+
+/// The instance as `fresh` lists it in its ASG, if it does.
+fn described<'a>(fresh: &'a [AsgDescription], id: &str) -> Option<&'a crate::cloud::AsgInstance> {
+    fresh
+        .iter()
+        .flat_map(|a| &a.instances)
+        .find(|i| i.instance_id == id)
 }
 
 #[cfg(test)]
