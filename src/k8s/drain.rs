@@ -535,6 +535,7 @@ mod tests {
             loss_at: None,
             late: None,
             lifecycle: None,
+            scope: None,
         };
         node.metadata
             .annotations

@@ -50,6 +50,11 @@ pub struct Record {
     /// complete once the drain ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<HookAction>,
+    /// The namespace of the manager that marked the node, when that manager
+    /// manages one namespace only (`--namespace`): only it drains the node
+    /// and completes its lifecycle action (see [`is_ours`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 /// A terminate lifecycle action in progress: what completing or extending
@@ -127,6 +132,26 @@ impl Record {
     /// The node will be lost (anything but a rebalance recommendation).
     pub fn is_loss(&self) -> bool {
         self.kind != AT_RISK
+    }
+}
+
+/// Pure: the mark is this manager's to act on, `namespace` being the one
+/// it manages (None: every namespace). Managers scoped to different
+/// namespaces can share a cluster, and Nodes are the cluster's: without
+/// this each would drain every marked Node, report it, and complete the
+/// other's lifecycle actions. A mark without a scope was made by a manager
+/// of every namespace (or by a version before marks said): a scoped
+/// manager takes it only for a group of its own namespace.
+pub fn is_ours(record: &Record, namespace: Option<&str>) -> bool {
+    match (record.scope.as_deref(), namespace) {
+        (Some(marked_in), Some(ours)) => marked_in == ours,
+        (Some(_), None) => false,
+        (None, None) => true,
+        (None, Some(ours)) => record
+            .group
+            .as_deref()
+            .and_then(|g| g.split_once('/'))
+            .is_some_and(|(ns, _)| ns == ours),
     }
 }
 
@@ -208,6 +233,10 @@ pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
 /// message to come back after its visibility timeout.
 pub async fn mark(ctx: &Context, name: &str, record: &Record) -> Result<bool> {
     const ATTEMPTS: usize = 5;
+    let record = &Record {
+        scope: ctx.settings.namespace.clone(),
+        ..record.clone()
+    };
     let nodes: kube::Api<Node> = kube::Api::all(ctx.client.clone());
     let mut attempt = 0;
     loop {
@@ -278,6 +307,7 @@ mod tests {
             drained: None,
             pods_left: None,
             lifecycle: None,
+            scope: None,
         }
     }
 
@@ -433,6 +463,48 @@ mod tests {
         r.lifecycle.as_mut().expect("action").completed = None;
         r.drained = None;
         assert_eq!(hook_step(&r, t(500), chrono::Duration::MAX), None);
+    }
+
+    #[test]
+    fn a_mark_is_acted_on_only_by_a_manager_of_the_namespace_that_made_it() {
+        let scoped = |scope: Option<&str>, group: Option<&str>| Record {
+            scope: scope.map(str::to_string),
+            group: group.map(str::to_string),
+            ..record(30)
+        };
+        // Marked by a manager of one namespace: that manager only.
+        let a = scoped(Some("team-a"), Some("team-a/workers"));
+        assert!(is_ours(&a, Some("team-a")));
+        assert!(!is_ours(&a, Some("team-b")), "another namespace's manager");
+        assert!(!is_ours(&a, None), "a manager of every namespace");
+        // A node of no group, marked by a scoped manager.
+        let unmanaged = scoped(Some("team-a"), None);
+        assert!(is_ours(&unmanaged, Some("team-a")));
+        assert!(!is_ours(&unmanaged, Some("team-b")));
+        // Marked by a manager of every namespace (or an older version).
+        let wide = scoped(None, Some("team-a/workers"));
+        assert!(is_ours(&wide, None));
+        assert!(is_ours(&wide, Some("team-a")), "the group's own namespace");
+        assert!(!is_ours(&wide, Some("team-b")));
+        assert!(is_ours(&scoped(None, None), None));
+        assert!(!is_ours(&scoped(None, None), Some("team-a")));
+        assert!(!is_ours(&scoped(None, Some("no-slash")), Some("no-slash")));
+    }
+
+    #[test]
+    fn the_scope_is_kept_in_the_annotation_and_absent_in_an_older_one() {
+        let r = Record {
+            scope: Some("team-a".into()),
+            ..record(30)
+        };
+        let text = serde_json::to_string(&r).expect("json");
+        assert!(text.contains(r#""scope":"team-a""#), "{text}");
+        let back: Record = serde_json::from_str(&text).expect("read back");
+        assert_eq!(back, r);
+        let older = serde_json::to_string(&record(30)).expect("json");
+        assert!(!older.contains("scope"), "{older}");
+        let read: Record = serde_json::from_str(&older).expect("an older mark");
+        assert_eq!(read.scope, None);
     }
 
     #[test]

@@ -369,9 +369,10 @@ async fn each_warned_node_has_its_own_events_on_the_group_naming_it() {
             victims.iter().all(related).then_some(events)
         })
         .await;
-        // Each node's own Events name it. A drain is reported once (a stale
-        // view of the Node once reported it twice under load); a notice may
-        // be noted again when its message is redelivered.
+        // Each node's own Events name it. A drain is reported once (another
+        // test's manager, scoped to its own namespace, once drained and
+        // reported it too); a notice may be noted again when its message is
+        // redelivered.
         for victim in &victims {
             let own: Vec<_> = events.iter().filter(|(r, _, _)| r == victim).collect();
             assert!(!own.is_empty(), "{reason}: {events:?}");
@@ -386,5 +387,92 @@ async fn each_warned_node_has_its_own_events_on_the_group_naming_it() {
             );
         }
     }
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+}
+
+#[tokio::test]
+async fn a_manager_of_another_namespace_leaves_a_node_this_one_marked_alone() {
+    // Nodes are the cluster's, and managers may each manage one namespace.
+    // Each drainer watched every marked Node: a neighbour drained this one
+    // too and reported it on our group (two Events for one drain); with a
+    // lifecycle action it would have completed it as well.
+    let steady = SteadyGroup::workers("int-scope")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, queue) = (&steady.world, steady.queue());
+    let other = support::World::new("int-scope-other").await;
+    let other_queue = other.queue("interruptions").await;
+    let (neighbour, _config) =
+        other.start_manager(&["--interruption-queue-url", other_queue.url.as_str()]);
+    assert_eventually("the neighbour's drainer running", WAIT, || async {
+        let logs = neighbour.logs();
+        logs.lines()
+            .any(|l| l.contains("controller started") && l.contains("interruption-drain"))
+            .then_some(())
+    })
+    .await;
+    // A drain the budget holds to its deadline: a neighbour that acted would
+    // be evicting all the while.
+    set_interruption(&steady, serde_json::json!({"drainDeadline": "10s"})).await;
+    deploy_web(world, 6, 0).await;
+    assert_web_ready(world, 6).await;
+    let victim = node_with_web_pods(world, 1).await;
+    queue.send(&spot_warning(&victim, Utc::now())).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let node = assert_eventually("the node marked", WAIT, || marked(&nodes, &victim)).await;
+    let record = record_of(&node).expect("record");
+    assert_eq!(record.scope.as_deref(), Some(world.namespace.as_str()));
+    assert_eventually("the drain's end recorded", WAIT, || {
+        drain_ended(&steady.groups, &victim)
+    })
+    .await;
+    // The neighbour looked at the marked node, and left it to us.
+    assert_eventually(
+        "the neighbour's drainer looked at the node",
+        WAIT,
+        || async {
+            neighbour
+                .logs()
+                .lines()
+                .any(|l| {
+                    l.contains("interruption-drain")
+                        && l.contains(victim.as_str())
+                        && l.contains("reconcile ended")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let metrics = neighbour.assert_metrics().await;
+    for action in ["cordon_node", "evict_pod", "record_interruption_drain"] {
+        let series = format!(
+            "spot_node_manager_mutations_total{{target=\"kubernetes\",action=\"{action}\",outcome=\"performed\"}}"
+        );
+        assert_eq!(
+            support::metric(&metrics, &series),
+            None,
+            "{action}: {metrics}"
+        );
+    }
+    // (The series is the one the manager writes: ours has it.)
+    let ours = steady.manager.assert_metrics().await;
+    let ours_recorded = "spot_node_manager_mutations_total{target=\"kubernetes\",action=\"record_interruption_drain\",outcome=\"performed\"}";
+    assert_eq!(support::metric(&ours, ours_recorded), Some(1.0), "{ours}");
+    assert!(
+        neighbour
+            .logs()
+            .contains("marked by a manager of another namespace"),
+        "{}",
+        neighbour.logs()
+    );
+    let reports: i32 = group_events(world, "InterruptionDrainIncomplete")
+        .await
+        .iter()
+        .filter(|(related, _, _)| *related == victim)
+        .map(|(_, _, count)| count)
+        .sum();
+    assert_eq!(reports, 1, "one drain, reported once");
+    assert!(neighbour.child_alive(), "{}", neighbour.logs());
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
 }

@@ -99,6 +99,10 @@ async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
         return Ok(Action::await_change());
     };
     let name = node.name_any();
+    if !interruption_record::is_ours(&record, ctx.settings.namespace.as_deref()) {
+        debug!(controller = CONTROLLER, node = %name, scope = ?record.scope, group = ?record.group, "marked by a manager of another namespace; left to it");
+        return Ok(Action::await_change());
+    }
     let now = ctx.clock.now();
     let record = lifecycle(ctx, node, record, now).await?;
     match decide(&record, now) {
@@ -416,6 +420,7 @@ mod tests {
                 loss_at: None,
                 late: None,
                 lifecycle: None,
+                scope: None,
                 group: None,
             },
             now,

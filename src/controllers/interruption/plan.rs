@@ -224,6 +224,7 @@ fn unmanaged_step(
             drained: None,
             pods_left: None,
             lifecycle: None,
+            scope: None,
         },
         node,
     })
@@ -307,6 +308,7 @@ fn step(
                     drained: None,
                     pods_left: None,
                     lifecycle,
+                    scope: None,
                 },
                 node,
                 owner,
@@ -464,6 +466,7 @@ mod tests {
                     drained: None,
                     pods_left: None,
                     lifecycle: None,
+                    scope: None,
                 },
             }]
         );

@@ -318,6 +318,7 @@ mod tests {
             pods_left: None,
             loss_at: None,
             late: None,
+            scope: None,
             lifecycle: Some(HookAction {
                 auto_scaling_group: "nodes-a".into(),
                 hook: "h".into(),
