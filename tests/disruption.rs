@@ -130,8 +130,29 @@ fn windows(json: &str) -> serde_json::Value {
 }
 
 /// Starts a run (surplus 1) in an open window and closes the window once
-/// the run has its first node in hand.
+/// the run has its first node in hand. A budget holds that node's drain
+/// until the window is closed: its replacement comes up with the surplus,
+/// so the node could otherwise be done, and the next one's replacement
+/// launched (the window still open), before the window closed.
 async fn close_the_window_mid_run(world: &support::World, groups: &Api<NodeGroup>) {
+    let names: Vec<String> = world
+        .nodes()
+        .await
+        .expect("the world's nodes")
+        .iter()
+        .map(|n| n.metadata.name.clone().unwrap_or_default())
+        .collect();
+    let owner = app_owner(world).await;
+    let pods: Api<Pod> = world.api();
+    for (i, node) in names.iter().enumerate() {
+        let mut pod = support::bound_pod(&format!("held-{i}"), node, &[("app", "protected")]);
+        pod.metadata.owner_references = Some(vec![owner.clone()]);
+        pods.create(&Default::default(), &pod)
+            .await
+            .expect("create pod");
+    }
+    support::create_pdb(world, names.len() as i32).await;
+    support::assert_pdb_allows(world, 0).await;
     schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
     let refreshers: Api<Refresher> = world.api();
     assert_eventually("the first node in hand", WAIT, || async {
@@ -140,6 +161,10 @@ async fn close_the_window_mid_run(world: &support::World, groups: &Api<NodeGroup
     })
     .await;
     set_windows(groups, windows(CLOSED)).await;
+    // The refresher sees the closed window long before the drain, let go,
+    // ends (the budget's status, a drain step, the pod gone).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    support::set_min_available(world, 0).await;
 }
 
 #[tokio::test]

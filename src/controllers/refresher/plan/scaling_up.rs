@@ -17,6 +17,11 @@ impl Planner<'_> {
         if ready >= whole {
             return self.next_target(settings);
         }
+        // The first nodes' replacements come up with the surplus, not one
+        // launch after it (workers, up to maxSurge, in an open window).
+        if let Some(step) = self.launch_next_ahead(settings) {
+            return Next::Step(step);
+        }
         let deadline = after(self.since_phase(), settings.ready_timeout);
         if now >= deadline {
             return self.fail(format!(

@@ -6,9 +6,12 @@ use super::*;
 fn surplus_that_never_gets_ready_fails_the_run_and_is_removed() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     let layout = sim.layout();
+    let old: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
     sim.step(false); // lock
     sim.step(false); // start, raise
     assert!(sim.asgs.iter().map(|a| a.desired).sum::<i32>() == 4);
+    sim.step(false); // the first replacement launched with the surplus
+    assert!(sim.asgs.iter().map(|a| a.desired).sum::<i32>() == 5);
     // The surplus never becomes Ready.
     for _ in 0..20 {
         sim.step(false);
@@ -22,8 +25,10 @@ fn surplus_that_never_gets_ready_fails_the_run_and_is_removed() {
             .contains("surplus not Ready within 15m")
     );
     assert_eq!(sim.layout(), layout);
-    // The not-Ready surplus instance was removed; no old node was touched.
-    assert_eq!(sim.terminated.len(), 1);
+    // The not-Ready instances (the surplus and the replacement launched
+    // with it) were removed; no old node was touched.
+    assert_eq!(sim.terminated.len(), 2);
+    assert!(sim.terminated.iter().all(|t| !old.contains(t)));
     assert_eq!(sim.instances.iter().filter(|i| i.ready).count(), 3);
     assert!(sim.instances.iter().all(|i| !i.cordoned));
     assert_eq!(sim.lock, LockState::Free);

@@ -79,6 +79,50 @@ fn a_workers_replacement_comes_up_while_it_drains_and_it_goes_with_decrement() {
 }
 
 #[test]
+fn the_first_replacement_is_launched_with_the_surplus_not_after_it() {
+    let mut sim = Sim::new(Role::Worker, 2, 2, 1);
+    let start = sim.layout();
+    sim.step(false); // lock
+    sim.step(false); // the surplus raised
+    assert_eq!(sim.asgs.iter().map(|a| a.desired).sum::<i32>(), 5);
+    // The surplus is not Ready yet: the first node's replacement is raised
+    // for now, so both come up together.
+    let plan = sim.step(false);
+    assert!(
+        matches!(plan.command, Command::SetDesired(_)),
+        "{:?}",
+        plan.command
+    );
+    assert_eq!(sim.status.phase, RefreshPhase::ScalingUp);
+    assert_eq!(sim.status.launched_ahead.len(), 1);
+    assert_eq!(sim.asgs.iter().map(|a| a.desired).sum::<i32>(), 6);
+    // Nothing more while it waits; the first drain takes that node, its
+    // replacement already coming.
+    let plan = sim.step(false);
+    assert!(
+        matches!(plan.command, Command::Nothing),
+        "{:?}",
+        plan.command
+    );
+    sim.all_join_and_ready();
+    let target = up_to_first_drain(&mut sim);
+    assert_eq!(
+        Some(&target.instance_id),
+        sim.status.launched_ahead.first().map(|a| &a.instance_id)
+    );
+    sim.run_to_end(300);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert_eq!(sim.layout(), start);
+    // 4 old, 1 surplus, 4 replacements: launched once each.
+    assert_eq!(sim.next_id, 9);
+    assert!(
+        sim.ready_after_terminations
+            .iter()
+            .all(|r| *r >= sim.desired)
+    );
+}
+
+#[test]
 fn with_max_surge_zero_each_replacement_comes_after_its_node() {
     let mut sim = Sim::new(Role::Worker, 2, 2, 1);
     with_surge(&mut sim, MaxSurge::Count(0));
