@@ -142,15 +142,7 @@ async fn close_the_window_mid_run(world: &support::World, groups: &Api<NodeGroup
         .iter()
         .map(|n| n.metadata.name.clone().unwrap_or_default())
         .collect();
-    let owner = app_owner(world).await;
-    let pods: Api<Pod> = world.api();
-    for (i, node) in names.iter().enumerate() {
-        let mut pod = support::bound_pod(&format!("held-{i}"), node, &[("app", "protected")]);
-        pod.metadata.owner_references = Some(vec![owner.clone()]);
-        pods.create(&Default::default(), &pod)
-            .await
-            .expect("create pod");
-    }
+    labelled_pods_on(world, &names, "held", &[("app", "protected")]).await;
     support::create_pdb(world, names.len() as i32).await;
     support::assert_pdb_allows(world, 0).await;
     schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;

@@ -274,10 +274,21 @@ pub async fn run_finished_within(world: &World, name: &str, within: Duration) ->
 /// garbage collector keeps the pods): a pod nothing would recreate protects
 /// its node from a refresh (`spec.disruption.evictUnmanagedPods`).
 pub async fn pods_on(world: &World, nodes: &[String]) {
+    labelled_pods_on(world, nodes, "app", &[("app", "web")]).await
+}
+
+/// [`pods_on`], the pods named `{prefix}-{i}` and labelled `labels` (say,
+/// for a budget to select them).
+pub async fn labelled_pods_on(
+    world: &World,
+    nodes: &[String],
+    prefix: &str,
+    labels: &[(&str, &str)],
+) {
     let reference = app_owner(world).await;
     let pods: Api<Pod> = world.api();
     for (i, node) in nodes.iter().enumerate() {
-        let mut pod = super::bound_pod(&format!("app-{i}"), node, &[("app", "web")]);
+        let mut pod = super::bound_pod(&format!("{prefix}-{i}"), node, labels);
         pod.metadata.owner_references = Some(vec![reference.clone()]);
         pods.create(&PostParams::default(), &pod)
             .await
