@@ -233,6 +233,8 @@ pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
 /// message to come back after its visibility timeout.
 pub async fn mark(ctx: &Context, name: &str, record: &Record) -> Result<bool> {
     const ATTEMPTS: usize = 5;
+    // Stamped where every mark is written (the plans do not know the
+    // manager's namespace).
     let record = &Record {
         scope: ctx.settings.namespace.clone(),
         ..record.clone()

@@ -259,10 +259,20 @@ pub fn reconciles(metrics: &str, controller: &str) -> u64 {
 
 /// How many AWS mutations of `action` the manager performed.
 pub fn performed(metrics: &str, action: &str) -> u64 {
+    performed_on(metrics, "aws", action)
+}
+
+/// How many Kubernetes mutations of `action` (a cordon, an eviction, a
+/// Node patch) the manager performed.
+pub fn performed_in_kubernetes(metrics: &str, action: &str) -> u64 {
+    performed_on(metrics, "kubernetes", action)
+}
+
+fn performed_on(metrics: &str, target: &str, action: &str) -> u64 {
     metric(
         metrics,
         &format!(
-            "spot_node_manager_mutations_total{{target=\"aws\",action=\"{action}\",outcome=\"performed\"}}"
+            "spot_node_manager_mutations_total{{target=\"{target}\",action=\"{action}\",outcome=\"performed\"}}"
         ),
     )
     .unwrap_or(0.0) as u64
