@@ -183,8 +183,15 @@ async fn a_run_whose_window_closes_waits_with_its_surplus_then_resumes() {
     .await;
     assert!(waiting.run_start.is_some(), "{:?}", waiting.message);
     assert!((1..3).contains(&waiting.replaced), "{waiting:?}");
+    // The node replaced just before the run began to wait leaves its ASG
+    // once its termination completes (the wait is written right after the
+    // call): desired 3 + surplus 1 remain.
+    let held = assert_eventually("the replaced node gone", WAIT, || async {
+        let all = all_instances(&world, &kops.asgs).await;
+        (all.len() == 4).then_some(all)
+    })
+    .await;
     // It stays so: the surplus kept Ready, nothing else taken.
-    let held = all_instances(&world, &kops.asgs).await;
     let sampler = sample(&world, &kops.asgs, 3);
     tokio::time::sleep(Duration::from_secs(8)).await;
     let samples = sampler.stop();
