@@ -189,12 +189,7 @@ async fn measure(nodes: usize, windows: &Windows) {
     let (t1, after) = snapshot(&steady).await;
     let rate = Rate::between(&before, &after, t1 - t0);
     let replaced = replaced_in_window(&refreshers, before_run.as_ref()).await;
-    report(nodes, "refresh", &rate);
-    println!(
-        "{nodes:>5} {:>9} run: {outcome}; {}",
-        "",
-        per_node(&rate, replaced)
-    );
+    report_run(nodes, "refresh", &rate, &outcome, replaced);
     if outcome == "under way" {
         // A small group's run ends in a few minutes more; a large one's
         // takes hours, and the drift phase is skipped for it.
@@ -238,12 +233,7 @@ async fn measure(nodes: usize, windows: &Windows) {
     let (t1, after) = snapshot(&steady).await;
     let rate = Rate::between(&before, &after, t1 - t0);
     let replaced = replaced_in_window(&refreshers, before_run.as_ref()).await;
-    report(nodes, "drift", &rate);
-    println!(
-        "{nodes:>5} {:>9} run: {outcome}; {}",
-        "",
-        per_node(&rate, replaced)
-    );
+    report_run(nodes, "drift", &rate, &outcome, replaced);
 }
 
 /// Nodes replaced in the window: by the run that ended in it, or so far by
@@ -267,6 +257,16 @@ async fn replaced_in_window(
         _ if status.run_start.is_none() => 0,
         _ => status.replaced,
     }
+}
+
+/// A run's window: its rate, then how the run went and its calls per node.
+fn report_run(nodes: usize, phase: &str, rate: &Rate, outcome: &str, replaced: i32) {
+    report(nodes, phase, rate);
+    println!(
+        "{nodes:>5} {:>9} run: {outcome}; {}",
+        "",
+        per_node(rate, replaced)
+    );
 }
 
 /// A run's calls per node it replaced: the measure that does not grow
