@@ -140,6 +140,9 @@ pub struct GroupFacts<'a> {
     /// Why the group makes no AWS mutation of its own now (a kops rolling
     /// update is replacing its nodes), if so.
     pub external_update: Option<String>,
+    /// Why the group's spec is invalid (the inventory's SpecValid False,
+    /// or the spec's own validation), if so: nothing starts, a run pauses.
+    pub invalid_spec: Option<String>,
     /// Why nothing may be terminated now (the group's circuit breaker is
     /// open), if so.
     pub breaker: Option<String>,
@@ -151,6 +154,9 @@ pub struct GroupFacts<'a> {
     pub asgs: &'a [AsgView],
     pub nodes: &'a [GroupNode],
     pub lock: LockState,
+    /// Masters: the cluster's control plane, counted by instance across
+    /// every Master group (`authority::observe`), when it was looked at.
+    pub control_plane: Option<&'a crate::controllers::authority::ControlPlane>,
     pub now: DateTime<Utc>,
 }
 

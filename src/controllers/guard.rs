@@ -81,6 +81,8 @@ pub enum Refusal {
         instance: String,
         why: String,
     },
+    /// The disruption authority refuses (`controllers::authority`).
+    Authority(crate::controllers::authority::Blocked),
 }
 
 impl std::fmt::Display for Refusal {
@@ -150,6 +152,7 @@ impl std::fmt::Display for Refusal {
                 f,
                 "terminate {instance}: the circuit breaker is open ({why})"
             ),
+            Refusal::Authority(blocked) => write!(f, "{blocked}"),
         }
     }
 }

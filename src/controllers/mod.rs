@@ -2,11 +2,13 @@
 //! knows the list exists. One folder per controller, each exposing
 //! `run(ctx, shutdown)`: `inventory`, `replenisher`, `refresher`,
 //! `interruption` (the SQS receiver and the drainer of marked nodes). What
-//! they share: `group_view` (the group as their plans see it), `observe`
+//! they share: `authority` (whether a node may be taken away, asked by
+//! every path), `group_view` (the group as their plans see it), `observe`
 //! (what they look at), `guard` (the safety refusals), `persist` (the
 //! persist-then-act executor), `aws_mutations` (through the mutation gate),
 //! and `runtime` (retry policy, spans, the per-group runner).
 
+pub mod authority;
 pub mod aws_mutations;
 pub mod group_view;
 pub mod guard;

@@ -2,6 +2,7 @@
 //! inventory), the group's lock from its side, and, as a separate step, a
 //! fresh describe of the group's ASGs.
 
+use super::authority::{self, ControlPlane};
 use super::group_view::{AsgView, GroupFacts, GroupNode, group_nodes, ready_while_pending};
 use crate::cloud::{AsgDescription, Cloud};
 use crate::context::Context;
@@ -25,6 +26,9 @@ pub struct ObservedGroup {
     pub group_status: NodeGroupStatus,
     pub lock: LockState,
     pub cloud: Arc<dyn Cloud>,
+    /// Masters: the cluster's control plane, once looked at
+    /// ([`ObservedGroup::observe_control_plane`]).
+    pub control_plane: Option<ControlPlane>,
 }
 
 /// Whether there is a group to plan for.
@@ -36,6 +40,7 @@ pub enum Observation {
 }
 
 /// A fresh describe of the group's ASGs, and the group's nodes judged by it.
+#[derive(Default)]
 pub struct DescribedAsgs {
     pub fresh: Vec<AsgDescription>,
     pub asgs: Vec<AsgView>,
@@ -92,6 +97,7 @@ pub async fn observe_group<K: Resource>(
         group_status,
         lock,
         cloud,
+        control_plane: None,
     })))
 }
 
@@ -111,12 +117,14 @@ impl ObservedGroup {
             suspended: self.group.spec.suspend || suspended,
             deleting: self.group.metadata.deletion_timestamp.is_some(),
             external_update: self.group.external_update(),
+            invalid_spec: self.group.invalid_spec(),
             breaker: self.group.breaker_open(),
             unhealthy_timeout: self.group.spec.replenish.unhealthy_timeout(),
             repair: self.group.spec.replenish.repair,
             asgs: &described.asgs,
             nodes: &described.nodes,
             lock: self.lock.clone(),
+            control_plane: self.control_plane.as_ref(),
             now,
         }
     }
@@ -138,6 +146,20 @@ impl ObservedGroup {
         let asgs = fresh.iter().map(AsgView::from).collect();
         let nodes = group_nodes(&self.group_status.nodes, &fresh);
         Ok(DescribedAsgs { fresh, asgs, nodes })
+    }
+
+    /// A Master group that may take a master away (`needed`): looks at the
+    /// cluster's control plane, which the authority decides on (a worker
+    /// group never needs it).
+    pub async fn observe_control_plane(
+        &mut self,
+        ctx: &Context,
+        needed: bool,
+    ) -> Result<(), Error> {
+        if needed && self.group.spec.role == crate::crd::Role::Master {
+            self.control_plane = Some(authority::observe::observe(ctx, &self.namespace).await?);
+        }
+        Ok(())
     }
 
     /// The same, asking AWS now rather than sharing a recent description:
@@ -171,6 +193,7 @@ mod tests {
             },
             lock: LockState::Free,
             cloud,
+            control_plane: None,
         }
     }
 

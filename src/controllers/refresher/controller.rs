@@ -63,7 +63,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     let Some(rf) = crate::controllers::runtime::reread(ctx, rf.as_ref()).await? else {
         return Ok(Action::await_change());
     };
-    let observed =
+    let mut observed =
         match observe_group(ctx, &rf, OperationKind::Refresh, &rf.spec.node_group).await? {
             Observation::Group(observed) => observed,
             Observation::NotYet(again) => return Ok(Action::requeue(again)),
@@ -80,6 +80,8 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     } else {
         None
     };
+    let looked = described.is_some();
+    observed.observe_control_plane(ctx, looked).await?;
     let now = ctx.clock.now();
     let group = &observed.group;
     let settings = settings_of(&rf, group);
@@ -114,11 +116,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             status: &current,
         })
     };
-    let mut described = described.unwrap_or(DescribedAsgs {
-        fresh: vec![],
-        asgs: vec![],
-        nodes: vec![],
-    });
+    let mut described = described.unwrap_or_default();
     let mut plan = plan_for(&described);
     if plan.command.changes_aws() {
         // Act only on what AWS says now: the shared description may be a
@@ -133,6 +131,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         me,
         group,
         cloud,
+        control_plane,
         ..
     } = *observed;
     debug!(refresher = %name, command = ?plan.command, message = %plan.message, "planned");
@@ -153,6 +152,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         fresh: &fresh,
         nodes: &nodes,
         cloud: cloud.as_ref(),
+        control_plane: control_plane.as_ref(),
         now,
     };
     let requeue = execute(&mut cluster, rf.status.as_ref(), &plan, &status, now).await?;
@@ -256,6 +256,7 @@ struct Cluster<'a> {
     fresh: &'a [AsgDescription],
     nodes: &'a [refresh_plan::GroupNode],
     cloud: &'a dyn crate::cloud::Cloud,
+    control_plane: Option<&'a crate::controllers::authority::ControlPlane>,
     now: DateTime<Utc>,
 }
 
@@ -266,6 +267,7 @@ impl Cluster<'_> {
             fresh: self.fresh,
             nodes: self.nodes,
             status,
+            control_plane: self.control_plane,
         }
     }
 }

@@ -5,9 +5,10 @@
 
 use super::plan::{GroupNode, removal, surplus_of};
 use crate::cloud::AsgDescription;
+use crate::controllers::authority::{self, ControlPlane, Path, Request};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::{Refusal, active_member, desired_changes, groups_asg};
-use crate::crd::refresher::{RefreshTarget, TargetPurpose};
+use crate::crd::refresher::{RefreshTarget, RunTrigger, TargetPurpose};
 use crate::crd::{NodeGroup, RefresherStatus};
 
 /// Re-checks each mutation against fresh observations before it is made:
@@ -20,6 +21,8 @@ pub struct Guard<'a> {
     pub fresh: &'a [AsgDescription],
     pub nodes: &'a [GroupNode],
     pub status: &'a RefresherStatus,
+    /// Masters: the cluster's control plane, when looked at.
+    pub control_plane: Option<&'a ControlPlane>,
 }
 
 impl Guard<'_> {
@@ -71,12 +74,32 @@ impl Guard<'_> {
         Ok(())
     }
 
+    /// The disruption authority allows replacing the target's node (a
+    /// master: only while every other master of the cluster is Ready).
+    fn authority(&self, t: &RefreshTarget) -> Result<(), Refusal> {
+        if t.purpose != TargetPurpose::Replace {
+            return Ok(());
+        }
+        let path = match self.status.trigger {
+            Some(RunTrigger::Drift) => Path::DriftRoll,
+            _ => Path::Refresh,
+        };
+        let request = Request {
+            path,
+            role: self.group.spec.role,
+            instance: &t.instance_id,
+        };
+        authority::decide(self.control_plane, &request).map_err(Refusal::Authority)
+    }
+
     pub fn drain(&self, t: &RefreshTarget) -> Result<(), Refusal> {
-        self.target(t)
+        self.target(t)?;
+        self.authority(t)
     }
 
     pub fn terminate(&self, t: &RefreshTarget) -> Result<(), Refusal> {
         self.target(t)?;
+        self.authority(t)?;
         if t.terminated.is_none() {
             return Err(Refusal::TerminationNotRecorded {
                 instance: t.instance_id.clone(),
@@ -199,6 +222,7 @@ mod tests {
                 fresh: &self.fresh,
                 nodes: &nodes,
                 status: &self.status,
+                control_plane: None,
             })
         }
     }

@@ -40,14 +40,11 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
                 ctx.metrics.refresh_run("Skipped");
                 (EventType::Normal, "RefreshSkipped", why.clone())
             }
-            Happening::SetAside { remaining, opens } => (
-                EventType::Normal,
-                "RefreshSetAside",
-                format!(
-                    "the maintenance window closed: surplus removed, {remaining} node(s) left for the next window{}",
-                    opens.map_or(String::new(), |t| format!(" (opens at {})", t.to_rfc3339()))
-                ),
-            ),
+            Happening::SetAside {
+                remaining,
+                opens,
+                why,
+            } => set_aside(*remaining, *opens, why.as_deref()),
             Happening::Resumed { remaining } => (
                 EventType::Normal,
                 "RefreshResumed",
@@ -140,4 +137,29 @@ fn nodes_skipped(nodes: &[(String, String)]) -> String {
         nodes.len(),
         list.join("; ")
     )
+}
+
+/// A run set aside: by the authority (`why`), or by its window closing.
+fn set_aside(
+    remaining: usize,
+    opens: Option<chrono::DateTime<chrono::Utc>>,
+    why: Option<&str>,
+) -> (EventType, &'static str, String) {
+    match why {
+        Some(why) => (
+            EventType::Warning,
+            "RefreshSetAside",
+            format!(
+                "a master may not be replaced now ({why}): {remaining} node(s) left, resumed once every master of the cluster is Ready"
+            ),
+        ),
+        None => (
+            EventType::Normal,
+            "RefreshSetAside",
+            format!(
+                "the maintenance window closed: surplus removed, {remaining} node(s) left for the next window{}",
+                opens.map_or(String::new(), |t| format!(" (opens at {})", t.to_rfc3339()))
+            ),
+        ),
+    }
 }

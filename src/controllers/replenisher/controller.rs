@@ -53,13 +53,15 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     let Some(rp) = crate::controllers::runtime::reread(ctx, rp.as_ref()).await? else {
         return Ok(Action::await_change());
     };
-    let observed =
+    let mut observed =
         match observe_group(ctx, &rp, OperationKind::Replenish, &rp.spec.node_group).await? {
             Observation::Group(observed) => observed,
             Observation::NotYet(again) => return Ok(Action::requeue(again)),
         };
     let now = ctx.clock.now();
     let current = rp.status.clone().unwrap_or_default();
+    let needed = may_take_a_node(&observed.group_status, &current);
+    observed.observe_control_plane(ctx, needed).await?;
     let not_joined: Vec<NotJoinedView> = observed
         .group_status
         .not_joined
@@ -109,6 +111,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         group_status,
         lock: _,
         cloud,
+        control_plane: observed_control_plane,
     } = *observed;
     debug!(replenisher = %name, command = ?plan.command, message = %plan.message, "planned");
 
@@ -133,6 +136,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         group_ref: group.object_ref(&()),
         message: &plan.message,
         slots: &slots,
+        control_plane: observed_control_plane.as_ref(),
         now,
         requeue: plan.requeue,
     };
@@ -144,6 +148,16 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     let requeue = step.requeue;
     write_if_changed::<Replenisher, _>(ctx, step.at, &mut step.written, &step.status).await?;
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// A node may be taken away (a repair, an instance that never joined, a
+/// removal under way): for a Master group, the authority then decides on
+/// the whole control plane.
+fn may_take_a_node(group: &crate::crd::NodeGroupStatus, current: &ReplenisherStatus) -> bool {
+    !group.not_joined.is_empty()
+        || group.nodes.iter().any(|n| !n.ready)
+        || current.scale_in.is_some()
+        || current.cleanup.is_some()
 }
 
 /// What a voluntary removal needs to know. The nodes it could take that
@@ -169,9 +183,12 @@ async fn voluntary(
         .filter(|n| (surplus && n.ready) || n.fate == Some(Fate::AtRisk))
         .map(|n| n.name.clone())
         .collect();
+    // A master repair holds a slot too.
+    let master_repair =
+        facts.role == crate::crd::Role::Master && facts.nodes.iter().any(|n| facts.unhealthy(n));
     // A slot held when no removal could happen is given back with the lock
     // (ReleaseLock releases both), so it need not be looked at then.
-    let slot = match names.is_empty() {
+    let slot = match names.is_empty() && !master_repair {
         true => SlotState::Free,
         false => slots.observe().await?,
     };
@@ -181,19 +198,21 @@ async fn voluntary(
 }
 
 /// The RepairAllowed condition: False while unhealthy nodes wait
-/// unrepaired. Returns what newly blocks them when the circuit breaker has
-/// just started to (its Warning Event and metric, once per episode).
+/// unrepaired. Returns what newly blocks them when the circuit breaker, or
+/// a control plane whose quorum is at risk, has just started to (its
+/// Warning Event and metric, once per episode).
 fn set_repair_allowed<'a>(
     status: &mut ReplenisherStatus,
     held: Option<&'a RepairHeld>,
     generation: Option<i64>,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Option<&'a RepairHeld> {
-    let was_blocked = status.conditions.iter().any(|c| {
-        c.type_ == REPAIR_ALLOWED
-            && c.status == ConditionStatus::False
-            && c.reason == BLOCKED_BY_BREAKER
-    });
+    let was_blocked = |reason: &str| {
+        status.conditions.iter().any(|c| {
+            c.type_ == REPAIR_ALLOWED && c.status == ConditionStatus::False && c.reason == reason
+        })
+    };
+    let newly = held.filter(|h| ANNOUNCED.contains(&h.reason) && !was_blocked(h.reason));
     let (condition, reason, message) = match held {
         Some(h) => (ConditionStatus::False, h.reason, h.message.clone()),
         None => (
@@ -211,10 +230,12 @@ fn set_repair_allowed<'a>(
         generation,
         now,
     );
-    held.filter(|h| h.reason == BLOCKED_BY_BREAKER && !was_blocked)
+    newly
 }
 
-const BLOCKED_BY_BREAKER: &str = "CircuitBreakerOpen";
+/// Refusals the user must hear of (an Event, once per episode): nothing the
+/// manager does will end them.
+const ANNOUNCED: [&str; 2] = ["CircuitBreakerOpen", "ControlPlaneQuorumAtRisk"];
 
 /// The Replenished condition: True while the group is steady.
 fn set_replenished(

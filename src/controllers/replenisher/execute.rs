@@ -40,6 +40,8 @@ pub(super) struct Step<'a> {
     pub group_ref: ObjectReference,
     pub message: &'a str,
     pub slots: &'a crate::k8s::disruption_slot::Slots<'a>,
+    /// Masters: the cluster's control plane, for the authority's re-check.
+    pub control_plane: Option<&'a crate::controllers::authority::ControlPlane>,
     pub now: DateTime<Utc>,
     pub requeue: Duration,
 }
@@ -141,7 +143,7 @@ impl Step<'_> {
     }
 
     async fn remove_not_joined(&mut self, target: &CleanupTarget) -> Result<()> {
-        guard::not_joined(self.group, self.fresh, target)?;
+        guard::not_joined(self.group, self.fresh, target, self.control_plane)?;
         let why = format!("{}: {}", target.auto_scaling_group, target.reason);
         let applied = self
             .persist_then_terminate(
@@ -286,8 +288,21 @@ impl Step<'_> {
     /// is unhealthy), else Ready stays at desired without it.
     fn guard_removal(&self, target: &ScaleInTarget) -> Result<()> {
         match target.repair {
-            true => guard::repair(self.group, self.group_status, self.fresh, target, self.now)?,
-            false => guard::scale_in(self.group, self.group_status, self.fresh, target)?,
+            true => guard::repair(
+                self.group,
+                self.group_status,
+                self.fresh,
+                target,
+                self.control_plane,
+                self.now,
+            )?,
+            false => guard::scale_in(
+                self.group,
+                self.group_status,
+                self.fresh,
+                target,
+                self.control_plane,
+            )?,
         }
         Ok(())
     }
@@ -337,12 +352,17 @@ impl Step<'_> {
         if reason.contains("timed out") {
             self.ctx.metrics.drain("timed_out");
         }
+        // A repair given up is good news when its node came back.
+        let (kind, event_reason) = match target.repair {
+            true => (EventType::Normal, "RepairAbandoned"),
+            false => (EventType::Warning, "ScaleInAbandoned"),
+        };
         drain_event(
             self.ctx,
             &self.group_ref,
             &target.node,
-            EventType::Warning,
-            "ScaleInAbandoned",
+            kind,
+            event_reason,
             EVENT_ACTION,
             reason,
         )

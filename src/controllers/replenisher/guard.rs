@@ -3,10 +3,11 @@
 //! describe just before it is made.
 
 use crate::cloud::AsgDescription;
+use crate::controllers::authority::{self, ControlPlane, Path, Request};
 use crate::controllers::group_view::{DesiredChange, Fate, group_nodes};
 use crate::controllers::guard::{Refusal, desired_changes, removable};
-use crate::crd::NodeGroup;
 use crate::crd::replenisher::ScaleInTarget;
+use crate::crd::{NodeGroup, Role};
 
 /// Safety: only this group's ASGs, never above their max, never from a
 /// stale count (a raise never lowers, so AWS never picks a victim).
@@ -24,6 +25,7 @@ pub fn not_joined(
     group: &NodeGroup,
     fresh: &[AsgDescription],
     target: &crate::crd::replenisher::CleanupTarget,
+    control_plane: Option<&ControlPlane>,
 ) -> Result<(), Refusal> {
     removable(
         group,
@@ -32,6 +34,7 @@ pub fn not_joined(
         &target.instance_id,
         target.decrement,
     )?;
+    authority(group, control_plane, Path::NeverJoined, &target.instance_id)?;
     let has_node = group.status.as_ref().is_some_and(|s| {
         s.nodes
             .iter()
@@ -52,6 +55,7 @@ pub fn scale_in(
     status: &crate::crd::NodeGroupStatus,
     fresh: &[AsgDescription],
     target: &ScaleInTarget,
+    control_plane: Option<&ControlPlane>,
 ) -> Result<(), Refusal> {
     removable(
         group,
@@ -59,6 +63,12 @@ pub fn scale_in(
         &target.auto_scaling_group,
         &target.instance_id,
         target.decrement,
+    )?;
+    authority(
+        group,
+        control_plane,
+        Path::SurplusRemoval,
+        &target.instance_id,
     )?;
     let ready_besides = group_nodes(&status.nodes, fresh)
         .iter()
@@ -74,16 +84,35 @@ pub fn scale_in(
     Ok(())
 }
 
+/// The disruption authority's answer for taking `instance` away by `path`.
+pub fn authority(
+    group: &NodeGroup,
+    control_plane: Option<&ControlPlane>,
+    path: Path,
+    instance: &str,
+) -> Result<(), Refusal> {
+    let request = Request {
+        path,
+        role: group.spec.role,
+        instance,
+    };
+    authority::decide(control_plane, &request).map_err(Refusal::Authority)
+}
+
 /// Safety for a repair: the target is active in that ASG of the group (above
 /// min when the termination decrements), its node is still NotReady for
 /// longer than the unhealthy timeout per the inventory, is not leaving on
-/// an interruption notice, and the circuit breaker is closed. Ready nodes
-/// are not counted: an unhealthy node costs none.
+/// an interruption notice, and the authority allows it: a worker while the
+/// group's circuit breaker is closed, a master while every other master of
+/// the cluster is Ready (counted across every Master group, which replaces
+/// the group's breaker: one dead master of a group of one is 100% of it).
+/// Ready nodes are not counted: an unhealthy node costs none.
 pub fn repair(
     group: &NodeGroup,
     status: &crate::crd::NodeGroupStatus,
     fresh: &[AsgDescription],
     target: &ScaleInTarget,
+    control_plane: Option<&ControlPlane>,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), Refusal> {
     removable(
@@ -93,7 +122,10 @@ pub fn repair(
         &target.instance_id,
         target.decrement,
     )?;
-    if let Some(why) = group.breaker_open() {
+    authority(group, control_plane, Path::Repair, &target.instance_id)?;
+    if let Some(why) = group.breaker_open()
+        && group.spec.role != Role::Master
+    {
         return Err(Refusal::BreakerOpen {
             instance: target.instance_id.clone(),
             why,
@@ -258,7 +290,7 @@ mod tests {
     #[test]
     fn only_an_active_instance_without_a_node_is_removed_and_decremented_only_above_min() {
         let c = Case::new();
-        let check = |t: &CleanupTarget| not_joined(&c.group, &c.fresh, t);
+        let check = |t: &CleanupTarget| not_joined(&c.group, &c.fresh, t, None);
         assert_eq!(check(&cleanup("i-9", "a", true)), Ok(()));
         assert_eq!(
             check(&cleanup("i-1", "a", false)),
@@ -276,14 +308,24 @@ mod tests {
         let mut at_min = Case::new();
         at_min.fresh[0].min = 3;
         assert_eq!(
-            not_joined(&at_min.group, &at_min.fresh, &cleanup("i-9", "a", true)),
+            not_joined(
+                &at_min.group,
+                &at_min.fresh,
+                &cleanup("i-9", "a", true),
+                None
+            ),
             Err(Refusal::DecrementAtMin {
                 instance: "i-9".into(),
                 asg: "a".into()
             })
         );
         assert_eq!(
-            not_joined(&at_min.group, &at_min.fresh, &cleanup("i-9", "a", false)),
+            not_joined(
+                &at_min.group,
+                &at_min.fresh,
+                &cleanup("i-9", "a", false),
+                None
+            ),
             Ok(()),
             "at min, removed without decrement: the ASG replaces it"
         );
@@ -292,7 +334,7 @@ mod tests {
     #[test]
     fn a_scale_in_keeps_ready_at_desired_and_its_asg_at_min() {
         let c = Case::new();
-        let check = |t: &ScaleInTarget| scale_in(&c.group, c.status(), &c.fresh, t);
+        let check = |t: &ScaleInTarget| scale_in(&c.group, c.status(), &c.fresh, t, None);
         assert_eq!(check(&target("n2", "i-2", "a")), Ok(()));
         assert_eq!(
             check(&target("n3", "i-3", "b")),
@@ -310,7 +352,8 @@ mod tests {
                 &short.group,
                 short.status(),
                 &short.fresh,
-                &target("n2", "i-2", "a")
+                &target("n2", "i-2", "a"),
+                None
             ),
             Err(Refusal::TooFewReady {
                 instance: "i-2".into(),

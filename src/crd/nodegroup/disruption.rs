@@ -69,6 +69,17 @@ pub const WINDOW_BOUNDS: (Duration, Duration) =
 /// The most a run waits for a protected node.
 pub const DO_NOT_DISRUPT_TIMEOUT_MOST: Duration = Duration::from_secs(24 * 3600);
 
+/// The most maintenance windows a group may have: each is evaluated on
+/// every reconcile of its Refresher and Replenisher.
+pub const MOST_WINDOWS: usize = 10;
+
+/// A 6- or 7-field cron whose seconds field is not one number: it fires
+/// many times a minute, and evaluating a window walks its firings.
+fn fires_by_the_second(expr: &str) -> bool {
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    fields.len() >= 6 && fields[0].parse::<u8>().is_err()
+}
+
 /// The windows, parsed.
 #[derive(Debug, Clone, Default)]
 pub struct ResolvedDisruption {
@@ -93,13 +104,29 @@ impl DisruptionSpec {
         lifted: bool,
     ) -> Vec<(String, &'static str, String)> {
         let mut out = vec![];
+        if self.windows.len() > MOST_WINDOWS {
+            out.push((
+                "disruption.windows".into(),
+                "TooManyWindows",
+                format!(
+                    "at most {MOST_WINDOWS} windows, got {}: each is evaluated on every reconcile",
+                    self.windows.len()
+                ),
+            ));
+        }
         for (i, w) in self.windows.iter().enumerate() {
-            if let Err(e) = super::parse_schedule(&w.schedule) {
-                out.push((
-                    format!("disruption.windows[{i}].schedule"),
+            let field = format!("disruption.windows[{i}].schedule");
+            match super::parse_schedule(&w.schedule) {
+                Err(e) => out.push((field, "InvalidSchedule", e)),
+                Ok(_) if fires_by_the_second(&w.schedule) => out.push((
+                    field,
                     "InvalidSchedule",
-                    e,
-                ));
+                    format!(
+                        "{:?} opens a window more than once a minute: a window's seconds field, when given, is one number",
+                        w.schedule
+                    ),
+                )),
+                Ok(_) => {}
             }
             let field = format!("disruption.windows[{i}].duration");
             match duration::parse(&w.duration) {
@@ -185,6 +212,41 @@ mod tests {
             schedule: schedule.into(),
             duration: duration.into(),
         }
+    }
+
+    #[test]
+    fn windows_firing_by_the_second_or_too_many_are_refused() {
+        let spec = |windows: Vec<WindowSpec>| DisruptionSpec {
+            windows,
+            time_zone: None,
+            do_not_disrupt_timeout: None,
+            evict_unmanaged_pods: false,
+            on_window_close: OnWindowClose::Wait,
+        };
+        let reasons = |s: DisruptionSpec| -> Vec<(String, &'static str)> {
+            s.problems(None, false)
+                .into_iter()
+                .map(|(field, reason, _)| (field, reason))
+                .collect()
+        };
+        assert_eq!(
+            reasons(spec(vec![
+                window("*/5 * * * * *", "1h"),
+                window("30 0 2 * * *", "1h"),
+                window("0 2 * * *", "1h"),
+            ])),
+            [(
+                "disruption.windows[0].schedule".to_string(),
+                "InvalidSchedule"
+            )],
+            "one second of the minute is fine; every fifth second is not"
+        );
+        let many = vec![window("0 2 * * *", "1h"); MOST_WINDOWS + 1];
+        assert_eq!(
+            reasons(spec(many)),
+            [("disruption.windows".to_string(), "TooManyWindows")]
+        );
+        assert!(reasons(spec(vec![window("0 2 * * *", "1h"); MOST_WINDOWS])).is_empty());
     }
 
     #[test]

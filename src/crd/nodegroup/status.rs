@@ -259,6 +259,21 @@ impl NodeGroup {
 
     /// Why the group must not act because another group names one of its
     /// ASGs (the inventory's SpecValid condition says so), if it must not.
+    /// Why the spec may not be acted on, if so: its own validation, or
+    /// another group naming one of its ASGs.
+    pub fn invalid_spec(&self) -> Option<String> {
+        let problems: Vec<String> = self
+            .spec
+            .validate()
+            .into_iter()
+            .map(|p| format!("spec.{}: {}", p.field, p.message))
+            .collect();
+        if !problems.is_empty() {
+            return Some(problems.join("; "));
+        }
+        self.asg_conflict()
+    }
+
     pub fn asg_conflict(&self) -> Option<String> {
         self.status.as_ref()?.conditions.iter().find_map(|c| {
             (c.type_ == SPEC_VALID

@@ -217,6 +217,9 @@ impl Planner<'_> {
                 Duration::ZERO,
             );
         }
+        if let Some(blocked) = self.refused(&target) {
+            return self.yield_to_authority(&target, blocked);
+        }
         let Removal {
             safe,
             ready_besides,

@@ -170,6 +170,12 @@ impl Planner<'_> {
         if input.group.deleting {
             return Some("the NodeGroup is being deleted".into());
         }
+        if let Some(why) = &input.group.invalid_spec {
+            return Some(format!("the NodeGroup spec is invalid: {why}"));
+        }
+        if let Some(why) = self.control_plane_not_whole() {
+            return Some(why);
+        }
         if let Some(why) = &input.group.external_update {
             return Some(why.clone());
         }

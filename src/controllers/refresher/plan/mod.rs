@@ -148,11 +148,13 @@ pub enum Happening {
         left: Vec<String>,
     },
     Skipped(String),
-    /// The window closed (`onWindowClose: ScaleDown`): the surplus is
-    /// gone, the rest of the run waits for the next window.
+    /// The window closed (`onWindowClose: ScaleDown`), or the authority
+    /// stopped a master run (`why`, when it did): the surplus is gone, the
+    /// rest of the run waits for the next window, or for the masters.
     SetAside {
         remaining: usize,
         opens: Option<DateTime<Utc>>,
+        why: Option<String>,
     },
     /// A run set aside resumes in an open window.
     Resumed {
@@ -312,6 +314,12 @@ impl Planner<'_> {
         let input = self.input;
         if input.group.suspended {
             return Some(Step::wait("run paused: the group is suspended", IDLE));
+        }
+        if let Some(why) = &input.group.invalid_spec {
+            return Some(Step::wait(
+                format!("run paused: the NodeGroup spec is invalid: {why}"),
+                IDLE,
+            ));
         }
         if let Some(why) = &input.group.external_update {
             return Some(Step::wait(format!("run paused: {why}"), IDLE));

@@ -2,11 +2,20 @@
 //! closes with nodes left removes its surplus (the original layout back),
 //! ends this leg with the rest recorded in `status.pendingRun`, and resumes
 //! it, with a new surplus, in the next open window.
+//!
+//! A master run the disruption authority stops (another master of the
+//! cluster went down) is set aside the same way: waiting with its lock and
+//! slot would keep the other group's repair, which needs the slot, from
+//! ever bringing that master back.
 
 use super::{Happening, IDLE, Planner, SOON, Step};
+use crate::controllers::authority::{self, Blocked, Path, Request};
 use crate::controllers::refresher::plan::Command;
+use crate::crd::Role;
 use crate::crd::nodegroup::ResolvedRefresh;
-use crate::crd::refresher::{PendingRun, RefreshPhase, RunResult, RunTrigger};
+use crate::crd::refresher::{
+    PendingRun, RefreshPhase, RefreshTarget, RunResult, RunTrigger, TargetPurpose,
+};
 
 impl Planner<'_> {
     /// The window closed with nodes left: record what is left before the
@@ -29,6 +38,58 @@ impl Planner<'_> {
         });
     }
 
+    /// The authority refuses the target now: put it back in service and set
+    /// the run aside (lock and slot given back); it resumes once every
+    /// master of the cluster is Ready (`start_blocker`).
+    pub(super) fn yield_to_authority(&mut self, target: &RefreshTarget, blocked: Blocked) -> Step {
+        self.leave_batch(&target.instance_id);
+        self.set_aside();
+        self.enter(RefreshPhase::ScalingDown);
+        Step::back_in_service(
+            target.node.clone(),
+            format!("run set aside: refusing to {blocked}; it resumes once every master is Ready"),
+        )
+    }
+
+    /// A Master group: a run starts (or resumes) only while every master
+    /// of the cluster is Ready, counted by instance across every Master
+    /// group. Why not, if not.
+    pub(super) fn control_plane_not_whole(&self) -> Option<String> {
+        if self.input.group.role != Role::Master {
+            return None;
+        }
+        let Some(cp) = self.input.group.control_plane else {
+            return Some("the control plane was not observed".into());
+        };
+        if cp.whole() {
+            return None;
+        }
+        let down: Vec<String> = cp.down.iter().map(|d| d.to_string()).collect();
+        Some(format!(
+            "not every master of the cluster is Ready ({} of {}); down: {}",
+            cp.ready.len(),
+            cp.expected,
+            down.join(", ")
+        ))
+    }
+
+    /// The authority's refusal to replace `target` now, if it refuses.
+    pub(super) fn refused(&self, target: &RefreshTarget) -> Option<Blocked> {
+        if target.purpose != TargetPurpose::Replace {
+            return None;
+        }
+        let path = match self.status.trigger {
+            Some(RunTrigger::Drift) => Path::DriftRoll,
+            _ => Path::Refresh,
+        };
+        let request = Request {
+            path,
+            role: self.input.group.role,
+            instance: &target.instance_id,
+        };
+        authority::decide(self.input.group.control_plane, &request).err()
+    }
+
     /// The surplus of a run set aside is gone: the leg ends without a
     /// result (the run is not over), the lock and slot are given back.
     pub(super) fn end_leg(&mut self) -> Step {
@@ -40,16 +101,28 @@ impl Planner<'_> {
         self.clear_run();
         self.status.trigger = None;
         let opens = self.input.window.opens();
-        self.happenings
-            .push(Happening::SetAside { remaining, opens });
-        let when = opens.map_or("when a window opens".to_string(), |t| {
-            format!("at {}", t.to_rfc3339())
+        // Set aside in an open window: the authority stopped it.
+        let why = match self.input.window.closed_reason() {
+            Some(_) => None,
+            None => self.control_plane_not_whole(),
+        };
+        let message = match &why {
+            Some(why) => format!(
+                "run set aside: {why}; {remaining} node(s) left, resuming once every master is Ready"
+            ),
+            None => {
+                let when = opens.map_or("when a window opens".to_string(), |t| {
+                    format!("at {}", t.to_rfc3339())
+                });
+                format!("window closed: surplus removed; {remaining} node(s) left, resuming {when}")
+            }
+        };
+        self.happenings.push(Happening::SetAside {
+            remaining,
+            opens,
+            why,
         });
-        Step::act(
-            Command::ReleaseLock,
-            format!("window closed: surplus removed; {remaining} node(s) left, resuming {when}"),
-            SOON,
-        )
+        Step::act(Command::ReleaseLock, message, SOON)
     }
 
     /// No run in progress and one set aside: it resumes once a window is

@@ -2,6 +2,7 @@
 //! with a backoff per ASG while its replacements keep not joining.
 
 use super::{Command, NotJoinedView, Plan, Stage, exclusion_backoff};
+use crate::controllers::authority::{self, Path, Request};
 use crate::controllers::group_view::after;
 use crate::crd::Role;
 use crate::crd::replenisher::{CleanupTarget, NotJoinedRemovals, ReplenishPhase};
@@ -14,6 +15,14 @@ pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
     let input = s.input;
     let now = input.group.now;
     let (instance, reason) = candidate(s)?;
+    // A master instance goes only while every other master is Ready (its
+    // etcd may run though its Node never registered).
+    let request = Request {
+        path: Path::NeverJoined,
+        role: input.group.role,
+        instance: &instance.instance_id,
+    };
+    authority::decide(input.group.control_plane, &request).ok()?;
     let asg = s.asg(&instance.asg)?;
     let decrement = asg.desired > asg.min;
     let mut status = s.status.clone();

@@ -135,7 +135,7 @@ pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
         "{} at risk of interruption, its replacement Ready: removing it from {}",
         target.node, target.auto_scaling_group
     );
-    if let Some(plan) = slot_for(s, &message) {
+    if let Some(plan) = slot_for(s, &message, ReplenishPhase::ScalingDown) {
         return Some(plan);
     }
     Some(start_scale_in(s, target, message))

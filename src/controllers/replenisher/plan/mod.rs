@@ -428,6 +428,11 @@ fn unwinding(s: &Stage) -> Option<Plan> {
 /// terminations under way are kept for later), but an interrupted node AWS
 /// is taking anyway is still retired and replacements are still launched.
 fn breaker(s: &Stage) -> Option<Plan> {
+    // A Master group's breaker counts its own masters (a dead one is 100%
+    // of a group of one): the authority counts the cluster's instead.
+    if s.input.group.role == crate::crd::Role::Master {
+        return None;
+    }
     let why = s.input.group.breaker.as_ref()?;
     let message = format!("circuit breaker open: {why}");
     retire(s)

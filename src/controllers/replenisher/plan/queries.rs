@@ -2,9 +2,11 @@
 //! (no stage imports another's helpers).
 
 use super::Stage;
+use crate::controllers::authority::{self, Blocked, Path, Request};
 use crate::controllers::group_view::{AsgView, Fate, GroupNode};
 use crate::crd::Role;
 use crate::crd::replenisher::Replacement;
+use crate::crd::replenisher::ScaleInTarget;
 
 /// Ready nodes of one ASG.
 pub(super) fn ready_in(nodes: &[GroupNode], asg: &str) -> i32 {
@@ -93,4 +95,44 @@ pub(super) fn replacement_in(s: &Stage, node: &GroupNode, asg: &str) -> Replacem
         auto_scaling_group: asg.to_string(),
         since: s.input.group.now,
     }
+}
+
+/// The authority's answer for repairing `node` (a master: only while every
+/// other master of the cluster is Ready, counted by instance).
+pub(super) fn authority(s: &Stage, node: &GroupNode) -> Result<(), Blocked> {
+    let request = Request {
+        path: Path::Repair,
+        role: s.input.group.role,
+        instance: node.instance_id.as_deref().unwrap_or_default(),
+    };
+    authority::decide(s.input.group.control_plane, &request)
+}
+
+/// A repair under way that must not be finished: its node is no longer
+/// unhealthy (Ready again, or leaving on an interruption notice), or the
+/// authority refuses it now. Giving it up puts the node back in service
+/// (a Ready one) and frees the group; what was raised for it is surplus
+/// that the scale-in takes back. None: go on.
+pub(super) fn repair_given_up(s: &Stage, target: &ScaleInTarget) -> Option<String> {
+    let node = s
+        .input
+        .group
+        .nodes
+        .iter()
+        .find(|n| n.instance_id.as_deref() == Some(target.instance_id.as_str()))?;
+    if node.ready {
+        return Some(format!(
+            "repair of {} given up: it is Ready again",
+            target.node
+        ));
+    }
+    if !s.input.group.unhealthy(node) {
+        return Some(format!(
+            "repair of {} given up: it is no longer NotReady past the unhealthy timeout",
+            target.node
+        ));
+    }
+    authority(s, node)
+        .err()
+        .map(|blocked| format!("repair of {} given up: refusing to {blocked}", target.node))
 }

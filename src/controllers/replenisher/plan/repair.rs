@@ -11,17 +11,24 @@
 //!   launching: kops groups often have min = max) is terminated without
 //!   decrement: its own ASG launches one in its place when it can.
 //! - A master is never surged: terminated without decrement (its ASG
-//!   replaces it), and only while every other master is Ready.
+//!   replaces it), only while the disruption authority allows it (every
+//!   other master of the cluster Ready, counted by instance across every
+//!   Master group), and holding the manager-wide disruption slot.
+//! - A repair whose node is Ready again before its termination, or that
+//!   the authority refuses by then, is given up (`queries::repair_given_up`).
 //!
-//! The circuit breaker (too much of the group NotReady) stops all of it:
-//! `breaker` runs before these stages.
+//! A worker group's circuit breaker (too much of the group NotReady) stops
+//! all of it: `breaker` runs before these stages. A Master group's breaker
+//! does not: the authority counts the cluster's masters instead (one dead
+//! master of a group of one is 100% of its group, one of three of the
+//! cluster), and refuses while another master is down.
 
-use super::queries::{raise_candidates, replacement, unhealthy};
-use super::scale_in::start_scale_in;
+use super::queries::{authority, raise_candidates, replacement, unhealthy};
+use super::scale_in::{slot_for, start_scale_in};
 use super::{Plan, Stage};
 use crate::controllers::group_view::GroupNode;
 use crate::crd::Role;
-use crate::crd::replenisher::ScaleInTarget;
+use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
 
 /// Before any raise: an unhealthy master, or an unhealthy worker no ASG can
 /// replace, is repaired in place (terminated without decrement).
@@ -30,7 +37,7 @@ pub(super) fn repair_in_place(s: &Stage) -> Option<Plan> {
         return None;
     }
     let node = match s.input.group.role {
-        Role::Master => unhealthy(s).into_iter().find(|n| others_ready(s, n))?,
+        Role::Master => unhealthy(s).into_iter().find(|n| authority(s, n).is_ok())?,
         Role::Worker => {
             if s.ready >= s.input.group.desired || !raise_candidates(s).is_empty() {
                 return None;
@@ -55,6 +62,13 @@ pub(super) fn repair_in_place(s: &Stage) -> Option<Plan> {
             target.auto_scaling_group
         ),
     };
+    // A master repair is a disruption of the control plane like any other:
+    // it holds the manager-wide slot, so no other Master group acts at once.
+    if s.input.group.role == Role::Master
+        && let Some(plan) = slot_for(s, &message, ReplenishPhase::Repairing)
+    {
+        return Some(plan);
+    }
     Some(start_scale_in(s, target, message))
 }
 
@@ -85,17 +99,6 @@ pub(super) fn repair_replaced(s: &Stage) -> Option<Plan> {
         if decrement { " with decrement" } else { "" }
     );
     Some(start_scale_in(s, target, message))
-}
-
-/// Every node of the group but `node` is Ready (a master repair's rule:
-/// never two masters down at once by our hand).
-fn others_ready(s: &Stage, node: &GroupNode) -> bool {
-    s.input
-        .group
-        .nodes
-        .iter()
-        .filter(|n| n.name != node.name)
-        .all(|n| n.ready)
 }
 
 fn target(s: &Stage, node: &GroupNode, decrement: bool) -> Option<ScaleInTarget> {
@@ -136,7 +139,9 @@ pub(super) fn repair_held(s: &Stage) -> Option<RepairHeld> {
             nodes: waiting.clone(),
         })
     };
-    if let Some(why) = &group.breaker {
+    if let Some(why) = &group.breaker
+        && group.role != Role::Master
+    {
         return held(
             "CircuitBreakerOpen",
             format!("not repairing {nodes}: circuit breaker open: {why}"),
@@ -151,12 +156,13 @@ pub(super) fn repair_held(s: &Stage) -> Option<RepairHeld> {
         );
     }
     let first = group.nodes.iter().find(|n| n.name == *first)?;
-    if group.role == Role::Master && s.status.scale_in.is_none() && !others_ready(s, first) {
+    if group.role == Role::Master
+        && s.status.scale_in.is_none()
+        && let Err(blocked) = authority(s, first)
+    {
         return held(
-            "OtherMastersNotReady",
-            format!(
-                "not repairing {nodes}: a master is repaired only while every other master is Ready"
-            ),
+            blocked.reason(),
+            format!("not repairing {nodes}: refusing to {blocked}"),
         );
     }
     None

@@ -37,10 +37,12 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
         true => ReplenishPhase::Repairing,
         false => ReplenishPhase::ScalingDown,
     };
-    // A repair is never abandoned: its node is not Ready (it costs no Ready
-    // node), and putting it back in service would put pods on a dead kubelet.
+    // A repair costs no Ready node and is not abandoned for want of one
+    // (putting a dead node back in service would put pods on a dead
+    // kubelet); it is given up when its node comes back, or when the
+    // authority refuses it now (another master went down meanwhile).
     let abandon = if target.repair {
-        None
+        super::queries::repair_given_up(s, &target)
     } else if ready_without < input.group.desired {
         Some(format!(
             "removing {} would leave {ready_without} Ready node(s), below {}",
@@ -126,7 +128,7 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
         "{}/{} Ready: removing {} from {}",
         s.ready, input.group.desired, target.node, target.auto_scaling_group
     );
-    if let Some(plan) = slot_for(s, &message) {
+    if let Some(plan) = slot_for(s, &message, ReplenishPhase::ScalingDown) {
         return Some(plan);
     }
     Some(start_scale_in(s, target, message))
@@ -221,12 +223,12 @@ const SLOT_RETRY: Duration = Duration::from_secs(5);
 
 /// A voluntary removal (`what`) needs a manager-wide disruption slot:
 /// Some(plan) until it holds one.
-pub(super) fn slot_for(s: &Stage, what: &str) -> Option<Plan> {
+pub(super) fn slot_for(s: &Stage, what: &str, phase: ReplenishPhase) -> Option<Plan> {
     match &s.input.slot {
         SlotState::Ours => None,
         SlotState::Free => Some(s.act(
             s.status.clone(),
-            ReplenishPhase::ScalingDown,
+            phase,
             Command::TakeSlot,
             format!("taking a disruption slot to: {what}"),
         )),

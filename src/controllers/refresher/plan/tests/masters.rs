@@ -128,11 +128,75 @@ fn a_master_is_not_terminated_while_another_master_is_not_ready() {
             plan.command,
             Command::Drain(_) | Command::Terminate(_)
         ));
-        assert!(plan.message.contains("holding"), "{}", plan.message);
+        // The authority refuses: the run gives the node back and is set
+        // aside (lock and slot free for the other master's repair).
+        assert!(plan.message.contains("set aside"), "{}", plan.message);
     }
     assert!(sim.terminated.is_empty());
     sim.instances[2].ready = true;
     sim.run_to_end(100);
     assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
     assert!(sim.ready_after_terminations.iter().all(|r| *r == 2));
+}
+
+#[test]
+fn a_master_run_is_set_aside_while_another_groups_master_is_down_and_resumes_after() {
+    use crate::controllers::authority::{ControlPlane, DownWhy, MasterDown};
+    let mut sim = Sim::new(Role::Master, 3, 1, 0);
+    // Two more masters elsewhere (kops's per-zone groups), both Ready.
+    let ready_elsewhere = ControlPlane {
+        expected: 2,
+        ready: ["i-x".to_string(), "i-y".to_string()].into(),
+        down: vec![],
+    };
+    sim.masters_elsewhere = ready_elsewhere.clone();
+    // The first master replaced, then i-y's kubelet dies.
+    for _ in 0..300 {
+        sim.step(false);
+        if sim.now.timestamp() % 4 == 0 {
+            sim.all_join_and_ready();
+        }
+        sim.advance(1);
+        if !sim.terminated.is_empty() && sim.ready_count() == 3 {
+            break;
+        }
+    }
+    assert_eq!(sim.terminated.len(), 1);
+    sim.masters_elsewhere = ControlPlane {
+        expected: 2,
+        ready: ["i-x".to_string()].into(),
+        down: vec![MasterDown {
+            group: "masters-y".into(),
+            instance: Some("i-y".into()),
+            why: DownWhy::NotReady,
+        }],
+    };
+    for _ in 0..50 {
+        sim.step(false);
+        sim.advance(1);
+    }
+    assert_eq!(sim.terminated.len(), 1, "no second master down by our hand");
+    assert!(sim.status.pending_run.is_some(), "set aside, not failed");
+    assert_eq!(sim.status.run_start, None, "the lock and slot given back");
+    assert!(
+        sim.happenings
+            .iter()
+            .any(|h| matches!(h, Happening::SetAside { why: Some(w), .. } if w.contains("i-y"))),
+        "{:?}",
+        sim.happenings
+    );
+    // Back: the run resumes and ends.
+    sim.masters_elsewhere = ready_elsewhere;
+    for _ in 0..300 {
+        sim.step(false);
+        if sim.now.timestamp() % 4 == 0 {
+            sim.all_join_and_ready();
+        }
+        sim.advance(1);
+        if sim.status.last_run.is_some() {
+            break;
+        }
+    }
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert_eq!(sim.terminated.len(), 3);
 }

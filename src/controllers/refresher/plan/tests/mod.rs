@@ -119,6 +119,8 @@ struct Sim {
     dead: Vec<String>,
     /// Masters whose control-plane pods are not Ready.
     control_plane_down: BTreeSet<String>,
+    /// Masters of other Master groups: their places, and those down.
+    masters_elsewhere: crate::controllers::authority::ControlPlane,
     /// Drain steps taken per node: a drain finishes on step
     /// `drain_length + 1` (its second, by default).
     drain_steps: Vec<String>,
@@ -183,6 +185,7 @@ impl Sim {
             stuck: vec![],
             dead: vec![],
             control_plane_down: BTreeSet::new(),
+            masters_elsewhere: Default::default(),
             drain_steps: vec![],
             drain_length: 1,
             terminated: vec![],
@@ -284,12 +287,20 @@ impl Sim {
             .map(|n| n.name.clone())
             .filter(|n| !self.control_plane_down.contains(n))
             .collect();
+        // The cluster's masters: this group's, and those elsewhere.
+        let mut control_plane =
+            crate::controllers::authority::tests::of_nodes(self.desired, &nodes);
+        let elsewhere = &self.masters_elsewhere;
+        control_plane.expected += elsewhere.expected;
+        control_plane.ready.extend(elsewhere.ready.iter().cloned());
+        control_plane.down.extend(elsewhere.down.iter().cloned());
         plan(&Input {
             group: GroupFacts {
                 role: self.role,
                 desired: self.desired,
                 suspended: self.suspended,
                 deleting: self.deleting,
+                invalid_spec: None,
                 breaker: self.breaker.clone(),
                 external_update: self.external_update.clone(),
                 unhealthy_timeout: Duration::from_secs(600),
@@ -297,6 +308,7 @@ impl Sim {
                 asgs: &asgs,
                 nodes: &nodes,
                 lock: self.lock.clone(),
+                control_plane: (self.role == Role::Master).then_some(&control_plane),
                 now: self.now,
             },
             dry_run: self.dry_run,

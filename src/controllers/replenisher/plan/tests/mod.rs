@@ -88,6 +88,9 @@ struct Scenario {
     /// The manager-wide disruption slot; None: held with the lock (as
     /// when a removal took it).
     slot: Option<SlotState>,
+    /// Masters: the cluster's control plane; None: this group's masters
+    /// alone, as its nodes are.
+    control_plane: Option<crate::controllers::authority::ControlPlane>,
 }
 
 impl Scenario {
@@ -113,7 +116,15 @@ impl Scenario {
             window: crate::controllers::window::WindowState::Always,
             protected: Default::default(),
             slot: None,
+            control_plane: None,
         }
+    }
+
+    /// The control plane the plan is told of (masters only).
+    fn control_plane_view(&self) -> crate::controllers::authority::ControlPlane {
+        self.control_plane.clone().unwrap_or_else(|| {
+            crate::controllers::authority::tests::of_nodes(self.desired, &self.nodes)
+        })
     }
 
     fn plan(&self) -> Plan {
@@ -121,12 +132,14 @@ impl Scenario {
     }
 
     fn plan_with(&self, cooldown: Duration, join_timeout: Duration, now: DateTime<Utc>) -> Plan {
+        let control_plane = self.control_plane_view();
         plan(&Input {
             group: GroupFacts {
                 role: self.role,
                 desired: self.desired,
                 suspended: self.suspend,
                 deleting: self.deleting,
+                invalid_spec: None,
                 breaker: self.breaker.clone(),
                 external_update: self.external_update.clone(),
                 unhealthy_timeout: UNHEALTHY,
@@ -134,6 +147,7 @@ impl Scenario {
                 asgs: &self.asgs,
                 nodes: &self.nodes,
                 lock: self.lock.clone(),
+                control_plane: (self.role == Role::Master).then_some(&control_plane),
                 now,
             },
             spec_valid: true,
@@ -192,6 +206,7 @@ fn input_of<'a>(s: &'a Scenario, active: &'a BTreeSet<String>) -> Input<'a> {
             desired: s.desired,
             suspended: s.suspend,
             deleting: s.deleting,
+            invalid_spec: None,
             breaker: s.breaker.clone(),
             external_update: s.external_update.clone(),
             unhealthy_timeout: UNHEALTHY,
@@ -199,6 +214,7 @@ fn input_of<'a>(s: &'a Scenario, active: &'a BTreeSet<String>) -> Input<'a> {
             asgs: &s.asgs,
             nodes: &s.nodes,
             lock: s.lock.clone(),
+            control_plane: s.control_plane.as_ref(),
             now: t0(),
         },
         spec_valid: true,

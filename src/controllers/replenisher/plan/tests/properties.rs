@@ -108,6 +108,7 @@ pub(super) fn arb_state() -> impl Strategy<Value = Scenario> {
                     breaker: None,
                     external_update: None,
                     repair: true,
+                    control_plane: None,
                 }
             },
         )
@@ -156,16 +157,39 @@ proptest! {
         );
     }
 
-    /// With the circuit breaker open nothing is drained, terminated or
-    /// removed, whatever else the state says.
+    /// With a worker group's circuit breaker open nothing is drained,
+    /// terminated or removed, whatever else the state says. (A Master
+    /// group's breaker counts only its own masters; the authority counts
+    /// the cluster's instead: see the next property.)
     #[test]
     fn an_open_breaker_terminates_nothing(mut s in arb_state()) {
+        s.role = Role::Worker;
         s.breaker = Some("open".into());
         let p = s.plan();
         prop_assert!(
             !matches!(p.command, Command::Drain(_) | Command::Terminate(_) | Command::RemoveNotJoined(_)),
             "{:?}", p.command
         );
+    }
+
+    /// A Master group never starts taking a master away (a repair's
+    /// drain, a never-joined removal) while another master of the cluster
+    /// is down, whatever its breaker says.
+    #[test]
+    fn a_master_goes_only_while_every_other_master_is_ready(mut s in arb_state()) {
+        s.role = Role::Master;
+        s.breaker = Some("open".into());
+        let p = s.plan();
+        let started = match &p.command {
+            Command::Drain(t) if s.status.scale_in.is_none() => Some(t.instance_id.clone()),
+            Command::RemoveNotJoined(t) => Some(t.instance_id.clone()),
+            _ => None,
+        };
+        if let Some(id) = started {
+            let cp = s.control_plane_view();
+            let ready_besides = cp.ready.iter().filter(|r| **r != id).count() as i32;
+            prop_assert!(ready_besides >= cp.expected - 1, "{:?} while {:?}", p.command, cp);
+        }
     }
 
     #[test]

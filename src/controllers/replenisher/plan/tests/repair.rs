@@ -146,7 +146,9 @@ fn a_master_is_repaired_only_while_every_other_master_is_ready() {
         p.command
     );
     let held = p.repair_held.expect("the condition says why");
-    assert_eq!(held.reason, "OtherMastersNotReady");
+    // Two of three masters NotReady, neither on its way back: only the
+    // user can tell a blip from a second death.
+    assert_eq!(held.reason, "ControlPlaneQuorumAtRisk");
     assert_eq!(held.nodes, vec!["na".to_string()]);
 }
 
@@ -244,5 +246,173 @@ proptest! {
             );
             prop_assert!(s.breaker.is_none());
         }
+    }
+}
+
+/// The control plane beside a Master group of one (`na`, in a): masters
+/// i-mb and i-mc of two other groups, Ready unless listed `down` (why).
+fn elsewhere(down: &[(&str, crate::controllers::authority::DownWhy)]) -> ControlPlane {
+    use crate::controllers::authority::MasterDown;
+    let mut cp = ControlPlane {
+        expected: 3,
+        ..Default::default()
+    };
+    for id in ["i-mb", "i-mc"] {
+        match down.iter().find(|(d, _)| *d == id) {
+            Some((_, why)) => cp.down.push(MasterDown {
+                group: "other".into(),
+                instance: Some(id.into()),
+                why: *why,
+            }),
+            None => {
+                cp.ready.insert(id.into());
+            }
+        }
+    }
+    cp
+}
+
+/// kops's per-zone layout: a Master group of one whose master `na` is dead
+/// (so its own breaker, 100% NotReady, is open).
+fn dead_master_of_one(
+    down_elsewhere: &[(&str, crate::controllers::authority::DownWhy)],
+) -> Scenario {
+    let mut s = Scenario::steady();
+    s.role = Role::Master;
+    s.desired = 1;
+    s.asgs = vec![asg("a", 1, 1, 1)];
+    s.nodes = vec![not_ready_for("na", "a", 11)];
+    s.breaker = Some("1 of 1 nodes NotReady (100%)".into());
+    let mut cp = elsewhere(down_elsewhere);
+    cp.down.push(crate::controllers::authority::MasterDown {
+        group: "masters-a".into(),
+        instance: Some("i-na".into()),
+        why: crate::controllers::authority::DownWhy::NotReady,
+    });
+    s.control_plane = Some(cp);
+    s
+}
+
+use crate::controllers::authority::{ControlPlane, DownWhy};
+
+#[test]
+fn a_dead_master_of_a_group_of_one_is_repaired_while_the_clusters_other_masters_are_ready() {
+    let s = dead_master_of_one(&[]);
+    let p = s.plan();
+    let target = drained_target(&p);
+    assert_eq!((target.node.as_str(), target.repair), ("na", true));
+    assert_eq!(
+        p.repair_held, None,
+        "one master of three is not a partition"
+    );
+}
+
+#[test]
+fn a_dead_master_waits_while_another_groups_master_boots_and_says_why() {
+    let s = dead_master_of_one(&[("i-mb", DownWhy::Launching)]);
+    let p = s.plan();
+    assert!(
+        !matches!(p.command, Command::Drain(_) | Command::Terminate(_)),
+        "{:?}: {}",
+        p.command,
+        p.message
+    );
+    let held = p.repair_held.expect("the condition says why");
+    assert_eq!(held.reason, "OtherMastersNotReady");
+    assert!(
+        held.message.contains("i-mb of other (launching)"),
+        "{}",
+        held.message
+    );
+}
+
+#[test]
+fn two_dead_masters_of_three_are_left_to_the_user_and_the_condition_says_so() {
+    let s = dead_master_of_one(&[("i-mb", DownWhy::NotReady)]);
+    let p = s.plan();
+    assert!(!matches!(
+        p.command,
+        Command::Drain(_) | Command::Terminate(_)
+    ));
+    let held = p.repair_held.expect("the condition says why");
+    assert_eq!(held.reason, "ControlPlaneQuorumAtRisk");
+    assert!(held.message.contains("by hand"), "{}", held.message);
+}
+
+#[test]
+fn a_master_repair_takes_the_manager_wide_slot_first_and_waits_while_another_holds_it() {
+    let mut s = dead_master_of_one(&[]);
+    s.slot = Some(SlotState::Free);
+    let p = s.plan();
+    assert_eq!(p.command, Command::TakeSlot, "{}", p.message);
+    assert_eq!(p.status.phase, ReplenishPhase::Repairing);
+    s.slot = Some(SlotState::Full(
+        "masters-b is disrupting a control-plane node".into(),
+    ));
+    let p = s.plan();
+    assert!(
+        matches!(p.command, Command::ReleaseLock | Command::Nothing),
+        "{:?}",
+        p.command
+    );
+    assert!(p.message.contains("masters-b"), "{}", p.message);
+}
+
+#[test]
+fn a_repair_whose_node_is_ready_again_is_given_up_before_or_after_its_termination_is_recorded() {
+    let s = na_down(11);
+    let p = s.plan();
+    let mut s = replacement_ready(s, p);
+    let p = s.plan();
+    s.status = p.status.clone();
+    assert!(matches!(p.command, Command::Drain(_)), "{:?}", p.command);
+    // Its kubelet comes back while a budget holds the drain.
+    s.nodes[0] = node("na", "a", true, 600);
+    let p = s.plan();
+    match &p.command {
+        Command::AbandonScaleIn { target, reason } => {
+            assert_eq!(target.node, "na");
+            assert!(reason.contains("Ready again"), "{reason}");
+        }
+        other => panic!("expected the repair given up, got {other:?}: {}", p.message),
+    }
+    // The same once the termination was recorded (the guard would refuse
+    // it on every reconcile: the group hung).
+    let recorded = record_termination(&mut s.status, t0()).expect("a target");
+    assert!(recorded.terminating.is_some());
+    let p = s.plan();
+    assert!(
+        matches!(p.command, Command::AbandonScaleIn { .. }),
+        "{:?}: {}",
+        p.command,
+        p.message
+    );
+    // Given up, the group goes on: what was raised for it is surplus.
+    let mut after = s;
+    abandon_scale_in(&mut after.status, "Ready again", t0());
+    let p = after.plan_with(Duration::ZERO, Duration::from_secs(900), t0() + minutes(1));
+    assert!(after.status.scale_in.is_none());
+    assert!(
+        matches!(p.command, Command::Drain(ref t) if !t.repair && t.node == "na2")
+            || matches!(p.command, Command::TakeSlot),
+        "the surplus goes: {:?}: {}",
+        p.command,
+        p.message
+    );
+}
+
+#[test]
+fn a_master_repair_is_given_up_when_another_master_goes_down_before_its_termination() {
+    let mut s = dead_master_of_one(&[]);
+    let p = s.plan();
+    s.status = p.status.clone();
+    assert!(matches!(p.command, Command::Drain(_)));
+    s.control_plane = dead_master_of_one(&[("i-mc", DownWhy::NotReady)]).control_plane;
+    let p = s.plan();
+    match &p.command {
+        Command::AbandonScaleIn { reason, .. } => {
+            assert!(reason.contains("i-mc"), "{reason}")
+        }
+        other => panic!("expected the repair given up, got {other:?}: {}", p.message),
     }
 }

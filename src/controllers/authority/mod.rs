@@ -1,0 +1,224 @@
+//! The disruption authority: whether a node may be taken away now, asked by
+//! every path that terminates one (a refresh run, a drift roll, a repair,
+//! the replenisher's surplus removal, a node at risk, an instance that never
+//! joined), before the drain that leads to the termination and again just
+//! before the termination itself. Pure: the observed cluster in, a decision
+//! out, so a preview can ask the same question later.
+//!
+//! Its cluster-wide rule today is the control plane's: a master is taken
+//! away by our hand only while every other master instance of the cluster
+//! is Ready. Masters are counted by instance across every Master group of
+//! the namespace, not by Node: an instance that is booting (no Node yet, as
+//! a kops master is for minutes), leaving, or whose Node is NotReady is a
+//! master down, and so is a place its ASG has not launched yet. That holds
+//! with one Master group over three ASGs and with three Master groups of
+//! one. Concurrency between groups is closed by the manager-wide slot a
+//! master disruption holds (`k8s::disruption_slot`): never two Master groups
+//! at once. The group-level rules (Ready kept at desired, windows, budgets,
+//! do-not-disrupt) stay with each path's plan and guard for now.
+
+pub mod observe;
+
+use crate::crd::Role;
+use std::collections::BTreeSet;
+
+/// The ways the manager takes a node away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    Refresh,
+    DriftRoll,
+    Repair,
+    SurplusRemoval,
+    AtRisk,
+    NeverJoined,
+}
+
+impl Path {
+    /// For logs, messages and metric labels: a fixed set.
+    pub fn label(self) -> &'static str {
+        match self {
+            Path::Refresh => "refresh",
+            Path::DriftRoll => "drift_roll",
+            Path::Repair => "repair",
+            Path::SurplusRemoval => "surplus_removal",
+            Path::AtRisk => "at_risk",
+            Path::NeverJoined => "never_joined",
+        }
+    }
+}
+
+/// Why a master counts as down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DownWhy {
+    /// Its ASG has not launched it yet, or it has no Node yet.
+    Launching,
+    /// Its Node is not Ready.
+    NotReady,
+    /// Its instance is leaving (terminating, or an interruption notice).
+    Leaving,
+}
+
+/// A master of the cluster that is not Ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MasterDown {
+    /// The Master group it belongs to.
+    pub group: String,
+    /// None: a place its group's ASGs have not launched an instance for.
+    pub instance: Option<String>,
+    pub why: DownWhy,
+}
+
+impl std::fmt::Display for MasterDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.why {
+            DownWhy::Launching => "launching",
+            DownWhy::NotReady => "NotReady",
+            DownWhy::Leaving => "leaving",
+        };
+        match &self.instance {
+            Some(id) => write!(f, "{id} of {} ({what})", self.group),
+            None => write!(f, "a master of {} not launched yet", self.group),
+        }
+    }
+}
+
+/// The cluster's control plane, counted by instance across every Master
+/// group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControlPlane {
+    /// Masters the cluster is to have: the Master groups' desired counts.
+    pub expected: i32,
+    /// Master instances in service whose Node is Ready and not leaving.
+    pub ready: BTreeSet<String>,
+    /// Every master that is not Ready, and why.
+    pub down: Vec<MasterDown>,
+}
+
+impl ControlPlane {
+    /// Every master of the cluster is Ready (a master run may start).
+    pub fn whole(&self) -> bool {
+        self.down.is_empty() && self.ready.len() as i32 >= self.expected
+    }
+}
+
+/// A path asks to take `instance` (of a group of `role`) away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request<'a> {
+    pub path: Path,
+    pub role: Role,
+    pub instance: &'a str,
+}
+
+/// Why the authority refuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocked {
+    /// Another master is not Ready: taking this one would put a second
+    /// master down by our hand.
+    OtherMastersDown {
+        instance: String,
+        down: Vec<MasterDown>,
+        ready_besides: i32,
+        needed: i32,
+        /// Nothing the manager does will end this refusal: no other master
+        /// is on its way back (launching, or leaving to be replaced) and
+        /// half of the masters or more are down, this one included. Only
+        /// the user can bring them back.
+        needs_user: bool,
+    },
+    /// No view of the control plane was taken: never act blind on a master.
+    ControlPlaneUnobserved { instance: String },
+}
+
+impl Blocked {
+    /// A fixed label (metrics, condition reasons).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Blocked::OtherMastersDown { .. } if self.needs_user() => "ControlPlaneQuorumAtRisk",
+            Blocked::OtherMastersDown { .. } => "OtherMastersNotReady",
+            Blocked::ControlPlaneUnobserved { .. } => "ControlPlaneUnobserved",
+        }
+    }
+
+    /// Only the user can end this refusal (see `needs_user` above).
+    pub fn needs_user(&self) -> bool {
+        matches!(
+            self,
+            Blocked::OtherMastersDown {
+                needs_user: true,
+                ..
+            }
+        )
+    }
+}
+
+impl std::fmt::Display for Blocked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Blocked::OtherMastersDown {
+                instance,
+                down,
+                ready_besides,
+                needed,
+                ..
+            } => {
+                let list: Vec<String> = down.iter().map(|d| d.to_string()).collect();
+                write!(
+                    f,
+                    "take master {instance} away: {ready_besides} other master(s) Ready, {needed} needed; down: {}",
+                    list.join(", ")
+                )?;
+                if self.needs_user() {
+                    write!(
+                        f,
+                        "; the control plane's quorum is at risk and no replacement is on its way: bring the masters back by hand"
+                    )?;
+                }
+                Ok(())
+            }
+            Blocked::ControlPlaneUnobserved { instance } => write!(
+                f,
+                "take master {instance} away: the control plane was not observed"
+            ),
+        }
+    }
+}
+
+/// Whether the node on `instance` may be taken away now. Workers pass (the
+/// group-level rules stay with each path); a master only while every other
+/// master of the cluster is Ready: the Ready master instances besides it
+/// are at least the expected count less one. Counted by place, an old
+/// instance still terminating next to its Ready replacement holds nothing
+/// back, and a place with no Ready master does, whatever is in it.
+pub fn decide(control_plane: Option<&ControlPlane>, request: &Request) -> Result<(), Blocked> {
+    if request.role != Role::Master {
+        return Ok(());
+    }
+    let Some(cp) = control_plane else {
+        return Err(Blocked::ControlPlaneUnobserved {
+            instance: request.instance.into(),
+        });
+    };
+    let ready_besides = cp.ready.iter().filter(|i| *i != request.instance).count() as i32;
+    let needed = (cp.expected - 1).max(0);
+    let down: Vec<MasterDown> = cp
+        .down
+        .iter()
+        .filter(|d| d.instance.as_deref() != Some(request.instance))
+        .cloned()
+        .collect();
+    if ready_besides >= needed {
+        return Ok(());
+    }
+    let ready = ready_besides + i32::from(cp.ready.contains(request.instance));
+    let on_its_way = down.iter().any(|d| d.why != DownWhy::NotReady);
+    Err(Blocked::OtherMastersDown {
+        instance: request.instance.into(),
+        down,
+        ready_besides,
+        needed,
+        needs_user: !on_its_way && ready * 2 <= cp.expected,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

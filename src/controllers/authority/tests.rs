@@ -1,0 +1,266 @@
+use super::observe::control_plane_of;
+use super::*;
+use crate::cloud::AsgDescription;
+use crate::controllers::group_view::GroupNode;
+use crate::controllers::group_view::tests::{fresh, status_node};
+use crate::crd::{NodeGroup, NodeGroupStatus};
+
+/// A Master group `name` over `asgs`, one master each, with the inventory's
+/// Nodes (name, ASG, instance, Ready).
+fn masters(name: &str, asgs: &[&str], nodes: &[(&str, &str, &str, bool)]) -> NodeGroup {
+    let mut g = crate::controllers::inventory::plan::tests::group(asgs, asgs.len() as i32);
+    g.spec.role = Role::Master;
+    g.metadata.name = Some(name.into());
+    g.status = Some(NodeGroupStatus {
+        nodes: nodes
+            .iter()
+            .map(|(n, asg, id, ready)| {
+                let mut s = status_node(n, asg, id);
+                s.ready = *ready;
+                s
+            })
+            .collect(),
+        ..Default::default()
+    });
+    g
+}
+
+fn ask(cp: &ControlPlane, path: Path, instance: &str) -> Result<(), Blocked> {
+    decide(
+        Some(cp),
+        &Request {
+            path,
+            role: Role::Master,
+            instance,
+        },
+    )
+}
+
+/// One Master group over three ASGs: m-a, m-b, m-c, all Ready.
+fn one_group_of_three() -> Vec<(NodeGroup, Vec<AsgDescription>)> {
+    vec![(
+        masters(
+            "masters",
+            &["a", "b", "c"],
+            &[
+                ("n-a", "a", "m-a", true),
+                ("n-b", "b", "m-b", true),
+                ("n-c", "c", "m-c", true),
+            ],
+        ),
+        vec![
+            fresh("a", &[("m-a", "InService")]),
+            fresh("b", &[("m-b", "InService")]),
+            fresh("c", &[("m-c", "InService")]),
+        ],
+    )]
+}
+
+/// Three Master groups of one (kops's per-zone instance groups).
+fn three_groups_of_one() -> Vec<(NodeGroup, Vec<AsgDescription>)> {
+    ["a", "b", "c"]
+        .iter()
+        .map(|z| {
+            let (node, id) = (format!("n-{z}"), format!("m-{z}"));
+            (
+                masters(&format!("master-{z}"), &[z], &[(&node, z, &id, true)]),
+                vec![fresh(z, &[(&id, "InService")])],
+            )
+        })
+        .collect()
+}
+
+fn set_ready(groups: &mut [(NodeGroup, Vec<AsgDescription>)], id: &str, ready: bool) {
+    for (g, _) in groups.iter_mut() {
+        for n in g.status.iter_mut().flat_map(|s| s.nodes.iter_mut()) {
+            if n.instance_id.as_deref() == Some(id) {
+                n.ready = ready;
+            }
+        }
+    }
+}
+
+/// Master `id` terminated: its ASG lists it Terminating and (once AWS has
+/// launched it) its replacement `new` Pending, with no Node yet.
+fn replaced(groups: &mut [(NodeGroup, Vec<AsgDescription>)], id: &str, new: Option<&str>) {
+    for (_, fresh) in groups.iter_mut() {
+        for asg in fresh.iter_mut() {
+            if let Some(i) = asg.instances.iter_mut().find(|i| i.instance_id == id) {
+                i.lifecycle_state = "Terminating".into();
+                if let Some(new) = new {
+                    let mut launched = i.clone();
+                    launched.instance_id = new.into();
+                    launched.lifecycle_state = "Pending".into();
+                    asg.instances.push(launched);
+                }
+                break;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_worker_is_never_refused_by_the_control_plane_rule() {
+    let request = Request {
+        path: Path::Repair,
+        role: Role::Worker,
+        instance: "i-1",
+    };
+    assert_eq!(decide(None, &request), Ok(()));
+}
+
+#[test]
+fn a_master_is_never_taken_without_a_view_of_the_control_plane() {
+    let request = Request {
+        path: Path::Refresh,
+        role: Role::Master,
+        instance: "m-a",
+    };
+    assert_eq!(
+        decide(None, &request),
+        Err(Blocked::ControlPlaneUnobserved {
+            instance: "m-a".into()
+        })
+    );
+}
+
+#[test]
+fn with_every_master_ready_any_one_may_go_in_either_layout() {
+    for groups in [one_group_of_three(), three_groups_of_one()] {
+        let cp = control_plane_of(&groups);
+        assert_eq!(cp.expected, 3);
+        assert!(cp.whole(), "{cp:?}");
+        assert_eq!(ask(&cp, Path::Refresh, "m-b"), Ok(()));
+    }
+}
+
+#[test]
+fn a_dead_master_is_repaired_while_the_others_are_ready_in_either_layout() {
+    for mut groups in [one_group_of_three(), three_groups_of_one()] {
+        set_ready(&mut groups, "m-a", false);
+        let cp = control_plane_of(&groups);
+        assert!(!cp.whole());
+        assert_eq!(ask(&cp, Path::Repair, "m-a"), Ok(()), "{cp:?}");
+        // A healthy master may not go meanwhile.
+        let refused = ask(&cp, Path::Refresh, "m-b").expect_err("m-a is down");
+        assert_eq!(refused.reason(), "OtherMastersNotReady");
+    }
+}
+
+#[test]
+fn a_second_master_waits_while_the_first_ones_replacement_boots_in_either_layout() {
+    for mut groups in [one_group_of_three(), three_groups_of_one()] {
+        // m-a was repaired: terminating, its replacement without a Node yet.
+        // m-b's kubelet died meanwhile.
+        replaced(&mut groups, "m-a", Some("m-a2"));
+        set_ready(&mut groups, "m-b", false);
+        let cp = control_plane_of(&groups);
+        let refused = ask(&cp, Path::Repair, "m-b").expect_err("m-a's replacement boots");
+        let Blocked::OtherMastersDown {
+            down,
+            ready_besides,
+            needed,
+            ..
+        } = &refused
+        else {
+            panic!("{refused:?}");
+        };
+        assert_eq!((*ready_besides, *needed), (1, 2));
+        let ids: Vec<_> = down.iter().map(|d| d.instance.clone()).collect();
+        assert_eq!(ids, vec![Some("m-a".into()), Some("m-a2".into())]);
+        assert!(!refused.needs_user(), "a replacement is on its way");
+        assert_eq!(refused.reason(), "OtherMastersNotReady");
+    }
+}
+
+#[test]
+fn a_terminated_master_not_yet_replaced_counts_as_a_place_down() {
+    let mut groups = three_groups_of_one();
+    // Gone from its ASG before the replacement was launched.
+    groups[0].1[0].instances.clear();
+    let cp = control_plane_of(&groups);
+    assert_eq!(
+        cp.down,
+        vec![MasterDown {
+            group: "master-a".into(),
+            instance: None,
+            why: DownWhy::Launching
+        }]
+    );
+    assert!(ask(&cp, Path::Repair, "m-b").is_err());
+}
+
+#[test]
+fn a_master_whose_node_is_ready_but_whose_instance_is_terminating_is_down() {
+    let mut groups = one_group_of_three();
+    replaced(&mut groups, "m-c", None);
+    let cp = control_plane_of(&groups);
+    assert!(!cp.ready.contains("m-c"), "the Node lags the termination");
+    assert!(ask(&cp, Path::DriftRoll, "m-a").is_err());
+}
+
+#[test]
+fn two_dead_masters_of_three_are_left_to_the_user_and_say_so() {
+    for mut groups in [one_group_of_three(), three_groups_of_one()] {
+        set_ready(&mut groups, "m-a", false);
+        set_ready(&mut groups, "m-b", false);
+        let cp = control_plane_of(&groups);
+        for target in ["m-a", "m-b"] {
+            let refused = ask(&cp, Path::Repair, target).expect_err("quorum at risk");
+            assert!(refused.needs_user(), "{refused:?}");
+            assert_eq!(refused.reason(), "ControlPlaneQuorumAtRisk");
+            assert!(refused.to_string().contains("by hand"), "{refused}");
+        }
+    }
+}
+
+#[test]
+fn an_extra_master_instance_that_never_joined_may_be_removed_while_the_rest_are_ready() {
+    let mut groups = one_group_of_three();
+    groups[0].1[0]
+        .instances
+        .push(fresh("a", &[("m-x", "InService")]).instances[0].clone());
+    let cp = control_plane_of(&groups);
+    assert_eq!(ask(&cp, Path::NeverJoined, "m-x"), Ok(()));
+    // An instance beyond the count (kops's etcd never lets it join) holds
+    // no place: it does not hold the others back.
+    assert_eq!(ask(&cp, Path::Refresh, "m-b"), Ok(()));
+}
+
+#[test]
+fn an_old_master_still_terminating_beside_its_ready_replacement_holds_nothing_back() {
+    let mut groups = one_group_of_three();
+    replaced(&mut groups, "m-a", Some("m-a2"));
+    if let Some(status) = groups[0].0.status.as_mut() {
+        let mut new = status_node("n-a2", "a", "m-a2");
+        new.ready = true;
+        status.nodes.push(new);
+    }
+    groups[0].1[0].instances[1].lifecycle_state = "InService".into();
+    let cp = control_plane_of(&groups);
+    assert_eq!(ask(&cp, Path::Refresh, "m-b"), Ok(()), "{cp:?}");
+}
+
+/// For the plans' scenarios: the control plane of one Master group whose
+/// nodes are `nodes` (each master in its place, Ready as its node is), with
+/// `desired` places.
+pub(crate) fn of_nodes(desired: i32, nodes: &[GroupNode]) -> ControlPlane {
+    let mut cp = ControlPlane {
+        expected: desired,
+        ..Default::default()
+    };
+    for n in nodes {
+        let id = n.instance_id.clone().unwrap_or_else(|| n.name.clone());
+        match n.ready {
+            true => {
+                cp.ready.insert(id);
+            }
+            false => cp.down.push(MasterDown {
+                group: "masters".into(),
+                instance: Some(id),
+                why: DownWhy::NotReady,
+            }),
+        }
+    }
+    cp
+}

@@ -1,0 +1,274 @@
+//! The disruption authority end to end: real apiserver and controller-manager
+//! (its node lifecycle controller marks a silent Node Unknown after 40 s),
+//! the rude emulator, and the simulated kubelet, whose `DEAD_TAG` kills a
+//! kubelet (untagged, it comes back).
+//!
+//! - masters whose Node registers long after launch (as a kops master's
+//!   does): a second dead master is not terminated while the first one's
+//!   replacement boots, with one Master group over three ASGs and with three
+//!   Master groups of one;
+//! - a repair whose node comes back is given up, and the group settles.
+
+use snm_testkit as support;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams};
+use spot_node_manager::crd::condition::{ConditionStatus, REPAIR_ALLOWED};
+use spot_node_manager::crd::nodegroup::GroupState;
+use spot_node_manager::crd::replenisher::ReplenishPhase;
+use spot_node_manager::crd::{NodeGroup, Replenisher};
+use std::time::{Duration, Instant};
+use support::sim::DEAD_TAG;
+use support::{World, ZONES, assert_eventually};
+
+const FAST: Duration = Duration::from_millis(300);
+/// A kops master registers its Node minutes after launch; long enough here
+/// that a second master dies, and turns unhealthy (40 s to Unknown, then
+/// the 20 s timeout), before the first one's replacement is Ready.
+const MASTER_REGISTERS: Duration = Duration::from_secs(80);
+
+fn group(name: &str, role: &str, asgs: &[String]) -> NodeGroup {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "role": role,
+            "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
+            "desired": asgs.len(),
+            "replenish": {"cooldown": "1s", "joinTimeout": "15m", "unhealthyTimeout": "20s"}
+        }
+    }))
+    .expect("group")
+}
+
+/// Every group named Ready with its count of Ready nodes, its
+/// replenisher steady.
+async fn steady(world: &World, names: &[(String, i32)], wait: Duration) {
+    let groups: Api<NodeGroup> = world.api();
+    let replenishers: Api<Replenisher> = world.api();
+    for (name, count) in names {
+        assert_eventually(
+            &format!("{name} steady with {count} Ready"),
+            wait,
+            || async {
+                let rp = replenishers.get(name).await.ok()?;
+                let ready = groups.get(name).await.ok()?.status?.ready_nodes?;
+                (ready == *count && rp.status?.phase == ReplenishPhase::Steady).then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+async fn node_ready(world: &World, name: &str) -> bool {
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let Ok(Some(node)) = nodes.get_opt(name).await else {
+        return false;
+    };
+    node.status
+        .and_then(|s| s.conditions)
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn terminations(world: &World, asg: &str, instance: &str) -> usize {
+    world
+        .activities(asg)
+        .await
+        .iter()
+        .filter(|(_, d)| d.starts_with("Terminating EC2 instance") && d.contains(instance))
+        .count()
+}
+
+/// The replenisher's RepairAllowed condition (status, reason, message).
+async fn repair_allowed(world: &World, name: &str) -> Option<(ConditionStatus, String, String)> {
+    let replenishers: Api<Replenisher> = world.api();
+    let status = replenishers.get(name).await.ok()?.status?;
+    let c = status
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == REPAIR_ALLOWED)?;
+    Some((c.status, c.reason, c.message))
+}
+
+/// Master A dies and is repaired; the moment A is terminated, master B
+/// dies. B is terminated only once A's replacement is Ready; then B is
+/// repaired too. `groups`: the Master groups, by name, and the indexes of
+/// the three ASGs each holds.
+async fn second_dead_master_waits_for_the_first_replacement(
+    test: &str,
+    layout: &[(&str, &[usize])],
+) {
+    let world = World::new(test).await;
+    let kops = world.kops_group("master", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(MASTER_REGISTERS, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    let mut names = vec![];
+    for (name, indexes) in layout {
+        let asgs: Vec<String> = indexes.iter().map(|i| kops.asgs[*i].clone()).collect();
+        groups
+            .create(&PostParams::default(), &group(name, "Master", &asgs))
+            .await
+            .expect("create");
+        names.push((name.to_string(), asgs.len() as i32));
+    }
+    let (_manager, _config) = world.start_manager(&[]);
+    steady(&world, &names, Duration::from_secs(240)).await;
+    // The group holding ASG i, by name.
+    let group_of = |i: usize| {
+        layout
+            .iter()
+            .find(|(_, idx)| idx.contains(&i))
+            .map(|(n, _)| n.to_string())
+            .expect("a group holds it")
+    };
+    let (asg_a, asg_b) = (kops.asgs[0].clone(), kops.asgs[1].clone());
+    let a = world.asg_instances(&asg_a).await.remove(0);
+    let b = world.asg_instances(&asg_b).await.remove(0);
+
+    world.tag_asg(&asg_a, DEAD_TAG, &a).await;
+    assert_eventually(
+        "master A terminated by its repair",
+        Duration::from_secs(180),
+        || async { (terminations(&world, &asg_a, &a).await > 0).then_some(()) },
+    )
+    .await;
+    world.tag_asg(&asg_b, DEAD_TAG, &b).await;
+    let b_dead = Instant::now();
+
+    // Until B is terminated: A's replacement Ready before it, and meanwhile
+    // B's group says why it waits.
+    let mut said_why = false;
+    let b_terminated_after_a_ready = loop {
+        assert!(
+            b_dead.elapsed() < Duration::from_secs(400),
+            "master B was never repaired"
+        );
+        let replacement_ready = {
+            let mut ready = false;
+            for id in world.asg_instances(&asg_a).await {
+                ready |= id != a && node_ready(&world, &id).await;
+            }
+            ready
+        };
+        if terminations(&world, &asg_b, &b).await > 0 {
+            break replacement_ready;
+        }
+        if let Some((ConditionStatus::False, reason, message)) =
+            repair_allowed(&world, &group_of(1)).await
+            && reason == "OtherMastersNotReady"
+        {
+            assert!(message.contains(&b), "{message}");
+            said_why = true;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    eprintln!(
+        "figure: master B dead -> terminated {:.1}s",
+        b_dead.elapsed().as_secs_f64()
+    );
+    assert!(
+        b_terminated_after_a_ready,
+        "master B was terminated while A's replacement was not Ready: two masters down by our hand"
+    );
+    assert!(said_why, "B's group never said why its repair waited");
+    steady(&world, &names, Duration::from_secs(300)).await;
+    for asg in [&asg_a, &asg_b] {
+        assert_eq!(world.asg_instances(asg).await.len(), 1, "{asg}: one master");
+    }
+}
+
+#[tokio::test]
+async fn one_master_group_over_three_asgs_never_takes_a_second_master_while_one_boots() {
+    second_dead_master_waits_for_the_first_replacement(
+        "authority-one-group",
+        &[("masters", &[0, 1, 2])],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn three_master_groups_of_one_never_take_a_second_master_while_one_boots() {
+    second_dead_master_waits_for_the_first_replacement(
+        "authority-three-groups",
+        &[("master-a", &[0]), ("master-b", &[1]), ("master-c", &[2])],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_repair_whose_node_comes_back_is_given_up_and_the_group_settles() {
+    let world = World::new("authority-recovered").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &group("workers", "Worker", &kops.asgs),
+        )
+        .await
+        .expect("create");
+    let (_manager, _config) = world.start_manager(&[]);
+    steady(&world, &[("workers".into(), 3)], Duration::from_secs(120)).await;
+    let original = world.asg_snapshot(&kops.asgs).await;
+    let layout = |s: &[(String, i32, Vec<String>)]| {
+        s.iter()
+            .map(|(n, d, ids)| (n.clone(), *d, ids.len()))
+            .collect::<Vec<_>>()
+    };
+    let victim = world.asg_instances(&kops.asgs[0]).await.remove(0);
+    // Its only pod's budget refuses every eviction.
+    support::cluster::create_pdb(&world, 1).await;
+    let pods: Api<Pod> = world.api();
+    pods.create(
+        &PostParams::default(),
+        &support::cluster::bound_pod("held", &victim, &[("app", "protected")]),
+    )
+    .await
+    .expect("pod");
+    support::cluster::assert_pdb_allows(&world, 0).await;
+
+    world.tag_asg(&kops.asgs[0], DEAD_TAG, &victim).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    assert_eventually(
+        "the repair drains the dead node",
+        Duration::from_secs(180),
+        || async {
+            let node = nodes.get(&victim).await.ok()?;
+            node.spec?.unschedulable?.then_some(())
+        },
+    )
+    .await;
+    world.untag_asg(&kops.asgs[0], DEAD_TAG, &victim).await;
+    let back = Instant::now();
+
+    assert_eventually(
+        "the group settles: 3 Ready, nothing cordoned, the layout back, the lock free",
+        Duration::from_secs(150),
+        || async {
+            let status = groups.get("workers").await.ok()?.status?;
+            let cordoned = status.nodes.iter().any(|n| n.unschedulable);
+            let settled = status.ready_nodes == Some(3)
+                && status.state == Some(GroupState::Ready)
+                && status.operation.is_none()
+                && !cordoned;
+            let laid_out = layout(&world.asg_snapshot(&kops.asgs).await) == layout(&original);
+            (settled && laid_out).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "figure: kubelet back -> group settled {:.1}s",
+        back.elapsed().as_secs_f64()
+    );
+    assert!(
+        world.asg_instances(&kops.asgs[0]).await.contains(&victim),
+        "the recovered node was kept"
+    );
+    assert_eq!(terminations(&world, &kops.asgs[0], &victim).await, 0);
+    let reasons = support::cluster::event_reasons(&world).await;
+    assert!(
+        reasons.iter().any(|r| r == "RepairAbandoned"),
+        "{reasons:?}"
+    );
+}
