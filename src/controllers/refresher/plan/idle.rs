@@ -51,6 +51,11 @@ impl Planner<'_> {
             // A lock still held here was left by a run that ended just before a restart.
             return Some(Step::act(self.release_if_ours(), message, requeue));
         }
+        // Another group's master coming back: a due master run waits for
+        // it (as for a slot), never skipped.
+        if let Some(why) = self.control_plane_not_whole() {
+            return Some(Step::wait(format!("due; waiting: {why}"), SOON));
+        }
         if let Some(why) = self.start_blocker() {
             return Some(self.skip(why, settings));
         }
