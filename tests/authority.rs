@@ -12,7 +12,7 @@ use snm_testkit as support;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, PostParams};
-use spot_node_manager::crd::condition::{ConditionStatus, REPAIR_ALLOWED};
+use spot_node_manager::crd::condition::ConditionStatus;
 use spot_node_manager::crd::replenisher::ReplenishPhase;
 use spot_node_manager::crd::{NodeGroup, Replenisher};
 use std::time::{Duration, Instant};
@@ -25,18 +25,14 @@ const FAST: Duration = Duration::from_millis(300);
 /// the 20 s timeout), before the first one's replacement is Ready.
 const MASTER_REGISTERS: Duration = Duration::from_secs(80);
 
+/// A group whose nodes turn unhealthy 20 s after going NotReady.
 fn group(name: &str, role: &str, asgs: &[String]) -> NodeGroup {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
-        "metadata": {"name": name},
-        "spec": {
-            "role": role,
-            "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
-            "desired": asgs.len(),
-            "replenish": {"cooldown": "1s", "joinTimeout": "15m", "unhealthyTimeout": "20s"}
-        }
-    }))
-    .expect("group")
+    let mut g = support::refresh::group(name, role, asgs, asgs.len() as i32);
+    g.spec.replenish = serde_json::from_value(serde_json::json!(
+        {"cooldown": "1s", "joinTimeout": "15m", "unhealthyTimeout": "20s"}
+    ))
+    .expect("replenish");
+    g
 }
 
 /// Every group named Ready with its count of Ready nodes, its
@@ -66,26 +62,6 @@ async fn node_ready(world: &World, name: &str) -> bool {
     node.status
         .and_then(|s| s.conditions)
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-async fn terminations(world: &World, asg: &str, instance: &str) -> usize {
-    world
-        .activities(asg)
-        .await
-        .iter()
-        .filter(|(_, d)| d.starts_with("Terminating EC2 instance") && d.contains(instance))
-        .count()
-}
-
-/// The replenisher's RepairAllowed condition (status, reason, message).
-async fn repair_allowed(world: &World, name: &str) -> Option<(ConditionStatus, String, String)> {
-    let replenishers: Api<Replenisher> = world.api();
-    let status = replenishers.get(name).await.ok()?.status?;
-    let c = status
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == REPAIR_ALLOWED)?;
-    Some((c.status, c.reason, c.message))
 }
 
 /// Master A dies and is repaired; the moment A is terminated, master B
@@ -127,7 +103,7 @@ async fn second_dead_master_waits_for_the_first_replacement(
     assert_eventually(
         "master A terminated by its repair",
         Duration::from_secs(180),
-        || async { (terminations(&world, &asg_a, &a).await > 0).then_some(()) },
+        || async { (world.terminations(std::slice::from_ref(&asg_a), &a).await > 0).then_some(()) },
     )
     .await;
     world.tag_asg(&asg_b, DEAD_TAG, &b).await;
@@ -148,11 +124,11 @@ async fn second_dead_master_waits_for_the_first_replacement(
             }
             ready
         };
-        if terminations(&world, &asg_b, &b).await > 0 {
+        if world.terminations(std::slice::from_ref(&asg_b), &b).await > 0 {
             break replacement_ready;
         }
         if let Some((ConditionStatus::False, reason, message)) =
-            repair_allowed(&world, &group_of(1)).await
+            support::cluster::repair_allowed(&world, &group_of(1)).await
             && reason == "OtherMastersNotReady"
         {
             assert!(message.contains(&b), "{message}");

@@ -9,7 +9,7 @@ use snm_testkit as support;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
-use spot_node_manager::crd::condition::{ConditionStatus, REPAIR_ALLOWED};
+use spot_node_manager::crd::condition::ConditionStatus;
 use spot_node_manager::crd::nodegroup::GroupState;
 use spot_node_manager::crd::replenisher::ReplenishPhase;
 use spot_node_manager::crd::{NodeGroup, Replenisher};
@@ -143,30 +143,6 @@ async fn pod_on(world: &World, node: &str) {
         .expect("pod");
 }
 
-async fn terminating_activities(world: &World, asgs: &[String], instance: &str) -> usize {
-    let mut n = 0;
-    for asg in asgs {
-        n += world
-            .activities(asg)
-            .await
-            .iter()
-            .filter(|(_, d)| d.starts_with("Terminating EC2 instance") && d.contains(instance))
-            .count();
-    }
-    n
-}
-
-/// The group's Replenisher's RepairAllowed condition (status, reason, message).
-async fn repair_allowed(world: &World, name: &str) -> Option<(ConditionStatus, String, String)> {
-    let replenishers: Api<Replenisher> = world.api();
-    let status = replenishers.get(name).await.ok()?.status?;
-    let c = status
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == REPAIR_ALLOWED)?;
-    Some((c.status, c.reason, c.message))
-}
-
 #[tokio::test]
 async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_comes_back() {
     let s = started("repair-worker", "workers", "Worker", serde_json::json!({})).await;
@@ -220,7 +196,7 @@ async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_c
         counts(&original),
         "the layout is back (1/1/1)"
     );
-    assert_eq!(terminating_activities(world, &kops.asgs, &dead).await, 1);
+    assert_eq!(world.terminations(&kops.asgs, &dead).await, 1);
     let reasons = support::cluster::event_reasons(world).await;
     assert!(reasons.iter().any(|r| r == "NodeRepaired"), "{reasons:?}");
     let metrics = manager.assert_metrics().await;
@@ -282,7 +258,7 @@ async fn the_circuit_breaker_with_two_of_three_workers_dead_terminates_nothing_a
     world.tag_asg(&kops.asgs[0], DEAD_TAG, &a).await;
     world.tag_asg(&kops.asgs[1], DEAD_TAG, &b).await;
     assert_eventually("RepairAllowed False: the breaker", WAIT, || async {
-        let (status, reason, message) = repair_allowed(world, "workers").await?;
+        let (status, reason, message) = support::cluster::repair_allowed(world, "workers").await?;
         (status == ConditionStatus::False
             && reason == "CircuitBreakerOpen"
             && message.contains(&a)
@@ -300,7 +276,9 @@ async fn the_circuit_breaker_with_two_of_three_workers_dead_terminates_nothing_a
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let (_, _, message) = repair_allowed(world, "workers").await.expect("condition");
+    let (_, _, message) = support::cluster::repair_allowed(world, "workers")
+        .await
+        .expect("condition");
     assert!(message.contains("circuit breaker open"), "{message}");
     let reasons = support::cluster::event_reasons(world).await;
     assert!(reasons.iter().any(|r| r == "RepairBlocked"), "{reasons:?}");
@@ -326,7 +304,7 @@ async fn a_dead_master_is_terminated_and_replaced_in_its_own_asg() {
             .collect::<Vec<_>>()
     };
     assert_eq!(desired(&now), desired(&original), "never surged");
-    assert_eq!(terminating_activities(world, &kops.asgs, &dead).await, 1);
+    assert_eq!(world.terminations(&kops.asgs, &dead).await, 1);
 }
 
 #[cfg(feature = "fault-injection")]
@@ -364,7 +342,7 @@ async fn killed_between_the_recorded_termination_and_the_call_it_terminates_once
     })
     .await;
     steady(world, "workers", 3).await;
-    assert_eq!(terminating_activities(world, &kops.asgs, &dead).await, 1);
+    assert_eq!(world.terminations(&kops.asgs, &dead).await, 1);
     let after = instances_of(world, &kops.asgs).await;
     assert_eq!(after.difference(&before).count(), 1, "one new instance");
     assert_eq!(
@@ -428,7 +406,7 @@ async fn a_refresh_that_meets_a_node_dead_during_the_run_replaces_it_instead_of_
         "every old node replaced, the dead one too"
     );
     assert!(!all_instances(world, &kops.asgs).await.contains(&dead));
-    assert_eq!(terminating_activities(world, &kops.asgs, &dead).await, 1);
+    assert_eq!(world.terminations(&kops.asgs, &dead).await, 1);
     let reasons = support::cluster::event_reasons(world).await;
     assert!(reasons.iter().any(|r| r == "NodeRepaired"), "{reasons:?}");
 }

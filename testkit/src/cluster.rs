@@ -94,3 +94,22 @@ pub async fn event_reasons(world: &World) -> Vec<String> {
         .map(|l| l.items.into_iter().filter_map(|e| e.reason).collect())
         .unwrap_or_default()
 }
+
+/// The Replenisher `name`'s RepairAllowed condition: (status, reason,
+/// message), once written.
+pub async fn repair_allowed(
+    world: &World,
+    name: &str,
+) -> Option<(
+    spot_node_manager::crd::condition::ConditionStatus,
+    String,
+    String,
+)> {
+    let replenishers: Api<spot_node_manager::crd::Replenisher> = world.api();
+    let status = replenishers.get(name).await.ok()?.status?;
+    let c = status
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == spot_node_manager::crd::condition::REPAIR_ALLOWED)?;
+    Some((c.status, c.reason, c.message))
+}

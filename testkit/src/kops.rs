@@ -327,6 +327,21 @@ impl World {
             .collect()
     }
 
+    /// How many times AWS began terminating `instance` in any of `asgs`
+    /// (its "Terminating EC2 instance" scaling activities).
+    pub async fn terminations(&self, asgs: &[String], instance: &str) -> usize {
+        let mut n = 0;
+        for asg in asgs {
+            n += self
+                .activities(asg)
+                .await
+                .iter()
+                .filter(|(_, d)| d.starts_with("Terminating EC2 instance") && d.contains(instance))
+                .count();
+        }
+        n
+    }
+
     /// Tags an ASG (the simulations read such tags: spot shortage, nodes
     /// that never join or are not Ready).
     pub async fn tag_asg(&self, asg: &str, key: &str, value: &str) {

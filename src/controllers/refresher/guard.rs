@@ -3,12 +3,12 @@
 //! refuses is named by a [`Refusal`] of the shared vocabulary
 //! (`controllers::guard`).
 
-use super::plan::{GroupNode, removal, surplus_of};
+use super::plan::{GroupNode, authority, removal, surplus_of};
 use crate::cloud::AsgDescription;
-use crate::controllers::authority::{self, ControlPlane, Path, Request};
+use crate::controllers::authority::ControlPlane;
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::{Refusal, active_member, desired_changes, groups_asg};
-use crate::crd::refresher::{RefreshTarget, RunTrigger, TargetPurpose};
+use crate::crd::refresher::{RefreshTarget, TargetPurpose};
 use crate::crd::{NodeGroup, RefresherStatus};
 
 /// Re-checks each mutation against fresh observations before it is made:
@@ -77,19 +77,8 @@ impl Guard<'_> {
     /// The disruption authority allows replacing the target's node (a
     /// master: only while every other master of the cluster is Ready).
     fn authority(&self, t: &RefreshTarget) -> Result<(), Refusal> {
-        if t.purpose != TargetPurpose::Replace {
-            return Ok(());
-        }
-        let path = match self.status.trigger {
-            Some(RunTrigger::Drift) => Path::DriftRoll,
-            _ => Path::Refresh,
-        };
-        let request = Request {
-            path,
-            role: self.group.spec.role,
-            instance: &t.instance_id,
-        };
-        authority::decide(self.control_plane, &request).map_err(Refusal::Authority)
+        let role = self.group.spec.role;
+        authority(t, self.status.trigger, role, self.control_plane).map_err(Refusal::Authority)
     }
 
     pub fn drain(&self, t: &RefreshTarget) -> Result<(), Refusal> {

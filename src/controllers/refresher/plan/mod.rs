@@ -53,7 +53,7 @@ use std::time::Duration;
 
 pub use crate::controllers::group_view::{GroupFacts, GroupNode, Member};
 pub use idle::{blocking_processes, needs_observation};
-pub use termination::{Removal, after_drain, removal};
+pub use termination::{Removal, after_drain, authority, removal};
 
 pub struct Input<'a> {
     /// What every child plan is told (`suspended`: the group or the

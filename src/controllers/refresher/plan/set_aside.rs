@@ -9,13 +9,11 @@
 //! ever bringing that master back.
 
 use super::{Happening, IDLE, Planner, SOON, Step};
-use crate::controllers::authority::{self, Blocked, Path, Request};
+use crate::controllers::authority::Blocked;
 use crate::controllers::refresher::plan::Command;
 use crate::crd::Role;
 use crate::crd::nodegroup::ResolvedRefresh;
-use crate::crd::refresher::{
-    PendingRun, RefreshPhase, RefreshTarget, RunResult, RunTrigger, TargetPurpose,
-};
+use crate::crd::refresher::{PendingRun, RefreshPhase, RefreshTarget, RunResult, RunTrigger};
 
 impl Planner<'_> {
     /// The window closed with nodes left: record what is left before the
@@ -75,19 +73,8 @@ impl Planner<'_> {
 
     /// The authority's refusal to replace `target` now, if it refuses.
     pub(super) fn refused(&self, target: &RefreshTarget) -> Option<Blocked> {
-        if target.purpose != TargetPurpose::Replace {
-            return None;
-        }
-        let path = match self.status.trigger {
-            Some(RunTrigger::Drift) => Path::DriftRoll,
-            _ => Path::Refresh,
-        };
-        let request = Request {
-            path,
-            role: self.input.group.role,
-            instance: &target.instance_id,
-        };
-        authority::decide(self.input.group.control_plane, &request).err()
+        let group = &self.input.group;
+        super::authority(target, self.status.trigger, group.role, group.control_plane).err()
     }
 
     /// The surplus of a run set aside is gone: the leg ends without a

@@ -2,8 +2,10 @@
 //! before it is made, retried after a restart only while still safe.
 
 use super::{Command, GroupNode, Planner, SOON, Step};
+use crate::controllers::authority::{self, Blocked, ControlPlane, Path, Request};
+use crate::crd::Role;
 use crate::crd::refresher::RefresherStatus;
-use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
+use crate::crd::refresher::{RefreshPhase, RefreshTarget, RunTrigger, TargetPurpose};
 use chrono::{DateTime, Utc};
 
 impl Planner<'_> {
@@ -57,6 +59,31 @@ impl Planner<'_> {
             SOON,
         )
     }
+}
+
+/// The disruption authority's answer for a target of a run started by
+/// `trigger` (a master: only while every other master of the cluster is
+/// Ready): the one rule the plan and the guard both ask. A surplus node is
+/// the group's own to take back.
+pub fn authority(
+    target: &RefreshTarget,
+    trigger: Option<RunTrigger>,
+    role: Role,
+    control_plane: Option<&ControlPlane>,
+) -> Result<(), Blocked> {
+    if target.purpose != TargetPurpose::Replace {
+        return Ok(());
+    }
+    let path = match trigger {
+        Some(RunTrigger::Drift) => Path::DriftRoll,
+        _ => Path::Refresh,
+    };
+    let request = Request {
+        path,
+        role,
+        instance: &target.instance_id,
+    };
+    authority::decide(control_plane, &request)
 }
 
 /// Whether the group can spare a target, by the Ready nodes besides it.

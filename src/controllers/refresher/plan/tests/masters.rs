@@ -151,16 +151,9 @@ fn a_master_run_is_set_aside_while_another_groups_master_is_down_and_resumes_aft
     };
     sim.masters_elsewhere = ready_elsewhere.clone();
     // The first master replaced, then i-y's kubelet dies.
-    for _ in 0..300 {
-        sim.step(false);
-        if sim.now.timestamp() % 4 == 0 {
-            sim.all_join_and_ready();
-        }
-        sim.advance(1);
-        if !sim.terminated.is_empty() && sim.ready_count() == 3 {
-            break;
-        }
-    }
+    sim.run_masters_until(300, |sim| {
+        !sim.terminated.is_empty() && sim.ready_count() == 3
+    });
     assert_eq!(sim.terminated.len(), 1);
     sim.masters_elsewhere = ControlPlane {
         expected: 2,
@@ -187,16 +180,7 @@ fn a_master_run_is_set_aside_while_another_groups_master_is_down_and_resumes_aft
     );
     // Back: the run resumes and ends.
     sim.masters_elsewhere = ready_elsewhere;
-    for _ in 0..300 {
-        sim.step(false);
-        if sim.now.timestamp() % 4 == 0 {
-            sim.all_join_and_ready();
-        }
-        sim.advance(1);
-        if sim.status.last_run.is_some() {
-            break;
-        }
-    }
+    sim.run_masters_until(300, |sim| sim.status.last_run.is_some());
     assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
     assert_eq!(sim.terminated.len(), 3);
 }

@@ -400,6 +400,21 @@ impl Sim {
         self.now += chrono::Duration::seconds(secs);
     }
 
+    /// Steps a master run whose new masters join and turn Ready every
+    /// fourth second (a master lags), until `done`, at most `max` steps.
+    fn run_masters_until(&mut self, max: usize, done: impl Fn(&Sim) -> bool) {
+        for _ in 0..max {
+            self.step(false);
+            if self.now.timestamp() % 4 == 0 {
+                self.all_join_and_ready();
+            }
+            self.advance(1);
+            if done(self) {
+                return;
+            }
+        }
+    }
+
     /// Steps as `run_to_end` does (new nodes Ready at once) until `done`.
     fn run_until(&mut self, done: impl Fn(&Sim) -> bool) {
         for _ in 0..200 {
