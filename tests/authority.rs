@@ -6,13 +6,16 @@
 //! - masters whose Node registers long after launch (as a kops master's
 //!   does): a second dead master is not terminated while the first one's
 //!   replacement boots, with one Master group over three ASGs and with three
-//!   Master groups of one.
+//!   Master groups of one;
+//! - a repair whose node comes back while a budget holds its drain is given
+//!   up, the group settles, and a refresh then runs.
 
 use snm_testkit as support;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
 use spot_node_manager::crd::condition::ConditionStatus;
+use spot_node_manager::crd::nodegroup::GroupState;
 use spot_node_manager::crd::replenisher::ReplenishPhase;
 use spot_node_manager::crd::{NodeGroup, Replenisher};
 use std::time::{Duration, Instant};
@@ -167,4 +170,101 @@ async fn three_master_groups_of_one_never_take_a_second_master_while_one_boots()
         &[("master-a", &[0]), ("master-b", &[1]), ("master-c", &[2])],
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_repair_whose_node_comes_back_is_given_up_and_the_group_settles() {
+    let world = World::new("authority-recovered").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &group("workers", "Worker", &kops.asgs),
+        )
+        .await
+        .expect("create");
+    let (manager, _config) = world.start_manager(&[]);
+    steady(&world, &[("workers".into(), 3)], Duration::from_secs(120)).await;
+    let original = world.asg_snapshot(&kops.asgs).await;
+    let victim = world.asg_instances(&kops.asgs[0]).await.remove(0);
+    // Its only pod, Ready, and a budget that refuses its eviction. (A pod
+    // not yet Running is evicted whatever its budget says.)
+    support::cluster::create_pdb(&world, 1).await;
+    let pods: Api<Pod> = world.api();
+    pods.create(
+        &PostParams::default(),
+        &support::cluster::bound_pod("held", &victim, &[("app", "protected")]),
+    )
+    .await
+    .expect("pod");
+    assert_eventually("the held pod Ready", Duration::from_secs(60), || async {
+        let pod = pods.get("held").await.ok()?;
+        let conditions = pod.status?.conditions?;
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    support::cluster::assert_pdb_allows(&world, 0).await;
+
+    world.tag_asg(&kops.asgs[0], DEAD_TAG, &victim).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    assert_eventually(
+        "the repair drains the dead node",
+        Duration::from_secs(180),
+        || async {
+            let node = nodes.get(&victim).await.ok()?;
+            node.spec?.unschedulable?.then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        world.terminations(&kops.asgs, &victim).await,
+        0,
+        "the budget holds the repair's drain"
+    );
+    world.untag_asg(&kops.asgs[0], DEAD_TAG, &victim).await;
+    let back = Instant::now();
+
+    assert_eventually(
+        "the group settles: 3 Ready, nothing cordoned, the layout back, the lock free",
+        Duration::from_secs(150),
+        || async {
+            let status = groups.get("workers").await.ok()?.status?;
+            let cordoned = status.nodes.iter().any(|n| n.unschedulable);
+            let settled = status.ready_nodes == Some(3)
+                && status.state == Some(GroupState::Ready)
+                && status.operation.is_none()
+                && !cordoned;
+            let layout = support::refresh::desired_counts(&world.asg_snapshot(&kops.asgs).await);
+            (settled && layout == support::refresh::desired_counts(&original)).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "figure: kubelet back -> group settled {:.1}s",
+        back.elapsed().as_secs_f64()
+    );
+    assert!(
+        world.asg_instances(&kops.asgs[0]).await.contains(&victim),
+        "the recovered node was kept"
+    );
+    assert_eq!(world.terminations(&kops.asgs, &victim).await, 0);
+    let reasons = support::cluster::event_reasons(&world).await;
+    assert!(
+        reasons.iter().any(|r| r == "RepairAbandoned"),
+        "{reasons:?}"
+    );
+
+    // Nothing is left holding the group: a refresh runs to its end.
+    support::cluster::pdb_api(&world)
+        .delete("protected", &Default::default())
+        .await
+        .expect("delete pdb");
+    support::refresh::schedule_refresh(&world, "workers", serde_json::json!({})).await;
+    let rf = support::refresh::run_finished(&world, "workers").await;
+    support::refresh::assert_run_succeeded(rf, &manager);
 }

@@ -298,19 +298,33 @@ impl Planner<'_> {
 
     /// The target, marked unhealthy (in the status too) once its node is
     /// NotReady past the unhealthy timeout: its drain is then best effort.
+    /// A node Ready again loses the mark: it is drained as a healthy node
+    /// again, with its budgets, the full drain timeout from now and
+    /// `drainTimeoutAction`.
     pub(super) fn mark_unhealthy(&mut self, mut target: RefreshTarget) -> RefreshTarget {
-        let unhealthy = target.node.as_ref().is_some_and(|name| {
-            self.input
-                .group
-                .nodes
-                .iter()
-                .any(|n| n.name == *name && self.input.group.unhealthy(n))
-        });
-        if unhealthy && !target.unhealthy {
-            target.unhealthy = true;
-            if let Some(t) = self.status.batch_member_mut(&target.instance_id) {
-                t.unhealthy = true;
+        let group = &self.input.group;
+        let node = target
+            .node
+            .as_ref()
+            .and_then(|name| group.nodes.iter().find(|n| n.name == *name));
+        let unhealthy = node.is_some_and(|n| group.unhealthy(n));
+        let recovered = node.is_some_and(|n| n.ready);
+        let now = group.now;
+        let changed = match (target.unhealthy, unhealthy, recovered) {
+            (false, true, _) => {
+                target.unhealthy = true;
+                true
             }
+            (true, _, true) => {
+                target.unhealthy = false;
+                target.since = now;
+                true
+            }
+            _ => false,
+        };
+        if changed && let Some(t) = self.status.batch_member_mut(&target.instance_id) {
+            t.unhealthy = target.unhealthy;
+            t.since = target.since;
         }
         target
     }

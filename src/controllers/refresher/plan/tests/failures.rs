@@ -271,3 +271,42 @@ fn a_desired_count_someone_else_lowered_during_the_run_is_not_raised_back() {
         .collect();
     assert_eq!(told.len(), 1, "told once: {:?}", sim.happenings);
 }
+
+#[test]
+fn a_node_marked_unhealthy_that_is_ready_again_is_drained_as_a_healthy_node() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    if let Ok(s) = &mut sim.settings {
+        s.drain_timeout_action = DrainTimeoutAction::Abort;
+    }
+    sim.run_until(|sim| sim.status.phase == RefreshPhase::Draining);
+    let target = sim.status.current_target.clone().expect("a target");
+    let node = target.node.clone().expect("a node");
+    // Marked unhealthy while its kubelet was dead; Ready again now, and a
+    // budget holds its drain.
+    if let Some(t) = sim.status.current_target.as_mut() {
+        t.unhealthy = true;
+    }
+    sim.stuck = vec![node.clone()];
+    sim.step(false);
+    let marked = sim.status.current_target.clone().expect("still the target");
+    assert!(!marked.unhealthy, "the mark is gone");
+    assert_eq!(marked.since, sim.now, "its drain timeout runs from now");
+    // Past the repair's 2-minute bound: still drained, never terminated.
+    sim.advance(180);
+    for _ in 0..5 {
+        sim.step(false);
+        sim.advance(1);
+    }
+    assert!(sim.terminated.is_empty(), "{:?}", sim.terminated);
+    assert!(sim.status.failure.is_none(), "{:?}", sim.status.failure);
+    // Past its drain timeout: drainTimeoutAction (Abort) decides, as for
+    // any healthy node: kept, the run fails.
+    sim.advance(3600);
+    sim.run_to_end(50);
+    assert!(!sim.terminated.contains(&target.instance_id));
+    assert!(
+        matches!(sim.result(), Some((RunResult::Failed, Some(ref r))) if r.contains("Abort")),
+        "{:?}",
+        sim.result()
+    );
+}
