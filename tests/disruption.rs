@@ -12,6 +12,7 @@ use spot_node_manager::crd::{NodeGroup, Refresher};
 use std::time::Duration;
 use support::assert_eventually;
 use support::refresh::*;
+use support::windows::*;
 
 #[tokio::test]
 async fn master_groups_with_the_same_schedule_never_replace_two_masters_at_once() {
@@ -121,44 +122,6 @@ async fn a_refresh_due_outside_every_window_waits_and_starts_when_one_opens() {
     );
 }
 
-/// A window open now (for the next hour), and one only on 1 January.
-const OPEN: &str = r#"[{"schedule": "* * * * *", "duration": "1h"}]"#;
-const CLOSED: &str = r#"[{"schedule": "0 0 1 1 *", "duration": "1m"}]"#;
-
-fn windows(json: &str) -> serde_json::Value {
-    serde_json::from_str(json).expect("windows")
-}
-
-/// Starts a run (surplus 1) in an open window and closes the window once
-/// the run has its first node in hand. A budget holds that node's drain
-/// until the window is closed: its replacement comes up with the surplus,
-/// so the node could otherwise be done, and the next one's replacement
-/// launched (the window still open), before the window closed.
-async fn close_the_window_mid_run(world: &support::World, groups: &Api<NodeGroup>) {
-    let names: Vec<String> = world
-        .nodes()
-        .await
-        .expect("the world's nodes")
-        .iter()
-        .map(|n| n.metadata.name.clone().unwrap_or_default())
-        .collect();
-    labelled_pods_on(world, &names, "held", &[("app", "protected")]).await;
-    support::create_pdb(world, names.len() as i32).await;
-    support::assert_pdb_allows(world, 0).await;
-    schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
-    let refreshers: Api<Refresher> = world.api();
-    assert_eventually("the first node in hand", WAIT, || async {
-        let status = refreshers.get("workers").await.ok()?.status?;
-        status.current_target.map(|_| ())
-    })
-    .await;
-    set_windows(groups, windows(CLOSED)).await;
-    // The refresher sees the closed window long before the drain, let go,
-    // ends (the budget's status, a drain step, the pod gone).
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    support::set_min_available(world, 0).await;
-}
-
 #[tokio::test]
 async fn a_run_whose_window_closes_waits_with_its_surplus_then_resumes() {
     let SteadyGroup {
@@ -173,7 +136,7 @@ async fn a_run_whose_window_closes_waits_with_its_surplus_then_resumes() {
     let before = world.asg_snapshot(&kops.asgs).await;
     let original = all_instances(&world, &kops.asgs).await;
     set_windows(&groups, windows(OPEN)).await;
-    close_the_window_mid_run(&world, &groups).await;
+    close_the_window_mid_run(&world, &groups, serde_json::json!({})).await;
     let refreshers: Api<Refresher> = world.api();
     let waiting = assert_eventually("the run to wait with its surplus", WAIT, || async {
         let status = refreshers.get("workers").await.ok()?.status?;
@@ -246,7 +209,7 @@ async fn a_run_whose_window_closes_with_scale_down_sets_itself_aside_across_a_re
         )
         .await
         .expect("windows");
-    close_the_window_mid_run(&world, &groups).await;
+    close_the_window_mid_run(&world, &groups, serde_json::json!({})).await;
     let refreshers: Api<Refresher> = world.api();
     let pending = assert_eventually("the run set aside", WAIT, || async {
         let status = refreshers.get("workers").await.ok()?.status?;
@@ -316,17 +279,6 @@ async fn a_run_whose_window_closes_with_scale_down_sets_itself_aside_across_a_re
     assert_eq!(desired_counts(&after), desired_counts(&before));
 }
 
-async fn set_windows(groups: &Api<NodeGroup>, windows: serde_json::Value) {
-    groups
-        .patch(
-            "workers",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"disruption": {"windows": windows}}})),
-        )
-        .await
-        .expect("set windows");
-}
-
 #[tokio::test]
 async fn worker_groups_under_a_limit_of_one_run_one_after_another_across_a_restart() {
     let SteadyGroup {
@@ -389,28 +341,7 @@ async fn worker_groups_under_a_limit_of_one_run_one_after_another_across_a_resta
     assert!(now_in_service.is_disjoint(&original));
     // Given back by the step after the run's end (a run is recorded as
     // finished before its slot is released): soon, not at once.
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = world.api();
-    assert_eventually("every slot given back", WAIT, || async {
-        let slots = leases
-            .list(&Default::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|l| {
-                l.metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| n.ends_with("-disruptions"))
-            })?;
-        let holders = slots
-            .metadata
-            .annotations
-            .and_then(|a| a.get("nodemanager.dev/disruption-slots").cloned())
-            .unwrap_or_default();
-        (holders == "[]").then_some(())
-    })
-    .await;
+    support::windows::assert_slots_given_back(&world).await;
 }
 
 #[tokio::test]

@@ -65,6 +65,8 @@ pub struct RefresherSpec {
     pub settle_time: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_surge: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+    #[serde(default = "super::nodegroup::default_pause_timeout")]
+    pub pause_timeout: String,
     #[serde(default)]
     pub suspend: bool,
     /// The group's `drift.action` is `Replace`: drifted nodes are rolled
@@ -118,6 +120,10 @@ pub struct RefresherStatus {
     /// so an edited schedule is re-evaluated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_run_from: Option<String>,
+    /// Since when the run in progress has been paused (see
+    /// `refresh.pauseTimeout`); absent while it steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_since: Option<DateTime<Utc>>,
     /// When the current phase began (its timeouts count from here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase_since: Option<DateTime<Utc>>,
@@ -385,6 +391,7 @@ impl RefresherSpec {
             settle_time: duration_of("settleTime", &self.settle_time)?,
             max_surge: super::nodegroup::MaxSurge::parse(self.max_surge.as_ref())
                 .map_err(|e| format!("spec.{e}"))?,
+            pause_timeout: duration_of("pauseTimeout", &self.pause_timeout)?,
         })
     }
 

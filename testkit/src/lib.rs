@@ -5,7 +5,8 @@
 //! ([`plane`]), an isolated world per test ([`world`]), kops-like ASGs in it
 //! ([`kops`]) and what kops does to them ([`kops_rolling`]), Kubernetes objects in it ([`cluster`]), a manager process
 //! ([`manager`]), refresh helpers ([`refresh`]), a Deployment with a budget
-//! and its availability ([`workload`]). The product crate uses it as
+//! and its availability ([`workload`]), maintenance windows and disruption
+//! slots ([`windows`]). The product crate uses it as
 //! a dev-dependency only; `cargo install --path .` installs the manager alone.
 //!
 //! Tests use it as `use snm_testkit as support;`.
@@ -20,6 +21,7 @@ pub mod proxy;
 pub mod refresh;
 pub mod sim;
 pub mod timeline;
+pub mod windows;
 pub mod workload;
 pub mod world;
 

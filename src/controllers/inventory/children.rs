@@ -44,6 +44,7 @@ pub fn child_specs(group: &NodeGroup) -> (Option<RefresherSpec>, Option<Replenis
         validation_timeout_action: r.validation_timeout_action,
         settle_time: r.settle_time.clone(),
         max_surge: r.max_surge.clone(),
+        pause_timeout: r.pause_timeout.clone(),
         suspend: spec.suspend,
         drift_replace,
     });

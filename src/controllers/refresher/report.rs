@@ -139,7 +139,8 @@ fn nodes_skipped(nodes: &[(String, String)]) -> String {
     )
 }
 
-/// A run set aside: by the authority (`why`), or by its window closing.
+/// A run set aside (`why`: the authority stopped it, or it was paused too
+/// long), or its window closed.
 fn set_aside(
     remaining: usize,
     opens: Option<chrono::DateTime<chrono::Utc>>,
@@ -149,9 +150,7 @@ fn set_aside(
         Some(why) => (
             EventType::Warning,
             "RefreshSetAside",
-            format!(
-                "a master may not be replaced now ({why}): {remaining} node(s) left, resumed once every master of the cluster is Ready"
-            ),
+            format!("run set aside: {why}; {remaining} node(s) left, resumed later"),
         ),
         None => (
             EventType::Normal,

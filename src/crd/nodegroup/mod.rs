@@ -297,6 +297,20 @@ pub struct RefreshSpec {
     /// are always replaced one at a time, terminated first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_surge: Option<IntOrString>,
+    /// How long a run may stay paused (the group suspended or its spec
+    /// invalid, its circuit breaker open, a kops rolling update, a closed
+    /// window with `onWindowClose: Wait`, another holder of the lock or the
+    /// disruption slots) before it is set aside: its lock and slot given
+    /// back, its surplus left for the replenisher to take back, the rest
+    /// resumed later. A paused run with fewer Ready nodes than desired is
+    /// set aside at once, so the replenisher can replace them. Default 1h.
+    #[serde(default = "default_pause_timeout")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub pause_timeout: String,
+}
+
+pub(crate) fn default_pause_timeout() -> String {
+    "1h".into()
 }
 
 fn default_master_settle_time() -> String {
@@ -328,6 +342,7 @@ impl RefreshSpec {
             validation_timeout_action: DrainTimeoutAction::default(),
             settle_time: default_settle_time(),
             max_surge: None,
+            pause_timeout: default_pause_timeout(),
         }
     }
 }

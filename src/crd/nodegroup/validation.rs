@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 /// drain into a termination (a 30 s join timeout removes every node that
 /// boots slowly); the most are far above any sensible setting, far below
 /// where time arithmetic could overflow.
-pub const DURATION_BOUNDS: [(&str, std::time::Duration, std::time::Duration); 9] = [
+pub const DURATION_BOUNDS: [(&str, std::time::Duration, std::time::Duration); 10] = [
     ("replenish.cooldown", secs(10), HOURS_24),
     ("replenish.joinTimeout", secs(120), HOURS_24),
     ("replenish.unhealthyTimeout", secs(60), HOURS_24),
@@ -22,6 +22,7 @@ pub const DURATION_BOUNDS: [(&str, std::time::Duration, std::time::Duration); 9]
     ("refresh.maxNodeAge", secs(3600), secs(8760 * 3600)),
     ("refresh.validationTimeout", secs(30), HOURS_24),
     ("refresh.settleTime", secs(0), secs(3600)),
+    ("refresh.pauseTimeout", secs(60), secs(168 * 3600)),
 ];
 
 const fn secs(s: u64) -> std::time::Duration {
@@ -89,6 +90,8 @@ pub struct ResolvedRefresh {
     pub validation_timeout_action: DrainTimeoutAction,
     pub settle_time: std::time::Duration,
     pub max_surge: MaxSurge,
+    /// How long a run may stay paused before it is set aside.
+    pub pause_timeout: std::time::Duration,
 }
 
 /// `refresh.maxSurge`: replacements launched ahead, as a count or a
@@ -222,6 +225,7 @@ impl NodeGroupSpec {
             durations.push(("refresh.masterSettleTime", &refresh.master_settle_time));
             durations.push(("refresh.validationTimeout", &refresh.validation_timeout));
             durations.push(("refresh.settleTime", &refresh.settle_time));
+            durations.push(("refresh.pauseTimeout", &refresh.pause_timeout));
             if let Some(age) = &refresh.max_node_age {
                 durations.push(("refresh.maxNodeAge", age));
             }
@@ -334,6 +338,7 @@ impl NodeGroupSpec {
             validation_timeout_action: refresh.validation_timeout_action,
             settle_time: duration::parse(&refresh.settle_time).ok()?,
             max_surge: MaxSurge::parse(refresh.max_surge.as_ref()).ok()?,
+            pause_timeout: duration::parse(&refresh.pause_timeout).ok()?,
         })
     }
 }
@@ -395,6 +400,7 @@ mod tests {
                 validation_timeout_action: DrainTimeoutAction::Abort,
                 settle_time: "5s".into(),
                 max_surge: None,
+                pause_timeout: "1h".into(),
             }),
         }
     }
@@ -513,6 +519,7 @@ mod tests {
                 "refresh.masterSettleTime" => refresh.master_settle_time = huge,
                 "refresh.validationTimeout" => refresh.validation_timeout = huge,
                 "refresh.settleTime" => refresh.settle_time = huge,
+                "refresh.pauseTimeout" => refresh.pause_timeout = huge,
                 "refresh.maxNodeAge" => refresh.max_node_age = Some(huge),
                 other => panic!("no such field {other}"),
             }
@@ -565,6 +572,7 @@ mod tests {
                     "refresh.readyTimeout" => refresh.ready_timeout = value.into(),
                     "refresh.maxNodeAge" => refresh.max_node_age = Some(value.into()),
                     "refresh.validationTimeout" => refresh.validation_timeout = value.into(),
+                    "refresh.pauseTimeout" => refresh.pause_timeout = value.into(),
                     other => panic!("no such field {other}"),
                 }
                 problems_of(&spec)

@@ -78,13 +78,11 @@ impl Planner<'_> {
                 return Next::Enter(RefreshPhase::ScalingDown);
             }
             let requeue = self.input.window.recheck_in(self.input.group.now);
-            return Next::Step(Step::wait(
-                format!(
-                    "{} node(s) left; the run waits, keeping its surplus: {why}",
-                    self.remaining()
-                ),
-                requeue,
-            ));
+            let why = format!(
+                "{} node(s) left; the run waits, keeping its surplus: {why}",
+                self.remaining()
+            );
+            return Next::Step(self.pause(why, requeue, settings));
         }
         let (upcoming, protected) = self.candidates();
         let next = upcoming.first().cloned();

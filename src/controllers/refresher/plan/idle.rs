@@ -371,6 +371,7 @@ impl Planner<'_> {
         st.validating_since = None;
         st.validated_since = None;
         st.launched_ahead = vec![];
+        st.paused_since = None;
     }
 }
 

@@ -31,6 +31,7 @@ mod batch;
 mod draining;
 mod drift;
 mod idle;
+mod pause;
 mod replacing;
 mod scaling_down;
 mod scaling_up;
@@ -302,60 +303,11 @@ impl Planner<'_> {
         {
             return step;
         }
-        if let Some(paused) = self.paused() {
+        if let Some(paused) = self.paused(settings) {
             return paused;
         }
+        self.status.paused_since = None;
         self.run(settings)
-    }
-
-    /// A run in progress that may not step now: suspended, a kops rolling
-    /// update under way, a dry-run manager, or the lock not ours.
-    fn paused(&self) -> Option<Step> {
-        let input = self.input;
-        if input.group.suspended {
-            return Some(Step::wait("run paused: the group is suspended", IDLE));
-        }
-        if let Some(why) = &input.group.invalid_spec {
-            return Some(Step::wait(
-                format!("run paused: the NodeGroup spec is invalid: {why}"),
-                IDLE,
-            ));
-        }
-        if let Some(why) = &input.group.external_update {
-            return Some(Step::wait(format!("run paused: {why}"), IDLE));
-        }
-        if let Some(why) = &input.group.breaker {
-            return Some(Step::wait(
-                format!("run paused: circuit breaker open: {why}"),
-                IDLE,
-            ));
-        }
-        if input.dry_run {
-            // A run started by a manager without --dry-run: stepping it here
-            // would only record steps that are not made.
-            return Some(Step::wait(
-                "run paused: this manager runs with --dry-run; a manager without it resumes the run",
-                IDLE,
-            ));
-        }
-        if let SlotState::Full(why) = &input.slot {
-            return Some(Step::wait(
-                format!("run paused: waiting for a disruption slot: {why}"),
-                LOCK_RETRY,
-            ));
-        }
-        match &input.group.lock {
-            LockState::Ours if input.slot == SlotState::Ours => None,
-            LockState::Ours | LockState::Free => Some(Step::act(
-                Command::TakeLock,
-                "retaking the group's lock",
-                Duration::ZERO,
-            )),
-            LockState::Other(holder) => Some(Step::wait(
-                format!("run paused: {holder} holds the group's lock"),
-                LOCK_RETRY,
-            )),
-        }
     }
 
     /// Runs the phase transitions until one yields a step.

@@ -91,12 +91,12 @@ impl Planner<'_> {
         // Set aside in an open window: the authority stopped it.
         let why = match self.input.window.closed_reason() {
             Some(_) => None,
-            None => self.control_plane_not_whole(),
+            None => self
+                .control_plane_not_whole()
+                .map(|why| format!("{why}; it resumes once every master is Ready")),
         };
         let message = match &why {
-            Some(why) => format!(
-                "run set aside: {why}; {remaining} node(s) left, resuming once every master is Ready"
-            ),
+            Some(why) => format!("run set aside: {why}; {remaining} node(s) left"),
             None => {
                 let when = opens.map_or("when a window opens".to_string(), |t| {
                     format!("at {}", t.to_rfc3339())

@@ -39,6 +39,7 @@ fn settings(schedule: &str, zone: &str, surplus: i32) -> ResolvedRefresh {
         validation_timeout: Duration::from_secs(600),
         validation_timeout_action: DrainTimeoutAction::Abort,
         settle_time: Duration::ZERO,
+        pause_timeout: Duration::from_secs(3600),
         max_surge: crate::crd::nodegroup::MaxSurge::DEFAULT,
     }
 }
@@ -119,6 +120,8 @@ struct Sim {
     dead: Vec<String>,
     /// Masters whose control-plane pods are not Ready.
     control_plane_down: BTreeSet<String>,
+    /// Why the NodeGroup's spec is invalid, when it is.
+    invalid_spec: Option<String>,
     /// Masters of other Master groups: their places, and those down.
     masters_elsewhere: crate::controllers::authority::ControlPlane,
     /// Drain steps taken per node: a drain finishes on step
@@ -185,6 +188,7 @@ impl Sim {
             stuck: vec![],
             dead: vec![],
             control_plane_down: BTreeSet::new(),
+            invalid_spec: None,
             masters_elsewhere: Default::default(),
             drain_steps: vec![],
             drain_length: 1,
@@ -300,7 +304,7 @@ impl Sim {
                 desired: self.desired,
                 suspended: self.suspended,
                 deleting: self.deleting,
-                invalid_spec: None,
+                invalid_spec: self.invalid_spec.clone(),
                 breaker: self.breaker.clone(),
                 external_update: self.external_update.clone(),
                 unhealthy_timeout: Duration::from_secs(600),

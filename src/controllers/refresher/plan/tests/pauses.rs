@@ -131,3 +131,110 @@ fn a_kops_rolling_update_pauses_a_run_between_steps_and_it_resumes_after() {
     sim.run_to_end(200);
     assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
 }
+
+/// A run under way with its first node replaced, then paused by `pause`.
+fn paused_midway(pause: impl FnOnce(&mut Sim)) -> Sim {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    while sim.terminated.is_empty() {
+        sim.step(false);
+        sim.all_join_and_ready();
+    }
+    pause(&mut sim);
+    sim
+}
+
+#[test]
+fn a_run_paused_past_its_pause_timeout_is_set_aside_and_resumes_once_it_may() {
+    let mut sim = paused_midway(|sim| sim.breaker = Some("3 of 4 node(s) NotReady".into()));
+    let planned = sim.status.planned_instances.len();
+    // Within the hour: it waits, holding its lock and slot, and says until when.
+    for _ in 0..5 {
+        let plan = sim.step(false);
+        assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
+        assert!(plan.message.contains("set aside at"), "{}", plan.message);
+        sim.advance(600);
+    }
+    assert_eq!(sim.lock, LockState::Ours);
+    // Past it: a node in hand goes back in service, then the lock and the
+    // slot are given back, the rest recorded for later.
+    sim.advance(600);
+    for _ in 0..3 {
+        sim.step(false);
+    }
+    assert_eq!(sim.lock, LockState::Free, "the lock given back");
+    assert_eq!(sim.slot, SlotState::Free, "the slot given back");
+    assert_eq!(sim.status.run_start, None);
+    assert_eq!(sim.status.paused_since, None);
+    let pending = sim.status.pending_run.clone().expect("the rest recorded");
+    assert_eq!(pending.remaining.len(), planned - 1);
+    assert_eq!(sim.original_cordoned(), 0, "nothing left cordoned");
+    assert!(
+        sim.happenings.iter().any(
+            |h| matches!(h, Happening::SetAside { why: Some(w), .. } if w.contains("paused for over 1h"))
+        ),
+        "{:?}",
+        sim.happenings
+    );
+    // Still open: it does not resume.
+    sim.step(false);
+    assert_eq!(sim.lock, LockState::Free);
+    // Closed: the rest is replaced.
+    sim.breaker = None;
+    sim.run_to_end(300);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+}
+
+#[test]
+fn a_paused_run_that_loses_a_node_is_set_aside_at_once_for_the_replenisher() {
+    let mut sim = paused_midway(|sim| sim.suspended = true);
+    sim.step(false);
+    assert_eq!(sim.lock, LockState::Ours, "paused, not yet set aside");
+    // Two spot losses (the new nodes, not those left to replace): Ready
+    // below desired despite the surplus.
+    let lost: Vec<String> = sim
+        .instances
+        .iter()
+        .filter(|i| !sim.status.planned_instances.contains(&i.id))
+        .take(2)
+        .map(|i| i.id.clone())
+        .collect();
+    assert_eq!(lost.len(), 2);
+    sim.instances.retain(|i| !lost.contains(&i.id));
+    for _ in 0..3 {
+        sim.step(false);
+    }
+    assert_eq!(sim.lock, LockState::Free, "the replenisher may act");
+    assert!(sim.status.pending_run.is_some());
+    assert!(
+        sim.happenings.iter().any(
+            |h| matches!(h, Happening::SetAside { why: Some(w), .. } if w.contains("the replenisher replaces them"))
+        ),
+        "{:?}",
+        sim.happenings
+    );
+}
+
+#[test]
+fn an_invalid_group_spec_blocks_a_run_and_pauses_one_under_way() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.invalid_spec = Some("spec.replenish.unhealthyTimeout: 1s is below 1m".into());
+    sim.step(false);
+    let Some((RunResult::Skipped, Some(why))) = sim.result() else {
+        panic!("{:?}", sim.result())
+    };
+    assert!(why.contains("spec is invalid"), "{why}");
+    assert!(sim.terminated.is_empty() && sim.drain_steps.is_empty());
+
+    let mut sim = paused_midway(|sim| sim.invalid_spec = Some("spec.desired: -1".into()));
+    let steps = sim.drain_steps.len();
+    for _ in 0..5 {
+        let plan = sim.step(false);
+        assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
+        assert!(plan.message.contains("spec is invalid"), "{}", plan.message);
+        sim.advance(60);
+    }
+    assert_eq!(sim.drain_steps.len(), steps, "nothing drained meanwhile");
+    sim.invalid_spec = None;
+    sim.run_to_end(300);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+}
