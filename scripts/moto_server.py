@@ -51,6 +51,8 @@ API calls and gives it to a loop that runs like an ASG's own:
   same as the timing tags): our code only reads the timeout, never puts it.
 - Refusals, and counting at AWS's side: `/_snm/refuse` makes every request
   of an account wait, then refuses it with Throttling or ServiceUnavailable;
+  `/_snm/deny` refuses one action of an account as IAM does when a policy
+  lacks it (EC2's UnauthorizedOperation, Auto Scaling's AccessDenied);
   `/_snm/attempts` lists an account's requests, with the SDK's attempt numbers (see `control`).
 
 Timings are flags (defaults below) and can be set per ASG with the tags
@@ -62,6 +64,7 @@ Usage: python moto_server.py --port PORT [--launch-lag S] [--pending-time S]
        [--health-check-delay S] [--capacity-retry S] [--terminating-time S]
 """
 import argparse
+import io
 import json
 import signal
 import threading
@@ -629,6 +632,8 @@ _dispatch = werkzeug_app.DomainDispatcherApplication.__call__
 # `amz-sdk-request: attempt=N; max=M` header: which requests are retries.
 ATTEMPTS: dict = {}
 REFUSED: dict = {}
+# Actions an account's IAM policy lacks, per account.
+DENIED: dict = {}
 REFUSALS = {
     # AWS refusing a caller over its rate (the SDK retries, and slows down).
     "Throttling": ("400 Bad Request", "Sender"),
@@ -648,7 +653,10 @@ def control(environ, start_response):
 
     query = {k: v[0] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
     account = query.get("account", "")
-    if environ["PATH_INFO"] == "/_snm/refuse":
+    if environ["PATH_INFO"] == "/_snm/deny":
+        DENIED.setdefault(account, set()).add(query.get("action", ""))
+        body = b"{}"
+    elif environ["PATH_INFO"] == "/_snm/refuse":
         error = query.get("error", "Throttling")
         if error not in REFUSALS:
             start_response("400 Bad Request", [("Content-Length", "0")])
@@ -676,6 +684,47 @@ def refuse(error: str, start_response):
     return [body]
 
 
+def denied(action: str, start_response):
+    """IAM's refusal of an action the caller's policy lacks, in the form
+    of its service: EC2's UnauthorizedOperation (its `Response/Errors`
+    document), Auto Scaling's AccessDenied."""
+    if action in EC2_ACTIONS:
+        body = (
+            "<Response><Errors><Error><Code>UnauthorizedOperation</Code>"
+            f"<Message>You are not authorized to perform this operation. ({action})</Message>"
+            "</Error></Errors><RequestID>snm</RequestID></Response>"
+        ).encode()
+    else:
+        body = (
+            "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code>"
+            f"<Message>User is not authorized to perform: {action}</Message></Error>"
+            "<RequestId>snm</RequestId></ErrorResponse>"
+        ).encode()
+    start_response("403 Forbidden", [("Content-Type", "text/xml"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+# EC2 actions `/_snm/deny` answers in EC2's error form.
+EC2_ACTIONS = {"DescribeLaunchTemplates", "DescribeInstances"}
+
+
+def query_action(environ) -> str:
+    """The query protocol's Action, from the query string or the form body
+    (the body is read and put back for moto)."""
+    from urllib.parse import parse_qs
+
+    action = parse_qs(environ.get("QUERY_STRING", "")).get("Action", [""])[0]
+    if action:
+        return action
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    return parse_qs(body.decode("utf-8", "replace")).get("Action", [""])[0]
+
+
 def sdk_attempt(environ) -> tuple:
     """(attempt, max attempts) from `amz-sdk-request: attempt=2; max=3`."""
     fields = dict(
@@ -699,6 +748,10 @@ def locked_dispatch(self, environ, start_response):
             delay, error = REFUSED[account]
             time.sleep(delay)  # without the lock: others go on
             return refuse(error, start_response)
+        if account in DENIED:
+            action = query_action(environ)
+            if action in DENIED[account]:
+                return denied(action, start_response)
     with LOCK:
         return _dispatch(self, environ, start_response)
 

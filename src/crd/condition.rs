@@ -30,6 +30,10 @@ pub const CIRCUIT_BREAKER: &str = "CircuitBreakerOpen";
 /// (a member carries kops's `kops.k8s.io/scheduled-for-update` taint): the
 /// replenisher and the refresher make no AWS mutation of their own.
 pub const EXTERNAL_UPDATE: &str = "ExternalUpdate";
+/// NodeGroup: the launch templates the ASGs name can be read, so drift can
+/// be told (False: DescribeLaunchTemplates fails, as when the IAM policy
+/// lacks it; each node's drift stays as last seen).
+pub const DRIFT_KNOWN: &str = "DriftKnown";
 /// Replenisher: the group has its desired count of Ready nodes.
 pub const REPLENISHED: &str = "Replenished";
 /// Replenisher: False while an unhealthy node is not repaired (the circuit

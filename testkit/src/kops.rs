@@ -483,6 +483,15 @@ impl World {
         let answered = crate::http_get(self.emulator_port(), &path).await;
         assert!(matches!(answered, Some((200, _))), "{answered:?}");
     }
+
+    /// From now on the emulator refuses `action` (e.g.
+    /// `DescribeLaunchTemplates`) to this world's account, as IAM does for a
+    /// policy that lacks it.
+    pub async fn deny_aws_action(&self, action: &str) {
+        let path = format!("/_snm/deny?account={}&action={action}", self.account);
+        let answered = crate::http_get(self.emulator_port(), &path).await;
+        assert!(matches!(answered, Some((200, _))), "{answered:?}");
+    }
 }
 
 /// kops's spot MixedInstancesPolicy: `template` at `version`, two instance

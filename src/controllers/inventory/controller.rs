@@ -122,16 +122,27 @@ pub async fn observe_aws<N: NodeView>(
         true => vec![],
         false => facts.templates.to_ask(&symbolic, started),
     };
-    let answer = if ask.is_empty() {
-        vec![]
-    } else {
-        cloud.template_versions(&ask).await?
+    // A failure (an IAM policy without ec2:DescribeLaunchTemplates) leaves
+    // drift unknown; everything else syncs as before.
+    let (answer, drift_unknown) = match ask.is_empty() {
+        true => (Ok(vec![]), None),
+        false => match cloud.template_versions(&ask).await {
+            Ok(answer) => (Ok(answer), None),
+            Err(e) => {
+                tracing::warn!(error = %e, "launch templates unreadable: drift unknown");
+                (Err(()), Some(e.to_string()))
+            }
+        },
     };
-    let templates = facts.templates.remember(&ask, answer, started, &symbolic);
+    let templates = match answer {
+        Ok(answer) => facts.templates.remember(&ask, answer, started, &symbolic),
+        Err(()) => facts.templates.failed(&ask, started, &symbolic),
+    };
     Ok(AwsView {
         asgs,
         instances,
         templates,
+        drift_unknown,
     })
 }
 

@@ -331,6 +331,26 @@ impl TemplateFacts {
         }
     }
 
+    /// `asked` could not be read: asked again only after the floor (a
+    /// refused call is not repeated at every sync), what was known kept.
+    /// Answers what is known of `wanted`.
+    pub fn failed(
+        &self,
+        asked: &[TemplateKey],
+        asked_at: Instant,
+        wanted: &BTreeSet<TemplateKey>,
+    ) -> Vec<TemplateVersions> {
+        let mut known = self.lock();
+        for key in asked {
+            let kept = known.get(key).and_then(|(t, _)| t.clone());
+            known.insert(key.clone(), (kept, asked_at));
+        }
+        wanted
+            .iter()
+            .filter_map(|k| known.get(k).and_then(|(t, _)| t.clone()))
+            .collect()
+    }
+
     /// Keeps the answer to `asked` (a template absent from it is remembered
     /// as not found), and answers what is known of `wanted`.
     pub fn remember(
@@ -350,6 +370,51 @@ impl TemplateFacts {
             .filter_map(|k| known.get(k).and_then(|(t, _)| t.clone()))
             .collect()
     }
+}
+
+/// The DriftKnown condition: False while the launch templates the ASGs
+/// name cannot be read (`unknown` says why).
+pub fn set_drift_known(
+    status: &mut NodeGroupStatus,
+    unknown: Option<&str>,
+    generation: Option<i64>,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    let (state, reason, message) = match unknown {
+        None => (
+            ConditionStatus::True,
+            "Known",
+            "the launch templates the ASGs name are read".to_string(),
+        ),
+        Some(why) => (
+            ConditionStatus::False,
+            "LaunchTemplatesUnreadable",
+            format!(
+                "{why}; the drift of nodes whose ASG names a template's $Latest or $Default version is unknown, and each node's stays as last seen (does the manager's IAM policy allow ec2:DescribeLaunchTemplates?)"
+            ),
+        ),
+    };
+    set_condition(
+        &mut status.conditions,
+        crate::crd::condition::DRIFT_KNOWN,
+        state,
+        reason,
+        message,
+        generation,
+        now,
+    );
+}
+
+/// A member whose drift cannot be told now keeps what the previous status
+/// said of it: unknown is neither drifted nor not.
+pub fn keep_drifted(mut member: NodeStatus, previous: &[NodeStatus]) -> NodeStatus {
+    if member.drifted.is_none() {
+        member.drifted = previous
+            .iter()
+            .find(|p| p.name == member.name)
+            .and_then(|p| p.drifted.clone());
+    }
+    member
 }
 
 #[cfg(test)]

@@ -147,6 +147,11 @@ pub struct AwsView {
     pub instances: Vec<InstanceDescription>,
     /// The version numbers of the templates the ASGs name symbolically.
     pub templates: Vec<TemplateVersions>,
+    /// Why those versions could not be read now (DescribeLaunchTemplates
+    /// failed, as when the IAM policy lacks it), if so: `templates` then
+    /// holds only what was known before, and a member whose drift cannot
+    /// be told keeps what the previous status said.
+    pub drift_unknown: Option<String>,
 }
 
 /// Pure: the group's next status from what was observed. `previous` supplies
@@ -180,6 +185,10 @@ pub fn inventory_status<N: NodeView>(
         .filter(|n| membership.includes(*n) && !drift::detached_by_kops(*n, &aws.asgs))
         .map(|node| member_status(node, &instances, &asg_of, &drift_of))
         .map(|member| keep_unhealthy_since(member, &previous.nodes))
+        .map(|member| match &aws.drift_unknown {
+            Some(_) => drift::keep_drifted(member, &previous.nodes),
+            None => member,
+        })
         .collect();
     members.sort_by(|a, b| a.name.cmp(&b.name));
     let asg_statuses: Vec<AutoScalingGroupStatus> = group
@@ -355,6 +364,7 @@ fn set_conditions(
         generation,
         now,
     );
+    drift::set_drift_known(status, aws.drift_unknown.as_deref(), generation, now);
     let (open, reason, message) = circuit_breaker(
         &status.nodes,
         group
@@ -697,6 +707,7 @@ pub(crate) mod tests {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1", "i-2"], 2)],
             instances: vec![],
             templates: vec![],
+            drift_unknown: None,
         };
         let s = inventory_status(
             &g,
@@ -740,6 +751,7 @@ pub(crate) mod tests {
                 instance("i-3", "zone-d"),
             ],
             templates: vec![],
+            drift_unknown: None,
         };
         let s = inventory_status(&g, &nodes, &aws, &NodeGroupStatus::default(), t0());
         let names: Vec<_> = s.nodes.iter().map(|n| n.name.as_str()).collect();
@@ -776,6 +788,7 @@ pub(crate) mod tests {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1", "i-2"], 2)],
             instances: vec![],
             templates: vec![],
+            drift_unknown: None,
         };
         let s = inventory_status(
             &g,
@@ -797,6 +810,7 @@ pub(crate) mod tests {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1", "i-2"], 2)],
             instances: vec![instance("i-1", "zone-a"), instance("i-2", "zone-a")],
             templates: vec![],
+            drift_unknown: None,
         };
         let s = inventory_status(
             &g,
@@ -822,6 +836,7 @@ pub(crate) mod tests {
             asgs: vec![a],
             instances: vec![gone],
             templates: vec![],
+            drift_unknown: None,
         };
         let s = inventory_status::<Node>(&g, &[], &aws, &Default::default(), t0());
         assert!(s.not_joined.is_empty(), "{:?}", s.not_joined);
@@ -839,6 +854,7 @@ pub(crate) mod tests {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1)],
             instances: vec![instance("i-1", "zone-a")],
             templates: vec![],
+            drift_unknown: None,
         };
         let s = inventory_status(&g, &[bad, none, good], &aws, &Default::default(), t0());
         let bad = s.nodes.iter().find(|n| n.name == "bad").unwrap();
@@ -867,6 +883,7 @@ pub(crate) mod tests {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1)],
             instances: vec![instance("i-1", "zone-a")],
             templates: vec![],
+            drift_unknown: None,
         };
         let s = inventory_status::<Node>(&g, &[], &aws, &Default::default(), t0());
         let c = cond(&s, DEGRADED);
@@ -898,6 +915,7 @@ pub(crate) mod tests {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 2), failing],
             instances: vec![],
             templates: vec![],
+            drift_unknown: None,
         };
         // First seen behind: a launch in flight counts as launching; a
         // failed launch does not.
@@ -994,6 +1012,7 @@ pub(crate) mod tests {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1)],
             instances: vec![instance("i-1", "zone-a")],
             templates: vec![],
+            drift_unknown: None,
         };
         let nodes = [node("n1", "nodes-a", "zone-a", "i-1", true)];
         let first = inventory_status(&g, &nodes, &aws, &Default::default(), t0());
@@ -1014,6 +1033,7 @@ pub(crate) mod tests {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1"], 1)],
             instances: vec![],
             templates: vec![],
+            drift_unknown: None,
         };
         let before = inventory_status(
             &g,
@@ -1043,6 +1063,7 @@ pub(crate) mod tests {
             asgs: vec![asg("nodes-a", "nodes-a", "zone-a", &["i-1", "i-2"], 2)],
             instances: vec![instance("i-1", "zone-a"), instance("i-2", "zone-a")],
             templates: vec![],
+            drift_unknown: None,
         };
         let mut nodes = vec![
             node("n1", "nodes-a", "zone-a", "i-1", true),
@@ -1229,6 +1250,7 @@ pub(crate) mod tests {
                 asgs: described,
                 instances,
                 templates: vec![],
+                drift_unknown: None,
             };
             let status = inventory_status(&g, &nodes, &view, &previous, now);
             for member in &status.nodes {

@@ -236,6 +236,7 @@ mod tests {
             )],
             instances: vec![],
             templates: vec![],
+            drift_unknown: None,
         };
         let status = |n: &dyn Fn() -> NodeGroupStatus| n();
         let of_full = status(&|| {

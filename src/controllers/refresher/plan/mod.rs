@@ -245,12 +245,17 @@ pub fn plan(input: &Input) -> Plan {
         input,
         status: input.status.clone(),
         happenings: vec![],
+        paused: false,
     };
     let Step {
         command,
         message,
         requeue,
     } = planner.decide();
+    if !planner.paused {
+        // A run that steps (or none at all) is not paused.
+        planner.status.paused_since = None;
+    }
     let mut status = planner.status;
     status.message = Some(message.clone());
     Plan {
@@ -282,6 +287,8 @@ struct Planner<'a> {
     input: &'a Input<'a>,
     status: RefresherStatus,
     happenings: Vec<Happening>,
+    /// This step waits in a pause (`pause`): its start is kept.
+    paused: bool,
 }
 
 impl Planner<'_> {
@@ -306,7 +313,6 @@ impl Planner<'_> {
         if let Some(paused) = self.paused(settings) {
             return paused;
         }
-        self.status.paused_since = None;
         self.run(settings)
     }
 

@@ -64,10 +64,18 @@ impl Planner<'_> {
         settings: &ResolvedRefresh,
     ) -> Step {
         let now = self.input.group.now;
+        self.paused = true;
         let since = *self.status.paused_since.get_or_insert(now);
         let limit = after(since, settings.pause_timeout);
+        // Nodes the run itself took and is replacing are not a loss (a
+        // master, which has no surplus, while its replacement boots).
+        let replacing = self
+            .status
+            .batch()
+            .filter(|t| t.terminated.is_some())
+            .count() as i32;
         let (ready, desired) = (self.ready(), self.input.group.desired);
-        if ready < desired {
+        if ready + replacing < desired {
             return self.set_aside_paused(format!(
                 "{ready} of {desired} nodes Ready while it waits ({why}): the replenisher replaces them"
             ));
