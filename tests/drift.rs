@@ -477,3 +477,46 @@ async fn a_kops_rolling_update_of_the_masters_gets_no_aws_mutation_from_the_mana
     assert!(now.is_disjoint(&before), "every old master gone");
     assert_eq!(layout_of(&g.world, &g.kops.asgs).await, layout);
 }
+
+#[tokio::test]
+async fn without_describe_launch_templates_the_inventory_still_syncs_and_says_drift_is_unknown() {
+    use spot_node_manager::crd::condition::{ConditionStatus, DRIFT_KNOWN, find};
+    let s = started("drift-unknown").await;
+    // The manager's IAM policy lacks ec2:DescribeLaunchTemplates; then
+    // `kops update cluster` gives every template a new version.
+    s.world.deny_aws_action("DescribeLaunchTemplates").await;
+    s.world.kops_update_cluster(&s.kops).await;
+    let status = s
+        .status_where("DriftKnown False", |st| {
+            find(&st.conditions, DRIFT_KNOWN).is_some_and(|c| c.status == ConditionStatus::False)
+        })
+        .await;
+    let known = find(&status.conditions, DRIFT_KNOWN).expect("DriftKnown");
+    assert_eq!(known.reason, "LaunchTemplatesUnreadable");
+    assert!(
+        known.message.contains("UnauthorizedOperation")
+            && known.message.contains("ec2:DescribeLaunchTemplates"),
+        "{}",
+        known.message
+    );
+    assert_eq!(status.drifted_nodes, Some(0), "as last seen: none");
+    // Everything else still syncs: a lost node leaves the status and its
+    // replacement joins it.
+    let lost = s.world.asg_instances(&s.kops.asgs[0]).await.remove(0);
+    s.world.lose_instance(&lost).await;
+    let status = s
+        .status_where("the replacement Ready in the status", |st| {
+            st.ready_nodes == Some(3) && !st.nodes.iter().any(|n| n.name == lost)
+        })
+        .await;
+    assert!(
+        find(&status.conditions, DRIFT_KNOWN).is_some_and(|c| c.status == ConditionStatus::False),
+        "still unknown"
+    );
+    let synced = find(
+        &status.conditions,
+        spot_node_manager::crd::condition::INVENTORY_SYNCED,
+    )
+    .expect("InventorySynced");
+    assert_eq!(synced.status, ConditionStatus::True, "{}", synced.message);
+}

@@ -405,10 +405,14 @@ pub fn set_drift_known(
     );
 }
 
-/// A member whose drift cannot be told now keeps what the previous status
-/// said of it: unknown is neither drifted nor not.
-pub fn keep_drifted(mut member: NodeStatus, previous: &[NodeStatus]) -> NodeStatus {
-    if member.drifted.is_none() {
+/// While drift cannot be told (`unknown` says why), a member keeps what
+/// the previous status said of it: unknown is neither drifted nor not.
+pub fn keep_drifted(
+    mut member: NodeStatus,
+    unknown: Option<&str>,
+    previous: &[NodeStatus],
+) -> NodeStatus {
+    if unknown.is_some() && member.drifted.is_none() {
         member.drifted = previous
             .iter()
             .find(|p| p.name == member.name)

@@ -185,10 +185,7 @@ pub fn inventory_status<N: NodeView>(
         .filter(|n| membership.includes(*n) && !drift::detached_by_kops(*n, &aws.asgs))
         .map(|node| member_status(node, &instances, &asg_of, &drift_of))
         .map(|member| keep_unhealthy_since(member, &previous.nodes))
-        .map(|member| match &aws.drift_unknown {
-            Some(_) => drift::keep_drifted(member, &previous.nodes),
-            None => member,
-        })
+        .map(|member| drift::keep_drifted(member, aws.drift_unknown.as_deref(), &previous.nodes))
         .collect();
     members.sort_by(|a, b| a.name.cmp(&b.name));
     let asg_statuses: Vec<AutoScalingGroupStatus> = group
