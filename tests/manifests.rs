@@ -150,6 +150,47 @@ fn the_kustomize_base_installs_every_kubernetes_manifest() {
     );
 }
 
+#[test]
+fn the_roles_leases_are_the_ones_the_example_overlay_configures() {
+    let overlay = kustomize(&support::repo_root().join("overlays/example"));
+    let objects: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&overlay)
+        .map(|d| serde::Deserialize::deserialize(d).expect("a rendered object"))
+        .collect();
+    let of_kind = |kind: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"].as_str() == Some(kind))
+            .unwrap_or_else(|| panic!("no {kind} rendered"))
+    };
+    let config: serde_yaml::Value = serde_yaml::from_str(
+        of_kind("ConfigMap")["data"]["config.yaml"]
+            .as_str()
+            .expect("config.yaml"),
+    )
+    .expect("the manager's configuration");
+    let lease = config["leaderElection"]["leaseName"]
+        .as_str()
+        .expect("leaderElection.leaseName");
+    let granted = of_kind("Role")["rules"]
+        .as_sequence()
+        .expect("rules")
+        .iter()
+        .filter(|r| r["resources"][0].as_str() == Some("leases"))
+        .flat_map(|r| {
+            r["resourceNames"]
+                .as_sequence()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|n| n.as_str().map(str::to_string).expect("a name"))
+        .collect::<Vec<String>>();
+    assert_eq!(
+        granted,
+        [lease.to_string(), format!("{lease}-disruptions")],
+        "the Role grants the Leases the manager uses: the leader's and the disruption slots'"
+    );
+}
+
 #[tokio::test]
 async fn the_kustomize_base_and_the_example_overlay_apply_cleanly() {
     let world = support::World::new("manifests").await;
@@ -236,6 +277,25 @@ async fn the_kustomize_base_and_the_example_overlay_apply_cleanly() {
         .await,
         "the manager must not be able to delete the user's NodeGroups"
     );
+    // Verbs it never uses are not granted: it applies (patch), never
+    // replaces (update), and never reads a status subresource alone.
+    for (verb, resource) in [
+        ("update", "refreshers"),
+        ("update", "replenishers/status"),
+        ("get", "nodegroups/status"),
+    ] {
+        assert!(
+            !allowed(
+                &client,
+                verb,
+                "nodemanager.dev",
+                resource,
+                &Some("spot-node-manager")
+            )
+            .await,
+            "{verb} {resource} must not be granted"
+        );
+    }
     // Its own Lease, and no other one in its namespace.
     let ns = Some("spot-node-manager");
     for verb in ["get", "update"] {

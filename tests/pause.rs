@@ -98,6 +98,7 @@ async fn a_spot_loss_while_a_run_waits_is_replenished_at_once() {
         world,
         kops,
         groups,
+        manager: _manager,
         config: _config,
         sim: _sim,
         ..

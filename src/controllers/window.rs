@@ -1,14 +1,9 @@
 //! Maintenance windows, evaluated: whether voluntary disruption may start
 //! (or take its next node) at an instant, and until when. Pure.
 
-use crate::controllers::refresher::schedule::next_run;
+use crate::controllers::refresher::schedule::{last_run, next_run};
 use crate::crd::nodegroup::ResolvedDisruption;
 use chrono::{DateTime, Utc};
-
-/// The most firings looked at per window per evaluation: a window every
-/// minute lasting a week is 10080; beyond the cap the window counts as open
-/// until the last firing seen plus its duration.
-const MOST_FIRINGS: usize = 20_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WindowState {
@@ -70,7 +65,10 @@ impl WindowState {
     }
 }
 
-/// The windows at `now`: open while some window fired at most its duration ago.
+/// The windows at `now`: open while some window fired at most its duration
+/// ago, until the latest such firing's end. Two cron steps per window (its
+/// last firing, its next), whatever the schedule and the duration: the cost
+/// of an evaluation is bounded by the number of windows.
 pub fn window_state(disruption: &ResolvedDisruption, now: DateTime<Utc>) -> WindowState {
     if disruption.windows.is_empty() {
         return WindowState::Always;
@@ -82,19 +80,12 @@ pub fn window_state(disruption: &ResolvedDisruption, now: DateTime<Utc>) -> Wind
         let Ok(span) = chrono::Duration::from_std(*duration) else {
             continue;
         };
-        // Firings in (now - duration, now] keep the window open.
-        let mut t = now.checked_sub_signed(span).unwrap_or(now);
-        for _ in 0..MOST_FIRINGS {
-            let Some(fired) = next_run(schedule, tz, t) else {
-                break;
-            };
-            if fired > now {
-                opens = Some(opens.map_or(fired, |o| o.min(fired)));
-                break;
-            }
+        if let Some(fired) = last_run(schedule, tz, now) {
             let end = fired.checked_add_signed(span).unwrap_or(fired);
             closes = Some(closes.map_or(end, |c| c.max(end)));
-            t = fired;
+        }
+        if let Some(next) = next_run(schedule, tz, now) {
+            opens = Some(opens.map_or(next, |o| o.min(next)));
         }
     }
     match closes {
@@ -254,5 +245,78 @@ mod once_tests {
             schedule_meets_a_window(&once, chrono_tz::UTC, &w, now, 20),
             Some(false)
         );
+    }
+
+    /// The windows at `now` by walking every firing since `now - duration`
+    /// (the evaluation before the backward step): the oracle the bounded
+    /// evaluation must agree with.
+    fn walked(disruption: &ResolvedDisruption, now: DateTime<Utc>) -> WindowState {
+        let tz = disruption.time_zone;
+        let (mut closes, mut opens) = (None::<DateTime<Utc>>, None::<DateTime<Utc>>);
+        for (schedule, duration) in &disruption.windows {
+            let span = chrono::Duration::from_std(*duration).expect("span");
+            let mut t = now - span;
+            while let Some(fired) = next_run(schedule, tz, t) {
+                if fired > now {
+                    opens = Some(opens.map_or(fired, |o| o.min(fired)));
+                    break;
+                }
+                let end = fired + span;
+                closes = Some(closes.map_or(end, |c| c.max(end)));
+                t = fired;
+            }
+        }
+        match closes {
+            Some(c) if c > now => WindowState::Open { closes: c },
+            _ => WindowState::Closed { opens },
+        }
+    }
+
+    fn windows(list: &[(&str, u64)], zone: chrono_tz::Tz) -> ResolvedDisruption {
+        ResolvedDisruption {
+            windows: list
+                .iter()
+                .map(|(s, secs)| {
+                    let schedule = parse_schedule(s).expect("cron");
+                    (schedule, std::time::Duration::from_secs(*secs))
+                })
+                .collect(),
+            time_zone: zone,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn two_cron_steps_per_window_agree_with_walking_every_firing() {
+        use chrono_tz::America::New_York;
+        use chrono_tz::Asia::Tokyo;
+        let utc = |d, h, mi| Utc.with_ymd_and_hms(2026, 6, d, h, mi, 0).unwrap();
+        let cases = [
+            windows(&[("* * * * *", 3600)], chrono_tz::UTC),
+            windows(&[("*/7 * * * *", 600), ("0 2 * * 1-5", 4 * 3600)], Tokyo),
+            // Across New York's spring-forward and fall-back nights.
+            windows(
+                &[("30 1 * * *", 3 * 3600), ("0 2 * * *", 2 * 3600)],
+                New_York,
+            ),
+            windows(
+                &[("0 0 1 1 *", 60), ("15 4 * * Sun", 168 * 3600)],
+                chrono_tz::UTC,
+            ),
+        ];
+        let starts = [
+            utc(1, 0, 0),
+            Utc.with_ymd_and_hms(2026, 3, 7, 20, 0, 0).unwrap(),
+            Utc.with_ymd_and_hms(2026, 10, 31, 20, 0, 0).unwrap(),
+        ];
+        for (i, w) in cases.iter().enumerate() {
+            for start in starts {
+                // Every 13 minutes over two days.
+                for step in 0..(2 * 24 * 60 / 13) {
+                    let now = start + chrono::Duration::minutes(13 * step);
+                    assert_eq!(window_state(w, now), walked(w, now), "case {i} at {now}");
+                }
+            }
+        }
     }
 }

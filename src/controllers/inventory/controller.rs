@@ -123,21 +123,24 @@ pub async fn observe_aws<N: NodeView>(
         false => facts.templates.to_ask(&symbolic, started),
     };
     // A failure (an IAM policy without ec2:DescribeLaunchTemplates) leaves
-    // drift unknown; everything else syncs as before.
-    let (answer, drift_unknown) = match ask.is_empty() {
-        true => (Ok(vec![]), None),
+    // drift unknown until an ask succeeds; everything else syncs as before.
+    let templates = match ask.is_empty() {
+        true => facts.templates.remember(&ask, vec![], started, &symbolic),
         false => match cloud.template_versions(&ask).await {
-            Ok(answer) => (Ok(answer), None),
+            Ok(answer) => facts.templates.remember(&ask, answer, started, &symbolic),
             Err(e) => {
                 tracing::warn!(error = %e, "launch templates unreadable: drift unknown");
-                (Err(()), Some(e.to_string()))
+                let why = match &e {
+                    Error::Aws {
+                        code: Some(code), ..
+                    } => format!("{e} ({code})"),
+                    _ => e.to_string(),
+                };
+                facts.templates.failed(&ask, &why, started, &symbolic)
             }
         },
     };
-    let templates = match answer {
-        Ok(answer) => facts.templates.remember(&ask, answer, started, &symbolic),
-        Err(()) => facts.templates.failed(&ask, started, &symbolic),
-    };
+    let drift_unknown = facts.templates.unreadable(&symbolic);
     Ok(AwsView {
         asgs,
         instances,

@@ -291,15 +291,14 @@ pub const KOPS_ROLLING_UPDATE: &str = "KopsRollingUpdate";
 /// Template version numbers asked so far, shared by every group's sync.
 pub struct TemplateFacts {
     known: Mutex<Known>,
+    /// Templates whose last ask failed, and why (until one succeeds).
+    unreadable: Mutex<BTreeMap<TemplateKey, String>>,
     floor: Duration,
 }
 
 impl Default for TemplateFacts {
     fn default() -> Self {
-        Self {
-            known: Mutex::default(),
-            floor: TEMPLATE_FLOOR,
-        }
+        Self::for_floor(TEMPLATE_FLOOR)
     }
 }
 
@@ -307,10 +306,26 @@ impl TemplateFacts {
     /// Kept for eleven sixths of `resync`: every other resync asks (a
     /// minute gives [`TEMPLATE_FLOOR`]).
     pub fn for_resync(resync: Duration) -> Self {
+        Self::for_floor(resync * 11 / 6)
+    }
+
+    fn for_floor(floor: Duration) -> Self {
         Self {
             known: Mutex::default(),
-            floor: resync * 11 / 6,
+            unreadable: Mutex::default(),
+            floor,
         }
+    }
+
+    fn unreadable_keys(&self) -> std::sync::MutexGuard<'_, BTreeMap<TemplateKey, String>> {
+        self.unreadable.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Why some of `wanted` could not be read at their last ask, if so:
+    /// drift is unknown until a later ask succeeds.
+    pub fn unreadable(&self, wanted: &BTreeSet<TemplateKey>) -> Option<String> {
+        let failed = self.unreadable_keys();
+        wanted.iter().find_map(|k| failed.get(k).cloned())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Known> {
@@ -331,15 +346,22 @@ impl TemplateFacts {
         }
     }
 
-    /// `asked` could not be read: asked again only after the floor (a
-    /// refused call is not repeated at every sync), what was known kept.
-    /// Answers what is known of `wanted`.
+    /// `asked` could not be read (`why`): asked again only after the floor
+    /// (a refused call is not repeated at every sync), what was known kept,
+    /// each unreadable until an ask succeeds. Answers what is known of
+    /// `wanted`.
     pub fn failed(
         &self,
         asked: &[TemplateKey],
+        why: &str,
         asked_at: Instant,
         wanted: &BTreeSet<TemplateKey>,
     ) -> Vec<TemplateVersions> {
+        let mut failed = self.unreadable_keys();
+        for key in asked {
+            failed.insert(key.clone(), why.to_string());
+        }
+        drop(failed);
         let mut known = self.lock();
         for key in asked {
             let kept = known.get(key).and_then(|(t, _)| t.clone());
@@ -360,6 +382,11 @@ impl TemplateFacts {
         asked_at: Instant,
         wanted: &BTreeSet<TemplateKey>,
     ) -> Vec<TemplateVersions> {
+        let mut failed = self.unreadable_keys();
+        for key in asked {
+            failed.remove(key);
+        }
+        drop(failed);
         let mut known = self.lock();
         for key in asked {
             let found = answer.iter().find(|t| t.is(key)).cloned();
@@ -602,5 +629,58 @@ mod tests {
         fast.remember(&asked, vec![], t0, &wanted);
         assert!(fast.to_ask(&wanted, t0 + Duration::from_secs(2)).is_empty());
         assert_eq!(fast.to_ask(&wanted, t0 + Duration::from_secs(4)).len(), 2);
+    }
+
+    #[test]
+    fn an_unreadable_template_keeps_what_was_known_is_asked_after_its_floor_and_says_why() {
+        let facts = TemplateFacts::default();
+        let t0 = Instant::now();
+        let wanted: BTreeSet<TemplateKey> =
+            [TemplateKey::Name("a".into()), TemplateKey::Name("b".into())].into();
+        let asked = facts.to_ask(&wanted, t0);
+        facts.remember(&asked, vec![versions("a", 2, 1)], t0, &wanted);
+        assert_eq!(facts.unreadable(&wanted), None);
+        // The IAM policy loses the action.
+        let later = t0 + TEMPLATE_FLOOR;
+        let asked = facts.to_ask(&wanted, later);
+        let known = facts.failed(&asked, "UnauthorizedOperation", later, &wanted);
+        assert_eq!(known, vec![versions("a", 2, 1)], "what was known is kept");
+        assert_eq!(
+            facts.unreadable(&wanted).as_deref(),
+            Some("UnauthorizedOperation")
+        );
+        // Not asked again at every sync, and still unknown meanwhile.
+        assert!(facts.to_ask(&wanted, later + TEMPLATE_FLOOR / 2).is_empty());
+        assert!(facts.unreadable(&wanted).is_some());
+        // Readable again: known.
+        let again = later + TEMPLATE_FLOOR;
+        let asked = facts.to_ask(&wanted, again);
+        assert_eq!(asked.len(), 2);
+        facts.remember(&asked, vec![versions("a", 3, 1)], again, &wanted);
+        assert_eq!(facts.unreadable(&wanted), None);
+    }
+
+    #[test]
+    fn while_drift_is_unknown_a_node_keeps_its_last_drift() {
+        let node = |drifted: Option<&str>| {
+            let mut n: NodeStatus = serde_json::from_value(
+                serde_json::json!({"name": "a", "ready": true, "unschedulable": false}),
+            )
+            .expect("node status");
+            n.drifted = drifted.map(str::to_string);
+            n
+        };
+        let previous = [node(Some(
+            "launch template t version 1, its ASG launches version 2",
+        ))];
+        assert_eq!(
+            keep_drifted(node(None), Some("denied"), &previous),
+            previous[0]
+        );
+        assert_eq!(
+            keep_drifted(node(None), None, &previous),
+            node(None),
+            "known: not drifted"
+        );
     }
 }

@@ -28,6 +28,35 @@ pub fn next_run(schedule: &cron::Schedule, tz: Tz, after: DateTime<Utc>) -> Opti
         .find(|t| *t > after)
 }
 
+/// The schedule's latest firing at or before `at`, by the same wall-clock
+/// rules as [`next_run`]; None when it never fired (or `at` lies outside
+/// any calendar). Steps back over the firings within an hour of `at`'s
+/// wall-clock time (a daylight-saving shift moves wall clocks by at most
+/// that), not over every firing since some start.
+pub fn last_run(schedule: &cron::Schedule, tz: Tz, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    if !(2..=9999).contains(&at.year()) {
+        return None;
+    }
+    let local = at.with_timezone(&tz).naive_local();
+    let shift = chrono::Duration::hours(1);
+    let mut latest: Option<DateTime<Utc>> = None;
+    // From just past the latest wall-clock time that can still be `at` or
+    // earlier (the repeated hour), back to the earliest that can be later.
+    for naive in schedule
+        .after(&Utc.from_utc_datetime(&(local + shift + chrono::Duration::seconds(1))))
+        .rev()
+    {
+        let naive = naive.naive_utc();
+        if let Some(t) = to_instant(tz, naive).filter(|t| *t <= at) {
+            latest = Some(latest.map_or(t, |l| l.max(t)));
+        }
+        if naive < local - shift {
+            break;
+        }
+    }
+    latest
+}
+
 fn to_instant(tz: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
     match tz.from_local_datetime(&local) {
         chrono::LocalResult::Single(t) => Some(t.with_timezone(&Utc)),
