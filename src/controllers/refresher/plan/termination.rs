@@ -35,7 +35,11 @@ impl Planner<'_> {
             ready_besides,
             needed,
         } = self.removal_safety(&target);
-        if safe {
+        // The authority refuses it now (another master went down since):
+        // its guard would refuse the call at every step. Taken back, the
+        // node is drained again, where the refusal sets the run aside.
+        let refused = self.refused(&target);
+        if safe && refused.is_none() {
             let message = format!("terminating {}", target.instance_id);
             return Step::act(Command::Terminate(target), message, SOON);
         }
@@ -51,13 +55,13 @@ impl Planner<'_> {
         if target.purpose == TargetPurpose::Replace && lead {
             self.status.phase = RefreshPhase::Draining;
         }
-        Step::wait(
-            format!(
-                "holding {}: terminating it now would leave {ready_besides} Ready, fewer than {needed}",
-                target.instance_id
-            ),
-            SOON,
-        )
+        let why = match refused {
+            Some(blocked) => format!("refusing to {blocked}"),
+            None => {
+                format!("terminating it now would leave {ready_besides} Ready, fewer than {needed}")
+            }
+        };
+        Step::wait(format!("holding {}: {why}", target.instance_id), SOON)
     }
 }
 

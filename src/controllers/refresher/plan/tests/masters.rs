@@ -184,3 +184,39 @@ fn a_master_run_is_set_aside_while_another_groups_master_is_down_and_resumes_aft
     assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
     assert_eq!(sim.terminated.len(), 3);
 }
+
+#[test]
+fn a_master_termination_recorded_before_a_restart_is_not_made_once_another_master_is_down() {
+    use crate::controllers::authority::{ControlPlane, DownWhy, MasterDown};
+    let mut sim = Sim::new(Role::Master, 3, 1, 0);
+    // The manager dies between recording its first termination and making it.
+    for _ in 0..50 {
+        sim.step_with(Some(Crash::BeforeTermination));
+        if sim.status.batch().any(|t| t.terminated.is_some()) {
+            break;
+        }
+        sim.all_join_and_ready();
+        sim.advance(1);
+    }
+    assert!(sim.status.batch().any(|t| t.terminated.is_some()));
+    assert!(sim.terminated.is_empty(), "recorded, not made");
+    // Meanwhile a master of another group died.
+    sim.masters_elsewhere = ControlPlane {
+        expected: 1,
+        ready: Default::default(),
+        down: vec![MasterDown {
+            group: "masters-y".into(),
+            instance: Some("i-y".into()),
+            why: DownWhy::NotReady,
+        }],
+    };
+    let plan = sim.step(false);
+    assert!(plan.message.contains("refusing"), "{}", plan.message);
+    for _ in 0..10 {
+        sim.step(false);
+        sim.advance(1);
+    }
+    assert!(sim.terminated.is_empty(), "no second master down by our hand");
+    assert!(sim.status.pending_run.is_some(), "the run set aside");
+    assert_eq!(sim.lock, LockState::Free);
+}
