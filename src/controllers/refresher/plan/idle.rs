@@ -54,7 +54,10 @@ impl Planner<'_> {
         // Another group's master coming back: a due master run waits for
         // it (as for a slot), never skipped.
         if let Some(why) = self.control_plane_not_whole() {
-            return Some(Step::wait(format!("due; waiting: {why}"), SOON));
+            // Without the lock (taken for a start a master then stopped):
+            // the other group's repair, and this group's, may need it.
+            let message = format!("due; waiting: {why}");
+            return Some(Step::act(self.release_if_ours(), message, SOON));
         }
         if let Some(why) = self.start_blocker() {
             return Some(self.skip(why, settings));

@@ -216,7 +216,10 @@ fn a_master_termination_recorded_before_a_restart_is_not_made_once_another_maste
         sim.step(false);
         sim.advance(1);
     }
-    assert!(sim.terminated.is_empty(), "no second master down by our hand");
+    assert!(
+        sim.terminated.is_empty(),
+        "no second master down by our hand"
+    );
     assert!(sim.status.pending_run.is_some(), "the run set aside");
     assert_eq!(sim.lock, LockState::Free);
 }

@@ -2,6 +2,7 @@ mod batches;
 mod disruption;
 mod drift;
 mod failures;
+mod liveness;
 mod masters;
 mod pauses;
 mod restarts;
@@ -400,6 +401,27 @@ impl Sim {
         }
     }
 
+    /// One master of another group, down (NotReady) or Ready.
+    fn master_elsewhere(&mut self, down: bool) {
+        use crate::controllers::authority::{ControlPlane, DownWhy, MasterDown};
+        let id = "i-elsewhere".to_string();
+        self.masters_elsewhere = ControlPlane {
+            expected: 1,
+            ready: match down {
+                true => Default::default(),
+                false => [id.clone()].into(),
+            },
+            down: match down {
+                true => vec![MasterDown {
+                    group: "masters-elsewhere".into(),
+                    instance: Some(id),
+                    why: DownWhy::NotReady,
+                }],
+                false => vec![],
+            },
+        };
+    }
+
     fn advance(&mut self, secs: i64) {
         self.now += chrono::Duration::seconds(secs);
     }
@@ -489,6 +511,22 @@ impl Sim {
                 }
             }
             Event::Tick(s) => self.advance(s),
+            Event::Breaker(open) => {
+                self.breaker = open.then(|| "2 of 3 node(s) NotReady".to_string());
+            }
+            Event::Dies(k) => {
+                let alive: Vec<String> = self
+                    .instances
+                    .iter()
+                    .map(|i| Sim::node_name(&i.id))
+                    .filter(|n| !self.dead.contains(n))
+                    .collect();
+                if let Some(n) = alive.get(k % alive.len().max(1)) {
+                    self.dead.push(n.clone());
+                }
+            }
+            Event::Recover => self.dead.clear(),
+            Event::MasterElsewhere(down) => self.master_elsewhere(down),
             Event::Window(open) => {
                 let then = self.now + chrono::Duration::hours(1);
                 self.window = match open {
@@ -683,4 +721,12 @@ enum Event {
     Tick(i64),
     /// The maintenance windows open (true) or close, for an hour.
     Window(bool),
+    /// The group's circuit breaker opens (true) or closes: a run pauses.
+    Breaker(bool),
+    /// A node's kubelet dies for good (NotReady a day already).
+    Dies(usize),
+    /// Every dead kubelet comes back.
+    Recover,
+    /// A master of another group goes down (true) or is Ready again.
+    MasterElsewhere(bool),
 }
