@@ -32,6 +32,13 @@ pub enum Error {
     NotLeader,
     #[error("invalid object: {0}")]
     InvalidObject(String),
+    /// A safety check refused a mutation: `check` names which (a fixed
+    /// label, `controllers::guard::Refusal::check`), `message` what it saw.
+    #[error("refusing to {message}")]
+    Refused {
+        check: &'static str,
+        message: String,
+    },
     #[error("admin server: {0}")]
     Admin(#[source] std::io::Error),
     /// A reconcile panicked; contained to that object and retried later.
@@ -58,6 +65,7 @@ impl Error {
             Error::Serialization { .. } => "serialization",
             Error::NotLeader => "not_leader",
             Error::InvalidObject(_) => "invalid_object",
+            Error::Refused { check, .. } => check,
             Error::Admin(_) => "admin",
             Error::Panicked { .. } => "panic",
         }

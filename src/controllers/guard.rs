@@ -157,10 +157,39 @@ impl std::fmt::Display for Refusal {
     }
 }
 
+impl Refusal {
+    /// Which check refused, as a fixed label (metrics, logs): the error's
+    /// category, so a refusal stays typed all the way to the metric.
+    pub fn check(&self) -> &'static str {
+        match self {
+            Refusal::OutsideARun => "refused_outside_a_run",
+            Refusal::NotTheGroupsAsg { .. } => "refused_not_the_groups_asg",
+            Refusal::NotTheGroupsNode { .. } => "refused_not_the_groups_node",
+            Refusal::AboveMax { .. } => "refused_above_max",
+            Refusal::StaleCount { .. } => "refused_stale_count",
+            Refusal::AwsWouldPickAVictim { .. } => "refused_aws_would_pick_a_victim",
+            Refusal::NotActive { .. } => "refused_not_active",
+            Refusal::NotPlanned { .. } => "refused_not_planned",
+            Refusal::TerminationNotRecorded { .. } => "refused_termination_not_recorded",
+            Refusal::NotAboveRecordedCount { .. } => "refused_not_above_recorded_count",
+            Refusal::TooFewReady { .. } => "refused_too_few_ready",
+            Refusal::HasANode { .. } => "refused_has_a_node",
+            Refusal::DecrementAtMin { .. } => "refused_decrement_at_min",
+            Refusal::NotReclaimed { .. } => "refused_not_reclaimed",
+            Refusal::NotUnhealthy { .. } => "refused_not_unhealthy",
+            Refusal::BreakerOpen { .. } => "refused_breaker_open",
+            Refusal::Authority(blocked) => blocked.check(),
+        }
+    }
+}
+
 impl From<Refusal> for Error {
     fn from(refusal: Refusal) -> Error {
-        tracing::warn!(%refusal, "safety check");
-        Error::InvalidObject(format!("refusing to {refusal}"))
+        tracing::warn!(%refusal, check = refusal.check(), "safety check");
+        Error::Refused {
+            check: refusal.check(),
+            message: refusal.to_string(),
+        }
     }
 }
 
@@ -255,4 +284,31 @@ pub fn desired_changes(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::authority::Blocked;
+
+    #[test]
+    fn a_refusal_stays_typed_in_the_errors_category() {
+        let refused: Error = Refusal::TooFewReady {
+            instance: "i-1".into(),
+            ready_besides: 1,
+            needed: 2,
+        }
+        .into();
+        assert_eq!(refused.category(), "refused_too_few_ready");
+        assert_eq!(
+            refused.to_string(),
+            "refusing to terminate i-1: 1 other Ready node(s), 2 needed"
+        );
+        let blocked: Error = Refusal::Authority(Blocked::ControlPlaneUnobserved {
+            instance: "m-a".into(),
+        })
+        .into();
+        assert_eq!(blocked.category(), "refused_control_plane_unobserved");
+        assert!(!blocked.is_expected_contention());
+    }
 }

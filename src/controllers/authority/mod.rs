@@ -139,6 +139,14 @@ impl Blocked {
         }
     }
 
+    /// As a fixed label of the refusing check (the error's category).
+    pub fn check(&self) -> &'static str {
+        match self {
+            Blocked::OtherMastersDown { .. } => "refused_other_masters_down",
+            Blocked::ControlPlaneUnobserved { .. } => "refused_control_plane_unobserved",
+        }
+    }
+
     /// Only the user can end this refusal (see `needs_user` above).
     pub fn needs_user(&self) -> bool {
         matches!(
