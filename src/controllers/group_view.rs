@@ -244,15 +244,19 @@ pub enum Fate {
 }
 
 impl Fate {
-    /// From the notice's kind (the interruption handler's metric label).
+    /// From the notice's kind.
     pub fn of(interruption: &crate::crd::nodegroup::NodeInterruption) -> Fate {
-        match interruption.kind.as_str() {
-            "spot_interruption" | "scheduled_change" => Fate::Reclaimed {
+        use crate::crd::nodegroup::NoticeClass;
+        match interruption.class() {
+            NoticeClass::SpotInterruption | NoticeClass::ScheduledChange => Fate::Reclaimed {
                 deadline: interruption.deadline,
                 drained: interruption.drained.is_some(),
             },
-            "rebalance_recommendation" => Fate::AtRisk,
-            _ => Fate::Lost,
+            NoticeClass::RebalanceRecommendation => Fate::AtRisk,
+            NoticeClass::StateChange
+            | NoticeClass::ScheduledMaintenance
+            | NoticeClass::TerminateLifecycleAction
+            | NoticeClass::Unknown => Fate::Lost,
         }
     }
 }

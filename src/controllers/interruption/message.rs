@@ -10,6 +10,7 @@
 //!   also wrapped in an SNS envelope (`Message` holding the JSON as a string),
 //!   and its `autoscaling:TEST_NOTIFICATION`.
 
+use crate::crd::nodegroup::NoticeClass;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
@@ -40,16 +41,21 @@ pub enum NoticeKind {
 }
 
 impl NoticeKind {
+    /// What it is, without its details (recorded on the node as its label).
+    pub fn class(&self) -> NoticeClass {
+        match self {
+            NoticeKind::SpotInterruption => NoticeClass::SpotInterruption,
+            NoticeKind::RebalanceRecommendation => NoticeClass::RebalanceRecommendation,
+            NoticeKind::StateChange(_) => NoticeClass::StateChange,
+            NoticeKind::ScheduledChange { .. } => NoticeClass::ScheduledChange,
+            NoticeKind::ScheduledMaintenance { .. } => NoticeClass::ScheduledMaintenance,
+            NoticeKind::TerminateLifecycleAction(_) => NoticeClass::TerminateLifecycleAction,
+        }
+    }
+
     /// Metric label.
     pub fn label(&self) -> &'static str {
-        match self {
-            NoticeKind::SpotInterruption => "spot_interruption",
-            NoticeKind::RebalanceRecommendation => "rebalance_recommendation",
-            NoticeKind::StateChange(_) => "state_change",
-            NoticeKind::ScheduledChange { .. } => "scheduled_change",
-            NoticeKind::ScheduledMaintenance { .. } => "scheduled_maintenance",
-            NoticeKind::TerminateLifecycleAction(_) => "terminate_lifecycle_action",
-        }
+        self.class().label()
     }
 
     /// The node will be lost: cordon and drain it now. (A rebalance

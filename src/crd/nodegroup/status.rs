@@ -173,6 +173,57 @@ pub struct NodeInterruption {
     pub drained: Option<DateTime<Utc>>,
 }
 
+/// The kind of a notice recorded on a node (`NodeInterruption::kind`, the
+/// interruption handler's metric label), typed: what a plan decides from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeClass {
+    SpotInterruption,
+    RebalanceRecommendation,
+    StateChange,
+    ScheduledChange,
+    ScheduledMaintenance,
+    TerminateLifecycleAction,
+    /// A kind this version does not know (written by a newer one).
+    Unknown,
+}
+
+impl NoticeClass {
+    const ALL: [NoticeClass; 6] = [
+        NoticeClass::SpotInterruption,
+        NoticeClass::RebalanceRecommendation,
+        NoticeClass::StateChange,
+        NoticeClass::ScheduledChange,
+        NoticeClass::ScheduledMaintenance,
+        NoticeClass::TerminateLifecycleAction,
+    ];
+
+    /// The label recorded in status and used in metrics.
+    pub const fn label(self) -> &'static str {
+        match self {
+            NoticeClass::SpotInterruption => "spot_interruption",
+            NoticeClass::RebalanceRecommendation => "rebalance_recommendation",
+            NoticeClass::StateChange => "state_change",
+            NoticeClass::ScheduledChange => "scheduled_change",
+            NoticeClass::ScheduledMaintenance => "scheduled_maintenance",
+            NoticeClass::TerminateLifecycleAction => "terminate_lifecycle_action",
+            NoticeClass::Unknown => "unknown",
+        }
+    }
+
+    pub fn of_label(label: &str) -> NoticeClass {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.label() == label)
+            .unwrap_or(NoticeClass::Unknown)
+    }
+}
+
+impl NodeInterruption {
+    pub fn class(&self) -> NoticeClass {
+        NoticeClass::of_label(&self.kind)
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NotJoinedInstance {
@@ -281,5 +332,21 @@ impl NodeGroup {
                 && c.reason == ASG_CONFLICT)
                 .then(|| c.message.clone())
         })
+    }
+}
+
+#[cfg(test)]
+mod notice_tests {
+    use super::NoticeClass;
+
+    #[test]
+    fn every_notice_class_round_trips_through_its_recorded_label() {
+        for class in NoticeClass::ALL {
+            assert_eq!(NoticeClass::of_label(class.label()), class);
+        }
+        assert_eq!(
+            NoticeClass::of_label("from_a_newer_manager"),
+            NoticeClass::Unknown
+        );
     }
 }
