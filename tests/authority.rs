@@ -59,12 +59,7 @@ async fn steady(world: &World, names: &[(String, i32)], wait: Duration) {
 
 async fn node_ready(world: &World, name: &str) -> bool {
     let nodes: Api<Node> = Api::all(world.client.clone());
-    let Ok(Some(node)) = nodes.get_opt(name).await else {
-        return false;
-    };
-    node.status
-        .and_then(|s| s.conditions)
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    matches!(nodes.get_opt(name).await, Ok(Some(node)) if support::refresh::is_ready(&node))
 }
 
 /// Master A dies and is repaired; the moment A is terminated, master B

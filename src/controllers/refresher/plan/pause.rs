@@ -108,13 +108,7 @@ impl Planner<'_> {
             );
         }
         self.set_aside();
-        let remaining = self
-            .status
-            .pending_run
-            .as_ref()
-            .map_or(0, |p| p.remaining.len());
-        self.clear_run();
-        self.status.trigger = None;
+        let remaining = self.close_leg();
         self.happenings.push(Happening::SetAside {
             remaining,
             opens: None,

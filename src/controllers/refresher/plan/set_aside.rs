@@ -77,9 +77,9 @@ impl Planner<'_> {
         super::authority(target, self.status.trigger, group.role, group.control_plane).err()
     }
 
-    /// The surplus of a run set aside is gone: the leg ends without a
-    /// result (the run is not over), the lock and slot are given back.
-    pub(super) fn end_leg(&mut self) -> Step {
+    /// Forgets the leg of a run set aside (its rest is in `pendingRun`):
+    /// how many nodes are left.
+    pub(super) fn close_leg(&mut self) -> usize {
         let remaining = self
             .status
             .pending_run
@@ -87,6 +87,13 @@ impl Planner<'_> {
             .map_or(0, |p| p.remaining.len());
         self.clear_run();
         self.status.trigger = None;
+        remaining
+    }
+
+    /// The surplus of a run set aside is gone: the leg ends without a
+    /// result (the run is not over), the lock and slot are given back.
+    pub(super) fn end_leg(&mut self) -> Step {
+        let remaining = self.close_leg();
         let opens = self.input.window.opens();
         // Set aside in an open window: the authority stopped it.
         let why = match self.input.window.closed_reason() {

@@ -374,8 +374,20 @@ fn plan_inner(input: &Input) -> Plan {
             )
         });
     plan.repair_held = repair_held(&stage);
+    // A master waiting for another group's master is not woken when that
+    // one comes back (another group's status): it looks again soon.
+    if plan
+        .repair_held
+        .as_ref()
+        .is_some_and(|h| h.reason == "OtherMastersNotReady")
+    {
+        plan.requeue = plan.requeue.min(AUTHORITY_RECHECK);
+    }
     plan
 }
+
+/// How soon a master repair the authority holds back is looked at again.
+const AUTHORITY_RECHECK: Duration = Duration::from_secs(10);
 
 /// The NodeGroup is being deleted; its finalizer waits until nothing is
 /// under way here. A scale-in whose termination is recorded is finished (the

@@ -324,6 +324,11 @@ fn a_dead_master_waits_while_another_groups_master_boots_and_says_why() {
         "{}",
         held.message
     );
+    assert!(
+        p.requeue <= Duration::from_secs(10),
+        "looked at again soon: another group's master does not wake it ({:?})",
+        p.requeue
+    );
 }
 
 #[test]
