@@ -4,6 +4,8 @@
 use crate::clock::Clock;
 use crate::cloud::CloudProvider;
 use crate::config::Settings;
+use crate::crd::condition::Condition;
+use crate::events::Reason;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::mutation::Mutations;
@@ -120,12 +122,26 @@ impl Context {
         &self,
         on: &ObjectReference,
         type_: EventType,
-        reason: &str,
+        reason: Reason,
         action: &str,
         note: String,
     ) {
         self.event_related(on, None, type_, reason, action, note)
             .await
+    }
+
+    /// A Warning Event named by a condition's own reason, when the
+    /// condition turns bad (see [`crate::events::ConditionEvent`]).
+    pub async fn condition_event(&self, on: &ObjectReference, condition: &Condition, action: &str) {
+        self.publish(
+            on,
+            None,
+            EventType::Warning,
+            &condition.reason,
+            action,
+            condition.message.clone(),
+        )
+        .await
     }
 
     /// [`Self::event`] about `related` as well (a NodeGroup's Event about
@@ -136,6 +152,20 @@ impl Context {
     /// them (150 interruptions at once) from racing to patch one object,
     /// which took the apiserver seconds per Event and slowed every call.
     pub async fn event_related(
+        &self,
+        on: &ObjectReference,
+        related: Option<&ObjectReference>,
+        type_: EventType,
+        reason: Reason,
+        action: &str,
+        note: String,
+    ) {
+        debug_assert!(reason.allows(&type_), "{reason:?} sent as {type_:?}");
+        self.publish(on, related, type_, reason.as_str(), action, note)
+            .await
+    }
+
+    async fn publish(
         &self,
         on: &ObjectReference,
         related: Option<&ObjectReference>,

@@ -11,6 +11,7 @@ pub mod crash_points;
 pub mod crd;
 pub mod duration;
 pub mod error;
+pub mod events;
 pub mod heap_trim;
 pub mod k8s;
 pub mod leader;
@@ -18,6 +19,7 @@ pub mod leadership;
 pub mod manager;
 pub mod metrics;
 pub mod mutation;
+pub mod reference;
 pub mod telemetry;
 
 pub use error::{Error, Result};

@@ -1,6 +1,6 @@
 use clap::Parser;
 use spot_node_manager::config::{Cli, Command, Settings};
-use spot_node_manager::{crd, manager, telemetry};
+use spot_node_manager::{crd, manager, reference, telemetry};
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
@@ -12,6 +12,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Crd { out_dir } => print_crds(out_dir),
+        Command::Reference { out_dir } => write_reference(&out_dir),
         Command::Run(args) => {
             let settings = match Settings::load(&args) {
                 Ok(s) => s,
@@ -50,6 +51,22 @@ fn print_crds(out_dir: Option<std::path::PathBuf>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("spot-node-manager crd: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn write_reference(dir: &std::path::Path) -> ExitCode {
+    let result = reference::pages().and_then(|pages| {
+        pages.into_iter().try_for_each(|(file, text)| {
+            std::fs::write(dir.join(file), text)
+                .map_err(|e| format!("{}: {e}", dir.join(file).display()))
+        })
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("spot-node-manager reference: {e}");
             ExitCode::FAILURE
         }
     }

@@ -156,12 +156,12 @@ impl Metrics {
         let r = &mut self.registry;
         r.register(
             "aws_calls",
-            "AWS API requests made, per operation (each page counts; failures too)",
+            "Every AWS request, pages and failures included, per API operation: the API budget the manager spends",
             self.aws_calls.clone(),
         );
         r.register(
             "aws_call_errors",
-            "AWS API requests that failed, per operation and kind (throttled, refused, no_response)",
+            "AWS requests that failed, per operation and kind: throttled, refused (any other AWS error code), or no_response (a timeout, a connection failure, a request fenced off after leadership was lost)",
             self.aws_call_errors.clone(),
         );
         r.register(
@@ -171,17 +171,17 @@ impl Metrics {
         );
         r.register(
             "group_desired_nodes",
-            "Desired Ready nodes of each NodeGroup (spec.desired)",
+            "Desired Ready nodes of each NodeGroup (its spec.desired)",
             self.group_desired_nodes.clone(),
         );
         r.register(
             "group_drifted_nodes",
-            "Nodes of each NodeGroup on an old launch template version, or marked kops.k8s.io/needs-update",
+            "Drifted nodes of each NodeGroup (status.driftedNodes): on an old launch template version, or marked kops.k8s.io/needs-update",
             self.group_drifted_nodes.clone(),
         );
         r.register(
             "group_operation",
-            "1 while a refresh or a replenishment holds the NodeGroup's lock",
+            "1 while that operation (refresh or replenish) holds the NodeGroup's lock",
             self.group_operation.clone(),
         );
         self.register_runs();
@@ -193,13 +193,17 @@ impl Metrics {
         let r = &mut self.registry;
         r.register(
             "refresh_run_duration_seconds",
-            "From a refresh run's start to its end, per result",
+            "Seconds from a refresh run's start to its end, per result (Succeeded, Failed, Skipped)",
             self.refresh_run_duration.clone(),
         );
-        r.register("drains", "Drain steps and outcomes", self.drains.clone());
+        r.register(
+            "drains",
+            "Drain steps, per outcome: started, blocked_by_pdb, throttled (a 429 without the eviction API's DisruptionBudget cause), finished, timed_out",
+            self.drains.clone(),
+        );
         r.register(
             "node_repairs",
-            "Unhealthy nodes repaired (terminated) or held back, per outcome (repaired, refreshed, blocked)",
+            "Unhealthy nodes terminated by a repair (repaired) or a refresh (refreshed), and circuit-breaker episodes that held repairs back (blocked)",
             self.node_repairs.clone(),
         );
         r.register(
@@ -209,22 +213,22 @@ impl Metrics {
         );
         r.register(
             "refresh_runs_started",
-            "Refresh runs started",
+            "Refresh runs and drift rolls started",
             self.refresh_runs_started.clone(),
         );
         r.register(
             "node_replacement_duration_seconds",
-            "From the start of a node's drain to its replacement being Ready",
+            "Seconds from the start of a node's drain to its replacement being Ready",
             self.node_replacement_duration.clone(),
         );
         r.register(
             "interruption_messages",
-            "Interruption queue messages handled, per kind and outcome",
+            "Interruption queue messages handled, per notice kind and outcome: acted, unmanaged (a node no NodeGroup lists, drained), ignored, rejected (unreadable), foreign_deleted, foreign_left, failed",
             self.interruption_messages.clone(),
         );
         r.register(
             "interruption_age_at_action_seconds",
-            "From a notice's time (EventBridge) to its node cordoned and tainted",
+            "Seconds from a notice's AWS time to its node cordoned and tainted",
             self.interruption_age.clone(),
         );
     }
@@ -234,22 +238,22 @@ impl Metrics {
         let r = &mut self.registry;
         r.register(
             "reconciles",
-            "Reconciliations run, per controller",
+            "Reconciles run, per controller: inventory, replenisher, refresher, interruption-drain",
             self.reconciles.clone(),
         );
         r.register(
             "reconcile_errors",
-            "Reconciliations that failed, per controller and error category",
+            "Reconciles that failed, per controller and error category (panic for a contained panic; a safety check that refused a mutation is named by its check, e.g. refused_too_few_ready, refused_other_masters_down)",
             self.reconcile_errors.clone(),
         );
         r.register(
             "reconcile_duration_seconds",
-            "Duration of reconciliations, per controller",
+            "Seconds a reconcile took, per controller",
             self.reconcile_duration.clone(),
         );
         r.register(
             "mutations",
-            "AWS and Kubernetes mutations, per target, action and outcome",
+            "Every mutation through the one gate, per target (aws, kubernetes), action and outcome (performed, dry_run, failed, refused_not_leader)",
             self.mutations.clone(),
         );
         r.register(

@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-mod file;
+pub mod file;
 use file::read_file;
 pub use file::{
     FileAdmin, FileAws, FileConfig, FileInterruption, FileLeaderElection, FileLog, ForeignMessages,
@@ -42,9 +42,15 @@ pub enum Command {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+    /// Write the reference pages (custom resources, configuration, metrics,
+    /// Events) generated from the code's own descriptions into --out-dir.
+    Reference {
+        #[arg(long)]
+        out_dir: PathBuf,
+    },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     Text,
@@ -57,51 +63,53 @@ pub struct RunArgs {
     /// YAML config file.
     #[arg(long, short = 'c', env = "SNM_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Kubeconfig file (default: in-cluster, then KUBECONFIG / ~/.kube/config).
+    /// Kubeconfig file (default: in-cluster, then KUBECONFIG / ~/.kube/config). File: `kubeconfig`.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// Use the in-cluster service account even if a kubeconfig exists.
     #[arg(long, conflicts_with = "kubeconfig")]
     pub in_cluster: bool,
-    /// AWS region (default: the SDK's chain, e.g. AWS_REGION).
+    /// AWS region (default: the SDK's chain, e.g. AWS_REGION). File: `aws.region`.
     #[arg(long)]
     pub aws_region: Option<String>,
-    /// AWS endpoint override, e.g. http://127.0.0.1:5000 for the moto emulator.
+    /// AWS endpoint override, e.g. http://127.0.0.1:5000 for the moto emulator. File: `aws.endpoint`.
     #[arg(long)]
     pub aws_endpoint: Option<String>,
     /// Emulator only: the moto account to act in (sent as x-moto-account-id).
     #[arg(long, hide = true)]
     pub aws_emulator_account: Option<String>,
-    /// Namespace whose NodeGroups to manage (default: all namespaces).
+    /// Namespace whose NodeGroups to manage (default: all namespaces). File: `namespace`.
     #[arg(long)]
     pub namespace: Option<String>,
-    /// Address of /metrics, /healthz and /readyz.
+    /// Address of /metrics, /healthz and /readyz (default 0.0.0.0:8080). File: `admin.address`.
     #[arg(long)]
     pub admin_address: Option<String>,
-    /// Enable or disable leader election.
+    /// Enable or disable leader election (default true). File: `leaderElection.enabled`.
     #[arg(long)]
     pub leader_election: Option<bool>,
-    /// Name of the Lease used for leader election.
+    /// Name of the Lease used for leader election (default spot-node-manager). File: `leaderElection.leaseName`.
     #[arg(long)]
     pub lease_name: Option<String>,
-    /// Namespace of the Lease (default: POD_NAMESPACE, then the watched namespace, then "default").
+    /// Namespace of the Lease (default: POD_NAMESPACE, then the watched namespace, then "default"). File: `leaderElection.leaseNamespace`.
     #[arg(long)]
     pub lease_namespace: Option<String>,
-    /// This replica's identity in the Lease (default: POD_NAME, else host-pid).
+    /// This replica's identity in the Lease (default: POD_NAME, else host-pid). File: `identity`.
     #[arg(long)]
     pub identity: Option<String>,
+    /// Log format, text or json (default text). File: `log.format`.
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Log every intended AWS and Kubernetes mutation without performing it.
+    /// Log every intended AWS and Kubernetes mutation without performing it. File: `dryRun`.
     #[arg(long)]
     pub dry_run: bool,
     /// SQS queue of interruption notices (EventBridge rules or ASG
-    /// notifications); the interruption handler is off when unset.
+    /// notifications); the interruption handler is off when unset. File:
+    /// `interruption.queueUrl`.
     #[arg(long)]
     pub interruption_queue_url: Option<String>,
     /// How many groups may run a voluntary disruption (a refresh or a drift
     /// roll) at once, manager-wide (default 1). Master groups: one at a time
-    /// whatever this says.
+    /// whatever this says. File: `disruption.maxConcurrent`.
     #[arg(long)]
     pub max_concurrent_disruptions: Option<u32>,
 }

@@ -50,8 +50,10 @@ pub enum ConditionStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
+    /// The condition's type, e.g. `SpecValid`.
     #[serde(rename = "type")]
     pub type_: String,
+    /// `True`, `False` or `Unknown`.
     pub status: ConditionStatus,
     /// CamelCase machine-readable reason.
     pub reason: String,
@@ -60,7 +62,9 @@ pub struct Condition {
     // apiserver 1.20 reads an empty-string schema default as null and rejects the CRD.
     #[schemars(transform = no_default)]
     pub message: String,
+    /// When the status last changed (not when the reason or message did).
     pub last_transition_time: DateTime<Utc>,
+    /// The spec generation the condition was set from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }

@@ -41,32 +41,48 @@ use serde::{Deserialize, Serialize};
 pub struct RefresherSpec {
     /// Name of the owning NodeGroup (same namespace).
     pub node_group: String,
+    /// Copied from the NodeGroup (the manager writes this spec), as are the fields
+    /// below: see the NodeGroup reference.
     pub role: Role,
     /// Cron expression; absent for a group with no scheduled refresh (its
     /// Refresher only rolls drifted nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<String>,
+    /// The NodeGroup's `refresh.timeZone`.
     #[serde(default = "default_time_zone")]
     pub time_zone: String,
+    /// The NodeGroup's `refresh.surplusNodes`, resolved (1 for workers, 0 for
+    /// masters when unset).
     #[schemars(range(min = 0))]
     pub surplus_nodes: i32,
+    /// The NodeGroup's `refresh.maxNodeAge`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_node_age: Option<String>,
+    /// The NodeGroup's `refresh.drainTimeout`.
     pub drain_timeout: String,
+    /// The NodeGroup's `refresh.drainTimeoutAction`.
     pub drain_timeout_action: DrainTimeoutAction,
+    /// The NodeGroup's `refresh.readyTimeout`.
     pub ready_timeout: String,
+    /// The NodeGroup's `refresh.masterSettleTime`.
     #[serde(default = "default_master_settle_time")]
     pub master_settle_time: String,
+    /// The NodeGroup's `refresh.validationTimeout`.
     #[serde(default = "super::nodegroup::default_validation_timeout")]
     pub validation_timeout: String,
+    /// The NodeGroup's `refresh.validationTimeoutAction`.
     #[serde(default)]
     pub validation_timeout_action: DrainTimeoutAction,
+    /// The NodeGroup's `refresh.settleTime`.
     #[serde(default = "super::nodegroup::default_settle_time")]
     pub settle_time: String,
+    /// The NodeGroup's `refresh.maxSurge`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_surge: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+    /// The NodeGroup's `refresh.pauseTimeout`.
     #[serde(default = "super::nodegroup::default_pause_timeout")]
     pub pause_timeout: String,
+    /// The NodeGroup's `suspend`.
     #[serde(default)]
     pub suspend: bool,
     /// The group's `drift.action` is `Replace`: drifted nodes are rolled
@@ -110,10 +126,14 @@ pub enum RefreshPhase {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RefresherStatus {
+    /// The spec generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Where the refresher is; the conditions and the Events say why it
+    /// waits or is blocked.
     #[serde(default)]
     pub phase: RefreshPhase,
+    /// The next scheduled run (`kubectl get rf`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_run: Option<DateTime<Utc>>,
     /// The schedule and zone `nextRun` was computed from ("<cron> in <zone>"),
@@ -134,6 +154,7 @@ pub struct RefresherStatus {
     /// (a drift roll, whose planned instances follow the drift).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<RunTrigger>,
+    /// The node being replaced now, recorded before its drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_target: Option<RefreshTarget>,
     /// Planned nodes drained at the same time as the current target
@@ -171,8 +192,10 @@ pub struct RefresherStatus {
     /// Instances this run terminated (never terminated twice).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replaced_instances: Vec<String>,
+    /// Nodes replaced so far in the run in progress.
     #[serde(default)]
     pub replaced: i32,
+    /// Nodes the run in progress replaces.
     #[serde(default)]
     pub total: i32,
     /// "replaced/total" for the printer column.
@@ -201,8 +224,10 @@ pub struct RefresherStatus {
     /// What the refresher is doing or waiting for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The last run's outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<RunOutcome>,
+    /// ScheduleValid, ScheduleInWindow, ScalingProcesses, LastRunSucceeded: see docs/operations.md.
     #[serde(default)]
     #[schemars(transform = list_map_by_type)]
     pub conditions: Vec<Condition>,
@@ -214,8 +239,12 @@ pub struct RefreshTarget {
     /// The Node; absent for an instance that never joined.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// The target's EC2 instance.
     pub instance_id: String,
+    /// Its ASG.
     pub auto_scaling_group: String,
+    /// Why it is taken: `Replace` (an old node) or `Surplus` (the run's surplus,
+    /// removed at the end).
     pub purpose: TargetPurpose,
     /// When work on it began (the drain).
     pub since: DateTime<Utc>,
@@ -271,7 +300,9 @@ impl RefresherStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LaunchedAhead {
+    /// The node whose replacement was launched ahead.
     pub instance_id: String,
+    /// The ASG raised by one for it.
     pub auto_scaling_group: String,
     /// When its ASG was raised for it.
     pub since: DateTime<Utc>,
@@ -287,7 +318,9 @@ pub struct PendingRun {
     pub trigger: Option<RunTrigger>,
     /// The planned instances not yet replaced, oldest first.
     pub remaining: Vec<String>,
+    /// Nodes the run replaced before it was set aside.
     pub replaced: i32,
+    /// Nodes the run had to replace in all.
     pub total: i32,
 }
 
@@ -296,8 +329,12 @@ pub struct PendingRun {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SkippedNode {
+    /// A protected node the run left alone.
     pub node: String,
+    /// Its EC2 instance.
     pub instance_id: String,
+    /// What protects it (a do-not-disrupt pod or Node, a foreign cordon, a pod
+    /// nothing recreates).
     pub reason: String,
 }
 
@@ -312,7 +349,9 @@ pub enum TargetPurpose {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AsgDesired {
+    /// The ASG.
     pub auto_scaling_group: String,
+    /// Its desired count (recorded at the run's start, or the surplus added).
     pub desired: i32,
 }
 
@@ -336,13 +375,19 @@ pub enum RunTrigger {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunOutcome {
+    /// When the run started.
     pub started: DateTime<Utc>,
+    /// `Schedule` or `Drift`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<RunTrigger>,
+    /// When it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished: Option<DateTime<Utc>>,
+    /// Nodes it replaced.
     pub replaced: i32,
+    /// `Succeeded`, `Failed` or `Skipped`.
     pub result: RunResult,
+    /// Why it failed or was skipped (or, in dry-run, what it would have done).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }

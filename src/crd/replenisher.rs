@@ -36,11 +36,17 @@ use serde::{Deserialize, Serialize};
 pub struct ReplenisherSpec {
     /// Name of the owning NodeGroup (same namespace).
     pub node_group: String,
+    /// Copied from the NodeGroup (the manager writes this spec), as are the fields
+    /// below: see the NodeGroup reference.
     pub role: Role,
+    /// The NodeGroup's `desired`.
     #[schemars(range(min = 0))]
     pub desired: i32,
+    /// The NodeGroup's `replenish.cooldown`.
     pub cooldown: String,
+    /// The NodeGroup's `replenish.joinTimeout`.
     pub join_timeout: String,
+    /// The NodeGroup's `suspend`.
     #[serde(default)]
     pub suspend: bool,
 }
@@ -70,10 +76,14 @@ pub enum ReplenishPhase {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplenisherStatus {
+    /// The spec generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Where the replenisher is; the `Replenished` condition says why it
+    /// waits, pauses or is blocked.
     #[serde(default)]
     pub phase: ReplenishPhase,
+    /// The last thing it did (`kubectl get rp`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_action: Option<LastAction>,
     /// ASGs left out of scale-up, and why.
@@ -113,6 +123,7 @@ pub struct ReplenisherStatus {
     /// Time of the last ASG modification, for the cooldown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_modification: Option<DateTime<Utc>>,
+    /// Replenished, RepairAllowed: see docs/operations.md.
     #[serde(default)]
     #[schemars(transform = list_map_by_type)]
     pub conditions: Vec<Condition>,
@@ -121,22 +132,29 @@ pub struct ReplenisherStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LastAction {
+    /// What was done, e.g. `raised nodes-a from 1 to 2: 1 Ready node short`.
     pub description: String,
+    /// When.
     pub time: DateTime<Utc>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AsgCount {
+    /// The ASG.
     pub auto_scaling_group: String,
+    /// How many.
     pub count: i32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleInTarget {
+    /// The node being removed.
     pub node: String,
+    /// Its EC2 instance.
     pub instance_id: String,
+    /// Its ASG.
     pub auto_scaling_group: String,
     /// When the drain started (its timeout runs from here).
     pub since: DateTime<Utc>,
@@ -164,49 +182,65 @@ fn yes() -> bool {
 pub struct Replacement {
     /// The interrupted node and its instance.
     pub node: String,
+    /// The instance a replacement was raised for (interrupted, at risk or
+    /// unhealthy).
     pub instance_id: String,
     /// Where its replacement was launched (its own ASG when that one could).
     pub auto_scaling_group: String,
+    /// When.
     pub since: DateTime<Utc>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Retirement {
+    /// The interrupted node being terminated by the manager.
     pub node: String,
+    /// Its EC2 instance.
     pub instance_id: String,
     /// The instance's own ASG.
     pub auto_scaling_group: String,
     /// Its replacement was launched in this ASG: take that raise back.
     pub decrement: bool,
+    /// When its termination was recorded.
     pub since: DateTime<Utc>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Raise {
+    /// The ASG being raised (recorded before the call).
     pub auto_scaling_group: String,
+    /// Its desired count before.
     pub from: i32,
+    /// Its desired count after.
     pub to: i32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CleanupTarget {
+    /// The never-joined instance being removed (recorded before the call).
     pub instance_id: String,
+    /// Its ASG.
     pub auto_scaling_group: String,
+    /// Why (joined too late, or a master beyond the count).
     pub reason: String,
     /// Lower the ASG's desired count with it (only while above its min;
     /// otherwise the ASG launches a fresh instance in its place).
     pub decrement: bool,
+    /// When it was chosen.
     pub since: DateTime<Utc>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NotJoinedRemovals {
+    /// An ASG whose instances keep not joining.
     pub auto_scaling_group: String,
+    /// Removals in a row there.
     pub count: i32,
+    /// The last one (the next waits 1m, 2m, 4m .. 30m after it).
     pub last: DateTime<Utc>,
     /// No further removal in this ASG before then.
     pub retry_after: DateTime<Utc>,
@@ -215,19 +249,26 @@ pub struct NotJoinedRemovals {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AsgSince {
+    /// The ASG.
     pub auto_scaling_group: String,
+    /// Since when.
     pub since: DateTime<Utc>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExcludedAsg {
+    /// An ASG not counted on to launch.
     pub auto_scaling_group: String,
+    /// Why (a failed launch, behind its desired count past the grace, Launch
+    /// suspended, at max).
     pub reason: String,
+    /// Since when.
     pub since: DateTime<Utc>,
     /// Not retried before this time (backoff grows while it keeps failing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after: Option<DateTime<Utc>>,
+    /// Failures in a row: the re-check backs off from 1m, doubling to 30m.
     #[serde(default)]
     pub failures: i32,
 }

@@ -9,6 +9,7 @@
 //! cannot stall the reconcile. The timeout and what happens at it belong to
 //! the caller, which knows when the drain started.
 
+use crate::events::Reason;
 use crate::context::Context;
 use crate::crd::labels::{CORDONED_BY_US, MIRROR_ANNOTATION};
 use crate::mutation::{Applied, Intent};
@@ -327,7 +328,7 @@ pub async fn drain_event(
     group: &ObjectReference,
     node: &str,
     type_: EventType,
-    reason: &str,
+    reason: Reason,
     action: &str,
     note: String,
 ) {

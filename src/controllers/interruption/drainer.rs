@@ -4,6 +4,7 @@
 //! shortened so it ends by the deadline. At the deadline what is left is
 //! named in an Event. The outcome is recorded in the mark.
 
+use crate::events::Reason;
 use crate::cloud::HookCallKind;
 use crate::context::Context;
 use crate::crd::labels::INTERRUPTED_LABEL;
@@ -124,7 +125,7 @@ async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
                     node,
                     &record,
                     EventType::Normal,
-                    "InterruptionDrained",
+                    Reason::InterruptionDrained,
                     note,
                 )
                 .await;
@@ -160,7 +161,7 @@ async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
                 node,
                 &record,
                 EventType::Warning,
-                "InterruptionDrainIncomplete",
+                Reason::InterruptionDrainIncomplete,
                 note,
             )
             .await;
@@ -299,7 +300,7 @@ async fn lifecycle(
             node,
             &next,
             EventType::Normal,
-            "LifecycleActionCompleted",
+            Reason::LifecycleActionCompleted,
             note,
         )
         .await;
@@ -376,7 +377,7 @@ async fn event(
     node: &Node,
     record: &Record,
     type_: EventType,
-    reason: &str,
+    reason: Reason,
     note: String,
 ) {
     let on_node = crate::k8s::drain::node_ref(&node.name_any());

@@ -2,6 +2,7 @@
 //! instances and `now`, the node marks to persist, the Events to write and
 //! whether the message may then be deleted.
 
+use crate::events::Reason;
 use super::message::{Notice, NoticeKind, Parsed};
 use super::ownership::{Disposition, ForeignMessages, Owner, Ownership, Unmanaged, dispose};
 use crate::k8s::interruption_record::{HookAction, LATE_DRAIN, Record};
@@ -33,7 +34,7 @@ pub enum Step {
         owner: Owner,
         instance_id: String,
         /// The Event's reason.
-        reason: &'static str,
+        reason: Reason,
         note: String,
     },
 }
@@ -246,7 +247,7 @@ fn step(
             note: format!(
                 "scheduled {event_type} for {instance_id} {when}: the instance stays (not a loss), nothing is replaced"
             ),
-            reason: "ScheduledMaintenance",
+            reason: Reason::ScheduledMaintenance,
             owner,
             instance_id,
         };
@@ -257,7 +258,7 @@ fn step(
             note: format!(
                 "rebalance recommendation for {instance_id}: at elevated risk of interruption (onRebalanceRecommendation Ignore)"
             ),
-            reason: "RebalanceRecommendation",
+            reason: Reason::RebalanceRecommendation,
             owner,
             instance_id,
         };
@@ -273,7 +274,7 @@ fn step(
                     a.auto_scaling_group,
                     owner.auto_scaling_group.as_deref().unwrap_or("no ASG")
                 ),
-                reason: "InterruptionNotice",
+                reason: Reason::InterruptionNotice,
                 owner,
                 instance_id,
             };
@@ -316,7 +317,7 @@ fn step(
         }
         (None, None) => Step::Note {
             note: format!("{kind} for {instance_id}, which never joined: no node to drain"),
-            reason: "InterruptionNotice",
+            reason: Reason::InterruptionNotice,
             owner,
             instance_id,
         },
@@ -386,7 +387,7 @@ mod tests {
             matches!(
                 ignored.steps.as_slice(),
                 [Step::Note {
-                    reason: "RebalanceRecommendation",
+                    reason: Reason::RebalanceRecommendation,
                     ..
                 }]
             ),
@@ -669,7 +670,7 @@ mod tests {
         let [Step::Note { reason, note, .. }] = p.steps.as_slice() else {
             panic!("{p:?}")
         };
-        assert_eq!(*reason, "ScheduledMaintenance");
+        assert_eq!(*reason, Reason::ScheduledMaintenance);
         assert!(note.contains("2026-11-28T00:00:00"), "{note}");
         assert_eq!(
             (p.kind, p.outcome, p.delete),

@@ -3,6 +3,7 @@
 //! message whose steps fail is not deleted: it comes back after its
 //! visibility timeout, and the node marks make the retry do nothing twice.
 
+use crate::events::Reason;
 use super::lookup::{GroupWatch, Groups, NodeCache, unmanaged};
 use super::message;
 use super::ownership::Owner;
@@ -297,7 +298,7 @@ async fn carry_out(
                     ctx.event(
                         &on,
                         EventType::Warning,
-                        "InterruptionNotice",
+                        Reason::InterruptionNotice,
                         EVENT_ACTION,
                         note,
                     )
@@ -325,7 +326,7 @@ async fn carry_out(
                     owner,
                     node,
                     EventType::Normal,
-                    reason,
+                    *reason,
                     note.clone(),
                 )
                 .await;
@@ -342,7 +343,7 @@ async fn announce_mark(ctx: &Context, groups: &Groups, owner: &Owner, node: &str
             "rebalance recommendation for {} ({}): at elevated risk of interruption; a replacement is launched, then the node is drained and removed (onRebalanceRecommendation Replace)",
             node, record.instance_id
         );
-        let reason = "RebalanceRecommendation";
+        let reason = Reason::RebalanceRecommendation;
         event(
             ctx,
             groups,
@@ -382,7 +383,7 @@ async fn announce_mark(ctx: &Context, groups: &Groups, owner: &Owner, node: &str
             owner,
             Some(node),
             EventType::Warning,
-            "InterruptionNotice",
+            Reason::InterruptionNotice,
             note,
         )
         .await;
@@ -420,7 +421,7 @@ async fn complete_unjoined(
         owner,
         None,
         EventType::Normal,
-        "LifecycleActionCompleted",
+        Reason::LifecycleActionCompleted,
         note,
     )
     .await;
@@ -434,7 +435,7 @@ async fn event(
     owner: &Owner,
     node: Option<&str>,
     type_: EventType,
-    reason: &str,
+    reason: Reason,
     note: String,
 ) {
     let on_node = node.map(node_ref);

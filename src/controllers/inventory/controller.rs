@@ -11,6 +11,7 @@ use crate::context::Context;
 use crate::controllers::runtime::{About, instrumented};
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::{NodeGroup, NodeGroupStatus, Refresher};
+use crate::events::{ConditionEvent, Reason};
 use crate::k8s::node::{NodeView, SlimNode};
 use crate::{Error, Result};
 use chrono::{DateTime, Utc};
@@ -257,28 +258,18 @@ async fn warn_of_changes(
             .is_some_and(|c| c.status == ConditionStatus::True)
     };
     let external_starts = external(next) && !external(current);
-    for (flag, type_) in [
-        (becomes_invalid, SPEC_VALID),
-        (becomes_degraded, DEGRADED),
-        (breaker_opens, crate::crd::condition::CIRCUIT_BREAKER),
-        (external_starts, EXTERNAL_UPDATE),
-    ] {
+    // In the order of ConditionEvent::ALL, which the reference lists.
+    let flags = [becomes_invalid, becomes_degraded, breaker_opens, external_starts];
+    for (flag, (type_, _)) in flags.into_iter().zip(ConditionEvent::ALL) {
         if flag && let Some(c) = crate::crd::condition::find(&next.conditions, type_) {
-            ctx.event(
-                &group.object_ref(&()),
-                EventType::Warning,
-                &c.reason,
-                "Sync",
-                c.message.clone(),
-            )
-            .await;
+            ctx.condition_event(&group.object_ref(&()), c, "Sync").await;
         }
     }
     if let Some(message) = super::drift::drift_appeared(current, next) {
         ctx.event(
             &group.object_ref(&()),
             EventType::Normal,
-            DRIFT_DETECTED,
+            Reason::DriftDetected,
             "Sync",
             message,
         )
@@ -286,8 +277,6 @@ async fn warn_of_changes(
     }
 }
 
-/// The Event of nodes found drifted (see [`super::drift`]).
-pub const DRIFT_DETECTED: &str = "DriftDetected";
 
 /// When the group's Refresher next runs, as it says.
 async fn next_refresh(ctx: &Context, namespace: &str, name: &str) -> Result<Option<DateTime<Utc>>> {

@@ -5,6 +5,7 @@
 //! idempotent and harmless, so it is done before the status that forgets the
 //! node is written.
 
+use crate::events::Reason;
 use crate::Result;
 use crate::cloud::AsgDescription;
 use crate::context::Context;
@@ -353,7 +354,7 @@ impl Effects for Cluster<'_> {
                 &self.group_ref,
                 &node,
                 EventType::Normal,
-                "DrainStarted",
+                Reason::DrainStarted,
                 EVENT_ACTION,
                 format!("draining {node}: {why}"),
             )
@@ -366,7 +367,7 @@ impl Effects for Cluster<'_> {
                 &self.group_ref,
                 &node,
                 EventType::Warning,
-                "DrainBlocked",
+                Reason::DrainBlocked,
                 EVENT_ACTION,
                 format!(
                     "draining {node}: blocked by a PodDisruptionBudget ({}): {}",
@@ -399,7 +400,7 @@ impl Effects for Cluster<'_> {
                 group,
                 node,
                 EventType::Normal,
-                "NodeRepaired",
+                Reason::NodeRepaired,
                 EVENT_ACTION,
                 note,
             )

@@ -1,5 +1,6 @@
 //! What a refresher run did, told as Events on the group and as metrics.
 
+use crate::events::Reason;
 use crate::context::Context;
 use crate::controllers::refresher::plan::Happening;
 use crate::crd::refresher::{RunResult, RunTrigger};
@@ -27,18 +28,18 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
                 };
                 (
                     EventType::Normal,
-                    "RefreshStarted",
+                    Reason::RefreshStarted,
                     format!("{what}: replacing {total} node(s), {surplus} surplus"),
                 )
             }
             Happening::DriftChanged { joined, left } => (
                 EventType::Normal,
-                "DriftRollChanged",
+                Reason::DriftRollChanged,
                 drift_changed(joined, left),
             ),
             Happening::Skipped(why) => {
                 ctx.metrics.refresh_run("Skipped");
-                (EventType::Normal, "RefreshSkipped", why.clone())
+                (EventType::Normal, Reason::RefreshSkipped, why.clone())
             }
             Happening::SetAside {
                 remaining,
@@ -47,15 +48,15 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
             } => set_aside(*remaining, *opens, why.as_deref()),
             Happening::Resumed { remaining } => (
                 EventType::Normal,
-                "RefreshResumed",
+                Reason::RefreshResumed,
                 format!("a maintenance window opened: resuming the run, {remaining} node(s) left"),
             ),
             Happening::NodesSkipped(nodes) => {
-                (EventType::Warning, "NodesSkipped", nodes_skipped(nodes))
+                (EventType::Warning, Reason::NodesSkipped, nodes_skipped(nodes))
             }
             Happening::Planned(what) => {
                 ctx.metrics.refresh_run("Skipped");
-                (EventType::Normal, "RefreshPlanned", what.clone())
+                (EventType::Normal, Reason::RefreshPlanned, what.clone())
             }
             Happening::Replaced { node, took } => {
                 ctx.metrics
@@ -63,20 +64,20 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
                     .observe(took.as_secs_f64());
                 (
                     EventType::Normal,
-                    "NodeReplaced",
+                    Reason::NodeReplaced,
                     format!(
                         "{node} replaced in {}",
                         crate::duration::format(Duration::from_secs(took.as_secs()))
                     ),
                 )
             }
-            Happening::Failed(why) => (EventType::Warning, "RefreshFailed", why.clone()),
+            Happening::Failed(why) => (EventType::Warning, Reason::RefreshFailed, why.clone()),
             Happening::ValidationTimedOut(why) => {
-                (EventType::Warning, "ValidationTimedOut", why.clone())
+                (EventType::Warning, Reason::ValidationTimedOut, why.clone())
             }
             Happening::LayoutLowered { asg, recorded, now } => (
                 EventType::Normal,
-                "LayoutLowered",
+                Reason::LayoutLowered,
                 format!(
                     "{asg}'s desired count was lowered from {recorded} to {now} by someone else during the run; the run ends at {now} and does not raise it back"
                 ),
@@ -98,12 +99,12 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
                     .observe(took.as_secs_f64());
                 (
                     type_,
-                    "RefreshFinished",
+                    Reason::RefreshFinished,
                     format!("{label}: replaced {replaced} node(s)"),
                 )
             }
         };
-        info!(reason, %note, "refresh");
+        info!(reason = reason.as_str(), %note, "refresh");
         ctx.event(group, type_, reason, EVENT_ACTION, note).await;
     }
 }
@@ -145,16 +146,16 @@ fn set_aside(
     remaining: usize,
     opens: Option<chrono::DateTime<chrono::Utc>>,
     why: Option<&str>,
-) -> (EventType, &'static str, String) {
+) -> (EventType, Reason, String) {
     match why {
         Some(why) => (
             EventType::Warning,
-            "RefreshSetAside",
+            Reason::RefreshSetAside,
             format!("run set aside: {why}; {remaining} node(s) left, resumed later"),
         ),
         None => (
             EventType::Normal,
-            "RefreshSetAside",
+            Reason::RefreshSetAside,
             format!(
                 "the maintenance window closed: surplus removed, {remaining} node(s) left for the next window{}",
                 opens.map_or(String::new(), |t| format!(" (opens at {})", t.to_rfc3339()))

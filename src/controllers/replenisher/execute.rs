@@ -2,6 +2,7 @@
 //! act. Each mutation is re-checked by `guard` against the fresh describe
 //! just before it is made; the status that records it is written first.
 
+use crate::events::Reason;
 use super::guard;
 use super::plan::{self as replenish_plan, Command};
 use crate::Result;
@@ -81,7 +82,7 @@ impl Step<'_> {
                 self.guard_removal(&target)?;
                 self.terminate_scale_in(&target).await?;
                 if self.status.scale_in.is_none() {
-                    self.last_action_event("ScaledDown").await;
+                    self.last_action_event(Reason::ScaledDown).await;
                 }
             }
             Command::Retire(retiring) => self.retire(&retiring).await?,
@@ -136,7 +137,7 @@ impl Step<'_> {
             replenish_plan::raise_not_made(&mut self.status);
         } else {
             replenish_plan::raise_landed(&mut self.status);
-            self.event(EventType::Normal, "ScaledUp", self.message.to_string())
+            self.event(EventType::Normal, Reason::ScaledUp, self.message.to_string())
                 .await;
         }
         Ok(())
@@ -159,7 +160,7 @@ impl Step<'_> {
         replenish_plan::finish_cleanup(&mut self.status);
         self.event(
             EventType::Warning,
-            "RemovedNotJoined",
+            Reason::RemovedNotJoined,
             self.message.to_string(),
         )
         .await;
@@ -177,7 +178,7 @@ impl Step<'_> {
                 )
             });
         if let Some(message) = again {
-            self.event(EventType::Warning, "NotJoinedAgain", message)
+            self.event(EventType::Warning, Reason::NotJoinedAgain, message)
                 .await;
         }
         Ok(())
@@ -195,7 +196,7 @@ impl Step<'_> {
                 &self.group_ref,
                 &target.node,
                 EventType::Normal,
-                "DrainStarted",
+                Reason::DrainStarted,
                 EVENT_ACTION,
                 message,
             )
@@ -213,7 +214,7 @@ impl Step<'_> {
                 &self.group_ref,
                 &target.node,
                 EventType::Warning,
-                "DrainBlocked",
+                Reason::DrainBlocked,
                 EVENT_ACTION,
                 message,
             )
@@ -230,7 +231,7 @@ impl Step<'_> {
             self.terminate_scale_in(&target).await?;
             ctx.metrics.drain("finished");
             if self.status.scale_in.is_none() {
-                self.last_action_event("ScaledDown").await;
+                self.last_action_event(Reason::ScaledDown).await;
             }
         }
         Ok(())
@@ -274,7 +275,7 @@ impl Step<'_> {
                     &self.group_ref,
                     &target.node,
                     EventType::Normal,
-                    "NodeRepaired",
+                    Reason::NodeRepaired,
                     EVENT_ACTION,
                     message,
                 )
@@ -340,7 +341,7 @@ impl Step<'_> {
         .await?;
         if !done.is_empty() {
             replenish_plan::finish_retiring(&mut self.status, &done);
-            self.last_action_event("InterruptedNodeRemoved").await;
+            self.last_action_event(Reason::InterruptedNodeRemoved).await;
         }
         Ok(())
     }
@@ -354,8 +355,8 @@ impl Step<'_> {
         }
         // A repair given up is good news when its node came back.
         let (kind, event_reason) = match target.repair {
-            true => (EventType::Normal, "RepairAbandoned"),
-            false => (EventType::Warning, "ScaleInAbandoned"),
+            true => (EventType::Normal, Reason::RepairAbandoned),
+            false => (EventType::Warning, Reason::ScaleInAbandoned),
         };
         drain_event(
             self.ctx,
@@ -401,7 +402,7 @@ impl Step<'_> {
                 &self.group_ref,
                 node,
                 EventType::Warning,
-                "RepairBlocked",
+                Reason::RepairBlocked,
                 EVENT_ACTION,
                 held.message.clone(),
             )
@@ -409,14 +410,14 @@ impl Step<'_> {
         }
     }
 
-    async fn event(&self, type_: EventType, reason: &str, message: String) {
+    async fn event(&self, type_: EventType, reason: Reason, message: String) {
         self.ctx
             .event(&self.group_ref, type_, reason, EVENT_ACTION, message)
             .await;
     }
 
     /// A Normal Event saying what the status's last action was.
-    async fn last_action_event(&self, reason: &str) {
+    async fn last_action_event(&self, reason: Reason) {
         let description = self
             .status
             .last_action

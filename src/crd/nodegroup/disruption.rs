@@ -15,8 +15,9 @@ pub const DO_NOT_DISRUPT: &str = "nodemanager.dev/do-not-disrupt";
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DisruptionSpec {
-    /// Maintenance windows. Voluntary disruption starts, and takes its next
-    /// node, only while one is open. None: always open.
+    /// Maintenance windows, at most 10. Voluntary disruption (a refresh, a
+    /// drift roll, the removal of a surplus node or a node at risk) starts,
+    /// and takes its next node, only while one is open. None: always open.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<WindowSpec>,
     /// IANA time zone the windows' schedules are read in. Default: the
@@ -24,8 +25,8 @@ pub struct DisruptionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,
     /// How long a run waits for a node that is protected (a do-not-disrupt
-    /// pod or Node) before it skips it. Default `0s`: skipped at once, and
-    /// reported.
+    /// pod or Node, a foreign cordon, a pod nothing would recreate) before it
+    /// skips it; at most 24h. Default `0s`: skipped at once, and reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub do_not_disrupt_timeout: Option<String>,
     /// Evict pods that no controller would recreate (what `kubectl drain
@@ -57,7 +58,8 @@ impl OnWindowClose {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WindowSpec {
-    /// When the window opens: cron, as `refresh.schedule`.
+    /// When the window opens: cron, as `refresh.schedule`, but opening at
+    /// most once a minute (a seconds field, when given, is one number).
     pub schedule: String,
     /// How long it stays open, e.g. `4h`; 1m to 168h.
     pub duration: String,

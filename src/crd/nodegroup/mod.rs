@@ -83,6 +83,9 @@ pub struct NodeGroupSpec {
     /// Pause every action on this group (the inventory keeps reporting).
     #[serde(default)]
     pub suspend: bool,
+    /// The replenisher: keeps Ready nodes at `desired` by launching in the
+    /// ASGs that can, removes instances that never joined, repairs
+    /// unhealthy nodes, and goes back to the original layout afterwards.
     #[serde(default)]
     pub replenish: ReplenishSpec,
     /// How interruption notices for this group's nodes are handled (when the
@@ -132,6 +135,9 @@ pub enum Role {
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub struct AutoScalingGroupRef {
+    /// The ASG's name, e.g. kops's `nodes-ap-northeast-1a.example.com`. An
+    /// ASG that another NodeGroup also names (in one region) makes both
+    /// groups invalid until one lets go.
     #[schemars(length(min = 1, max = 255))]
     pub name: String,
 }
@@ -139,19 +145,22 @@ pub struct AutoScalingGroupRef {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplenishSpec {
+    /// Run the replenisher (and create the group's Replenisher). Default true.
     #[serde(default = "default_true")]
     pub enabled: bool,
-    /// Minimum time between two ASG modifications.
+    /// Minimum time between two ASG capacity changes; 10s to 24h.
     #[serde(default = "default_cooldown")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub cooldown: String,
-    /// An instance that has not joined as a Node after this long is removed.
+    /// An instance that has not joined as a Node after this long is removed
+    /// (for masters: any instance beyond the configured count, at once);
+    /// 2m to 24h (shorter removes nodes that merely boot slowly).
     #[serde(default = "default_join_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub join_timeout: String,
     /// A node whose Ready condition has been False or Unknown this long
     /// (from the condition's lastTransitionTime) is unhealthy: it no longer
-    /// counts as on its way, and is repaired. At least 1m; default 10m.
+    /// counts as on its way, and is repaired. 1m to 24h; default 10m.
     #[serde(default = "default_unhealthy_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub unhealthy_timeout: String,
@@ -243,39 +252,48 @@ impl Default for ReplenishSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RefreshSpec {
-    /// Cron expression (seconds field optional), evaluated in `timeZone`.
+    /// Cron, evaluated in `timeZone`: 5 fields (`min hour day month
+    /// weekday`), or 6 with seconds first, or 7 with a trailing year;
+    /// day and month names allowed (`Mon`, `Jan`).
     #[schemars(length(min = 1))]
     pub schedule: String,
-    /// IANA time zone name, e.g. Asia/Tokyo.
+    /// IANA time zone the schedule is read in, e.g. `Asia/Tokyo`.
     #[serde(default = "default_time_zone")]
     pub time_zone: String,
     /// Extra nodes added before replacing old ones. Default 1 for workers;
-    /// must be 0 for masters (kops cannot run an extra master).
+    /// must be 0 for masters (kops cannot run an extra master). At most 100.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 100))]
     pub surplus_nodes: Option<i32>,
-    /// Only nodes older than this are replaced; every node when unset.
+    /// Only nodes older than this are replaced; every node when unset. 1h
+    /// to 8760h (a year).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub max_node_age: Option<String>,
+    /// Bound on one node's drain; 30s to 24h.
     #[serde(default = "default_drain_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub drain_timeout: String,
-    /// What to do when a drain times out.
+    /// What to do when a drain times out: `Proceed` (terminate anyway) or
+    /// `Abort` (stop the run; the failure names the PodDisruptionBudget that
+    /// held the drain). Healthy nodes only: an unhealthy node is drained
+    /// best effort and terminated.
     #[serde(default)]
     pub drain_timeout_action: DrainTimeoutAction,
-    /// How long a new node may take to become Ready.
+    /// How long a new node may take to become Ready; 1m to 24h.
     #[serde(default = "default_ready_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub ready_timeout: String,
     /// Masters: after a replacement's control-plane pods (kube-apiserver,
-    /// etcd-manager) are Ready, wait this long before the next master.
+    /// etcd-manager) are Ready, wait this long before the next master; at
+    /// most 1h.
     #[serde(default = "default_master_settle_time")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub master_settle_time: String,
     /// After each replacement, how long the run may wait for the group to
     /// be whole again before the next node: the replacement itself Ready
-    /// and schedulable, and no pod the drain moved Pending or not Ready.
+    /// and schedulable, and no pod the drain moved Pending or not Ready;
+    /// 30s to 24h.
     #[serde(default = "default_validation_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub validation_timeout: String,
@@ -284,7 +302,8 @@ pub struct RefreshSpec {
     /// `Proceed` (go on with the next node, with a Warning Event).
     #[serde(default)]
     pub validation_timeout_action: DrainTimeoutAction,
-    /// How long a validated replacement must stay so before the next node.
+    /// How long a validated replacement must stay so before the next node;
+    /// at most 1h.
     #[serde(default = "default_settle_time")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub settle_time: String,
@@ -303,7 +322,8 @@ pub struct RefreshSpec {
     /// disruption slots) before it is set aside: its lock and slot given
     /// back, its surplus left for the replenisher to take back, the rest
     /// resumed later. A paused run with fewer Ready nodes than desired is
-    /// set aside at once, so the replenisher can replace them. Default 1h.
+    /// set aside at once, so the replenisher can replace them. 1m to 168h;
+    /// default 1h.
     #[serde(default = "default_pause_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub pause_timeout: String,

@@ -12,22 +12,34 @@ use serde::{Deserialize, Serialize};
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeGroupStatus {
+    /// The spec generation this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// SpecValid, InventorySynced, Degraded, CircuitBreakerOpen, ExternalUpdate,
+    /// DriftKnown, Deleting: see docs/operations.md for each reason.
     #[serde(default)]
     #[schemars(transform = list_map_by_type)]
     pub conditions: Vec<Condition>,
+    /// `spec.desired`, as the inventory last read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_nodes: Option<i32>,
+    /// Members whose Node is Ready (and not being deleted) and whose instance is
+    /// InService in its ASG, with no interruption notice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_nodes: Option<i32>,
+    /// Every member Node, with its instance, ASG, zone and readiness. A Node with
+    /// no or a malformed providerID is listed with a `problem`, never guessed at.
     #[serde(default)]
     pub nodes: Vec<NodeStatus>,
     /// How many nodes are drifted (see `nodes[].drifted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drifted_nodes: Option<i32>,
+    /// Instances in the group's ASGs that no Node runs on (an instance EC2 already
+    /// ended is not listed: it is leaving, not late).
     #[serde(default)]
     pub not_joined: Vec<NotJoinedInstance>,
+    /// Each ASG as last described: its counts, suspended processes, and whether it
+    /// can be counted on to launch.
     #[serde(default)]
     pub auto_scaling_groups: Vec<AutoScalingGroupStatus>,
     /// The refresh/replenish lock; absent when idle.
@@ -75,8 +87,12 @@ pub enum GroupState {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LastInterruption {
+    /// The Node the notice was for.
     pub node: String,
+    /// Its EC2 instance.
     pub instance_id: String,
+    /// The notice's kind, e.g. `spot-interruption`, `rebalance-recommendation`,
+    /// `scheduled-retirement`.
     pub kind: String,
     /// When AWS emitted the notice.
     pub noticed: DateTime<Utc>,
@@ -114,26 +130,34 @@ impl LastInterruption {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStatus {
+    /// The Node's name.
     pub name: String,
+    /// From `spec.providerID` (`aws:///<zone>/<instance-id>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_id: Option<String>,
+    /// The ASG the instance is in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_scaling_group: Option<String>,
+    /// The instance's zone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub availability_zone: Option<String>,
+    /// The instance's type, e.g. `m5.large`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_type: Option<String>,
     /// spot or on-demand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<String>,
+    /// When EC2 launched the instance (what `maxNodeAge` measures).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_time: Option<DateTime<Utc>>,
+    /// Ready condition True and the Node not being deleted.
     pub ready: bool,
     /// Since when the node's Ready condition has not been True (False or
     /// Unknown, continuously): its lastTransitionTime, kept across a
     /// change between False and Unknown. Absent while Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unhealthy_since: Option<DateTime<Utc>>,
+    /// Cordoned (by anyone).
     pub unschedulable: bool,
     /// Why this node could not be matched to an instance (e.g. a bad providerID).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -227,10 +251,14 @@ impl NodeInterruption {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NotJoinedInstance {
+    /// The EC2 instance.
     pub instance_id: String,
+    /// Its ASG.
     pub auto_scaling_group: String,
+    /// Its zone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub availability_zone: Option<String>,
+    /// When it launched (`joinTimeout` counts from here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_time: Option<DateTime<Utc>>,
 }
@@ -238,9 +266,13 @@ pub struct NotJoinedInstance {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoScalingGroupStatus {
+    /// The ASG's name.
     pub name: String,
+    /// Its desired capacity.
     pub desired: i32,
+    /// Its minimum size.
     pub min: i32,
+    /// Its maximum size.
     pub max: i32,
     /// Capacity as AWS counts it: InService and Pending instances.
     pub instances: i32,
@@ -251,6 +283,7 @@ pub struct AutoScalingGroupStatus {
     /// its newest launch failed, or below desired for longer than the launch
     /// grace. A launch in flight (lag, Pending) within the grace is launching.
     pub launching: bool,
+    /// Why it is not launching, when `launching` is false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Since when it has been seen below its desired count.
@@ -259,6 +292,8 @@ pub struct AutoScalingGroupStatus {
     /// The newest launch activity's failure, while below desired.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_failure: Option<String>,
+    /// Its suspended scaling processes (a group with Launch or Terminate suspended
+    /// starts no refresh).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suspended_processes: Vec<String>,
 }
@@ -276,9 +311,11 @@ pub enum OperationKind {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OperationLock {
+    /// `Refresh` or `Replenish`: which child controller holds the group's lock.
     pub holder: OperationKind,
     /// Name of the Refresher or Replenisher holding the lock.
     pub holder_name: String,
+    /// When it took the lock.
     pub since: DateTime<Utc>,
 }
 
