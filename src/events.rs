@@ -161,8 +161,10 @@ mod tests {
         assert_eq!(names.len(), n, "a reason is listed twice");
         for r in Reason::ALL {
             assert!(r.meaning().len() > 20, "{r:?} says too little");
-            assert!(r.allows(&kube::runtime::events::EventType::Normal)
-                || r.allows(&kube::runtime::events::EventType::Warning));
+            assert!(
+                r.allows(&kube::runtime::events::EventType::Normal)
+                    || r.allows(&kube::runtime::events::EventType::Warning)
+            );
         }
     }
 }

@@ -1,5 +1,5 @@
 //! spot-node-manager: keeps a kops cluster of spot instances at its node count and
-//! regularly refreshed. See the README for what each controller does.
+//! regularly refreshed. See docs/concepts/ for what each controller does.
 
 pub mod admin;
 pub mod clock;

@@ -23,7 +23,11 @@ fn the_reference_pages_are_what_the_code_generates() {
         );
     }
     for entry in std::fs::read_dir(&dir).expect("docs/reference") {
-        let name = entry.expect("entry").file_name().to_string_lossy().to_string();
+        let name = entry
+            .expect("entry")
+            .file_name()
+            .to_string_lossy()
+            .to_string();
         assert!(
             expected.contains(&name),
             "docs/reference/{name} is not generated: remove it, or generate it"
@@ -111,7 +115,11 @@ fn broken_links(root: &Path) -> Vec<String> {
     let mut problems = vec![];
     for file in markdown_files(&root) {
         let text = std::fs::read_to_string(&file).expect("markdown");
-        let name = file.strip_prefix(&root).unwrap_or(&file).display().to_string();
+        let name = file
+            .strip_prefix(&root)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
         for link in links(&text) {
             if link.contains("://") || link.starts_with("mailto:") {
                 continue;
@@ -120,7 +128,11 @@ fn broken_links(root: &Path) -> Vec<String> {
             let target = if path.is_empty() {
                 file.clone()
             } else {
-                match file.parent().map(|d| d.join(path)).map(|p| p.canonicalize()) {
+                match file
+                    .parent()
+                    .map(|d| d.join(path))
+                    .map(|p| p.canonicalize())
+                {
                     Some(Ok(p)) => p,
                     _ => {
                         problems.push(format!("{name}: ({link}) points to nothing"));
@@ -146,7 +158,11 @@ fn broken_links(root: &Path) -> Vec<String> {
 #[test]
 fn every_relative_link_points_to_something_in_the_repository() {
     let problems = broken_links(&root());
-    assert!(problems.is_empty(), "broken links:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "broken links:\n{}",
+        problems.join("\n")
+    );
 }
 
 #[test]

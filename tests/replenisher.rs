@@ -258,7 +258,7 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
     eprintln!(
         "FIGURES AWS calls per minute for the group: {short_per_min:.0} from the loss to Ready restored, {still_short_per_min:.0} while the shortage goes on, {steady_per_min:.0} while steady (resync 10m)"
     );
-    // The README's budget, on counts: at most 2 calls in any minute steady,
+    // The budget (docs/operations.md), on counts: at most 2 calls in any minute steady,
     // at most 20 through an operation. The windows here are shorter than a
     // minute (a burst rate extrapolated from 9 s says nothing of a minute),
     // so each is held to the budget of the minutes it spans.

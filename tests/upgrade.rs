@@ -1,4 +1,4 @@
-//! The upgrade promise (README, "Upgrading"): a refresh started by the
+//! The upgrade promise (docs/operations.md, "Upgrading"): a refresh started by the
 //! release we upgrade from, whose manager is killed mid-run, is finished by
 //! this tree's manager from what the old one persisted, each old node
 //! terminated once. The old binary is built from git history by

@@ -36,7 +36,7 @@ pub const ACTIVITY_FLOOR: Duration = Duration::from_secs(10);
 /// launch activities are asked every [`FAST_FLOOR`]: a launch into an AZ out
 /// of capacity fails a few seconds after the loss, and the raise elsewhere
 /// should follow within seconds, not at the next 10 s look. Bounded, so a
-/// shortage costs a handful of calls more (the README's budget: at most 20
+/// shortage costs a handful of calls more (docs/operations.md's budget: at most 20
 /// calls a minute during an operation).
 pub const FAST_WINDOW: Duration = Duration::from_secs(12);
 /// The floor of both kinds of look during the [`FAST_WINDOW`]: under the

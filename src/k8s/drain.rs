@@ -9,9 +9,9 @@
 //! cannot stall the reconcile. The timeout and what happens at it belong to
 //! the caller, which knows when the drain started.
 
-use crate::events::Reason;
 use crate::context::Context;
 use crate::crd::labels::{CORDONED_BY_US, MIRROR_ANNOTATION};
+use crate::events::Reason;
 use crate::mutation::{Applied, Intent};
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::ObjectReference;

@@ -43,7 +43,12 @@ fn page(crd: &Value) -> String {
     let version = &spec["versions"][0];
     let short: Vec<String> = names["shortNames"]
         .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).map(|s| format!("`{s}`")).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(|s| format!("`{s}`"))
+                .collect()
+        })
         .unwrap_or_default();
     let mut out = format!(
         "{}# {kind}\n\n`{}/{}`, namespaced; `kubectl get {}` (short: {}).\n\n{}\n\n",
@@ -71,9 +76,7 @@ fn columns(version: &Value) -> String {
     let Some(cols) = version["additionalPrinterColumns"].as_array() else {
         return String::new();
     };
-    let mut out = String::from(
-        "## Columns\n\n| column | shown | from |\n|---|---|---|\n",
-    );
+    let mut out = String::from("## Columns\n\n| column | shown | from |\n|---|---|---|\n");
     for c in cols {
         let wide = c["priority"].as_i64().unwrap_or(0) > 0;
         out.push_str(&format!(

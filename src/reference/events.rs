@@ -1,7 +1,7 @@
 //! docs/reference/events.md, from `crate::events`.
 
-use crate::events::{ConditionEvent, Reason};
 use super::schema::cell;
+use crate::events::{ConditionEvent, Reason};
 
 pub fn page() -> String {
     let mut out = format!(

@@ -37,9 +37,8 @@ fn file_fields() -> String {
 }
 
 fn flags(cli: &clap::Command) -> String {
-    let mut out = String::from(
-        "\n## Flags of `run`\n\n| flag | environment | meaning |\n|---|---|---|\n",
-    );
+    let mut out =
+        String::from("\n## Flags of `run`\n\n| flag | environment | meaning |\n|---|---|---|\n");
     let Some(run) = cli.get_subcommands().find(|s| s.get_name() == "run") else {
         return out;
     };
@@ -69,10 +68,22 @@ mod tests {
     fn every_file_field_and_flag_is_described() {
         let text = page();
         for row in text.lines().filter(|l| l.starts_with("| `")) {
-            let meaning = row.trim_end_matches(" |").rsplit(" | ").next().unwrap_or_default();
-            assert!(meaning.len() > 10, "{row} has no description (write its doc comment)");
+            let meaning = row
+                .trim_end_matches(" |")
+                .rsplit(" | ")
+                .next()
+                .unwrap_or_default();
+            assert!(
+                meaning.len() > 10,
+                "{row} has no description (write its doc comment)"
+            );
         }
-        for needed in ["`aws.region`", "`leaderElection.renewDeadline`", "`--dry-run`", "`--config`, `-c`"] {
+        for needed in [
+            "`aws.region`",
+            "`leaderElection.renewDeadline`",
+            "`--dry-run`",
+            "`--config`, `-c`",
+        ] {
             assert!(text.contains(needed), "{needed} missing");
         }
     }

@@ -68,7 +68,11 @@ fn resolve(schema: &Value, defs: &Value) -> Value {
     let inner = if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
         let name = r.rsplit('/').next().unwrap_or_default();
         defs.get(name).cloned()
-    } else if let Some([one]) = schema.get("allOf").and_then(Value::as_array).map(Vec::as_slice) {
+    } else if let Some([one]) = schema
+        .get("allOf")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+    {
         Some(resolve(one, defs))
     } else {
         schema
@@ -134,17 +138,23 @@ fn type_of(schema: &Value, defs: &Value) -> String {
                 .unwrap_or(Value::Null);
             format!("[]{}", type_of(&items, defs))
         }
-        "object" if schema.get("properties").is_none() => match schema.get("additionalProperties")
-        {
-            Some(v) if v.is_object() => format!("map[string]{}", type_of(v, defs)),
-            _ => "object".into(),
-        },
+        "object" if schema.get("properties").is_none() => {
+            match schema.get("additionalProperties") {
+                Some(v) if v.is_object() => format!("map[string]{}", type_of(v, defs)),
+                _ => "object".into(),
+            }
+        }
         _ => named,
     }
 }
 
 fn bounds_of(schema: &Value, defs: &Value) -> Vec<String> {
-    let num = |k: &str| schema.get(k).and_then(Value::as_f64).map(|n| format!("{n}"));
+    let num = |k: &str| {
+        schema
+            .get(k)
+            .and_then(Value::as_f64)
+            .map(|n| format!("{n}"))
+    };
     let mut out = vec![];
     match (num("minimum"), num("maximum")) {
         (Some(lo), Some(hi)) => out.push(format!("{lo} to {hi}")),
@@ -159,7 +169,11 @@ fn bounds_of(schema: &Value, defs: &Value) -> Vec<String> {
         ("maxItems", "at most"),
     ] {
         if let Some(n) = num(key) {
-            let unit = if key.ends_with("Items") { " item(s)" } else { "" };
+            let unit = if key.ends_with("Items") {
+                " item(s)"
+            } else {
+                ""
+            };
             out.push(format!("{what} {n}{unit}"));
         }
     }
@@ -212,9 +226,8 @@ pub fn cell(text: &str) -> String {
 
 /// A Markdown table of `fields`: field, type, default, bounds, meaning.
 pub fn table(fields: &[Field]) -> String {
-    let mut out = String::from(
-        "| field | type | default | bounds | meaning |\n|---|---|---|---|---|\n",
-    );
+    let mut out =
+        String::from("| field | type | default | bounds | meaning |\n|---|---|---|---|---|\n");
     for f in fields {
         let default = match (&f.default, f.required) {
             (Some(d), _) => format!("`{}`", cell(d)),

@@ -4,10 +4,10 @@
 //! shortened so it ends by the deadline. At the deadline what is left is
 //! named in an Event. The outcome is recorded in the mark.
 
-use crate::events::Reason;
 use crate::cloud::HookCallKind;
 use crate::context::Context;
 use crate::crd::labels::INTERRUPTED_LABEL;
+use crate::events::Reason;
 use crate::k8s::drain::{drain_step_within, pods_to_move};
 use crate::k8s::interruption_record::{self, HookAction, HookStep, Record, hook_step};
 use crate::mutation::Intent;

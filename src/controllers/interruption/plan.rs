@@ -2,9 +2,9 @@
 //! instances and `now`, the node marks to persist, the Events to write and
 //! whether the message may then be deleted.
 
-use crate::events::Reason;
 use super::message::{Notice, NoticeKind, Parsed};
 use super::ownership::{Disposition, ForeignMessages, Owner, Ownership, Unmanaged, dispose};
+use crate::events::Reason;
 use crate::k8s::interruption_record::{HookAction, LATE_DRAIN, Record};
 use chrono::{DateTime, Utc};
 

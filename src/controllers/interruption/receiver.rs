@@ -3,7 +3,6 @@
 //! message whose steps fail is not deleted: it comes back after its
 //! visibility timeout, and the node marks make the retry do nothing twice.
 
-use crate::events::Reason;
 use super::lookup::{GroupWatch, Groups, NodeCache, unmanaged};
 use super::message;
 use super::ownership::Owner;
@@ -11,6 +10,7 @@ use super::plan::{self, MessagePlan, Step};
 use crate::Result;
 use crate::cloud::sqs::{Queue, Received};
 use crate::context::Context;
+use crate::events::Reason;
 use crate::k8s::drain::node_ref;
 use crate::k8s::interruption_record::{self, Record};
 use crate::mutation::Intent;

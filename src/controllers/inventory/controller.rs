@@ -259,7 +259,12 @@ async fn warn_of_changes(
     };
     let external_starts = external(next) && !external(current);
     // In the order of ConditionEvent::ALL, which the reference lists.
-    let flags = [becomes_invalid, becomes_degraded, breaker_opens, external_starts];
+    let flags = [
+        becomes_invalid,
+        becomes_degraded,
+        breaker_opens,
+        external_starts,
+    ];
     for (flag, (type_, _)) in flags.into_iter().zip(ConditionEvent::ALL) {
         if flag && let Some(c) = crate::crd::condition::find(&next.conditions, type_) {
             ctx.condition_event(&group.object_ref(&()), c, "Sync").await;
@@ -276,7 +281,6 @@ async fn warn_of_changes(
         .await;
     }
 }
-
 
 /// When the group's Refresher next runs, as it says.
 async fn next_refresh(ctx: &Context, namespace: &str, name: &str) -> Result<Option<DateTime<Utc>>> {

@@ -5,7 +5,6 @@
 //! idempotent and harmless, so it is done before the status that forgets the
 //! node is written.
 
-use crate::events::Reason;
 use crate::Result;
 use crate::cloud::AsgDescription;
 use crate::context::Context;
@@ -19,6 +18,7 @@ use crate::controllers::runtime::{About, instrumented};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::refresher::{RefreshTarget, TargetPurpose};
 use crate::crd::{NodeGroup, Refresher, RefresherStatus};
+use crate::events::Reason;
 use crate::k8s::disruption_slot::Slots;
 use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
 use crate::k8s::lock::{self, Acquired, Holder};

@@ -1,9 +1,9 @@
 //! What a refresher run did, told as Events on the group and as metrics.
 
-use crate::events::Reason;
 use crate::context::Context;
 use crate::controllers::refresher::plan::Happening;
 use crate::crd::refresher::{RunResult, RunTrigger};
+use crate::events::Reason;
 use crate::metrics::RunLabels;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType;
@@ -51,9 +51,11 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
                 Reason::RefreshResumed,
                 format!("a maintenance window opened: resuming the run, {remaining} node(s) left"),
             ),
-            Happening::NodesSkipped(nodes) => {
-                (EventType::Warning, Reason::NodesSkipped, nodes_skipped(nodes))
-            }
+            Happening::NodesSkipped(nodes) => (
+                EventType::Warning,
+                Reason::NodesSkipped,
+                nodes_skipped(nodes),
+            ),
             Happening::Planned(what) => {
                 ctx.metrics.refresh_run("Skipped");
                 (EventType::Normal, Reason::RefreshPlanned, what.clone())

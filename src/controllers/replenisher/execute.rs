@@ -2,7 +2,6 @@
 //! act. Each mutation is re-checked by `guard` against the fresh describe
 //! just before it is made; the status that records it is written first.
 
-use crate::events::Reason;
 use super::guard;
 use super::plan::{self as replenish_plan, Command};
 use crate::Result;
@@ -13,6 +12,7 @@ use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after};
 use crate::controllers::persist::{persist_then, write_if_changed};
 use crate::crd::replenisher::{CleanupTarget, ReplenishPhase, Retirement, ScaleInTarget};
 use crate::crd::{NodeGroup, NodeGroupStatus, Replenisher, ReplenisherStatus};
+use crate::events::Reason;
 use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
 use crate::k8s::lock::{self, Acquired, Holder};
 use crate::mutation::Applied;
@@ -137,8 +137,12 @@ impl Step<'_> {
             replenish_plan::raise_not_made(&mut self.status);
         } else {
             replenish_plan::raise_landed(&mut self.status);
-            self.event(EventType::Normal, Reason::ScaledUp, self.message.to_string())
-                .await;
+            self.event(
+                EventType::Normal,
+                Reason::ScaledUp,
+                self.message.to_string(),
+            )
+            .await;
         }
         Ok(())
     }

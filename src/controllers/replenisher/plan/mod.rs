@@ -2,7 +2,7 @@
 //! action and the next status. No I/O; the reconcile writes the status (which
 //! records what is about to be done) and then carries the action out.
 //!
-//! One stage per step of the README's behaviour list, each returning a plan
+//! One stage per step of docs/concepts/replenisher.md, each returning a plan
 //! or passing on: guards (invalid, suspended, a refresh holds the lock),
 //! interrupted nodes due for termination, a scale-in in progress, instances
 //! that never joined, unhealthy masters (and workers nothing can replace)
