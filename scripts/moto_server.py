@@ -53,7 +53,8 @@ API calls and gives it to a loop that runs like an ASG's own:
   of an account wait, then refuses it with Throttling or ServiceUnavailable;
   `/_snm/deny` refuses one action of an account as IAM does when a policy
   lacks it (EC2's UnauthorizedOperation, Auto Scaling's AccessDenied);
-  `/_snm/attempts` lists an account's requests, with the SDK's attempt numbers (see `control`).
+  `/_snm/attempts` lists an account's requests, with the SDK's attempt numbers (see `control`);
+  `/_snm/actions` the action of each (what a read-only test counts mutations by).
 
 Timings are flags (defaults below) and can be set per ASG with the tags
 `snm.test/launch-lag`, `snm.test/pending-time`, `snm.test/health-check-delay`
@@ -631,6 +632,8 @@ _dispatch = werkzeug_app.DomainDispatcherApplication.__call__
 # [time, attempt, of max] per request, the last two from the SDK's
 # `amz-sdk-request: attempt=N; max=M` header: which requests are retries.
 ATTEMPTS: dict = {}
+# Account -> the action of each of its requests, in order (`/_snm/actions`).
+ACTIONS: dict = {}
 REFUSED: dict = {}
 # Actions an account's IAM policy lacks, per account.
 DENIED: dict = {}
@@ -665,6 +668,8 @@ def control(environ, start_response):
         body = b"{}"
     elif environ["PATH_INFO"] == "/_snm/attempts":
         body = json.dumps(ATTEMPTS.get(account, [])).encode()
+    elif environ["PATH_INFO"] == "/_snm/actions":
+        body = json.dumps(ACTIONS.get(account, [])).encode()
     else:
         start_response("404 Not Found", [("Content-Length", "0")])
         return [b""]
@@ -744,6 +749,8 @@ def locked_dispatch(self, environ, start_response):
     account = environ.get("HTTP_X_MOTO_ACCOUNT_ID")
     if account:
         ATTEMPTS.setdefault(account, []).append([time.time(), *sdk_attempt(environ)])
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        ACTIONS.setdefault(account, []).append(query_action(environ) or target.split(".")[-1])
         if account in REFUSED:
             delay, error = REFUSED[account]
             time.sleep(delay)  # without the lock: others go on

@@ -19,6 +19,7 @@ pub mod leadership;
 pub mod manager;
 pub mod metrics;
 pub mod mutation;
+pub mod preview;
 pub mod reference;
 pub mod telemetry;
 

@@ -1,6 +1,6 @@
 use clap::Parser;
-use spot_node_manager::config::{Cli, Command, Settings};
-use spot_node_manager::{crd, manager, reference, telemetry};
+use spot_node_manager::config::{Cli, Command, PreviewOutput, RunArgs, Settings};
+use spot_node_manager::{crd, manager, preview as previews, reference, telemetry};
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
@@ -13,6 +13,7 @@ async fn main() -> ExitCode {
     match cli.command {
         Command::Crd { out_dir } => print_crds(out_dir),
         Command::Reference { out_dir } => write_reference(&out_dir),
+        Command::Preview { run, output } => preview(&run, output).await,
         Command::Run(args) => {
             let settings = match Settings::load(&args) {
                 Ok(s) => s,
@@ -70,4 +71,36 @@ fn write_reference(dir: &std::path::Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn preview(args: &RunArgs, output: PreviewOutput) -> ExitCode {
+    let settings = match Settings::load(args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("spot-node-manager: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Logs go to stderr only when asked (RUST_LOG): stdout is the answer.
+    if std::env::var_os("RUST_LOG").is_some() {
+        telemetry::init(settings.log_format, &settings.log_level);
+    }
+    let answer = match previews::run(settings).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            eprintln!("spot-node-manager preview: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match output {
+        PreviewOutput::Text => print!("{}", previews::text(&answer)),
+        PreviewOutput::Json => match serde_json::to_string_pretty(&answer) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("spot-node-manager preview: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    }
+    ExitCode::SUCCESS
 }

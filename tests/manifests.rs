@@ -390,6 +390,8 @@ const MANAGER_REQUESTS: &[(&str, &str, &str, &Option<&str>)] = &[
     ("patch", "", "nodes", &None),
     ("list", "", "pods", &None),
     ("create", "", "pods/eviction", &Some("default")),
+    // `spot-node-manager preview`.
+    ("list", "policy", "poddisruptionbudgets", &None),
     (
         "create",
         "events.k8s.io",

@@ -48,6 +48,24 @@ pub enum Command {
         #[arg(long)]
         out_dir: PathBuf,
     },
+    /// Say, per group, the next disruption the manager will make on its own:
+    /// what, when, why, the nodes in order with what would hold each, and
+    /// the pods each would move. Read-only: takes the same config and flags
+    /// as `run`, never mutates anything.
+    Preview {
+        #[command(flatten)]
+        run: Box<RunArgs>,
+        /// `text` for people, `json` for scripts.
+        #[arg(long, short = 'o', value_enum, default_value = "text")]
+        output: PreviewOutput,
+    },
+}
+
+/// How `preview` prints its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PreviewOutput {
+    Text,
+    Json,
 }
 
 #[derive(

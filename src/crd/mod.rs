@@ -3,6 +3,7 @@
 
 pub mod condition;
 pub mod labels;
+pub mod next;
 pub mod nodegroup;
 pub mod refresher;
 pub mod replenisher;

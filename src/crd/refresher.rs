@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Next Run", type_ = "string", json_path = ".status.nextRun"),
     printcolumn(name = "Progress", type_ = "string", json_path = ".status.progress"),
     printcolumn(name = "Window", type_ = "string", json_path = ".status.window"),
+    printcolumn(name = "Next", type_ = "string", json_path = ".status.next.summary"),
     printcolumn(
         name = "Last Result",
         type_ = "string",
@@ -221,6 +222,10 @@ pub struct RefresherStatus {
     /// until <time>`; absent without windows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<String>,
+    /// The next disruption this Refresher will make on its own, as its plan
+    /// sees it now: what, when, why, the nodes in order, what would hold them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<super::next::NextDisruption>,
     /// What the refresher is doing or waiting for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

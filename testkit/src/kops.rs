@@ -471,6 +471,28 @@ impl World {
         serde_json::from_str(&body).expect("a list of [time, attempt, max]")
     }
 
+    /// The action of every AWS request of this world's account so far, in
+    /// order (e.g. `DescribeAutoScalingGroups`).
+    pub async fn aws_actions(&self) -> Vec<String> {
+        let path = format!("/_snm/actions?account={}", self.account);
+        let (status, body) = crate::http_get(self.emulator_port(), &path)
+            .await
+            .expect("the emulator answers");
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("a list of actions")
+    }
+
+    /// The AWS requests of this world's account so far that could change
+    /// something: every action but a Describe, List, Get or Receive.
+    pub async fn aws_mutations(&self) -> Vec<String> {
+        let reads = ["Describe", "List", "Get", "Receive"];
+        self.aws_actions()
+            .await
+            .into_iter()
+            .filter(|a| !reads.iter().any(|r| a.starts_with(r)))
+            .collect()
+    }
+
     /// From now on every AWS request of this world's account waits `delay`,
     /// then is refused with `error` (`Throttling`, or `ServiceUnavailable`:
     /// both retried by the SDK, the first also slowing its request rate).

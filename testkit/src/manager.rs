@@ -314,6 +314,36 @@ impl World {
         manager.kill();
     }
 
+    /// Runs `spot-node-manager preview -o json` for this world, as a user
+    /// would with the manager's own kubeconfig and AWS access; its answer.
+    pub fn preview(&self) -> serde_json::Value {
+        let output = Command::new(manager_binary())
+            .arg("preview")
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(["--namespace", &self.namespace])
+            .args(["--aws-region", "ap-northeast-1"])
+            .args(["--aws-endpoint", &control_plane().moto_endpoint])
+            .args(["--aws-emulator-account", &self.account])
+            .args(["-o", "json"])
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("run preview");
+        assert!(
+            output.status.success(),
+            "preview failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "preview's JSON: {e}: {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        })
+    }
+
     /// The same, running `binary` instead of this tree's manager.
     pub fn start_manager_binary(
         &self,

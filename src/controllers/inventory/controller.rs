@@ -213,10 +213,16 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     let mut next = next;
     next.state = Some(plan::group_state(&group, &next, now));
     next.auto_scaling_group_count = i32::try_from(group.spec.auto_scaling_groups.len()).ok();
-    next.next_refresh = match group.spec.refresh {
-        Some(_) => next_refresh(ctx, &namespace, &name).await?,
-        None => None,
+    // A group with a Refresher: what it says comes next.
+    let has_refresher = group.spec.refresh.is_some()
+        || group.spec.drift.action == crate::crd::nodegroup::DriftAction::Replace;
+    (next.next_refresh, next.next) = match has_refresher {
+        true => next_refresh(ctx, &namespace, &name).await?,
+        false => (None, None),
     };
+    if group.spec.refresh.is_none() {
+        next.next_refresh = None;
+    }
     ctx.metrics.group_observed(&namespace, &name, &next);
     if next != current {
         write_status(ctx, &namespace, &name, &next).await?;
@@ -282,13 +288,19 @@ async fn warn_of_changes(
     }
 }
 
-/// When the group's Refresher next runs, as it says.
-async fn next_refresh(ctx: &Context, namespace: &str, name: &str) -> Result<Option<DateTime<Utc>>> {
+/// When the group's Refresher next runs, and its next disruption in one
+/// line, as it says.
+async fn next_refresh(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<(Option<DateTime<Utc>>, Option<String>)> {
     let refresher = Api::<Refresher>::namespaced(ctx.client.clone(), namespace)
         .get_opt(name)
         .await
         .map_err(Error::kube(format!("get Refresher {namespace}/{name}")))?;
-    Ok(refresher.and_then(|r| r.status?.next_run))
+    let status = refresher.and_then(|r| r.status).unwrap_or_default();
+    Ok((status.next_run, status.next.map(|n| n.summary)))
 }
 
 fn is_invalid(status: &NodeGroupStatus) -> bool {

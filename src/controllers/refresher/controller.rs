@@ -13,7 +13,8 @@ use crate::controllers::group_view::DesiredChange;
 use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, observe_group};
 use crate::controllers::refresher::execute::{Drained, Effects, execute};
 use crate::controllers::refresher::guard::Guard;
-use crate::controllers::refresher::plan::{self as refresh_plan, Happening, Input, Member};
+use crate::controllers::refresher::plan::{self as refresh_plan, Happening, Member};
+use crate::controllers::refresher::seen::{Protection, Seen};
 use crate::controllers::runtime::{About, instrumented};
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::refresher::{RefreshTarget, TargetPurpose};
@@ -27,7 +28,6 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -75,7 +75,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         rf.status.as_ref(),
         &rf.spec.schedule_key(),
         ctx.clock.now(),
-        drift_pending(&rf, &observed.group),
+        super::seen::drift_pending(&rf, &observed.group),
     ) {
         Some(observed.describe().await?)
     } else {
@@ -83,39 +83,14 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     };
     let looked = described.is_some();
     observed.observe_control_plane(ctx, looked).await?;
-    let now = ctx.clock.now();
-    let group = &observed.group;
-    let settings = settings_of(&rf, group);
-    let current = rf.status.clone().unwrap_or_default();
-    let schedule_key = rf.spec.schedule_key();
-    let control_plane_ready = control_plane_ready(ctx, group, &current).await?;
-    let slots = Slots::of(ctx, &rf, group.spec.role);
-    let slot = slots.observe().await?;
-    let window = crate::controllers::window::group_window(group, now);
-    // Invalid: the group is invalid too, and no run steps, so the defaults
-    // are never acted on.
-    let disruption = group.spec.resolved_disruption().unwrap_or_default();
-    let (protected, unsettled) = (
-        protected_planned(ctx, group, &current).await?,
-        unsettled_workloads(ctx, &current).await?,
-    );
+    let slots = Slots::of(ctx, &rf, observed.group.spec.role);
+    let protection = Protection::for_status(rf.status.as_ref(), looked, ctx.clock.now());
+    let seen = Seen::observe(ctx, &rf, &observed.group, &slots, protection).await?;
+    let now = seen.now;
+    let next = seen.next(&observed, described.as_ref());
     let plan_for = |described: &DescribedAsgs| {
-        refresh_plan::plan(&Input {
-            group: observed.facts(described, rf.spec.suspend, now),
-            dry_run: ctx.settings.dry_run,
-            settings: &settings,
-            schedule_key: &schedule_key,
-            drift_replace: rf.spec.drift_replace,
-            members: &Member::all_of(&described.fresh),
-            control_plane_ready: &control_plane_ready,
-            slot: slot.clone(),
-            window: window.clone(),
-            protected: &protected,
-            do_not_disrupt_timeout: disruption.do_not_disrupt_timeout,
-            on_window_close: disruption.on_window_close,
-            unsettled: &unsettled,
-            status: &current,
-        })
+        let members = Member::all_of(&described.fresh);
+        refresh_plan::plan(&seen.input(&observed, described, &members))
     };
     let mut described = described.unwrap_or_default();
     let mut plan = plan_for(&described);
@@ -139,9 +114,11 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
 
     let mut status = plan.status.clone();
     status.observed_generation = rf.metadata.generation;
-    status.window = window.describe();
-    set_conditions(&mut status, &rf, &settings, &schedule_key, &asgs, now);
-    set_window_condition(&mut status, &rf, &settings, &group, now);
+    status.window = seen.window.describe();
+    status.next = next;
+    let (settings, schedule_key) = (&seen.settings, &seen.schedule_key);
+    set_conditions(&mut status, &rf, settings, schedule_key, &asgs, now);
+    set_window_condition(&mut status, &rf, settings, &group, now);
     let mut cluster = Cluster {
         ctx,
         slots: &slots,
@@ -158,90 +135,6 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     };
     let requeue = execute(&mut cluster, rf.status.as_ref(), &plan, &status, now).await?;
     Ok(Action::requeue(requeue))
-}
-
-/// Drifted nodes to roll: the group's status says so (and which).
-fn drift_pending(rf: &Refresher, group: &NodeGroup) -> bool {
-    rf.spec.drift_replace
-        && group
-            .status
-            .as_ref()
-            .and_then(|s| s.drifted_nodes)
-            .is_some_and(|n| n > 0)
-}
-
-/// During a run, the planned nodes not yet replaced that are protected from
-/// voluntary disruption, with why.
-async fn protected_planned(
-    ctx: &Context,
-    group: &NodeGroup,
-    current: &RefresherStatus,
-) -> Result<BTreeMap<String, String>> {
-    let disruption = &group.spec.disruption;
-    if current.run_start.is_none() {
-        return Ok(BTreeMap::new());
-    }
-    let left = |id: &String| {
-        current.planned_instances.contains(id) && !current.replaced_instances.contains(id)
-    };
-    let names: BTreeSet<String> = group
-        .status
-        .iter()
-        .flat_map(|s| &s.nodes)
-        .filter(|n| n.instance_id.as_ref().is_some_and(left))
-        .map(|n| n.name.clone())
-        .collect();
-    let protected =
-        crate::k8s::protection::observe(ctx, &names, disruption.evict_unmanaged_pods).await?;
-    Ok(protected)
-}
-
-/// Waiting for the batch's replacements: of the workloads its drains moved, those
-/// whose pods are not all back (Pending or not Ready), with why.
-async fn unsettled_workloads(
-    ctx: &Context,
-    current: &RefresherStatus,
-) -> Result<BTreeMap<String, String>> {
-    let moved: BTreeSet<String> = current
-        .batch()
-        .flat_map(|t| t.workloads.iter().cloned())
-        .collect();
-    if current.phase != crate::crd::refresher::RefreshPhase::WaitingForReplacement
-        || moved.is_empty()
-    {
-        return Ok(BTreeMap::new());
-    }
-    let moved: Vec<String> = moved.into_iter().collect();
-    crate::k8s::workloads::observe_unsettled(ctx, &moved).await
-}
-
-/// Masters between replacements: which nodes' control planes are up.
-async fn control_plane_ready(
-    ctx: &Context,
-    group: &NodeGroup,
-    current: &RefresherStatus,
-) -> Result<std::collections::BTreeSet<String>> {
-    if group.spec.role == crate::crd::Role::Master
-        && current.phase == crate::crd::refresher::RefreshPhase::WaitingForReplacement
-    {
-        return crate::k8s::control_plane::ready_nodes(ctx).await;
-    }
-    Ok(Default::default())
-}
-
-/// The run's settings, or why there are none: another group naming one of
-/// its ASGs pauses any run, as an invalid spec does.
-fn settings_of(
-    rf: &Refresher,
-    group: &NodeGroup,
-) -> std::result::Result<crate::crd::nodegroup::ResolvedRefresh, String> {
-    match group.asg_conflict() {
-        Some(why) => Err(why),
-        None => rf
-            .spec
-            .resolve()
-            .map_err(|p| format!("the Refresher's spec is invalid: {p}")),
-    }
 }
 
 /// The executor's effects on the cluster and AWS: each mutation re-checked

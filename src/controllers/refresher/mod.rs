@@ -13,5 +13,6 @@ pub mod plan;
 mod reconcile_tests;
 mod report;
 pub mod schedule;
+pub mod seen;
 
 pub use controller::{CONTROLLER, run};

@@ -54,6 +54,12 @@ use serde::{Deserialize, Serialize};
         type_ = "date",
         json_path = ".status.lastInterruption.noticed",
         priority = 1
+    ),
+    printcolumn(
+        name = "Next",
+        type_ = "string",
+        json_path = ".status.next",
+        priority = 1
     )
 )]
 #[serde(rename_all = "camelCase")]

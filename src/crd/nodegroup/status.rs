@@ -58,6 +58,10 @@ pub struct NodeGroupStatus {
     /// When the group's Refresher next runs, if a refresh is scheduled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_refresh: Option<DateTime<Utc>>,
+    /// The next disruption the group's Refresher will make on its own, in
+    /// one line (its `status.next` has the detail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// What `kubectl get nodegroups` says of a group, the first that holds.

@@ -2,7 +2,7 @@
 //! target is drained, held while the group cannot spare it, or given up;
 //! once drained, its termination is recorded before it is made.
 
-use super::{GroupNode, Happening, Next, OnWindowClose, Planner, Removal, SOON, Step};
+use super::{GroupNode, Happening, Input, Next, OnWindowClose, Planner, Removal, SOON, Step};
 use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after, until};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
@@ -117,43 +117,35 @@ impl Planner<'_> {
     /// and the protected ones left out (node, instance, why).
     pub(super) fn candidates(&self) -> (Vec<RefreshTarget>, Vec<(String, String, String)>) {
         let input = self.input;
-        let node_of = |id: &str| input.group.node_of(id);
-        let mut order: Vec<&String> = self.status.planned_instances.iter().collect();
-        order.sort_by_key(|id| !node_of(id).is_some_and(|n| input.group.unhealthy(n)));
-        let mut protected = vec![];
-        let mut upcoming = vec![];
-        for id in order {
-            if self.status.replaced_instances.contains(id)
-                || !self.active(id)
-                || self.skipped(id)
-                || self.status.alongside.iter().any(|t| t.instance_id == *id)
-            {
-                continue;
-            }
-            let Some(node) = node_of(id) else { continue };
-            // A dead node is a repair: no protection holds it.
-            if let Some(why) = input.protected.get(&node.name)
-                && !input.group.unhealthy(node)
-            {
-                protected.push((node.name.clone(), id.clone(), why.clone()));
-                continue;
-            }
-            let Some(asg) = node.asg.clone() else {
-                continue;
-            };
-            upcoming.push(RefreshTarget {
-                node: Some(node.name.clone()),
-                instance_id: id.clone(),
-                auto_scaling_group: asg,
-                purpose: TargetPurpose::Replace,
-                since: input.group.now,
-                terminated: None,
-                blocked_by: None,
-                unhealthy: input.group.unhealthy(node),
-                workloads: vec![],
-                launched_ahead: None,
-            });
-        }
+        let left: Vec<&String> = self
+            .status
+            .planned_instances
+            .iter()
+            .filter(|id| {
+                !(self.status.replaced_instances.contains(id)
+                    || !self.active(id)
+                    || self.skipped(id)
+                    || self.status.alongside.iter().any(|t| t.instance_id == **id))
+            })
+            .collect();
+        let (ordered, protected) = take_order(input, left);
+        let upcoming = ordered
+            .into_iter()
+            .filter_map(|(node, id)| {
+                Some(RefreshTarget {
+                    node: Some(node.name.clone()),
+                    instance_id: id.clone(),
+                    auto_scaling_group: node.asg.clone()?,
+                    purpose: TargetPurpose::Replace,
+                    since: input.group.now,
+                    terminated: None,
+                    blocked_by: None,
+                    unhealthy: input.group.unhealthy(node),
+                    workloads: vec![],
+                    launched_ahead: None,
+                })
+            })
+            .collect();
         (upcoming, protected)
     }
 
@@ -380,4 +372,34 @@ impl Planner<'_> {
         self.enter(RefreshPhase::ScalingDown);
         Step::back_in_service(target.node.clone(), reason)
     }
+}
+
+/// Nodes a run takes (node, instance) in order, and those it leaves out as
+/// protected (node, instance, why).
+pub(super) type Order<'a> = (
+    Vec<(&'a GroupNode, &'a String)>,
+    Vec<(String, String, String)>,
+);
+
+/// The order a run takes `planned` (oldest first, as recorded at its start):
+/// a node that died first (it holds no pods that can still move, and until
+/// it is replaced no Ready node can be spared); the protected ones left out
+/// (node, instance, why), a dead node excepted: no protection holds a
+/// repair. Shared by the run and its preview, so the preview says the order
+/// the run takes.
+pub(super) fn take_order<'a>(input: &'a Input, mut planned: Vec<&'a String>) -> Order<'a> {
+    let node_of = |id: &str| input.group.node_of(id);
+    planned.sort_by_key(|id| !node_of(id).is_some_and(|n| input.group.unhealthy(n)));
+    let mut protected = vec![];
+    let mut upcoming = vec![];
+    for id in planned {
+        let Some(node) = node_of(id) else { continue };
+        match input.protected.get(&node.name) {
+            Some(why) if !input.group.unhealthy(node) => {
+                protected.push((node.name.clone(), id.clone(), why.clone()));
+            }
+            _ => upcoming.push((node, id)),
+        }
+    }
+    (upcoming, protected)
 }

@@ -113,22 +113,14 @@ impl Planner<'_> {
         // A drift roll that failed (a new template whose nodes never get
         // Ready) is not retried at once: each try costs a surplus node for
         // the whole ready timeout.
-        if let Some(last) = &self.status.last_run
-            && last.trigger == Some(RunTrigger::Drift)
-            && last.result == RunResult::Failed
-            && let Some(finished) = last.finished
-        {
-            let again = after(finished, DRIFT_BACKOFF);
-            if self.input.group.now < again {
-                return Some(Step::wait(
-                    format!(
-                        "{n} drifted node(s); the last drift roll failed ({}); the next one starts at {}",
-                        last.reason.as_deref().unwrap_or("no reason recorded"),
-                        again.to_rfc3339()
-                    ),
-                    until(self.input.group.now, again).min(IDLE),
-                ));
-            }
+        if let Some((again, why)) = self.drift_backoff() {
+            return Some(Step::wait(
+                format!(
+                    "{n} drifted node(s); the last drift roll failed ({why}); the next one starts at {}",
+                    again.to_rfc3339()
+                ),
+                until(self.input.group.now, again).min(IDLE),
+            ));
         }
         if let Some(why) = self.start_blocker() {
             return wait(why);
@@ -167,6 +159,20 @@ impl Planner<'_> {
             format!("{why}; waiting: {reason}"),
             requeue,
         ))
+    }
+
+    /// After a failed drift roll, when the next may start (and why it
+    /// failed), while that is still ahead.
+    pub(super) fn drift_backoff(&self) -> Option<(DateTime<Utc>, String)> {
+        let last = self.status.last_run.as_ref()?;
+        let finished = last.finished?;
+        let failed_roll =
+            last.trigger == Some(RunTrigger::Drift) && last.result == RunResult::Failed;
+        let again = after(finished, DRIFT_BACKOFF);
+        (failed_roll && self.input.group.now < again).then(|| {
+            let why = last.reason.as_deref().unwrap_or("no reason recorded");
+            (again, why.to_string())
+        })
     }
 
     /// Why no run may start now, if so.
@@ -396,7 +402,7 @@ pub fn blocking_processes(asgs: &[AsgView]) -> Option<String> {
 /// The instances a run replaces, oldest first: nodes of the group whose
 /// instance is active in a group ASG and whose launch time is known and
 /// (with `max_age`) at least that old. Nodes launched later are new.
-fn targets(input: &Input, max_age: Option<Duration>) -> Vec<String> {
+pub(super) fn targets(input: &Input, max_age: Option<Duration>) -> Vec<String> {
     let mut old: Vec<(&DateTime<Utc>, &str, &str)> = input
         .group
         .nodes

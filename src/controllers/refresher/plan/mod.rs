@@ -32,6 +32,7 @@ mod draining;
 mod drift;
 mod idle;
 mod pause;
+mod preview;
 mod replacing;
 mod scaling_down;
 mod scaling_up;
@@ -54,8 +55,10 @@ use std::time::Duration;
 
 pub use crate::controllers::group_view::{GroupFacts, GroupNode, Member};
 pub use idle::{blocking_processes, needs_observation};
+pub use preview::preview;
 pub use termination::{Removal, after_drain, authority, removal};
 
+#[derive(Clone)]
 pub struct Input<'a> {
     /// What every child plan is told (`suspended`: the group or the
     /// Refresher; `breaker`: a run pauses, a due run is skipped).

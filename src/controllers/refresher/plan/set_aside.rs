@@ -15,6 +15,9 @@ use crate::crd::Role;
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{PendingRun, RefreshPhase, RefreshTarget, RunResult, RunTrigger};
 
+/// Why a master run does not start when the control plane was not looked at.
+pub(super) const CONTROL_PLANE_UNOBSERVED: &str = "the control plane was not observed";
+
 impl Planner<'_> {
     /// The window closed with nodes left: record what is left before the
     /// surplus goes (`ScalingDown` then ends the leg, see [`Self::end_leg`]).
@@ -57,7 +60,7 @@ impl Planner<'_> {
             return None;
         }
         let Some(cp) = self.input.group.control_plane else {
-            return Some("the control plane was not observed".into());
+            return Some(CONTROL_PLANE_UNOBSERVED.into());
         };
         if cp.whole() {
             return None;

@@ -5,6 +5,7 @@ mod failures;
 mod liveness;
 mod masters;
 mod pauses;
+mod previews;
 mod restarts;
 mod runs;
 mod schedule;
@@ -286,6 +287,19 @@ impl Sim {
     }
 
     fn plan(&self) -> Plan {
+        self.with_input(plan)
+    }
+
+    /// What the preview says now, the windows at each instant per `window_at`.
+    fn preview(
+        &self,
+        window_at: &dyn Fn(DateTime<Utc>) -> WindowState,
+    ) -> Option<crate::crd::next::NextDisruption> {
+        self.with_input(|input| preview(input, window_at))
+    }
+
+    /// `f` on the plan's input as the reconcile would observe this group.
+    fn with_input<R>(&self, f: impl FnOnce(&Input) -> R) -> R {
         let (asgs, members, nodes) = self.views();
         let control_plane_ready: BTreeSet<String> = nodes
             .iter()
@@ -299,7 +313,7 @@ impl Sim {
         control_plane.expected += elsewhere.expected;
         control_plane.ready.extend(elsewhere.ready.iter().cloned());
         control_plane.down.extend(elsewhere.down.iter().cloned());
-        plan(&Input {
+        f(&Input {
             group: GroupFacts {
                 role: self.role,
                 desired: self.desired,

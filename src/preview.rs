@@ -1,0 +1,281 @@
+//! `spot-node-manager preview`: per group, the next disruption the manager
+//! will make on its own, with the pods each node would move and the budget
+//! that governs each. Read-only: the same observation and the same pure
+//! plan as the Refresher's reconcile (`refresher::seen`,
+//! `refresher::plan::preview`), through a context that never leads, so the
+//! one mutation gate refuses anything (and dry-run logs it); AWS is only
+//! described.
+
+use crate::cloud::{self, aws::AwsCloudProvider};
+use crate::config::Settings;
+use crate::context::Context;
+use crate::controllers::inventory::plan::selector_matches;
+use crate::controllers::observe::{Observation, observe_group};
+use crate::controllers::refresher::seen::{Protection, Seen};
+use crate::crd::next::NextDisruption;
+use crate::crd::nodegroup::OperationKind;
+use crate::crd::{NodeGroup, Refresher};
+use crate::k8s::disruption_slot::Slots;
+use crate::k8s::drain::{PodAction, classify};
+use crate::leadership::Leadership;
+use crate::{Error, Result};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use serde::Serialize;
+use std::sync::Arc;
+
+/// One group's answer.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupPreview {
+    pub namespace: String,
+    pub group: String,
+    /// None: nothing to come (no schedule and nothing drifted), or the
+    /// group has no Refresher (no `refresh`, `drift.action: Report`).
+    pub next: Option<NextDisruption>,
+    /// Why there is no answer, when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Per node of `next`, in its order: the pods its drain would move.
+    pub pods: Vec<NodePods>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePods {
+    pub node: String,
+    pub pods: Vec<MovedPod>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MovedPod {
+    /// namespace/name.
+    pub pod: String,
+    /// Kind/name of its controller; none: nothing recreates it.
+    pub owner: Option<String>,
+    /// namespace/name of each PodDisruptionBudget that governs it, with the
+    /// disruptions it allows now (0: an eviction would be refused now).
+    pub budgets: Vec<(String, i64)>,
+}
+
+/// A context that reads like the manager and can change nothing: it never
+/// leads (the mutation gate refuses, Events are not sent), runs in dry-run,
+/// and its AWS clients are unfenced only because they are only read through.
+async fn read_only_context(mut settings: Settings) -> Result<Context> {
+    settings.dry_run = true;
+    let client = crate::manager::kube_client(&settings).await?;
+    let eviction_client = crate::manager::kube_client_without_retry(&settings).await?;
+    if settings.aws.emulator_account.is_some() {
+        crate::crd::nodegroup::lift_duration_minima();
+    }
+    let metrics = Arc::new(crate::metrics::Metrics::default());
+    let sdk = cloud::load_sdk_config(&settings.aws).await;
+    let cloud = Arc::new(
+        AwsCloudProvider::new(sdk, settings.aws.emulator_account.clone())
+            .with_metrics(metrics.clone()),
+    );
+    Ok(Context::new(
+        client,
+        eviction_client,
+        Arc::new(settings),
+        Arc::new(crate::clock::SystemClock),
+        metrics,
+        Leadership::elected(),
+        cloud,
+    ))
+}
+
+/// Every group's preview (of `settings.namespace`, or all namespaces).
+pub async fn run(settings: Settings) -> Result<Vec<GroupPreview>> {
+    let ctx = read_only_context(settings).await?;
+    let groups: Api<NodeGroup> = match &ctx.settings.namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let groups = groups
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("list NodeGroups"))?
+        .items;
+    let pods = Api::<Pod>::all(ctx.client.clone())
+        .list(&ListParams::default().match_any())
+        .await
+        .map_err(Error::kube("list pods"))?
+        .items;
+    let budgets = budgets(&ctx).await?;
+    let mut out = vec![];
+    for group in &groups {
+        let mut preview = group_preview(&ctx, group).await?;
+        if let Some(next) = &preview.next {
+            preview.pods = next
+                .nodes
+                .iter()
+                .map(|n| NodePods {
+                    node: n.node.clone(),
+                    pods: moved_pods(&n.node, &pods, &budgets),
+                })
+                .collect();
+        }
+        out.push(preview);
+    }
+    Ok(out)
+}
+
+async fn group_preview(ctx: &Context, group: &NodeGroup) -> Result<GroupPreview> {
+    let namespace = group.namespace().unwrap_or_default();
+    let name = group.name_any();
+    let answer = |next, note: Option<&str>| GroupPreview {
+        namespace: namespace.clone(),
+        group: name.clone(),
+        next,
+        note: note.map(str::to_string),
+        pods: vec![],
+    };
+    let refreshers: Api<Refresher> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(rf) = refreshers
+        .get_opt(&name)
+        .await
+        .map_err(Error::kube(format!("get Refresher {namespace}/{name}")))?
+    else {
+        return Ok(answer(
+            None,
+            Some("no refresh and no drift roll (no Refresher)"),
+        ));
+    };
+    let mut observed = match observe_group(ctx, &rf, OperationKind::Refresh, &name).await? {
+        Observation::Group(observed) => observed,
+        Observation::NotYet(_) => {
+            return Ok(answer(None, Some("not inventoried yet")));
+        }
+    };
+    let described = observed.describe().await?;
+    observed.observe_control_plane(ctx, true).await?;
+    let slots = Slots::of(ctx, &rf, observed.group.spec.role);
+    let seen = Seen::observe(ctx, &rf, &observed.group, &slots, Protection::AllMembers).await?;
+    let next = seen.next(&observed, Some(&described));
+    let note = next
+        .is_none()
+        .then_some("nothing to come: no schedule, nothing drifted");
+    Ok(answer(next, note))
+}
+
+/// A PodDisruptionBudget as the preview needs it (policy/v1, or v1beta1 on
+/// an apiserver older than 1.21: same fields).
+struct Budget {
+    namespace: String,
+    name: String,
+    selector: LabelSelector,
+    allowed: i64,
+}
+
+async fn budgets(ctx: &Context) -> Result<Vec<Budget>> {
+    let mut last = None;
+    for version in ["v1", "v1beta1"] {
+        let gvk = GroupVersionKind::gvk("policy", version, "PodDisruptionBudget");
+        let api: Api<DynamicObject> =
+            Api::all_with(ctx.client.clone(), &ApiResource::from_gvk(&gvk));
+        match api.list(&ListParams::default()).await {
+            Ok(list) => return Ok(list.items.iter().filter_map(budget_of).collect()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(Error::kube("list PodDisruptionBudgets")(
+        last.expect("one version was tried"),
+    ))
+}
+
+fn budget_of(o: &DynamicObject) -> Option<Budget> {
+    let selector = serde_json::from_value(o.data.get("spec")?.get("selector")?.clone()).ok()?;
+    let allowed = o
+        .data
+        .get("status")
+        .and_then(|s| s.get("disruptionsAllowed"))
+        .and_then(serde_json::Value::as_i64)
+        .unwrap_or(0);
+    Some(Budget {
+        namespace: o.namespace().unwrap_or_default(),
+        name: o.name_any(),
+        selector,
+        allowed,
+    })
+}
+
+/// The pods a drain of `node` would evict, with their owners and budgets.
+fn moved_pods(node: &str, pods: &[Pod], budgets: &[Budget]) -> Vec<MovedPod> {
+    pods.iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter(|p| matches!(classify(p), PodAction::Evict))
+        .map(|p| {
+            let namespace = p.namespace().unwrap_or_default();
+            let owner = p
+                .owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true))
+                .map(|o| format!("{}/{}", o.kind, o.name));
+            let budgets = budgets
+                .iter()
+                .filter(|b| b.namespace == namespace && selector_matches(&b.selector, p.labels()))
+                .map(|b| (format!("{}/{}", b.namespace, b.name), b.allowed))
+                .collect();
+            MovedPod {
+                pod: format!("{namespace}/{}", p.name_any()),
+                owner,
+                budgets,
+            }
+        })
+        .collect()
+}
+
+/// The answer for people.
+pub fn text(previews: &[GroupPreview]) -> String {
+    let mut out = String::new();
+    for p in previews {
+        out.push_str(&format!("{}/{}: ", p.namespace, p.group));
+        let Some(next) = &p.next else {
+            out.push_str(p.note.as_deref().unwrap_or("nothing to come"));
+            out.push('\n');
+            continue;
+        };
+        out.push_str(&format!("{}\n  why: {}\n", next.summary, next.why));
+        if let Some(why) = &next.blocked_by {
+            out.push_str(&format!("  held now by: {why}\n"));
+        }
+        for (i, node) in next.nodes.iter().enumerate() {
+            out.push_str(&format!(
+                "  {}. {} ({})",
+                i + 1,
+                node.node,
+                node.instance_id
+            ));
+            if let Some(why) = &node.blocked_by {
+                out.push_str(&format!(": {why}"));
+            }
+            out.push('\n');
+            let moved = p.pods.iter().find(|m| m.node == node.node);
+            for pod in moved.map(|m| m.pods.as_slice()).unwrap_or_default() {
+                out.push_str(&format!(
+                    "       moves {} ({})",
+                    pod.pod,
+                    pod.owner.as_deref().unwrap_or("no controller")
+                ));
+                for (budget, allowed) in &pod.budgets {
+                    let now = if *allowed == 0 {
+                        ": would refuse an eviction now"
+                    } else {
+                        ""
+                    };
+                    out.push_str(&format!(", pdb {budget} allows {allowed}{now}"));
+                }
+                out.push('\n');
+            }
+        }
+        let listed = i32::try_from(next.nodes.len()).unwrap_or(i32::MAX);
+        if next.total > listed {
+            out.push_str(&format!("  ... and {} more\n", next.total - listed));
+        }
+    }
+    out
+}

@@ -1,0 +1,151 @@
+//! The preview says what the manager will do before it does it, and the run
+//! then does that (real apiserver + the rude emulator + simulated kubelet,
+//! the manager as a process): the Refresher's `status.next`, the group's
+//! `NEXT` column, and `spot-node-manager preview`, which changes nothing.
+
+use snm_testkit as support;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use spot_node_manager::crd::Refresher;
+use spot_node_manager::crd::next::NextDisruption;
+use support::assert_eventually;
+use support::refresh::*;
+use support::windows::*;
+
+/// The nodes drained, in the order their drains started (the `DrainStarted`
+/// Events, one per node).
+async fn drained_in_order(world: &support::World) -> Vec<String> {
+    let mut events = events_with_reason(world, "DrainStarted").await;
+    events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    events
+        .iter()
+        .filter_map(|e| {
+            let note = e.note.as_deref()?;
+            let node = note.strip_prefix("draining ")?.split([':', ' ']).next()?;
+            Some(node.to_string())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_changes_nothing() {
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = SteadyGroup::workers("pv-refresh").per_asg(2).start().await;
+    let original = all_instances(&world, &kops.asgs).await;
+    let mut names = node_names(&world, &original).await;
+    names.sort();
+    assert_eq!(names.len(), 6);
+    // A pod on every node; the one on the third node is do-not-disrupt.
+    pods_on(&world, &names).await;
+    let protected = names[2].clone();
+    let pods: Api<Pod> = world.api();
+    pods.patch(
+        "app-2",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"nodemanager.dev/do-not-disrupt": "true"}}})),
+    )
+    .await
+    .expect("annotate pod");
+    // A window that opens in a minute (once, to the second) and stays open;
+    // the refresh is due before it.
+    let opens_at = chrono::Utc::now() + chrono::Duration::seconds(60);
+    let opens = chrono::DateTime::from_timestamp(opens_at.timestamp(), 0).expect("time");
+    set_windows(
+        &groups,
+        serde_json::json!([{"schedule": once_in(60), "duration": "1h"}]),
+    )
+    .await;
+    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+
+    // Said before: the Refresher's status, the group's NEXT column.
+    let refreshers: Api<Refresher> = world.api();
+    let next: NextDisruption = assert_eventually("the preview in status", WAIT, || async {
+        let next = refreshers.get("workers").await.ok()?.status?.next?;
+        (next.what == "refresh" && next.at.is_some() && next.total == 6).then_some(next)
+    })
+    .await;
+    let at = next.at.expect("a start");
+    assert!(
+        (at - opens).num_seconds().abs() <= 1,
+        "starts when the window opens ({opens}): {at}"
+    );
+    let last = next.nodes.last().expect("nodes");
+    assert_eq!(last.node, protected, "the protected node last");
+    let held = last.blocked_by.as_deref().unwrap_or_default();
+    assert!(held.contains("app-2") && held.contains("skipped"), "{held}");
+    let order: Vec<String> = next.nodes.iter().map(|n| n.node.clone()).collect();
+    let group_next = assert_eventually("the NEXT column", WAIT, || async {
+        groups.get("workers").await.ok()?.status?.next
+    })
+    .await;
+    assert!(
+        group_next.starts_with("refresh 6 node(s) at"),
+        "{group_next}"
+    );
+
+    // `spot-node-manager preview`: the same answer, the pods each node
+    // moves, and not one AWS mutation.
+    let mutations_before = world.aws_mutations().await;
+    let answer = world.preview();
+    assert_eq!(
+        world.aws_mutations().await,
+        mutations_before,
+        "the preview mutated AWS"
+    );
+    let groups_json = answer.as_array().expect("a list of groups");
+    let ours = groups_json
+        .iter()
+        .find(|g| g["group"] == "workers")
+        .expect("the group");
+    let cli_order: Vec<String> = ours["next"]["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter_map(|n| n["node"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(cli_order, order, "the subcommand says what the status says");
+    let moved = ours["pods"].as_array().expect("pods");
+    let on_protected = moved
+        .iter()
+        .find(|m| m["node"] == protected.as_str())
+        .expect("the protected node's pods");
+    assert!(
+        on_protected["pods"]
+            .as_array()
+            .expect("pods")
+            .iter()
+            .any(|p| p["pod"].as_str().is_some_and(|n| n.ends_with("/app-2"))),
+        "{on_protected}"
+    );
+
+    // The run: it starts when the window opens, drains the nodes in the
+    // previewed order, and skips the protected one.
+    let rf = run_finished(&world, "workers").await;
+    let status = assert_run_succeeded(rf, &manager);
+    let started = status.last_run.as_ref().expect("last run").started;
+    assert!(
+        started >= opens && started - opens <= chrono::Duration::seconds(3),
+        "started at {started}, the window opened at {opens}"
+    );
+    let skipped: Vec<String> = status.skipped.iter().map(|s| s.node.clone()).collect();
+    assert_eq!(skipped, vec![protected.clone()]);
+    let drained: Vec<String> = drained_in_order(&world)
+        .await
+        .into_iter()
+        .filter(|n| names.contains(n))
+        .collect();
+    let expected: Vec<String> = order.into_iter().filter(|n| *n != protected).collect();
+    assert_eq!(drained, expected, "drained in the previewed order");
+    assert!(
+        !world.aws_mutations().await.is_empty(),
+        "the run itself acted"
+    );
+}
