@@ -632,7 +632,7 @@ _dispatch = werkzeug_app.DomainDispatcherApplication.__call__
 # [time, attempt, of max] per request, the last two from the SDK's
 # `amz-sdk-request: attempt=N; max=M` header: which requests are retries.
 ATTEMPTS: dict = {}
-# Account -> the action of each of its requests, in order (`/_snm/actions`).
+# Account -> [time, action] of each of its requests, in order (`/_snm/actions`).
 ACTIONS: dict = {}
 REFUSED: dict = {}
 # Actions an account's IAM policy lacks, per account.
@@ -750,7 +750,8 @@ def locked_dispatch(self, environ, start_response):
     if account:
         ATTEMPTS.setdefault(account, []).append([time.time(), *sdk_attempt(environ)])
         target = environ.get("HTTP_X_AMZ_TARGET", "")
-        ACTIONS.setdefault(account, []).append(query_action(environ) or target.split(".")[-1])
+        action = query_action(environ) or target.split(".")[-1]
+        ACTIONS.setdefault(account, []).append([time.time(), action])
         if account in REFUSED:
             delay, error = REFUSED[account]
             time.sleep(delay)  # without the lock: others go on

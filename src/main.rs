@@ -13,7 +13,7 @@ async fn main() -> ExitCode {
     match cli.command {
         Command::Crd { out_dir } => print_crds(out_dir),
         Command::Reference { out_dir } => write_reference(&out_dir),
-        Command::Preview { run, output } => preview(&run, output).await,
+        Command::Preview { run, output, file } => preview(&run, output, file.as_deref()).await,
         Command::Run(args) => {
             let settings = match Settings::load(&args) {
                 Ok(s) => s,
@@ -73,7 +73,11 @@ fn write_reference(dir: &std::path::Path) -> ExitCode {
     }
 }
 
-async fn preview(args: &RunArgs, output: PreviewOutput) -> ExitCode {
+async fn preview(
+    args: &RunArgs,
+    output: PreviewOutput,
+    file: Option<&std::path::Path>,
+) -> ExitCode {
     let settings = match Settings::load(args) {
         Ok(s) => s,
         Err(e) => {
@@ -85,7 +89,14 @@ async fn preview(args: &RunArgs, output: PreviewOutput) -> ExitCode {
     if std::env::var_os("RUST_LOG").is_some() {
         telemetry::init(settings.log_format, &settings.log_level);
     }
-    let answer = match previews::run(settings).await {
+    let proposed = match file.map(previews::read_proposal).transpose() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("spot-node-manager preview: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let answer = match previews::run(settings, proposed).await {
         Ok(answer) => answer,
         Err(e) => {
             eprintln!("spot-node-manager preview: {e}");

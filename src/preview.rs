@@ -9,9 +9,12 @@
 use crate::cloud::{self, aws::AwsCloudProvider};
 use crate::config::Settings;
 use crate::context::Context;
+use crate::controllers::inventory::children::child_specs;
 use crate::controllers::inventory::plan::selector_matches;
 use crate::controllers::observe::{Observation, observe_group};
+use crate::controllers::refresher::plan::Member;
 use crate::controllers::refresher::seen::{Protection, Seen};
+use crate::controllers::replenisher::plan::{ComingRepair, repairs_to_come};
 use crate::crd::next::NextDisruption;
 use crate::crd::nodegroup::OperationKind;
 use crate::crd::{NodeGroup, Refresher};
@@ -38,8 +41,30 @@ pub struct GroupPreview {
     /// Why there is no answer, when there is none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The replenisher's repairs to come: each NotReady node, when its
+    /// repair starts, what would hold it.
+    pub repairs: Vec<ComingRepair>,
     /// Per node of `next`, in its order: the pods its drain would move.
     pub pods: Vec<NodePods>,
+    /// With `--file` naming this group: what the proposed spec would do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposed: Option<Proposed>,
+}
+
+/// What a NodeGroup about to be applied would do, against what the
+/// current one will.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Proposed {
+    pub next: Option<NextDisruption>,
+    /// In one line: what changes, or that nothing does.
+    pub change: String,
+}
+
+/// The NodeGroup in `path` (YAML), as `--file` gives it.
+pub fn read_proposal(path: &std::path::Path) -> std::result::Result<NodeGroup, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_yaml::from_str(&text).map_err(|e| format!("{}: not a NodeGroup: {e}", path.display()))
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -88,8 +113,9 @@ async fn read_only_context(mut settings: Settings) -> Result<Context> {
     ))
 }
 
-/// Every group's preview (of `settings.namespace`, or all namespaces).
-pub async fn run(settings: Settings) -> Result<Vec<GroupPreview>> {
+/// Every group's preview (of `settings.namespace`, or all namespaces), and
+/// what `proposed` would do to its group.
+pub async fn run(settings: Settings, proposed: Option<NodeGroup>) -> Result<Vec<GroupPreview>> {
     let ctx = read_only_context(settings).await?;
     let groups: Api<NodeGroup> = match &ctx.settings.namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
@@ -108,7 +134,15 @@ pub async fn run(settings: Settings) -> Result<Vec<GroupPreview>> {
     let budgets = budgets(&ctx).await?;
     let mut out = vec![];
     for group in &groups {
-        let mut preview = group_preview(&ctx, group).await?;
+        let mut preview = group_preview(&ctx, group, None).await?;
+        if let Some(new) = proposed.as_ref().filter(|p| same_group(p, group)) {
+            let with = group_preview(&ctx, group, Some(new)).await?;
+            let change = change(preview.next.as_ref(), with.next.as_ref());
+            preview.proposed = Some(Proposed {
+                next: with.next,
+                change,
+            });
+        }
         if let Some(next) = &preview.next {
             preview.pods = next
                 .nodes
@@ -124,42 +158,86 @@ pub async fn run(settings: Settings) -> Result<Vec<GroupPreview>> {
     Ok(out)
 }
 
-async fn group_preview(ctx: &Context, group: &NodeGroup) -> Result<GroupPreview> {
+/// Whether `proposed` is `group` (its namespace, when it names one).
+fn same_group(proposed: &NodeGroup, group: &NodeGroup) -> bool {
+    proposed.name_any() == group.name_any()
+        && proposed
+            .namespace()
+            .is_none_or(|ns| Some(ns) == group.namespace())
+}
+
+/// What changes between the current next disruption and the proposed one.
+fn change(now: Option<&NextDisruption>, with: Option<&NextDisruption>) -> String {
+    let say = |n: Option<&NextDisruption>| n.map_or("nothing".to_string(), |n| n.summary.clone());
+    let key = |n: Option<&NextDisruption>| n.map(|n| (n.what.clone(), n.at, n.nodes.clone()));
+    match key(now) == key(with) {
+        true => format!("no change: {}", say(now)),
+        false => format!("would {} instead of {}", say(with), say(now)),
+    }
+}
+
+/// `group`'s preview; with `proposed`, as if its spec were that one's (the
+/// Refresher the inventory would make of it, the group's spec replaced).
+async fn group_preview(
+    ctx: &Context,
+    group: &NodeGroup,
+    proposed: Option<&NodeGroup>,
+) -> Result<GroupPreview> {
     let namespace = group.namespace().unwrap_or_default();
     let name = group.name_any();
-    let answer = |next, note: Option<&str>| GroupPreview {
+    let answer = |next, note: Option<&str>, repairs| GroupPreview {
         namespace: namespace.clone(),
         group: name.clone(),
         next,
         note: note.map(str::to_string),
+        repairs,
         pods: vec![],
+        proposed: None,
     };
-    let refreshers: Api<Refresher> = Api::namespaced(ctx.client.clone(), &namespace);
-    let Some(rf) = refreshers
-        .get_opt(&name)
-        .await
-        .map_err(Error::kube(format!("get Refresher {namespace}/{name}")))?
-    else {
-        return Ok(answer(
-            None,
-            Some("no refresh and no drift roll (no Refresher)"),
-        ));
-    };
-    let mut observed = match observe_group(ctx, &rf, OperationKind::Refresh, &name).await? {
+    // Observed as the group's children observe it (read-only: the group
+    // stands in for the child, whose name and namespace are the same).
+    let mut observed = match observe_group(ctx, group, OperationKind::Refresh, &name).await? {
         Observation::Group(observed) => observed,
         Observation::NotYet(_) => {
-            return Ok(answer(None, Some("not inventoried yet")));
+            return Ok(answer(None, Some("not inventoried yet"), vec![]));
         }
     };
+    if let Some(new) = proposed {
+        observed.group.spec = new.spec.clone();
+    }
     let described = observed.describe().await?;
     observed.observe_control_plane(ctx, true).await?;
+    let members = Member::all_of(&described.fresh);
+    let active: Vec<String> = members.iter().map(|m| m.instance_id.clone()).collect();
+    let repairs = match observed.group.spec.replenish.enabled {
+        true => repairs_to_come(&observed.facts(&described, false, ctx.clock.now()), &active),
+        false => vec![],
+    };
+    let refreshers: Api<Refresher> = Api::namespaced(ctx.client.clone(), &namespace);
+    let current = refreshers
+        .get_opt(&name)
+        .await
+        .map_err(Error::kube(format!("get Refresher {namespace}/{name}")))?;
+    let rf = match proposed {
+        None => current,
+        Some(new) => child_specs(new).0.map(|spec| {
+            let mut rf = current.unwrap_or_else(|| Refresher::new(&name, spec.clone()));
+            rf.metadata.namespace = Some(namespace.clone());
+            rf.spec = spec;
+            rf
+        }),
+    };
+    let Some(rf) = rf else {
+        let note = "no refresh and no drift roll (no Refresher)";
+        return Ok(answer(None, Some(note), repairs));
+    };
     let slots = Slots::of(ctx, &rf, observed.group.spec.role);
     let seen = Seen::observe(ctx, &rf, &observed.group, &slots, Protection::AllMembers).await?;
     let next = seen.next(&observed, Some(&described));
     let note = next
         .is_none()
         .then_some("nothing to come: no schedule, nothing drifted");
-    Ok(answer(next, note))
+    Ok(answer(next, note, repairs))
 }
 
 /// A PodDisruptionBudget as the preview needs it (policy/v1, or v1beta1 on
@@ -234,6 +312,18 @@ pub fn text(previews: &[GroupPreview]) -> String {
     let mut out = String::new();
     for p in previews {
         out.push_str(&format!("{}/{}: ", p.namespace, p.group));
+        for r in &p.repairs {
+            out.push_str(&format!(
+                "repair {} ({}) at {}",
+                r.node,
+                r.instance_id,
+                r.at.to_rfc3339()
+            ));
+            if let Some(why) = &r.held_by {
+                out.push_str(&format!("; held: {why}"));
+            }
+            out.push_str("\n  ");
+        }
         let Some(next) = &p.next else {
             out.push_str(p.note.as_deref().unwrap_or("nothing to come"));
             out.push('\n');
@@ -276,6 +366,27 @@ pub fn text(previews: &[GroupPreview]) -> String {
         if next.total > listed {
             out.push_str(&format!("  ... and {} more\n", next.total - listed));
         }
+        out.push_str(&proposed_text(p.proposed.as_ref()));
+    }
+    out
+}
+
+fn proposed_text(proposed: Option<&Proposed>) -> String {
+    let Some(p) = proposed else {
+        return String::new();
+    };
+    let mut out = format!("  with the file: {}\n", p.change);
+    for (i, node) in p.next.iter().flat_map(|n| &n.nodes).enumerate() {
+        out.push_str(&format!(
+            "    {}. {} ({})",
+            i + 1,
+            node.node,
+            node.instance_id
+        ));
+        if let Some(why) = &node.blocked_by {
+            out.push_str(&format!(": {why}"));
+        }
+        out.push('\n');
     }
     out
 }

@@ -94,7 +94,7 @@ async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_chang
     // `spot-node-manager preview`: the same answer, the pods each node
     // moves, and not one AWS mutation.
     let mutations_before = world.aws_mutations().await;
-    let answer = world.preview();
+    let answer = world.preview(&[]).await;
     assert_eq!(
         world.aws_mutations().await,
         mutations_before,
@@ -148,4 +148,89 @@ async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_chang
         !world.aws_mutations().await.is_empty(),
         "the run itself acted"
     );
+}
+
+#[tokio::test]
+async fn preview_file_names_exactly_the_nodes_a_drift_roll_then_replaces() {
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = SteadyGroup::workers("pv-drift").start().await;
+    let original = all_instances(&world, &kops.asgs).await;
+    let names = node_names(&world, &original).await;
+    // `kops update cluster` with `drift.action: Report` (the default): the
+    // nodes are reported drifted, and stay.
+    world.kops_update_cluster(&kops).await;
+    assert_eventually("the drift reported", WAIT, || async {
+        let status = groups.get("workers").await.ok()?.status?;
+        (status.drifted_nodes == Some(3)).then_some(())
+    })
+    .await;
+    // The spec the user is about to apply: `drift.action: Replace`.
+    let mut proposed = groups.get("workers").await.expect("group");
+    proposed.spec.drift.action = spot_node_manager::crd::nodegroup::DriftAction::Replace;
+    proposed.status = None;
+    proposed.metadata.managed_fields = None;
+    let file = tempfile::NamedTempFile::new().expect("file");
+    std::fs::write(file.path(), serde_yaml::to_string(&proposed).expect("yaml")).expect("write");
+    let path = file.path().to_str().expect("utf-8");
+
+    let mutations_before = world.aws_mutations().await;
+    let answer = world.preview(&["--file", path]).await;
+    assert_eq!(
+        world.aws_mutations().await,
+        mutations_before,
+        "the preview mutated AWS"
+    );
+    let ours = answer
+        .as_array()
+        .expect("groups")
+        .iter()
+        .find(|g| g["group"] == "workers")
+        .expect("the group")
+        .clone();
+    assert!(ours["next"].is_null(), "nothing comes with Report: {ours}");
+    let with = &ours["proposed"];
+    assert_eq!(with["next"]["what"], "drift roll", "{with}");
+    assert!(with["next"]["at"].is_null(), "now: {with}");
+    let change = with["change"].as_str().unwrap_or_default();
+    assert!(
+        change.contains("would drift roll 3 node(s) now"),
+        "{change}"
+    );
+    let previewed: Vec<String> = with["next"]["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter_map(|n| n["node"].as_str().map(str::to_string))
+        .collect();
+    let mut sorted = previewed.clone();
+    sorted.sort();
+    let mut expected = names.clone();
+    expected.sort();
+    assert_eq!(sorted, expected, "exactly the drifted nodes");
+
+    // Applied: the roll replaces exactly those, in that order.
+    groups
+        .patch(
+            "workers",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"drift": {"action": "Replace"}}})),
+        )
+        .await
+        .expect("apply");
+    let rf = run_finished(&world, "workers").await;
+    let status = assert_run_succeeded(rf, &manager);
+    assert_eq!(status.last_run.as_ref().map(|r| r.replaced), Some(3));
+    let drained: Vec<String> = drained_in_order(&world)
+        .await
+        .into_iter()
+        .filter(|n| names.contains(n))
+        .collect();
+    assert_eq!(drained, previewed, "drained in the previewed order");
 }

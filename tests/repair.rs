@@ -410,3 +410,60 @@ async fn a_refresh_that_meets_a_node_dead_during_the_run_replaces_it_instead_of_
     let reasons = support::cluster::event_reasons(world).await;
     assert!(reasons.iter().any(|r| r == "NodeRepaired"), "{reasons:?}");
 }
+
+#[tokio::test]
+async fn the_preview_says_when_a_dead_worker_is_repaired_and_it_is_then() {
+    let s = started("pv-repair", "workers", "Worker", serde_json::json!({})).await;
+    let (world, kops, groups) = (&s.world, &s.kops, &s.groups);
+    let dead = world.asg_instances(&kops.asgs[0]).await.remove(0);
+    world.tag_asg(&kops.asgs[0], DEAD_TAG, &dead).await;
+    // The preview, asked as a user would while the node is NotReady: the
+    // repair of that node, at its unhealthySince + unhealthyTimeout (20s).
+    let said = assert_eventually("the preview to say the repair", WAIT, || async {
+        let answer = world.preview(&[]).await;
+        let ours = answer
+            .as_array()?
+            .iter()
+            .find(|g| g["group"] == "workers")?
+            .clone();
+        let repair = ours["repairs"].as_array()?.first()?.clone();
+        (repair["node"] == dead.as_str()).then_some(repair)
+    })
+    .await;
+    let at: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(said["at"].clone()).expect("a time");
+    assert!(said["heldBy"].is_null(), "{said}");
+    let since = groups
+        .get("workers")
+        .await
+        .expect("group")
+        .status
+        .and_then(|s| {
+            s.nodes
+                .into_iter()
+                .find(|n| n.name == dead)?
+                .unhealthy_since
+        })
+        .expect("unhealthySince");
+    assert_eq!(at, since + chrono::Duration::seconds(20));
+    // The repair starts at that time (its replacement raised), within a
+    // resync (2 s) and a reconcile of it, not before.
+    let raised = assert_eventually("the replacement raised", WAIT, || async {
+        world
+            .aws_actions()
+            .await
+            .into_iter()
+            .find(|(_, a)| a == "SetDesiredCapacity")
+            .map(|(t, _)| t)
+    })
+    .await;
+    let late = raised - at.timestamp_millis() as f64 / 1000.0;
+    eprintln!("figure: the previewed repair time to the replacement raised: {late:.2}s");
+    assert!(late >= -0.5, "raised {late:.2}s before the previewed time");
+    assert!(
+        late <= 2.0 + 3.0,
+        "raised {late:.2}s after the previewed time"
+    );
+    steady(world, "workers", 3).await;
+    assert_eq!(world.terminations(&kops.asgs, &dead).await, 1);
+}

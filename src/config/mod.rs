@@ -58,6 +58,10 @@ pub enum Command {
         /// `text` for people, `json` for scripts.
         #[arg(long, short = 'o', value_enum, default_value = "text")]
         output: PreviewOutput,
+        /// A NodeGroup you are about to apply (YAML): also say what it would
+        /// do that the current one does not.
+        #[arg(long)]
+        file: Option<PathBuf>,
     },
 }
 

@@ -37,12 +37,26 @@ fn file_fields() -> String {
 }
 
 fn flags(cli: &clap::Command) -> String {
-    let mut out =
-        String::from("\n## Flags of `run`\n\n| flag | environment | meaning |\n|---|---|---|\n");
-    let Some(run) = cli.get_subcommands().find(|s| s.get_name() == "run") else {
-        return out;
-    };
-    for arg in run.get_arguments().filter(|a| !a.is_hide_set()) {
+    let run = cli.get_subcommands().find(|s| s.get_name() == "run");
+    let preview = cli.get_subcommands().find(|s| s.get_name() == "preview");
+    let run_flags: Vec<&clap::Arg> = run.map(|r| r.get_arguments().collect()).unwrap_or_default();
+    let own: Vec<&clap::Arg> = preview
+        .map(|p| {
+            p.get_arguments()
+                .filter(|a| !run_flags.iter().any(|r| r.get_id() == a.get_id()))
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "\n## Flags of `run`\n\n{}\n## Flags of `preview`, besides those of `run`\n\n{}",
+        flag_table(&run_flags),
+        flag_table(&own)
+    )
+}
+
+fn flag_table(args: &[&clap::Arg]) -> String {
+    let mut out = String::from("| flag | environment | meaning |\n|---|---|---|\n");
+    for arg in args.iter().filter(|a| !a.is_hide_set()) {
         let Some(long) = arg.get_long() else {
             continue;
         };

@@ -471,15 +471,15 @@ impl World {
         serde_json::from_str(&body).expect("a list of [time, attempt, max]")
     }
 
-    /// The action of every AWS request of this world's account so far, in
-    /// order (e.g. `DescribeAutoScalingGroups`).
-    pub async fn aws_actions(&self) -> Vec<String> {
+    /// (time in epoch seconds, action) of every AWS request of this world's
+    /// account so far, in order (e.g. `DescribeAutoScalingGroups`).
+    pub async fn aws_actions(&self) -> Vec<(f64, String)> {
         let path = format!("/_snm/actions?account={}", self.account);
         let (status, body) = crate::http_get(self.emulator_port(), &path)
             .await
             .expect("the emulator answers");
         assert_eq!(status, 200, "{body}");
-        serde_json::from_str(&body).expect("a list of actions")
+        serde_json::from_str(&body).expect("a list of [time, action]")
     }
 
     /// The AWS requests of this world's account so far that could change
@@ -489,6 +489,7 @@ impl World {
         self.aws_actions()
             .await
             .into_iter()
+            .map(|(_, a)| a)
             .filter(|a| !reads.iter().any(|r| a.starts_with(r)))
             .collect()
     }

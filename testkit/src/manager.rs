@@ -314,10 +314,12 @@ impl World {
         manager.kill();
     }
 
-    /// Runs `spot-node-manager preview -o json` for this world, as a user
-    /// would with the manager's own kubeconfig and AWS access; its answer.
-    pub fn preview(&self) -> serde_json::Value {
-        let output = Command::new(manager_binary())
+    /// Runs `spot-node-manager preview -o json` (and `extra` flags) for this
+    /// world, as a user would with the manager's own kubeconfig and AWS
+    /// access; its answer.
+    pub async fn preview(&self, extra: &[&str]) -> serde_json::Value {
+        let mut command = Command::new(manager_binary());
+        command
             .arg("preview")
             .arg("--kubeconfig")
             .arg(self.kubeconfig())
@@ -326,10 +328,14 @@ impl World {
             .args(["--aws-endpoint", &control_plane().moto_endpoint])
             .args(["--aws-emulator-account", &self.account])
             .args(["-o", "json"])
+            .args(extra)
             .env("AWS_ACCESS_KEY_ID", "testing")
             .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env_remove("RUST_LOG")
-            .output()
+            .env_remove("RUST_LOG");
+        // Off the test's runtime: the simulated kubelet runs on it.
+        let output = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .expect("the preview's thread")
             .expect("run preview");
         assert!(
             output.status.success(),

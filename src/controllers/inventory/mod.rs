@@ -4,7 +4,7 @@
 //! wakes a group is in `watch`; its child resources in `children`; the
 //! spec's validation against other groups in `validation`.
 
-mod children;
+pub mod children;
 pub mod controller;
 pub mod deletion;
 pub mod drift;

@@ -18,6 +18,7 @@
 //! already on its way.
 
 mod cleanup;
+mod coming;
 mod interrupted;
 mod queries;
 mod records;
@@ -32,6 +33,7 @@ use interrupted::{at_risk_kept, remove_at_risk, retire};
 use records::{judge, settle_records, update_exclusions};
 use repair::{repair_held, repair_in_place, repair_replaced};
 
+pub use coming::{ComingRepair, repairs_to_come};
 pub use repair::RepairHeld;
 
 use scale_in::{scale_in, scale_in_in_progress};
