@@ -143,7 +143,7 @@ pub async fn run(settings: Settings, proposed: Option<NodeGroup>) -> Result<Vec<
                 change,
             });
         }
-        if let Some(next) = &preview.next {
+        if let Some(next) = preview.next.as_mut() {
             preview.pods = next
                 .nodes
                 .iter()
@@ -152,6 +152,9 @@ pub async fn run(settings: Settings, proposed: Option<NodeGroup>) -> Result<Vec<
                     pods: moved_pods(&n.node, &pods, &budgets),
                 })
                 .collect();
+            for (node, moved) in next.nodes.iter_mut().zip(&preview.pods) {
+                held_by_budgets(node, &moved.pods);
+            }
         }
         out.push(preview);
     }
@@ -305,6 +308,24 @@ fn moved_pods(node: &str, pods: &[Pod], budgets: &[Budget]) -> Vec<MovedPod> {
             }
         })
         .collect()
+}
+
+/// A node whose pods a budget would not let go now says so (the run's
+/// drain would wait on it, up to `drainTimeout`).
+fn held_by_budgets(node: &mut crate::crd::next::NextNode, pods: &[MovedPod]) {
+    let mut refusing: Vec<String> = pods
+        .iter()
+        .flat_map(|p| &p.budgets)
+        .filter(|(_, allowed)| *allowed == 0)
+        .map(|(budget, _)| format!("pdb {budget} allows 0 disruptions now"))
+        .collect();
+    refusing.dedup();
+    if refusing.is_empty() {
+        return;
+    }
+    let mut held: Vec<String> = node.blocked_by.iter().cloned().collect();
+    held.extend(refusing);
+    node.blocked_by = Some(held.join("; "));
 }
 
 /// The answer for people.

@@ -234,3 +234,77 @@ async fn preview_file_names_exactly_the_nodes_a_drift_roll_then_replaces() {
         .collect();
     assert_eq!(drained, previewed, "drained in the previewed order");
 }
+
+#[tokio::test]
+async fn a_budget_that_allows_no_disruption_is_named_before_the_run_starts() {
+    let SteadyGroup {
+        world,
+        kops,
+        manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = SteadyGroup::workers("pv-pdb").start().await;
+    let original = all_instances(&world, &kops.asgs).await;
+    let mut names = node_names(&world, &original).await;
+    names.sort();
+    // The pod on the first node is governed by a budget that lets none go.
+    labelled_pods_on(&world, &names[..1], "db", &[("app", "protected")]).await;
+    pods_on(&world, &names[1..]).await;
+    support::cluster::create_pdb(&world, 1).await;
+    support::cluster::assert_pdb_allows(&world, 0).await;
+    schedule_refresh(
+        &world,
+        "workers",
+        serde_json::json!({"schedule": once_in(40), "drainTimeout": "5s", "drainTimeoutAction": "Proceed"}),
+    )
+    .await;
+    let ours = assert_eventually("the run previewed", WAIT, || async {
+        let answer = world.preview(&[]).await;
+        let ours = answer
+            .as_array()?
+            .iter()
+            .find(|g| g["group"] == "workers")?
+            .clone();
+        ours["next"]["nodes"].is_array().then_some(ours)
+    })
+    .await;
+    let held: Vec<(String, String)> = ours["next"]["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter_map(|n| {
+            Some((
+                n["node"].as_str()?.to_string(),
+                n["blockedBy"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    assert_eq!(held.len(), 1, "{ours}");
+    assert_eq!(held[0].0, names[0], "the node whose pod the budget holds");
+    assert!(
+        held[0].1.contains("/protected allows 0 disruptions now"),
+        "{}",
+        held[0].1
+    );
+    let refreshers: Api<Refresher> = world.api();
+    let status = refreshers
+        .get("workers")
+        .await
+        .expect("rf")
+        .status
+        .unwrap_or_default();
+    assert!(status.run_start.is_none(), "said before the run starts");
+    // The run then meets that budget on that node (and, with Proceed,
+    // terminates it after drainTimeout).
+    let rf = run_finished(&world, "workers").await;
+    assert_run_succeeded(rf, &manager);
+    let blocked = events_with_reason(&world, "DrainBlocked").await;
+    assert!(
+        blocked.iter().any(|e| e
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains(&names[0]) && n.contains("PodDisruptionBudget"))),
+        "{blocked:?}"
+    );
+}
