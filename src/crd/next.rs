@@ -20,7 +20,9 @@ pub struct NextDisruption {
     /// window, or the window's opening. Absent: now, or under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<DateTime<Utc>>,
-    /// Why: the schedule, `maxNodeAge`, the drift.
+    /// Why: the schedule, `maxNodeAge`, the drift. (Never sent empty: an
+    /// apiserver 1.20 applying status reads "" as null and refuses it.)
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub why: String,
     /// Whether a run is under way (then `nodes` are those it has left).
     #[serde(default)]

@@ -182,7 +182,10 @@ async fn on_a_shared_queue_a_foreign_notice_is_left_for_its_cluster() {
         .then_some(m)
     })
     .await;
-    assert!(!metrics.contains("foreign_deleted"), "{metrics}");
+    assert!(
+        !metrics.contains("outcome=\"foreign_deleted\""),
+        "{metrics}"
+    );
     let nodes: Api<Node> = Api::all(world.client.clone());
     assert_eventually("ours marked", WAIT, || marked(&nodes, &ours)).await;
     assert_eq!(queue.remaining().await, 4, "all left on the queue");

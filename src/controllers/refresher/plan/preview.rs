@@ -33,6 +33,7 @@ pub fn preview(
             let why = format!("the NodeGroup spec is invalid: {problem}");
             return Some(NextDisruption {
                 what: "refresh".into(),
+                why: "the Refresher's spec".into(),
                 summary: format!("blocked: {why}"),
                 blocked_by: Some(why),
                 ..Default::default()
