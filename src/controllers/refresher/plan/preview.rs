@@ -149,7 +149,13 @@ impl Planner<'_> {
             })
             .collect();
         nodes.extend(self.protected_nodes(protected));
-        let blocked_by = window_blocks.or_else(|| self.start_held());
+        // No target: the run is skipped when due, as the idle phase says.
+        let nothing_old =
+            (targets.is_empty() && coming.what == "refresh").then(|| match settings.max_node_age {
+                Some(age) => format!("no node is older than {}", crate::duration::format(age)),
+                None => "the group has no node to replace".into(),
+            });
+        let blocked_by = window_blocks.or(nothing_old).or_else(|| self.start_held());
         let total = nodes.len();
         nodes.truncate(LISTED_NODES);
         let at = (at > input.group.now).then_some(at);
