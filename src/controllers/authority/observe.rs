@@ -39,6 +39,13 @@ pub fn control_plane_of(groups: &[(NodeGroup, Vec<AsgDescription>)]) -> ControlP
     let mut cp = ControlPlane::default();
     for (group, fresh) in groups {
         use kube::ResourceExt;
+        // None of its ASGs exists (a group naming one that was never made,
+        // reported Degraded by its inventory): it has no master, and none
+        // is on its way; counting its places as down would hold back every
+        // master of the cluster for good.
+        if fresh.is_empty() {
+            continue;
+        }
         let name = group.name_any();
         cp.expected += group.spec.desired;
         let status_nodes = group.status.as_ref().map(|s| s.nodes.as_slice());

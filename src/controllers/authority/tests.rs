@@ -264,3 +264,20 @@ pub(crate) fn of_nodes(desired: i32, nodes: &[GroupNode]) -> ControlPlane {
     }
     cp
 }
+
+#[test]
+fn a_master_group_none_of_whose_asgs_exists_holds_back_no_master() {
+    let mut groups = three_groups_of_one();
+    // A fourth Master group naming an ASG that does not exist (a typo).
+    let mut typo = groups[0].clone();
+    typo.0.metadata.name = Some("typo".into());
+    typo.1.clear();
+    groups.push(typo);
+    let cp = control_plane_of(&groups);
+    assert_eq!(cp.expected, 3, "{cp:?}");
+    assert!(cp.whole(), "{cp:?}");
+    assert_eq!(ask(&cp, Path::Refresh, "m-b"), Ok(()));
+    // An ASG that exists with its instance gone is still a place down.
+    groups[0].1[0].instances.clear();
+    assert!(ask(&control_plane_of(&groups), Path::Repair, "m-b").is_err());
+}
