@@ -355,16 +355,7 @@ pub fn text(previews: &[GroupPreview]) -> String {
             out.push_str(&format!("  held now by: {why}\n"));
         }
         for (i, node) in next.nodes.iter().enumerate() {
-            out.push_str(&format!(
-                "  {}. {} ({})",
-                i + 1,
-                node.node,
-                node.instance_id
-            ));
-            if let Some(why) = &node.blocked_by {
-                out.push_str(&format!(": {why}"));
-            }
-            out.push('\n');
+            out.push_str(&node_line("  ", i, node));
             let moved = p.pods.iter().find(|m| m.node == node.node);
             for pod in moved.map(|m| m.pods.as_slice()).unwrap_or_default() {
                 out.push_str(&format!(
@@ -398,16 +389,21 @@ fn proposed_text(proposed: Option<&Proposed>) -> String {
     };
     let mut out = format!("  with the file: {}\n", p.change);
     for (i, node) in p.next.iter().flat_map(|n| &n.nodes).enumerate() {
-        out.push_str(&format!(
-            "    {}. {} ({})",
-            i + 1,
-            node.node,
-            node.instance_id
-        ));
-        if let Some(why) = &node.blocked_by {
-            out.push_str(&format!(": {why}"));
-        }
-        out.push('\n');
+        out.push_str(&node_line("    ", i, node));
     }
     out
+}
+
+/// One node of a preview, numbered from 1, with what would hold it.
+fn node_line(indent: &str, i: usize, node: &crate::crd::next::NextNode) -> String {
+    let held = node
+        .blocked_by
+        .as_ref()
+        .map_or(String::new(), |why| format!(": {why}"));
+    format!(
+        "{indent}{}. {} ({}){held}\n",
+        i + 1,
+        node.node,
+        node.instance_id
+    )
 }
