@@ -10,22 +10,21 @@ use crate::cloud::{self, aws::AwsCloudProvider};
 use crate::config::Settings;
 use crate::context::Context;
 use crate::controllers::inventory::children::child_specs;
-use crate::controllers::inventory::plan::selector_matches;
 use crate::controllers::observe::{Observation, observe_group};
 use crate::controllers::refresher::plan::Member;
 use crate::controllers::refresher::seen::{Protection, Seen};
 use crate::controllers::replenisher::plan::{ComingRepair, repairs_to_come};
 use crate::crd::next::NextDisruption;
 use crate::crd::nodegroup::OperationKind;
-use crate::crd::{NodeGroup, Refresher};
+use crate::crd::{NodeGroup, Refresher, Replenisher};
+use crate::k8s::budgets;
+pub use crate::k8s::budgets::MovedPod;
 use crate::k8s::disruption_slot::Slots;
-use crate::k8s::drain::{PodAction, classify};
 use crate::leadership::Leadership;
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Api, ListParams};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -44,6 +43,11 @@ pub struct GroupPreview {
     /// The replenisher's repairs to come: each NotReady node, when its
     /// repair starts, what would hold it.
     pub repairs: Vec<ComingRepair>,
+    /// The replenisher's other next disruption (a surplus or at-risk node,
+    /// an instance that never joined), as its last reconcile's plan says
+    /// (`Replenisher.status.next`, at most a resync old).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replenisher: Option<NextDisruption>,
     /// Per node of `next`, in its order: the pods its drain would move.
     pub pods: Vec<NodePods>,
     /// With `--file` naming this group: what the proposed spec would do.
@@ -72,18 +76,6 @@ pub fn read_proposal(path: &std::path::Path) -> std::result::Result<NodeGroup, S
 pub struct NodePods {
     pub node: String,
     pub pods: Vec<MovedPod>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MovedPod {
-    /// namespace/name.
-    pub pod: String,
-    /// Kind/name of its controller; none: nothing recreates it.
-    pub owner: Option<String>,
-    /// namespace/name of each PodDisruptionBudget that governs it, with the
-    /// disruptions it allows now (0: an eviction would be refused now).
-    pub budgets: Vec<(String, i64)>,
 }
 
 /// A context that reads like the manager and can change nothing: it never
@@ -131,7 +123,16 @@ pub async fn run(settings: Settings, proposed: Option<NodeGroup>) -> Result<Vec<
         .await
         .map_err(Error::kube("list pods"))?
         .items;
-    let budgets = budgets(&ctx).await?;
+    let budgets = budgets::list(&ctx).await?;
+    if let Some(new) = &proposed
+        && !groups.iter().any(|g| same_group(new, g))
+    {
+        // A new group has no inventory yet: nothing to plan on.
+        return Err(Error::Config(format!(
+            "--file: NodeGroup {} does not exist here: the preview plans a change to an existing group on its inventory; apply a new group with no schedule first, then preview its schedule",
+            new.name_any()
+        )));
+    }
     let mut out = vec![];
     for group in &groups {
         let mut preview = group_preview(&ctx, group, None).await?;
@@ -143,18 +144,16 @@ pub async fn run(settings: Settings, proposed: Option<NodeGroup>) -> Result<Vec<
                 change,
             });
         }
-        if let Some(next) = preview.next.as_mut() {
+        // (Which nodes a budget holds, the plan's preview said: `Seen`.)
+        if let Some(next) = preview.next.as_ref() {
             preview.pods = next
                 .nodes
                 .iter()
                 .map(|n| NodePods {
                     node: n.node.clone(),
-                    pods: moved_pods(&n.node, &pods, &budgets),
+                    pods: budgets::moved_pods(&n.node, &pods, &budgets),
                 })
                 .collect();
-            for (node, moved) in next.nodes.iter_mut().zip(&preview.pods) {
-                held_by_budgets(node, &moved.pods);
-            }
         }
         out.push(preview);
     }
@@ -194,6 +193,7 @@ async fn group_preview(
         next,
         note: note.map(str::to_string),
         repairs,
+        replenisher: None,
         pods: vec![],
         proposed: None,
     };
@@ -215,6 +215,19 @@ async fn group_preview(
     let repairs = match observed.group.spec.replenish.enabled {
         true => repairs_to_come(&observed.facts(&described, false, ctx.clock.now()), &active),
         false => vec![],
+    };
+    let replenisher = match observed.group.spec.replenish.enabled {
+        true => Api::<Replenisher>::namespaced(ctx.client.clone(), &namespace)
+            .get_opt(&name)
+            .await
+            .map_err(Error::kube(format!("get Replenisher {namespace}/{name}")))?
+            .and_then(|r| r.status?.next)
+            .filter(|n| n.what != "repair"),
+        false => None,
+    };
+    let answer = |next, note: Option<&str>, repairs| GroupPreview {
+        replenisher: replenisher.clone(),
+        ..answer(next, note, repairs)
     };
     let refreshers: Api<Refresher> = Api::namespaced(ctx.client.clone(), &namespace);
     let current = refreshers
@@ -243,91 +256,6 @@ async fn group_preview(
     Ok(answer(next, note, repairs))
 }
 
-/// A PodDisruptionBudget as the preview needs it (policy/v1, or v1beta1 on
-/// an apiserver older than 1.21: same fields).
-struct Budget {
-    namespace: String,
-    name: String,
-    selector: LabelSelector,
-    allowed: i64,
-}
-
-async fn budgets(ctx: &Context) -> Result<Vec<Budget>> {
-    let mut last = None;
-    for version in ["v1", "v1beta1"] {
-        let gvk = GroupVersionKind::gvk("policy", version, "PodDisruptionBudget");
-        let api: Api<DynamicObject> =
-            Api::all_with(ctx.client.clone(), &ApiResource::from_gvk(&gvk));
-        match api.list(&ListParams::default()).await {
-            Ok(list) => return Ok(list.items.iter().filter_map(budget_of).collect()),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(Error::kube("list PodDisruptionBudgets")(
-        last.expect("one version was tried"),
-    ))
-}
-
-fn budget_of(o: &DynamicObject) -> Option<Budget> {
-    let selector = serde_json::from_value(o.data.get("spec")?.get("selector")?.clone()).ok()?;
-    let allowed = o
-        .data
-        .get("status")
-        .and_then(|s| s.get("disruptionsAllowed"))
-        .and_then(serde_json::Value::as_i64)
-        .unwrap_or(0);
-    Some(Budget {
-        namespace: o.namespace().unwrap_or_default(),
-        name: o.name_any(),
-        selector,
-        allowed,
-    })
-}
-
-/// The pods a drain of `node` would evict, with their owners and budgets.
-fn moved_pods(node: &str, pods: &[Pod], budgets: &[Budget]) -> Vec<MovedPod> {
-    pods.iter()
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-        .filter(|p| matches!(classify(p), PodAction::Evict))
-        .map(|p| {
-            let namespace = p.namespace().unwrap_or_default();
-            let owner = p
-                .owner_references()
-                .iter()
-                .find(|o| o.controller == Some(true))
-                .map(|o| format!("{}/{}", o.kind, o.name));
-            let budgets = budgets
-                .iter()
-                .filter(|b| b.namespace == namespace && selector_matches(&b.selector, p.labels()))
-                .map(|b| (format!("{}/{}", b.namespace, b.name), b.allowed))
-                .collect();
-            MovedPod {
-                pod: format!("{namespace}/{}", p.name_any()),
-                owner,
-                budgets,
-            }
-        })
-        .collect()
-}
-
-/// A node whose pods a budget would not let go now says so (the run's
-/// drain would wait on it, up to `drainTimeout`).
-fn held_by_budgets(node: &mut crate::crd::next::NextNode, pods: &[MovedPod]) {
-    let mut refusing: Vec<String> = pods
-        .iter()
-        .flat_map(|p| &p.budgets)
-        .filter(|(_, allowed)| *allowed == 0)
-        .map(|(budget, _)| format!("pdb {budget} allows 0 disruptions now"))
-        .collect();
-    refusing.dedup();
-    if refusing.is_empty() {
-        return;
-    }
-    let mut held: Vec<String> = node.blocked_by.iter().cloned().collect();
-    held.extend(refusing);
-    node.blocked_by = Some(held.join("; "));
-}
-
 /// The answer for people.
 pub fn text(previews: &[GroupPreview]) -> String {
     let mut out = String::new();
@@ -344,6 +272,9 @@ pub fn text(previews: &[GroupPreview]) -> String {
                 out.push_str(&format!("; held: {why}"));
             }
             out.push_str("\n  ");
+        }
+        if let Some(other) = &p.replenisher {
+            out.push_str(&format!("{}\n  why: {}\n  ", other.summary, other.why));
         }
         let Some(next) = &p.next else {
             out.push_str(p.note.as_deref().unwrap_or("nothing to come"));

@@ -214,6 +214,17 @@ async fn preview_file_names_exactly_the_nodes_a_drift_roll_then_replaces() {
     let mut expected = names.clone();
     expected.sort();
     assert_eq!(sorted, expected, "exactly the drifted nodes");
+    // A file naming a group that does not exist: refused, and why.
+    let mut other = proposed.clone();
+    other.metadata.name = Some("not-here".into());
+    std::fs::write(file.path(), serde_yaml::to_string(&other).expect("yaml")).expect("write");
+    let refused = world.preview_output(&["--file", path]).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("NodeGroup not-here does not exist here"),
+        "{stderr}"
+    );
 
     // Applied: the roll replaces exactly those, in that order.
     groups
@@ -295,6 +306,22 @@ async fn a_budget_that_allows_no_disruption_is_named_before_the_run_starts() {
         .status
         .unwrap_or_default();
     assert!(status.run_start.is_none(), "said before the run starts");
+    // The status says it too (the preview's own words on the same node),
+    // before the run starts.
+    let in_status = assert_eventually("the budget in status.next", WAIT, || async {
+        let rf = refreshers.get("workers").await.ok()?;
+        let status = rf.status?;
+        let node = status
+            .next?
+            .nodes
+            .into_iter()
+            .find(|n| n.node == names[0])?;
+        let held = node.blocked_by?;
+        (status.run_start.is_none() && held.contains("/protected allows 0 disruptions now"))
+            .then_some(held)
+    })
+    .await;
+    assert_eq!(in_status, held[0].1);
     // The run then meets that budget on that node (and, with Proceed,
     // terminates it after drainTimeout).
     let rf = run_finished(&world, "workers").await;

@@ -446,6 +446,17 @@ async fn the_preview_says_when_a_dead_worker_is_repaired_and_it_is_then() {
         })
         .expect("unhealthySince");
     assert_eq!(at, since + chrono::Duration::seconds(20));
+    // The NodeGroup's NEXT says it too, from the Replenisher's own plan
+    // (its status.next), at the same second.
+    let line = assert_eventually("NEXT to say the repair", WAIT, || async {
+        let next = groups.get("workers").await.ok()?.status?.next?;
+        next.starts_with(&format!("repair {dead} ")).then_some(next)
+    })
+    .await;
+    assert!(
+        line.contains(&at.to_rfc3339()) || line.ends_with(" now"),
+        "{line}"
+    );
     // The repair starts at that time (its replacement raised), within a
     // resync (2 s) and a reconcile of it, not before.
     let raised = assert_eventually("the replacement raised", WAIT, || async {

@@ -56,3 +56,68 @@ pub struct NextNode {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_by: Option<String>,
 }
+
+/// The one that comes first of two children's next disruptions: one under
+/// way, else the soonest (now before any time); `a` among equals.
+pub fn soonest(a: Option<NextDisruption>, b: Option<NextDisruption>) -> Option<NextDisruption> {
+    let rank = |n: &NextDisruption| (!n.under_way, n.at.is_some(), n.at);
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if rank(&b) < rank(&a) { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn next(what: &str, at: Option<i64>, under_way: bool) -> Option<NextDisruption> {
+        Some(NextDisruption {
+            what: what.into(),
+            at: at.and_then(|s| DateTime::from_timestamp(s, 0)),
+            under_way,
+            summary: what.into(),
+            ..Default::default()
+        })
+    }
+
+    fn what(n: Option<NextDisruption>) -> String {
+        n.map(|n| n.what).unwrap_or_default()
+    }
+
+    #[test]
+    fn under_way_then_now_then_the_earliest_and_the_first_among_equals() {
+        assert_eq!(
+            what(soonest(next("a", None, false), next("b", None, true))),
+            "b"
+        );
+        assert_eq!(
+            what(soonest(next("a", Some(5), false), next("b", None, false))),
+            "b"
+        );
+        assert_eq!(
+            what(soonest(
+                next("a", Some(5), false),
+                next("b", Some(3), false)
+            )),
+            "b"
+        );
+        assert_eq!(
+            what(soonest(
+                next("a", Some(3), false),
+                next("b", Some(5), false)
+            )),
+            "a"
+        );
+        assert_eq!(
+            what(soonest(
+                next("a", Some(3), false),
+                next("b", Some(3), false)
+            )),
+            "a"
+        );
+        assert_eq!(what(soonest(None, next("b", Some(3), false))), "b");
+        assert_eq!(what(soonest(next("a", Some(3), false), None)), "a");
+        assert!(soonest(None, None).is_none());
+    }
+}

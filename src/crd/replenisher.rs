@@ -123,6 +123,12 @@ pub struct ReplenisherStatus {
     /// Time of the last ASG modification, for the cooldown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_modification: Option<DateTime<Utc>>,
+    /// The next disruption this Replenisher will make on its own, as its
+    /// plan sees it now: a repair, a removal of a surplus or at-risk node or
+    /// of an instance that never joined; when, why, the nodes, what would
+    /// hold them. Interrupted nodes are not here (AWS takes them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<super::next::NextDisruption>,
     /// Replenished, RepairAllowed: see docs/operations.md.
     #[serde(default)]
     #[schemars(transform = list_map_by_type)]

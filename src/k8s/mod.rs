@@ -2,6 +2,7 @@
 //! lock, the node drain (and its evictions), node helpers and masters'
 //! control-plane pods.
 
+pub mod budgets;
 pub mod control_plane;
 pub mod disruption_slot;
 pub mod drain;

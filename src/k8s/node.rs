@@ -6,7 +6,7 @@ use crate::crd::labels::{
     CONTROL_PLANE_LABEL, LEGACY_MASTER_LABEL, SCHEDULED_FOR_UPDATE_TAINT, WORKER_LABEL,
 };
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
 use std::collections::BTreeMap;
 
@@ -402,6 +402,29 @@ impl NodeView for SlimNode {
     fn annotation(&self, key: &str) -> Option<&str> {
         self.annotations().get(key).map(String::as_str)
     }
+}
+
+/// Does a label selector match these labels? (matchLabels and matchExpressions
+/// with In, NotIn, Exists, DoesNotExist; an unknown operator matches nothing.)
+pub fn selector_matches(selector: &LabelSelector, labels: &(impl Labels + ?Sized)) -> bool {
+    let labels_ok = selector
+        .match_labels
+        .as_ref()
+        .is_none_or(|m| m.iter().all(|(k, v)| labels.label(k) == Some(v.as_str())));
+    let exprs_ok = selector.match_expressions.as_ref().is_none_or(|exprs| {
+        exprs.iter().all(|e| {
+            let values = e.values.as_deref().unwrap_or_default();
+            let has_value = |v: &str| values.iter().any(|x| x == v);
+            match e.operator.as_str() {
+                "In" => labels.label(&e.key).is_some_and(has_value),
+                "NotIn" => labels.label(&e.key).is_none_or(|v| !has_value(v)),
+                "Exists" => labels.has(&e.key),
+                "DoesNotExist" => !labels.has(&e.key),
+                _ => false,
+            }
+        })
+    });
+    labels_ok && exprs_ok
 }
 
 #[cfg(test)]

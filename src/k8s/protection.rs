@@ -73,16 +73,18 @@ pub fn protected_nodes(
     out
 }
 
-/// Of the nodes `names`, those protected now (Nodes and pods read from the
-/// apiserver's watch cache: a protection seen a moment late only delays
-/// the run's next pick, which looks again).
+/// Of the nodes `names`: those protected now, and (`with_budgets`: for a
+/// preview) those a PodDisruptionBudget would hold now (Nodes, pods and
+/// budgets read from the apiserver's watch cache: a protection seen a
+/// moment late only delays the run's next pick, which looks again).
 pub async fn observe(
     ctx: &Context,
     names: &BTreeSet<String>,
     evict_unmanaged_pods: bool,
-) -> Result<BTreeMap<String, String>> {
+    with_budgets: bool,
+) -> Result<Protections> {
     if names.is_empty() {
-        return Ok(BTreeMap::new());
+        return Ok(Protections::default());
     }
     let nodes = Api::<Node>::all(ctx.client.clone())
         .list(&ListParams::default().match_any())
@@ -94,7 +96,23 @@ pub async fn observe(
         .await
         .map_err(Error::kube("list pods for do-not-disrupt"))?
         .items;
-    Ok(protected_nodes(names, &nodes, &pods, evict_unmanaged_pods))
+    let held_by_budgets = match with_budgets {
+        true => crate::k8s::budgets::holds(names, &pods, &crate::k8s::budgets::list(ctx).await?),
+        false => BTreeMap::new(),
+    };
+    Ok(Protections {
+        protected: protected_nodes(names, &nodes, &pods, evict_unmanaged_pods),
+        held_by_budgets,
+    })
+}
+
+/// What [`observe`] found.
+#[derive(Debug, Clone, Default)]
+pub struct Protections {
+    /// Protected from voluntary disruption, with why.
+    pub protected: BTreeMap<String, String>,
+    /// Held now by a budget at 0 (a drain would wait), with which.
+    pub held_by_budgets: BTreeMap<String, String>,
 }
 
 #[cfg(test)]

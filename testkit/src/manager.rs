@@ -318,6 +318,22 @@ impl World {
     /// world, as a user would with the manager's own kubeconfig and AWS
     /// access; its answer.
     pub async fn preview(&self, extra: &[&str]) -> serde_json::Value {
+        let output = self.preview_output(extra).await;
+        assert!(
+            output.status.success(),
+            "preview failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "preview's JSON: {e}: {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        })
+    }
+
+    /// The preview's process output, whether it succeeded or not.
+    pub async fn preview_output(&self, extra: &[&str]) -> std::process::Output {
         let mut command = Command::new(manager_binary());
         command
             .arg("preview")
@@ -333,21 +349,10 @@ impl World {
             .env("AWS_SECRET_ACCESS_KEY", "testing")
             .env_remove("RUST_LOG");
         // Off the test's runtime: the simulated kubelet runs on it.
-        let output = tokio::task::spawn_blocking(move || command.output())
+        tokio::task::spawn_blocking(move || command.output())
             .await
             .expect("the preview's thread")
-            .expect("run preview");
-        assert!(
-            output.status.success(),
-            "preview failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-            panic!(
-                "preview's JSON: {e}: {}",
-                String::from_utf8_lossy(&output.stdout)
-            )
-        })
+            .expect("run preview")
     }
 
     /// The same, running `binary` instead of this tree's manager.

@@ -10,7 +10,7 @@ use crate::cloud::Cloud;
 use crate::context::Context;
 use crate::controllers::runtime::{About, instrumented};
 use crate::crd::condition::{ConditionStatus, set_condition};
-use crate::crd::{NodeGroup, NodeGroupStatus, Refresher};
+use crate::crd::{NodeGroup, NodeGroupStatus, Refresher, Replenisher};
 use crate::events::{ConditionEvent, Reason};
 use crate::k8s::node::{NodeView, SlimNode};
 use crate::{Error, Result};
@@ -213,13 +213,7 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     let mut next = next;
     next.state = Some(plan::group_state(&group, &next, now));
     next.auto_scaling_group_count = i32::try_from(group.spec.auto_scaling_groups.len()).ok();
-    // A group with a Refresher: what it says comes next.
-    let has_refresher = group.spec.refresh.is_some()
-        || group.spec.drift.action == crate::crd::nodegroup::DriftAction::Replace;
-    (next.next_refresh, next.next) = match has_refresher {
-        true => next_refresh(ctx, &namespace, &name).await?,
-        false => (None, None),
-    };
+    (next.next_refresh, next.next) = children_next(ctx, &group, &namespace, &name).await?;
     if group.spec.refresh.is_none() {
         next.next_refresh = None;
     }
@@ -288,19 +282,57 @@ async fn warn_of_changes(
     }
 }
 
+/// What the children say comes next: the Refresher's next run, and the
+/// sooner of its next disruption and the Replenisher's, in one line.
+async fn children_next(
+    ctx: &Context,
+    group: &NodeGroup,
+    namespace: &str,
+    name: &str,
+) -> Result<(Option<DateTime<Utc>>, Option<String>)> {
+    let has_refresher = group.spec.refresh.is_some()
+        || group.spec.drift.action == crate::crd::nodegroup::DriftAction::Replace;
+    let (next_run, refresher_next) = match has_refresher {
+        true => next_refresh(ctx, namespace, name).await?,
+        false => (None, None),
+    };
+    let replenisher_next = match group.spec.replenish.enabled {
+        true => next_replenish(ctx, namespace, name).await?,
+        false => None,
+    };
+    let next = crate::crd::next::soonest(refresher_next, replenisher_next).map(|n| n.summary);
+    Ok((next_run, next))
+}
+
 /// When the group's Refresher next runs, and its next disruption in one
 /// line, as it says.
 async fn next_refresh(
     ctx: &Context,
     namespace: &str,
     name: &str,
-) -> Result<(Option<DateTime<Utc>>, Option<String>)> {
+) -> Result<(
+    Option<DateTime<Utc>>,
+    Option<crate::crd::next::NextDisruption>,
+)> {
     let refresher = Api::<Refresher>::namespaced(ctx.client.clone(), namespace)
         .get_opt(name)
         .await
         .map_err(Error::kube(format!("get Refresher {namespace}/{name}")))?;
     let status = refresher.and_then(|r| r.status).unwrap_or_default();
-    Ok((status.next_run, status.next.map(|n| n.summary)))
+    Ok((status.next_run, status.next))
+}
+
+/// The group's Replenisher's next disruption, as it says.
+async fn next_replenish(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<crate::crd::next::NextDisruption>> {
+    let replenisher = Api::<Replenisher>::namespaced(ctx.client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(Error::kube(format!("get Replenisher {namespace}/{name}")))?;
+    Ok(replenisher.and_then(|r| r.status?.next))
 }
 
 fn is_invalid(status: &NodeGroupStatus) -> bool {

@@ -15,7 +15,8 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::k8s::node::{Labels, NodeView, parse_provider_id};
+pub use crate::k8s::node::selector_matches;
+use crate::k8s::node::{NodeView, parse_provider_id};
 
 use crate::crd::condition::{DEGRADED, INVENTORY_SYNCED, SPEC_VALID};
 
@@ -47,29 +48,6 @@ pub fn circuit_breaker(
             format!("{not_ready} of {total} node(s) NotReady (at most {max}%)"),
         )
     }
-}
-
-/// Does a label selector match these labels? (matchLabels and matchExpressions
-/// with In, NotIn, Exists, DoesNotExist; an unknown operator matches nothing.)
-pub fn selector_matches(selector: &LabelSelector, labels: &(impl Labels + ?Sized)) -> bool {
-    let labels_ok = selector
-        .match_labels
-        .as_ref()
-        .is_none_or(|m| m.iter().all(|(k, v)| labels.label(k) == Some(v.as_str())));
-    let exprs_ok = selector.match_expressions.as_ref().is_none_or(|exprs| {
-        exprs.iter().all(|e| {
-            let values = e.values.as_deref().unwrap_or_default();
-            let has_value = |v: &str| values.iter().any(|x| x == v);
-            match e.operator.as_str() {
-                "In" => labels.label(&e.key).is_some_and(has_value),
-                "NotIn" => labels.label(&e.key).is_none_or(|v| !has_value(v)),
-                "Exists" => labels.has(&e.key),
-                "DoesNotExist" => !labels.has(&e.key),
-                _ => false,
-            }
-        })
-    });
-    labels_ok && exprs_ok
 }
 
 /// How the group's Nodes are chosen.

@@ -60,6 +60,9 @@ pub struct Seen {
     pub window: WindowState,
     pub disruption: ResolvedDisruption,
     pub protected: BTreeMap<String, String>,
+    /// Nodes a PodDisruptionBudget would hold now (asked with every member,
+    /// for the preview only: a run's drain learns it from the Eviction API).
+    pub held_by_budgets: BTreeMap<String, String>,
     pub unsettled: BTreeMap<String, String>,
     pub drift_replace: bool,
     pub suspended: bool,
@@ -80,13 +83,17 @@ impl Seen {
         // Invalid: the group is invalid too, and no run steps, so the
         // defaults are never acted on.
         let disruption = group.spec.resolved_disruption().unwrap_or_default();
+        let control_plane_ready = control_plane_ready(ctx, group, &current).await?;
+        let slot = slots.observe().await?;
+        let protections = protected_nodes(ctx, group, &current, protection).await?;
         Ok(Seen {
             settings: settings_of(rf, group),
             schedule_key: rf.spec.schedule_key(),
-            control_plane_ready: control_plane_ready(ctx, group, &current).await?,
-            slot: slots.observe().await?,
+            control_plane_ready,
+            slot,
             window: crate::controllers::window::group_window(group, now),
-            protected: protected_nodes(ctx, group, &current, protection).await?,
+            protected: protections.protected,
+            held_by_budgets: protections.held_by_budgets,
             unsettled: unsettled_workloads(ctx, &current).await?,
             disruption,
             current,
@@ -140,7 +147,19 @@ impl Seen {
         };
         let members = Member::all_of(&described.fresh);
         let input = self.input(observed, described, &members);
-        refresh_plan::preview(&input, &|t| window_state(&self.disruption, t))
+        let mut next = refresh_plan::preview(&input, &|t| window_state(&self.disruption, t))?;
+        for node in &mut next.nodes {
+            crate::k8s::budgets::mark(node, self.held_by_budgets.get(&node.node));
+        }
+        // The next node held by a budget holds the run there: say so.
+        let first = next
+            .nodes
+            .first()
+            .and_then(|n| self.held_by_budgets.get(&n.node));
+        if let (None, Some(held)) = (&next.blocked_by, first) {
+            next.summary = format!("{}; blocked: {held}", next.summary);
+        }
+        Some(next)
     }
 }
 
@@ -207,13 +226,13 @@ async fn protected_nodes(
     group: &NodeGroup,
     current: &RefresherStatus,
     protection: Protection,
-) -> Result<BTreeMap<String, String>> {
+) -> Result<crate::k8s::protection::Protections> {
     let left = |id: &String| {
         protection == Protection::AllMembers
             || (current.planned_instances.contains(id) && !current.replaced_instances.contains(id))
     };
     if protection == Protection::RunOnly && current.run_start.is_none() {
-        return Ok(BTreeMap::new());
+        return Ok(Default::default());
     }
     let names: BTreeSet<String> = group
         .status
@@ -223,7 +242,8 @@ async fn protected_nodes(
         .map(|n| n.name.clone())
         .collect();
     let evict_unmanaged = group.spec.disruption.evict_unmanaged_pods;
-    crate::k8s::protection::observe(ctx, &names, evict_unmanaged).await
+    let with_budgets = protection == Protection::AllMembers;
+    crate::k8s::protection::observe(ctx, &names, evict_unmanaged, with_budgets).await
 }
 
 /// Waiting for the batch's replacements: of the workloads its drains moved, those

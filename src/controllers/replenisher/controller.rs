@@ -193,7 +193,9 @@ async fn voluntary(
         false => slots.observe().await?,
     };
     let evict_unmanaged = observed.group.spec.disruption.evict_unmanaged_pods;
-    let protected = crate::k8s::protection::observe(ctx, &names, evict_unmanaged).await?;
+    let protected = crate::k8s::protection::observe(ctx, &names, evict_unmanaged, false)
+        .await?
+        .protected;
     Ok((protected, slot))
 }
 

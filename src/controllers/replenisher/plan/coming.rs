@@ -4,9 +4,15 @@
 //! stages use), and what would hold its repair then. The same order as the
 //! repair stages take them: the earliest first, by name among equals.
 
+use super::queries::{leaves_through_us, replacement};
+use super::scale_in::{choose_victim, protected_surplus};
+use super::{Plan, Stage};
 use crate::controllers::authority::{self, Path, Request};
-use crate::controllers::group_view::GroupFacts;
+use crate::controllers::group_view::{Fate, GroupFacts, LockState, after};
+use crate::controllers::window::WindowState;
 use crate::crd::Role;
+use crate::crd::next::{LISTED_NODES, NextDisruption, NextNode};
+use crate::crd::replenisher::ReplenisherStatus;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -69,4 +75,268 @@ fn held_by(group: &GroupFacts, instance: &str) -> Option<String> {
                 .map(|b| b.to_string())
         }
     }
+}
+
+/// The replenisher's next disruption of its own (`Replenisher.status.next`,
+/// one line of the NodeGroup's `NEXT` column): one under way (a repair, a
+/// surplus or at-risk removal, an instance that never joined), else the
+/// soonest to come, each of the stages' own predicates and times: a repair
+/// at `unhealthy_at`, a removal of an instance that never joined at its
+/// join timeout (or its ASG's backoff), a node at risk once replaced and a
+/// window is open, a surplus node once the cooldown is over and a window is
+/// open. Interrupted nodes are not here: AWS takes them at its time.
+pub(super) fn next(s: &Stage, plan: &Plan) -> Option<NextDisruption> {
+    under_way(s, &plan.status).or_else(|| coming(s))
+}
+
+fn under_way(s: &Stage, status: &ReplenisherStatus) -> Option<NextDisruption> {
+    let (what, why, node, instance_id) = if let Some(t) = &status.scale_in {
+        let at_risk = s.input.group.nodes.iter().any(|n| {
+            n.instance_id.as_deref() == Some(&t.instance_id) && n.fate == Some(Fate::AtRisk)
+        });
+        let (what, why) = match (t.repair, at_risk) {
+            (true, _) => ("repair", "unhealthy"),
+            (false, true) => ("at-risk removal", "rebalance recommendation"),
+            (false, false) => ("surplus removal", "more Ready nodes than desired"),
+        };
+        (what, why.to_string(), t.node.clone(), t.instance_id.clone())
+    } else {
+        let c = status.cleanup.as_ref()?;
+        let (id, why) = (c.instance_id.clone(), c.reason.clone());
+        ("never-joined removal", why, id.clone(), id)
+    };
+    Some(NextDisruption {
+        summary: format!("{what} {node}: under way"),
+        what: what.into(),
+        at: None,
+        why,
+        under_way: true,
+        total: 1,
+        nodes: vec![NextNode {
+            node,
+            instance_id,
+            blocked_by: None,
+        }],
+        blocked_by: None,
+    })
+}
+
+/// One kind of disruption to come, its nodes in the order taken.
+struct Kind {
+    what: &'static str,
+    why: String,
+    /// The soonest of its nodes; None: now.
+    at: Option<DateTime<Utc>>,
+    nodes: Vec<NextNode>,
+    blocked_by: Option<String>,
+}
+
+fn coming(s: &Stage) -> Option<NextDisruption> {
+    // The soonest; among equals, in the stages' order.
+    let kind = [never_joined(s), repairs(s), at_risk(s), surplus(s)]
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .min_by_key(|(i, k)| (k.at, *i))
+        .map(|(_, k)| k)?;
+    let blocked_by = group_block(s).or(kind.blocked_by);
+    let total = kind.nodes.len();
+    let subject = match &kind.nodes[..] {
+        [one] => one.node.clone(),
+        _ => format!("{total} node(s)"),
+    };
+    let when = kind
+        .at
+        .map_or_else(|| "now".to_string(), |t| format!("at {}", t.to_rfc3339()));
+    let summary = match &blocked_by {
+        Some(why) => format!("{} {subject} {when}; blocked: {why}", kind.what),
+        None => format!("{} {subject} {when}", kind.what),
+    };
+    let mut nodes = kind.nodes;
+    nodes.truncate(LISTED_NODES);
+    Some(NextDisruption {
+        what: kind.what.into(),
+        at: kind.at,
+        why: kind.why,
+        under_way: false,
+        total: i32::try_from(total).unwrap_or(i32::MAX),
+        nodes,
+        blocked_by,
+        summary,
+    })
+}
+
+/// `t` if it is still to come; None: now.
+fn later(s: &Stage, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    (t > s.input.group.now).then_some(t)
+}
+
+/// A voluntary removal's time: not before `t` (None: now), and not before
+/// a closed window opens.
+fn in_window(s: &Stage, t: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
+    let at = match s.input.window.opens() {
+        Some(opens) => Some(t.map_or(opens, |t| t.max(opens))),
+        None => t,
+    };
+    at.and_then(|t| later(s, t))
+}
+
+fn window_never(s: &Stage) -> Option<String> {
+    matches!(s.input.window, WindowState::Closed { opens: None })
+        .then(|| "no maintenance window opens again".to_string())
+}
+
+/// Instances that never joined, at their join timeout or their ASG's
+/// backoff, whichever is later (the cleanup stage's own clock).
+fn never_joined(s: &Stage) -> Option<Kind> {
+    let input = s.input;
+    let mut never: Vec<(DateTime<Utc>, NextNode)> = input
+        .not_joined
+        .iter()
+        .filter(|n| input.active.contains(&n.instance_id))
+        .filter_map(|n| {
+            let due = after(n.launch_time?, input.join_timeout);
+            let backoff = s
+                .status
+                .removals
+                .iter()
+                .find(|r| r.auto_scaling_group == n.asg)
+                .map(|r| r.retry_after);
+            let request = Request {
+                path: Path::NeverJoined,
+                role: input.group.role,
+                instance: &n.instance_id,
+            };
+            let held = authority::decide(input.group.control_plane, &request)
+                .err()
+                .map(|b| b.to_string());
+            Some((
+                backoff.map_or(due, |b| due.max(b)),
+                NextNode {
+                    node: n.instance_id.clone(),
+                    instance_id: n.instance_id.clone(),
+                    blocked_by: held,
+                },
+            ))
+        })
+        .collect();
+    never.sort_by(|a, b| (a.0, &a.1.node).cmp(&(b.0, &b.1.node)));
+    let at = never.first()?.0;
+    Some(Kind {
+        what: "never-joined removal",
+        why: format!(
+            "not joined within {}",
+            crate::duration::format(input.join_timeout)
+        ),
+        at: later(s, at),
+        nodes: never.into_iter().map(|(_, n)| n).collect(),
+        blocked_by: None,
+    })
+}
+
+/// Repairs, at each node's unhealthy time.
+fn repairs(s: &Stage) -> Option<Kind> {
+    let input = s.input;
+    let active: Vec<String> = input.active.iter().cloned().collect();
+    let repairs = repairs_to_come(&input.group, &active);
+    let first = repairs.first()?;
+    Some(Kind {
+        what: "repair",
+        why: format!(
+            "NotReady for {}",
+            crate::duration::format(input.group.unhealthy_timeout)
+        ),
+        at: later(s, first.at),
+        nodes: repairs
+            .iter()
+            .map(|r| NextNode {
+                node: r.node.clone(),
+                instance_id: r.instance_id.clone(),
+                blocked_by: r.held_by.clone(),
+            })
+            .collect(),
+        blocked_by: None,
+    })
+}
+
+/// Nodes at risk we replaced, removed once in a window (and Ready back).
+fn at_risk(s: &Stage) -> Option<Kind> {
+    let input = s.input;
+    let nodes: Vec<NextNode> = input
+        .group
+        .nodes
+        .iter()
+        .filter(|n| n.fate == Some(Fate::AtRisk) && leaves_through_us(s, n))
+        .filter(|n| replacement(s, n).is_some())
+        .filter_map(|n| {
+            Some(NextNode {
+                node: n.name.clone(),
+                instance_id: n.instance_id.clone()?,
+                blocked_by: input
+                    .protected
+                    .get(&n.name)
+                    .map(|why| format!("protected: {why}")),
+            })
+        })
+        .collect();
+    if nodes.is_empty() {
+        return None;
+    }
+    Some(Kind {
+        what: "at-risk removal",
+        why: "rebalance recommendation".into(),
+        at: in_window(s, None),
+        nodes,
+        blocked_by: window_never(s).or_else(|| {
+            (s.ready < input.group.desired).then(|| "its replacement is not Ready yet".to_string())
+        }),
+    })
+}
+
+/// Surplus nodes (a shortage ended), after the cooldown, in a window.
+fn surplus(s: &Stage) -> Option<Kind> {
+    let input = s.input;
+    if s.ready <= input.group.desired {
+        return None;
+    }
+    let cooldown_end = s.status.last_modification.map(|t| after(t, input.cooldown));
+    let victim = choose_victim(s, true);
+    let nodes = victim
+        .iter()
+        .map(|t| NextNode {
+            node: t.node.clone(),
+            instance_id: t.instance_id.clone(),
+            blocked_by: None,
+        })
+        .collect();
+    let blocked_by = window_never(s).or_else(|| match victim {
+        Some(_) => None,
+        None if choose_victim(s, false).is_some() => Some(protected_surplus(s)),
+        None => Some("no ASG can shrink (at min)".into()),
+    });
+    Some(Kind {
+        what: "surplus removal",
+        why: format!("{} Ready, {} desired", s.ready, input.group.desired),
+        at: in_window(s, cooldown_end),
+        nodes,
+        blocked_by,
+    })
+}
+
+/// What holds every disruption of the group now, as the guards see it.
+fn group_block(s: &Stage) -> Option<String> {
+    let group = &s.input.group;
+    if !s.input.spec_valid {
+        return Some("the NodeGroup spec is invalid".into());
+    }
+    if group.suspended {
+        return Some("the NodeGroup is suspended".into());
+    }
+    if let Some(why) = &group.external_update {
+        return Some(why.clone());
+    }
+    if let LockState::Other(holder) = &group.lock {
+        return Some(format!("{holder} holds the group's lock"));
+    }
+    None
 }

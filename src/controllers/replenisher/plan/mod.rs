@@ -376,6 +376,7 @@ fn plan_inner(input: &Input) -> Plan {
             )
         });
     plan.repair_held = repair_held(&stage);
+    plan.status.next = coming::next(&stage, &plan);
     // A master waiting for another group's master is not woken when that
     // one comes back (another group's status): it looks again soon.
     if plan

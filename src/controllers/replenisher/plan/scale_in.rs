@@ -150,7 +150,7 @@ pub(super) fn start_scale_in(s: &Stage, target: ScaleInTarget, message: String) 
 pub(super) const PROTECTED_RETRY: Duration = Duration::from_secs(60);
 
 /// The Ready nodes that are protected, and why, for a message.
-fn protected_surplus(s: &Stage) -> String {
+pub(super) fn protected_surplus(s: &Stage) -> String {
     let list: Vec<String> = s
         .input
         .group

@@ -13,6 +13,7 @@ use chrono::TimeZone;
 use proptest::prelude::*;
 
 mod interrupted;
+mod next;
 mod repair;
 
 fn t0() -> DateTime<Utc> {
