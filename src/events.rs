@@ -94,6 +94,11 @@ reasons! {
     ScaledUp("Normal") on "NodeGroup";
     /// The replenisher removed a surplus node (a shortage ended) with decrement.
     ScaledDown("Normal") on "NodeGroup";
+    /// Every spot ASG of a worker group was short for `fallback.after`: the on-demand
+    /// fallback ASGs were raised by the missing count.
+    FallbackRaised("Warning") on "NodeGroup";
+    /// A node of the on-demand fallback was removed, its spot replacement Ready first.
+    ReturnedToSpot("Normal") on "NodeGroup";
     /// An instance that never joined as a Node within `joinTimeout` was terminated.
     RemovedNotJoined("Warning") on "NodeGroup";
     /// Instances of one ASG keep not joining: the next removal there backs off.

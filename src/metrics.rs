@@ -92,6 +92,11 @@ pub struct Metrics {
     pub group_desired_nodes: Family<GroupLabels, Gauge>,
     pub group_drifted_nodes: Family<GroupLabels, Gauge>,
     pub group_operation: Family<OperationLabels, Gauge>,
+    pub group_fallback_nodes: Family<GroupLabels, Gauge>,
+    pub on_demand_seconds: Family<GroupLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    /// When each group's fallback instances were last counted (the
+    /// on-demand seconds run from there).
+    fallback_counted: std::sync::Mutex<std::collections::HashMap<GroupLabels, std::time::Instant>>,
     pub refresh_run_duration: Family<RunLabels, Histogram>,
     pub reconciles: Family<ControllerLabels, Counter>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
@@ -123,6 +128,9 @@ impl Default for Metrics {
             group_desired_nodes: Family::default(),
             group_drifted_nodes: Family::default(),
             group_operation: Family::default(),
+            group_fallback_nodes: Family::default(),
+            on_demand_seconds: Family::default(),
+            fallback_counted: Default::default(),
             // 1 min .. ~17 h: a run replaces nodes one at a time.
             refresh_run_duration: Family::new_with_constructor(
                 (|| Histogram::new(exponential_buckets(60.0, 2.0, 11))) as fn() -> Histogram,
@@ -183,6 +191,16 @@ impl Metrics {
             "group_operation",
             "1 while that operation (refresh or replenish) holds the NodeGroup's lock",
             self.group_operation.clone(),
+        );
+        r.register(
+            "group_fallback_nodes",
+            "Instances (InService or Pending) on each NodeGroup's on-demand fallback ASGs (spec.fallback)",
+            self.group_fallback_nodes.clone(),
+        );
+        r.register(
+            "on_demand_instance_seconds",
+            "Instance-seconds spent on each NodeGroup's on-demand fallback, as its inventory counts them: what the fallback cost",
+            self.on_demand_seconds.clone(),
         );
         self.register_runs();
         self.register_controllers();
@@ -352,6 +370,26 @@ impl Metrics {
         self.group_drifted_nodes
             .get_or_create(&labels)
             .set(i64::from(status.drifted_nodes.unwrap_or(0)));
+        let fallback: i32 = status
+            .auto_scaling_groups
+            .iter()
+            .filter(|a| a.fallback)
+            .map(|a| a.instances)
+            .sum();
+        self.group_fallback_nodes
+            .get_or_create(&labels)
+            .set(i64::from(fallback));
+        // The instances counted now ran since the last count (at most a
+        // resync ago): the on-demand seconds, as far as the inventory sees.
+        let now = std::time::Instant::now();
+        let last = match self.fallback_counted.lock() {
+            Ok(mut counted) => counted.insert(labels.clone(), now),
+            Err(_) => None,
+        };
+        let seconds = last.map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+        self.on_demand_seconds
+            .get_or_create(&labels)
+            .inc_by(seconds * f64::from(fallback.max(0)));
         let held = status.operation.as_ref().map(|l| &l.holder);
         for (operation, kind) in [
             ("refresh", OperationKind::Refresh),
@@ -376,6 +414,11 @@ impl Metrics {
         self.group_ready_nodes.remove(&labels);
         self.group_desired_nodes.remove(&labels);
         self.group_drifted_nodes.remove(&labels);
+        self.group_fallback_nodes.remove(&labels);
+        self.on_demand_seconds.remove(&labels);
+        if let Ok(mut counted) = self.fallback_counted.lock() {
+            counted.remove(&labels);
+        }
         for operation in ["refresh", "replenish"] {
             self.group_operation.remove(&OperationLabels {
                 namespace: namespace.to_string(),

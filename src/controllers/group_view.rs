@@ -34,6 +34,9 @@ pub struct AsgView {
     /// The newest launch activity's failure, while below desired.
     pub launch_failure: Option<String>,
     pub suspended_processes: Vec<String>,
+    /// An on-demand fallback ASG (`spec.fallback`): its nodes count, it is
+    /// raised only while every spot ASG is short, never otherwise.
+    pub fallback: bool,
 }
 
 impl AsgView {
@@ -98,6 +101,7 @@ impl From<&AsgDescription> for AsgView {
             behind_since: None,
             launch_failure: asg.recent_failure.clone(),
             suspended_processes: asg.suspended_processes.clone(),
+            fallback: false,
         };
         let reason = view.launch_problem(None);
         AsgView {
@@ -122,6 +126,7 @@ impl From<AsgView> for AutoScalingGroupStatus {
             behind_since: v.behind_since,
             launch_failure: v.launch_failure,
             suspended_processes: v.suspended_processes,
+            fallback: v.fallback,
         }
     }
 }
@@ -181,6 +186,13 @@ impl GroupFacts<'_> {
             return None;
         }
         Some(after(node.unhealthy_since?, self.unhealthy_timeout))
+    }
+
+    /// On one of the group's on-demand fallback ASGs.
+    pub fn on_fallback(&self, node: &GroupNode) -> bool {
+        self.asgs
+            .iter()
+            .any(|a| a.fallback && node.asg.as_deref() == Some(a.name.as_str()))
     }
 
     /// NotReady for longer than the unhealthy timeout: a dead kubelet, not

@@ -18,6 +18,11 @@ pub enum Refusal {
     NotTheGroupsAsg {
         asg: String,
     },
+    /// A raise of an on-demand fallback ASG by anything but the
+    /// replenisher's fallback (a refresh's surplus, a spot raise).
+    FallbackRaise {
+        asg: String,
+    },
     NotTheGroupsNode {
         node: String,
     },
@@ -92,6 +97,10 @@ impl std::fmt::Display for Refusal {
             Refusal::NotTheGroupsAsg { asg } => {
                 write!(f, "touch {asg}: not one of the group's ASGs")
             }
+            Refusal::FallbackRaise { asg } => write!(
+                f,
+                "raise {asg}: an on-demand fallback ASG is raised only while every spot ASG is short"
+            ),
             Refusal::NotTheGroupsNode { node } => {
                 write!(f, "touch node {node}: not one of the group's nodes")
             }
@@ -164,6 +173,7 @@ impl Refusal {
         match self {
             Refusal::OutsideARun => "refused_outside_a_run",
             Refusal::NotTheGroupsAsg { .. } => "refused_not_the_groups_asg",
+            Refusal::FallbackRaise { .. } => "refused_fallback_raise",
             Refusal::NotTheGroupsNode { .. } => "refused_not_the_groups_node",
             Refusal::AboveMax { .. } => "refused_above_max",
             Refusal::StaleCount { .. } => "refused_stale_count",
@@ -193,17 +203,26 @@ impl From<Refusal> for Error {
     }
 }
 
+/// No raise of an on-demand fallback ASG among `changes` (a refresh's
+/// surplus never goes there).
+pub fn no_fallback_raise(group: &NodeGroup, changes: &[DesiredChange]) -> Result<(), Refusal> {
+    match changes
+        .iter()
+        .find(|c| c.to > c.from && group.spec.is_fallback(&c.asg))
+    {
+        Some(c) => Err(Refusal::FallbackRaise { asg: c.asg.clone() }),
+        None => Ok(()),
+    }
+}
+
 /// The group's ASG of that name, per the fresh describe.
 pub fn groups_asg<'a>(
     group: &NodeGroup,
     fresh: &'a [AsgDescription],
     name: &str,
 ) -> Result<&'a AsgDescription, Refusal> {
-    let listed = group
-        .spec
-        .auto_scaling_groups
-        .iter()
-        .any(|r| r.name == name);
+    // (The on-demand fallback ASGs are the group's too.)
+    let listed = group.spec.asg_names().iter().any(|r| r == name);
     fresh
         .iter()
         .find(|a| a.name == name && listed)

@@ -143,7 +143,14 @@ impl ObservedGroup {
             self.cloud.forget(&names);
             fresh = self.cloud.describe_groups(&names).await?;
         }
-        let asgs = fresh.iter().map(AsgView::from).collect();
+        let spec = &self.group.spec;
+        let asgs = fresh
+            .iter()
+            .map(|a| AsgView {
+                fallback: spec.is_fallback(&a.name),
+                ..AsgView::from(a)
+            })
+            .collect();
         let nodes = group_nodes(&self.group_status.nodes, &fresh);
         Ok(DescribedAsgs { fresh, asgs, nodes })
     }

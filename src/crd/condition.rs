@@ -34,6 +34,9 @@ pub const EXTERNAL_UPDATE: &str = "ExternalUpdate";
 /// be told (False: DescribeLaunchTemplates fails, as when the IAM policy
 /// lacks it; each node's drift stays as last seen).
 pub const DRIFT_KNOWN: &str = "DriftKnown";
+/// NodeGroup (with `spec.fallback`): True while instances run on the
+/// on-demand fallback ASGs: how many, and the spot ASGs that are short.
+pub const FALLBACK_ON_DEMAND: &str = "FallbackOnDemand";
 /// Replenisher: the group has its desired count of Ready nodes.
 pub const REPLENISHED: &str = "Replenished";
 /// Replenisher: False while an unhealthy node is not repaired (the circuit

@@ -123,6 +123,15 @@ pub struct ReplenisherStatus {
     /// Time of the last ASG modification, for the cooldown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_modification: Option<DateTime<Utc>>,
+    /// With `spec.fallback`: since when Ready has been below desired with
+    /// no spot ASG able to launch (the fallback is raised `after` it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub short_since: Option<DateTime<Utc>>,
+    /// With `spec.fallback`: each spot ASG able to launch, since when
+    /// (without a failure since); a fallback node is replaced by spot once
+    /// one has been so for `returnAfter`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spot_launching: Vec<AsgSince>,
     /// The next disruption this Replenisher will make on its own, as its
     /// plan sees it now: a repair, a removal of a surplus or at-risk node or
     /// of an instance that never joined; when, why, the nodes, what would

@@ -4,6 +4,7 @@
 //! wakes a group is in `watch`; its child resources in `children`; the
 //! spec's validation against other groups in `validation`.
 
+mod asg_health;
 pub mod children;
 pub mod controller;
 pub mod deletion;

@@ -168,16 +168,20 @@ pub fn inventory_status<N: NodeView>(
     members.sort_by(|a, b| a.name.cmp(&b.name));
     let asg_statuses: Vec<AutoScalingGroupStatus> = group
         .spec
-        .auto_scaling_groups
+        .asg_names()
         .iter()
-        .filter_map(|r| aws.asgs.iter().find(|a| a.name == r.name))
+        .filter_map(|r| aws.asgs.iter().find(|a| a.name == *r))
         .map(|a| {
             let remembered = previous
                 .auto_scaling_groups
                 .iter()
                 .find(|p| p.name == a.name)
                 .and_then(|p| p.behind_since);
-            AsgView::from(a).judge(remembered, now).into()
+            AsgView {
+                fallback: group.spec.is_fallback(&a.name),
+                ..AsgView::from(a).judge(remembered, now)
+            }
+            .into()
         })
         .collect();
 
@@ -329,7 +333,20 @@ fn set_conditions(
         generation,
         now,
     );
-    let (degraded, reason, message) = degradation(group, aws, &status.auto_scaling_groups);
+    if group.spec.fallback.is_some() {
+        let (on, reason, message) = super::asg_health::fallback(&status.auto_scaling_groups);
+        set_condition(
+            &mut status.conditions,
+            crate::crd::condition::FALLBACK_ON_DEMAND,
+            on,
+            reason,
+            message,
+            generation,
+            now,
+        );
+    }
+    let (degraded, reason, message) =
+        super::asg_health::degradation(group, &aws.asgs, &status.auto_scaling_groups);
     set_condition(
         &mut status.conditions,
         DEGRADED,
@@ -356,51 +373,6 @@ fn set_conditions(
         generation,
         now,
     );
-}
-
-/// The Degraded condition: an ASG not found, or not launching.
-fn degradation(
-    group: &NodeGroup,
-    aws: &AwsView,
-    asg_statuses: &[AutoScalingGroupStatus],
-) -> (ConditionStatus, &'static str, String) {
-    let missing: Vec<&str> = group
-        .spec
-        .auto_scaling_groups
-        .iter()
-        .map(|r| r.name.as_str())
-        .filter(|name| !aws.asgs.iter().any(|a| a.name == *name))
-        .collect();
-    let not_launching: Vec<String> = asg_statuses
-        .iter()
-        .filter(|a| !a.launching)
-        .map(|a| {
-            format!(
-                "{} ({})",
-                a.name,
-                a.reason.as_deref().unwrap_or("not launching")
-            )
-        })
-        .collect();
-    if !missing.is_empty() {
-        (
-            ConditionStatus::True,
-            "AutoScalingGroupNotFound",
-            format!("Auto Scaling Group(s) not found: {}", missing.join(", ")),
-        )
-    } else if !not_launching.is_empty() {
-        (
-            ConditionStatus::True,
-            "NotLaunching",
-            format!("not launching: {}", not_launching.join("; ")),
-        )
-    } else {
-        (
-            ConditionStatus::False,
-            "AllLaunching",
-            "every Auto Scaling Group is launching".to_string(),
-        )
-    }
 }
 
 /// Pure: the group's state for `kubectl get`: what is wrong first, then
@@ -432,6 +404,11 @@ pub fn group_state(group: &NodeGroup, status: &NodeGroupStatus, now: DateTime<Ut
         ConditionStatus::True,
     ) {
         GroupState::ExternalUpdate
+    } else if holds(
+        crate::crd::condition::FALLBACK_ON_DEMAND,
+        ConditionStatus::True,
+    ) {
+        GroupState::FallbackOnDemand
     } else if holds(DEGRADED, ConditionStatus::True)
         || holds(
             crate::crd::condition::CIRCUIT_BREAKER,

@@ -34,6 +34,7 @@ impl Guard<'_> {
         if self.status.run_start.is_none() {
             return Err(Refusal::OutsideARun);
         }
+        crate::controllers::guard::no_fallback_raise(self.group, changes)?;
         desired_changes(self.group, self.fresh, changes)
     }
 

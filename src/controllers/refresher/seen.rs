@@ -204,7 +204,13 @@ pub fn as_inventoried(observed: &ObservedGroup) -> DescribedAsgs {
             suspended_processes: a.suspended_processes.clone(),
         })
         .collect();
-    let asgs = fresh.iter().map(AsgView::from).collect();
+    let asgs = fresh
+        .iter()
+        .map(|a| AsgView {
+            fallback: observed.group.spec.is_fallback(&a.name),
+            ..AsgView::from(a)
+        })
+        .collect();
     let nodes = group_nodes(&status.nodes, &fresh);
     DescribedAsgs { fresh, asgs, nodes }
 }

@@ -84,14 +84,14 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
             // Another group naming one of its ASGs stops it too.
             spec_valid: group.spec.validate().is_empty() && group.asg_conflict().is_none(),
             cooldown: duration::parse(&rp.spec.cooldown).unwrap_or(Duration::from_secs(300)),
-            join_timeout: duration::parse(&rp.spec.join_timeout)
-                .unwrap_or(Duration::from_secs(900)),
+            join_timeout: join_timeout(&rp),
             not_joined: &not_joined,
             active: &active,
             window: crate::controllers::window::group_window(group, now),
             protected: &protected,
             slot: slot.clone(),
             status: &current,
+            fallback: group.spec.fallback.as_ref().map(|f| f.resolve()),
         })
     };
     let mut plan = plan_for(&described);
@@ -148,6 +148,11 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     let requeue = step.requeue;
     write_if_changed::<Replenisher, _>(ctx, step.at, &mut step.written, &step.status).await?;
     Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+}
+
+/// `joinTimeout`; the default when invalid (validation reports it).
+fn join_timeout(rp: &Replenisher) -> Duration {
+    duration::parse(&rp.spec.join_timeout).unwrap_or(Duration::from_secs(900))
 }
 
 /// A node may be taken away (a repair, an instance that never joined, a

@@ -137,12 +137,12 @@ impl Step<'_> {
             replenish_plan::raise_not_made(&mut self.status);
         } else {
             replenish_plan::raise_landed(&mut self.status);
-            self.event(
-                EventType::Normal,
-                Reason::ScaledUp,
-                self.message.to_string(),
-            )
-            .await;
+            let fallback = changes.iter().any(|c| self.group.spec.is_fallback(&c.asg));
+            let (kind, reason) = match fallback {
+                true => (EventType::Warning, Reason::FallbackRaised),
+                false => (EventType::Normal, Reason::ScaledUp),
+            };
+            self.event(kind, reason, self.message.to_string()).await;
         }
         Ok(())
     }
@@ -260,6 +260,14 @@ impl Step<'_> {
             .await?;
         if let Applied::Performed(()) = applied {
             replenish_plan::finish_scale_in(&mut self.status, target);
+            if self.group.spec.is_fallback(&target.auto_scaling_group) {
+                let message = format!(
+                    "{} ({}) returned from the on-demand {}: its spot replacement is Ready",
+                    target.node, target.instance_id, target.auto_scaling_group
+                );
+                self.event(EventType::Normal, Reason::ReturnedToSpot, message)
+                    .await;
+            }
             if target.repair {
                 self.ctx.metrics.node_repair("repaired");
                 let message = format!(

@@ -16,7 +16,21 @@ pub fn scale_up(
     fresh: &[AsgDescription],
     changes: &[DesiredChange],
 ) -> Result<(), Refusal> {
-    desired_changes(group, fresh, changes)
+    desired_changes(group, fresh, changes)?;
+    // The on-demand fallback only while no spot ASG can launch: one that is
+    // at its desired count, below max, with Launch not suspended could.
+    let spot_can = |a: &&AsgDescription| {
+        let view = crate::controllers::group_view::AsgView::from(*a);
+        !group.spec.is_fallback(&a.name)
+            && group.spec.asg_names().contains(&a.name)
+            && view.launching
+            && !view.is_behind()
+            && view.desired < view.max
+    };
+    if fresh.iter().any(|a| spot_can(&a)) {
+        crate::controllers::guard::no_fallback_raise(group, changes)?;
+    }
+    Ok(())
 }
 
 /// Safety: the instance is active in that ASG of this group, no Node runs on

@@ -110,6 +110,10 @@ pub struct NodeGroupSpec {
     /// do-not-disrupt, pods nothing would recreate.
     #[serde(default, skip_serializing_if = "is_default")]
     pub disruption: DisruptionSpec,
+    /// On-demand ASGs to fall back to when every spot ASG is short, and to
+    /// return from once spot launches again (workers only); none when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<FallbackSpec>,
 }
 
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {
@@ -408,9 +412,11 @@ fn default_ready_timeout() -> String {
 }
 
 mod disruption;
+mod fallback;
 mod status;
 mod validation;
 
 pub use disruption::*;
+pub use fallback::*;
 pub use status::*;
 pub use validation::*;

@@ -74,6 +74,9 @@ pub enum GroupState {
     /// A kops rolling update is replacing the group's nodes (condition
     /// `ExternalUpdate`): the manager makes no AWS mutation of its own.
     ExternalUpdate,
+    /// Instances run on the on-demand fallback ASGs (every spot ASG was
+    /// short): condition `FallbackOnDemand` says how many and why.
+    FallbackOnDemand,
     /// An ASG is missing or cannot launch, or the circuit breaker is open.
     Degraded,
     /// A refresh run holds the group's lock.
@@ -300,6 +303,9 @@ pub struct AutoScalingGroupStatus {
     /// starts no refresh).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suspended_processes: Vec<String>,
+    /// An on-demand fallback ASG (`spec.fallback`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fallback: bool,
 }
 
 fn is_zero(n: &i32) -> bool {

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 /// drain into a termination (a 30 s join timeout removes every node that
 /// boots slowly); the most are far above any sensible setting, far below
 /// where time arithmetic could overflow.
-pub const DURATION_BOUNDS: [(&str, std::time::Duration, std::time::Duration); 10] = [
+pub const DURATION_BOUNDS: [(&str, std::time::Duration, std::time::Duration); 12] = [
     ("replenish.cooldown", secs(10), HOURS_24),
     ("replenish.joinTimeout", secs(120), HOURS_24),
     ("replenish.unhealthyTimeout", secs(60), HOURS_24),
@@ -23,6 +23,8 @@ pub const DURATION_BOUNDS: [(&str, std::time::Duration, std::time::Duration); 10
     ("refresh.validationTimeout", secs(30), HOURS_24),
     ("refresh.settleTime", secs(0), secs(3600)),
     ("refresh.pauseTimeout", secs(60), secs(168 * 3600)),
+    ("fallback.after", secs(60), HOURS_24),
+    ("fallback.returnAfter", secs(60), HOURS_24),
 ];
 
 const fn secs(s: u64) -> std::time::Duration {
@@ -151,9 +153,12 @@ impl RefreshSpec {
 
 impl NodeGroupSpec {
     /// The names of the group's Auto Scaling Groups.
+    /// (With the on-demand fallback ASGs: they are described, inventoried
+    /// and locked with the group's own.)
     pub fn asg_names(&self) -> Vec<String> {
         self.auto_scaling_groups
             .iter()
+            .chain(self.fallback.iter().flat_map(|f| &f.auto_scaling_groups))
             .map(|a| a.name.clone())
             .collect()
     }
@@ -167,6 +172,9 @@ impl NodeGroupSpec {
         self.check_refresh(&mut problems);
         let zone = self.refresh.as_ref().map(|r| r.time_zone.as_str());
         for (field, reason, message) in self.disruption.problems(zone, minima_lifted()) {
+            problems.push(&field, reason, message);
+        }
+        for (field, reason, message) in self.fallback_problems() {
             problems.push(&field, reason, message);
         }
         problems.0
@@ -229,6 +237,10 @@ impl NodeGroupSpec {
             if let Some(age) = &refresh.max_node_age {
                 durations.push(("refresh.maxNodeAge", age));
             }
+        }
+        if let Some(fallback) = &self.fallback {
+            durations.push(("fallback.after", &fallback.after));
+            durations.push(("fallback.returnAfter", &fallback.return_after));
         }
         for (field, value) in durations {
             let Some((_, least, most)) = DURATION_BOUNDS.iter().find(|(f, _, _)| *f == field)
@@ -371,6 +383,7 @@ mod tests {
         NodeGroupSpec {
             drift: Default::default(),
             disruption: Default::default(),
+            fallback: None,
             role: Role::Worker,
             region: None,
             auto_scaling_groups: vec![
@@ -521,6 +534,8 @@ mod tests {
                 "refresh.settleTime" => refresh.settle_time = huge,
                 "refresh.pauseTimeout" => refresh.pause_timeout = huge,
                 "refresh.maxNodeAge" => refresh.max_node_age = Some(huge),
+                "fallback.after" => spec.fallback = Some(fallback(&huge, "10m")),
+                "fallback.returnAfter" => spec.fallback = Some(fallback("3m", &huge)),
                 other => panic!("no such field {other}"),
             }
             assert_eq!(
@@ -550,6 +565,52 @@ mod tests {
         );
     }
 
+    fn fallback(after: &str, return_after: &str) -> super::super::FallbackSpec {
+        super::super::FallbackSpec {
+            auto_scaling_groups: vec![AutoScalingGroupRef {
+                name: "nodes-od.example.com".into(),
+            }],
+            after: after.into(),
+            return_after: return_after.into(),
+        }
+    }
+
+    #[test]
+    fn a_fallback_is_for_workers_on_asgs_of_its_own() {
+        let mut spec = worker_spec();
+        spec.fallback = Some(fallback("3m", "10m"));
+        assert_eq!(problems_of(&spec), vec![]);
+        assert!(
+            spec.asg_names()
+                .contains(&"nodes-od.example.com".to_string())
+        );
+        assert!(spec.is_fallback("nodes-od.example.com"));
+        assert!(!spec.is_fallback(&spec.auto_scaling_groups[0].name.clone()));
+        let resolved = spec.fallback.as_ref().expect("fallback").resolve();
+        assert_eq!(resolved.after, std::time::Duration::from_secs(180));
+        assert_eq!(resolved.return_after, std::time::Duration::from_secs(600));
+        // A spot ASG named again as a fallback one.
+        let mut twice = fallback("3m", "10m");
+        twice.auto_scaling_groups[0].name = spec.auto_scaling_groups[0].name.clone();
+        spec.fallback = Some(twice);
+        assert_eq!(
+            problems_of(&spec),
+            vec![(
+                "DuplicateAutoScalingGroup",
+                "fallback.autoScalingGroups[0].name".to_string()
+            )]
+        );
+        // Masters never fall back.
+        let mut spec = worker_spec();
+        spec.role = Role::Master;
+        spec.refresh.as_mut().expect("refresh").surplus_nodes = None;
+        let clean = problems_of(&spec);
+        spec.fallback = Some(fallback("3m", "10m"));
+        let mut with = problems_of(&spec);
+        with.retain(|p| !clean.contains(p));
+        assert_eq!(with, vec![("FallbackOnMasters", "fallback".to_string())]);
+    }
+
     #[test]
     fn a_duration_below_its_least_is_refused_naming_its_field() {
         // Each process has the minimums unless it talks to the emulator;
@@ -573,6 +634,8 @@ mod tests {
                     "refresh.maxNodeAge" => refresh.max_node_age = Some(value.into()),
                     "refresh.validationTimeout" => refresh.validation_timeout = value.into(),
                     "refresh.pauseTimeout" => refresh.pause_timeout = value.into(),
+                    "fallback.after" => spec.fallback = Some(fallback(value, "10m")),
+                    "fallback.returnAfter" => spec.fallback = Some(fallback("3m", value)),
                     other => panic!("no such field {other}"),
                 }
                 problems_of(&spec)

@@ -401,7 +401,8 @@ pub fn blocking_processes(asgs: &[AsgView]) -> Option<String> {
 
 /// The instances a run replaces, oldest first: nodes of the group whose
 /// instance is active in a group ASG and whose launch time is known and
-/// (with `max_age`) at least that old. Nodes launched later are new.
+/// (with `max_age`) at least that old, never on the on-demand fallback (it
+/// returns to spot through the replenisher). Nodes launched later are new.
 pub(super) fn targets(input: &Input, max_age: Option<Duration>) -> Vec<String> {
     let mut old: Vec<(&DateTime<Utc>, &str, &str)> = input
         .group
@@ -412,7 +413,11 @@ pub(super) fn targets(input: &Input, max_age: Option<Duration>) -> Vec<String> {
             let launched = n.launch_time.as_ref()?;
             let member = input.members.iter().any(|m| m.instance_id == id);
             let old_enough = max_age.is_none_or(|age| after(*launched, age) <= input.group.now);
-            (member && old_enough).then_some((launched, n.name.as_str(), id))
+            (member && old_enough && !input.group.on_fallback(n)).then_some((
+                launched,
+                n.name.as_str(),
+                id,
+            ))
         })
         .collect();
     old.sort();
@@ -426,7 +431,7 @@ pub(super) fn drifted_targets(input: &Input) -> Vec<String> {
         .group
         .nodes
         .iter()
-        .filter(|n| n.drifted)
+        .filter(|n| n.drifted && !input.group.on_fallback(n))
         .filter_map(|n| {
             let id = n.instance_id.as_deref()?;
             let member = input.members.iter().any(|m| m.instance_id == id);
@@ -445,7 +450,7 @@ fn distribute(n: i32, asgs: &[AsgView]) -> Vec<AsgDesired> {
         let load = |a: &AsgView| a.desired + surplus_of(&added, &a.name);
         let Some(asg) = asgs
             .iter()
-            .filter(|a| a.launching && load(a) < a.max)
+            .filter(|a| a.launching && load(a) < a.max && !a.fallback) // never the fallback
             .min_by(|a, b| (load(a), &a.name).cmp(&(load(b), &b.name)))
         else {
             break;

@@ -19,6 +19,7 @@
 
 mod cleanup;
 mod coming;
+mod fallback;
 mod interrupted;
 mod queries;
 mod records;
@@ -105,6 +106,8 @@ pub struct Input<'a> {
     /// Looked at only when the lock is ours or a removal could happen.
     pub slot: SlotState,
     pub status: &'a ReplenisherStatus,
+    /// `spec.fallback`, resolved; None: no on-demand fallback.
+    pub fallback: Option<crate::crd::nodegroup::ResolvedFallback>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -350,12 +353,13 @@ fn plan_inner(input: &Input) -> Plan {
     settle_records(input, &mut status);
     let asgs = judge(input, &mut status);
     update_exclusions(&mut status, &asgs, input.group.now);
-    let stage = Stage {
+    let mut stage = Stage {
         input,
         ready: input.group.nodes.iter().filter(|n| n.ready).count() as i32,
         asgs,
         status,
     };
+    (stage.status.short_since, stage.status.spot_launching) = fallback::clocks(&stage);
     let mut plan = guards(&stage)
         .or_else(|| breaker(&stage))
         .or_else(|| unwinding(&stage))
@@ -366,6 +370,7 @@ fn plan_inner(input: &Input) -> Plan {
         .or_else(|| scale_up(&stage))
         .or_else(|| remove_at_risk(&stage))
         .or_else(|| repair_replaced(&stage))
+        .or_else(|| fallback::return_to_spot(&stage))
         .or_else(|| scale_in(&stage))
         .or_else(|| at_risk_kept(&stage))
         .unwrap_or_else(|| {

@@ -62,7 +62,7 @@ pub(super) fn raise_candidates(s: &Stage) -> Vec<AsgView> {
     };
     s.asgs
         .iter()
-        .filter(|a| a.launching && !s.excluded(&a.name))
+        .filter(|a| a.launching && !s.excluded(&a.name) && !a.fallback)
         .filter(|a| a.desired < a.max && !not_joining(a))
         .cloned()
         .collect()
@@ -135,4 +135,48 @@ pub(super) fn repair_given_up(s: &Stage, target: &ScaleInTarget) -> Option<Strin
     authority(s, node)
         .err()
         .map(|blocked| format!("repair of {} given up: refusing to {blocked}", target.node))
+}
+
+/// What a launching ASG will still bring: its desired count less its Ready
+/// nodes, less what is stuck (NotReady nodes past the join timeout,
+/// never-joined instances past it), less interrupted nodes that leave
+/// through us (the ASG will not replace them). A launch due, in flight or
+/// Pending, a node joining, and a lost instance the ASG will replace all count.
+pub(super) fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
+    let input = s.input;
+    let in_asg = |n: &&GroupNode| n.asg.as_deref() == Some(asg.name.as_str());
+    // A NotReady node is on its way (joining, or a blip) until the
+    // unhealthy timeout; one that leaves through us is counted below.
+    let stuck_nodes = input
+        .group
+        .nodes
+        .iter()
+        .filter(in_asg)
+        .filter(|n| input.group.stuck(n) && !leaves_through_us(s, n))
+        .count() as i32;
+    let leaving = input
+        .group
+        .nodes
+        .iter()
+        .filter(in_asg)
+        .filter(|n| leaves_through_us(s, n))
+        .count() as i32;
+    let stuck_instances = input
+        .not_joined
+        .iter()
+        .filter(|n| n.asg == asg.name && s.overdue(n))
+        .count() as i32;
+    (asg.desired - ready_in(input.group.nodes, &asg.name) - stuck_nodes - stuck_instances - leaving)
+        .max(0)
+}
+
+/// Spread: the candidate with the lowest desired count (then name) below
+/// its max gets the next one.
+pub(super) fn spread(candidates: &[AsgView]) -> Option<usize> {
+    candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.desired < a.max)
+        .min_by(|(_, a), (_, b)| (a.desired, &a.name).cmp(&(b.desired, &b.name)))
+        .map(|(i, _)| i)
 }

@@ -187,7 +187,8 @@ pub(super) fn choose_victim(s: &Stage, spare_protected: bool) -> Option<ScaleInT
     let asg = s
         .asgs
         .iter()
-        .filter(|a| a.desired > a.min && takes(&a.name))
+        // A fallback node goes only by the return to spot.
+        .filter(|a| a.desired > a.min && takes(&a.name) && !a.fallback)
         .filter(|a| !a.is_behind() && a.pending == 0)
         .max_by(|a, b| {
             (

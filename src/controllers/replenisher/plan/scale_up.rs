@@ -1,45 +1,12 @@
 //! Too few Ready nodes: raise desired on the ASGs that can launch, counting
 //! what is already on its way once.
 
-use super::queries::{leaves_through_us, raise_candidates, ready_in, replacement_in, unreplaced};
+use super::queries::{on_the_way, raise_candidates, replacement_in, spread, unreplaced};
 use super::records::record_raise;
 use super::{Command, Plan, SOON, Stage};
-use crate::controllers::group_view::{AsgView, DesiredChange, GroupNode};
+use crate::controllers::group_view::{AsgView, DesiredChange};
 use crate::crd::Role;
 use crate::crd::replenisher::ReplenishPhase;
-
-/// What a launching ASG will still bring: its desired count less its Ready
-/// nodes, less what is stuck (NotReady nodes past the join timeout,
-/// never-joined instances past it), less interrupted nodes that leave
-/// through us (the ASG will not replace them). A launch due, in flight or
-/// Pending, a node joining, and a lost instance the ASG will replace all count.
-pub(super) fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
-    let input = s.input;
-    let in_asg = |n: &&GroupNode| n.asg.as_deref() == Some(asg.name.as_str());
-    // A NotReady node is on its way (joining, or a blip) until the
-    // unhealthy timeout; one that leaves through us is counted below.
-    let stuck_nodes = input
-        .group
-        .nodes
-        .iter()
-        .filter(in_asg)
-        .filter(|n| input.group.stuck(n) && !leaves_through_us(s, n))
-        .count() as i32;
-    let leaving = input
-        .group
-        .nodes
-        .iter()
-        .filter(in_asg)
-        .filter(|n| leaves_through_us(s, n))
-        .count() as i32;
-    let stuck_instances = input
-        .not_joined
-        .iter()
-        .filter(|n| n.asg == asg.name && s.overdue(n))
-        .count() as i32;
-    (asg.desired - ready_in(input.group.nodes, &asg.name) - stuck_nodes - stuck_instances - leaving)
-        .max(0)
-}
 
 /// Too few Ready nodes: raise desired on ASGs that are launching and below
 /// max; what is already on its way is not ordered twice. Interrupted nodes
@@ -73,6 +40,13 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
         }
     }
     let mut added = replacements.len() as i32;
+    // No spot ASG can launch: the on-demand fallback, when set.
+    if added == 0
+        && candidates.is_empty()
+        && let Some(plan) = super::fallback::fall_back(s, deficit)
+    {
+        return Some(plan);
+    }
     if added == 0
         && let Some(plan) = nothing_to_add(s, &candidates, deficit)
     {
@@ -108,17 +82,6 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
         Command::ScaleUp(changes),
         message,
     ))
-}
-
-/// Spread: the candidate with the lowest desired count (then name) below
-/// its max gets the next one.
-fn spread(candidates: &[AsgView]) -> Option<usize> {
-    candidates
-        .iter()
-        .enumerate()
-        .filter(|(_, a)| a.desired < a.max)
-        .min_by(|(_, a), (_, b)| (a.desired, &a.name).cmp(&(b.desired, &b.name)))
-        .map(|(i, _)| i)
 }
 
 /// With no interrupted node replaced: why nothing can be added now

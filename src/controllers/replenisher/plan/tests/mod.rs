@@ -12,6 +12,7 @@ use crate::crd::replenisher::{AsgCount, AsgSince, NotJoinedRemovals, Raise};
 use chrono::TimeZone;
 use proptest::prelude::*;
 
+mod fallback;
 mod interrupted;
 mod next;
 mod repair;
@@ -92,6 +93,8 @@ struct Scenario {
     /// Masters: the cluster's control plane; None: this group's masters
     /// alone, as its nodes are.
     control_plane: Option<crate::controllers::authority::ControlPlane>,
+    /// `spec.fallback`, resolved.
+    fallback: Option<crate::crd::nodegroup::ResolvedFallback>,
 }
 
 impl Scenario {
@@ -118,6 +121,7 @@ impl Scenario {
             protected: Default::default(),
             slot: None,
             control_plane: None,
+            fallback: None,
         }
     }
 
@@ -160,6 +164,7 @@ impl Scenario {
             protected: &self.protected,
             slot: self.slot_state(),
             status: &self.status,
+            fallback: self.fallback,
         })
     }
 
@@ -227,6 +232,7 @@ fn input_of<'a>(s: &'a Scenario, active: &'a BTreeSet<String>) -> Input<'a> {
         protected: &s.protected,
         slot: s.slot_state(),
         status: &s.status,
+        fallback: s.fallback,
     }
 }
 

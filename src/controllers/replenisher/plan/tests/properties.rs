@@ -108,6 +108,7 @@ pub(super) fn arb_state() -> impl Strategy<Value = Scenario> {
                     breaker: None,
                     external_update: None,
                     repair: true,
+                    fallback: None,
                     control_plane: None,
                 }
             },

@@ -1,0 +1,235 @@
+//! The on-demand fallback end to end: real apiserver, the rude emulator
+//! (launch lag, Pending, scaling activities, a spot shortage per ASG) and
+//! the simulated kubelet, the manager as a process.
+//!
+//! Every spot ASG short at once: after `fallback.after`, exactly the
+//! missing count launches on the on-demand fallback and Ready is back at
+//! desired; nothing more while the shortage lasts. The shortage ends in one
+//! zone but that zone fails again within `returnAfter`: no return. It ends
+//! for good: after `returnAfter`, the fallback node is replaced by spot,
+//! replacement first (Ready never below desired), the fallback back to 0.
+
+use snm_testkit as support;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, PostParams};
+use spot_node_manager::crd::NodeGroup;
+use spot_node_manager::crd::nodegroup::GroupState;
+use std::time::{Duration, Instant};
+use support::refresh::events_with_reason;
+use support::{World, ZONES, assert_eventually};
+
+const WAIT: Duration = Duration::from_secs(120);
+const FAST: Duration = Duration::from_millis(300);
+const NO_CAPACITY: &str = "snm.test/no-capacity";
+const AFTER_SECS: u64 = 20;
+const RETURN_AFTER_SECS: u64 = 30;
+
+fn group(spot: &[String], fallback: &str) -> NodeGroup {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
+        "metadata": {"name": "workers"},
+        "spec": {
+            "role": "Worker",
+            "autoScalingGroups": spot.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
+            "desired": 3,
+            "replenish": {"cooldown": "1s"},
+            "fallback": {
+                "autoScalingGroups": [{"name": fallback}],
+                "after": format!("{AFTER_SECS}s"),
+                "returnAfter": format!("{RETURN_AFTER_SECS}s")
+            }
+        }
+    }))
+    .expect("group")
+}
+
+/// Samples the group's Ready count every 200 ms until stopped: the lowest
+/// seen once `armed` (after Ready is first back at desired).
+struct ReadySampler {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<i32>,
+}
+
+impl ReadySampler {
+    fn start(world: &World) -> ReadySampler {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let groups: Api<NodeGroup> = world.api();
+        let token = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut lowest = i32::MAX;
+            while !token.is_cancelled() {
+                if let Ok(g) = groups.get("workers").await
+                    && let Some(ready) = g.status.and_then(|s| s.ready_nodes)
+                {
+                    lowest = lowest.min(ready);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            lowest
+        });
+        ReadySampler { stop, task }
+    }
+
+    async fn lowest(self) -> i32 {
+        self.stop.cancel();
+        self.task.await.expect("sampler")
+    }
+}
+
+async fn desired_of(world: &World, asg: &str) -> i32 {
+    world
+        .asg_snapshot(&[asg.to_string()])
+        .await
+        .first()
+        .map_or(-1, |(_, desired, _)| *desired)
+}
+
+#[tokio::test]
+async fn every_spot_asg_short_falls_back_for_the_missing_count_and_returns_to_spot_replacement_first()
+ {
+    let world = World::new("fallback").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let on_demand = world.kops_group("ondemand", &ZONES[..1], 0, &[]).await;
+    let fallback = on_demand.asgs[0].clone();
+    for asg in &kops.asgs {
+        world.set_timing(asg, "capacity-retry", 5.0).await;
+    }
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(&PostParams::default(), &group(&kops.asgs, &fallback))
+        .await
+        .expect("create");
+    let (manager, _config) = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);
+    let ready = || async { groups.get("workers").await.ok()?.status?.ready_nodes };
+    assert_eventually("3 Ready on spot", WAIT, || async {
+        (ready().await? == 3).then_some(())
+    })
+    .await;
+    assert_eq!(desired_of(&world, &fallback).await, 0);
+
+    // Every spot pool is out of capacity, and zone a's node is reclaimed.
+    for asg in &kops.asgs {
+        world.tag_asg(asg, NO_CAPACITY, "true").await;
+    }
+    let lost = world.asg_instances(&kops.asgs[0]).await.remove(0);
+    world.lose_instance(&lost).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    assert_eventually("the lost node is gone", WAIT, || async {
+        nodes.get_opt(&lost).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    let gone = Instant::now();
+    // After `after` of every spot ASG short: the fallback, by one.
+    assert_eventually("the fallback raised", WAIT, || async {
+        (desired_of(&world, &fallback).await == 1).then_some(())
+    })
+    .await;
+    let raised = gone.elapsed();
+    assert!(
+        raised >= Duration::from_secs(AFTER_SECS),
+        "raised {raised:?} after the loss, before fallback.after"
+    );
+    assert_eventually("3 Ready with the fallback", WAIT, || async {
+        (ready().await? == 3).then_some(())
+    })
+    .await;
+    let restored = gone.elapsed();
+    let status = groups
+        .get("workers")
+        .await
+        .expect("group")
+        .status
+        .expect("status");
+    assert_eq!(status.state, Some(GroupState::FallbackOnDemand));
+    let condition = spot_node_manager::crd::condition::find(
+        &status.conditions,
+        spot_node_manager::crd::condition::FALLBACK_ON_DEMAND,
+    )
+    .expect("condition")
+    .clone();
+    assert!(
+        condition
+            .message
+            .contains("1 instance(s) on the on-demand fallback"),
+        "{}",
+        condition.message
+    );
+    let raised_events = events_with_reason(&world, "FallbackRaised").await;
+    assert_eq!(raised_events.len(), 1, "{raised_events:?}");
+    // The shortage goes on: nothing more is launched anywhere.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(desired_of(&world, &fallback).await, 1);
+    assert_eq!(world.asg_instances(&fallback).await.len(), 1);
+
+    // Zone c launches again (its raise lands) but fails again within
+    // returnAfter (its new node reclaimed, no capacity): no return.
+    let sampler = ReadySampler::start(&world);
+    let c = kops.asgs[1].clone();
+    let before: Vec<String> = world.asg_instances(&c).await;
+    world.untag_asg(&c, NO_CAPACITY, "true").await;
+    let landed = assert_eventually("zone c launches", WAIT, || async {
+        let now = world.asg_instances(&c).await;
+        now.into_iter().find(|id| !before.contains(id))
+    })
+    .await;
+    world.tag_asg(&c, NO_CAPACITY, "true").await;
+    world.lose_instance(&landed).await;
+    tokio::time::sleep(Duration::from_secs(RETURN_AFTER_SECS + 10)).await;
+    assert_eq!(
+        desired_of(&world, &fallback).await,
+        1,
+        "returned though zone c failed again within returnAfter"
+    );
+    assert!(
+        events_with_reason(&world, "ReturnedToSpot")
+            .await
+            .is_empty()
+    );
+
+    // The shortage ends in zone c for good: after returnAfter, the fallback
+    // node is replaced by spot, replacement first.
+    let fallback_node = world.asg_instances(&fallback).await.remove(0);
+    world.untag_asg(&c, NO_CAPACITY, "true").await;
+    let back = Instant::now();
+    assert_eventually("the fallback back to 0", WAIT, || async {
+        (desired_of(&world, &fallback).await == 0
+            && world.asg_instances(&fallback).await.is_empty())
+        .then_some(())
+    })
+    .await;
+    let returned = back.elapsed();
+    assert!(
+        returned >= Duration::from_secs(RETURN_AFTER_SECS),
+        "returned {returned:?} after spot came back, before returnAfter"
+    );
+    assert_eventually("3 Ready on spot", WAIT, || async {
+        (ready().await? == 3).then_some(())
+    })
+    .await;
+    let lowest = sampler.lowest().await;
+    assert!(lowest >= 3, "Ready fell to {lowest} on the way back");
+    assert_eq!(
+        world
+            .terminations(std::slice::from_ref(&fallback), &fallback_node)
+            .await,
+        1
+    );
+    let returned_events = events_with_reason(&world, "ReturnedToSpot").await;
+    assert_eq!(returned_events.len(), 1, "{returned_events:?}");
+    let status = groups
+        .get("workers")
+        .await
+        .expect("group")
+        .status
+        .expect("status");
+    assert_ne!(status.state, Some(GroupState::FallbackOnDemand));
+    eprintln!(
+        "FIGURES fallback: raised {:.1}s after the lost node went (after {AFTER_SECS}s), Ready restored {:.1}s after; back to spot {:.1}s after spot launched again (returnAfter {RETURN_AFTER_SECS}s)",
+        raised.as_secs_f64(),
+        restored.as_secs_f64(),
+        returned.as_secs_f64()
+    );
+    drop(manager);
+}
