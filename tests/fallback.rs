@@ -233,3 +233,91 @@ async fn every_spot_asg_short_falls_back_for_the_missing_count_and_returns_to_sp
     );
     drop(manager);
 }
+
+/// Launches the fallback ASG has made (its scaling activities).
+async fn launches(world: &World, asg: &str) -> usize {
+    world
+        .activities(asg)
+        .await
+        .iter()
+        .filter(|(code, d)| code == "Successful" && d.starts_with("Launching"))
+        .count()
+}
+
+#[tokio::test]
+async fn killed_mid_fallback_and_mid_return_it_launches_once_and_forgets_no_fallback_node() {
+    let world = World::new("fallback-restart").await;
+    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let on_demand = world.kops_group("ondemand", &ZONES[..1], 0, &[]).await;
+    let fallback = on_demand.asgs[0].clone();
+    for asg in &kops.asgs {
+        world.set_timing(asg, "capacity-retry", 5.0).await;
+    }
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(&PostParams::default(), &group(&kops.asgs, &fallback))
+        .await
+        .expect("create");
+    let ready = || async { groups.get("workers").await.ok()?.status?.ready_nodes };
+    let replenishers: Api<spot_node_manager::crd::Replenisher> = world.api();
+    {
+        let (_manager, _config) = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);
+        assert_eventually("3 Ready on spot", WAIT, || async {
+            (ready().await? == 3).then_some(())
+        })
+        .await;
+        // Every spot pool short, zone a's node reclaimed: the manager
+        // records since when, then is stopped before the fallback is due.
+        for asg in &kops.asgs {
+            world.tag_asg(asg, NO_CAPACITY, "true").await;
+        }
+        let lost = world.asg_instances(&kops.asgs[0]).await.remove(0);
+        world.lose_instance(&lost).await;
+        assert_eventually("every spot ASG short", WAIT, || async {
+            let rp = replenishers.get("workers").await.ok()?.status?;
+            rp.short_since.map(|_| ())
+        })
+        .await;
+    }
+    assert_eq!(desired_of(&world, &fallback).await, 0);
+    // Killed after recording the fallback's raise, then after making it.
+    world
+        .assert_crashes_at("replenisher:scale_up:persisted")
+        .await;
+    world.assert_crashes_at("replenisher:scale_up:acted").await;
+    assert_eq!(desired_of(&world, &fallback).await, 1, "one raise, not two");
+    {
+        let (_manager, _config) = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);
+        assert_eventually("3 Ready with the fallback", WAIT, || async {
+            (ready().await? == 3).then_some(())
+        })
+        .await;
+    }
+    let fallback_node = world.asg_instances(&fallback).await.remove(0);
+    // Spot is back in zone c; the return is killed after recording the
+    // fallback node's termination, then after making it.
+    let c = kops.asgs[1].clone();
+    world.untag_asg(&c, NO_CAPACITY, "true").await;
+    world
+        .assert_crashes_at("replenisher:scale_in:persisted")
+        .await;
+    world.assert_crashes_at("replenisher:scale_in:acted").await;
+    let (_manager, _config) = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);
+    assert_eventually("back on spot, the fallback at 0", WAIT, || async {
+        let rp = replenishers.get("workers").await.ok()?.status?;
+        (desired_of(&world, &fallback).await == 0
+            && world.asg_instances(&fallback).await.is_empty()
+            && ready().await? == 3
+            && rp.scale_in.is_none())
+        .then_some(())
+    })
+    .await;
+    assert_eq!(launches(&world, &fallback).await, 1, "one fallback launch");
+    assert_eq!(
+        world
+            .terminations(std::slice::from_ref(&fallback), &fallback_node)
+            .await,
+        1
+    );
+}
