@@ -99,6 +99,10 @@ reasons! {
     FallbackRaised("Warning") on "NodeGroup";
     /// A node of the on-demand fallback was removed, its spot replacement Ready first.
     ReturnedToSpot("Normal") on "NodeGroup";
+    /// A spot pool (an ASG) had 3 or more interruption warnings and rebalance
+    /// recommendations in 24 hours: raises elsewhere go to pools with fewer. Once per
+    /// episode.
+    UnreliablePool("Warning") on "NodeGroup";
     /// An instance that never joined as a Node within `joinTimeout` was terminated.
     RemovedNotJoined("Warning") on "NodeGroup";
     /// Instances of one ASG keep not joining: the next removal there backs off.

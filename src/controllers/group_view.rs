@@ -37,6 +37,9 @@ pub struct AsgView {
     /// An on-demand fallback ASG (`spec.fallback`): its nodes count, it is
     /// raised only while every spot ASG is short, never otherwise.
     pub fallback: bool,
+    /// Its recent record's events in the last 24 hours (the NodeGroup's
+    /// `autoScalingGroups[].recent`): a raise elsewhere prefers the lowest.
+    pub risk: u32,
 }
 
 impl AsgView {
@@ -102,6 +105,7 @@ impl From<&AsgDescription> for AsgView {
             launch_failure: asg.recent_failure.clone(),
             suspended_processes: asg.suspended_processes.clone(),
             fallback: false,
+            risk: 0,
         };
         let reason = view.launch_problem(None);
         AsgView {
@@ -127,6 +131,7 @@ impl From<AsgView> for AutoScalingGroupStatus {
             launch_failure: v.launch_failure,
             suspended_processes: v.suspended_processes,
             fallback: v.fallback,
+            recent: vec![],
         }
     }
 }

@@ -148,11 +148,22 @@ impl ObservedGroup {
             .iter()
             .map(|a| AsgView {
                 fallback: spec.is_fallback(&a.name),
+                risk: self.risk_of(&a.name),
                 ..AsgView::from(a)
             })
             .collect();
         let nodes = group_nodes(&self.group_status.nodes, &fresh);
         Ok(DescribedAsgs { fresh, asgs, nodes })
+    }
+
+    /// The ASG's recent record, as a raise weighs it: its events (the
+    /// inventory keeps the last 24 hours' at each sync).
+    fn risk_of(&self, asg: &str) -> u32 {
+        self.group_status
+            .auto_scaling_groups
+            .iter()
+            .find(|a| a.name == asg)
+            .map_or(0, |a| u32::try_from(a.recent.len()).unwrap_or(u32::MAX))
     }
 
     /// A Master group that may take a master away (`needed`): looks at the

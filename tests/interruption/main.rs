@@ -8,6 +8,7 @@
 mod drains;
 mod lifecycle;
 mod notices;
+mod pools;
 mod rebalance;
 mod scheduled;
 

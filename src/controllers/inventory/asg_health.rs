@@ -1,11 +1,14 @@
 //! Pure: what the ASGs' state says of the group: the Degraded condition
 //! (an ASG not found, or not launching) and the FallbackOnDemand one
-//! (instances on the on-demand fallback, and why).
+//! (instances on the on-demand fallback, and why), and each ASG's record
+//! of the last 24 hours (which pools to trust).
 
 use crate::cloud::AsgDescription;
+use crate::controllers::group_view::AsgView;
 use crate::crd::NodeGroup;
 use crate::crd::condition::ConditionStatus;
-use crate::crd::nodegroup::AutoScalingGroupStatus;
+use crate::crd::nodegroup::{AutoScalingGroupStatus, NodeStatus};
+use chrono::{DateTime, Utc};
 
 /// The FallbackOnDemand condition: instances on the fallback ASGs, how
 /// many, and the spot ASGs not launching (why it fell back).
@@ -86,4 +89,36 @@ pub(super) fn degradation(
             "every Auto Scaling Group is launching".to_string(),
         )
     }
+}
+
+/// The ASG's record of the last 24 hours, with this observation: the
+/// notices on its members' nodes, a launch failure that starts now.
+pub(super) fn pool_record(
+    name: &str,
+    view: &AsgView,
+    before: Option<&AutoScalingGroupStatus>,
+    members: &[NodeStatus],
+    now: DateTime<Utc>,
+) -> Vec<crate::crd::nodegroup::PoolEvent> {
+    use crate::crd::nodegroup::PoolEventKind;
+    let notices: Vec<(PoolEventKind, String, DateTime<Utc>)> = members
+        .iter()
+        .filter(|m| m.auto_scaling_group.as_deref() == Some(name))
+        .filter_map(|m| {
+            let i = m.interruption.as_ref()?;
+            let kind = match i.kind.as_str() {
+                "spot_interruption" => PoolEventKind::Interruption,
+                "rebalance_recommendation" => PoolEventKind::Rebalance,
+                _ => return None,
+            };
+            Some((kind, m.instance_id.clone()?, i.noticed))
+        })
+        .collect();
+    crate::crd::nodegroup::update_record(
+        before.map_or(&[][..], |b| b.recent.as_slice()),
+        &notices,
+        view.launch_failure.is_some(),
+        before.is_some_and(|b| b.launch_failure.is_some()),
+        now,
+    )
 }

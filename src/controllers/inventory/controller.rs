@@ -270,6 +270,17 @@ async fn warn_of_changes(
             ctx.condition_event(&group.object_ref(&()), c, "Sync").await;
         }
     }
+    for message in unreliable_pools(current, next, ctx.clock.now()) {
+        let object = group.object_ref(&());
+        ctx.event(
+            &object,
+            EventType::Warning,
+            Reason::UnreliablePool,
+            "Sync",
+            message,
+        )
+        .await;
+    }
     if let Some(message) = super::drift::drift_appeared(current, next) {
         ctx.event(
             &group.object_ref(&()),
@@ -335,6 +346,34 @@ async fn next_replenish(
     Ok(replenisher.and_then(|r| r.status?.next))
 }
 
+/// The pools that become unreliable with this status (their notices in 24
+/// hours reach [`UNRELIABLE_AT`](crate::crd::nodegroup::UNRELIABLE_AT)),
+/// each in one line: once per episode.
+fn unreliable_pools(
+    current: &NodeGroupStatus,
+    next: &NodeGroupStatus,
+    now: DateTime<Utc>,
+) -> Vec<String> {
+    use crate::crd::nodegroup::{UNRELIABLE_AT, notices_in_window};
+    next.auto_scaling_groups
+        .iter()
+        .filter_map(|a| {
+            let count = notices_in_window(&a.recent, now);
+            let before = current
+                .auto_scaling_groups
+                .iter()
+                .find(|p| p.name == a.name)
+                .map_or(0, |p| notices_in_window(&p.recent, now));
+            (count >= UNRELIABLE_AT && before < UNRELIABLE_AT).then(|| {
+                format!(
+                    "{}: {count} interruption warnings and rebalance recommendations in 24 h; raises elsewhere go to pools with fewer",
+                    a.name
+                )
+            })
+        })
+        .collect()
+}
+
 fn is_invalid(status: &NodeGroupStatus) -> bool {
     crate::crd::condition::find(&status.conditions, SPEC_VALID)
         .is_some_and(|c| c.status == ConditionStatus::False)
@@ -372,6 +411,35 @@ async fn write_status(
 #[cfg(test)]
 mod inventory_tests {
     use super::*;
+
+    #[test]
+    fn a_pool_is_called_unreliable_once_per_episode() {
+        use crate::crd::nodegroup::{AutoScalingGroupStatus, PoolEvent, PoolEventKind};
+        let now = t0();
+        let with = |n: usize| NodeGroupStatus {
+            auto_scaling_groups: vec![AutoScalingGroupStatus {
+                name: "a".into(),
+                recent: (0..n)
+                    .map(|i| PoolEvent {
+                        kind: PoolEventKind::Interruption,
+                        at: now,
+                        instance_id: Some(format!("i-{i}")),
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert!(unreliable_pools(&with(1), &with(2), now).is_empty());
+        let said = unreliable_pools(&with(2), &with(3), now);
+        assert_eq!(said.len(), 1);
+        assert!(
+            said[0].starts_with("a: 3 interruption warnings"),
+            "{}",
+            said[0]
+        );
+        assert!(unreliable_pools(&with(3), &with(4), now).is_empty());
+    }
     use crate::cloud::fake::FakeCloud;
     use crate::controllers::inventory::plan::tests::{group, node, t0};
     use k8s_openapi::api::core::v1::Node;

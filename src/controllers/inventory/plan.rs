@@ -172,16 +172,19 @@ pub fn inventory_status<N: NodeView>(
         .iter()
         .filter_map(|r| aws.asgs.iter().find(|a| a.name == *r))
         .map(|a| {
-            let remembered = previous
+            let before = previous
                 .auto_scaling_groups
                 .iter()
-                .find(|p| p.name == a.name)
-                .and_then(|p| p.behind_since);
-            AsgView {
+                .find(|p| p.name == a.name);
+            let view = AsgView {
                 fallback: group.spec.is_fallback(&a.name),
-                ..AsgView::from(a).judge(remembered, now)
+                ..AsgView::from(a).judge(before.and_then(|p| p.behind_since), now)
+            };
+            let recent = super::asg_health::pool_record(&a.name, &view, before, &members, now);
+            AutoScalingGroupStatus {
+                recent,
+                ..view.into()
             }
-            .into()
         })
         .collect();
 

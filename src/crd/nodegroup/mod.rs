@@ -413,10 +413,12 @@ fn default_ready_timeout() -> String {
 
 mod disruption;
 mod fallback;
+mod pool;
 mod status;
 mod validation;
 
 pub use disruption::*;
 pub use fallback::*;
+pub use pool::*;
 pub use status::*;
 pub use validation::*;

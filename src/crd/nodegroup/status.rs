@@ -306,6 +306,11 @@ pub struct AutoScalingGroupStatus {
     /// An on-demand fallback ASG (`spec.fallback`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fallback: bool,
+    /// What happened to this pool over the last 24 hours (interruption
+    /// warnings, rebalance recommendations, launch failures; at most 50):
+    /// a raise elsewhere prefers the ASG with the fewest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent: Vec<super::PoolEvent>,
 }
 
 fn is_zero(n: &i32) -> bool {

@@ -170,13 +170,15 @@ pub(super) fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
         .max(0)
 }
 
-/// Spread: the candidate with the lowest desired count (then name) below
-/// its max gets the next one.
+/// Spread: of the candidates below their max, the one with the best
+/// recent record (fewest interruptions, rebalance recommendations and
+/// launch failures in 24 hours), then the lowest desired count, then the
+/// name, gets the next one.
 pub(super) fn spread(candidates: &[AsgView]) -> Option<usize> {
     candidates
         .iter()
         .enumerate()
         .filter(|(_, a)| a.desired < a.max)
-        .min_by(|(_, a), (_, b)| (a.desired, &a.name).cmp(&(b.desired, &b.name)))
+        .min_by(|(_, a), (_, b)| (a.risk, a.desired, &a.name).cmp(&(b.risk, b.desired, &b.name)))
         .map(|(i, _)| i)
 }

@@ -133,3 +133,23 @@ fn cooldown_not_over_means_wait_until_it_is() {
         "requeued for the end of the cooldown"
     );
 }
+
+#[test]
+fn a_raise_elsewhere_prefers_the_pool_with_the_best_recent_record() {
+    // Zone a short; c was interrupted three times today, d not: d first,
+    // though c comes first by name.
+    let mut s = Scenario::steady().shortage_in_a();
+    s.asgs[1].risk = 3;
+    let p = s.plan();
+    let raise = |asg: &str| {
+        Command::ScaleUp(vec![DesiredChange {
+            asg: asg.into(),
+            from: 1,
+            to: 2,
+        }])
+    };
+    assert_eq!(p.command, raise("d"), "{}", p.message);
+    // With equal records, the lowest desired count, then the name.
+    s.asgs[1].risk = 0;
+    assert_eq!(s.plan().command, raise("c"));
+}
