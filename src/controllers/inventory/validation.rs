@@ -18,17 +18,19 @@ pub fn asg_conflicts<'a>(
     let me = (group.namespace(), group.name_any());
     let others: Vec<&NodeGroup> = others.into_iter().collect();
     let mut problems = vec![];
-    for (i, asg) in group.spec.auto_scaling_groups.iter().enumerate() {
+    // The on-demand fallback ASGs too: a fallback shared, or another
+    // group's spot ASG, would be raised and emptied by both.
+    let spot = group.spec.auto_scaling_groups.len();
+    for (i, name) in group.spec.asg_names().iter().enumerate() {
+        let field = match i.checked_sub(spot) {
+            None => format!("autoScalingGroups[{i}].name"),
+            Some(j) => format!("fallback.autoScalingGroups[{j}].name"),
+        };
         let mut claimed_by: Vec<String> = others
             .iter()
             .filter(|o| (o.namespace(), o.name_any()) != me)
             .filter(|o| o.spec.region == group.spec.region)
-            .filter(|o| {
-                o.spec
-                    .auto_scaling_groups
-                    .iter()
-                    .any(|a| a.name == asg.name)
-            })
+            .filter(|o| o.spec.asg_names().contains(name))
             .map(|o| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()))
             .collect();
         if claimed_by.is_empty() {
@@ -36,11 +38,11 @@ pub fn asg_conflicts<'a>(
         }
         claimed_by.sort();
         problems.push(crate::crd::nodegroup::SpecProblem {
-            field: format!("autoScalingGroups[{i}].name"),
+            field,
             reason: CONFLICT,
             message: format!(
                 "Auto Scaling Group {:?} is also in NodeGroup {}; neither group acts on it until one lets go",
-                asg.name,
+                name,
                 claimed_by.join(", ")
             ),
         });
@@ -189,5 +191,31 @@ mod tests {
         let status = validated_status(&a, &[a.clone(), b_moved], &NodeGroupStatus::default(), now);
         let c = crate::crd::condition::find(&status.conditions, SPEC_VALID).expect("condition");
         assert_eq!(c.status, ConditionStatus::True);
+    }
+
+    #[test]
+    fn a_fallback_asg_another_group_names_is_a_conflict_too() {
+        let named = |name: &str, spec: serde_json::Value| {
+            let mut g = group(spec, 1);
+            g.metadata.name = Some(name.into());
+            g
+        };
+        let a = named(
+            "a",
+            serde_json::json!({"role": "Worker", "autoScalingGroups": [{"name": "x"}], "desired": 3,
+                               "fallback": {"autoScalingGroups": [{"name": "od"}]}}),
+        );
+        // Another group's fallback, and another group's spot ASG.
+        for other in [
+            serde_json::json!({"role": "Worker", "autoScalingGroups": [{"name": "y"}], "desired": 3,
+                               "fallback": {"autoScalingGroups": [{"name": "od"}]}}),
+            serde_json::json!({"role": "Worker", "autoScalingGroups": [{"name": "od"}], "desired": 3}),
+        ] {
+            let b = named("b", other);
+            let problems = asg_conflicts(&a, [&b]);
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert_eq!(problems[0].field, "fallback.autoScalingGroups[0].name");
+            assert_eq!(asg_conflicts(&b, [&a]).len(), 1);
+        }
     }
 }

@@ -432,4 +432,33 @@ mod tests {
             })
         );
     }
+
+    #[test]
+    fn the_fallback_is_raised_only_while_no_spot_asg_could_launch() {
+        let mut case = Case::new();
+        case.group.spec.fallback = Some(crate::crd::nodegroup::FallbackSpec {
+            auto_scaling_groups: vec![crate::crd::nodegroup::AutoScalingGroupRef {
+                name: "od".into(),
+            }],
+            after: "3m".into(),
+            return_after: "10m".into(),
+        });
+        case.fresh.push(fresh("od", &[]));
+        let raise = [DesiredChange {
+            asg: "od".into(),
+            from: 0,
+            to: 1,
+        }];
+        // a and b at their desired count, below max: spot could launch.
+        assert_eq!(
+            scale_up(&case.group, &case.fresh, &raise),
+            Err(Refusal::FallbackRaise { asg: "od".into() })
+        );
+        // Both behind and failing: the fallback may go up.
+        for asg in &mut case.fresh[..2] {
+            asg.desired += 1;
+            asg.recent_failure = Some("InsufficientInstanceCapacity".into());
+        }
+        assert_eq!(scale_up(&case.group, &case.fresh, &raise), Ok(()));
+    }
 }

@@ -133,12 +133,18 @@ struct Kind {
 
 fn coming(s: &Stage) -> Option<NextDisruption> {
     // The soonest; among equals, in the stages' order.
-    let kind = [never_joined(s), repairs(s), at_risk(s), surplus(s)]
-        .into_iter()
-        .flatten()
-        .enumerate()
-        .min_by_key(|(i, k)| (k.at, *i))
-        .map(|(_, k)| k)?;
+    let kind = [
+        never_joined(s),
+        repairs(s),
+        at_risk(s),
+        back_to_spot(s),
+        surplus(s),
+    ]
+    .into_iter()
+    .flatten()
+    .enumerate()
+    .min_by_key(|(i, k)| (k.at, *i))
+    .map(|(_, k)| k)?;
     let blocked_by = group_block(s).or(kind.blocked_by);
     let total = kind.nodes.len();
     let subject = match &kind.nodes[..] {
@@ -293,10 +299,52 @@ fn at_risk(s: &Stage) -> Option<Kind> {
     })
 }
 
+/// Nodes on the on-demand fallback, back to spot once a spot ASG has
+/// launched for `returnAfter` (the soonest clock), in a window.
+fn back_to_spot(s: &Stage) -> Option<Kind> {
+    let settings = s.input.fallback?;
+    let nodes: Vec<NextNode> = super::fallback::on_fallback(s)
+        .into_iter()
+        .filter_map(|n| {
+            Some(NextNode {
+                node: n.name.clone(),
+                instance_id: n.instance_id.clone()?,
+                blocked_by: s
+                    .input
+                    .protected
+                    .get(&n.name)
+                    .map(|why| format!("protected: {why}")),
+            })
+        })
+        .collect();
+    if nodes.is_empty() {
+        return None;
+    }
+    let due = super::fallback::spot_due(s)
+        .into_iter()
+        .map(|(t, _)| t)
+        .min();
+    Some(Kind {
+        what: "return to spot",
+        why: format!(
+            "a spot ASG launching for {}",
+            crate::duration::format(settings.return_after)
+        ),
+        at: in_window(s, due),
+        nodes,
+        blocked_by: window_never(s).or_else(|| {
+            due.is_none()
+                .then(|| "no spot ASG launches yet (every spot pool short)".to_string())
+        }),
+    })
+}
+
 /// Surplus nodes (a shortage ended), after the cooldown, in a window.
 fn surplus(s: &Stage) -> Option<Kind> {
     let input = s.input;
-    if s.ready <= input.group.desired {
+    // While nodes are on the fallback, a surplus waits to take their place.
+    let fallback_nodes = input.fallback.is_some() && !super::fallback::on_fallback(s).is_empty();
+    if s.ready <= input.group.desired || fallback_nodes {
         return None;
     }
     let cooldown_end = s.status.last_modification.map(|t| after(t, input.cooldown));

@@ -127,7 +127,7 @@ pub(super) fn fall_back(s: &Stage, deficit: i32) -> Option<Plan> {
 }
 
 /// The Ready nodes on the fallback, by name.
-fn on_fallback<'a>(s: &Stage<'a>) -> Vec<&'a GroupNode> {
+pub(super) fn on_fallback<'a>(s: &Stage<'a>) -> Vec<&'a GroupNode> {
     let fallback = |n: &&GroupNode| {
         s.asgs
             .iter()
@@ -147,7 +147,7 @@ fn on_fallback<'a>(s: &Stage<'a>) -> Vec<&'a GroupNode> {
 
 /// When the spot ASGs able to launch may take a fallback node's place: the
 /// soonest of their clocks plus `returnAfter`.
-fn spot_due<'s>(s: &'s Stage) -> Vec<(DateTime<Utc>, &'s AsgView)> {
+pub(super) fn spot_due<'s>(s: &'s Stage) -> Vec<(DateTime<Utc>, &'s AsgView)> {
     let Some(settings) = s.input.fallback else {
         return vec![];
     };

@@ -306,3 +306,30 @@ fn a_spot_asg_launching_again_counts_for_the_return_while_raises_still_back_off_
         p.message
     );
 }
+
+#[test]
+fn the_return_is_said_in_status_next_for_when_it_comes() {
+    let mut s = spot_back_in_c();
+    s.status = at(&s, t0()).status;
+    let next = at(&s, t0() + seconds(60)).status.next.expect("next");
+    assert_eq!(next.what, "return to spot");
+    assert_eq!(next.at, Some(t0() + seconds(RETURN_AFTER)));
+    assert_eq!(next.nodes[0].node, "nod");
+    // And it happens then, not a second before.
+    let p = at(&s, t0() + seconds(RETURN_AFTER - 1));
+    assert!(!p.command.mutates(), "{:?}", p.command);
+    let p = at(&s, t0() + seconds(RETURN_AFTER));
+    assert!(matches!(p.command, Command::Drain(_)), "{:?}", p.command);
+    // Every spot pool short: said, and what holds it.
+    let mut short = every_spot_short();
+    short.asgs[3] = od(1, 1);
+    short.nodes.push(node("nod", "od", true, 0));
+    let next = at(&short, t0()).status.next.expect("next");
+    assert_eq!(next.what, "return to spot");
+    assert!(
+        next.blocked_by
+            .as_deref()
+            .is_some_and(|b| b.contains("no spot ASG")),
+        "{next:?}"
+    );
+}
