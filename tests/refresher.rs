@@ -456,7 +456,10 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
     // The lock is back for the replenisher; the failure is visible.
     let g = groups.get("workers").await.expect("group");
     assert_eq!(g.status.and_then(|s| s.operation), None);
-    assert!(event_count(&world, "RefreshFailed").await >= 1);
+    assert_eventually("a RefreshFailed Event", WAIT, || async {
+        (event_count(&world, "RefreshFailed").await >= 1).then_some(())
+    })
+    .await;
     let metrics = manager.metrics().await.expect("metrics");
     assert!(
         metrics.contains("spot_node_manager_refresh_runs_total{result=\"Failed\"} 1"),
@@ -616,7 +619,11 @@ async fn a_run_is_skipped_while_an_asg_has_launch_suspended_naming_it() {
         )
     );
     assert_eq!(condition.message, expected);
-    assert!(event_count(&world, "RefreshSkipped").await >= 1);
+    // The Event follows the status write that ends the run.
+    assert_eventually("a RefreshSkipped Event", WAIT, || async {
+        (event_count(&world, "RefreshSkipped").await >= 1).then_some(())
+    })
+    .await;
     // Nothing was touched.
     assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
     let metrics = manager.assert_metrics().await;
@@ -651,7 +658,10 @@ async fn with_most_nodes_not_ready_the_circuit_breaker_skips_the_refresh_until_t
     };
     let message = assert_eventually("the breaker open", WAIT, || breaker(true)).await;
     assert!(message.contains("2 of 3"), "{message}");
-    assert!(event_count(world, "TooManyNotReady").await >= 1);
+    assert_eventually("a TooManyNotReady Event", WAIT, || async {
+        (event_count(world, "TooManyNotReady").await >= 1).then_some(())
+    })
+    .await;
     schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
     let rf = run_finished(world, "workers").await;
     let outcome = rf.status.and_then(|s| s.last_run).expect("an outcome");
