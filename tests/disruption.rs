@@ -230,7 +230,7 @@ async fn a_run_whose_window_closes_with_scale_down_sets_itself_aside_across_a_re
         (all_instances(&world, &kops.asgs).await.len() == 3).then_some(())
     })
     .await;
-    assert!(event_count(&world, "RefreshSetAside").await >= 1);
+    assert_event(&world, "RefreshSetAside").await;
     // Killed while it waits: the restarted manager keeps waiting.
     manager.kill();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -267,7 +267,7 @@ async fn a_run_whose_window_closes_with_scale_down_sets_itself_aside_across_a_re
     let last = status.last_run.expect("last run");
     assert_eq!((last.replaced, last.started), (3, pending.started));
     assert_eq!(status.pending_run, None);
-    assert!(event_count(&world, "RefreshResumed").await >= 1);
+    assert_event(&world, "RefreshResumed").await;
     let terminated = terminated_instances(&world).await;
     assert!(original.is_subset(&terminated), "{terminated:?}");
     assert_eq!(
@@ -425,7 +425,7 @@ async fn a_refresh_leaves_protected_nodes_alone_and_says_why() {
     for name in free {
         assert!(!after.contains(name), "{name} was not replaced");
     }
-    assert!(event_count(&world, "NodesSkipped").await >= 1);
+    assert_event(&world, "NodesSkipped").await;
 }
 
 /// Groups `<prefix>-0..2` each replaced their one node, their runs one after

@@ -348,6 +348,15 @@ pub async fn event_count(world: &World, reason: &str) -> i32 {
         .sum()
 }
 
+/// Waits until an Event with `reason` was recorded: Events are sent after
+/// the status writes a test reads, so reading them once races.
+pub async fn assert_event(world: &World, reason: &str) {
+    crate::assert_eventually(&format!("a {reason} Event"), WAIT, || async {
+        (event_count(world, reason).await >= 1).then_some(())
+    })
+    .await;
+}
+
 /// The world's Events with `reason`.
 pub async fn events_with_reason(
     world: &World,

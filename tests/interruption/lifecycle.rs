@@ -92,7 +92,7 @@ async fn an_asg_terminate_lifecycle_action_is_drained_kept_waiting_by_heartbeats
     );
     // Its ASG replaced it: nothing ordered or removed by us.
     assert_orders(&metrics, 0, 0, "its ASG replaces it: nothing ordered by us");
-    assert!(event_count(world, "LifecycleActionCompleted").await >= 1);
+    assert_event(world, "LifecycleActionCompleted").await;
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
 }
 
@@ -274,6 +274,6 @@ async fn a_lifecycle_action_on_an_instance_that_never_joined_is_completed_at_onc
         support::performed(&metrics, "lifecycle_action_heartbeat"),
         0
     );
-    assert!(event_count(world, "LifecycleActionCompleted").await >= 1);
+    assert_event(world, "LifecycleActionCompleted").await;
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
 }

@@ -83,7 +83,7 @@ async fn a_spot_warning_marks_our_node_before_the_instance_goes_and_the_message_
     assert_eq!(desired_counts(&settled), desired_counts(&before));
     let after = instances(world, &kops.asgs).await;
     assert_eq!(after.len(), 3, "exactly one new instance: {after:?}");
-    assert!(event_count(world, "InterruptionNotice").await >= 1);
+    assert_event(world, "InterruptionNotice").await;
     let metrics = steady.manager.assert_metrics().await;
     assert!(
         metrics.contains(

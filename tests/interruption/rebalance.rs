@@ -57,7 +57,7 @@ async fn with_replace_a_rebalance_recommendation_replaces_first_and_a_following_
     )
     .await;
     assert_web_ready(world, 6).await;
-    assert!(event_count(world, "RebalanceRecommendation").await >= 1);
+    assert_event(world, "RebalanceRecommendation").await;
 
     // A recommendation and then the interruption for the same instance:
     // handled once, one replacement.
