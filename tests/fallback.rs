@@ -108,6 +108,7 @@ async fn every_spot_asg_short_falls_back_for_the_missing_count_and_returns_to_sp
     })
     .await;
     assert_eq!(desired_of(&world, &fallback).await, 0);
+    let layout = world.asg_snapshot(&kops.asgs).await;
 
     // Every spot pool is out of capacity, and zone a's node is reclaimed.
     for asg in &kops.asgs {
@@ -225,6 +226,21 @@ async fn every_spot_asg_short_falls_back_for_the_missing_count_and_returns_to_sp
         .status
         .expect("status");
     assert_ne!(status.state, Some(GroupState::FallbackOnDemand));
+    // The shortage ends everywhere: the original layout comes back.
+    for asg in [&kops.asgs[0], &kops.asgs[2]] {
+        world.untag_asg(asg, NO_CAPACITY, "true").await;
+    }
+    let counts = |s: &[(String, i32, Vec<String>)]| {
+        s.iter()
+            .map(|(n, d, ids)| (n.clone(), *d, ids.len()))
+            .collect::<Vec<_>>()
+    };
+    assert_eventually("the original layout back", WAIT, || async {
+        let now = world.asg_snapshot(&kops.asgs).await;
+        (counts(&now) == counts(&layout) && ready().await? == 3).then_some(())
+    })
+    .await;
+    assert_eq!(desired_of(&world, &fallback).await, 0);
     eprintln!(
         "FIGURES fallback: raised {:.1}s after the lost node went (after {AFTER_SECS}s), Ready restored {:.1}s after; back to spot {:.1}s after spot launched again (returnAfter {RETURN_AFTER_SECS}s)",
         raised.as_secs_f64(),
