@@ -60,31 +60,6 @@ fn memory_kib(pid: u32) -> Option<Memory> {
     })
 }
 
-fn node(template: &Node, instance_group: &str, run: &str, i: usize) -> Node {
-    let mut node = template.clone();
-    let id = format!("i-{i:017x}");
-    node.metadata.name = Some(format!("fp-{run}-{i}"));
-    node.metadata.resource_version = None;
-    node.metadata.uid = None;
-    node.metadata.managed_fields = None;
-    if let Some(labels) = node.metadata.labels.as_mut() {
-        labels.insert(
-            spot_node_manager::crd::labels::INSTANCE_GROUP_LABEL.into(),
-            instance_group.into(),
-        );
-        labels.insert(LABEL.into(), run.into());
-    }
-    if let Some(annotations) = node.metadata.annotations.as_mut() {
-        annotations.remove(spot_node_manager::crd::labels::INTERRUPTION_ANNOTATION);
-    }
-    if let Some(spec) = node.spec.as_mut() {
-        spec.provider_id = Some(format!("aws:///ap-northeast-1a/{id}"));
-        spec.unschedulable = None;
-        spec.taints = None;
-    }
-    node
-}
-
 async fn measure(nodes: usize) -> Memory {
     let world = support::World::new(&format!("bench-footprint-{nodes}")).await;
     let kops = world.kops_group("nodes", &ZONES[..1], 0, &[]).await;
@@ -100,7 +75,13 @@ async fn measure(nodes: usize) -> Memory {
         nodes_api
             .create(
                 &PostParams::default(),
-                &node(&template, &instance_group, &run, i),
+                &support::node_copy(
+                    &template,
+                    &instance_group,
+                    (LABEL, &run),
+                    &format!("fp-{run}-{i}"),
+                    &format!("i-{i:017x}"),
+                ),
             )
             .await
             .expect("create node");

@@ -38,30 +38,6 @@ const READ: &[&str] = &[
     "leases",
 ];
 
-fn node(template: &Node, instance_group: &str, run: &str, id: &str) -> Node {
-    let mut node = template.clone();
-    node.metadata.name = Some(format!("pv-{id}"));
-    node.metadata.resource_version = None;
-    node.metadata.uid = None;
-    node.metadata.managed_fields = None;
-    if let Some(labels) = node.metadata.labels.as_mut() {
-        labels.insert(
-            spot_node_manager::crd::labels::INSTANCE_GROUP_LABEL.into(),
-            instance_group.into(),
-        );
-        labels.insert(LABEL.into(), run.into());
-    }
-    if let Some(annotations) = node.metadata.annotations.as_mut() {
-        annotations.remove(spot_node_manager::crd::labels::INTERRUPTION_ANNOTATION);
-    }
-    if let Some(spec) = node.spec.as_mut() {
-        spec.provider_id = Some(format!("aws:///ap-northeast-1a/{id}"));
-        spec.unschedulable = None;
-        spec.taints = None;
-    }
-    node
-}
-
 /// The apiserver's counters of reads: per "VERB resource", requests and
 /// bytes sent.
 async fn apiserver_counts(client: &kube::Client) -> BTreeMap<String, (f64, f64)> {
@@ -164,7 +140,13 @@ async fn measure(nodes: usize) -> Figures {
         nodes_api
             .create(
                 &PostParams::default(),
-                &node(&template, &instance_group, &run, id),
+                &support::node_copy(
+                    &template,
+                    &instance_group,
+                    (LABEL, &run),
+                    &format!("pv-{id}"),
+                    id,
+                ),
             )
             .await
             .expect("create node");

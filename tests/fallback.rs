@@ -77,6 +77,42 @@ impl ReadySampler {
     }
 }
 
+/// Three spot ASGs of one node each, retrying a short launch every 5 s,
+/// an empty on-demand ASG, the group with it as its fallback, the
+/// simulated kubelet; no manager yet.
+struct Setup {
+    world: World,
+    kops: support::KopsGroup,
+    fallback: String,
+    groups: Api<NodeGroup>,
+    _sim: support::SimGuard,
+}
+
+impl Setup {
+    async fn start(test: &str) -> Setup {
+        let world = World::new(test).await;
+        let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
+        let on_demand = world.kops_group("ondemand", &ZONES[..1], 0, &[]).await;
+        let fallback = on_demand.asgs[0].clone();
+        for asg in &kops.asgs {
+            world.set_timing(asg, "capacity-retry", 5.0).await;
+        }
+        let _sim = world.start_sim(FAST, FAST);
+        let groups: Api<NodeGroup> = world.api();
+        groups
+            .create(&PostParams::default(), &group(&kops.asgs, &fallback))
+            .await
+            .expect("create");
+        Setup {
+            world,
+            kops,
+            fallback,
+            groups,
+            _sim,
+        }
+    }
+}
+
 async fn desired_of(world: &World, asg: &str) -> i32 {
     world
         .asg_snapshot(&[asg.to_string()])
@@ -88,19 +124,13 @@ async fn desired_of(world: &World, asg: &str) -> i32 {
 #[tokio::test]
 async fn every_spot_asg_short_falls_back_for_the_missing_count_and_returns_to_spot_replacement_first()
  {
-    let world = World::new("fallback").await;
-    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
-    let on_demand = world.kops_group("ondemand", &ZONES[..1], 0, &[]).await;
-    let fallback = on_demand.asgs[0].clone();
-    for asg in &kops.asgs {
-        world.set_timing(asg, "capacity-retry", 5.0).await;
-    }
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(&PostParams::default(), &group(&kops.asgs, &fallback))
-        .await
-        .expect("create");
+    let Setup {
+        world,
+        kops,
+        fallback,
+        groups,
+        _sim,
+    } = Setup::start("fallback").await;
     let (manager, _config) = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);
     let ready = || async { groups.get("workers").await.ok()?.status?.ready_nodes };
     assert_eventually("3 Ready on spot", WAIT, || async {
@@ -262,19 +292,13 @@ async fn launches(world: &World, asg: &str) -> usize {
 
 #[tokio::test]
 async fn killed_mid_fallback_and_mid_return_it_launches_once_and_forgets_no_fallback_node() {
-    let world = World::new("fallback-restart").await;
-    let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
-    let on_demand = world.kops_group("ondemand", &ZONES[..1], 0, &[]).await;
-    let fallback = on_demand.asgs[0].clone();
-    for asg in &kops.asgs {
-        world.set_timing(asg, "capacity-retry", 5.0).await;
-    }
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(&PostParams::default(), &group(&kops.asgs, &fallback))
-        .await
-        .expect("create");
+    let Setup {
+        world,
+        kops,
+        fallback,
+        groups,
+        _sim,
+    } = Setup::start("fallback-restart").await;
     let ready = || async { groups.get("workers").await.ok()?.status?.ready_nodes };
     let replenishers: Api<spot_node_manager::crd::Replenisher> = world.api();
     {

@@ -549,3 +549,36 @@ fn kops_policy(template: &str, version: &str) -> MixedInstancesPolicy {
         )
         .build()
 }
+
+/// A copy of a kops Node `template` (as a real cluster serves it) for
+/// `instance_id` of `instance_group`, named `name`, labelled `label`:
+/// its identity, cordon, taints and interruption record cleared.
+pub fn node_copy(
+    template: &k8s_openapi::api::core::v1::Node,
+    instance_group: &str,
+    label: (&str, &str),
+    name: &str,
+    instance_id: &str,
+) -> k8s_openapi::api::core::v1::Node {
+    let mut node = template.clone();
+    node.metadata.name = Some(name.into());
+    node.metadata.resource_version = None;
+    node.metadata.uid = None;
+    node.metadata.managed_fields = None;
+    if let Some(labels) = node.metadata.labels.as_mut() {
+        labels.insert(
+            spot_node_manager::crd::labels::INSTANCE_GROUP_LABEL.into(),
+            instance_group.into(),
+        );
+        labels.insert(label.0.into(), label.1.into());
+    }
+    if let Some(annotations) = node.metadata.annotations.as_mut() {
+        annotations.remove(spot_node_manager::crd::labels::INTERRUPTION_ANNOTATION);
+    }
+    if let Some(spec) = node.spec.as_mut() {
+        spec.provider_id = Some(format!("aws:///ap-northeast-1a/{instance_id}"));
+        spec.unschedulable = None;
+        spec.taints = None;
+    }
+    node
+}

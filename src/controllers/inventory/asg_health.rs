@@ -25,17 +25,7 @@ pub(super) fn fallback(asgs: &[AutoScalingGroupStatus]) -> (ConditionStatus, &'s
             "no instance on the on-demand fallback".into(),
         );
     }
-    let short: Vec<String> = asgs
-        .iter()
-        .filter(|a| !a.fallback && !a.launching)
-        .map(|a| {
-            format!(
-                "{} ({})",
-                a.name,
-                a.reason.as_deref().unwrap_or("not launching")
-            )
-        })
-        .collect();
+    let short = not_launching(asgs.iter().filter(|a| !a.fallback));
     let why = match short.is_empty() {
         true => "spot launches again; returning".to_string(),
         false => format!("short: {}", short.join("; ")),
@@ -45,6 +35,16 @@ pub(super) fn fallback(asgs: &[AutoScalingGroupStatus]) -> (ConditionStatus, &'s
         "FallbackRaised",
         format!("{on} instance(s) on the on-demand fallback; {why}"),
     )
+}
+
+/// Of `asgs`, those not launching, each as "name (why)".
+fn not_launching<'a>(asgs: impl Iterator<Item = &'a AutoScalingGroupStatus>) -> Vec<String> {
+    asgs.filter(|a| !a.launching)
+        .map(|a| {
+            let why = a.reason.as_deref().unwrap_or("not launching");
+            format!("{} ({why})", a.name)
+        })
+        .collect()
 }
 
 /// The Degraded condition: an ASG not found, or not launching.
@@ -59,17 +59,7 @@ pub(super) fn degradation(
         .map(String::as_str)
         .filter(|name| !described.iter().any(|a| a.name == *name))
         .collect();
-    let not_launching: Vec<String> = asg_statuses
-        .iter()
-        .filter(|a| !a.launching)
-        .map(|a| {
-            format!(
-                "{} ({})",
-                a.name,
-                a.reason.as_deref().unwrap_or("not launching")
-            )
-        })
-        .collect();
+    let not_launching = not_launching(asg_statuses.iter());
     if !missing.is_empty() {
         (
             ConditionStatus::True,

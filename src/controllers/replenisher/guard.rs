@@ -19,10 +19,11 @@ pub fn scale_up(
     desired_changes(group, fresh, changes)?;
     // The on-demand fallback only while no spot ASG can launch: one that is
     // at its desired count, below max, with Launch not suspended could.
+    let names = group.spec.asg_names();
     let spot_can = |a: &&AsgDescription| {
         let view = crate::controllers::group_view::AsgView::from(*a);
         !group.spec.is_fallback(&a.name)
-            && group.spec.asg_names().contains(&a.name)
+            && names.contains(&a.name)
             && view.launching
             && !view.is_behind()
             && view.desired < view.max

@@ -8,7 +8,7 @@ use super::queries::{leaves_through_us, replacement};
 use super::scale_in::{choose_victim, protected_surplus};
 use super::{Plan, Stage};
 use crate::controllers::authority::{self, Path, Request};
-use crate::controllers::group_view::{Fate, GroupFacts, LockState, after};
+use crate::controllers::group_view::{Fate, GroupFacts, GroupNode, LockState, after};
 use crate::controllers::window::WindowState;
 use crate::crd::Role;
 use crate::crd::next::{LISTED_NODES, NextDisruption, NextNode};
@@ -274,16 +274,7 @@ fn at_risk(s: &Stage) -> Option<Kind> {
         .iter()
         .filter(|n| n.fate == Some(Fate::AtRisk) && leaves_through_us(s, n))
         .filter(|n| replacement(s, n).is_some())
-        .filter_map(|n| {
-            Some(NextNode {
-                node: n.name.clone(),
-                instance_id: n.instance_id.clone()?,
-                blocked_by: input
-                    .protected
-                    .get(&n.name)
-                    .map(|why| format!("protected: {why}")),
-            })
-        })
+        .filter_map(|n| voluntary(s, n))
         .collect();
     if nodes.is_empty() {
         return None;
@@ -299,23 +290,26 @@ fn at_risk(s: &Stage) -> Option<Kind> {
     })
 }
 
+/// A node a voluntary removal would take, with its protection if any.
+fn voluntary(s: &Stage, n: &GroupNode) -> Option<NextNode> {
+    Some(NextNode {
+        node: n.name.clone(),
+        instance_id: n.instance_id.clone()?,
+        blocked_by: s
+            .input
+            .protected
+            .get(&n.name)
+            .map(|why| format!("protected: {why}")),
+    })
+}
+
 /// Nodes on the on-demand fallback, back to spot once a spot ASG has
 /// launched for `returnAfter` (the soonest clock), in a window.
 fn back_to_spot(s: &Stage) -> Option<Kind> {
     let settings = s.input.fallback?;
     let nodes: Vec<NextNode> = super::fallback::on_fallback(s)
         .into_iter()
-        .filter_map(|n| {
-            Some(NextNode {
-                node: n.name.clone(),
-                instance_id: n.instance_id.clone()?,
-                blocked_by: s
-                    .input
-                    .protected
-                    .get(&n.name)
-                    .map(|why| format!("protected: {why}")),
-            })
-        })
+        .filter_map(|n| voluntary(s, n))
         .collect();
     if nodes.is_empty() {
         return None;

@@ -7,7 +7,7 @@
 //! Fallback nodes are found by their ASG, never by a record: a restart
 //! forgets none.
 
-use super::queries::{on_the_way, spread};
+use super::queries::{changes_from, on_the_way, spread, spread_over};
 use super::records::record_raise;
 use super::scale_in::{PROTECTED_RETRY, slot_for, start_scale_in};
 use super::{Command, Plan, Stage};
@@ -41,7 +41,8 @@ pub(super) fn clocks(s: &Stage) -> (Option<DateTime<Utc>>, Vec<AsgSince>) {
                 .map_or(now, |l| l.since),
         })
         .collect();
-    // Raised candidates at max are not short: they launched what they could.
+    // Any spot ASG launching counts, at its max too: that is the user's
+    // limit, not a shortage.
     let spot_can = s
         .asgs
         .iter()
@@ -79,14 +80,7 @@ pub(super) fn fall_back(s: &Stage, deficit: i32) -> Option<Plan> {
         .filter(|a| a.fallback && a.launching && !s.excluded(&a.name) && a.desired < a.max)
         .cloned()
         .collect();
-    let mut added = 0;
-    while added < deficit {
-        let Some(i) = spread(&candidates) else {
-            break;
-        };
-        candidates[i].desired += 1;
-        added += 1;
-    }
+    let added = spread_over(&mut candidates, deficit);
     if added == 0 {
         return Some(s.idle(
             s.status.clone(),
@@ -96,17 +90,7 @@ pub(super) fn fall_back(s: &Stage, deficit: i32) -> Option<Plan> {
             ),
         ));
     }
-    let changes: Vec<DesiredChange> = candidates
-        .iter()
-        .filter_map(|c| {
-            let from = s.asg(&c.name)?.desired;
-            (c.desired != from).then(|| DesiredChange {
-                asg: c.name.clone(),
-                from,
-                to: c.desired,
-            })
-        })
-        .collect();
+    let changes = changes_from(s, &candidates);
     let message = format!(
         "{ready}/{desired} Ready and every spot ASG short since {}: falling back to on-demand, adding {added} on {}",
         since.to_rfc3339(),
@@ -176,13 +160,14 @@ pub(super) fn return_to_spot(s: &Stage) -> Option<Plan> {
     let input = s.input;
     let now = input.group.now;
     let (ready, desired) = (s.ready, input.group.desired);
-    let due: Vec<&AsgView> = spot_due(s)
-        .into_iter()
+    let clocks = spot_due(s);
+    let due: Vec<&AsgView> = clocks
+        .iter()
         .filter(|(t, _)| now >= *t)
-        .map(|(_, a)| a)
+        .map(|(_, a)| *a)
         .collect();
     if due.is_empty() {
-        let next = spot_due(s).into_iter().map(|(t, _)| t).min();
+        let next = clocks.iter().map(|(t, _)| *t).min();
         return Some(s.wait(
             format!(
                 "{} node(s) on the on-demand fallback: back to spot once a spot ASG has launched for {}",

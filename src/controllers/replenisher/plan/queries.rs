@@ -3,7 +3,7 @@
 
 use super::Stage;
 use crate::controllers::authority::{self, Blocked, Path, Request};
-use crate::controllers::group_view::{AsgView, Fate, GroupNode};
+use crate::controllers::group_view::{AsgView, DesiredChange, Fate, GroupNode};
 use crate::crd::Role;
 use crate::crd::replenisher::Replacement;
 use crate::crd::replenisher::ScaleInTarget;
@@ -181,4 +181,33 @@ pub(super) fn spread(candidates: &[AsgView]) -> Option<usize> {
         .filter(|(_, a)| a.desired < a.max)
         .min_by(|(_, a), (_, b)| (a.risk, a.desired, &a.name).cmp(&(b.risk, b.desired, &b.name)))
         .map(|(i, _)| i)
+}
+
+/// Adds up to `n` to the candidates, one at a time where [`spread`] says;
+/// how many it added (fewer when every candidate is at its max).
+pub(super) fn spread_over(candidates: &mut [AsgView], n: i32) -> i32 {
+    let mut added = 0;
+    while added < n {
+        let Some(i) = spread(candidates) else {
+            break;
+        };
+        candidates[i].desired += 1;
+        added += 1;
+    }
+    added
+}
+
+/// The raises the candidates now stand for, against the ASGs as judged.
+pub(super) fn changes_from(s: &Stage, candidates: &[AsgView]) -> Vec<DesiredChange> {
+    candidates
+        .iter()
+        .filter_map(|c| {
+            let from = s.asg(&c.name)?.desired;
+            (c.desired != from).then(|| DesiredChange {
+                asg: c.name.clone(),
+                from,
+                to: c.desired,
+            })
+        })
+        .collect()
 }

@@ -1,7 +1,9 @@
 //! Too few Ready nodes: raise desired on the ASGs that can launch, counting
 //! what is already on its way once.
 
-use super::queries::{on_the_way, raise_candidates, replacement_in, spread, unreplaced};
+use super::queries::{
+    changes_from, on_the_way, raise_candidates, replacement_in, spread, spread_over, unreplaced,
+};
 use super::records::record_raise;
 use super::{Command, Plan, SOON, Stage};
 use crate::controllers::group_view::{AsgView, DesiredChange};
@@ -53,25 +55,9 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
         return Some(plan);
     }
     if input.group.role == Role::Worker && s.cooldown_left().is_none() {
-        while added < deficit {
-            let Some(i) = spread(&candidates) else {
-                break;
-            };
-            candidates[i].desired += 1;
-            added += 1;
-        }
+        added += spread_over(&mut candidates, deficit - added);
     }
-    let changes: Vec<DesiredChange> = candidates
-        .iter()
-        .filter_map(|c| {
-            let from = s.asg(&c.name)?.desired;
-            (c.desired != from).then(|| DesiredChange {
-                asg: c.name.clone(),
-                from,
-                to: c.desired,
-            })
-        })
-        .collect();
+    let changes = changes_from(s, &candidates);
     let message = raise_message(s, added, &changes, &replacements);
     let mut status = s.status.clone();
     record_raise(&mut status, &changes, input.group.now, message.clone());
