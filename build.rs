@@ -18,16 +18,23 @@ fn main() {
         .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
         .unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=SNM_GIT_COMMIT={commit}");
-    // Stamp again when HEAD moves: HEAD itself (a checkout), the branch it
-    // points at (a commit), and packed refs.
+    // Stamp again when HEAD moves: HEAD itself (a checkout), the branches
+    // (a commit writes its branch's file; cargo scans a directory's files),
+    // and packed refs.
     if let (Some(git_dir), Some(common)) = (
         git(&["rev-parse", "--git-dir"]),
         git(&["rev-parse", "--git-common-dir"]),
     ) {
-        println!("cargo:rerun-if-changed={git_dir}/HEAD");
-        println!("cargo:rerun-if-changed={common}/packed-refs");
-        if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!("cargo:rerun-if-changed={common}/{branch}");
+        // Only paths that exist: cargo counts a missing one as changed, and
+        // rebuilt everything at every invocation in a clone with no
+        // packed-refs file.
+        let watched = [
+            format!("{git_dir}/HEAD"),
+            format!("{common}/refs/heads"),
+            format!("{common}/packed-refs"),
+        ];
+        for path in watched.iter().filter(|p| std::path::Path::new(p).exists()) {
+            println!("cargo:rerun-if-changed={path}");
         }
     }
 }

@@ -75,6 +75,7 @@ import uuid
 from moto.autoscaling import models as asg_models
 from moto.autoscaling import responses as asg_responses
 from moto.autoscaling.exceptions import ValidationError
+from moto.core import DEFAULT_ACCOUNT_ID
 from moto.core.responses import ActionResult, EmptyResult
 from moto.core.utils import utcnow
 from moto.moto_server import werkzeug_app
@@ -586,8 +587,21 @@ asg_models.InstanceState.__init__ = state_init_recording_version
 asg_models.InstanceState.launch_template = property(instance_launch_template)
 
 
+# An account nobody has asked anything for this long is not stepped: the
+# tests of a whole run each leave a finished account behind, and stepping
+# hundreds of them every tick under the one lock slows every live one.
+# Nothing is lost: each step compares deadlines with the clock, so an
+# account asked again catches up at its next tick. Live accounts (a test's
+# simulated kubelet asks every 0.3 s) are stepped as before.
+IDLE_AFTER = 120.0
+LAST_ASKED: dict = {}
+
+
 def backends():
-    for regions in list(asg_models.autoscaling_backends.values()):
+    t = now()
+    for account, regions in list(asg_models.autoscaling_backends.items()):
+        if t - LAST_ASKED.get(account, t) > IDLE_AFTER:
+            continue
         for backend in list(regions.values()):
             yield backend
 
@@ -747,6 +761,7 @@ def locked_dispatch(self, environ, start_response):
     if environ.get("PATH_INFO", "").startswith("/_snm/"):
         return control(environ, start_response)
     account = environ.get("HTTP_X_MOTO_ACCOUNT_ID")
+    LAST_ASKED[account or DEFAULT_ACCOUNT_ID] = now()
     if account:
         ATTEMPTS.setdefault(account, []).append([time.time(), *sdk_attempt(environ)])
         target = environ.get("HTTP_X_AMZ_TARGET", "")

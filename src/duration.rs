@@ -122,6 +122,21 @@ mod tests {
         }
     }
 
+    /// Why this parser and not `kube::core::Duration` (docs/design.md): kube's
+    /// panics on an overflowing duration, which would crash-loop the manager
+    /// on one typo in a custom resource; ours refuses it. If kube stops
+    /// panicking, this fails: look again at using it.
+    #[test]
+    fn an_overflowing_duration_is_refused_where_kube_core_panics() {
+        let input = "99999999999999999999h";
+        assert_eq!(parse(input).unwrap_err().reason, "number too large");
+        let kube = std::panic::catch_unwind(|| input.parse::<kube::core::Duration>());
+        assert!(
+            kube.is_err(),
+            "kube::core::Duration no longer panics on {input}: reconsider it (docs/design.md)"
+        );
+    }
+
     proptest! {
         #[test]
         fn format_round_trips(secs in 0u64..10_000_000, millis in 0u32..1000) {

@@ -138,11 +138,18 @@ pub fn sample(world: &World, asgs: &[String], baseline: i32) -> Sampler {
                 .await;
             let listed = nodes.list(&ListParams::default().labels(&selector)).await;
             if let (Ok(described), Ok(listed)) = (described, listed) {
+                // Members not on their way out: a Node whose instance the ASG
+                // still calls Pending serves pods all the same, and under a
+                // loaded emulator Pending can outlast the Node's Ready.
                 let in_service: BTreeSet<String> = described
                     .auto_scaling_groups()
                     .iter()
                     .flat_map(|g| g.instances())
-                    .filter(|i| i.lifecycle_state().map(|s| s.as_str()) == Some("InService"))
+                    .filter(|i| {
+                        i.lifecycle_state().is_some_and(|s| {
+                            s.as_str() == "InService" || s.as_str().starts_with("Pending")
+                        })
+                    })
                     .filter_map(|i| i.instance_id().map(str::to_string))
                     .collect();
                 let desired: i32 = described
