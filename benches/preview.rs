@@ -161,8 +161,12 @@ async fn measure(nodes: usize) -> Figures {
         .await
         .expect("create group");
     let (manager, _config) = world.start_manager_with("resyncInterval: 1m\n", &["--dry-run"], &[]);
+    // Listed, and the Refresher the preview reads created: the inventory
+    // writes the status before it creates the children.
+    let refreshers: Api<spot_node_manager::crd::Refresher> = world.api();
     assert_eventually(&format!("{nodes} nodes listed"), RUN, || async {
         let g = groups.get("workers").await.ok()?;
+        refreshers.get_opt("workers").await.ok()??;
         (g.status?.nodes.len() == nodes).then_some(())
     })
     .await;

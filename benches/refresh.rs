@@ -18,7 +18,11 @@
 //!
 //! Run: `cargo bench --bench refresh` (3, 12 and 48 nodes; `REFRESH_SIZES=3,12`
 //! for others; `REFRESH_BUDGET=24` for a budget allowing 24 pods
-//! unavailable instead of 1: drains at once are paced by it). Under `cargo test` a quick run with 3 nodes and maxSurge 1.
+//! unavailable instead of 1: drains at once are paced by it;
+//! `REFRESH_WORKLOAD=0` for no workload at all, so drains are instant;
+//! `REFRESH_THROTTLE=0.3` for a run during which the emulator refuses a
+//! random 30% of the manager's AWS requests with Throttling). Under `cargo
+//! test` a quick run with 3 nodes and maxSurge 1.
 //! Prints a table; asserts only that runs succeed and the workload stays
 //! within its budget.
 
@@ -62,6 +66,20 @@ fn budget() -> usize {
         .unwrap_or(1)
 }
 
+/// Whether the nodes carry the workload (`REFRESH_WORKLOAD=0`: none).
+fn with_workload() -> bool {
+    std::env::var("REFRESH_WORKLOAD").map_or(true, |w| w != "0")
+}
+
+/// The share of AWS requests refused with Throttling during the run
+/// (`REFRESH_THROTTLE`, default none).
+fn throttle() -> f64 {
+    std::env::var("REFRESH_THROTTLE")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0.0)
+}
+
 async fn measure(nodes: usize, surge: &'static str) -> Figures {
     let per_asg = (nodes / ZONES.len()) as i32;
     let SteadyGroup {
@@ -79,7 +97,7 @@ async fn measure(nodes: usize, surge: &'static str) -> Figures {
     .delays(REGISTER, READY)
     .start()
     .await;
-    let pods = 2 * nodes;
+    let pods = if with_workload() { 2 * nodes } else { 0 };
     // The scheduler spreads the pods over the nodes it may use: until the
     // controller-manager lifts a new node's not-ready taint, a few nodes
     // can get most of them (one run had 10 of 24 on one node, a chain of
@@ -95,7 +113,9 @@ async fn measure(nodes: usize, surge: &'static str) -> Figures {
         (all.len() == nodes && untainted).then_some(())
     })
     .await;
-    deploy_web(&world, pods as i32, budget() as i32).await;
+    if pods > 0 {
+        deploy_web(&world, pods as i32, budget() as i32).await;
+    }
     let placed = assert_web_ready(&world, pods).await;
     let mut per_node = std::collections::BTreeMap::<String, usize>::new();
     for (_, node) in &placed {
@@ -113,6 +133,9 @@ async fn measure(nodes: usize, surge: &'static str) -> Figures {
         Ok(n) => serde_json::json!(n),
         Err(_) => serde_json::json!(surge),
     };
+    if throttle() > 0.0 {
+        world.refuse_aws_share("Throttling", throttle()).await;
+    }
     schedule_refresh(
         &world,
         "workers",
@@ -124,6 +147,9 @@ async fn measure(nodes: usize, surge: &'static str) -> Figures {
     // A generous bound (tens of seconds a node): a figure, not a limit.
     let within = Duration::from_secs(120 + 30 * nodes as u64);
     let rf = run_finished_within(&world, "workers", within).await;
+    if throttle() > 0.0 {
+        world.refuse_aws_share("Throttling", 0.0).await;
+    }
     let samples = sampler.stop();
     let workload = workload.stop();
     let last = assert_run_succeeded(rf, &manager)
@@ -166,6 +192,15 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    println!(
+        "workload: {}; AWS requests throttled during the run: {:.0}%",
+        if with_workload() {
+            "2 pods a node"
+        } else {
+            "none (instant drains)"
+        },
+        throttle() * 100.0
+    );
     println!(
         "node ready = launch lag {}s + max(pending {}s, register {}s + ready {}s + poll {}s) = {}s; drains not in the bound; surplus 1, settleTime 1s; budget maxUnavailable {}",
         LAUNCH_LAG.as_secs_f64(),

@@ -68,6 +68,7 @@ import argparse
 import io
 import json
 import signal
+import random
 import threading
 import time
 import uuid
@@ -663,9 +664,12 @@ def control(environ, start_response):
     """`GET /_snm/attempts?account=A`: A's requests so far, each as [time
     (epoch seconds), attempt, max attempts] (0, 0 without the SDK's header).
     `GET
-    /_snm/refuse?account=A&delay=S&error=E`: from now
-    on every request of A waits S seconds, then is refused with error E (a
-    key of REFUSALS)."""
+    /_snm/refuse?account=A&delay=S&error=E&fraction=F&agent=G`: from now
+    on every request of A (or a share F of them, drawn at random with a seed
+    of A, so a run can be repeated; F=0 ends the refusals; only those whose
+    user agent contains G, when given: the manager's, not the simulated
+    kubelet's) waits S seconds, then is refused with error E (a key of
+    REFUSALS)."""
     from urllib.parse import parse_qs
 
     query = {k: v[0] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
@@ -678,7 +682,17 @@ def control(environ, start_response):
         if error not in REFUSALS:
             start_response("400 Bad Request", [("Content-Length", "0")])
             return [b""]
-        REFUSED[account] = (float(query.get("delay", "0")), error)
+        fraction = float(query.get("fraction", "1"))
+        if fraction <= 0:
+            REFUSED.pop(account, None)
+        else:
+            REFUSED[account] = (
+                float(query.get("delay", "0")),
+                error,
+                fraction,
+                random.Random(account),
+                query.get("agent", ""),
+            )
         body = b"{}"
     elif environ["PATH_INFO"] == "/_snm/attempts":
         body = json.dumps(ATTEMPTS.get(account, [])).encode()
@@ -768,9 +782,11 @@ def locked_dispatch(self, environ, start_response):
         action = query_action(environ) or target.split(".")[-1]
         ACTIONS.setdefault(account, []).append([time.time(), action])
         if account in REFUSED:
-            delay, error = REFUSED[account]
-            time.sleep(delay)  # without the lock: others go on
-            return refuse(error, start_response)
+            delay, error, fraction, draw, agent = REFUSED[account]
+            agents = environ.get("HTTP_USER_AGENT", "") + environ.get("HTTP_X_AMZ_USER_AGENT", "")
+            if agent in agents and (fraction >= 1 or draw.random() < fraction):
+                time.sleep(delay)  # without the lock: others go on
+                return refuse(error, start_response)
         if account in DENIED:
             action = query_action(environ)
             if action in DENIED[account]:

@@ -265,13 +265,33 @@ pub struct AwsClients {
     pub ec2: aws_sdk_ec2::Client,
 }
 
+/// How a throttled or failed AWS request is retried: within its step, with
+/// jittered exponential backoff (at most 0.2, 0.4, 0.8, 1.6 s between the 5
+/// attempts), inside the operation bound (4.5 s by default), so a throttle
+/// costs a fraction of a second instead of a reconcile requeued.
+///
+/// Standard, not adaptive: adaptive mode's client-side rate limiter charges
+/// a retry 5 tokens at a fill rate that throttling cuts to 0.5 a second, so
+/// under steady throttling each retry waited ~10 s, past the operation bound,
+/// and a 3-node refresh took 9x as long. Our share of the account's Describe
+/// budget is kept by the manager itself (one shared description, floors:
+/// docs/operations.md), and the standard mode's retry quota still stops
+/// retrying when most attempts fail.
+pub fn retry_config() -> aws_config::retry::RetryConfig {
+    aws_config::retry::RetryConfig::standard()
+        .with_max_attempts(5)
+        .with_initial_backoff(std::time::Duration::from_millis(200))
+        .with_max_backoff(std::time::Duration::from_secs(2))
+}
+
 /// Loads the SDK configuration: the standard chain (env, profile, IRSA web
 /// identity, instance metadata) with our region and endpoint overrides.
 pub async fn load_sdk_config(settings: &AwsSettings) -> SdkConfig {
-    // Adaptive retries: throttling slows our own request rate, as the Describe
-    // budget is shared with every other tool in the account.
+    // The app name goes in every request's user agent: CloudTrail shows
+    // which calls are ours.
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        .retry_config(aws_config::retry::RetryConfig::adaptive());
+        .retry_config(retry_config())
+        .app_name(aws_config::AppName::new("spot-node-manager").expect("a valid app name"));
     if let Some(region) = &settings.region {
         loader = loader.region(aws_config::Region::new(region.clone()));
     }
@@ -338,16 +358,23 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn the_sdk_retries_adaptively_and_the_managers_calls_are_bounded() {
+    async fn the_sdk_retries_within_the_step_and_the_managers_calls_are_bounded() {
         let sdk = load_sdk_config(&AwsSettings {
             region: Some("ap-northeast-1".into()),
             endpoint: Some("http://127.0.0.1:1".into()),
             emulator_account: None,
         })
         .await;
-        assert_eq!(
-            sdk.retry_config().map(|r| r.mode()),
-            Some(aws_config::retry::RetryMode::Adaptive)
+        let retry = sdk.retry_config().expect("a retry config");
+        assert_eq!(retry.mode(), aws_config::retry::RetryMode::Standard);
+        assert_eq!(retry.max_attempts(), 5);
+        // Every backoff together fits the default operation bound (4.5 s).
+        let backoffs: std::time::Duration = (0..retry.max_attempts() - 1)
+            .map(|n| (retry.initial_backoff() * 2u32.pow(n)).min(retry.max_backoff()))
+            .sum();
+        assert!(
+            backoffs < std::time::Duration::from_millis(4500),
+            "{backoffs:?}"
         );
         let fenced = AwsClients::fenced(
             &sdk,

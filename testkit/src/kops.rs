@@ -507,6 +507,20 @@ impl World {
         assert!(matches!(answered, Some((200, _))), "{answered:?}");
     }
 
+    /// From now on a share `fraction` of the manager's AWS requests in this
+    /// world (drawn at random, seeded by the account; told by the app name
+    /// in their user agent, so the simulated kubelet's go through, as a
+    /// real kubelet's do not reach the Auto Scaling API) is refused with
+    /// `error`; 0 ends it.
+    pub async fn refuse_aws_share(&self, error: &str, fraction: f64) {
+        let path = format!(
+            "/_snm/refuse?account={}&error={error}&fraction={fraction}&agent=spot-node-manager",
+            self.account
+        );
+        let answered = crate::http_get(self.emulator_port(), &path).await;
+        assert!(matches!(answered, Some((200, _))), "{answered:?}");
+    }
+
     /// From now on the emulator refuses `action` (e.g.
     /// `DescribeLaunchTemplates`) to this world's account, as IAM does for a
     /// policy that lacks it.
