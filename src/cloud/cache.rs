@@ -43,6 +43,19 @@ pub const FAST_WINDOW: Duration = Duration::from_secs(12);
 /// replenisher's 2 s look while it waits, so each of its looks is fresh.
 pub const FAST_FLOOR: Duration = Duration::from_millis(1500);
 
+/// The floor while the only waiter on an ASG waits on the cluster (a drain,
+/// a replacement's Node to be Ready; see [`Cloud::quiet`]): nothing it waits
+/// for is in AWS, and every mutation is made on a description asked at that
+/// moment anyway. A Node Ready on an instance still Pending here asks again
+/// at once; a newly behind ASG keeps its fast window. Docs/operations.md:
+/// at most 20 calls a minute during an operation, where the 5 s floor alone
+/// spent 12 on a refresh waiting 90 s for each node.
+pub const QUIET_FLOOR: Duration = Duration::from_secs(15);
+
+/// How long a quiet hint holds unless renewed: a waiter that stops looking
+/// (killed, or its group deleted) does not keep the ASGs quiet.
+pub const QUIET_SPELL: Duration = Duration::from_secs(30);
+
 /// Whether an ASG first seen behind at `behind_since` is in its fast window.
 fn in_fast_window(behind_since: Instant, now: Instant) -> bool {
     now.saturating_duration_since(behind_since) < FAST_WINDOW
@@ -108,6 +121,8 @@ struct State {
     /// Bumped by every forgetting: a describe that was in flight across a
     /// mutation must not store what it saw before it.
     generation: u64,
+    /// ASGs whose only waiter waits on the cluster, until when.
+    quiet: HashMap<String, Instant>,
     /// Instances whose description was asked again because their Node was
     /// Ready while it said Pending: once each, oldest forgotten first.
     rechecked: std::collections::VecDeque<String>,
@@ -148,9 +163,11 @@ impl CachedCloud {
         state.generation += 1;
         if asgs.is_empty() {
             state.asgs.clear();
+            state.quiet.clear();
         } else {
             for name in asgs {
                 state.asgs.remove(*name);
+                state.quiet.remove(*name);
             }
         }
     }
@@ -211,8 +228,10 @@ impl Cloud for CachedCloud {
             let now = Instant::now();
             let any_stale = names.iter().any(|n| {
                 // Newly behind: looked at more often for a few seconds.
+                let quiet = state.quiet.get(n).is_some_and(|until| *until > now);
                 let floor = match state.launches.get(n) {
                     Some(m) if in_fast_window(m.behind_since, now) => self.floor.min(FAST_FLOOR),
+                    _ if quiet && !self.floor.is_zero() => self.floor.max(QUIET_FLOOR),
                     _ => self.floor,
                 };
                 state
@@ -259,6 +278,17 @@ impl Cloud for CachedCloud {
         let names: Vec<&str> = asgs.iter().map(String::as_str).collect();
         if !names.is_empty() {
             self.forget_names(&names);
+        }
+    }
+
+    fn quiet(&self, asgs: &[String], quiet: bool) {
+        let mut state = self.lock();
+        let until = Instant::now() + QUIET_SPELL;
+        for name in asgs {
+            match quiet {
+                true => state.quiet.insert(name.clone(), until),
+                false => state.quiet.remove(name),
+            };
         }
     }
 
@@ -361,6 +391,47 @@ mod tests {
         assert_eq!(fake.calls("describe_groups"), 2);
         look(&cloud, &["c"]).await;
         assert_eq!(fake.calls("describe_groups"), 2, "remembered as missing");
+    }
+
+    #[tokio::test]
+    async fn a_quiet_asg_is_described_at_the_quiet_floor_until_a_mutation_or_the_hint_ends() {
+        let fake = FakeCloud::new();
+        fake.add_group("a", "zone-a", 1, 10, Utc::now());
+        fake.add_group("b", "zone-b", 1, 10, Utc::now());
+        let floor = Duration::from_millis(50);
+        let cloud = cached(&fake, floor);
+        let (a, b) = (names(&["a"]), names(&["b"]));
+        look(&cloud, &["a"]).await;
+        look(&cloud, &["b"]).await;
+        cloud.quiet(&a, true);
+        tokio::time::sleep(floor * 2).await;
+        look(&cloud, &["a"]).await;
+        assert_eq!(
+            fake.calls("describe_groups"),
+            2,
+            "quiet: past the floor, shared"
+        );
+        look(&cloud, &["b"]).await;
+        assert_eq!(
+            fake.calls("describe_groups"),
+            3,
+            "not quiet: past the floor, asked"
+        );
+        // Our own mutation ends it: the look after acting is fresh, and so
+        // are the next ones past the floor.
+        cloud.set_desired_capacity("a", 2).await.expect("raise");
+        look(&cloud, &["a"]).await;
+        assert_eq!(fake.calls("describe_groups"), 4);
+        tokio::time::sleep(floor * 2).await;
+        look(&cloud, &["a"]).await;
+        assert_eq!(fake.calls("describe_groups"), 5);
+        // The hint taken back: the usual floor again.
+        cloud.quiet(&a, true);
+        cloud.quiet(&a, false);
+        tokio::time::sleep(floor * 2).await;
+        look(&cloud, &["a"]).await;
+        assert_eq!(fake.calls("describe_groups"), 6);
+        let _ = b;
     }
 
     #[tokio::test]

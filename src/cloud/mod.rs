@@ -201,6 +201,11 @@ pub trait Cloud: Send + Sync {
     /// Forgets any shared description of these ASGs, so the next describe
     /// asks AWS (see [`cache::CachedCloud`]); nothing to forget otherwise.
     fn forget(&self, _asgs: &[String]) {}
+    /// Whether what waits on these ASGs now waits on the cluster only (a
+    /// drain, a replacement's Node to be Ready): while it does, a shared
+    /// description is kept longer (see [`cache::QUIET_FLOOR`]); nothing is
+    /// shared otherwise.
+    fn quiet(&self, _asgs: &[String], _quiet: bool) {}
     /// Whether a shared description that still lists these instances
     /// Pending, while their Nodes are Ready, is worth asking again: true the
     /// first time any of them is named (see [`cache::CachedCloud`]). Nothing

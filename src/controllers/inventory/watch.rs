@@ -150,24 +150,38 @@ fn relevant_node_changes(
     })
 }
 
-/// The groups a Node may belong to: those that list it, and those whose
-/// selector (or role, for the default selector) matches it.
+/// The groups a Node change wakes: see [`groups_to_wake`].
 fn groups_of_node(groups: &Store<NodeGroup>, node: &SlimNode) -> Vec<ObjectRef<NodeGroup>> {
+    groups_to_wake(&groups.state(), node)
+}
+
+/// The groups that list the Node (by name and instance: kops names Nodes
+/// after their private IP, which a later instance may get); while none
+/// does, those whose selector (or role, for the default selector) matches
+/// it: it may be a new member. A Node another group lists is that group's,
+/// and its changes (a refresh cordoning, draining, replacing) do not wake
+/// every other group, whose looks would each cost an ASG description.
+fn groups_to_wake(groups: &[Arc<NodeGroup>], node: &impl NodeView) -> Vec<ObjectRef<NodeGroup>> {
     let name = node.node_name();
-    groups
-        .state()
-        .iter()
-        .filter(|g| {
-            let listed = g
-                .status
-                .as_ref()
-                .is_some_and(|s| s.nodes.iter().any(|n| n.name == name));
-            let matches = match &g.spec.node_selector {
-                Some(selector) => plan::selector_matches(selector, node.node_labels()),
-                None => role_matches(g.spec.role, node.node_labels()),
-            };
-            listed || matches
+    let instance = node.instance_id();
+    let lists = |g: &NodeGroup| {
+        g.status.as_ref().is_some_and(|s| {
+            s.nodes
+                .iter()
+                .any(|n| n.name == name && (n.instance_id.is_none() || n.instance_id == instance))
         })
+    };
+    let matches = |g: &NodeGroup| match &g.spec.node_selector {
+        Some(selector) => plan::selector_matches(selector, node.node_labels()),
+        None => role_matches(g.spec.role, node.node_labels()),
+    };
+    let listing: Vec<&Arc<NodeGroup>> = groups.iter().filter(|g| lists(g)).collect();
+    let woken = match listing.is_empty() {
+        true => groups.iter().filter(|g| matches(g)).collect(),
+        false => listing,
+    };
+    woken
+        .into_iter()
         .map(|g| ObjectRef::from_obj(g.as_ref()))
         .collect()
 }
@@ -259,6 +273,47 @@ mod tests {
         });
         assert_eq!(of_slim, of_full);
         assert_eq!(of_full.nodes.len(), 1, "the fixture is a member");
+    }
+
+    #[test]
+    fn a_node_another_group_lists_wakes_that_group_only_and_a_new_one_every_match() {
+        let named = |name: &str, ig: &str| {
+            let mut g = group(&[ig], 1);
+            g.metadata.name = Some(name.into());
+            g.metadata.namespace = Some("ns".into());
+            g
+        };
+        let listing = |mut g: NodeGroup, node: &str, instance: &str| {
+            g.status = Some(NodeGroupStatus {
+                nodes: vec![
+                    serde_json::from_value(serde_json::json!({
+                        "name": node, "instanceId": instance, "ready": true, "unschedulable": false
+                    }))
+                    .expect("a node entry"),
+                ],
+                ..Default::default()
+            });
+            Arc::new(g)
+        };
+        let n1 = node("n1", "nodes-a", "zone-a", "i-1", true);
+        let names = |woken: Vec<ObjectRef<NodeGroup>>| {
+            let mut names: Vec<String> = woken.into_iter().map(|r| r.name).collect();
+            names.sort();
+            names
+        };
+        // Both worker groups match every worker Node by role.
+        let a = listing(named("a", "nodes-a"), "n1", "i-1");
+        let b = listing(named("b", "nodes-b"), "n2", "i-2");
+        assert_eq!(names(groups_to_wake(&[a.clone(), b.clone()], &n1)), ["a"]);
+        // Listed by nobody: it may be anyone's new member.
+        let n3 = node("n3", "nodes-b", "zone-b", "i-3", true);
+        assert_eq!(
+            names(groups_to_wake(&[a.clone(), b.clone()], &n3)),
+            ["a", "b"]
+        );
+        // The name reused by a later instance: not a's any more.
+        let reused = node("n1", "nodes-b", "zone-b", "i-9", true);
+        assert_eq!(names(groups_to_wake(&[a, b], &reused)), ["a", "b"]);
     }
 
     #[test]

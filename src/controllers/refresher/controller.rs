@@ -111,6 +111,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         ..
     } = *observed;
     debug!(refresher = %name, command = ?plan.command, message = %plan.message, "planned");
+    cloud.quiet(&group.spec.asg_names(), plan.waits_on_cluster);
 
     let mut status = plan.status.clone();
     status.observed_generation = rf.metadata.generation;

@@ -230,6 +230,10 @@ pub struct Plan {
     pub message: String,
     pub requeue: Duration,
     pub happenings: Vec<Happening>,
+    /// The run waits on the cluster only (a drain, a replacement's Node to
+    /// be Ready): the group's ASGs may be described less often meanwhile
+    /// ([`crate::cloud::Cloud::quiet`]).
+    pub waits_on_cluster: bool,
 }
 
 /// What a phase decides: a step now, or the phase to go on in (never stored).
@@ -261,13 +265,27 @@ pub fn plan(input: &Input) -> Plan {
     }
     let mut status = planner.status;
     status.message = Some(message.clone());
+    let waits_on_cluster = waits_on_cluster(&command, &status);
     Plan {
         command,
         status,
         message,
         requeue,
         happenings: planner.happenings,
+        waits_on_cluster,
     }
+}
+
+/// A run draining, or waiting for a replacement whose launch is under way:
+/// what it waits for is in the cluster. Anything that changes AWS is made
+/// on a description asked at that moment, whatever this says.
+fn waits_on_cluster(command: &Command, status: &RefresherStatus) -> bool {
+    status.run_start.is_some()
+        && matches!(
+            status.phase,
+            RefreshPhase::Draining | RefreshPhase::WaitingForReplacement
+        )
+        && matches!(command, Command::Drain(_) | Command::Nothing)
 }
 
 /// The order a run goes through its phases; a plan only enters a phase of a

@@ -348,3 +348,32 @@ fn a_rollback_after_the_first_node_went_puts_the_nodes_drained_alongside_back() 
     );
     assert_eq!(sim.layout(), vec![("asg-0".to_string(), 4)]);
 }
+
+#[test]
+fn a_run_says_when_it_waits_on_the_cluster_only_and_never_while_it_changes_aws() {
+    let mut sim = Sim::new(Role::Worker, 1, 4, 1);
+    sim.drain_length = 2;
+    let (mut on_cluster, mut on_aws) = (0, 0);
+    for _ in 0..300 {
+        let plan = sim.step(false);
+        if plan.waits_on_cluster {
+            on_cluster += 1;
+            assert!(
+                matches!(
+                    plan.status.phase,
+                    RefreshPhase::Draining | RefreshPhase::WaitingForReplacement
+                ),
+                "{:?}",
+                plan.status.phase
+            );
+        }
+        on_aws += usize::from(plan.command.changes_aws());
+        sim.advance(1);
+        sim.all_join_and_ready();
+        if sim.status.run_start.is_none() && sim.status.last_run.is_some() {
+            break;
+        }
+    }
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert!(on_cluster > 0 && on_aws > 0, "{on_cluster} {on_aws}");
+}

@@ -361,6 +361,16 @@ impl Sim {
     /// simulated group as its effects; `crash` makes it die at that point.
     fn step_with(&mut self, crash: Option<Crash>) -> Plan {
         let plan = self.plan();
+        // Whatever the test: a plan that changes AWS never says it waits on
+        // the cluster (the describe cache would share an old description
+        // longer), and only a run does.
+        assert!(
+            !plan.waits_on_cluster
+                || (!plan.command.changes_aws() && plan.status.run_start.is_some()),
+            "{:?}: {}",
+            plan.command,
+            plan.message
+        );
         if plan.status.run_start.is_some() && self.status.run_start.is_none() {
             self.layouts.push(
                 self.asgs
