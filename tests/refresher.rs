@@ -5,8 +5,8 @@ use snm_testkit as support;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
-use spot_node_manager::crd::Refresher;
 use spot_node_manager::crd::refresher::{RefreshPhase, RunResult};
+use spot_node_manager::crd::{NodeGroup, Refresher};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use support::refresh::*;
@@ -97,8 +97,7 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
             .items
             .is_empty()
     );
-    let g = groups.get("workers").await.expect("group");
-    assert_eq!(g.status.and_then(|s| s.operation), None);
+    lock_released(&groups).await;
 
     // Observable: Events, metrics, status.
     let reasons = support::event_reasons(&world).await;
@@ -454,8 +453,7 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
         assert!(!cordoned, "{name} left cordoned");
     }
     // The lock is back for the replenisher; the failure is visible.
-    let g = groups.get("workers").await.expect("group");
-    assert_eq!(g.status.and_then(|s| s.operation), None);
+    lock_released(&groups).await;
     assert_eventually("a RefreshFailed Event", WAIT, || async {
         (event_count(&world, "RefreshFailed").await >= 1).then_some(())
     })
@@ -693,4 +691,14 @@ async fn with_most_nodes_not_ready_the_circuit_breaker_skips_the_refresh_until_t
     .await;
     let status = assert_run_succeeded(rf, &steady.manager);
     assert!(status.last_run.is_some_and(|r| r.replaced == 3));
+}
+
+/// The group's lock given back: by a write that follows the status that
+/// ends the run, so it is waited for, not read once.
+async fn lock_released(groups: &Api<NodeGroup>) {
+    assert_eventually("the group's lock released", WAIT, || async {
+        let g = groups.get("workers").await.ok()?;
+        g.status?.operation.is_none().then_some(())
+    })
+    .await;
 }
