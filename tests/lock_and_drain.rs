@@ -4,7 +4,8 @@ use snm_testkit as support;
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use spot_node_manager::crd::nodegroup::OperationKind;
 use spot_node_manager::crd::{NodeGroup, Refresher, Replenisher};
 use spot_node_manager::k8s::drain::drain_step;
@@ -179,6 +180,16 @@ async fn create_node(nodes: &Api<Node>, name: &str) {
         .expect("node");
 }
 
+/// Waits until the apiserver's watch cache (what a drain step lists) shows
+/// the pods as `done` says.
+async fn cache_shows(pods: &Api<Pod>, what: &str, done: impl Fn(&[Pod]) -> bool) {
+    support::assert_eventually(what, std::time::Duration::from_secs(30), || async {
+        let listed = pods.list(&ListParams::default().match_any()).await.ok()?;
+        done(&listed.items).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
     let world = World::new("drain").await;
@@ -241,6 +252,10 @@ async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
     support::assert_pdb_allows(&world, 0).await;
 
     let ns = &world.namespace;
+    // A step reads the pods from the apiserver's watch cache, as a drain
+    // polling many nodes must: each step here waits for it to have caught
+    // up with the writes before, as a drain's next poll would.
+    cache_shows(&pods, "the four pods", |p| p.len() == 4).await;
     let first = drain_step(&ctx, &node_name).await.expect("drain step");
     assert_eq!(first.evicted, vec![format!("{ns}/web")]);
     assert_eq!(
@@ -257,6 +272,11 @@ async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
     );
 
     // Blocked again on the next step; the evicted pod is now waited for.
+    cache_shows(&pods, "web terminating", |p| {
+        p.iter()
+            .any(|p| p.name_any() == "web" && p.metadata.deletion_timestamp.is_some())
+    })
+    .await;
     let second = drain_step(&ctx, &node_name).await.expect("drain step");
     assert_eq!(second.blocked, vec![format!("{ns}/db")]);
     assert_eq!(
@@ -283,6 +303,7 @@ async fn drain_evicts_respects_budgets_and_skips_daemonset_and_mirror_pods() {
             .await
             .expect("finish pod");
     }
+    cache_shows(&pods, "web and db gone", |p| p.len() == 2).await;
     let last = drain_step(&ctx, &node_name).await.expect("drain step");
     assert!(last.done(), "{last:?}");
     assert!(pods.get_opt("logs").await.expect("get").is_some());

@@ -28,6 +28,9 @@ pub struct MockApi {
     objects: BTreeMap<String, serde_json::Value>,
     /// Status writes to these paths are answered with a 500.
     refused: Vec<String>,
+    /// Reads of these paths from the watch cache (`resourceVersion=0`)
+    /// answer 404, as a cache that has not seen a new object yet.
+    lagging: Vec<String>,
     cloud: FakeCloud,
     watched: Vec<String>,
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -117,6 +120,7 @@ impl MockApi {
         MockApi {
             objects: BTreeMap::new(),
             refused: vec![],
+            lagging: vec![],
             cloud: cloud.clone(),
             watched: watched.iter().map(|w| w.to_string()).collect(),
             seen: Arc::default(),
@@ -135,8 +139,18 @@ impl MockApi {
         self
     }
 
-    fn answer(&self, method: &str, path: &str) -> (StatusCode, serde_json::Value) {
+    /// The watch cache has not seen the object at `path` yet.
+    pub fn lagging(mut self, path: String) -> Self {
+        self.lagging.push(path);
+        self
+    }
+
+    fn answer(&self, method: &str, path: &str, query: &str) -> (StatusCode, serde_json::Value) {
         let object = |p: &str| self.objects.get(p).cloned();
+        let from_cache = query.split('&').any(|q| q == "resourceVersion=0");
+        if method == "GET" && from_cache && self.lagging.iter().any(|l| l == path) {
+            return not_found();
+        }
         match (method, path.strip_suffix("/status")) {
             ("GET", None) => match object(path) {
                 Some(o) => (StatusCode::OK, o),
@@ -167,6 +181,7 @@ impl MockApi {
             while let Some((request, respond)) = handle.next_request().await {
                 let method = request.method().to_string();
                 let path = request.uri().path().to_string();
+                let query = request.uri().query().unwrap_or_default().to_string();
                 let bytes = request
                     .into_body()
                     .collect_bytes()
@@ -182,7 +197,7 @@ impl MockApi {
                     body: serde_json::from_slice(&bytes).unwrap_or_default(),
                     desired_then,
                 });
-                let (code, answer) = self.answer(&method, &path);
+                let (code, answer) = self.answer(&method, &path, &query);
                 let response = Response::builder()
                     .status(code)
                     .body(Body::from(serde_json::to_vec(&answer).unwrap_or_default()))

@@ -289,14 +289,25 @@ pub fn uncordon_patch() -> serde_json::Value {
 async fn cordon(ctx: &Context, node_name: &str) -> Result<bool> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     // From the watch cache, as every step asks: a stale "not cordoned" only
-    // cordons again (idempotent); a node gone has no pods left either.
-    let node = match nodes
-        .get_with(node_name, &kube::api::GetParams::any())
-        .await
-    {
-        Ok(node) => node,
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
-        Err(e) => return Err(Error::kube(format!("get node {node_name}"))(e)),
+    // cordons again (idempotent). A node gone has no pods left either, but
+    // "gone" ends the drain, so the cache's 404 (it may lag a new Node) is
+    // confirmed by a consistent read.
+    let get = |params: kube::api::GetParams| {
+        let nodes = nodes.clone();
+        async move {
+            match nodes.get_with(node_name, &params).await {
+                Ok(node) => Ok(Some(node)),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+                Err(e) => Err(Error::kube(format!("get node {node_name}"))(e)),
+            }
+        }
+    };
+    let node = match get(kube::api::GetParams::any()).await? {
+        Some(node) => node,
+        None => match get(kube::api::GetParams::default()).await? {
+            Some(node) => node,
+            None => return Ok(false),
+        },
     };
     if node
         .spec
@@ -408,6 +419,31 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    /// A Node the watch cache has not seen yet is not gone: a drain that
+    /// ended on the cache's 404 would report nothing left on a node whose
+    /// pods still run.
+    #[tokio::test]
+    async fn a_node_the_watch_cache_has_not_seen_yet_is_drained_not_taken_for_gone() {
+        use crate::controllers::mock_api::MockApi;
+        let node = serde_json::json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1"}, "spec": {"unschedulable": true}});
+        let leaving = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "ns",
+                         "deletionTimestamp": "2026-11-27T00:00:00Z"},
+            "spec": {"nodeName": "n1", "containers": []}});
+        let pods = serde_json::json!({"apiVersion": "v1", "kind": "PodList",
+            "metadata": {}, "items": [leaving]});
+        let (ctx, _) = MockApi::new(&crate::cloud::fake::FakeCloud::new(), &[])
+            .serve("/api/v1/nodes/n1".into(), &node)
+            .lagging("/api/v1/nodes/n1".into())
+            .serve("/api/v1/pods".into(), &pods)
+            .start()
+            .await;
+        let step = drain_step(&ctx, "n1").await.expect("drain step");
+        assert_eq!(step.waiting, vec!["ns/web".to_string()]);
+        assert!(!step.done());
     }
 
     #[test]

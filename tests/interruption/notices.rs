@@ -106,8 +106,11 @@ async fn duplicates_foreign_instances_and_bad_bodies_never_act_twice_or_block_th
     let warning = spot_warning(&victim, Utc::now());
     queue.send(&warning).await;
     queue.send(&warning).await;
+    // Not ours and past the grace given to an instance the inventory may
+    // not have recorded yet: deleted.
+    let past_grace = Utc::now() - chrono::Duration::seconds(61);
     queue
-        .send(&spot_warning("i-0123456789abcdef0", Utc::now()))
+        .send(&spot_warning("i-0123456789abcdef0", past_grace))
         .await;
     queue.send("{this is not json").await;
     queue

@@ -44,7 +44,7 @@ pub struct MessagePlan {
     /// The notice's kind, or why it was not one (metric label).
     pub kind: &'static str,
     /// What was decided (metric label): acted, ignored, rejected,
-    /// foreign_deleted, foreign_left.
+    /// foreign_deleted, foreign_left, unknown_left.
     pub outcome: &'static str,
     pub steps: Vec<Step>,
     /// Delete the message once every step is carried out.
@@ -54,6 +54,45 @@ pub struct MessagePlan {
     /// When AWS emitted it, for the age-at-action histogram.
     pub noticed: Option<DateTime<Utc>>,
 }
+
+/// A notice none of whose instances is ours.
+fn foreign_plan(notice: &Notice, foreign: ForeignMessages, now: DateTime<Utc>) -> MessagePlan {
+    let ids = notice.instance_ids.join(", ");
+    let (outcome, delete, summary) = match foreign {
+        // Our own queue names an instance the inventory has not recorded
+        // yet (launched, or joined, since its last look): deleted now, a
+        // warning for our newest node would be lost. Left until the
+        // inventory has had its time, then deleted as foreign.
+        ForeignMessages::Delete if now - notice.time < UNKNOWN_GRACE => (
+            "unknown_left",
+            false,
+            format!(
+                "{ids} not in any group's status yet; left on the queue until {} in case the inventory has not recorded it",
+                (notice.time + UNKNOWN_GRACE).to_rfc3339()
+            ),
+        ),
+        ForeignMessages::Delete => ("foreign_deleted", true, format!("{ids} not managed here")),
+        ForeignMessages::Leave => (
+            "foreign_left",
+            false,
+            format!("{ids} not managed here; left on the queue"),
+        ),
+    };
+    MessagePlan {
+        kind: notice.kind.label(),
+        outcome,
+        steps: vec![],
+        delete,
+        summary,
+        noticed: None,
+    }
+}
+
+/// How long a notice naming no instance of ours stays on our own queue
+/// before it is deleted as foreign: the inventory records a new instance
+/// within a few seconds (its ASG looks, a new Node's watch event), so a
+/// notice for it is acted on at its next delivery.
+pub const UNKNOWN_GRACE: chrono::Duration = chrono::Duration::seconds(60);
 
 /// What the owning group's spec says.
 pub trait GroupSpecs {
@@ -102,22 +141,7 @@ pub fn plan(
     };
     let kind = notice.kind.label();
     match dispose(notice, ownership, unmanaged, foreign) {
-        Disposition::Foreign(ForeignMessages::Delete) => base(
-            kind,
-            "foreign_deleted",
-            format!("{} not managed here", notice.instance_ids.join(", ")),
-        ),
-        Disposition::Foreign(ForeignMessages::Leave) => MessagePlan {
-            delete: false,
-            ..base(
-                kind,
-                "foreign_left",
-                format!(
-                    "{} not managed here; left on the queue",
-                    notice.instance_ids.join(", ")
-                ),
-            )
-        },
+        Disposition::Foreign(foreign) => foreign_plan(notice, foreign, now),
         Disposition::Act { ours, unmanaged } => {
             // A notice naming instances no group of ours has may be another
             // handler's too (another cluster's, or a manager's of another
@@ -500,13 +524,25 @@ mod tests {
         );
         assert_eq!((left.outcome, left.delete), ("foreign_left", false));
         assert!(left.steps.is_empty());
+        // On our own queue, a notice for an instance the inventory may not
+        // have recorded yet stays for the grace, then goes.
+        let young = plan(
+            &warning("i-x"),
+            &ownership(),
+            &Unmanaged::default(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+            at_notice() + UNKNOWN_GRACE - chrono::Duration::seconds(1),
+        );
+        assert_eq!((young.outcome, young.delete), ("unknown_left", false));
+        assert!(young.steps.is_empty());
         let deleted = plan(
             &warning("i-x"),
             &ownership(),
             &Unmanaged::default(),
             &Fixed(90),
             ForeignMessages::Delete,
-            at_notice(),
+            at_notice() + UNKNOWN_GRACE,
         );
         assert_eq!((deleted.outcome, deleted.delete), ("foreign_deleted", true));
         let rejected = plan(
@@ -931,14 +967,15 @@ mod tests {
             );
             assert!(p.steps.is_empty(), "{p:?}");
         }
-        // Told to ignore such nodes (no lookup): foreign.
+        // Told to ignore such nodes (no lookup): foreign, once past the
+        // grace for instances the inventory may not have recorded yet.
         let p = plan(
             &warning("i-other"),
             &ownership(),
             &Unmanaged::default(),
             &Fixed(30),
             ForeignMessages::Delete,
-            at_notice(),
+            at_notice() + UNKNOWN_GRACE,
         );
         assert_eq!(p.outcome, "foreign_deleted");
     }
@@ -984,11 +1021,16 @@ mod tests {
             }
             // Kept only on a shared queue: foreign, unreadable, unhandled,
             // or naming other clusters' instances too.
+            // or, on our own queue, naming only instances the inventory may
+            // not have recorded yet, for the grace.
             if !p.delete {
-                proptest::prop_assert!(leave);
+                proptest::prop_assert!(leave || p.outcome == "unknown_left");
             }
-            if !leave {
+            if !leave && p.outcome != "unknown_left" {
                 proptest::prop_assert!(p.delete);
+            }
+            if p.outcome == "unknown_left" {
+                proptest::prop_assert!(!leave && !p.delete);
             }
             if p.outcome == "foreign_left" {
                 proptest::prop_assert!(!p.delete);
@@ -1002,7 +1044,7 @@ mod tests {
         #[test]
         fn any_text_parses_without_panicking(body in "\\PC{0,200}") {
             let p = plan(&parse(&body), &ownership(), &Unmanaged::default(), &Fixed(90), ForeignMessages::Delete, at_notice());
-            proptest::prop_assert!(p.delete);
+            proptest::prop_assert!(p.delete || p.outcome == "unknown_left");
         }
     }
 }
