@@ -31,7 +31,9 @@ async fn master_groups_with_the_same_schedule_never_replace_two_masters_at_once(
         .await;
     let original = all_instances(&world, &kops.asgs).await;
     let sampler = sample(&world, &kops.asgs, 3);
-    let at = once_in(4);
+    // Due together, far enough ahead for a loaded machine's manager to
+    // see all three first (a one-off time seen after it never fires).
+    let at = once_in(12);
     for i in 0..3 {
         schedule_refresh(
             &world,
@@ -293,7 +295,9 @@ async fn worker_groups_under_a_limit_of_one_run_one_after_another_across_a_resta
         .start()
         .await;
     let original = all_instances(&world, &kops.asgs).await;
-    let at = once_in(4);
+    // Due together, far enough ahead for a loaded machine's manager to
+    // see all three first (a one-off time seen after it never fires).
+    let at = once_in(12);
     for i in 0..3 {
         schedule_refresh(
             &world,

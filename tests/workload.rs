@@ -577,10 +577,14 @@ async fn a_refresh_with_max_surge(max_surge: i32) -> usize {
     assert_web_ready(&world, pods).await;
     let web = sample_web(&world);
     let nodes = sample(&world, &kops.asgs, 6);
+    // The budget paces maxSurge drains one pod at a time, each waiting for
+    // the pod before it to be Ready elsewhere: on a loaded machine that
+    // outlasts the tests' usual 30 s drain timeout, which is not what is
+    // tested here.
     schedule_refresh(
         &world,
         "workers",
-        serde_json::json!({"surplusNodes": 1, "maxSurge": max_surge}),
+        serde_json::json!({"surplusNodes": 1, "maxSurge": max_surge, "drainTimeout": "3m"}),
     )
     .await;
     let rf = run_finished(&world, "workers").await;

@@ -44,8 +44,49 @@ pub fn once_in(secs: i64) -> String {
     )
 }
 
-/// Turns refresh on for the group, due a few seconds from now.
+/// Turns refresh on for the group, due a few seconds from now. A one-off
+/// schedule the manager first sees after its time never fires (a new cron
+/// does not catch up), which a loaded machine can make happen: it is set
+/// again, due a few seconds from then, until the Refresher has it ahead.
 pub async fn schedule_refresh(world: &World, name: &str, extra: serde_json::Value) {
+    for _ in 0..5 {
+        let since = Utc::now() - chrono::Duration::seconds(1);
+        let Some(key) = set_refresh(world, name, extra.clone()).await else {
+            return;
+        };
+        if !schedule_missed(world, name, &key, since).await {
+            return;
+        }
+    }
+    panic!("the manager saw every one-off schedule of {name} only after its time");
+}
+
+/// Whether the Refresher took the schedule `key` only after its time: no
+/// next run, none under way, none since `since`. False when it has it
+/// ahead, or says nothing of it within a while (no manager running yet).
+async fn schedule_missed(
+    world: &World,
+    name: &str,
+    key: &str,
+    since: chrono::DateTime<Utc>,
+) -> bool {
+    let refreshers: Api<Refresher> = world.api();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        let status = refreshers.get(name).await.ok().and_then(|r| r.status);
+        if let Some(st) = status.filter(|st| st.next_run_from.as_deref() == Some(key)) {
+            let ran = st.last_run.as_ref().is_some_and(|r| r.started >= since);
+            return st.next_run.is_none() && st.run_start.is_none() && !ran;
+        }
+        tokio::time::sleep(FAST).await;
+    }
+    false
+}
+
+/// Patches the group's refresh; the Refresher's schedule key for it, or
+/// None when `extra` brings a schedule of its own.
+async fn set_refresh(world: &World, name: &str, extra: serde_json::Value) -> Option<String> {
+    let own_schedule = extra.get("schedule").is_some();
     let mut refresh = serde_json::json!({
         "schedule": once_in(3),
         "timeZone": "UTC",
@@ -67,6 +108,9 @@ pub async fn schedule_refresh(world: &World, name: &str, extra: serde_json::Valu
         )
         .await
         .expect("schedule refresh");
+    let schedule = refresh.get("schedule")?.as_str()?;
+    let zone = refresh.get("timeZone")?.as_str()?;
+    (!own_schedule).then(|| format!("{schedule} in {zone}"))
 }
 
 /// The group's nodes, oldest first (launch time, then name): the order a
