@@ -273,12 +273,15 @@ async fn lead_while_elected(
         // Lead until shutdown or until leadership is lost.
         let mut crashed = false;
         loop {
+            // Biased, and checked again: a shutdown ends the controllers at
+            // once (their token is its child), and that is not a crash.
             tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => break,
                 changed = leading.changed() => {
                     if changed.is_err() || !*leading.borrow_and_update() { break }
                 }
-                _ = &mut task => { crashed = true; break }
+                _ = &mut task => { crashed = !shutdown.is_cancelled(); break }
             }
         }
         metrics.leader.set(0);

@@ -118,6 +118,7 @@ async fn exactly_one_of_two_replicas_leads_and_sigterm_hands_over() {
     let started = logs.matches("controller started").count();
     let stopped_before = logs[..released].matches("controller stopped").count();
     assert!(started >= 3, "{logs}");
+    assert!(!logs.contains("stopped unexpectedly"), "{logs}");
     assert_eq!(
         stopped_before, started,
         "the lease was released before every controller stopped:\n{logs}"

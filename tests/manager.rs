@@ -77,6 +77,12 @@ async fn admin_endpoints_answer_on_a_running_manager() {
         "{}",
         manager.logs()
     );
+    // A shutdown stops the controllers; it is not their crash.
+    assert!(
+        !manager.logs().contains("stopped unexpectedly"),
+        "{}",
+        manager.logs()
+    );
 }
 
 #[tokio::test]
