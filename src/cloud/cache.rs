@@ -52,6 +52,14 @@ pub const FAST_FLOOR: Duration = Duration::from_millis(1500);
 /// spent 12 on a refresh waiting 90 s for each node.
 pub const QUIET_FLOOR: Duration = Duration::from_secs(15);
 
+/// How old a description may be and still serve as the fresh read a
+/// mutation is planned on ([`Cloud::forget_older_than`]): one asked by
+/// the same reconcile moments before (or by another controller of the
+/// process), after our own last mutation of the ASG. AWS answers
+/// describes about this far behind anyway; asking again within it was
+/// half of a refresh's calls.
+pub const FRESH_ENOUGH: Duration = Duration::from_secs(2);
+
 /// How long a quiet hint holds unless renewed: a waiter that stops looking
 /// (killed, or its group deleted) does not keep the ASGs quiet.
 pub const QUIET_SPELL: Duration = Duration::from_secs(30);
@@ -281,6 +289,23 @@ impl Cloud for CachedCloud {
         }
     }
 
+    fn forget_older_than(&self, asgs: &[String], age: Duration) {
+        let now = Instant::now();
+        let stale = {
+            let state = self.lock();
+            asgs.iter().any(|n| {
+                state
+                    .asgs
+                    .get(n)
+                    .is_none_or(|e| now.saturating_duration_since(e.described) >= age)
+            })
+        };
+        // All or none: they are described together.
+        if stale {
+            self.forget(asgs);
+        }
+    }
+
     fn quiet(&self, asgs: &[String], quiet: bool) {
         let mut state = self.lock();
         let until = Instant::now() + QUIET_SPELL;
@@ -326,6 +351,22 @@ impl Cloud for CachedCloud {
         let result = self.inner.set_desired_capacity(asg, desired).await;
         // Forgotten whatever the result: a timed-out call may have landed.
         self.forget_names(&[asg]);
+        if result.is_ok() {
+            // A raise's launch cannot have failed yet: its activities are
+            // first asked a fast floor later (when AWS has usually listed
+            // the instance Pending, and there is nothing to ask), not by
+            // the look that follows at once. An ASG already behind keeps
+            // what it knows.
+            let now = Instant::now();
+            self.lock()
+                .launches
+                .entry(asg.to_string())
+                .or_insert(LaunchMemo {
+                    behind_since: now,
+                    asked: Some(now),
+                    failure: None,
+                });
+        }
         result
     }
 
@@ -592,6 +633,70 @@ mod tests {
         age(&cloud, Duration::from_millis(1600), Duration::ZERO);
         look(&cloud, &["a"]).await;
         assert_eq!(fake.calls("describe_groups"), 1);
+    }
+
+    #[tokio::test]
+    async fn a_description_asked_moments_ago_serves_as_the_fresh_read() {
+        let fake = FakeCloud::new();
+        fake.add_group("a", "zone-a", 1, 10, Utc::now());
+        fake.add_group("b", "zone-b", 1, 10, Utc::now());
+        let cloud = cached(&fake, QUIET_FLOOR);
+        let both = names(&["a", "b"]);
+        look(&cloud, &["a", "b"]).await;
+        cloud.forget_older_than(&both, FRESH_ENOUGH);
+        look(&cloud, &["a", "b"]).await;
+        assert_eq!(fake.calls("describe_groups"), 1, "asked moments ago");
+        // One of them older: both asked again, together.
+        let old = Instant::now()
+            .checked_sub(FRESH_ENOUGH)
+            .expect("a clock that has run");
+        if let Some(e) = cloud.lock().asgs.get_mut("b") {
+            e.described = old;
+        }
+        cloud.forget_older_than(&both, FRESH_ENOUGH);
+        look(&cloud, &["a", "b"]).await;
+        assert_eq!(fake.calls("describe_groups"), 2);
+        // Our own mutation: never served from before it.
+        cloud.set_desired_capacity("a", 2).await.expect("raise");
+        cloud.forget_older_than(&both, FRESH_ENOUGH);
+        let seen = look(&cloud, &["a", "b"]).await;
+        assert_eq!(seen[0].desired, 2);
+        assert_eq!(fake.calls("describe_groups"), 3);
+    }
+
+    #[tokio::test]
+    async fn our_own_raise_is_not_asked_about_by_the_look_right_after_it() {
+        let fake = FakeCloud::new();
+        fake.add_group("a", "zone-a", 1, 10, Utc::now());
+        let cloud = cached(&fake, Duration::ZERO);
+        cloud.set_desired_capacity("a", 2).await.expect("raise");
+        // AWS has not listed the new instance yet.
+        fake.set_desired_without_launch("a", 3);
+        look(&cloud, &["a"]).await;
+        assert_eq!(
+            fake.calls("launch_failure"),
+            0,
+            "nothing can have failed yet"
+        );
+        // A fast floor later, still behind: asked.
+        if let Some(m) = cloud.lock().launches.get_mut("a") {
+            m.asked = Instant::now().checked_sub(FAST_FLOOR);
+        }
+        look(&cloud, &["a"]).await;
+        assert_eq!(fake.calls("launch_failure"), 1);
+        // An ASG already behind with a failure keeps it across our raise.
+        fake.set_recent_failure("a", Some("InsufficientInstanceCapacity"));
+        if let Some(m) = cloud.lock().launches.get_mut("a") {
+            m.asked = Instant::now().checked_sub(FAST_FLOOR);
+        }
+        look(&cloud, &["a"]).await;
+        cloud.set_desired_capacity("a", 4).await.expect("raise");
+        fake.set_desired_without_launch("a", 5);
+        let seen = look(&cloud, &["a"]).await;
+        assert_eq!(
+            seen[0].recent_failure.as_deref(),
+            Some("InsufficientInstanceCapacity")
+        );
     }
 
     #[tokio::test]

@@ -201,6 +201,13 @@ pub trait Cloud: Send + Sync {
     /// Forgets any shared description of these ASGs, so the next describe
     /// asks AWS (see [`cache::CachedCloud`]); nothing to forget otherwise.
     fn forget(&self, _asgs: &[String]) {}
+    /// The same, unless every one of them was described less than `age`
+    /// ago (after our own last mutation of it, which forgets it): the
+    /// fresh read a mutation is planned on, without asking twice within a
+    /// reconcile.
+    fn forget_older_than(&self, asgs: &[String], _age: std::time::Duration) {
+        self.forget(asgs)
+    }
     /// Whether what waits on these ASGs now waits on the cluster only (a
     /// drain, a replacement's Node to be Ready): while it does, a shared
     /// description is kept longer (see [`cache::QUIET_FLOOR`]); nothing is

@@ -4,6 +4,7 @@
 
 use super::authority::{self, ControlPlane};
 use super::group_view::{AsgView, GroupFacts, GroupNode, group_nodes, ready_while_pending};
+use crate::cloud::cache::FRESH_ENOUGH;
 use crate::cloud::{AsgDescription, Cloud};
 use crate::context::Context;
 use crate::crd::nodegroup::OperationKind;
@@ -180,10 +181,12 @@ impl ObservedGroup {
         Ok(())
     }
 
-    /// The same, asking AWS now rather than sharing a recent description:
-    /// what a plan about to call AWS must be based on.
+    /// The same, asking AWS now rather than sharing a description older
+    /// than [`FRESH_ENOUGH`] (one this reconcile asked moments before
+    /// serves): what a plan about to call AWS must be based on.
     pub async fn describe_fresh(&self) -> Result<DescribedAsgs, Error> {
-        self.cloud.forget(&self.group.spec.asg_names());
+        self.cloud
+            .forget_older_than(&self.group.spec.asg_names(), FRESH_ENOUGH);
         self.describe().await
     }
 }
