@@ -292,22 +292,20 @@ async fn cordon(ctx: &Context, node_name: &str) -> Result<bool> {
     // cordons again (idempotent). A node gone has no pods left either, but
     // "gone" ends the drain, so the cache's 404 (it may lag a new Node) is
     // confirmed by a consistent read.
-    let get = |params: kube::api::GetParams| {
-        let nodes = nodes.clone();
-        async move {
-            match nodes.get_with(node_name, &params).await {
-                Ok(node) => Ok(Some(node)),
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-                Err(e) => Err(Error::kube(format!("get node {node_name}"))(e)),
-            }
-        }
-    };
-    let node = match get(kube::api::GetParams::any()).await? {
-        Some(node) => node,
-        None => match get(kube::api::GetParams::default()).await? {
+    let node = match nodes
+        .get_with(node_name, &kube::api::GetParams::any())
+        .await
+    {
+        Ok(node) => node,
+        Err(kube::Error::Api(s)) if s.code == 404 => match nodes
+            .get_opt(node_name)
+            .await
+            .map_err(Error::kube(format!("get node {node_name}")))?
+        {
             Some(node) => node,
             None => return Ok(false),
         },
+        Err(e) => return Err(Error::kube(format!("get node {node_name}"))(e)),
     };
     if node
         .spec
