@@ -4,11 +4,24 @@ use spot_node_manager::{crd, manager, preview as previews, reference, telemetry}
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
-// Two workers whatever the core count: the manager waits on the network;
-// a worker per core (64 on a large node) costs a stack and a malloc arena
-// each for nothing.
-#[tokio::main(worker_threads = 2)]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    spot_node_manager::heap_trim::configure();
+    // Two workers whatever the core count: the manager waits on the network;
+    // a worker per core (64 on a large node) costs a stack each for nothing.
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(e) => {
+            eprintln!("spot-node-manager: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Crd { out_dir } => print_crds(out_dir),
