@@ -23,11 +23,16 @@
 //! `REFRESH_THROTTLE=0.3` for a run during which the emulator refuses a
 //! random 30% of the manager's AWS requests with Throttling). Under `cargo
 //! test` a quick run with 3 nodes and maxSurge 1.
-//! Prints a table; asserts only that runs succeed and the workload stays
-//! within its budget.
+//! Prints a table, and for `maxSurge: 1` where the run's time went: each
+//! launch to its Node Ready (AWS and the kubelet, from the manager's log and
+//! a watch on the Nodes) and each Node Ready to the launch that waited for
+//! it (the manager's own time). Asserts only that runs succeed and the
+//! workload stays within its budget.
 
 use snm_testkit as support;
 
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use support::ZONES;
 use support::refresh::*;
@@ -45,7 +50,112 @@ fn node_ready() -> Duration {
     LAUNCH_LAG + PENDING.max(REGISTER + READY + SIM_POLL)
 }
 
+/// Where a run's time went, from the manager's log (when each launch was
+/// asked for) and a watch on the Nodes (when each new one turned Ready).
+#[derive(Default)]
+struct Timeline {
+    /// Run start to its first launch.
+    start: f64,
+    /// Each launch to its Node Ready: the emulator and the simulated
+    /// kubelet (the bound's node-ready is their model).
+    node_ready: Vec<f64>,
+    /// Each Node Ready to the next launch that waited for it: the
+    /// manager's own time (observe, decide, act) on the critical path.
+    reaction: Vec<f64>,
+    /// The last Node Ready to the run's end (the surplus removed).
+    end: f64,
+}
+
+/// When each new Node of this world was first seen Ready, through a watch
+/// (milliseconds after the simulated kubelet's write).
+struct ReadyWatch {
+    seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, DateTime<Utc>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn watch_ready(world: &support::World, before: BTreeSet<String>) -> ReadyWatch {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, DateTime<Utc>>>> =
+        Default::default();
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(world.client.clone());
+    let config = watcher::Config::default().labels(&format!(
+        "{}={}",
+        support::sim::SIM_ACCOUNT_LABEL,
+        world.account
+    ));
+    let into = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher(api, config));
+        while let Some(event) = events.next().await {
+            let (Ok(watcher::Event::Apply(node)) | Ok(watcher::Event::InitApply(node))) = event
+            else {
+                continue;
+            };
+            let name = kube::ResourceExt::name_any(&node);
+            if spot_node_manager::k8s::node::is_ready(&node) && !before.contains(&name) {
+                let mut seen = into.lock().expect("ready map");
+                seen.entry(name).or_insert_with(Utc::now);
+            }
+        }
+    });
+    ReadyWatch { seen, task }
+}
+
+impl ReadyWatch {
+    fn stop(self) -> Vec<DateTime<Utc>> {
+        self.task.abort();
+        let seen = self.seen.lock().expect("ready map");
+        let mut times: Vec<DateTime<Utc>> = seen.values().copied().collect();
+        times.sort();
+        times
+    }
+}
+
+/// The launches the run asked for (the surplus and each replacement
+/// launched ahead), from the manager's log.
+fn launches(log: &str) -> Vec<DateTime<Utc>> {
+    let mut times: Vec<DateTime<Utc>> = log
+        .lines()
+        .filter(|l| l.contains("mutated action=\"set_desired_capacity\""))
+        .filter(|l| l.contains("adding surplus") || l.contains("launching the replacement"))
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    times.sort();
+    times
+}
+
+fn timeline(
+    started: DateTime<Utc>,
+    finished: DateTime<Utc>,
+    launched: &[DateTime<Utc>],
+    ready: &[DateTime<Utc>],
+) -> Timeline {
+    let secs =
+        |from: DateTime<Utc>, to: DateTime<Utc>| (to - from).num_milliseconds() as f64 / 1000.0;
+    // One launch, one new node: in order, they pair up.
+    let pairs: Vec<(DateTime<Utc>, DateTime<Utc>)> = launched
+        .iter()
+        .copied()
+        .zip(ready.iter().copied())
+        .collect();
+    let reaction = pairs
+        .windows(2)
+        .filter_map(|w| {
+            let (previous_ready, next_launch) = (w[0].1, w[1].0);
+            (next_launch > previous_ready).then(|| secs(previous_ready, next_launch))
+        })
+        .collect();
+    Timeline {
+        start: launched.first().map_or(0.0, |l| secs(started, *l)),
+        node_ready: pairs.iter().map(|(l, r)| secs(*l, *r)).collect(),
+        reaction,
+        end: ready.last().map_or(0.0, |r| secs(*r, finished)),
+    }
+}
+
 struct Figures {
+    timeline: Timeline,
     nodes: usize,
     surge: &'static str,
     run: f64,
@@ -129,6 +239,14 @@ async fn measure(nodes: usize, surge: &'static str) -> Figures {
     );
     let workload = sample_web(&world);
     let sampler = sample(&world, &kops.asgs, nodes as i32);
+    let before: BTreeSet<String> = world
+        .nodes()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .map(kube::ResourceExt::name_any)
+        .collect();
+    let ready_watch = watch_ready(&world, before);
     let max_surge = match surge.parse::<i64>() {
         Ok(n) => serde_json::json!(n),
         Err(_) => serde_json::json!(surge),
@@ -152,6 +270,7 @@ async fn measure(nodes: usize, surge: &'static str) -> Figures {
     }
     let samples = sampler.stop();
     let workload = workload.stop();
+    let ready = ready_watch.stop();
     let last = assert_run_succeeded(rf, &manager)
         .last_run
         .expect("last run");
@@ -164,7 +283,14 @@ async fn measure(nodes: usize, surge: &'static str) -> Figures {
     let mean_replacement = metric("spot_node_manager_node_replacement_duration_seconds_sum")
         / metric("spot_node_manager_node_replacement_duration_seconds_count");
     let surplus_minutes = samples.extra_instance_secs / 60.0;
+    let timeline = timeline(
+        last.started,
+        last.finished.unwrap_or(last.started),
+        &launches(&manager.logs()),
+        &ready,
+    );
     Figures {
+        timeline,
         nodes,
         surge,
         run,
@@ -243,6 +369,26 @@ fn main() {
                 f.pods.saturating_sub(f.budget)
             )
         );
+        let t = &f.timeline;
+        let one_at_a_time = f.surge == "1";
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        if one_at_a_time {
+            println!(
+                "      against N x the measured node-ready ({:.1} s): {:.2}; where it went: start to the first launch {:.2} s; {} launches to their Node Ready, mean {:.2} s (max {:.2}: AWS and the kubelet); {} Node Ready to a launch that waited for it, mean {:.2} s (max {:.2}), {:.1} s in all (the manager; with a workload, the drains too); the last Ready to the run's end {:.2} s",
+                f.nodes as f64 * mean(&t.node_ready),
+                f.run / (f.nodes as f64 * mean(&t.node_ready)),
+                t.start,
+                t.node_ready.len(),
+                mean(&t.node_ready),
+                max(&t.node_ready),
+                t.reaction.len(),
+                mean(&t.reaction),
+                max(&t.reaction),
+                t.reaction.iter().sum::<f64>(),
+                t.end
+            );
+        }
         assert!(
             f.min_ready_pods + f.budget >= f.pods,
             "the workload fell below its budget's floor"
