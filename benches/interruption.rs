@@ -63,6 +63,50 @@ fn counter(metrics: &str, name: &str, filter: &str) -> f64 {
         .sum()
 }
 
+/// The apiserver's own counters of Node requests, per verb: how many, and
+/// their summed duration as it timed them (`apiserver_request_duration_seconds`:
+/// from its receipt of a request to its answer, etcd included).
+async fn apiserver_node_requests(client: &kube::Client) -> BTreeMap<String, (f64, f64)> {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let Ok(text) = client.request_text(request).await else {
+        return BTreeMap::new();
+    };
+    let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for line in text.lines() {
+        let (which, rest) =
+            if let Some(r) = line.strip_prefix("apiserver_request_duration_seconds_count{") {
+                (0, r)
+            } else if let Some(r) = line.strip_prefix("apiserver_request_duration_seconds_sum{") {
+                (1, r)
+            } else {
+                continue;
+            };
+        if !rest.contains("resource=\"nodes\"") || !rest.contains("subresource=\"\"") {
+            continue;
+        }
+        let Some(verb) = rest
+            .split("verb=\"")
+            .nth(1)
+            .and_then(|v| v.split('"').next())
+        else {
+            continue;
+        };
+        let value: f64 = rest
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        let entry = out.entry(format!("{verb} nodes")).or_default();
+        match which {
+            0 => entry.0 += value,
+            _ => entry.1 += value,
+        }
+    }
+    out
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
@@ -99,7 +143,16 @@ async fn measure(nodes: usize, separate: bool) -> Figures {
     let pods_api: Api<k8s_openapi::api::core::v1::Pod> = world.api();
     let before = steady.manager.assert_metrics().await;
     // Watching before the first send (its initial list in well before).
-    let seen = watch_marks(world, nodes);
+    let (all_marked, when_all_marked) = tokio::sync::oneshot::channel();
+    let seen = watch_marks(world, nodes, all_marked);
+    // The apiserver's own timing of the Node reads and writes, from just
+    // before the first send until the last mark is seen.
+    let apiserver_before = apiserver_node_requests(&world.client).await;
+    let apiserver_client = world.client.clone();
+    let apiserver = tokio::spawn(async move {
+        let _ = when_all_marked.await;
+        apiserver_node_requests(&apiserver_client).await
+    });
     let evicted = all_gone_from(pods_api.clone(), instances.clone());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let first_sent = Instant::now();
@@ -133,6 +186,17 @@ async fn measure(nodes: usize, separate: bool) -> Figures {
         .duration_since(first_sent)
         .as_secs_f64();
     let incomplete = drained.values().filter(|left| **left > 0).count();
+    let apiserver_after = apiserver.await.expect("the apiserver's counters");
+    for (what, (count, secs)) in &apiserver_after {
+        let (count0, secs0) = apiserver_before.get(what).copied().unwrap_or_default();
+        let n = count - count0;
+        if n > 0.0 {
+            eprintln!(
+                "apiserver until the last mark: {what} {n}, mean {:.3} s each as the apiserver timed it",
+                (secs - secs0) / n
+            );
+        }
+    }
     assert_eventually("every message deleted", WAIT, || async {
         (queue.remaining().await == 0).then_some(())
     })
@@ -219,12 +283,17 @@ struct Seen {
 }
 
 /// Watches until `nodes` drains have ended.
-fn watch_marks(world: &support::World, nodes: usize) -> tokio::task::JoinHandle<Seen> {
+fn watch_marks(
+    world: &support::World,
+    nodes: usize,
+    all_marked: tokio::sync::oneshot::Sender<()>,
+) -> tokio::task::JoinHandle<Seen> {
     use futures::StreamExt;
     use kube::runtime::watcher;
     let api: Api<Node> = Api::all(world.client.clone());
     let selector = format!("{}={}", support::sim::SIM_ACCOUNT_LABEL, world.account);
     tokio::spawn(async move {
+        let mut all_marked = Some(all_marked);
         let mut seen = Seen::default();
         let stream = watcher::watcher(api, watcher::Config::default().labels(&selector));
         let mut stream = std::pin::pin!(stream);
@@ -241,6 +310,11 @@ fn watch_marks(world: &support::World, nodes: usize) -> tokio::task::JoinHandle<
                     seen.drained.entry(r.instance_id.clone()).or_insert(left);
                 }
                 seen.marked.entry(r.instance_id).or_insert(now);
+                if seen.marked.len() == nodes
+                    && let Some(tell) = all_marked.take()
+                {
+                    let _ = tell.send(());
+                }
             }
         }
         seen
