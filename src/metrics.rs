@@ -52,7 +52,7 @@ pub struct MutationLabels {
 pub struct InterruptionLabels {
     /// The notice's kind, or why it was not one (malformed, unknown_kind, ...).
     pub kind: &'static str,
-    /// acted | ignored | rejected | foreign_deleted | foreign_left | unknown_left | failed
+    /// acted | ignored | rejected | foreign_deleted | foreign_left | unknown_left | unjoined_left | failed
     pub outcome: &'static str,
 }
 
@@ -241,7 +241,7 @@ impl Metrics {
         );
         r.register(
             "interruption_messages",
-            "Interruption queue messages handled, per notice kind and outcome: acted, unmanaged (a node no NodeGroup lists, drained), ignored, rejected (unreadable), foreign_deleted, foreign_left, unknown_left (not recorded by the inventory yet: left for a minute), failed",
+            "Interruption queue messages handled, per notice kind and outcome: acted, unmanaged (a node no NodeGroup lists, drained), ignored, rejected (unreadable), foreign_deleted, foreign_left, unknown_left (not recorded by the inventory yet: left for a minute), unjoined_left (ours, its Node not joined yet: left until the drain deadline), failed",
             self.interruption_messages.clone(),
         );
         r.register(

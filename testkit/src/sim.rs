@@ -261,7 +261,12 @@ impl SimKubelet {
                 continue;
             };
             let first_seen = *self.first_seen.entry(id.to_string()).or_insert(now);
-            if member.never_join || now.duration_since(first_seen) < self.config.register_delay {
+            // Never joining stops registration only: a Node that joined
+            // before its ASG was tagged keeps its kubelet (Lease, status).
+            let joined = existing.contains_key(*id);
+            if (member.never_join && !joined)
+                || now.duration_since(first_seen) < self.config.register_delay
+            {
                 continue;
             }
             if member.dead && existing.contains_key(*id) {

@@ -159,6 +159,10 @@ async fn launch(world: &support::World, asg: &str, on: bool) {
             .send()
             .await
             .expect("suspend Launch");
+        // A description the manager asked before the suspension may serve
+        // its next decision for up to FRESH_ENOUGH (docs/operations.md):
+        // the tests that count raises want the suspension seen.
+        tokio::time::sleep(spot_node_manager::cloud::cache::FRESH_ENOUGH).await;
     }
 }
 

@@ -312,6 +312,10 @@ async fn carry_out(
             } => {
                 complete_unjoined(ctx, groups, owner, instance_id, action).await?;
             }
+            // The message stays; its next delivery finds the Node.
+            Step::AwaitNode { instance_id, .. } => {
+                debug!(controller = CONTROLLER, instance = %instance_id, "no Node has joined for it yet; the message stays on the queue");
+            }
             Step::Note {
                 owner,
                 reason,
