@@ -67,41 +67,27 @@ fn counter(metrics: &str, name: &str, filter: &str) -> f64 {
 /// their summed duration as it timed them (`apiserver_request_duration_seconds`:
 /// from its receipt of a request to its answer, etcd included).
 async fn apiserver_node_requests(client: &kube::Client) -> BTreeMap<String, (f64, f64)> {
-    let request = http::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("request");
-    let Ok(text) = client.request_text(request).await else {
+    let Ok(text) = support::apiserver_metrics(client).await else {
         return BTreeMap::new();
     };
     let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for line in text.lines() {
-        let (which, rest) =
-            if let Some(r) = line.strip_prefix("apiserver_request_duration_seconds_count{") {
-                (0, r)
-            } else if let Some(r) = line.strip_prefix("apiserver_request_duration_seconds_sum{") {
-                (1, r)
-            } else {
-                continue;
-            };
-        if !rest.contains("resource=\"nodes\"") || !rest.contains("subresource=\"\"") {
-            continue;
-        }
-        let Some(verb) = rest
-            .split("verb=\"")
-            .nth(1)
-            .and_then(|v| v.split('"').next())
-        else {
+        let which = if line.starts_with("apiserver_request_duration_seconds_count{") {
+            0
+        } else if line.starts_with("apiserver_request_duration_seconds_sum{") {
+            1
+        } else {
             continue;
         };
-        let value: f64 = rest
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
+        let plain_nodes = support::series_label(line, "resource") == Some("nodes")
+            && support::series_label(line, "subresource") == Some("");
+        let Some(verb) = support::series_label(line, "verb").filter(|_| plain_nodes) else {
+            continue;
+        };
         let entry = out.entry(format!("{verb} nodes")).or_default();
         match which {
-            0 => entry.0 += value,
-            _ => entry.1 += value,
+            0 => entry.0 += support::series_value(line),
+            _ => entry.1 += support::series_value(line),
         }
     }
     out

@@ -41,18 +41,9 @@ const READ: &[&str] = &[
 /// The apiserver's counters of reads: per "VERB resource", requests and
 /// bytes sent.
 async fn apiserver_counts(client: &kube::Client) -> BTreeMap<String, (f64, f64)> {
-    let request = http::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("request");
-    let text = client
-        .request_text(request)
+    let text = support::apiserver_metrics(client)
         .await
         .expect("apiserver metrics");
-    let label = |line: &str, key: &str| {
-        let from = line.find(&format!("{key}=\""))? + key.len() + 2;
-        let len = line[from..].find('"')?;
-        Some(line[from..from + len].to_string())
-    };
     let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for line in text.lines() {
         let which = if line.starts_with("apiserver_request_total{") {
@@ -63,16 +54,16 @@ async fn apiserver_counts(client: &kube::Client) -> BTreeMap<String, (f64, f64)>
             continue;
         };
         let (Some(verb), Some(resource), Some(scope)) = (
-            label(line, "verb"),
-            label(line, "resource"),
-            label(line, "scope"),
+            support::series_label(line, "verb"),
+            support::series_label(line, "resource"),
+            support::series_label(line, "scope"),
         ) else {
             continue;
         };
         // Reads only, and a namespace's lists of the kinds the preview reads
         // cluster-wide are the namespace controller's (emptying an earlier
         // world's namespace), not the preview's.
-        let ours = match (verb.as_str(), scope.as_str()) {
+        let ours = match (verb, scope) {
             ("GET", _) => true,
             ("LIST", "namespace") => resource == "nodegroups",
             ("LIST", _) => true,
@@ -81,11 +72,7 @@ async fn apiserver_counts(client: &kube::Client) -> BTreeMap<String, (f64, f64)>
         if !ours {
             continue;
         }
-        let value: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
+        let value = support::series_value(line);
         let entry = out.entry(format!("{verb} {resource}")).or_default();
         match which {
             0 => entry.0 += value,

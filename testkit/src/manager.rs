@@ -239,6 +239,33 @@ impl Drop for ManagerProcess {
     }
 }
 
+/// The apiserver's own metrics, as exposed at `/metrics`.
+pub async fn apiserver_metrics(client: &kube::Client) -> kube::Result<String> {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("a GET request");
+    client.request_text(request).await
+}
+
+/// A label's value on one exposed series line (`verb` in
+/// `apiserver_request_total{verb="GET",...} 3`).
+pub fn series_label<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    // Whole label names only: `resource` is not the end of `subresource`.
+    let at = [format!("{{{key}=\""), format!(",{key}=\"")]
+        .iter()
+        .find_map(|k| line.find(k.as_str()).map(|i| i + k.len()))?;
+    let len = line[at..].find('"')?;
+    Some(&line[at..at + len])
+}
+
+/// The value at the end of one exposed series line (0 if unreadable).
+pub fn series_value(line: &str) -> f64 {
+    line.rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// The value of one series (name with its labels, as exposed) in a metrics text.
 pub fn metric(metrics: &str, series: &str) -> Option<f64> {
     let prefix = format!("{series} ");
@@ -370,5 +397,20 @@ impl World {
         args.extend_from_slice(extra);
         let process = ManagerProcess::start_binary(binary, self, self.kubeconfig(), &args, env);
         (process, config)
+    }
+}
+
+#[cfg(test)]
+mod series_tests {
+    use super::*;
+
+    #[test]
+    fn a_label_is_read_by_its_whole_name() {
+        let line = r#"apiserver_request_duration_seconds_count{resource="nodes",scope="resource",subresource="status",verb="PATCH"} 12"#;
+        assert_eq!(series_label(line, "resource"), Some("nodes"));
+        assert_eq!(series_label(line, "subresource"), Some("status"));
+        assert_eq!(series_label(line, "verb"), Some("PATCH"));
+        assert_eq!(series_label(line, "source"), None);
+        assert_eq!(series_value(line), 12.0);
     }
 }
