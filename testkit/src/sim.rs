@@ -17,7 +17,9 @@
 //! nodes report NotReady: a kubelet alive but not ready) and [`DEAD_TAG`]
 //! (comma-separated instance ids whose kubelet is dead: no Lease renewal,
 //! no status, no pod ever run or let go; the node lifecycle controller
-//! marks the Node Unknown once its grace, 40 s, has passed).
+//! marks the Node Unknown once its grace, 40 s, has passed). A test that
+//! needs the Nth launch of an operation to be the first that never joins
+//! sets a [`JoinBudget`] before it starts (`SimGuard::limit_joins`).
 //!
 //! It only touches Nodes labelled with its own [`SIM_ACCOUNT_LABEL`], so tests
 //! sharing one apiserver (each with its own emulator account) stay apart.
@@ -105,6 +107,33 @@ pub struct SimKubelet {
     /// The members seen last step: an instance detached from its ASG (as
     /// kops's rolling update does) keeps running, and its kubelet with it.
     former: BTreeMap<String, Member>,
+    /// How many more instances may register, when a test limits it.
+    joins: JoinBudget,
+}
+
+/// A test's limit on how many more instances join: set before an operation
+/// starts, it decides exactly which launch is the first never to join (a
+/// tag set once something is seen races the next launch's registration).
+#[derive(Clone, Default)]
+pub struct JoinBudget(std::sync::Arc<std::sync::Mutex<Option<usize>>>);
+
+impl JoinBudget {
+    /// From now on, at most `n` more instances register; the rest never do.
+    pub fn limit(&self, n: usize) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(n);
+    }
+
+    fn allows_one(&self) -> bool {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) != Some(0)
+    }
+
+    /// Counts a registration done (after it succeeded: one refused by the
+    /// apiserver is tried again and must not cost twice).
+    fn spend_one(&self) {
+        if let Some(n) = self.0.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            *n = n.saturating_sub(1);
+        }
+    }
 }
 
 impl SimKubelet {
@@ -123,7 +152,13 @@ impl SimKubelet {
             renewed_at: HashMap::new(),
             pod_seen: HashMap::new(),
             former: BTreeMap::new(),
+            joins: JoinBudget::default(),
         }
+    }
+
+    /// The handle a test limits joins through.
+    pub fn join_budget(&self) -> JoinBudget {
+        self.joins.clone()
     }
 
     pub async fn run(mut self, shutdown: CancellationToken) {
@@ -275,8 +310,12 @@ impl SimKubelet {
             }
             let zone = instance.availability_zone.clone().unwrap_or_default();
             if !existing.contains_key(*id) {
+                if !self.joins.allows_one() {
+                    continue;
+                }
                 self.register(id, &zone, instance.instance_type.as_deref(), member)
                     .await?;
+                self.joins.spend_one();
                 self.registered_at.insert(id.to_string(), now);
             }
             let registered = *self.registered_at.entry(id.to_string()).or_insert(now);

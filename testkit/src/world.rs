@@ -112,10 +112,12 @@ impl World {
                 ..Default::default()
             },
         );
+        let joins = sim.join_budget();
         tokio::spawn(sim.run(token.clone()));
         SimGuard {
             token,
             account: self.account.clone(),
+            joins,
         }
     }
 }
@@ -157,6 +159,14 @@ fn delete_nodes_of(account: &str) {
 pub struct SimGuard {
     token: tokio_util::sync::CancellationToken,
     account: String,
+    joins: crate::sim::JoinBudget,
+}
+
+impl SimGuard {
+    /// From now on, at most `n` more instances join; the rest never do.
+    pub fn limit_joins(&self, n: usize) {
+        self.joins.limit(n);
+    }
 }
 
 impl Drop for SimGuard {
