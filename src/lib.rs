@@ -2,6 +2,7 @@
 //! regularly refreshed. See docs/concepts/ for what each controller does.
 
 pub mod admin;
+pub mod apiserver_client;
 pub mod clock;
 pub mod cloud;
 pub mod config;

@@ -43,14 +43,14 @@ pub fn spawn_signal_handler(shutdown: CancellationToken) {
 }
 
 pub async fn kube_client(settings: &Settings) -> Result<kube::Client> {
-    kube::Client::try_from(kube_config(settings).await?).map_err(Error::kube("build client"))
+    crate::apiserver_client::build(kube_config(settings).await?)
 }
 
 /// A client that surfaces HTTP 429 at once (for evictions).
 pub async fn kube_client_without_retry(settings: &Settings) -> Result<kube::Client> {
     let mut config = kube_config(settings).await?;
     config.default_retry = false;
-    kube::Client::try_from(config).map_err(Error::kube("build eviction client"))
+    crate::apiserver_client::build(config)
 }
 
 async fn kube_config(settings: &Settings) -> Result<kube::Config> {

@@ -155,3 +155,38 @@ async fn invalid_specs_are_reported_as_false_conditions_and_events() {
     .await;
     drop(manager);
 }
+
+/// Both of the manager's clients (its own and the evictions', which does not
+/// retry) speak HTTP/2 to the apiserver: requests in flight at once are
+/// streams of one connection, not a connection and a TLS handshake each (a
+/// burst of 150 spot warnings opened about 200 over HTTP/1.1).
+#[tokio::test]
+async fn the_manager_speaks_http2_to_the_apiserver() {
+    use spot_node_manager::manager::{kube_client, kube_client_without_retry};
+    let mut settings = spot_node_manager::config::Settings::resolve(
+        &Default::default(),
+        Default::default(),
+        |_| None,
+    )
+    .expect("default settings");
+    settings.kubeconfig = Some(support::control_plane().kubeconfig.clone());
+    let clients = [
+        kube_client(&settings).await.expect("client"),
+        kube_client_without_retry(&settings)
+            .await
+            .expect("eviction client"),
+    ];
+    for client in clients {
+        let sent = (0..16).map(|_| {
+            let request = http::Request::get("/version")
+                .body(kube::client::Body::empty())
+                .expect("request");
+            client.send(request)
+        });
+        for response in futures::future::join_all(sent).await {
+            let response = response.expect("GET /version");
+            assert!(response.status().is_success(), "{}", response.status());
+            assert_eq!(response.version(), http::Version::HTTP_2);
+        }
+    }
+}
