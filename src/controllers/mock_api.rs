@@ -1,5 +1,5 @@
-//! For the reconcile tests: a mocked apiserver (kube's tower-test mock
-//! service) serving the objects a test sets up, recording every request with
+//! For the reconcile tests: a mocked apiserver (a tower service that hands
+//! each request to a task of the test's) serving the objects a test sets up, recording every request with
 //! the fake cloud's desired counts at that moment, and a controller Context
 //! over it and the fake cloud.
 
@@ -10,6 +10,7 @@ use http::{Request, Response, StatusCode};
 use kube::client::Body;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot};
 
 pub const NS: &str = "team";
 
@@ -174,11 +175,28 @@ impl MockApi {
     /// A Context whose client talks to this apiserver, and the log of what
     /// it was asked. The server runs until the Context is dropped.
     pub async fn start(self) -> (Arc<Context>, Arc<Mutex<Vec<Seen>>>) {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        // Our own channel, not tower-test: that crate turns on tokio's
+        // `test-util` for the whole test build, so every crate above tokio
+        // (the AWS SDK included) was compiled twice from cold, once with it
+        // and once without (clippy of the product, the image).
+        type Exchange = (Request<Body>, oneshot::Sender<Response<Body>>);
+        let (sender, mut requests) = mpsc::unbounded_channel::<Exchange>();
+        let service = tower::service_fn(move |request: Request<Body>| {
+            let sender = sender.clone();
+            async move {
+                let (respond, response) = oneshot::channel();
+                sender
+                    .send((request, respond))
+                    .map_err(|_| "mock apiserver stopped")?;
+                response
+                    .await
+                    .map_err(|_| "mock apiserver dropped the request")
+            }
+        });
         let seen = self.seen.clone();
         let cloud = self.cloud.clone();
         tokio::spawn(async move {
-            while let Some((request, respond)) = handle.next_request().await {
+            while let Some((request, respond)) = requests.recv().await {
                 let method = request.method().to_string();
                 let path = request.uri().path().to_string();
                 let query = request.uri().query().unwrap_or_default().to_string();
@@ -202,7 +220,8 @@ impl MockApi {
                     .status(code)
                     .body(Body::from(serde_json::to_vec(&answer).unwrap_or_default()))
                     .expect("response");
-                respond.send_response(response);
+                // The client may have given up on it (a test's timeout).
+                let _ = respond.send(response);
             }
         });
         let client = kube::Client::new(service, NS);
