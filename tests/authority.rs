@@ -248,11 +248,7 @@ async fn a_repair_whose_node_comes_back_is_given_up_and_the_group_settles() {
         "the recovered node was kept"
     );
     assert_eq!(world.terminations(&kops.asgs, &victim).await, 0);
-    let reasons = support::cluster::event_reasons(&world).await;
-    assert!(
-        reasons.iter().any(|r| r == "RepairAbandoned"),
-        "{reasons:?}"
-    );
+    support::cluster::assert_events(&world, &["RepairAbandoned"]).await;
 
     // Nothing is left holding the group: a refresh runs to its end.
     support::cluster::pdb_api(&world)

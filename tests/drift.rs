@@ -408,11 +408,7 @@ async fn a_kops_rolling_update_that_terminates_first_is_not_answered_by_the_mana
             .any(|c| c.type_ == "ExternalUpdate" && c.reason == "KopsRollingUpdate"),
         "{seen:?}"
     );
-    let reasons = support::cluster::event_reasons(&s.world).await;
-    assert!(
-        reasons.iter().any(|r| r == "KopsRollingUpdate"),
-        "{reasons:?}"
-    );
+    support::cluster::assert_events(&s.world, &["KopsRollingUpdate"]).await;
     s.status_where("3 Ready, no external update", |st| {
         st.ready_nodes == Some(3) && st.state == Some(GroupState::Ready)
     })

@@ -110,11 +110,7 @@ impl Drop for Versions {
 
 /// An Event with `reason` was recorded in the world's namespace.
 async fn assert_event(world: &World, reason: &str) {
-    let reasons = support::cluster::event_reasons(world).await;
-    assert!(
-        reasons.iter().any(|r| r == reason),
-        "no {reason} in {reasons:?}"
-    );
+    support::cluster::assert_events(world, &[reason]).await;
 }
 
 fn terminated(states: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<String> {

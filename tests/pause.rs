@@ -78,11 +78,7 @@ async fn a_run_paused_past_its_pause_timeout_is_set_aside_and_resumes_in_the_nex
     let pending = aside.pending_run.expect("the rest recorded");
     assert!(!pending.remaining.is_empty(), "{pending:?}");
     assert_slots_given_back(&world).await;
-    let reasons = support::cluster::event_reasons(&world).await;
-    assert!(
-        reasons.iter().any(|r| r == "RefreshSetAside"),
-        "{reasons:?}"
-    );
+    support::cluster::assert_events(&world, &["RefreshSetAside"]).await;
 
     // The next window: the rest is replaced, the layout is back.
     set_windows(&groups, windows(OPEN)).await;

@@ -197,8 +197,7 @@ async fn a_worker_notready_for_good_is_replaced_then_terminated_and_the_layout_c
         "the layout is back (1/1/1)"
     );
     assert_eq!(world.terminations(&kops.asgs, &dead).await, 1);
-    let reasons = support::cluster::event_reasons(world).await;
-    assert!(reasons.iter().any(|r| r == "NodeRepaired"), "{reasons:?}");
+    support::cluster::assert_events(world, &["NodeRepaired"]).await;
     let metrics = manager.assert_metrics().await;
     assert_eq!(
         support::manager::metric(
@@ -280,8 +279,7 @@ async fn the_circuit_breaker_with_two_of_three_workers_dead_terminates_nothing_a
         .await
         .expect("condition");
     assert!(message.contains("circuit breaker open"), "{message}");
-    let reasons = support::cluster::event_reasons(world).await;
-    assert!(reasons.iter().any(|r| r == "RepairBlocked"), "{reasons:?}");
+    support::cluster::assert_events(world, &["RepairBlocked"]).await;
 }
 
 #[tokio::test]
@@ -407,8 +405,7 @@ async fn a_refresh_that_meets_a_node_dead_during_the_run_replaces_it_instead_of_
     );
     assert!(!all_instances(world, &kops.asgs).await.contains(&dead));
     assert_eq!(world.terminations(&kops.asgs, &dead).await, 1);
-    let reasons = support::cluster::event_reasons(world).await;
-    assert!(reasons.iter().any(|r| r == "NodeRepaired"), "{reasons:?}");
+    support::cluster::assert_events(world, &["NodeRepaired"]).await;
 }
 
 #[tokio::test]

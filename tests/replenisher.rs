@@ -343,13 +343,7 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
         metrics.contains(r#"spot_node_manager_drains_total{outcome="finished"} 1"#),
         "{metrics}"
     );
-    let reasons = support::event_reasons(&world).await;
-    for reason in ["ScaledUp", "DrainStarted", "ScaledDown"] {
-        assert!(
-            reasons.iter().any(|r| r == reason),
-            "no {reason} Event in {reasons:?}"
-        );
-    }
+    support::cluster::assert_events(&world, &["ScaledUp", "DrainStarted", "ScaledDown"]).await;
     let last = replenishers
         .get("workers")
         .await
@@ -422,8 +416,7 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
             .any(|r| r.auto_scaling_group == late_asg && r.count == 2),
         "{removals:?}"
     );
-    let reasons = support::event_reasons(&world).await;
-    assert!(reasons.iter().any(|r| r == "NotJoinedAgain"), "{reasons:?}");
+    support::cluster::assert_events(&world, &["NotJoinedAgain"]).await;
     // One call per removal, and no instance ever left running outside an ASG.
     let metrics = manager.assert_metrics().await;
     assert!(
@@ -546,11 +539,7 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
         Some(&target.instance_id),
         "the same target, not a second one"
     );
-    let reasons = support::event_reasons(&world).await;
-    assert!(
-        reasons.iter().any(|r| r == "DrainBlocked"),
-        "the refusal is an Event: {reasons:?}"
-    );
+    support::cluster::assert_events(&world, &["DrainBlocked"]).await;
 
     // The budget allows one disruption: the node is drained and removed.
     // (The drain takes the one disruption at once, so the budget's status

@@ -269,8 +269,7 @@ async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_e
         (back && cordoned.is_empty() && !locked).then_some(())
     })
     .await;
-    let reasons = support::event_reasons(&world).await;
-    assert!(reasons.iter().any(|r| r == "DrainBlocked"), "{reasons:?}");
+    support::cluster::assert_events(&world, &["DrainBlocked"]).await;
     assert!(manager.child_alive(), "{}", manager.logs());
 }
 
@@ -321,8 +320,7 @@ async fn an_operators_cordon_protects_its_node_from_a_refresh_and_stays() {
         status.skipped
     );
     // (Only the surplus node is drained, at the run's end.)
-    let reasons = support::event_reasons(&world).await;
-    assert!(reasons.iter().any(|r| r == "NodesSkipped"), "{reasons:?}");
+    support::cluster::assert_events(&world, &["NodesSkipped"]).await;
     // The surplus is gone; the operator's nodes are all still cordoned, none
     // carrying our mark.
     assert_eventually("the surplus removed", WAIT, || async {
@@ -443,8 +441,7 @@ async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go()
     .await;
     // Nothing was evicted against the budget.
     assert_eq!(ready_web_pods(&world).await, pods_before);
-    let reasons = support::event_reasons(&world).await;
-    assert!(reasons.iter().any(|r| r == "RefreshFailed"), "{reasons:?}");
+    support::cluster::assert_events(&world, &["RefreshFailed"]).await;
     assert!(
         manager.logs().contains("the NodeGroup is being deleted"),
         "{}",

@@ -95,6 +95,29 @@ pub async fn event_reasons(world: &World) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Waits until an Event of each of `expected` reasons is in the world's
+/// namespace (90 s at most, the tests' usual wait, then fails naming what is
+/// missing and what is there). An Event is sent after the status write a test waits on, so
+/// reading them once races it.
+pub async fn assert_events(world: &World, expected: &[&str]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let reasons = event_reasons(world).await;
+        let missing: Vec<&&str> = expected
+            .iter()
+            .filter(|e| !reasons.iter().any(|r| r == *e))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {missing:?} Event in 90 s; there are {reasons:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 /// The Replenisher `name`'s RepairAllowed condition: (status, reason,
 /// message), once written.
 pub async fn repair_allowed(

@@ -402,10 +402,7 @@ pub async fn event_count(world: &World, reason: &str) -> i32 {
 /// Waits until an Event with `reason` was recorded: Events are sent after
 /// the status writes a test reads, so reading them once races.
 pub async fn assert_event(world: &World, reason: &str) {
-    crate::assert_eventually(&format!("a {reason} Event"), WAIT, || async {
-        (event_count(world, reason).await >= 1).then_some(())
-    })
-    .await;
+    crate::cluster::assert_events(world, &[reason]).await;
 }
 
 /// The world's Events with `reason`.
