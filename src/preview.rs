@@ -248,7 +248,15 @@ async fn group_preview(
         return Ok(answer(None, Some(note), repairs));
     };
     let slots = Slots::of(ctx, &rf, observed.group.spec.role);
-    let seen = Seen::observe(ctx, &rf, &observed.group, &slots, Protection::AllMembers).await?;
+    let seen = Seen::observe(
+        ctx,
+        &rf,
+        &observed.group,
+        &slots,
+        Protection::AllMembers,
+        ctx.clock.now(),
+    )
+    .await?;
     let next = seen.next(&observed, Some(&described));
     let note = next
         .is_none()

@@ -35,6 +35,7 @@ pub struct MockApi {
     cloud: FakeCloud,
     watched: Vec<String>,
     seen: Arc<Mutex<Vec<Seen>>>,
+    clock: Arc<dyn crate::clock::Clock>,
 }
 
 /// The path of one of our custom resources in [`NS`].
@@ -125,7 +126,14 @@ impl MockApi {
             cloud: cloud.clone(),
             watched: watched.iter().map(|w| w.to_string()).collect(),
             seen: Arc::default(),
+            clock: Arc::new(crate::clock::SystemClock),
         }
+    }
+
+    /// The Context's clock (the system's by default).
+    pub fn clock(mut self, clock: Arc<dyn crate::clock::Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     pub fn serve(mut self, path: String, object: &impl serde::Serialize) -> Self {
@@ -195,6 +203,7 @@ impl MockApi {
         });
         let seen = self.seen.clone();
         let cloud = self.cloud.clone();
+        let clock = self.clock.clone();
         tokio::spawn(async move {
             while let Some((request, respond)) = requests.recv().await {
                 let method = request.method().to_string();
@@ -232,7 +241,7 @@ impl MockApi {
             client.clone(),
             client,
             Arc::new(settings),
-            Arc::new(crate::clock::SystemClock),
+            clock,
             Arc::new(crate::metrics::Metrics::default()),
             crate::leadership::Leadership::always(),
             Arc::new(cloud),

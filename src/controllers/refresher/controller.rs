@@ -69,12 +69,16 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
             Observation::Group(observed) => observed,
             Observation::NotYet(again) => return Ok(Action::requeue(again)),
         };
+    // One instant for the whole reconcile: a run that fell due between the
+    // check below and the plan would be planned on no description at all
+    // (no node Ready: the run skipped, a one-off schedule lost for good).
+    let now = ctx.clock.now();
     // Idle and not due: the plan looks at nothing AWS would say (tested in
     // `needs_observation`), so frequent status updates cost no AWS call.
     let described = if refresh_plan::needs_observation(
         rf.status.as_ref(),
         &rf.spec.schedule_key(),
-        ctx.clock.now(),
+        now,
         super::seen::drift_pending(&rf, &observed.group),
     ) {
         Some(observed.describe().await?)
@@ -84,9 +88,8 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     let looked = described.is_some();
     observed.observe_control_plane(ctx, looked).await?;
     let slots = Slots::of(ctx, &rf, observed.group.spec.role);
-    let protection = Protection::for_status(rf.status.as_ref(), looked, ctx.clock.now());
-    let seen = Seen::observe(ctx, &rf, &observed.group, &slots, protection).await?;
-    let now = seen.now;
+    let protection = Protection::for_status(rf.status.as_ref(), looked, now);
+    let seen = Seen::observe(ctx, &rf, &observed.group, &slots, protection, now).await?;
     let next = seen.next(&observed, described.as_ref());
     let plan_for = |described: &DescribedAsgs| {
         let members = Member::all_of(&described.fresh);

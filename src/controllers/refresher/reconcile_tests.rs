@@ -1,6 +1,6 @@
 //! The reconcile tier, between the pure plan tests and the end-to-end runs:
-//! the refresher's reconcile against a mocked apiserver (kube's tower-test
-//! mock service, serving what a test sets up and recording each request)
+//! the refresher's reconcile against a mocked apiserver (serving what a test
+//! sets up and recording each request)
 //! and the fake cloud. It proves the order: observe, plan, persist, act, and
 //! that a status that could not be written is never acted on.
 
@@ -213,4 +213,69 @@ async fn a_run_whose_slot_another_group_holds_touches_nothing() {
         !calls(&seen).iter().any(|c| c.starts_with("PUT")),
         "the slot is not taken"
     );
+}
+
+/// A clock one second later at every reading: a reconcile that read it twice
+/// would decide on two instants.
+struct SteppingClock {
+    start: chrono::DateTime<Utc>,
+    readings: std::sync::atomic::AtomicI64,
+}
+
+impl crate::clock::Clock for SteppingClock {
+    fn now(&self) -> chrono::DateTime<Utc> {
+        let n = self
+            .readings
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.start + chrono::Duration::seconds(n)
+    }
+}
+
+#[tokio::test]
+async fn a_run_falling_due_during_the_reconcile_is_not_planned_on_an_empty_view() {
+    let (cloud, mut group, mut refresher) = scaling_up();
+    if let Some(status) = group.status.as_mut() {
+        status.operation = None;
+    }
+    // Idle, the next run half a second after the reconcile's first reading.
+    let start = Utc::now();
+    refresher.status = Some(RefresherStatus {
+        next_run_from: Some(refresher.spec.schedule_key()),
+        next_run: Some(start + chrono::Duration::milliseconds(500)),
+        ..Default::default()
+    });
+    let clock = Arc::new(SteppingClock {
+        start,
+        readings: Default::default(),
+    });
+    let [nodes, pods] = no_nodes_or_pods();
+    let (ctx, seen) = mock_api::MockApi::new(&cloud, &["a", "b", "c"])
+        .serve(path("refreshers", "workers"), &refresher)
+        .serve(path("nodegroups", "workers"), &group)
+        .serve(path("replenishers", "workers"), &replenisher())
+        .serve(slots_path(), &slot_held_by(&format!("{NS}/other")))
+        .serve(nodes.0, &nodes.1)
+        .serve(pods.0, &pods.1)
+        .serve(
+            "/apis/policy/v1/poddisruptionbudgets".into(),
+            &serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudgetList",
+                                "metadata": {}, "items": []}),
+        )
+        .clock(clock)
+        .start()
+        .await;
+    Arc::new(refresher)
+        .reconcile(&ctx)
+        .await
+        .expect("reconcile");
+    let seen = seen.lock().expect("log").clone();
+    // Not due at the reading that chose not to describe the ASGs, so not due
+    // for the plan either: no run skipped for want of Ready nodes (the three
+    // are Ready; the view was empty).
+    for write in seen.iter().filter(|s| s.call.starts_with("PATCH")) {
+        let status = &write.body["status"];
+        assert!(status.get("lastRun").is_none(), "{status}");
+        assert!(!status.to_string().contains("nodes are Ready"), "{status}");
+    }
+    assert_eq!(cloud.calls("describe_groups"), 0, "idle and not due");
 }

@@ -77,8 +77,8 @@ impl Seen {
         group: &NodeGroup,
         slots: &Slots<'_>,
         protection: Protection,
+        now: DateTime<Utc>,
     ) -> Result<Seen> {
-        let now = ctx.clock.now();
         let current = rf.status.clone().unwrap_or_default();
         // Invalid: the group is invalid too, and no run steps, so the
         // defaults are never acted on.
