@@ -1,7 +1,7 @@
 //! For the reconcile tests: a mocked apiserver (a tower service that hands
-//! each request to a task of the test's) serving the objects a test sets up, recording every request with
-//! the fake cloud's desired counts at that moment, and a controller Context
-//! over it and the fake cloud.
+//! each request to a task of the test's) serving the objects a test sets up,
+//! recording every request with the fake cloud's desired counts at that
+//! moment, and a controller Context over it, the fake cloud and a clock.
 
 use crate::cloud::fake::FakeCloud;
 use crate::context::Context;
