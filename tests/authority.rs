@@ -7,6 +7,10 @@
 //!   does): a second dead master is not terminated while the first one's
 //!   replacement boots, with one Master group over three ASGs and with three
 //!   Master groups of one;
+//! - masters counted as etcd counts them: a second dead master waits for
+//!   the first one's replacement's control-plane pods (etcd joined), not
+//!   its Node; a master retiring in two days does not hold back the repair
+//!   of a dead one;
 //! - a repair whose node comes back while a budget holds its drain is given
 //!   up, the group settles, and a refresh then runs.
 
@@ -316,3 +320,223 @@ async fn a_master_refresh_waits_while_another_groups_master_is_not_ready_and_say
 
 /// A master's whole life in these tests: registration, Ready, its group.
 const WAIT_MASTERS: Duration = Duration::from_secs(120);
+
+/// kops's etcd-manager joins its cluster a minute or more after the
+/// master's kubelet is Ready: far longer than a Node takes to register here.
+const ETCD_JOINS: Duration = Duration::from_secs(75);
+
+/// Three Master groups of one (kops's per-zone instance groups), created
+/// with [`group`], steady, and every master's control-plane pods Ready.
+async fn three_master_groups(world: &World, asgs: &[String]) -> Vec<(String, i32)> {
+    let groups: Api<NodeGroup> = world.api();
+    let mut names = vec![];
+    for (i, asg) in asgs.iter().enumerate() {
+        let name = format!("master-{i}");
+        groups
+            .create(
+                &PostParams::default(),
+                &group(&name, "Master", std::slice::from_ref(asg)),
+            )
+            .await
+            .expect("create");
+        names.push((name, 1));
+    }
+    names
+}
+
+async fn control_planes_ready(world: &World, asgs: &[String], wait: Duration) {
+    assert_eventually("every master's etcd joined", wait, || async {
+        for asg in asgs {
+            for id in world.asg_instances(asg).await {
+                support::cluster::control_plane_ready_since(world, &id).await?;
+            }
+        }
+        Some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_second_dead_master_waits_for_the_first_replacements_etcd_not_its_node() {
+    let world = World::new("authority-etcd").await;
+    let kops = world.kops_group("master", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim_with(Duration::from_secs(5), FAST, ETCD_JOINS);
+    let names = three_master_groups(&world, &kops.asgs).await;
+    let (_manager, _config) = world.start_manager(&[]);
+    steady(&world, &names, Duration::from_secs(180)).await;
+    control_planes_ready(&world, &kops.asgs, ETCD_JOINS * 3).await;
+    let (asg_a, asg_b) = (kops.asgs[0].clone(), kops.asgs[1].clone());
+    let a = world.asg_instances(&asg_a).await.remove(0);
+    let b = world.asg_instances(&asg_b).await.remove(0);
+
+    world.tag_asg(&asg_a, DEAD_TAG, &a).await;
+    assert_eventually(
+        "master A terminated by its repair",
+        Duration::from_secs(180),
+        || async { (world.terminations(std::slice::from_ref(&asg_a), &a).await > 0).then_some(()) },
+    )
+    .await;
+    world.tag_asg(&asg_b, DEAD_TAG, &b).await;
+    let b_dead = Instant::now();
+
+    // B's group says it waits for A's replacement's control plane: its
+    // Node is Ready long before its etcd (register 5 s, etcd 75 s after).
+    let mut said_etcd = false;
+    loop {
+        assert!(
+            b_dead.elapsed() < Duration::from_secs(400),
+            "master B was never repaired"
+        );
+        if world.terminations(std::slice::from_ref(&asg_b), &b).await > 0 {
+            break;
+        }
+        if let Some((ConditionStatus::False, reason, message)) =
+            support::cluster::repair_allowed(&world, "master-1").await
+            && reason == "OtherMastersNotReady"
+            && message.contains("control plane not Ready")
+        {
+            said_etcd = true;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let terminated = world
+        .termination_started(std::slice::from_ref(&asg_b), &b)
+        .await
+        .expect("B's termination has a start");
+    let replacement = world
+        .asg_instances(&asg_a)
+        .await
+        .into_iter()
+        .find(|id| *id != a)
+        .expect("A's replacement");
+    let etcd_joined = support::cluster::control_plane_ready_since(&world, &replacement).await;
+    eprintln!(
+        "figure: master B dead -> terminated {:.1}s; A's replacement's etcd joined {etcd_joined:?}, B terminated {terminated}",
+        b_dead.elapsed().as_secs_f64()
+    );
+    assert!(
+        etcd_joined.is_some_and(|joined| joined <= terminated),
+        "master B was terminated at {terminated} before A's replacement's etcd joined ({etcd_joined:?}): etcd at 1 of 3"
+    );
+    assert!(
+        said_etcd,
+        "B's group never said it waited for A's replacement's control plane"
+    );
+    steady(&world, &names, Duration::from_secs(300)).await;
+}
+
+/// What AWS tells of master C before A's kubelet dies.
+enum Notice {
+    /// An AWS Health retirement two days ahead.
+    RetirementInTwoDays,
+    /// A rebalance recommendation, with `onRebalanceRecommendation: Replace`.
+    Rebalance,
+}
+
+/// Master C gets `notice`, which does not take it yet; then A's kubelet
+/// dies. B and C serve etcd, so A is repaired now, and C is left to AWS's
+/// time (its ASG at max: nothing can be launched beside it).
+async fn a_dead_master_is_repaired_while_another_has(test: &str, notice: Notice) {
+    use support::interruption::{rebalance_recommendation, scheduled_event};
+    let world = World::new(test).await;
+    let kops = world.kops_group("master", &ZONES, 1, &[]).await;
+    // kops's master instance groups: min = max = 1.
+    for asg in &kops.asgs {
+        world
+            .aws
+            .autoscaling
+            .update_auto_scaling_group()
+            .auto_scaling_group_name(asg)
+            .max_size(1)
+            .send()
+            .await
+            .expect("max 1");
+    }
+    let _sim = world.start_sim(FAST, FAST);
+    let names = three_master_groups(&world, &kops.asgs).await;
+    let groups: Api<NodeGroup> = world.api();
+    if let Notice::Rebalance = notice {
+        let patch =
+            serde_json::json!({"spec": {"interruption": {"onRebalanceRecommendation": "Replace"}}});
+        groups
+            .patch(
+                "master-2",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .expect("Replace");
+    }
+    let queue = world.queue("interruptions").await;
+    let (_manager, _config) =
+        world.start_manager(&["--interruption-queue-url", queue.url.as_str()]);
+    steady(&world, &names, Duration::from_secs(180)).await;
+    control_planes_ready(&world, &kops.asgs, Duration::from_secs(60)).await;
+    let (asg_a, asg_c) = (kops.asgs[0].clone(), kops.asgs[2].clone());
+    let a = world.asg_instances(&asg_a).await.remove(0);
+    let c = world.asg_instances(&asg_c).await.remove(0);
+
+    let sent = chrono::Utc::now();
+    let body = match notice {
+        Notice::RetirementInTwoDays => scheduled_event(
+            std::slice::from_ref(&c),
+            "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+            sent,
+            sent + chrono::Duration::days(2),
+        ),
+        Notice::Rebalance => rebalance_recommendation(&c, sent),
+    };
+    queue.send(&body).await;
+    assert_eventually("C's notice recorded", WAIT_MASTERS, || async {
+        let status = groups.get("master-2").await.ok()?.status?;
+        status
+            .nodes
+            .iter()
+            .any(|n| n.instance_id.as_deref() == Some(c.as_str()) && n.interruption.is_some())
+            .then_some(())
+    })
+    .await;
+
+    world.tag_asg(&asg_a, DEAD_TAG, &a).await;
+    let a_dead = Instant::now();
+    assert_eventually(
+        "master A terminated by its repair while C still serves",
+        Duration::from_secs(240),
+        || async { (world.terminations(std::slice::from_ref(&asg_a), &a).await > 0).then_some(()) },
+    )
+    .await;
+    eprintln!(
+        "figure: master A dead -> terminated {:.1}s",
+        a_dead.elapsed().as_secs_f64()
+    );
+    assert_eventually(
+        "A's replacement Ready",
+        Duration::from_secs(180),
+        || async {
+            for id in world.asg_instances(&asg_a).await {
+                if id != a && node_ready(&world, &id).await {
+                    return Some(());
+                }
+            }
+            None
+        },
+    )
+    .await;
+    assert_eq!(
+        world.terminations(std::slice::from_ref(&asg_c), &c).await,
+        0,
+        "master C was terminated by us"
+    );
+    assert!(world.asg_instances(&asg_c).await.contains(&c));
+}
+
+#[tokio::test]
+async fn a_dead_master_is_repaired_while_another_master_retires_in_two_days() {
+    a_dead_master_is_repaired_while_another_has("authority-retiring", Notice::RetirementInTwoDays)
+        .await;
+}
+
+#[tokio::test]
+async fn a_dead_master_is_repaired_while_another_master_is_at_risk() {
+    a_dead_master_is_repaired_while_another_has("authority-at-risk", Notice::Rebalance).await;
+}

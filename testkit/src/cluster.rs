@@ -136,3 +136,46 @@ pub async fn repair_allowed(
         .find(|c| c.type_ == spot_node_manager::crd::condition::REPAIR_ALLOWED)?;
     Some((c.status, c.reason, c.message))
 }
+
+/// Since when every control-plane pod of master Node `node` (kops's static
+/// kube-apiserver and etcd-manager, as the simulated kubelet runs them) has
+/// been Ready: the latest of their Ready transitions. None while one is
+/// missing or not Ready.
+pub async fn control_plane_ready_since(
+    world: &World,
+    node: &str,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    use spot_node_manager::k8s::control_plane::{
+        APP_LABEL, NAMESPACE, REQUIRED_APPS, is_pod_ready,
+    };
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(world.client.clone(), NAMESPACE);
+    let selector = format!("{APP_LABEL} in ({})", REQUIRED_APPS.join(","));
+    let list = pods
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .ok()?;
+    let on_node: Vec<_> = list
+        .items
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .collect();
+    if on_node.len() < REQUIRED_APPS.len() || !on_node.iter().all(|p| is_pod_ready(p)) {
+        return None;
+    }
+    let mut since = None;
+    for pod in on_node {
+        let ready = pod
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "Ready")?;
+        let t = ready.last_transition_time.as_ref()?.0;
+        let t =
+            chrono::DateTime::from_timestamp(t.as_second(), t.subsec_nanosecond().max(0) as u32)?;
+        since = Some(since.map_or(t, |s: chrono::DateTime<chrono::Utc>| s.max(t)));
+    }
+    since
+}

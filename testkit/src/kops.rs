@@ -342,6 +342,40 @@ impl World {
         n
     }
 
+    /// When AWS first began terminating `instance` in any of `asgs` (the
+    /// start of its "Terminating EC2 instance" scaling activity).
+    pub async fn termination_started(
+        &self,
+        asgs: &[String],
+        instance: &str,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
+        let mut first = None;
+        for asg in asgs {
+            let out = self
+                .aws
+                .autoscaling
+                .describe_scaling_activities()
+                .auto_scaling_group_name(asg)
+                .send()
+                .await
+                .expect("describe scaling activities");
+            for a in out.activities() {
+                let description = a.description().unwrap_or_default();
+                if !(description.starts_with("Terminating EC2 instance")
+                    && description.contains(instance))
+                {
+                    continue;
+                }
+                let Some(t) = a.start_time() else { continue };
+                let Some(t) = chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos()) else {
+                    continue;
+                };
+                first = Some(first.map_or(t, |f: chrono::DateTime<chrono::Utc>| f.min(t)));
+            }
+        }
+        first
+    }
+
     /// Tags an ASG (the simulations read such tags: spot shortage, nodes
     /// that never join or are not Ready).
     pub async fn tag_asg(&self, asg: &str, key: &str, value: &str) {

@@ -497,8 +497,11 @@ impl SimKubelet {
                 let is_ready = present.get(&name).copied().unwrap_or(false);
                 if is_ready != *up {
                     let status = if *up { "True" } else { "False" };
+                    // When it turned: what a test compares a master's
+                    // disruption with (etcd joined before, or after?).
+                    let now = k8s_openapi::jiff::Timestamp::now().to_string();
                     let patch = serde_json::json!({"status": {"phase": "Running", "conditions": [
-                        {"type": "Ready", "status": status}]}});
+                        {"type": "Ready", "status": status, "lastTransitionTime": now}]}});
                     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
                         .await
                         .map_err(Error::kube(format!("set {name} ready={up}")))?;

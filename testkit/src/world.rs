@@ -99,6 +99,17 @@ impl World {
 
     /// Starts a simulated kubelet for this world's moto account, in-process.
     pub fn start_sim(&self, register_delay: Duration, ready_delay: Duration) -> SimGuard {
+        self.start_sim_with(register_delay, ready_delay, Duration::from_secs(2))
+    }
+
+    /// The same, a master's control-plane pods (etcd joining) Ready
+    /// `control_plane_delay` after its Node.
+    pub fn start_sim_with(
+        &self,
+        register_delay: Duration,
+        ready_delay: Duration,
+        control_plane_delay: Duration,
+    ) -> SimGuard {
         let token = tokio_util::sync::CancellationToken::new();
         let sim = crate::sim::SimKubelet::new(
             self.client.clone(),
@@ -108,7 +119,7 @@ impl World {
                 ready_delay,
                 poll: Duration::from_millis(300),
                 account: self.account.clone(),
-                control_plane_delay: Duration::from_secs(2),
+                control_plane_delay,
                 ..Default::default()
             },
         );

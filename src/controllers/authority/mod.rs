@@ -1,20 +1,30 @@
 //! The disruption authority: whether a node may be taken away now, asked by
 //! every path that terminates one (a refresh run, a drift roll, a repair,
 //! the replenisher's surplus removal, a node at risk, an instance that never
-//! joined), before the drain that leads to the termination and again just
-//! before the termination itself. Pure: the observed cluster in, a decision
-//! out, so a preview can ask the same question later.
+//! joined, a reclaimed node retired before AWS takes it), before the drain
+//! that leads to the termination and again just before the termination
+//! itself. Pure: the observed cluster in, a decision out, so a preview can
+//! ask the same question later.
 //!
-//! Its cluster-wide rule today is the control plane's: a master is taken
-//! away by our hand only while every other master instance of the cluster
-//! is Ready. Masters are counted by instance across every Master group of
-//! the namespace, not by Node: an instance that is booting (no Node yet, as
-//! a kops master is for minutes), leaving, or whose Node is NotReady is a
-//! master down, and so is a place its ASG has not launched yet. That holds
-//! with one Master group over three ASGs and with three Master groups of
-//! one. Concurrency between groups is closed by the manager-wide slot a
-//! master disruption holds (`k8s::disruption_slot`): never two Master groups
-//! at once. The group-level rules (Ready kept at desired, windows, budgets,
+//! Its cluster-wide rule today is the control plane's, counted as etcd
+//! counts it: a master is taken away by our hand only while the *other*
+//! masters that are up number at least the expected count less one. A
+//! master is up while its instance is in service, its Node Ready, its
+//! control-plane pods (kops's static kube-apiserver and etcd-manager) Ready
+//! and no loss is imminent for it (a spot warning; a scheduled retirement
+//! only within [`observe::SCHEDULED_LOSS_LEAD`] of its deadline, not days
+//! ahead; a rebalance recommendation is no loss). So a replaced master is
+//! back once its etcd has joined, not when its Node turns Ready; and a
+//! master retiring in two days does not stop the repair of a dead one.
+//!
+//! Masters are counted by instance across every Master group of the
+//! namespace, not by Node: an instance that is booting (no Node yet, as a
+//! kops master is for minutes), leaving, NotReady or joining is a master
+//! down, and so is a place its ASG has not launched yet. That holds with
+//! one Master group over three ASGs and with three Master groups of one.
+//! Concurrency between groups is closed by the manager-wide slot a master
+//! disruption holds (`k8s::disruption_slot`): never two Master groups at
+//! once. The group-level rules (Ready kept at desired, windows, budgets,
 //! do-not-disrupt) stay with each path's plan and guard for now.
 
 pub mod observe;
@@ -31,6 +41,9 @@ pub enum Path {
     SurplusRemoval,
     AtRisk,
     NeverJoined,
+    /// A reclaimed node (spot warning, scheduled change) terminated by us
+    /// before AWS takes it, once replaced.
+    Retirement,
 }
 
 impl Path {
@@ -43,6 +56,7 @@ impl Path {
             Path::SurplusRemoval => "surplus_removal",
             Path::AtRisk => "at_risk",
             Path::NeverJoined => "never_joined",
+            Path::Retirement => "retirement",
         }
     }
 }
@@ -54,7 +68,9 @@ pub enum DownWhy {
     Launching,
     /// Its Node is not Ready.
     NotReady,
-    /// Its instance is leaving (terminating, or an interruption notice).
+    /// Its Node is Ready, its control-plane pods not yet (etcd joining).
+    Joining,
+    /// Its instance is leaving (terminating, or a loss imminent).
     Leaving,
 }
 
@@ -73,6 +89,7 @@ impl std::fmt::Display for MasterDown {
         let what = match self.why {
             DownWhy::Launching => "launching",
             DownWhy::NotReady => "NotReady",
+            DownWhy::Joining => "control plane not Ready",
             DownWhy::Leaving => "leaving",
         };
         match &self.instance {
@@ -88,7 +105,8 @@ impl std::fmt::Display for MasterDown {
 pub struct ControlPlane {
     /// Masters the cluster is to have: the Master groups' desired counts.
     pub expected: i32,
-    /// Master instances in service whose Node is Ready and not leaving.
+    /// Master instances that are up: in service, Node and control-plane
+    /// pods Ready, no loss imminent.
     pub ready: BTreeSet<String>,
     /// Every master that is not Ready, and why.
     pub down: Vec<MasterDown>,
@@ -112,8 +130,9 @@ pub struct Request<'a> {
 /// Why the authority refuses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Blocked {
-    /// Another master is not Ready: taking this one would put a second
-    /// master down by our hand.
+    /// Another master is not up (its Node or control-plane pods not Ready,
+    /// booting, or leaving): taking this one would put a second master
+    /// down by our hand.
     OtherMastersDown {
         instance: String,
         down: Vec<MasterDown>,
@@ -172,7 +191,7 @@ impl std::fmt::Display for Blocked {
                 let list: Vec<String> = down.iter().map(|d| d.to_string()).collect();
                 write!(
                     f,
-                    "take master {instance} away: {ready_besides} other master(s) Ready, {needed} needed; down: {}",
+                    "take master {instance} away: {ready_besides} other master(s) up (Node and control-plane pods Ready), {needed} needed; down: {}",
                     list.join(", ")
                 )?;
                 if self.needs_user() {
@@ -193,8 +212,10 @@ impl std::fmt::Display for Blocked {
 
 /// Whether the node on `instance` may be taken away now. Workers pass (the
 /// group-level rules stay with each path); a master only while every other
-/// master of the cluster is Ready: the Ready master instances besides it
-/// are at least the expected count less one. Counted by place, an old
+/// master of the cluster is up: the master instances up besides it are at
+/// least the expected count less one. Its own state does not matter: a
+/// master whose kubelet died may still serve etcd, so it too waits while
+/// the others are short. Counted by place, an old
 /// instance still terminating next to its Ready replacement holds nothing
 /// back, and a place with no Ready master does, whatever is in it.
 pub fn decide(control_plane: Option<&ControlPlane>, request: &Request) -> Result<(), Blocked> {

@@ -1,15 +1,26 @@
 //! What the authority sees of the control plane: every Master group of the
-//! namespace (its spec's count, the inventory's Nodes) and its ASGs as AWS
-//! describes them now, counted by instance. Looked at only by a Master
-//! group about to decide on one of its masters.
+//! namespace (its spec's count, the inventory's Nodes, the notices recorded
+//! on them), its ASGs as AWS describes them now, and kops's control-plane
+//! pods, counted by instance. Looked at only by a Master group about to
+//! decide on one of its masters.
 
 use super::{ControlPlane, DownWhy, MasterDown};
 use crate::cloud::AsgDescription;
 use crate::context::Context;
-use crate::controllers::group_view::group_nodes;
+use crate::controllers::group_view::{Fate, after};
+use crate::crd::nodegroup::NodeInterruption;
 use crate::crd::{NodeGroup, Role};
 use crate::{Error, Result};
+use chrono::{DateTime, Utc};
 use kube::api::{Api, ListParams};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// A loss AWS scheduled (a retirement, a stop) counts as imminent from this
+/// long before its drain deadline: about the time a kops master takes to be
+/// replaced (launch, register, etcd join). Before that the master serves
+/// etcd like any other, and a dead master elsewhere may be repaired.
+pub const SCHEDULED_LOSS_LEAD: Duration = Duration::from_secs(30 * 60);
 
 /// The control plane of `namespace`'s Master groups, as AWS and the
 /// inventory see it now (one NodeGroup list; one ASG description per
@@ -28,14 +39,38 @@ pub async fn observe(ctx: &Context, namespace: &str) -> Result<ControlPlane> {
         let fresh = cloud.describe_groups(&group.spec.asg_names()).await?;
         seen.push((group, fresh));
     }
-    Ok(control_plane_of(&seen))
+    let serving = crate::k8s::control_plane::ready_nodes(ctx).await?;
+    Ok(control_plane_of(&seen, &serving, ctx.clock.now()))
 }
 
-/// Pure: each Master group's masters by instance. An active instance is
-/// Ready only with a Ready Node that is not leaving; a terminating one is
-/// leaving; a place the group's ASGs have not launched an instance for yet
-/// (its count above what is active or leaving) is launching.
-pub fn control_plane_of(groups: &[(NodeGroup, Vec<AsgDescription>)]) -> ControlPlane {
+/// Whether the loss a notice announces is imminent at `now`: a spot
+/// warning, an instance already stopping or terminating, or a scheduled
+/// loss within [`SCHEDULED_LOSS_LEAD`] of its drain deadline. A rebalance
+/// recommendation is a risk, not a loss.
+pub fn loss_imminent(notice: &NodeInterruption, now: DateTime<Utc>) -> bool {
+    match Fate::of(notice) {
+        Fate::AtRisk => false,
+        Fate::Lost => true,
+        Fate::Reclaimed { deadline, .. } => match notice.loss_at {
+            None => true,
+            Some(_) => after(now, SCHEDULED_LOSS_LEAD) >= deadline,
+        },
+    }
+}
+
+/// Pure: each Master group's masters by instance, counted as etcd counts
+/// them. A master is up while its instance is in service, its Node Ready,
+/// its control-plane pods (`serving`: the Nodes whose kube-apiserver and
+/// etcd-manager are Ready) Ready, and no loss imminent for it. A
+/// terminating instance, or one whose loss is imminent, is leaving; a Node
+/// Ready whose etcd has not joined yet is joining; a place the group's
+/// ASGs have not launched an instance for yet (its count above what is
+/// active or leaving) is launching.
+pub fn control_plane_of(
+    groups: &[(NodeGroup, Vec<AsgDescription>)],
+    serving: &BTreeSet<String>,
+    now: DateTime<Utc>,
+) -> ControlPlane {
     let mut cp = ControlPlane::default();
     for (group, fresh) in groups {
         use kube::ResourceExt;
@@ -48,29 +83,34 @@ pub fn control_plane_of(groups: &[(NodeGroup, Vec<AsgDescription>)]) -> ControlP
         }
         let name = group.name_any();
         cp.expected += group.spec.desired;
-        let status_nodes = group.status.as_ref().map(|s| s.nodes.as_slice());
-        let nodes = group_nodes(status_nodes.unwrap_or_default(), fresh);
+        let nodes = group.status.as_ref().map(|s| s.nodes.as_slice());
+        let nodes = nodes.unwrap_or_default();
         let mut counted = 0;
         for instance in fresh.iter().flat_map(|a| &a.instances) {
             let id = &instance.instance_id;
+            if !instance.is_active() && !instance.lifecycle_state.starts_with("Terminat") {
+                continue; // Standby, detached: not a master place.
+            }
+            counted += 1;
             let node = nodes.iter().find(|n| n.instance_id.as_ref() == Some(id));
+            let in_service = instance.is_in_service();
             let why = match node {
-                _ if !instance.is_active() => {
-                    if !instance.lifecycle_state.starts_with("Terminat") {
-                        continue; // Standby, detached: not a master place.
-                    }
+                _ if !instance.is_active() => DownWhy::Leaving,
+                Some(n)
+                    if n.interruption
+                        .as_ref()
+                        .is_some_and(|i| loss_imminent(i, now)) =>
+                {
                     DownWhy::Leaving
                 }
-                Some(n) if n.ready => {
-                    counted += 1;
+                Some(n) if n.ready && in_service && serving.contains(&n.name) => {
                     cp.ready.insert(id.clone());
                     continue;
                 }
-                Some(n) if n.fate.is_some() => DownWhy::Leaving,
-                Some(_) if instance.is_in_service() => DownWhy::NotReady,
+                Some(n) if n.ready && in_service => DownWhy::Joining,
+                Some(_) if in_service => DownWhy::NotReady,
                 _ => DownWhy::Launching,
             };
-            counted += 1;
             cp.down.push(MasterDown {
                 group: name.clone(),
                 instance: Some(id.clone()),

@@ -1,9 +1,62 @@
-use super::observe::control_plane_of;
+use super::observe::{SCHEDULED_LOSS_LEAD, control_plane_of};
 use super::*;
 use crate::cloud::AsgDescription;
 use crate::controllers::group_view::GroupNode;
 use crate::controllers::group_view::tests::{fresh, status_node};
+use crate::controllers::inventory::plan::tests::t0;
+use crate::crd::nodegroup::NodeInterruption;
 use crate::crd::{NodeGroup, NodeGroupStatus};
+use chrono::{DateTime, Utc};
+
+type Groups = Vec<(NodeGroup, Vec<AsgDescription>)>;
+
+/// The control plane at `t0()`, with every Node's control-plane pods Ready.
+fn seen(groups: &[(NodeGroup, Vec<AsgDescription>)]) -> ControlPlane {
+    seen_at(groups, &serving(groups, &[]), t0())
+}
+
+fn seen_at(
+    groups: &[(NodeGroup, Vec<AsgDescription>)],
+    serving: &BTreeSet<String>,
+    now: DateTime<Utc>,
+) -> ControlPlane {
+    control_plane_of(groups, serving, now)
+}
+
+/// Every Node of the groups but `joining`: whose control-plane pods are Ready.
+fn serving(groups: &[(NodeGroup, Vec<AsgDescription>)], joining: &[&str]) -> BTreeSet<String> {
+    groups
+        .iter()
+        .flat_map(|(g, _)| g.status.iter().flat_map(|s| s.nodes.iter()))
+        .map(|n| n.name.clone())
+        .filter(|n| !joining.contains(&n.as_str()))
+        .collect()
+}
+
+/// Records a notice of `kind` on master `id`'s Node, due at `deadline`,
+/// the instance lost at `loss_at` when AWS said so.
+fn notice(
+    groups: &mut Groups,
+    id: &str,
+    kind: &str,
+    deadline: DateTime<Utc>,
+    loss_at: Option<DateTime<Utc>>,
+) {
+    for (g, _) in groups.iter_mut() {
+        for n in g.status.iter_mut().flat_map(|s| s.nodes.iter_mut()) {
+            if n.instance_id.as_deref() == Some(id) {
+                n.interruption = Some(NodeInterruption {
+                    kind: kind.into(),
+                    noticed: t0(),
+                    deadline,
+                    loss_at,
+                    late: None,
+                    drained: None,
+                });
+            }
+        }
+    }
+}
 
 /// A Master group `name` over `asgs`, one master each, with the inventory's
 /// Nodes (name, ASG, instance, Ready).
@@ -127,7 +180,7 @@ fn a_master_is_never_taken_without_a_view_of_the_control_plane() {
 #[test]
 fn with_every_master_ready_any_one_may_go_in_either_layout() {
     for groups in [one_group_of_three(), three_groups_of_one()] {
-        let cp = control_plane_of(&groups);
+        let cp = seen(&groups);
         assert_eq!(cp.expected, 3);
         assert!(cp.whole(), "{cp:?}");
         assert_eq!(ask(&cp, Path::Refresh, "m-b"), Ok(()));
@@ -138,7 +191,7 @@ fn with_every_master_ready_any_one_may_go_in_either_layout() {
 fn a_dead_master_is_repaired_while_the_others_are_ready_in_either_layout() {
     for mut groups in [one_group_of_three(), three_groups_of_one()] {
         set_ready(&mut groups, "m-a", false);
-        let cp = control_plane_of(&groups);
+        let cp = seen(&groups);
         assert!(!cp.whole());
         assert_eq!(ask(&cp, Path::Repair, "m-a"), Ok(()), "{cp:?}");
         // A healthy master may not go meanwhile.
@@ -154,7 +207,7 @@ fn a_second_master_waits_while_the_first_ones_replacement_boots_in_either_layout
         // m-b's kubelet died meanwhile.
         replaced(&mut groups, "m-a", Some("m-a2"));
         set_ready(&mut groups, "m-b", false);
-        let cp = control_plane_of(&groups);
+        let cp = seen(&groups);
         let refused = ask(&cp, Path::Repair, "m-b").expect_err("m-a's replacement boots");
         let Blocked::OtherMastersDown {
             down,
@@ -178,7 +231,7 @@ fn a_terminated_master_not_yet_replaced_counts_as_a_place_down() {
     let mut groups = three_groups_of_one();
     // Gone from its ASG before the replacement was launched.
     groups[0].1[0].instances.clear();
-    let cp = control_plane_of(&groups);
+    let cp = seen(&groups);
     assert_eq!(
         cp.down,
         vec![MasterDown {
@@ -194,7 +247,7 @@ fn a_terminated_master_not_yet_replaced_counts_as_a_place_down() {
 fn a_master_whose_node_is_ready_but_whose_instance_is_terminating_is_down() {
     let mut groups = one_group_of_three();
     replaced(&mut groups, "m-c", None);
-    let cp = control_plane_of(&groups);
+    let cp = seen(&groups);
     assert!(!cp.ready.contains("m-c"), "the Node lags the termination");
     assert!(ask(&cp, Path::DriftRoll, "m-a").is_err());
 }
@@ -204,7 +257,7 @@ fn two_dead_masters_of_three_are_left_to_the_user_and_say_so() {
     for mut groups in [one_group_of_three(), three_groups_of_one()] {
         set_ready(&mut groups, "m-a", false);
         set_ready(&mut groups, "m-b", false);
-        let cp = control_plane_of(&groups);
+        let cp = seen(&groups);
         for target in ["m-a", "m-b"] {
             let refused = ask(&cp, Path::Repair, target).expect_err("quorum at risk");
             assert!(refused.needs_user(), "{refused:?}");
@@ -220,7 +273,7 @@ fn an_extra_master_instance_that_never_joined_may_be_removed_while_the_rest_are_
     groups[0].1[0]
         .instances
         .push(fresh("a", &[("m-x", "InService")]).instances[0].clone());
-    let cp = control_plane_of(&groups);
+    let cp = seen(&groups);
     assert_eq!(ask(&cp, Path::NeverJoined, "m-x"), Ok(()));
     // An instance beyond the count (kops's etcd never lets it join) holds
     // no place: it does not hold the others back.
@@ -237,7 +290,7 @@ fn an_old_master_still_terminating_beside_its_ready_replacement_holds_nothing_ba
         status.nodes.push(new);
     }
     groups[0].1[0].instances[1].lifecycle_state = "InService".into();
-    let cp = control_plane_of(&groups);
+    let cp = seen(&groups);
     assert_eq!(ask(&cp, Path::Refresh, "m-b"), Ok(()), "{cp:?}");
 }
 
@@ -273,11 +326,146 @@ fn a_master_group_none_of_whose_asgs_exists_holds_back_no_master() {
     typo.0.metadata.name = Some("typo".into());
     typo.1.clear();
     groups.push(typo);
-    let cp = control_plane_of(&groups);
+    let cp = seen(&groups);
     assert_eq!(cp.expected, 3, "{cp:?}");
     assert!(cp.whole(), "{cp:?}");
     assert_eq!(ask(&cp, Path::Refresh, "m-b"), Ok(()));
     // An ASG that exists with its instance gone is still a place down.
     groups[0].1[0].instances.clear();
-    assert!(ask(&control_plane_of(&groups), Path::Repair, "m-b").is_err());
+    assert!(ask(&seen(&groups), Path::Repair, "m-b").is_err());
+}
+
+#[test]
+fn a_replaced_master_whose_node_is_ready_is_down_until_its_control_plane_pods_are() {
+    for mut groups in [one_group_of_three(), three_groups_of_one()] {
+        // m-a was repaired; its replacement's Node is Ready, its etcd still
+        // joining. m-b's kubelet died meanwhile.
+        replaced(&mut groups, "m-a", Some("m-a2"));
+        let a = groups
+            .iter()
+            .position(|(g, _)| g.spec.asg_names().contains(&"a".to_string()));
+        let a = a.expect("a group holds a");
+        for asg in groups[a].1.iter_mut() {
+            for i in asg.instances.iter_mut().filter(|i| i.instance_id == "m-a2") {
+                i.lifecycle_state = "InService".into();
+            }
+        }
+        if let Some(status) = groups[a].0.status.as_mut() {
+            status.nodes.push(status_node("n-a2", "a", "m-a2"));
+        }
+        set_ready(&mut groups, "m-b", false);
+        let joining = seen_at(&groups, &serving(&groups, &["n-a2"]), t0());
+        assert!(!joining.ready.contains("m-a2"), "{joining:?}");
+        assert!(
+            joining
+                .down
+                .iter()
+                .any(|d| d.instance.as_deref() == Some("m-a2") && d.why == DownWhy::Joining),
+            "{joining:?}"
+        );
+        let refused = ask(&joining, Path::Repair, "m-b").expect_err("etcd at 1 of 3 otherwise");
+        assert_eq!(refused.reason(), "OtherMastersNotReady");
+        assert!(
+            !refused.needs_user(),
+            "the replacement's etcd is on its way"
+        );
+        assert!(
+            refused.to_string().contains("control plane not Ready"),
+            "{refused}"
+        );
+        // A refresh of m-c waits as well; the cluster is not whole.
+        assert!(ask(&joining, Path::Refresh, "m-c").is_err());
+        assert!(!joining.whole());
+        // Its etcd joined: m-b may go.
+        let joined = seen_at(&groups, &serving(&groups, &[]), t0());
+        assert_eq!(ask(&joined, Path::Repair, "m-b"), Ok(()), "{joined:?}");
+    }
+}
+
+#[test]
+fn a_master_retiring_in_two_days_serves_until_its_loss_is_near() {
+    for mut groups in [one_group_of_three(), three_groups_of_one()] {
+        let start = t0() + chrono::Duration::days(2);
+        let deadline = start - chrono::Duration::seconds(90);
+        notice(
+            &mut groups,
+            "m-c",
+            "scheduled_change",
+            deadline,
+            Some(start),
+        );
+        set_ready(&mut groups, "m-a", false);
+        // Days ahead: m-c still counts, so dead m-a is repaired at once.
+        let cp = seen(&groups);
+        assert!(cp.ready.contains("m-c"), "{cp:?}");
+        assert_eq!(ask(&cp, Path::Repair, "m-a"), Ok(()), "{cp:?}");
+        // Within the lead of its deadline, m-c is leaving: m-a waits.
+        let near = deadline - chrono::Duration::from_std(SCHEDULED_LOSS_LEAD).expect("lead");
+        let cp = seen_at(&groups, &serving(&groups, &[]), near);
+        assert!(
+            cp.down
+                .iter()
+                .any(|d| d.instance.as_deref() == Some("m-c") && d.why == DownWhy::Leaving),
+            "{cp:?}"
+        );
+        assert!(ask(&cp, Path::Repair, "m-a").is_err());
+        // A minute before the lead it still served.
+        let before = seen_at(
+            &groups,
+            &serving(&groups, &[]),
+            near - chrono::Duration::minutes(1),
+        );
+        assert!(before.ready.contains("m-c"), "{before:?}");
+    }
+}
+
+#[test]
+fn a_spot_warning_makes_a_master_leave_at_once() {
+    let mut groups = three_groups_of_one();
+    notice(
+        &mut groups,
+        "m-c",
+        "spot_interruption",
+        t0() + chrono::Duration::seconds(90),
+        None,
+    );
+    let cp = seen(&groups);
+    assert!(!cp.ready.contains("m-c"), "{cp:?}");
+    assert!(ask(&cp, Path::Refresh, "m-a").is_err());
+    // Its own early retirement is no second master down.
+    assert_eq!(ask(&cp, Path::Retirement, "m-c"), Ok(()));
+}
+
+#[test]
+fn a_master_at_risk_of_interruption_still_serves() {
+    let mut groups = three_groups_of_one();
+    // A rebalance recommendation: a risk, never a loss of its own.
+    notice(
+        &mut groups,
+        "m-c",
+        "rebalance_recommendation",
+        t0() + chrono::Duration::seconds(90),
+        None,
+    );
+    let cp = seen(&groups);
+    assert!(cp.whole(), "{cp:?}");
+    assert_eq!(ask(&cp, Path::Refresh, "m-a"), Ok(()));
+}
+
+#[test]
+fn a_master_retirement_asks_the_masters_rule() {
+    let mut groups = three_groups_of_one();
+    notice(
+        &mut groups,
+        "m-c",
+        "spot_interruption",
+        t0() + chrono::Duration::seconds(90),
+        None,
+    );
+    set_ready(&mut groups, "m-a", false);
+    let refused = ask(&seen(&groups), Path::Retirement, "m-c").expect_err("m-a is down");
+    // AWS takes m-c at its time anyway, and nothing brings m-a back: the
+    // user's to act on.
+    assert_eq!(refused.check(), "refused_other_masters_down");
+    assert!(refused.needs_user(), "{refused:?}");
 }

@@ -155,14 +155,18 @@ fn join_timeout(rp: &Replenisher) -> Duration {
     duration::parse(&rp.spec.join_timeout).unwrap_or(Duration::from_secs(900))
 }
 
-/// A node may be taken away (a repair, an instance that never joined, a
-/// removal under way): for a Master group, the authority then decides on
-/// the whole control plane.
+/// A node may be taken away (a repair, an instance that never joined, an
+/// interrupted node retired before AWS takes it, a removal under way): for
+/// a Master group, the authority then decides on the whole control plane.
 fn may_take_a_node(group: &crate::crd::NodeGroupStatus, current: &ReplenisherStatus) -> bool {
     !group.not_joined.is_empty()
-        || group.nodes.iter().any(|n| !n.ready)
+        || group
+            .nodes
+            .iter()
+            .any(|n| !n.ready || n.interruption.is_some())
         || current.scale_in.is_some()
         || current.cleanup.is_some()
+        || !current.retiring.is_empty()
 }
 
 /// What a voluntary removal needs to know. The nodes it could take that

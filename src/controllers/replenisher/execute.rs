@@ -322,7 +322,13 @@ impl Step<'_> {
 
     async fn retire(&mut self, retiring: &[Retirement]) -> Result<()> {
         for r in retiring {
-            guard::retire(self.group, self.group_status, self.fresh, r)?;
+            guard::retire(
+                self.group,
+                self.group_status,
+                self.fresh,
+                r,
+                self.control_plane,
+            )?;
         }
         let (ctx, cloud) = (self.ctx, self.cloud);
         let done = persist_then::<Replenisher, _, _, _, _>(

@@ -166,13 +166,15 @@ pub fn repair(
 
 /// Safety: an interrupted instance is terminated only while it is active in
 /// that ASG of the group, its node records a notice that AWS reclaims it
-/// (spot interruption, scheduled change), and a decrement keeps the ASG at
-/// or above its min.
+/// (spot interruption, scheduled change), a decrement keeps the ASG at or
+/// above its min, and the authority allows it (a master: while the other
+/// masters are up).
 pub fn retire(
     group: &NodeGroup,
     status: &crate::crd::NodeGroupStatus,
     fresh: &[AsgDescription],
     r: &crate::crd::replenisher::Retirement,
+    control_plane: Option<&ControlPlane>,
 ) -> Result<(), Refusal> {
     removable(
         group,
@@ -181,6 +183,7 @@ pub fn retire(
         &r.instance_id,
         r.decrement,
     )?;
+    authority(group, control_plane, Path::Retirement, &r.instance_id)?;
     let reclaimed = status.nodes.iter().any(|n| {
         n.instance_id.as_deref() == Some(r.instance_id.as_str())
             && n.interruption
@@ -398,7 +401,7 @@ mod tests {
             late: None,
             drained: None,
         };
-        let check = |c: &Case, r: &Retirement| retire(&c.group, c.status(), &c.fresh, r);
+        let check = |c: &Case, r: &Retirement| retire(&c.group, c.status(), &c.fresh, r, None);
         assert_eq!(
             check(&c, &retirement("i-2", "a", true)),
             Err(Refusal::NotReclaimed {
@@ -431,6 +434,74 @@ mod tests {
                 instance: "i-3".into(),
                 asg: "a".into()
             })
+        );
+    }
+
+    #[test]
+    fn a_masters_retirement_asks_whether_the_other_masters_are_up() {
+        use crate::controllers::authority::{Blocked, DownWhy, MasterDown};
+        use crate::crd::nodegroup::NodeInterruption;
+        use crate::crd::replenisher::Retirement;
+        let mut c = Case::new();
+        c.group.spec.role = Role::Master;
+        if let Some(s) = c.group.status.as_mut() {
+            s.nodes[2].interruption = Some(NodeInterruption {
+                kind: "spot_interruption".into(),
+                noticed: t0(),
+                deadline: t0(),
+                loss_at: None,
+                late: None,
+                drained: None,
+            });
+        }
+        let r = Retirement {
+            node: "n3".into(),
+            instance_id: "i-3".into(),
+            auto_scaling_group: "b".into(),
+            decrement: false,
+            since: t0(),
+        };
+        let unobserved = retire(&c.group, c.status(), &c.fresh, &r, None);
+        assert!(
+            matches!(
+                unobserved,
+                Err(Refusal::Authority(Blocked::ControlPlaneUnobserved { .. }))
+            ),
+            "{unobserved:?}"
+        );
+        // i-1 up, i-2's kubelet dead: taking i-3 too leaves one master of 3.
+        let short = ControlPlane {
+            expected: 3,
+            ready: ["i-1".to_string()].into(),
+            down: ["i-2", "i-3"]
+                .iter()
+                .map(|id| MasterDown {
+                    group: "masters".into(),
+                    instance: Some(id.to_string()),
+                    why: DownWhy::NotReady,
+                })
+                .collect(),
+        };
+        let refused = retire(&c.group, c.status(), &c.fresh, &r, Some(&short));
+        assert!(
+            matches!(
+                &refused,
+                Err(Refusal::Authority(Blocked::OtherMastersDown {
+                    ready_besides: 1,
+                    needed: 2,
+                    ..
+                }))
+            ),
+            "{refused:?}"
+        );
+        let whole = ControlPlane {
+            expected: 3,
+            ready: ["i-1", "i-2"].iter().map(|s| s.to_string()).collect(),
+            down: vec![],
+        };
+        assert_eq!(
+            retire(&c.group, c.status(), &c.fresh, &r, Some(&whole)),
+            Ok(())
         );
     }
 

@@ -343,6 +343,10 @@ pub(crate) fn default_pause_timeout() -> String {
     "1h".into()
 }
 
+/// `pauseTimeout`'s default, as a duration: what bounds a pause while the
+/// settings themselves are invalid.
+pub const DEFAULT_PAUSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
+
 fn default_master_settle_time() -> String {
     "2m".into()
 }

@@ -82,7 +82,7 @@ impl Planner<'_> {
                 "{} node(s) left; the run waits, keeping its surplus: {why}",
                 self.remaining()
             );
-            return Next::Step(self.pause(why, requeue, settings));
+            return Next::Step(self.pause(why, requeue, settings.pause_timeout));
         }
         let (upcoming, protected) = self.candidates();
         let next = upcoming.first().cloned();

@@ -317,8 +317,16 @@ impl Planner<'_> {
         let settings = match self.input.settings {
             Ok(s) => s,
             Err(problem) => {
+                // A run whose settings turned invalid (an edit, another
+                // group naming one of its ASGs) pauses like any other, and
+                // is set aside after the default pause timeout: its own
+                // `pauseTimeout` may be what is invalid.
                 if self.status.run_start.is_some() {
-                    return Step::wait(format!("run paused: {problem}"), IDLE);
+                    return self.pause(
+                        format!("run paused: {problem}"),
+                        IDLE,
+                        crate::crd::nodegroup::DEFAULT_PAUSE_TIMEOUT,
+                    );
                 }
                 self.status.phase = RefreshPhase::Blocked;
                 self.status.next_run = None;

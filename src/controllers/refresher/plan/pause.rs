@@ -51,22 +51,21 @@ impl Planner<'_> {
                 }
             }
         };
-        Some(self.pause(format!("run paused: {why}"), requeue, settings))
+        Some(self.pause(
+            format!("run paused: {why}"),
+            requeue,
+            settings.pause_timeout,
+        ))
     }
 
     /// Waits, paused for `why`, until the pause timeout (counted from the
     /// pause's start); past it, or at once while Ready is below desired,
     /// sets the run aside.
-    pub(super) fn pause(
-        &mut self,
-        why: String,
-        requeue: Duration,
-        settings: &ResolvedRefresh,
-    ) -> Step {
+    pub(super) fn pause(&mut self, why: String, requeue: Duration, timeout: Duration) -> Step {
         let now = self.input.group.now;
         self.paused = true;
         let since = *self.status.paused_since.get_or_insert(now);
-        let limit = after(since, settings.pause_timeout);
+        let limit = after(since, timeout);
         // Nodes the run itself took and is replacing are not a loss (a
         // master, which has no surplus, while its replacement boots).
         let replacing = self
@@ -81,7 +80,7 @@ impl Planner<'_> {
             ));
         }
         if now >= limit {
-            let timeout = crate::duration::format(settings.pause_timeout);
+            let timeout = crate::duration::format(timeout);
             return self.set_aside_paused(format!("paused for over {timeout} ({why})"));
         }
         Step::wait(

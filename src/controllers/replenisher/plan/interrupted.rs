@@ -21,9 +21,10 @@ use crate::controllers::group_view::after;
 /// How long after its deadline a reclaimed node we replaced is terminated
 /// even if the end of its drain was never recorded.
 pub(super) const RETIRE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
-use super::queries::{leaves_through_us, replacement};
+use super::queries::{authority_for, leaves_through_us, replacement};
 use super::scale_in::{PROTECTED_RETRY, slot_for, start_scale_in};
 use super::{Command, Plan, Stage};
+use crate::controllers::authority::Path;
 use crate::controllers::group_view::{Fate, GroupNode};
 use crate::crd::replenisher::{Replacement, ReplenishPhase, Retirement, ScaleInTarget};
 use std::collections::BTreeMap;
@@ -67,6 +68,9 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
         .filter(|n| leaves_through_us(s, n) && n.instance_id.as_deref() != scale_in)
         .filter_map(|n| Some((n, replacement(s, n)?)))
         .filter(|(n, r)| due(n, r))
+        // A master leaves before AWS takes it only while the other masters
+        // are up: else AWS takes it at its time, and nothing is ours.
+        .filter(|(n, _)| authority_for(s, Path::Retirement, n).is_ok())
         .collect();
     if due.is_empty() {
         return None;

@@ -100,8 +100,13 @@ pub(super) fn replacement_in(s: &Stage, node: &GroupNode, asg: &str) -> Replacem
 /// The authority's answer for repairing `node` (a master: only while every
 /// other master of the cluster is Ready, counted by instance).
 pub(super) fn authority(s: &Stage, node: &GroupNode) -> Result<(), Blocked> {
+    authority_for(s, Path::Repair, node)
+}
+
+/// The authority's answer for taking `node` away by `path`.
+pub(super) fn authority_for(s: &Stage, path: Path, node: &GroupNode) -> Result<(), Blocked> {
     let request = Request {
-        path: Path::Repair,
+        path,
         role: s.input.group.role,
         instance: node.instance_id.as_deref().unwrap_or_default(),
     };

@@ -185,6 +185,43 @@ fn a_run_paused_past_its_pause_timeout_is_set_aside_and_resumes_once_it_may() {
 }
 
 #[test]
+fn a_run_whose_settings_turn_invalid_midway_is_set_aside_after_the_default_pause_timeout() {
+    // Another NodeGroup names one of its ASGs while it runs (or its spec
+    // is edited to something invalid): the run cannot go on, and must not
+    // keep its surplus, a cordoned node, its lock and its slot for good.
+    let mut sim = paused_midway(|sim| {
+        sim.settings = Err("another NodeGroup names asg-0 too".into());
+    });
+    for _ in 0..5 {
+        let plan = sim.step(false);
+        assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
+        assert!(plan.message.contains("set aside at"), "{}", plan.message);
+        assert!(plan.message.contains("names asg-0"), "{}", plan.message);
+        sim.advance(600);
+    }
+    assert_eq!(sim.lock, LockState::Ours);
+    sim.advance(600);
+    for _ in 0..3 {
+        sim.step(false);
+    }
+    assert_eq!(sim.lock, LockState::Free, "the lock given back");
+    assert_eq!(sim.slot, SlotState::Free, "the slot given back");
+    assert_eq!(sim.status.run_start, None);
+    assert_eq!(sim.original_cordoned(), 0, "nothing left cordoned");
+    assert!(sim.status.pending_run.is_some(), "the rest recorded");
+    assert!(
+        sim.happenings.iter().any(
+            |h| matches!(h, Happening::SetAside { why: Some(w), .. } if w.contains("paused for over 1h"))
+        ),
+        "{:?}",
+        sim.happenings
+    );
+    // While still invalid, no run: the Refresher says why.
+    let plan = sim.step(false);
+    assert_eq!(plan.status.phase, RefreshPhase::Blocked, "{}", plan.message);
+}
+
+#[test]
 fn a_paused_run_that_loses_a_node_is_set_aside_at_once_for_the_replenisher() {
     // Its first node replaced and validated: nothing of its own in flight.
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
