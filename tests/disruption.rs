@@ -550,3 +550,84 @@ async fn the_replenisher_takes_back_an_unprotected_surplus_node_and_keeps_protec
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_surplus_a_refresh_removes_is_never_a_node_with_a_pod_no_controller_recreates() {
+    let SteadyGroup {
+        world,
+        kops,
+        manager,
+        config: _config,
+        sim: _sim,
+        ..
+    } = SteadyGroup::workers("dc-surplus-bare").start().await;
+    let original = all_instances(&world, &kops.asgs).await;
+    // Whatever a user starts by hand (`kubectl run`) lands on the new
+    // nodes: each new node, once Ready, gets a bare pod.
+    let pods: Api<Pod> = world.api();
+    let placed = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let placer = {
+        let (world_nodes, pods, placed, stop) = (
+            world.client.clone(),
+            pods.clone(),
+            placed.clone(),
+            stop.clone(),
+        );
+        let original = original.clone();
+        let ours = kube::api::ListParams::default().labels(&format!(
+            "{}={}",
+            support::sim::SIM_ACCOUNT_LABEL,
+            world.account
+        ));
+        tokio::spawn(async move {
+            let nodes: Api<Node> = Api::all(world_nodes);
+            while !stop.is_cancelled() {
+                let listed = nodes.list(&ours).await.map(|l| l.items).unwrap_or_default();
+                for node in listed {
+                    let Some(name) = node.metadata.name.clone() else {
+                        continue;
+                    };
+                    let instance = instance_of(&node).unwrap_or_default();
+                    if original.contains(&instance) || !is_ready(&node) {
+                        continue;
+                    }
+                    let pod = format!("bare-{name}");
+                    if placed.lock().expect("placed").contains(&pod) {
+                        continue;
+                    }
+                    if pods
+                        .create(&Default::default(), &support::bound_pod(&pod, &name, &[]))
+                        .await
+                        .is_ok()
+                    {
+                        placed.lock().expect("placed").insert(pod);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let rf = run_finished(&world, "workers").await;
+    stop.cancel();
+    let _ = placer.await;
+    let status = assert_run_succeeded(rf, &manager);
+    assert_eq!(status.last_run.as_ref().map(|r| r.replaced), Some(3));
+    let placed = placed.lock().expect("placed").clone();
+    assert_eq!(placed.len(), 4, "a bare pod on each new node: {placed:?}");
+    // Every bare pod is still there: the surplus was kept, not drained.
+    for name in &placed {
+        let pod = pods.get_opt(name).await.expect("get pod");
+        assert!(
+            pod.is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+            "{name} was evicted: a pod no controller recreates is lost"
+        );
+    }
+    assert!(
+        manager
+            .logs()
+            .contains("surplus kept on protected nodes in"),
+        "the run never said why its surplus stayed"
+    );
+}

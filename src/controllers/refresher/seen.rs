@@ -16,12 +16,14 @@ use crate::k8s::disruption_slot::Slots;
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Which planned nodes to ask protection of.
+/// When to ask which nodes are protected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protection {
-    /// Those a run in progress has left (a run: what it needs).
+    /// Only while a run is in progress (the nodes it drains, and the
+    /// surplus it removes at the end).
     RunOnly,
-    /// Every member (a preview of a run to come: what it would meet).
+    /// Now, with the budgets that hold each node (a preview of a run to
+    /// come: what it would meet).
     AllMembers,
 }
 
@@ -225,26 +227,26 @@ pub fn drift_pending(rf: &Refresher, group: &NodeGroup) -> bool {
             .is_some_and(|n| n > 0)
 }
 
-/// The planned nodes (see [`Protection`]) that are protected from
-/// voluntary disruption, with why.
+/// The group's nodes that are protected from voluntary disruption, with
+/// why (see [`Protection`] for when it is asked).
 async fn protected_nodes(
     ctx: &Context,
     group: &NodeGroup,
     current: &RefresherStatus,
     protection: Protection,
 ) -> Result<crate::k8s::protection::Protections> {
-    let left = |id: &String| {
-        protection == Protection::AllMembers
-            || (current.planned_instances.contains(id) && !current.replaced_instances.contains(id))
-    };
     if protection == Protection::RunOnly && current.run_start.is_none() {
         return Ok(Default::default());
     }
+    // A run asks of every member, not only the nodes it has left: the
+    // surplus it removes at the end may be any member of a raised ASG (the
+    // newest, often a replacement), chosen in the reconcile that enters
+    // that phase. The lists cost the same whatever the names.
     let names: BTreeSet<String> = group
         .status
         .iter()
         .flat_map(|s| &s.nodes)
-        .filter(|n| n.instance_id.as_ref().is_some_and(left))
+        .filter(|n| n.instance_id.is_some())
         .map(|n| n.name.clone())
         .collect();
     let evict_unmanaged = group.spec.disruption.evict_unmanaged_pods;

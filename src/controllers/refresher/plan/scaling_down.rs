@@ -16,6 +16,17 @@ struct Layout {
     victim: Option<Result<RefreshTarget, String>>,
     /// An ASG with a launch in flight to wait for.
     waiting: Option<String>,
+    /// ASGs whose surplus is kept: every node that could go is protected
+    /// (do-not-disrupt, a pod no controller would recreate), with why.
+    kept: Vec<(String, Vec<String>)>,
+}
+
+/// Why no surplus node of an ASG can go now.
+enum NoVictim {
+    /// Removing any would leave fewer Ready than desired.
+    TooFewReady,
+    /// Each node that could go is protected: "node (why)".
+    Protected(Vec<String>),
 }
 
 impl Planner<'_> {
@@ -50,6 +61,7 @@ impl Planner<'_> {
             changes,
             victim,
             waiting,
+            kept,
         } = self.layout();
         if !changes.is_empty() {
             let message = format!("cancelling a failed launch: {}", describe_changes(&changes));
@@ -98,6 +110,22 @@ impl Planner<'_> {
                     ),
                     SOON.min(until(input.group.now, deadline)),
                 )
+            }
+            None if !kept.is_empty() => {
+                // Voluntary removal never takes a protected node: the
+                // surplus stays, and the replenisher's scale-in (which
+                // honours protection too) takes it back once one may go.
+                let kept: Vec<String> = kept
+                    .iter()
+                    .map(|(asg, nodes)| format!("{asg} ({})", nodes.join(", ")))
+                    .collect();
+                let mut step = self.finish_run(settings, None);
+                step.message = format!(
+                    "{}; surplus kept on protected nodes in {}: the replenisher removes it once one may go",
+                    step.message,
+                    kept.join("; ")
+                );
+                step
             }
             None => self.finish_run(settings, None),
         }
@@ -150,10 +178,11 @@ impl Planner<'_> {
                     });
                 }
             } else if asg.desired > o.desired && layout.victim.is_none() {
-                layout.victim = Some(
-                    self.surplus_victim(&asg.name, &active)
-                        .ok_or_else(|| asg.name.clone()),
-                );
+                match self.surplus_victim(&asg.name, &active) {
+                    Ok(target) => layout.victim = Some(Ok(target)),
+                    Err(NoVictim::TooFewReady) => layout.victim = Some(Err(asg.name.clone())),
+                    Err(NoVictim::Protected(nodes)) => layout.kept.push((asg.name.clone(), nodes)),
+                }
             }
         }
         layout.changes.retain(|c| c.from != c.to);
@@ -162,9 +191,10 @@ impl Planner<'_> {
 
     /// Which instance of `asg` goes: one that never joined, else one that is
     /// not Ready, else the newest drifted Ready node, else the newest Ready
-    /// node (it carries the fewest pods).
-    /// None when removing any would leave too few Ready.
-    fn surplus_victim(&self, asg: &str, active: &[&Member]) -> Option<RefreshTarget> {
+    /// node (it carries the fewest pods). A protected node never goes (this
+    /// is a voluntary removal): a pod with no controller that moved onto
+    /// the surplus would be lost.
+    fn surplus_victim(&self, asg: &str, active: &[&Member]) -> Result<RefreshTarget, NoVictim> {
         let input = self.input;
         let node_of = |id: &str| input.group.node_of(id);
         let target = |m: &Member, node: Option<&GroupNode>| RefreshTarget {
@@ -180,26 +210,36 @@ impl Planner<'_> {
             launched_ahead: None,
         };
         if let Some(m) = active.iter().find(|m| node_of(&m.instance_id).is_none()) {
-            return Some(target(m, None));
+            return Ok(target(m, None));
         }
-        if let Some((m, n)) = active.iter().find_map(|m| {
-            let n = node_of(&m.instance_id)?;
-            (!n.ready).then_some((m, n))
-        }) {
-            return Some(target(m, Some(n)));
+        let mut protected = vec![];
+        let mut free = vec![];
+        for m in active {
+            let Some(n) = node_of(&m.instance_id) else {
+                continue;
+            };
+            match input.protected.get(&n.name) {
+                Some(why) => protected.push(format!("{} ({why})", n.name)),
+                None => free.push((*m, n)),
+            }
+        }
+        if let Some((m, n)) = free.iter().find(|(_, n)| !n.ready) {
+            return Ok(target(m, Some(n)));
+        }
+        if free.is_empty() && !protected.is_empty() {
+            return Err(NoVictim::Protected(protected));
         }
         if self.ready() - 1 < input.group.desired {
-            return None;
+            return Err(NoVictim::TooFewReady);
         }
         // A drifted one first (launched before a rollback), so what stays
         // is on the template its ASG launches now.
-        active
-            .iter()
-            .filter_map(|m| node_of(&m.instance_id).map(|n| (m, n)))
+        free.iter()
             .max_by(|(_, a), (_, b)| {
                 (a.drifted, a.launch_time, &a.name).cmp(&(b.drifted, b.launch_time, &b.name))
             })
             .map(|(m, n)| target(m, Some(n)))
+            .ok_or(NoVictim::TooFewReady)
     }
 
     fn finish_run(&mut self, settings: &ResolvedRefresh, leftover: Option<String>) -> Step {

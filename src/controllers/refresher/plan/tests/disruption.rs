@@ -350,3 +350,94 @@ fn a_protected_node_that_died_is_replaced_as_a_repair() {
     assert!(sim.terminated.contains(&first), "{:?}", sim.status);
     assert!(sim.status.skipped.is_empty());
 }
+
+/// A run with a surplus of one, every step protecting the nodes `protect`
+/// picks: to its end. The original instances, every instance that was
+/// protected at some step, and the last plan's message.
+fn run_protecting(
+    protect: impl Fn(&Sim) -> Vec<String>,
+) -> (Sim, Vec<String>, BTreeSet<String>, String) {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    let original: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let mut ever = BTreeSet::new();
+    let mut message = String::new();
+    for _ in 0..300 {
+        let now = protect(&sim);
+        ever.extend(now.iter().cloned());
+        sim.protected = now
+            .into_iter()
+            .map(|id| (Sim::node_name(&id), "pod app/job has no controller".into()))
+            .collect();
+        message = sim.step(false).message;
+        sim.all_join_and_ready();
+        sim.advance(1);
+        if sim.status.run_start.is_none() && sim.status.last_run.is_some() {
+            break;
+        }
+    }
+    (sim, original, ever, message)
+}
+
+#[test]
+fn the_surplus_removed_at_the_end_is_never_a_protected_node() {
+    // Unprotected, the run removes one new node as its surplus (the sim is
+    // deterministic: the same one each time).
+    let (sim, original, _, _) = run_protecting(|_| vec![]);
+    let removed_first: Vec<String> = sim
+        .terminated
+        .iter()
+        .filter(|id| !original.contains(id))
+        .cloned()
+        .collect();
+    let [victim] = removed_first.as_slice() else {
+        panic!("one surplus removed: {:?}", sim.terminated);
+    };
+    // That node carries a pod no controller would recreate from the start:
+    // another new node goes.
+    let (sim, original, protected, _) = run_protecting(|_| vec![victim.clone()]);
+    assert_eq!(protected, BTreeSet::from([victim.clone()]));
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    let removed: Vec<&String> = sim
+        .terminated
+        .iter()
+        .filter(|id| !original.contains(id))
+        .collect();
+    assert_eq!(
+        removed.len(),
+        1,
+        "one surplus removed: {:?}",
+        sim.terminated
+    );
+    assert_ne!(removed[0], victim, "the protected node stays");
+    assert_eq!(
+        sim.layout(),
+        vec![
+            ("asg-0".into(), 1),
+            ("asg-1".into(), 1),
+            ("asg-2".into(), 1)
+        ]
+    );
+}
+
+#[test]
+fn a_surplus_whose_nodes_are_all_protected_is_kept_and_the_run_says_so() {
+    let (sim, original, _, message) = run_protecting(|sim| {
+        sim.instances
+            .iter()
+            .map(|i| i.id.clone())
+            .filter(|id| !sim.status.planned_instances.contains(id))
+            .collect()
+    });
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert!(
+        sim.terminated.iter().all(|id| original.contains(id)),
+        "only the replaced nodes were terminated: {:?}",
+        sim.terminated
+    );
+    assert!(
+        message.contains("surplus kept on protected nodes in asg-0"),
+        "{message}"
+    );
+    assert_eq!(sim.layout()[0], ("asg-0".into(), 2), "the surplus stays");
+    assert_eq!(sim.lock, LockState::Free, "the run ended: lock given back");
+}
