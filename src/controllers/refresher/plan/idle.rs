@@ -233,6 +233,19 @@ impl Planner<'_> {
             ));
         }
         match &self.input.group.lock {
+            // The slot was taken, the lock then refused: waiting for the
+            // lock must not keep the slot (another group's repair may need
+            // it, and the lock may be held for long).
+            LockState::Other(holder) if self.input.slot == SlotState::Ours => {
+                self.status.phase = RefreshPhase::WaitingForLock;
+                Some(Step::act(
+                    super::Command::ReleaseLock,
+                    format!(
+                        "{why}; the group's lock is held by {holder}: giving the disruption slot back while waiting"
+                    ),
+                    LOCK_RETRY,
+                ))
+            }
             LockState::Other(holder) => {
                 self.status.phase = RefreshPhase::WaitingForLock;
                 Some(Step::wait(

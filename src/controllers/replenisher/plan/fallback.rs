@@ -66,7 +66,7 @@ pub(super) fn fall_back(s: &Stage, deficit: i32) -> Option<Plan> {
     let due = after(since, settings.after);
     let (ready, desired) = (s.ready, input.group.desired);
     if now < due {
-        return Some(s.wait(
+        return Some(s.wait_on_time(
             format!(
                 "{ready}/{desired} Ready and no spot ASG can launch: falling back to on-demand at {}",
                 due.to_rfc3339()
@@ -168,7 +168,7 @@ pub(super) fn return_to_spot(s: &Stage) -> Option<Plan> {
         .collect();
     if due.is_empty() {
         let next = clocks.iter().map(|(t, _)| *t).min();
-        return Some(s.wait(
+        return Some(s.wait_on_time(
             format!(
                 "{} node(s) on the on-demand fallback: back to spot once a spot ASG has launched for {}",
                 nodes.len(),
@@ -183,7 +183,7 @@ pub(super) fn return_to_spot(s: &Stage) -> Option<Plan> {
     // A spot replacement is Ready: the fallback node goes, as a voluntary
     // removal.
     if let Some(why) = input.window.closed_reason() {
-        return Some(s.wait(
+        return Some(s.wait_on_time(
             format!("{} stays on the on-demand fallback: {why}", first.name),
             input.window.recheck_in(now),
         ));
@@ -192,7 +192,7 @@ pub(super) fn return_to_spot(s: &Stage) -> Option<Plan> {
         .iter()
         .find(|n| !input.protected.contains_key(&n.name))
     else {
-        return Some(s.wait(
+        return Some(s.wait_on_time(
             format!(
                 "the on-demand fallback's nodes are protected: {}",
                 nodes
@@ -240,7 +240,7 @@ fn replacement_first(s: &Stage, due: &[&AsgView], node: &GroupNode) -> Option<Pl
         ));
     }
     if let Some(left) = s.cooldown_left() {
-        return Some(s.wait(
+        return Some(s.wait_on_time(
             format!("cooldown before replacing {} with spot", node.name),
             left,
         ));

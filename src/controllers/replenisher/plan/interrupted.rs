@@ -167,7 +167,7 @@ pub(super) fn at_risk_kept(s: &Stage) -> Option<Plan> {
             s.input.window.recheck_in(s.input.group.now),
         ),
     };
-    Some(s.wait(
+    Some(s.wait_on_time(
         format!(
             "{} at risk of interruption, replaced, kept: {why}",
             node.name

@@ -326,6 +326,26 @@ impl Stage<'_> {
         )
     }
 
+    /// Waiting on time (a window, a cooldown, protected nodes, a return to
+    /// spot): nothing happens here until then, so the group's lock and a
+    /// disruption slot are given back, for another path that may need them
+    /// meanwhile (a dead master elsewhere, a refresh); they are taken again
+    /// when this acts. Only between steps: nothing is in hand.
+    fn wait_on_time(&self, message: String, requeue: Duration) -> Plan {
+        let holds = self.input.group.lock == LockState::Ours || self.input.slot == SlotState::Ours;
+        let command = match holds {
+            true => Command::ReleaseLock,
+            false => Command::Nothing,
+        };
+        self.finish(
+            self.status.clone(),
+            ReplenishPhase::Waiting,
+            command,
+            message,
+            requeue,
+        )
+    }
+
     fn asg(&self, name: &str) -> Option<&AsgView> {
         self.asgs.iter().find(|a| a.name == name)
     }

@@ -90,7 +90,7 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
     }
     if let Some(why) = input.window.closed_reason() {
         let requeue = input.window.recheck_in(input.group.now);
-        return Some(s.wait(
+        return Some(s.wait_on_time(
             format!(
                 "{} surplus node(s) kept: {why}",
                 s.ready - input.group.desired
@@ -99,7 +99,7 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
         ));
     }
     if let Some(left) = s.cooldown_left() {
-        return Some(s.wait(
+        return Some(s.wait_on_time(
             format!(
                 "cooldown before removing {} surplus node(s)",
                 s.ready - input.group.desired
@@ -109,7 +109,7 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
     }
     let Some(target) = choose_victim(s, true) else {
         if choose_victim(s, false).is_some() {
-            return Some(s.wait(
+            return Some(s.wait_on_time(
                 format!(
                     "{} surplus node(s) kept: {}",
                     s.ready - input.group.desired,

@@ -96,7 +96,7 @@ fn nothing_to_add(s: &Stage, candidates: &[AsgView], deficit: i32) -> Option<Pla
         ));
     }
     let left = s.cooldown_left()?;
-    Some(s.wait(format!("cooldown before scaling up by {deficit}"), left))
+    Some(s.wait_on_time(format!("cooldown before scaling up by {deficit}"), left))
 }
 
 /// What a raise says: the counts, each change, the nodes it replaces.

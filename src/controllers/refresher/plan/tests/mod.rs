@@ -644,7 +644,10 @@ impl Effects for Sim {
     }
 
     async fn release_lock(&mut self) -> crate::Result<()> {
-        self.lock = LockState::Free;
+        // As `k8s::lock::release`: another holder's lock stays theirs.
+        if self.lock == LockState::Ours {
+            self.lock = LockState::Free;
+        }
         if self.slot == SlotState::Ours {
             self.slot = SlotState::Free;
         }

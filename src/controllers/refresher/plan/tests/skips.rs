@@ -25,6 +25,32 @@ fn a_lock_held_by_the_replenisher_is_waited_for() {
 }
 
 #[test]
+fn a_slot_taken_before_the_lock_was_refused_is_given_back_while_waiting() {
+    // The slot was taken; the replenisher took the group's lock meanwhile.
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.slot = SlotState::Ours;
+    sim.lock = LockState::Other("Replenish workers".into());
+    let plan = sim.step(false);
+    assert_eq!(plan.command, Command::ReleaseLock, "{}", plan.message);
+    assert!(
+        plan.message.contains("giving the disruption slot back"),
+        "{}",
+        plan.message
+    );
+    assert_eq!(sim.slot, SlotState::Free, "the slot given back");
+    assert_eq!(
+        sim.lock,
+        LockState::Other("Replenish workers".into()),
+        "the other holder's lock stays theirs"
+    );
+    // Then it waits, holding nothing.
+    let plan = sim.step(false);
+    assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
+    assert_eq!(plan.status.phase, RefreshPhase::WaitingForLock);
+    assert_eq!(sim.slot, SlotState::Free);
+}
+
+#[test]
 fn a_suspended_group_skips_the_run_and_says_why() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     sim.suspended = true;

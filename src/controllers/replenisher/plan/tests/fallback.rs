@@ -48,7 +48,7 @@ fn at(s: &Scenario, now: DateTime<Utc>) -> Plan {
 fn every_spot_asg_short_for_after_raises_the_fallback_by_the_missing_count_only() {
     let mut s = every_spot_short();
     let p = at(&s, t0());
-    assert_eq!(p.command, Command::Nothing, "{}", p.message);
+    assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
     assert!(
         p.message.contains("falling back to on-demand at"),
         "{}",
@@ -56,10 +56,16 @@ fn every_spot_asg_short_for_after_raises_the_fallback_by_the_missing_count_only(
     );
     assert_eq!(p.status.short_since, Some(t0()));
     s.status = p.status;
-    // A second before `after`: still waiting.
+    // The lock given back while it waits on time.
+    s.lock = LockState::Free;
+    // A second before `after`: still waiting, holding nothing.
     let p = at(&s, t0() + seconds(AFTER - 1));
     assert_eq!(p.command, Command::Nothing, "{}", p.message);
-    // At `after`: exactly the one missing, on the fallback.
+    // At `after`: the lock again, then exactly the one missing, on the
+    // fallback.
+    let p = at(&s, t0() + seconds(AFTER));
+    assert_eq!(p.command, Command::TakeLock, "{}", p.message);
+    s.lock = LockState::Ours;
     let p = at(&s, t0() + seconds(AFTER));
     assert_eq!(
         p.command,

@@ -420,7 +420,7 @@ fn an_at_risk_node_is_replaced_at_once_but_removed_only_inside_a_window() {
     at_risk_and_replaced(&mut s);
     // ... the node at risk is kept while every window is closed ...
     let p = s.plan();
-    assert_eq!(p.command, Command::Nothing, "{}", p.message);
+    assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
     assert!(p.message.contains("maintenance windows"), "{}", p.message);
     // ... and removed once one opens.
     s.window = crate::controllers::window::WindowState::Always;
@@ -440,7 +440,7 @@ fn a_protected_node_at_risk_is_replaced_but_kept() {
     // The node at risk stays while protected, and neither it nor its
     // replacement is taken as a surplus.
     let p = s.plan();
-    assert_eq!(p.command, Command::Nothing, "{}", p.message);
+    assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
     assert!(
         p.message.contains(
             "na at risk of interruption, replaced, kept: protected: the Node is annotated"

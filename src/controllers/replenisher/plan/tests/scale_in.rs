@@ -125,7 +125,7 @@ fn outside_the_maintenance_windows_the_surplus_is_kept_until_one_opens() {
     let opens = t0() + chrono::Duration::hours(3);
     s.window = crate::controllers::window::WindowState::Closed { opens: Some(opens) };
     let p = s.plan();
-    assert_eq!(p.command, Command::Nothing, "{}", p.message);
+    assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
     assert!(
         p.message.contains("1 surplus node(s) kept"),
         "{}",
@@ -134,9 +134,30 @@ fn outside_the_maintenance_windows_the_surplus_is_kept_until_one_opens() {
     assert!(p.message.contains("maintenance windows"), "{}", p.message);
     assert!(p.status.scale_in.is_none());
     assert!(p.requeue <= Duration::from_secs(3 * 3600));
+    assert!(
+        p.requeue > Duration::from_secs(60),
+        "given back, it looks again at the window's time: {:?}",
+        p.requeue
+    );
+    // The lock and the slot were given back (another group's master may be
+    // dead meanwhile): waiting on, it holds nothing and does nothing.
+    s.lock = LockState::Free;
+    s.slot = Some(SlotState::Free);
+    let p = s.plan();
+    assert_eq!(p.command, Command::Nothing, "{}", p.message);
+    assert!(
+        p.message.contains("1 surplus node(s) kept"),
+        "{}",
+        p.message
+    );
+    // Open: it takes the lock again, then the slot, then drains.
     s.window = crate::controllers::window::WindowState::Open {
         closes: opens + chrono::Duration::hours(1),
     };
+    assert_eq!(s.plan().command, Command::TakeLock);
+    s.lock = LockState::Ours;
+    assert_eq!(s.plan().command, Command::TakeSlot);
+    s.slot = None;
     assert!(matches!(s.plan().command, Command::Drain(_)));
 }
 
@@ -160,7 +181,7 @@ fn the_surplus_taken_back_is_never_a_protected_node() {
         .map(|n| (n.name.clone(), "cordoned by someone else".to_string()))
         .collect();
     let p = s.plan();
-    assert_eq!(p.command, Command::Nothing, "{}", p.message);
+    assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
     assert!(
         p.message.contains("1 surplus node(s) kept"),
         "{}",

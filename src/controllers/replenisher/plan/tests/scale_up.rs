@@ -125,7 +125,7 @@ fn cooldown_not_over_means_wait_until_it_is() {
     let mut s = Scenario::steady().shortage_in_a();
     s.status.last_modification = Some(t0() - chrono::Duration::seconds(270));
     let p = s.plan();
-    assert_eq!(p.command, Command::Nothing);
+    assert_eq!(p.command, Command::ReleaseLock);
     assert_eq!(p.status.phase, ReplenishPhase::Waiting);
     assert_eq!(
         p.requeue,
