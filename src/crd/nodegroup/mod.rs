@@ -332,8 +332,9 @@ pub struct RefreshSpec {
     /// disruption slots) before it is set aside: its lock and slot given
     /// back, its surplus left for the replenisher to take back, the rest
     /// resumed later. A paused run with fewer Ready nodes than desired is
-    /// set aside at once, so the replenisher can replace them. 1m to 168h;
-    /// default 1h.
+    /// set aside at once, so the replenisher can replace them. While the
+    /// refresh settings themselves are invalid (an edit, another NodeGroup
+    /// naming one of its ASGs), the default applies. 1m to 168h; default 1h.
     #[serde(default = "default_pause_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub pause_timeout: String,
