@@ -26,11 +26,14 @@ pub(super) fn clocks(s: &Stage) -> (Option<DateTime<Utc>>, Vec<AsgSince>) {
     }
     let now = s.input.group.now;
     // Launching by its own description (an ASG the raises still back off
-    // from counts: the return's hysteresis is `returnAfter`, not that).
+    // from counts: the return's hysteresis is `returnAfter`, not that). At
+    // its max too: a kops instance group with min = max relaunches its lost
+    // node by itself, and that relaunch is the return (the fallback node is
+    // then a surplus).
     let launching: Vec<AsgSince> = s
         .asgs
         .iter()
-        .filter(|a| !a.fallback && a.launching && a.desired < a.max)
+        .filter(|a| !a.fallback && a.launching)
         .map(|a| AsgSince {
             auto_scaling_group: a.name.clone(),
             since: s

@@ -157,6 +157,35 @@ fn the_fallback_node_returns_once_spot_has_launched_for_return_after_and_not_bef
 }
 
 #[test]
+fn with_spot_asgs_at_max_their_own_relaunch_is_the_return() {
+    // kops's instance groups: min = max. Zone a's spot node was lost and
+    // could not come back; the fallback holds its place. Then a's ASG
+    // launches its missing node by itself (nothing to raise: at its max).
+    let mut s = with_fallback(Scenario::steady());
+    for (i, name) in ["a", "c", "d"].iter().enumerate() {
+        s.asgs[i] = asg(name, 1, 1, 1);
+    }
+    s.asgs[3] = od(1, 1);
+    s.nodes.push(node("nod", "od", true, 30));
+    let p = at(&s, t0());
+    assert!(!p.command.mutates(), "{:?}: {}", p.command, p.message);
+    s.status = p.status;
+    s.lock = LockState::Free;
+    // Once a has launched for `returnAfter`, the fallback node goes.
+    let p = at(&s, t0() + seconds(RETURN_AFTER));
+    assert_eq!(p.command, Command::TakeLock, "{}", p.message);
+    s.lock = LockState::Ours;
+    let p = at(&s, t0() + seconds(RETURN_AFTER));
+    let Command::Drain(target) = &p.command else {
+        panic!("{:?}: {}", p.command, p.message)
+    };
+    assert_eq!(
+        (target.node.as_str(), target.auto_scaling_group.as_str()),
+        ("nod", "od")
+    );
+}
+
+#[test]
 fn a_spot_asg_that_fails_again_restarts_its_clock() {
     let mut s = spot_back_in_c();
     s.status = at(&s, t0()).status;
