@@ -172,7 +172,7 @@ impl Cluster<'_> {
 
 impl Effects for Cluster<'_> {
     async fn uncordon(&mut self, node: &str, status: &RefresherStatus) -> Result<()> {
-        self.guard(status).owns_node(node)?;
+        self.guard(status).gives_back(node)?;
         uncordon(self.ctx, node, "refresh gave up on draining it").await
     }
 

@@ -77,7 +77,9 @@ pub async fn execute<E: Effects>(
 ) -> Result<Duration> {
     let mut requeue = plan.requeue;
     if let Command::Uncordon(node) = &plan.command {
-        effects.uncordon(node, status).await?;
+        // Checked against the status before this step: a target given back
+        // is still recorded there (its ASG may have left the spec since).
+        effects.uncordon(node, stored.unwrap_or(status)).await?;
     }
     if Some(status) != stored {
         effects.write_status(status).await?;

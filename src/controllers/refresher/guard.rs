@@ -50,6 +50,18 @@ impl Guard<'_> {
         Ok(())
     }
 
+    /// A node put back in service: the group's, or one this run holds as a
+    /// target (`status`, as stored before the step), whose ASG may have
+    /// left the group's spec since it was cordoned. (The uncordon itself
+    /// lifts only a cordon of ours.)
+    pub fn gives_back(&self, node: &str) -> Result<(), Refusal> {
+        let held = self.status.batch().any(|t| t.node.as_deref() == Some(node));
+        if held {
+            return Ok(());
+        }
+        self.owns_node(node)
+    }
+
     /// Within a run, the target's instance is active in one of the group's
     /// ASGs, and a Replace target is one the run planned to replace.
     fn target(&self, t: &RefreshTarget) -> Result<(), Refusal> {

@@ -196,6 +196,21 @@ impl Planner<'_> {
             .node
             .clone()
             .unwrap_or_else(|| target.instance_id.clone());
+        if self.input.group.asg(&target.auto_scaling_group).is_none() {
+            // Its ASG left the spec mid-drain: no longer ours to terminate,
+            // but its node still runs, cordoned by us. Give it back.
+            self.leave_batch(&target.instance_id);
+            if target.purpose == TargetPurpose::Replace {
+                self.status.phase = RefreshPhase::Draining;
+            }
+            return Step::back_in_service(
+                target.node.clone(),
+                format!(
+                    "{label} given back: {} is no longer one of the group's ASGs",
+                    target.auto_scaling_group
+                ),
+            );
+        }
         if !self.active(&target.instance_id) {
             // Gone by other means (a spot interruption): nothing to terminate.
             self.status.current_target = None;

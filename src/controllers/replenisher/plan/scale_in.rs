@@ -16,6 +16,18 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
     let target = s.status.scale_in.clone()?;
     let input = s.input;
     let mut status = s.status.clone();
+    if s.asg(&target.auto_scaling_group).is_none() {
+        // Its ASG left the spec (or `spec.fallback` went) mid-removal: the
+        // instance is no longer ours to terminate, but its node still runs,
+        // cordoned by us. Give it back.
+        let reason = format!(
+            "{} is no longer one of the group's ASGs",
+            target.auto_scaling_group
+        );
+        let message = format!("keeping {}: {reason}", target.node);
+        let command = Command::AbandonScaleIn { target, reason };
+        return Some(s.act(status, ReplenishPhase::Waiting, command, message));
+    }
     if !input.active.contains(&target.instance_id) {
         // Gone without us (e.g. a spot loss): nothing left to remove.
         status.scale_in = None;

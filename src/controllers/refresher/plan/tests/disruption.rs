@@ -441,3 +441,60 @@ fn a_surplus_whose_nodes_are_all_protected_is_kept_and_the_run_says_so() {
     assert_eq!(sim.layout()[0], ("asg-0".into(), 2), "the surplus stays");
     assert_eq!(sim.lock, LockState::Free, "the run ended: lock given back");
 }
+
+#[test]
+fn a_target_whose_asg_left_the_spec_mid_drain_is_given_back() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.drain_length = 5;
+    sim.run_until(|s| {
+        s.status
+            .current_target
+            .as_ref()
+            .is_some_and(|t| t.purpose == TargetPurpose::Replace)
+            && s.instances.iter().any(|i| i.cordoned)
+    });
+    let target = sim.status.current_target.clone().expect("a target");
+    let node = target.node.clone().expect("a node");
+    // The user drops its ASG from the NodeGroup (and its node from the
+    // group's count).
+    sim.asgs.retain(|a| a.name != target.auto_scaling_group);
+    sim.desired -= 1;
+    let plan = sim.step(false);
+    assert_eq!(
+        plan.command,
+        Command::Uncordon(node.clone()),
+        "{}",
+        plan.message
+    );
+    assert!(
+        plan.message
+            .contains("is no longer one of the group's ASGs"),
+        "{}",
+        plan.message
+    );
+    assert!(
+        !sim.instances.iter().any(|i| i.cordoned),
+        "the node is back in service"
+    );
+    assert!(
+        sim.status
+            .batch()
+            .all(|t| t.instance_id != target.instance_id)
+    );
+    // Stepping on, it is neither terminated nor cordoned again.
+    for _ in 0..20 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+    }
+    assert!(
+        !sim.terminated.contains(&target.instance_id),
+        "not ours to terminate"
+    );
+    assert!(
+        !sim.instances
+            .iter()
+            .any(|i| i.id == target.instance_id && i.cordoned),
+        "nor cordoned again"
+    );
+}

@@ -256,9 +256,12 @@ impl Sim {
                 ..Default::default()
             })
             .collect();
+        // As observed: only the ASGs the group names are described.
+        let listed = |i: &&Instance| self.asgs.iter().any(|a| a.name == i.asg);
         let members = self
             .instances
             .iter()
+            .filter(listed)
             .map(|i| Member {
                 asg: i.asg.clone(),
                 instance_id: i.id.clone(),
@@ -267,6 +270,7 @@ impl Sim {
         let nodes = self
             .instances
             .iter()
+            .filter(listed)
             .filter(|i| i.joined)
             .map(|i| {
                 let dead = self.dead.contains(&Sim::node_name(&i.id));

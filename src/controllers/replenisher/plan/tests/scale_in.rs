@@ -234,3 +234,34 @@ fn taking_the_surplus_back_holds_a_disruption_slot_and_waits_for_one() {
     steady.slot = Some(SlotState::Ours);
     assert_eq!(steady.plan().command, Command::ReleaseLock);
 }
+
+#[test]
+fn a_scale_in_whose_asg_left_the_spec_gives_its_node_back() {
+    let mut s = Scenario::steady().surplus_in_c();
+    let p = s.plan();
+    let Command::Drain(target) = p.command else {
+        panic!("expected a drain, got {:?}: {}", p.command, p.message)
+    };
+    s.status = p.status;
+    // The user drops c from the NodeGroup mid-drain: c is no longer
+    // described, its instances no longer the group's. The drained node
+    // still runs, cordoned by us.
+    s.asgs.retain(|a| a.name != "c");
+    s.nodes.retain(|n| n.asg.as_deref() != Some("c"));
+    let p = s.plan();
+    let Command::AbandonScaleIn {
+        target: kept,
+        reason,
+    } = &p.command
+    else {
+        panic!(
+            "expected the node given back, got {:?}: {}",
+            p.command, p.message
+        )
+    };
+    assert_eq!(kept, &target);
+    assert!(
+        reason.contains("c is no longer one of the group's ASGs"),
+        "{reason}"
+    );
+}
