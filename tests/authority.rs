@@ -540,3 +540,82 @@ async fn a_dead_master_is_repaired_while_another_master_retires_in_two_days() {
 async fn a_dead_master_is_repaired_while_another_master_is_at_risk() {
     a_dead_master_is_repaired_while_another_has("authority-at-risk", Notice::Rebalance).await;
 }
+
+#[tokio::test]
+async fn a_worker_groups_cooldown_does_not_hold_the_slot_a_dead_master_needs() {
+    let world = World::new("authority-slot").await;
+    let masters = world.kops_group("master", &ZONES, 1, &[]).await;
+    let workers = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let mut names = three_master_groups(&world, &masters.asgs).await;
+    // Workers whose replenisher waits 10 minutes between two removals.
+    let mut w = group("workers", "Worker", &workers.asgs);
+    w.spec.replenish.cooldown = "10m".into();
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(&PostParams::default(), &w)
+        .await
+        .expect("create");
+    names.push(("workers".into(), 3));
+    let (_manager, _config) = world.start_manager(&[]);
+    steady(&world, &names, Duration::from_secs(180)).await;
+    control_planes_ready(&world, &masters.asgs, Duration::from_secs(60)).await;
+
+    // A surplus of two on the workers (someone raised an ASG by hand): the
+    // replenisher removes one, holding the one disruption slot meanwhile,
+    // then waits out its cooldown before the next.
+    world
+        .aws
+        .autoscaling
+        .set_desired_capacity()
+        .auto_scaling_group_name(&workers.asgs[0])
+        .desired_capacity(3)
+        .send()
+        .await
+        .expect("raise by hand");
+    let removed_one = || async {
+        let mut n = 0;
+        for asg in &workers.asgs {
+            n += world
+                .activities(asg)
+                .await
+                .iter()
+                .filter(|(_, d)| d.starts_with("Terminating EC2 instance"))
+                .count();
+        }
+        (n > 0).then_some(())
+    };
+    assert_eventually(
+        "the first surplus worker removed",
+        Duration::from_secs(180),
+        removed_one,
+    )
+    .await;
+    // Now master A's kubelet dies: its repair needs the slot, which the
+    // workers' cooldown must not keep.
+    let asg_a = masters.asgs[0].clone();
+    let a = world.asg_instances(&asg_a).await.remove(0);
+    world.tag_asg(&asg_a, DEAD_TAG, &a).await;
+    let a_dead = Instant::now();
+    assert_eventually(
+        "master A repaired during the workers' cooldown",
+        Duration::from_secs(180),
+        || async { (world.terminations(std::slice::from_ref(&asg_a), &a).await > 0).then_some(()) },
+    )
+    .await;
+    eprintln!(
+        "figure: master A dead -> terminated {:.1}s (workers' cooldown 10m)",
+        a_dead.elapsed().as_secs_f64()
+    );
+    // Still within the workers' cooldown: their second surplus node stays.
+    let mut removed = 0;
+    for asg in &workers.asgs {
+        removed += world
+            .activities(asg)
+            .await
+            .iter()
+            .filter(|(_, d)| d.starts_with("Terminating EC2 instance"))
+            .count();
+    }
+    assert_eq!(removed, 1, "the workers' cooldown was over: nothing proven");
+}

@@ -186,6 +186,33 @@ impl Planner<'_> {
         None
     }
 
+    /// A target that is no longer the run's to terminate: its ASG left the
+    /// group's spec mid-drain (its node, cordoned by us, still runs: it is
+    /// given back), or it left its ASG by other means (a spot interruption).
+    /// None: it still is.
+    fn no_longer_ours(&mut self, target: &RefreshTarget, label: &str) -> Option<Step> {
+        let asg = &target.auto_scaling_group;
+        let step = if self.input.group.asg(asg).is_none() {
+            self.leave_batch(&target.instance_id);
+            Step::back_in_service(
+                target.node.clone(),
+                format!("{label} given back: {asg} is no longer one of the group's ASGs"),
+            )
+        } else if !self.active(&target.instance_id) {
+            self.status.current_target = None;
+            Step::wait(
+                format!("{label} left its ASG by other means"),
+                Duration::ZERO,
+            )
+        } else {
+            return None;
+        };
+        if target.purpose == TargetPurpose::Replace {
+            self.status.phase = RefreshPhase::Draining;
+        }
+        Some(step)
+    }
+
     /// A target chosen, not yet terminated: drain it, or give up on it.
     pub(super) fn draining(&mut self, settings: &ResolvedRefresh) -> Step {
         let now = self.input.group.now;
@@ -196,31 +223,8 @@ impl Planner<'_> {
             .node
             .clone()
             .unwrap_or_else(|| target.instance_id.clone());
-        if self.input.group.asg(&target.auto_scaling_group).is_none() {
-            // Its ASG left the spec mid-drain: no longer ours to terminate,
-            // but its node still runs, cordoned by us. Give it back.
-            self.leave_batch(&target.instance_id);
-            if target.purpose == TargetPurpose::Replace {
-                self.status.phase = RefreshPhase::Draining;
-            }
-            return Step::back_in_service(
-                target.node.clone(),
-                format!(
-                    "{label} given back: {} is no longer one of the group's ASGs",
-                    target.auto_scaling_group
-                ),
-            );
-        }
-        if !self.active(&target.instance_id) {
-            // Gone by other means (a spot interruption): nothing to terminate.
-            self.status.current_target = None;
-            if target.purpose == TargetPurpose::Replace {
-                self.status.phase = RefreshPhase::Draining;
-            }
-            return Step::wait(
-                format!("{label} left its ASG by other means"),
-                Duration::ZERO,
-            );
+        if let Some(step) = self.no_longer_ours(&target, &label) {
+            return step;
         }
         if let Some(blocked) = self.refused(&target) {
             return self.yield_to_authority(&target, blocked);

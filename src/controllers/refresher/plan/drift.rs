@@ -39,7 +39,7 @@ impl Planner<'_> {
                 format!("{label} is no longer drifted; back in service"),
             ));
         }
-        let drifted = idle::drifted_targets(input);
+        let drifted = super::targets::drifted_targets(input);
         let st = &mut self.status;
         let in_batch: Vec<String> = st.batch().map(|t| t.instance_id.clone()).collect();
         let (kept, left): (Vec<String>, Vec<String>) = std::mem::take(&mut st.planned_instances)

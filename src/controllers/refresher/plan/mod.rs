@@ -37,6 +37,7 @@ mod replacing;
 mod scaling_down;
 mod scaling_up;
 mod set_aside;
+mod targets;
 mod termination;
 #[cfg(test)]
 mod tests;

@@ -6,8 +6,8 @@
 //! a copy of their rules.
 
 use super::draining::take_order;
-use super::idle::{drifted_targets, targets};
 use super::set_aside::CONTROL_PLANE_UNOBSERVED;
+use super::targets::{drifted_targets, targets};
 use super::{Input, LockState, Planner, SlotState, WindowState};
 use crate::crd::next::{LISTED_NODES, NextDisruption, NextNode};
 use crate::crd::nodegroup::ResolvedRefresh;

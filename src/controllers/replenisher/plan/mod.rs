@@ -19,6 +19,7 @@
 
 mod cleanup;
 mod coming;
+mod deleting;
 mod fallback;
 mod interrupted;
 mod queries;
@@ -30,6 +31,7 @@ mod scale_up;
 mod tests;
 
 use cleanup::remove_not_joined;
+use deleting::unwinding;
 use interrupted::{at_risk_kept, remove_at_risk, retire};
 use records::{judge, settle_records, update_exclusions};
 use repair::{repair_held, repair_in_place, repair_replaced};
@@ -416,53 +418,6 @@ fn plan_inner(input: &Input) -> Plan {
 
 /// How soon a master repair the authority holds back is looked at again.
 const AUTHORITY_RECHECK: Duration = Duration::from_secs(10);
-
-/// The NodeGroup is being deleted; its finalizer waits until nothing is
-/// under way here. A scale-in whose termination is recorded is finished (the
-/// node is already drained); one still draining is abandoned (its node
-/// uncordoned and kept); a recorded cleanup or termination of interrupted
-/// instances is carried out. Then idle, lock released.
-fn unwinding(s: &Stage) -> Option<Plan> {
-    const REASON: &str = "the NodeGroup is being deleted";
-    if !s.input.group.deleting {
-        return None;
-    }
-    if !s.status.retiring.is_empty() {
-        return retire(s);
-    }
-    if let Some(target) = &s.status.scale_in {
-        if target.terminating.is_some() {
-            return scale_in_in_progress(s);
-        }
-        let command = Command::AbandonScaleIn {
-            target: target.clone(),
-            reason: REASON.into(),
-        };
-        return Some(s.act(
-            s.status.clone(),
-            ReplenishPhase::ScalingDown,
-            command,
-            format!("{REASON}: keeping {}", target.node),
-        ));
-    }
-    if let Some(cleanup) = &s.status.cleanup {
-        let message = format!(
-            "{REASON}: finishing the recorded removal of {}",
-            cleanup.instance_id
-        );
-        return Some(s.act(
-            s.status.clone(),
-            ReplenishPhase::CleaningUp,
-            Command::RemoveNotJoined(cleanup.clone()),
-            message,
-        ));
-    }
-    Some(s.idle(
-        s.status.clone(),
-        ReplenishPhase::Paused,
-        format!("{REASON}: starting nothing"),
-    ))
-}
 
 /// The circuit breaker is open: nothing is terminated (records of
 /// terminations under way are kept for later), but an interrupted node AWS
