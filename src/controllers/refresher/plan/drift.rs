@@ -1,7 +1,7 @@
 //! A drift roll (`drift.action: Replace`) follows the drift while it runs:
 //! a newer template version adds nodes to it, a rollback takes them out.
 
-use super::{Happening, Planner, Step, idle, rank, surplus_of};
+use super::{Happening, Planner, Step, rank, surplus_of};
 use crate::crd::refresher::{AsgDesired, RefreshPhase, RunTrigger, TargetPurpose};
 
 impl Planner<'_> {

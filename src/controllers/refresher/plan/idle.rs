@@ -2,7 +2,7 @@
 //! (with the reason), or start one and record what it will do.
 
 use super::targets::{drifted_targets, targets};
-use super::{Happening, IDLE, Input, LOCK_RETRY, Planner, SOON, SlotState, Step, surplus_of};
+use super::{Happening, IDLE, LOCK_RETRY, Planner, SOON, SlotState, Step, surplus_of};
 use crate::controllers::group_view::{AsgView, LockState, after, until};
 use crate::controllers::refresher::schedule::next_run;
 use crate::crd::Role;
