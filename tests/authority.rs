@@ -66,6 +66,39 @@ async fn node_ready(world: &World, name: &str) -> bool {
     matches!(nodes.get_opt(name).await, Ok(Some(node)) if support::refresh::is_ready(&node))
 }
 
+/// Kills the kubelet of `instance` in `asg` and waits, at most `within`,
+/// for its repair to terminate it: how long that took.
+async fn killed_and_repaired(
+    world: &World,
+    asg: &str,
+    instance: &str,
+    what: &str,
+    within: Duration,
+) -> Duration {
+    world.tag_asg(asg, DEAD_TAG, instance).await;
+    let dead = Instant::now();
+    let asgs = [asg.to_string()];
+    assert_eventually(what, within, || async {
+        (world.terminations(&asgs, instance).await > 0).then_some(())
+    })
+    .await;
+    dead.elapsed()
+}
+
+/// How many instances AWS began terminating in `asgs`.
+async fn terminations_in(world: &World, asgs: &[String]) -> usize {
+    let mut n = 0;
+    for asg in asgs {
+        n += world
+            .activities(asg)
+            .await
+            .iter()
+            .filter(|(_, d)| d.starts_with("Terminating EC2 instance"))
+            .count();
+    }
+    n
+}
+
 /// Master A dies and is repaired; the moment A is terminated, master B
 /// dies. B is terminated only once A's replacement is Ready; then B is
 /// repaired too. `groups`: the Master groups, by name, and the indexes of
@@ -101,11 +134,12 @@ async fn second_dead_master_waits_for_the_first_replacement(
     let a = world.asg_instances(&asg_a).await.remove(0);
     let b = world.asg_instances(&asg_b).await.remove(0);
 
-    world.tag_asg(&asg_a, DEAD_TAG, &a).await;
-    assert_eventually(
+    killed_and_repaired(
+        &world,
+        &asg_a,
+        &a,
         "master A terminated by its repair",
         Duration::from_secs(180),
-        || async { (world.terminations(std::slice::from_ref(&asg_a), &a).await > 0).then_some(()) },
     )
     .await;
     world.tag_asg(&asg_b, DEAD_TAG, &b).await;
@@ -369,11 +403,12 @@ async fn a_second_dead_master_waits_for_the_first_replacements_etcd_not_its_node
     let a = world.asg_instances(&asg_a).await.remove(0);
     let b = world.asg_instances(&asg_b).await.remove(0);
 
-    world.tag_asg(&asg_a, DEAD_TAG, &a).await;
-    assert_eventually(
+    killed_and_repaired(
+        &world,
+        &asg_a,
+        &a,
         "master A terminated by its repair",
         Duration::from_secs(180),
-        || async { (world.terminations(std::slice::from_ref(&asg_a), &a).await > 0).then_some(()) },
     )
     .await;
     world.tag_asg(&asg_b, DEAD_TAG, &b).await;
@@ -497,17 +532,17 @@ async fn a_dead_master_is_repaired_while_another_has(test: &str, notice: Notice)
     })
     .await;
 
-    world.tag_asg(&asg_a, DEAD_TAG, &a).await;
-    let a_dead = Instant::now();
-    assert_eventually(
+    let took = killed_and_repaired(
+        &world,
+        &asg_a,
+        &a,
         "master A terminated by its repair while C still serves",
         Duration::from_secs(240),
-        || async { (world.terminations(std::slice::from_ref(&asg_a), &a).await > 0).then_some(()) },
     )
     .await;
     eprintln!(
         "figure: master A dead -> terminated {:.1}s",
-        a_dead.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
     assert_eventually(
         "A's replacement Ready",
@@ -573,18 +608,7 @@ async fn a_worker_groups_cooldown_does_not_hold_the_slot_a_dead_master_needs() {
         .send()
         .await
         .expect("raise by hand");
-    let removed_one = || async {
-        let mut n = 0;
-        for asg in &workers.asgs {
-            n += world
-                .activities(asg)
-                .await
-                .iter()
-                .filter(|(_, d)| d.starts_with("Terminating EC2 instance"))
-                .count();
-        }
-        (n > 0).then_some(())
-    };
+    let removed_one = || async { (terminations_in(&world, &workers.asgs).await > 0).then_some(()) };
     assert_eventually(
         "the first surplus worker removed",
         Duration::from_secs(180),
@@ -595,27 +619,22 @@ async fn a_worker_groups_cooldown_does_not_hold_the_slot_a_dead_master_needs() {
     // workers' cooldown must not keep.
     let asg_a = masters.asgs[0].clone();
     let a = world.asg_instances(&asg_a).await.remove(0);
-    world.tag_asg(&asg_a, DEAD_TAG, &a).await;
-    let a_dead = Instant::now();
-    assert_eventually(
+    let took = killed_and_repaired(
+        &world,
+        &asg_a,
+        &a,
         "master A repaired during the workers' cooldown",
         Duration::from_secs(180),
-        || async { (world.terminations(std::slice::from_ref(&asg_a), &a).await > 0).then_some(()) },
     )
     .await;
     eprintln!(
         "figure: master A dead -> terminated {:.1}s (workers' cooldown 10m)",
-        a_dead.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
     // Still within the workers' cooldown: their second surplus node stays.
-    let mut removed = 0;
-    for asg in &workers.asgs {
-        removed += world
-            .activities(asg)
-            .await
-            .iter()
-            .filter(|(_, d)| d.starts_with("Terminating EC2 instance"))
-            .count();
-    }
-    assert_eq!(removed, 1, "the workers' cooldown was over: nothing proven");
+    assert_eq!(
+        terminations_in(&world, &workers.asgs).await,
+        1,
+        "the workers' cooldown was over: nothing proven"
+    );
 }

@@ -132,7 +132,9 @@ async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_chang
     let status = assert_run_succeeded(rf, &manager);
     let started = status.last_run.as_ref().expect("last run").started;
     assert!(
-        started >= opens && started - opens <= chrono::Duration::seconds(3),
+        // Not before it opens; and promptly (within 10 s: 3 s was seen
+        // exceeded, at 3.8 s, on a loaded machine).
+        started >= opens && started - opens <= chrono::Duration::seconds(10),
         "started at {started}, the window opened at {opens}"
     );
     let skipped: Vec<String> = status.skipped.iter().map(|s| s.node.clone()).collect();

@@ -357,8 +357,11 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
 #[tokio::test]
 async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_blocks_scale_up() {
     let world = World::new("rp-join").await;
-    // The kubelet runs before the instances boot, as in a real cluster: with
-    // a 3 s join timeout, a node registering late would be a never-joined one.
+    // The kubelet runs before the instances boot, as in a real cluster: a
+    // node registering late would be a never-joined one. 8 s, not less: the
+    // raise's own instance takes the launch lag, 2 s Pending and its
+    // registration, and under load 3 s saw it removed as never joined in
+    // place of the late one.
     let _sim = world.start_sim(FAST, FAST);
     let support::NeverJoining {
         joined_asg,
@@ -379,7 +382,7 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
     .await;
     let groups: Api<NodeGroup> = world.api();
     groups
-        .create(&PostParams::default(), &group(&asgs, 2, "3s"))
+        .create(&PostParams::default(), &group(&asgs, 2, "8s"))
         .await
         .expect("create");
     let (manager, _config) = world.start_manager(&[]);
