@@ -319,11 +319,13 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
         2,
         "two launches: the temporary node, and the short ASG's own once it can"
     );
-    let g = groups.get("workers").await.expect("group");
-    assert!(
-        g.status.and_then(|s| s.operation).is_none(),
-        "the lock is released when steady"
-    );
+    // The lock is given back after the status that says Steady (persist,
+    // then act): wait for it rather than read it once.
+    assert_eventually("the lock released once steady", WAIT, || async {
+        let g = groups.get("workers").await.ok()?;
+        g.status?.operation.is_none().then_some(())
+    })
+    .await;
     let metrics = manager.assert_metrics().await;
     assert_eq!(
         support::performed(&metrics, "set_desired_capacity"),
