@@ -85,6 +85,19 @@ async fn killed_and_repaired(
     dead.elapsed()
 }
 
+/// Master A's kubelet dies and its repair terminates it; that moment,
+/// master B's kubelet dies. When B died.
+async fn a_repaired_then_b_dies(
+    world: &World,
+    (asg_a, a): (&str, &str),
+    (asg_b, b): (&str, &str),
+) -> Instant {
+    let within = Duration::from_secs(180);
+    killed_and_repaired(world, asg_a, a, "master A terminated by its repair", within).await;
+    world.tag_asg(asg_b, DEAD_TAG, b).await;
+    Instant::now()
+}
+
 /// How many instances AWS began terminating in `asgs`.
 async fn terminations_in(world: &World, asgs: &[String]) -> usize {
     let mut n = 0;
@@ -134,16 +147,7 @@ async fn second_dead_master_waits_for_the_first_replacement(
     let a = world.asg_instances(&asg_a).await.remove(0);
     let b = world.asg_instances(&asg_b).await.remove(0);
 
-    killed_and_repaired(
-        &world,
-        &asg_a,
-        &a,
-        "master A terminated by its repair",
-        Duration::from_secs(180),
-    )
-    .await;
-    world.tag_asg(&asg_b, DEAD_TAG, &b).await;
-    let b_dead = Instant::now();
+    let b_dead = a_repaired_then_b_dies(&world, (&asg_a, &a), (&asg_b, &b)).await;
 
     // Until B is terminated: A's replacement Ready before it, and meanwhile
     // B's group says why it waits.
@@ -403,16 +407,7 @@ async fn a_second_dead_master_waits_for_the_first_replacements_etcd_not_its_node
     let a = world.asg_instances(&asg_a).await.remove(0);
     let b = world.asg_instances(&asg_b).await.remove(0);
 
-    killed_and_repaired(
-        &world,
-        &asg_a,
-        &a,
-        "master A terminated by its repair",
-        Duration::from_secs(180),
-    )
-    .await;
-    world.tag_asg(&asg_b, DEAD_TAG, &b).await;
-    let b_dead = Instant::now();
+    let b_dead = a_repaired_then_b_dies(&world, (&asg_a, &a), (&asg_b, &b)).await;
 
     // B's group says it waits for A's replacement's control plane: its
     // Node is Ready long before its etcd (register 5 s, etcd 75 s after).

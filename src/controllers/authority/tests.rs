@@ -419,16 +419,16 @@ fn a_master_retiring_in_two_days_serves_until_its_loss_is_near() {
     }
 }
 
+/// A spot interruption warning on master `id`: drained within 90 s.
+fn spot_warning(groups: &mut Groups, id: &str) {
+    let deadline = t0() + chrono::Duration::seconds(90);
+    notice(groups, id, "spot_interruption", deadline, None);
+}
+
 #[test]
 fn a_spot_warning_makes_a_master_leave_at_once() {
     let mut groups = three_groups_of_one();
-    notice(
-        &mut groups,
-        "m-c",
-        "spot_interruption",
-        t0() + chrono::Duration::seconds(90),
-        None,
-    );
+    spot_warning(&mut groups, "m-c");
     let cp = seen(&groups);
     assert!(!cp.ready.contains("m-c"), "{cp:?}");
     assert!(ask(&cp, Path::Refresh, "m-a").is_err());
@@ -455,13 +455,7 @@ fn a_master_at_risk_of_interruption_still_serves() {
 #[test]
 fn a_master_retirement_asks_the_masters_rule() {
     let mut groups = three_groups_of_one();
-    notice(
-        &mut groups,
-        "m-c",
-        "spot_interruption",
-        t0() + chrono::Duration::seconds(90),
-        None,
-    );
+    spot_warning(&mut groups, "m-c");
     set_ready(&mut groups, "m-a", false);
     let refused = ask(&seen(&groups), Path::Retirement, "m-c").expect_err("m-a is down");
     // AWS takes m-c at its time anyway, and nothing brings m-a back: the
