@@ -208,7 +208,7 @@ async fn group_preview(
     if let Some(new) = proposed {
         observed.group.spec = new.spec.clone();
     }
-    let described = observed.describe().await?;
+    let described = observed.describe(ctx.clock.now()).await?;
     observed.observe_control_plane(ctx, true).await?;
     let members = Member::all_of(&described.fresh);
     let active: Vec<String> = members.iter().map(|m| m.instance_id.clone()).collect();

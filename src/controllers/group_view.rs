@@ -353,7 +353,7 @@ impl Member {
 }
 
 /// The group's nodes as the plan sees them. A node counts as Ready only while
-/// no interruption notice is recorded on it and its instance is InService in
+/// no interruption notice in force at `now` is recorded on it and its instance is InService in
 /// its ASG per the fresh describe: after a
 /// termination, the inventory (and a real kubelet) can report the node Ready
 /// for a while, and counting it could remove a second node; before AWS has
@@ -361,6 +361,7 @@ impl Member {
 pub fn group_nodes(
     nodes: &[crate::crd::nodegroup::NodeStatus],
     fresh: &[AsgDescription],
+    now: DateTime<Utc>,
 ) -> Vec<GroupNode> {
     nodes
         .iter()
@@ -372,7 +373,13 @@ pub fn group_nodes(
                 // No instance known (e.g. a bad providerID): nothing says it is leaving.
                 None => true,
             };
-            let fate = n.interruption.as_ref().map(Fate::of);
+            // A scheduled change days away is no fate yet: the node serves
+            // on, counts as Ready and is replaced from its drain start.
+            let fate = n
+                .interruption
+                .as_ref()
+                .filter(|i| i.in_force(now))
+                .map(Fate::of);
             GroupNode {
                 name: n.name.clone(),
                 instance_id: n.instance_id.clone(),
@@ -481,13 +488,38 @@ pub(crate) mod tests {
                 ("i-6", "Standby"),
             ],
         )];
-        let views = group_nodes(&nodes, &asgs);
+        let views = group_nodes(&nodes, &asgs, chrono::Utc::now());
         let ready: Vec<_> = views
             .iter()
             .filter(|n| n.ready)
             .map(|n| n.name.as_str())
             .collect();
         assert_eq!(ready, ["kept"]);
+    }
+
+    #[test]
+    fn a_scheduled_change_days_away_is_no_fate_until_its_drain_start() {
+        use crate::crd::nodegroup::NodeInterruption;
+        let now = chrono::Utc::now();
+        let from = now + chrono::Duration::days(2);
+        let mut retiring = status_node("retiring", "a", "i-1");
+        retiring.interruption = Some(NodeInterruption {
+            kind: "scheduled_change".into(),
+            noticed: now,
+            deadline: from + chrono::Duration::minutes(58),
+            loss_at: Some(from + chrono::Duration::hours(1)),
+            drain_from: Some(from),
+            late: None,
+            drained: None,
+        });
+        let asgs = [fresh("a", &[("i-1", "InService")])];
+        let nodes = [retiring];
+        let before = group_nodes(&nodes, &asgs, now);
+        assert!(before[0].ready, "serves on: counts as Ready");
+        assert_eq!(before[0].fate, None);
+        let at = group_nodes(&nodes, &asgs, from);
+        assert!(!at[0].ready);
+        assert!(matches!(at[0].fate, Some(Fate::Reclaimed { .. })));
     }
 
     #[test]

@@ -132,7 +132,10 @@ impl ObservedGroup {
 
     /// Describes the group's ASGs (one AWS call, or a description shared
     /// for a few seconds) and judges its nodes by it.
-    pub async fn describe(&self) -> Result<DescribedAsgs, Error> {
+    pub async fn describe(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<DescribedAsgs, Error> {
         let names = self.group.spec.asg_names();
         let mut fresh = self.cloud.describe_groups(&names).await?;
         // A Node Ready on an instance the shared description has Pending:
@@ -153,7 +156,7 @@ impl ObservedGroup {
                 ..AsgView::from(a)
             })
             .collect();
-        let nodes = group_nodes(&self.group_status.nodes, &fresh);
+        let nodes = group_nodes(&self.group_status.nodes, &fresh, now);
         Ok(DescribedAsgs { fresh, asgs, nodes })
     }
 
@@ -184,10 +187,13 @@ impl ObservedGroup {
     /// The same, asking AWS now rather than sharing a description older
     /// than [`FRESH_ENOUGH`] (one this reconcile asked moments before
     /// serves): what a plan about to call AWS must be based on.
-    pub async fn describe_fresh(&self) -> Result<DescribedAsgs, Error> {
+    pub async fn describe_fresh(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<DescribedAsgs, Error> {
         self.cloud
             .forget_older_than(&self.group.spec.asg_names(), FRESH_ENOUGH);
-        self.describe().await
+        self.describe(now).await
     }
 }
 
@@ -235,7 +241,7 @@ mod tests {
             .expect("describe");
         fake.set_lifecycle_state(&ids[0], "InService");
         let group = observed(cached.clone(), &ids[0]);
-        let described = group.describe().await.expect("describe");
+        let described = group.describe(chrono::Utc::now()).await.expect("describe");
         assert!(
             described.nodes[0].ready,
             "counted now, not at the next floor"
@@ -248,7 +254,7 @@ mod tests {
         let mut group = observed(cached.clone(), &held[0]);
         group.group = crate::controllers::inventory::plan::tests::group(&["b"], 1);
         for _ in 0..3 {
-            let described = group.describe().await.expect("describe");
+            let described = group.describe(chrono::Utc::now()).await.expect("describe");
             assert!(!described.nodes[0].ready, "not in service: not counted");
         }
         assert_eq!(

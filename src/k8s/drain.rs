@@ -568,6 +568,7 @@ mod tests {
             drained: None,
             pods_left: None,
             loss_at: None,
+            drain_from: None,
             late: None,
             lifecycle: None,
             scope: None,

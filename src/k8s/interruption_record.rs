@@ -33,6 +33,12 @@ pub struct Record {
     /// retirement or stop: its `startTime`, often days away).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_at: Option<DateTime<Utc>>,
+    /// From when the node is cordoned, replaced and drained, when that is
+    /// not at once (a scheduled change days away: the group's
+    /// `scheduledChangeLead` before AWS takes it). Until then only this
+    /// record and the label are on the node; it serves on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_from: Option<DateTime<Utc>>,
     /// The notice reached us after its drain deadline: the node was still
     /// drained, within a short window of its own ([`LATE_DRAIN`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -133,6 +139,12 @@ impl Record {
     pub fn is_loss(&self) -> bool {
         self.kind != AT_RISK
     }
+
+    /// The node is to be out of service by `now`: a loss whose drain has
+    /// begun (at once, unless deferred to `drain_from`).
+    pub fn leaving(&self, now: DateTime<Utc>) -> bool {
+        self.is_loss() && self.drain_from.is_none_or(|from| now >= from)
+    }
 }
 
 /// Pure: the mark is this manager's to act on, `namespace` being the one
@@ -161,11 +173,14 @@ pub fn record_of(node: &(impl crate::k8s::node::NodeView + ?Sized)) -> Option<Re
         .and_then(|v| serde_json::from_str(v).ok())
 }
 
-/// Pure: the merge patch that marks `node` for `record`, or None when it is
-/// already marked for this loss or an earlier one. The patch carries the
-/// node's resourceVersion: the taint list is replaced whole, so a concurrent
-/// change to it makes the patch fail (409) rather than be lost.
-pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
+/// Pure: the merge patch that marks `node` for `record` at `now`, or None
+/// when it is already marked as far as is due for this loss or an earlier
+/// one. A loss whose drain is deferred (`drain_from` after `now`) is only
+/// recorded and labelled (the drainer watches the label, and cordons it
+/// then). The patch carries the node's resourceVersion: the taint list is
+/// replaced whole, so a concurrent change to it makes the patch fail (409)
+/// rather than be lost.
+pub fn mark_patch(node: &Node, record: &Record, now: DateTime<Utc>) -> Option<Value> {
     let existing = record_of(node);
     if !record.is_loss() {
         // At risk: recorded once; a loss recorded already supersedes it.
@@ -194,6 +209,19 @@ pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
         })
     });
     let record = joined.as_ref().or(keep).unwrap_or(record);
+    let annotation = serde_json::to_string(record).unwrap_or_default();
+    if !record.leaving(now) {
+        if keep.is_some() && joined.is_none() && node.labels().contains_key(INTERRUPTED_LABEL) {
+            return None;
+        }
+        return Some(json!({
+            "metadata": {
+                "resourceVersion": node.resource_version(),
+                "labels": {INTERRUPTED_LABEL: record.kind},
+                "annotations": {INTERRUPTION_ANNOTATION: annotation},
+            },
+        }));
+    }
     let spec = node.spec.as_ref();
     let taints: Vec<Taint> = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
     let tainted = taints
@@ -215,7 +243,6 @@ pub fn mark_patch(node: &Node, record: &Record) -> Option<Value> {
         effect: "NoSchedule".into(),
         time_added: None,
     });
-    let annotation = serde_json::to_string(record).unwrap_or_default();
     Some(json!({
         "metadata": {
             "resourceVersion": node.resource_version(),
@@ -256,7 +283,7 @@ pub async fn mark(ctx: &Context, name: &str, record: &Record) -> Result<bool> {
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
             Err(e) => return Err(crate::Error::kube(format!("get node {name}"))(e)),
         };
-        let Some(patch) = mark_patch(&node, record) else {
+        let Some(patch) = mark_patch(&node, record, ctx.clock.now()) else {
             return Ok(false);
         };
         let patched = ctx
@@ -304,6 +331,7 @@ mod tests {
             noticed: t(0),
             deadline: t(deadline),
             loss_at: None,
+            drain_from: None,
             late: None,
             group: Some("ns/workers".into()),
             drained: None,
@@ -357,7 +385,7 @@ mod tests {
     #[test]
     fn one_patch_cordons_taints_labels_and_records_keeping_other_taints() {
         let mut n = node();
-        let patch = mark_patch(&n, &record(90)).expect("a patch");
+        let patch = mark_patch(&n, &record(90), t(0)).expect("a patch");
         assert_eq!(patch["metadata"]["resourceVersion"], "7");
         apply(&mut n, &patch);
         let spec = n.spec.clone().expect("spec");
@@ -377,21 +405,21 @@ mod tests {
         );
         assert_eq!(record_of(&n), Some(record(90)));
         // Marked: the same notice again, or a later one, changes nothing.
-        assert_eq!(mark_patch(&n, &record(90)), None);
-        assert_eq!(mark_patch(&n, &record(120)), None);
+        assert_eq!(mark_patch(&n, &record(90), t(0)), None);
+        assert_eq!(mark_patch(&n, &record(120), t(0)), None);
     }
 
     #[test]
     fn an_earlier_deadline_wins_and_a_lost_cordon_is_put_back() {
         let mut n = node();
-        let first = mark_patch(&n, &record(90)).expect("patch");
+        let first = mark_patch(&n, &record(90), t(0)).expect("patch");
         apply(&mut n, &first);
-        let earlier = mark_patch(&n, &record(30)).expect("an earlier deadline");
+        let earlier = mark_patch(&n, &record(30), t(0)).expect("an earlier deadline");
         apply(&mut n, &earlier);
         assert_eq!(record_of(&n).map(|r| r.deadline), Some(t(30)));
         // Someone uncordons it: marking again restores the cordon only.
         n.spec.as_mut().expect("spec").unschedulable = Some(false);
-        let again = mark_patch(&n, &record(90)).expect("cordon restored");
+        let again = mark_patch(&n, &record(90), t(0)).expect("cordon restored");
         apply(&mut n, &again);
         assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
         assert_eq!(record_of(&n).map(|r| r.deadline), Some(t(30)));
@@ -411,7 +439,7 @@ mod tests {
             kind: AT_RISK.into(),
             ..record(90)
         };
-        let patch = mark_patch(&n, &at_risk).expect("a patch");
+        let patch = mark_patch(&n, &at_risk, t(0)).expect("a patch");
         apply(&mut n, &patch);
         assert_eq!(record_of(&n), Some(at_risk.clone()));
         assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), None);
@@ -419,15 +447,69 @@ mod tests {
             !n.labels().contains_key(INTERRUPTED_LABEL),
             "not drained by the handler"
         );
-        assert_eq!(mark_patch(&n, &at_risk), None, "recorded once");
+        assert_eq!(mark_patch(&n, &at_risk, t(0)), None, "recorded once");
         // The interruption follows: cordon, taint, label, and its record.
-        let loss = mark_patch(&n, &record(120)).expect("the loss marks");
+        let loss = mark_patch(&n, &record(120), t(0)).expect("the loss marks");
         apply(&mut n, &loss);
         assert_eq!(record_of(&n), Some(record(120)));
         assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
         assert!(n.labels().contains_key(INTERRUPTED_LABEL));
         // And a later recommendation does not undo it.
-        assert_eq!(mark_patch(&n, &at_risk), None);
+        assert_eq!(mark_patch(&n, &at_risk, t(0)), None);
+    }
+
+    #[test]
+    fn a_scheduled_change_days_away_is_recorded_and_labelled_then_cordoned_from_its_drain_start() {
+        let mut n = node();
+        let days = 2 * 24 * 3600;
+        let scheduled = Record {
+            kind: "scheduled_change".into(),
+            loss_at: Some(t(days)),
+            drain_from: Some(t(days - 3600)),
+            ..record(days - 90)
+        };
+        let patch = mark_patch(&n, &scheduled, t(0)).expect("recorded");
+        apply(&mut n, &patch);
+        assert_eq!(record_of(&n), Some(scheduled.clone()));
+        assert_eq!(
+            n.spec.as_ref().and_then(|s| s.unschedulable),
+            None,
+            "serves on"
+        );
+        assert!(
+            n.labels().contains_key(INTERRUPTED_LABEL),
+            "watched by the drainer"
+        );
+        assert!(!n.labels().contains_key(EXCLUDE_FROM_LOAD_BALANCERS));
+        // Redelivered before its drain: nothing more.
+        assert_eq!(mark_patch(&n, &scheduled, t(60)), None);
+        // From its drain start the same record marks in full.
+        let full = mark_patch(&n, &scheduled, t(days - 3600)).expect("cordoned now");
+        apply(&mut n, &full);
+        assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+        assert!(n.labels().contains_key(EXCLUDE_FROM_LOAD_BALANCERS));
+        assert_eq!(record_of(&n), Some(scheduled.clone()));
+        assert_eq!(mark_patch(&n, &scheduled, t(days - 3000)), None);
+    }
+
+    #[test]
+    fn a_spot_warning_on_a_node_with_a_deferred_retirement_marks_in_full_at_once() {
+        let mut n = node();
+        let days = 2 * 24 * 3600;
+        let scheduled = Record {
+            kind: "scheduled_change".into(),
+            loss_at: Some(t(days)),
+            drain_from: Some(t(days - 3600)),
+            ..record(days - 90)
+        };
+        let recorded = mark_patch(&n, &scheduled, t(0)).expect("recorded");
+        apply(&mut n, &recorded);
+        let warning = mark_patch(&n, &record(90), t(0)).expect("the warning wins");
+        apply(&mut n, &warning);
+        assert_eq!(record_of(&n), Some(record(90)));
+        assert_eq!(n.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+        // The retirement again, later: the earlier deadline stays.
+        assert_eq!(mark_patch(&n, &scheduled, t(10)), None);
     }
 
     fn action(token: &str) -> HookAction {
@@ -512,7 +594,7 @@ mod tests {
     #[test]
     fn a_lifecycle_action_for_a_node_marked_already_joins_its_record_once() {
         let mut n = node();
-        let first = mark_patch(&n, &record(30)).expect("marked");
+        let first = mark_patch(&n, &record(30), t(0)).expect("marked");
         apply(&mut n, &first);
         let drained = Record {
             drained: Some(t(20)),
@@ -527,7 +609,7 @@ mod tests {
             lifecycle: Some(action("tok")),
             ..record(90)
         };
-        let patch = mark_patch(&n, &hook).expect("the action joins");
+        let patch = mark_patch(&n, &hook, t(0)).expect("the action joins");
         apply(&mut n, &patch);
         let joined = record_of(&n).expect("record");
         assert_eq!(joined.kind, "spot_interruption", "the first notice stays");
@@ -535,6 +617,6 @@ mod tests {
         assert_eq!(joined.drained, Some(t(20)), "the drain's progress stays");
         assert_eq!(joined.lifecycle, Some(action("tok")));
         // Redelivered: nothing.
-        assert_eq!(mark_patch(&n, &hook), None);
+        assert_eq!(mark_patch(&n, &hook, t(0)), None);
     }
 }

@@ -109,7 +109,9 @@ async fn a_scheduled_change_naming_two_nodes_replaces_both_before_their_loss() {
     let original = instances(world, &kops.asgs).await;
     let victims = vec![before[0].2[0].clone(), before[1].2[0].clone()];
     let sampler = sample_web(world);
-    // One AWS Health event retiring two of our instances in two days.
+    // One AWS Health event retiring two of our instances in two days, with
+    // a group that replaces them two days ahead: at once.
+    set_interruption(&steady, serde_json::json!({"scheduledChangeLead": "48h"})).await;
     let sent = Utc::now();
     let start = sent + chrono::Duration::days(2);
     let start = start - chrono::Duration::nanoseconds(start.timestamp_subsec_nanos().into());
@@ -130,6 +132,7 @@ async fn a_scheduled_change_naming_two_nodes_replaces_both_before_their_loss() {
         // group's drainDeadline (90 s) before it.
         assert_eq!(record.loss_at, Some(start), "{record:?}");
         assert_eq!(record.deadline, start - chrono::Duration::seconds(90));
+        assert_eq!(record.drain_from, Some(start - chrono::Duration::hours(48)));
     }
     let last = assert_eventually("the group reports the start", WAIT, || async {
         steady

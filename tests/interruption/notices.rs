@@ -166,14 +166,15 @@ async fn on_a_shared_queue_a_foreign_notice_is_left_for_its_cluster() {
     queue
         .send(r#"{"Event": "autoscaling:TEST_NOTIFICATION", "AutoScalingGroupName": "x"}"#)
         .await;
-    // One retirement naming one of ours and one of theirs.
+    // One retirement naming one of ours and one of theirs (within the
+    // group's scheduledChangeLead: marked in full at once).
     let ours = world.asg_snapshot(&kops.asgs).await[0].2[0].clone();
     queue
         .send(&scheduled_event(
             &[ours.clone(), theirs.to_string()],
             "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
             Utc::now(),
-            Utc::now() + chrono::Duration::days(2),
+            Utc::now() + chrono::Duration::minutes(30),
         ))
         .await;
     let metrics = assert_eventually("every message seen", WAIT, || async {

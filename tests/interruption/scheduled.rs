@@ -92,3 +92,71 @@ async fn a_warning_that_arrives_after_its_deadline_still_evicts_and_says_it_came
     assert_eq!(last.late, Some(true), "{last:?}");
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
 }
+
+/// Issue 54, hole 4: a retirement AWS schedules days ahead was drained on
+/// the notice (its node cordoned, its master leaving, for days). Now the
+/// node serves on until `scheduledChangeLead` before AWS takes it, then is
+/// cordoned, replaced and drained, and removed by us before AWS's time.
+#[tokio::test]
+async fn a_scheduled_retirement_serves_on_until_its_lead_then_is_replaced_and_drained() {
+    let steady = SteadyGroup::workers("int-lead")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    set_interruption(&steady, serde_json::json!({"scheduledChangeLead": "10m"})).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = instances(world, &kops.asgs).await;
+    let victim = before[0].2[0].clone();
+    // AWS gives the start to the second; the drain starts 10 minutes
+    // before it, 45 s from now.
+    let now = Utc::now();
+    let start = now - chrono::Duration::nanoseconds(now.timestamp_subsec_nanos().into())
+        + chrono::Duration::seconds(600 + 45);
+    let drain_from = start - chrono::Duration::seconds(600);
+    queue
+        .send(&scheduled_event(
+            std::slice::from_ref(&victim),
+            "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+            now,
+            start,
+        ))
+        .await;
+    let record = assert_eventually("the retirement recorded", WAIT, || async {
+        let node = nodes.get(&victim).await.ok()?;
+        record_of(&node)
+    })
+    .await;
+    assert_eq!(record.loss_at, Some(start), "{record:?}");
+    assert_eq!(record.drain_from, Some(drain_from), "{record:?}");
+    assert!(
+        Utc::now() < drain_from,
+        "recorded only after its drain start: the receiver took over 45 s"
+    );
+    // Before its drain start: in service, nothing launched or ordered.
+    let node = nodes.get(&victim).await.expect("the victim's node");
+    assert_ne!(node.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+    assert_eq!(our_taints(&node), 0);
+    assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
+    assert_eq!(ready_count(&steady.groups, "workers").await, Some(3));
+    let announced = events_with_reason(world, "InterruptionNotice").await;
+    assert!(
+        announced.iter().any(|e| e
+            .note
+            .as_deref()
+            .is_some_and(|m| m.contains("serves on until"))),
+        "{announced:?}"
+    );
+    // From its drain start: cordoned and tainted, never before.
+    assert_eventually("cordoned from its drain start", RUN, || async {
+        let node = marked(&nodes, &victim).await?;
+        Some(node)
+    })
+    .await;
+    assert!(Utc::now() >= drain_from, "cordoned before its drain start");
+    // Replaced, drained and removed by us, long before AWS's time.
+    assert_settled(&steady, &before, &original, std::slice::from_ref(&victim)).await;
+    assert!(Utc::now() < start - chrono::Duration::seconds(300));
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+}

@@ -12,8 +12,8 @@
 //! master is up while its instance is in service, its Node Ready, its
 //! control-plane pods (kops's static kube-apiserver and etcd-manager) Ready
 //! and no loss is imminent for it (a spot warning; a scheduled retirement
-//! only within [`observe::SCHEDULED_LOSS_LEAD`] of its deadline, not days
-//! ahead; a rebalance recommendation is no loss). So a replaced master is
+//! only from its drain start, the group's `scheduledChangeLead` before AWS
+//! takes it, not days ahead; a rebalance recommendation is no loss). So a replaced master is
 //! back once its etcd has joined, not when its Node turns Ready; and a
 //! master retiring in two days does not stop the repair of a dead one.
 //!

@@ -7,20 +7,13 @@
 use super::{ControlPlane, DownWhy, MasterDown};
 use crate::cloud::AsgDescription;
 use crate::context::Context;
-use crate::controllers::group_view::{Fate, after};
+use crate::controllers::group_view::Fate;
 use crate::crd::nodegroup::NodeInterruption;
 use crate::crd::{NodeGroup, Role};
 use crate::{Error, Result};
 use chrono::{DateTime, Utc};
 use kube::api::{Api, ListParams};
 use std::collections::BTreeSet;
-use std::time::Duration;
-
-/// A loss AWS scheduled (a retirement, a stop) counts as imminent from this
-/// long before its drain deadline: about the time a kops master takes to be
-/// replaced (launch, register, etcd join). Before that the master serves
-/// etcd like any other, and a dead master elsewhere may be repaired.
-pub const SCHEDULED_LOSS_LEAD: Duration = Duration::from_secs(30 * 60);
 
 /// The control plane of `namespace`'s Master groups, as AWS and the
 /// inventory see it now (one NodeGroup list; one ASG description per
@@ -45,16 +38,14 @@ pub async fn observe(ctx: &Context, namespace: &str) -> Result<ControlPlane> {
 
 /// Whether the loss a notice announces is imminent at `now`: a spot
 /// warning, an instance already stopping or terminating, or a scheduled
-/// loss within [`SCHEDULED_LOSS_LEAD`] of its drain deadline. A rebalance
-/// recommendation is a risk, not a loss.
+/// loss from its drain start (the group's `scheduledChangeLead` before AWS
+/// takes it: about the time a master takes to be replaced). Before that
+/// the master serves etcd like any other, and a dead master elsewhere may
+/// be repaired. A rebalance recommendation is a risk, not a loss.
 pub fn loss_imminent(notice: &NodeInterruption, now: DateTime<Utc>) -> bool {
     match Fate::of(notice) {
         Fate::AtRisk => false,
-        Fate::Lost => true,
-        Fate::Reclaimed { deadline, .. } => match notice.loss_at {
-            None => true,
-            Some(_) => after(now, SCHEDULED_LOSS_LEAD) >= deadline,
-        },
+        Fate::Lost | Fate::Reclaimed { .. } => notice.in_force(now),
     }
 }
 

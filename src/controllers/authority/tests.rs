@@ -1,9 +1,10 @@
-use super::observe::{SCHEDULED_LOSS_LEAD, control_plane_of};
+use super::observe::control_plane_of;
 use super::*;
 use crate::cloud::AsgDescription;
 use crate::controllers::group_view::GroupNode;
 use crate::controllers::group_view::tests::{fresh, status_node};
 use crate::controllers::inventory::plan::tests::t0;
+use crate::crd::nodegroup::DEFAULT_SCHEDULED_CHANGE_LEAD;
 use crate::crd::nodegroup::NodeInterruption;
 use crate::crd::{NodeGroup, NodeGroupStatus};
 use chrono::{DateTime, Utc};
@@ -34,7 +35,8 @@ fn serving(groups: &[(NodeGroup, Vec<AsgDescription>)], joining: &[&str]) -> BTr
 }
 
 /// Records a notice of `kind` on master `id`'s Node, due at `deadline`,
-/// the instance lost at `loss_at` when AWS said so.
+/// the instance lost at `loss_at` when AWS said so (then drained from the
+/// default lead before it).
 fn notice(
     groups: &mut Groups,
     id: &str,
@@ -42,6 +44,8 @@ fn notice(
     deadline: DateTime<Utc>,
     loss_at: Option<DateTime<Utc>>,
 ) {
+    let lead = crate::controllers::group_view::to_chrono(DEFAULT_SCHEDULED_CHANGE_LEAD);
+    let drain_from = loss_at.map(|at| at - lead);
     for (g, _) in groups.iter_mut() {
         for n in g.status.iter_mut().flat_map(|s| s.nodes.iter_mut()) {
             if n.instance_id.as_deref() == Some(id) {
@@ -50,6 +54,7 @@ fn notice(
                     noticed: t0(),
                     deadline,
                     loss_at,
+                    drain_from,
                     late: None,
                     drained: None,
                 });
@@ -399,8 +404,9 @@ fn a_master_retiring_in_two_days_serves_until_its_loss_is_near() {
         let cp = seen(&groups);
         assert!(cp.ready.contains("m-c"), "{cp:?}");
         assert_eq!(ask(&cp, Path::Repair, "m-a"), Ok(()), "{cp:?}");
-        // Within the lead of its deadline, m-c is leaving: m-a waits.
-        let near = deadline - chrono::Duration::from_std(SCHEDULED_LOSS_LEAD).expect("lead");
+        // From its drain start (the lead before AWS takes it), m-c is
+        // leaving: m-a waits.
+        let near = start - crate::controllers::group_view::to_chrono(DEFAULT_SCHEDULED_CHANGE_LEAD);
         let cp = seen_at(&groups, &serving(&groups, &[]), near);
         assert!(
             cp.down

@@ -36,15 +36,28 @@ const NAMED_PODS: usize = 10;
 pub enum Decision {
     /// Drained or reported already: nothing more.
     Done,
+    /// A scheduled change days away: the node serves on until then, when
+    /// it is cordoned and drained.
+    NotYet { from: DateTime<Utc> },
+    /// From its drain start: the cordon and taint deferred until now go
+    /// on first.
+    Cordon,
     /// Evict, with grace periods capped at this many seconds.
     Step { max_grace: i64 },
     /// The deadline passed: report what is left, record it.
     Deadline,
 }
 
-pub fn decide(record: &Record, now: DateTime<Utc>) -> Decision {
+/// `cordoned`: the node carries the mark's cordon and taint.
+pub fn decide(record: &Record, cordoned: bool, now: DateTime<Utc>) -> Decision {
     if record.drained.is_some() {
         return Decision::Done;
+    }
+    if let Some(from) = record.drain_from.filter(|from| now < *from) {
+        return Decision::NotYet { from };
+    }
+    if !cordoned {
+        return Decision::Cordon;
     }
     if now >= record.deadline {
         return Decision::Deadline;
@@ -106,8 +119,39 @@ async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
     }
     let now = ctx.clock.now();
     let record = lifecycle(ctx, node, record, now).await?;
-    match decide(&record, now) {
+    let cordoned = interruption_record::mark_patch(node, &record, now).is_none();
+    match decide(&record, cordoned, now) {
         Decision::Done => Ok(Action::await_change()),
+        // Woken at its drain start (and by any change to the node before).
+        Decision::NotYet { from } => Ok(Action::requeue(crate::controllers::group_view::until(
+            now, from,
+        ))),
+        Decision::Cordon => {
+            if interruption_record::mark(ctx, &name, &record).await? {
+                let note = format!(
+                    "{name} ({} of {}): cordoned and tainted, {} ahead of AWS taking it at {}; replaced and drained by {}",
+                    record.kind,
+                    record.instance_id,
+                    crate::duration::format(crate::controllers::group_view::until(
+                        now,
+                        record.loss_at.unwrap_or(record.deadline)
+                    )),
+                    record.loss_at.unwrap_or(record.deadline).to_rfc3339(),
+                    record.deadline.to_rfc3339()
+                );
+                event(
+                    ctx,
+                    node,
+                    &record,
+                    EventType::Warning,
+                    Reason::InterruptionNotice,
+                    note,
+                )
+                .await;
+            }
+            // The patched node comes back through the watch.
+            Ok(Action::requeue(Duration::from_millis(500)))
+        }
         Decision::Step { max_grace } => {
             let progress = drain_step_within(ctx, &name, Some(max_grace)).await?;
             if progress.done() {
@@ -419,6 +463,7 @@ mod tests {
                 drained: drained.then_some(now),
                 pods_left: None,
                 loss_at: None,
+                drain_from: None,
                 late: None,
                 lifecycle: None,
                 scope: None,
@@ -431,20 +476,41 @@ mod tests {
     #[test]
     fn grace_periods_are_capped_by_the_time_left_and_the_deadline_ends_the_drain() {
         let (r, now) = record(80, false);
-        assert_eq!(decide(&r, now), Decision::Step { max_grace: 80 });
+        assert_eq!(decide(&r, true, now), Decision::Step { max_grace: 80 });
         let (r, now) = record(0, false);
-        assert_eq!(decide(&r, now), Decision::Deadline);
+        assert_eq!(decide(&r, true, now), Decision::Deadline);
         let (r, now) = record(1, false);
         let early = now + chrono::Duration::milliseconds(400);
         assert_eq!(
-            decide(&r, early),
+            decide(&r, true, early),
             Decision::Step { max_grace: 1 },
             "not ended before its deadline"
         );
         let (r, now) = record(-5, false);
-        assert_eq!(decide(&r, now), Decision::Deadline);
+        assert_eq!(decide(&r, true, now), Decision::Deadline);
         let (r, now) = record(80, true);
-        assert_eq!(decide(&r, now), Decision::Done, "recorded: never twice");
+        assert_eq!(
+            decide(&r, true, now),
+            Decision::Done,
+            "recorded: never twice"
+        );
+    }
+
+    #[test]
+    fn a_scheduled_change_is_cordoned_at_its_drain_start_and_drained_after() {
+        let (r, now) = record(2 * 24 * 3600, false);
+        let from = now + chrono::Duration::hours(47);
+        let r = Record {
+            kind: "scheduled_change".into(),
+            drain_from: Some(from),
+            ..r
+        };
+        assert_eq!(decide(&r, false, now), Decision::NotYet { from });
+        assert_eq!(decide(&r, false, from), Decision::Cordon);
+        assert_eq!(decide(&r, true, from), Decision::Step { max_grace: 3600 });
+        // A spot warning's mark lost its cordon: put back before evicting.
+        let (spot, now) = record(80, false);
+        assert_eq!(decide(&spot, false, now), Decision::Cordon);
     }
 
     #[test]

@@ -136,6 +136,15 @@ impl GroupSpecs for Groups {
         chrono::Duration::from_std(configured).unwrap_or(chrono::Duration::seconds(90))
     }
 
+    fn scheduled_change_lead(&self, owner: &Owner) -> chrono::Duration {
+        let configured = self
+            .by_name
+            .get(&(owner.namespace.clone(), owner.group.clone()))
+            .map(|g| g.spec.interruption.scheduled_change_lead())
+            .unwrap_or(crate::crd::nodegroup::DEFAULT_SCHEDULED_CHANGE_LEAD);
+        crate::controllers::group_view::to_chrono(configured)
+    }
+
     fn replace_on_rebalance(&self, owner: &Owner) -> bool {
         self.by_name
             .get(&(owner.namespace.clone(), owner.group.clone()))

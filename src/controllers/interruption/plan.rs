@@ -102,6 +102,8 @@ pub const UNKNOWN_GRACE: chrono::Duration = chrono::Duration::seconds(60);
 /// What the owning group's spec says.
 pub trait GroupSpecs {
     fn drain_deadline(&self, owner: &Owner) -> chrono::Duration;
+    /// `interruption.scheduledChangeLead`.
+    fn scheduled_change_lead(&self, owner: &Owner) -> chrono::Duration;
     /// `onRebalanceRecommendation: Replace`.
     fn replace_on_rebalance(&self, owner: &Owner) -> bool;
     /// The group's region, when it names one.
@@ -220,19 +222,59 @@ pub fn deadlines(
     }
 }
 
-/// A record's drain deadline, loss time and lateness: a loss whose notice
-/// arrives after its deadline is drained anyway, for [`LATE_DRAIN`].
+/// From when a scheduled change's node is cordoned, replaced and drained:
+/// `lead` before AWS takes it (days of service kept, rather than drained on
+/// the notice), never after its drain deadline. None (at once) for any
+/// other notice.
+pub fn drain_from(
+    notice: &Notice,
+    deadline: DateTime<Utc>,
+    lead: chrono::Duration,
+) -> Option<DateTime<Utc>> {
+    match &notice.kind {
+        NoticeKind::ScheduledChange {
+            start: Some(start), ..
+        } => Some(
+            start
+                .checked_sub_signed(lead)
+                .unwrap_or(*start)
+                .min(deadline),
+        ),
+        _ => None,
+    }
+}
+
+/// A record's times: drain deadline, loss, drain start and lateness.
+struct Timing {
+    deadline: DateTime<Utc>,
+    loss_at: Option<DateTime<Utc>>,
+    drain_from: Option<DateTime<Utc>>,
+    late: Option<bool>,
+}
+
+/// A loss whose notice arrives after its deadline is drained anyway, at
+/// once, for [`LATE_DRAIN`].
 fn timing(
     notice: &Notice,
     drain_deadline: chrono::Duration,
+    lead: chrono::Duration,
     now: DateTime<Utc>,
-) -> (DateTime<Utc>, Option<DateTime<Utc>>, Option<bool>) {
+) -> Timing {
     let (deadline, loss_at) = deadlines(notice, drain_deadline);
     if notice.kind.is_loss() && now >= deadline {
         let window = now.checked_add_signed(LATE_DRAIN).unwrap_or(now);
-        (window, loss_at, Some(true))
-    } else {
-        (deadline, loss_at, None)
+        return Timing {
+            deadline: window,
+            loss_at,
+            drain_from: None,
+            late: Some(true),
+        };
+    }
+    Timing {
+        deadline,
+        loss_at,
+        drain_from: drain_from(notice, deadline, lead),
+        late: None,
     }
 }
 
@@ -248,17 +290,23 @@ fn unmanaged_step(
     if !notice.kind.is_loss() || matches!(notice.kind, NoticeKind::TerminateLifecycleAction(_)) {
         return None;
     }
-    let default =
-        crate::controllers::group_view::to_chrono(crate::crd::nodegroup::DEFAULT_DRAIN_DEADLINE);
-    let (deadline, loss_at, late) = timing(notice, default, now);
+    use crate::controllers::group_view::to_chrono;
+    use crate::crd::nodegroup::{DEFAULT_DRAIN_DEADLINE, DEFAULT_SCHEDULED_CHANGE_LEAD};
+    let t = timing(
+        notice,
+        to_chrono(DEFAULT_DRAIN_DEADLINE),
+        to_chrono(DEFAULT_SCHEDULED_CHANGE_LEAD),
+        now,
+    );
     Some(Step::MarkUnmanaged {
         record: Record {
             kind: notice.kind.label().to_string(),
             instance_id,
             noticed: notice.time,
-            deadline,
-            loss_at,
-            late,
+            deadline: t.deadline,
+            loss_at: t.loss_at,
+            drain_from: t.drain_from,
+            late: t.late,
             group: None,
             drained: None,
             pods_left: None,
@@ -334,15 +382,21 @@ fn step(
             instance_id,
         },
         (Some(node), lifecycle) => {
-            let (deadline, loss_at, late) = timing(notice, specs.drain_deadline(&owner), now);
+            let t = timing(
+                notice,
+                specs.drain_deadline(&owner),
+                specs.scheduled_change_lead(&owner),
+                now,
+            );
             Step::Mark {
                 record: Record {
                     kind: kind.to_string(),
                     instance_id,
                     noticed: notice.time,
-                    deadline,
-                    loss_at,
-                    late,
+                    deadline: t.deadline,
+                    loss_at: t.loss_at,
+                    drain_from: t.drain_from,
+                    late: t.late,
                     group: Some(format!("{}/{}", owner.namespace, owner.group)),
                     drained: None,
                     pods_left: None,
@@ -385,6 +439,9 @@ mod tests {
         fn drain_deadline(&self, _: &Owner) -> chrono::Duration {
             chrono::Duration::seconds(self.0)
         }
+        fn scheduled_change_lead(&self, _: &Owner) -> chrono::Duration {
+            chrono::Duration::hours(1)
+        }
         fn replace_on_rebalance(&self, _: &Owner) -> bool {
             false
         }
@@ -398,6 +455,9 @@ mod tests {
     impl GroupSpecs for Replacing {
         fn drain_deadline(&self, _: &Owner) -> chrono::Duration {
             chrono::Duration::seconds(90)
+        }
+        fn scheduled_change_lead(&self, _: &Owner) -> chrono::Duration {
+            chrono::Duration::hours(1)
         }
         fn replace_on_rebalance(&self, _: &Owner) -> bool {
             true
@@ -507,6 +567,7 @@ mod tests {
                     noticed,
                     deadline: noticed + chrono::Duration::seconds(90),
                     loss_at: None,
+                    drain_from: None,
                     late: None,
                     group: Some("ns/workers".into()),
                     drained: None,
@@ -729,6 +790,55 @@ mod tests {
     }
 
     #[test]
+    fn a_scheduled_retirement_days_away_is_drained_from_the_lead_before_its_start() {
+        let start = Utc.with_ymd_and_hms(2026, 11, 28, 0, 0, 0).unwrap();
+        let p = plan(
+            &health(
+                "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+                &["i-1"],
+                "Sat, 28 Nov 2026 00:00:00 GMT",
+            ),
+            &ownership(),
+            &Unmanaged::default(),
+            &Fixed(90),
+            ForeignMessages::Delete,
+            at_notice(),
+        );
+        let [Step::Mark { record, .. }] = p.steps.as_slice() else {
+            panic!("{p:?}")
+        };
+        // Fixed's lead is an hour: days of service kept.
+        assert_eq!(record.drain_from, Some(start - chrono::Duration::hours(1)));
+        assert!(!record.leaving(at_notice()), "serves on after the notice");
+        assert!(record.leaving(start - chrono::Duration::hours(1)));
+        // Nearer than the lead: at once (never after its drain deadline).
+        let n = crate::controllers::interruption::message::Notice {
+            kind: NoticeKind::ScheduledChange {
+                event_type: "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED".into(),
+                start: Some(at_notice() + chrono::Duration::minutes(20)),
+            },
+            instance_ids: vec!["i-1".into()],
+            time: at_notice(),
+            id: None,
+        };
+        let deadline = deadlines(&n, chrono::Duration::seconds(90)).0;
+        let from = drain_from(&n, deadline, chrono::Duration::hours(1)).expect("scheduled");
+        assert!(from <= at_notice(), "{from}");
+        // A lead shorter than the drain deadline still starts by the deadline.
+        let from = drain_from(&n, deadline, chrono::Duration::seconds(10)).expect("scheduled");
+        assert_eq!(from, deadline);
+        // A spot warning is at once.
+        let warning = crate::controllers::interruption::message::Notice {
+            kind: NoticeKind::SpotInterruption,
+            ..n
+        };
+        assert_eq!(
+            drain_from(&warning, deadline, chrono::Duration::hours(1)),
+            None
+        );
+    }
+
+    #[test]
     fn a_reboot_is_reported_and_nothing_is_marked() {
         let p = plan(
             &health(
@@ -875,6 +985,9 @@ mod tests {
     impl GroupSpecs for Any {
         fn drain_deadline(&self, _: &Owner) -> chrono::Duration {
             chrono::Duration::try_seconds(self.deadline).unwrap_or(chrono::Duration::MAX)
+        }
+        fn scheduled_change_lead(&self, _: &Owner) -> chrono::Duration {
+            chrono::Duration::hours(1)
         }
         fn replace_on_rebalance(&self, _: &Owner) -> bool {
             self.replace

@@ -362,13 +362,24 @@ async fn announce_mark(ctx: &Context, groups: &Groups, owner: &Owner, node: &str
         let age = ctx.clock.now() - record.noticed;
         ctx.metrics
             .interruption_age(age.to_std().unwrap_or_default());
-        let mut note = format!(
-            "{} for {} ({}): cordoned and tainted; drain deadline {}",
-            record.kind,
-            node,
-            record.instance_id,
-            record.deadline.to_rfc3339()
-        );
+        let now = ctx.clock.now();
+        let mut note = match record.drain_from.filter(|_| !record.leaving(now)) {
+            Some(from) => format!(
+                "{} for {} ({}): serves on until {}, then replaced, cordoned and drained (interruption.scheduledChangeLead); drain deadline {}",
+                record.kind,
+                node,
+                record.instance_id,
+                from.to_rfc3339(),
+                record.deadline.to_rfc3339()
+            ),
+            None => format!(
+                "{} for {} ({}): cordoned and tainted; drain deadline {}",
+                record.kind,
+                node,
+                record.instance_id,
+                record.deadline.to_rfc3339()
+            ),
+        };
         if let Some(loss) = record.loss_at {
             note.push_str(&format!(
                 "; AWS takes the instance at {}",

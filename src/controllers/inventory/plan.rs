@@ -229,6 +229,7 @@ fn member_status<N: NodeView>(
             noticed: r.noticed,
             deadline: r.deadline,
             loss_at: r.loss_at,
+            drain_from: r.drain_from,
             late: r.late,
             drained: r.drained,
         });
@@ -388,7 +389,7 @@ fn repairing(group: &NodeGroup, status: &NodeGroupStatus, now: DateTime<Utc>) ->
     group.spec.replenish.repair
         && status.nodes.iter().any(|n| {
             !n.ready
-                && n.interruption.is_none()
+                && n.interruption.as_ref().is_none_or(|i| !i.in_force(now))
                 && n.unhealthy_since
                     .is_some_and(|t| now >= crate::controllers::group_view::after(t, timeout))
         })

@@ -373,6 +373,7 @@ mod tests {
             drained: None,
             pods_left: None,
             loss_at: None,
+            drain_from: None,
             late: None,
             scope: None,
             lifecycle: Some(HookAction {

@@ -81,7 +81,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         now,
         super::seen::drift_pending(&rf, &observed.group),
     ) {
-        Some(observed.describe().await?)
+        Some(observed.describe(now).await?)
     } else {
         None
     };
@@ -100,7 +100,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     if plan.command.changes_aws() {
         // Act only on what AWS says now: the shared description may be a
         // few seconds old and miss a change made outside.
-        described = observed.describe_fresh().await?;
+        described = observed.describe_fresh(now).await?;
         plan = plan_for(&described);
     }
     let DescribedAsgs { fresh, asgs, nodes } = described;

@@ -218,6 +218,7 @@ mod tests {
             let nodes = group_nodes(
                 &self.group.status.as_ref().expect("status").nodes,
                 &self.fresh,
+                chrono::Utc::now(),
             );
             f(&Guard {
                 group: &self.group,

@@ -143,7 +143,7 @@ impl Seen {
         let described = match described {
             Some(d) => d,
             None => {
-                inventoried = as_inventoried(observed);
+                inventoried = as_inventoried(observed, self.now);
                 &inventoried
             }
         };
@@ -168,7 +168,7 @@ impl Seen {
 /// The group's ASGs as its inventory last described them (at most a
 /// `resyncInterval` ago): its nodes in service, its never-joined instances
 /// Pending. What a preview of an idle Refresher plans on.
-pub fn as_inventoried(observed: &ObservedGroup) -> DescribedAsgs {
+pub fn as_inventoried(observed: &ObservedGroup, now: DateTime<Utc>) -> DescribedAsgs {
     let status = &observed.group_status;
     let instance = |id: &str, state: &str| AsgInstance {
         instance_id: id.to_string(),
@@ -213,7 +213,7 @@ pub fn as_inventoried(observed: &ObservedGroup) -> DescribedAsgs {
             ..AsgView::from(a)
         })
         .collect();
-    let nodes = group_nodes(&status.nodes, &fresh);
+    let nodes = group_nodes(&status.nodes, &fresh, now);
     DescribedAsgs { fresh, asgs, nodes }
 }
 

@@ -68,7 +68,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         .iter()
         .map(NotJoinedView::from)
         .collect();
-    let mut described = observed.describe().await?;
+    let mut described = observed.describe(now).await?;
     let slots = Slots::of_replenisher(ctx, &rp, observed.group.spec.role);
     let (protected, slot) = voluntary(ctx, &observed, &described, &slots, now).await?;
     let plan_for = |described: &DescribedAsgs| {
@@ -99,7 +99,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         // Act only on what AWS says now: the shared description may be a
         // few seconds old and miss a change made outside (a process
         // suspended, a min raised). One more describe per AWS mutation.
-        described = observed.describe_fresh().await?;
+        described = observed.describe_fresh(now).await?;
         plan = plan_for(&described);
     }
     let fresh = described.fresh;

@@ -315,6 +315,7 @@ impl Step<'_> {
                 self.fresh,
                 target,
                 self.control_plane,
+                self.now,
             )?,
         }
         Ok(())
@@ -328,6 +329,7 @@ impl Step<'_> {
                 self.fresh,
                 r,
                 self.control_plane,
+                self.now,
             )?;
         }
         let (ctx, cloud) = (self.ctx, self.cloud);

@@ -71,6 +71,7 @@ pub fn scale_in(
     fresh: &[AsgDescription],
     target: &ScaleInTarget,
     control_plane: Option<&ControlPlane>,
+    now: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), Refusal> {
     removable(
         group,
@@ -85,7 +86,7 @@ pub fn scale_in(
         Path::SurplusRemoval,
         &target.instance_id,
     )?;
-    let ready_besides = group_nodes(&status.nodes, fresh)
+    let ready_besides = group_nodes(&status.nodes, fresh, now)
         .iter()
         .filter(|n| n.ready && n.instance_id.as_deref() != Some(target.instance_id.as_str()))
         .count() as i32;
@@ -151,7 +152,7 @@ pub fn repair(
         n.name == target.node
             && n.instance_id.as_deref() == Some(target.instance_id.as_str())
             && !n.ready
-            && n.interruption.is_none()
+            && n.interruption.as_ref().is_none_or(|i| !i.in_force(now))
             && n.unhealthy_since
                 .is_some_and(|t| now >= crate::controllers::group_view::after(t, timeout))
     });
@@ -165,8 +166,8 @@ pub fn repair(
 }
 
 /// Safety: an interrupted instance is terminated only while it is active in
-/// that ASG of the group, its node records a notice that AWS reclaims it
-/// (spot interruption, scheduled change), a decrement keeps the ASG at or
+/// that ASG of the group, its node records a notice in force that AWS
+/// reclaims it (spot interruption, scheduled change from its drain start), a decrement keeps the ASG at or
 /// above its min, and the authority allows it (a master: while the other
 /// masters are up).
 pub fn retire(
@@ -175,6 +176,7 @@ pub fn retire(
     fresh: &[AsgDescription],
     r: &crate::crd::replenisher::Retirement,
     control_plane: Option<&ControlPlane>,
+    now: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), Refusal> {
     removable(
         group,
@@ -188,6 +190,7 @@ pub fn retire(
         n.instance_id.as_deref() == Some(r.instance_id.as_str())
             && n.interruption
                 .as_ref()
+                .filter(|i| i.in_force(now))
                 .is_some_and(|i| matches!(Fate::of(i), Fate::Reclaimed { .. }))
     });
     if !reclaimed {
@@ -352,7 +355,7 @@ mod tests {
     #[test]
     fn a_scale_in_keeps_ready_at_desired_and_its_asg_at_min() {
         let c = Case::new();
-        let check = |t: &ScaleInTarget| scale_in(&c.group, c.status(), &c.fresh, t, None);
+        let check = |t: &ScaleInTarget| scale_in(&c.group, c.status(), &c.fresh, t, None, t0());
         assert_eq!(check(&target("n2", "i-2", "a")), Ok(()));
         assert_eq!(
             check(&target("n3", "i-3", "b")),
@@ -371,7 +374,8 @@ mod tests {
                 short.status(),
                 &short.fresh,
                 &target("n2", "i-2", "a"),
-                None
+                None,
+                t0()
             ),
             Err(Refusal::TooFewReady {
                 instance: "i-2".into(),
@@ -398,10 +402,12 @@ mod tests {
             noticed: t0(),
             deadline: t0(),
             loss_at: None,
+            drain_from: None,
             late: None,
             drained: None,
         };
-        let check = |c: &Case, r: &Retirement| retire(&c.group, c.status(), &c.fresh, r, None);
+        let check =
+            |c: &Case, r: &Retirement| retire(&c.group, c.status(), &c.fresh, r, None, t0());
         assert_eq!(
             check(&c, &retirement("i-2", "a", true)),
             Err(Refusal::NotReclaimed {
@@ -450,6 +456,7 @@ mod tests {
                 noticed: t0(),
                 deadline: t0(),
                 loss_at: None,
+                drain_from: None,
                 late: None,
                 drained: None,
             });
@@ -461,7 +468,7 @@ mod tests {
             decrement: false,
             since: t0(),
         };
-        let unobserved = retire(&c.group, c.status(), &c.fresh, &r, None);
+        let unobserved = retire(&c.group, c.status(), &c.fresh, &r, None, t0());
         assert!(
             matches!(
                 unobserved,
@@ -482,7 +489,7 @@ mod tests {
                 })
                 .collect(),
         };
-        let refused = retire(&c.group, c.status(), &c.fresh, &r, Some(&short));
+        let refused = retire(&c.group, c.status(), &c.fresh, &r, Some(&short), t0());
         assert!(
             matches!(
                 &refused,
@@ -500,7 +507,7 @@ mod tests {
             down: vec![],
         };
         assert_eq!(
-            retire(&c.group, c.status(), &c.fresh, &r, Some(&whole)),
+            retire(&c.group, c.status(), &c.fresh, &r, Some(&whole), t0()),
             Ok(())
         );
     }

@@ -199,6 +199,13 @@ pub struct InterruptionSpec {
     #[serde(default = "default_drain_deadline")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub drain_deadline: String,
+    /// How long before AWS takes an instance on a scheduled change (a
+    /// retirement or stop, announced days ahead) its node is cordoned,
+    /// replaced and drained; until then it serves on. 10m to 720h; a notice
+    /// nearer than this is acted on at once.
+    #[serde(default = "default_scheduled_change_lead")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub scheduled_change_lead: String,
     /// What a rebalance recommendation (elevated risk of interruption) does:
     /// `Ignore` writes an Event; `Replace` launches a replacement and, once
     /// it is Ready, drains and removes the node.
@@ -217,6 +224,7 @@ impl Default for InterruptionSpec {
     fn default() -> Self {
         Self {
             drain_deadline: default_drain_deadline(),
+            scheduled_change_lead: default_scheduled_change_lead(),
             on_rebalance_recommendation: OnRebalance::Ignore,
         }
     }
@@ -230,10 +238,36 @@ impl InterruptionSpec {
             .filter(|d| (DRAIN_DEADLINE_BOUNDS.0..=DRAIN_DEADLINE_BOUNDS.1).contains(d))
             .unwrap_or(DEFAULT_DRAIN_DEADLINE)
     }
+
+    /// The scheduled change lead; the default when invalid (validation
+    /// reports it).
+    pub fn scheduled_change_lead(&self) -> std::time::Duration {
+        duration::parse(&self.scheduled_change_lead)
+            .ok()
+            .filter(|d| {
+                (SCHEDULED_CHANGE_LEAD_BOUNDS.0..=SCHEDULED_CHANGE_LEAD_BOUNDS.1).contains(d)
+            })
+            .unwrap_or(DEFAULT_SCHEDULED_CHANGE_LEAD)
+    }
 }
 
 fn default_drain_deadline() -> String {
     "90s".into()
+}
+
+/// A scheduled change's node is replaced and drained this long before AWS
+/// takes it, unless the group says otherwise: time for a replacement to
+/// launch, join (a master's etcd too) and take the pods, with room for a
+/// launch that fails a few times.
+pub const DEFAULT_SCHEDULED_CHANGE_LEAD: std::time::Duration = std::time::Duration::from_secs(3600);
+/// Bounds of `interruption.scheduledChangeLead`.
+pub const SCHEDULED_CHANGE_LEAD_BOUNDS: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_secs(600),
+    std::time::Duration::from_secs(30 * 24 * 3600),
+);
+
+fn default_scheduled_change_lead() -> String {
+    "1h".into()
 }
 
 /// The unhealthy timeout when `replenish.unhealthyTimeout` does not parse

@@ -195,6 +195,10 @@ pub struct NodeInterruption {
     /// When AWS said the instance goes (a scheduled retirement or stop).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_at: Option<DateTime<Utc>>,
+    /// From when the node is replaced and drained, when not at once (a
+    /// scheduled change days away); until then it counts as Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_from: Option<DateTime<Utc>>,
     /// The notice reached us after its drain deadline (drained anyway, in
     /// a short window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -252,6 +256,12 @@ impl NoticeClass {
 impl NodeInterruption {
     pub fn class(&self) -> NoticeClass {
         NoticeClass::of_label(&self.kind)
+    }
+
+    /// The notice is in force at `now`: its node is leaving or at risk
+    /// (a scheduled change before its `drainFrom` is not yet).
+    pub fn in_force(&self, now: DateTime<Utc>) -> bool {
+        self.drain_from.is_none_or(|from| now >= from)
     }
 }
 

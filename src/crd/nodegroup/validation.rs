@@ -2,7 +2,10 @@
 //! duration bounds, surplus for masters, duplicate ASGs), and the spec's
 //! settings resolved with their defaults.
 
-use super::{DRAIN_DEADLINE_BOUNDS, DrainTimeoutAction, NodeGroupSpec, RefreshSpec, Role};
+use super::{
+    DRAIN_DEADLINE_BOUNDS, DrainTimeoutAction, NodeGroupSpec, RefreshSpec, Role,
+    SCHEDULED_CHANGE_LEAD_BOUNDS,
+};
 use crate::duration;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -285,6 +288,25 @@ impl NodeGroupSpec {
                         self.interruption.drain_deadline
                     ),
                 ),
+            Ok(_) => {}
+        }
+        let (least, most) = SCHEDULED_CHANGE_LEAD_BOUNDS;
+        match duration::parse(&self.interruption.scheduled_change_lead) {
+            Err(e) => problems.push(
+                "interruption.scheduledChangeLead",
+                "InvalidDuration",
+                e.to_string(),
+            ),
+            Ok(d) if !(least..=most).contains(&d) => problems.push(
+                "interruption.scheduledChangeLead",
+                "InvalidDuration",
+                format!(
+                    "must be between {} and {} (a replacement needs minutes to join; AWS announces a retirement up to weeks ahead), got {}",
+                    duration::format(least),
+                    duration::format(most),
+                    self.interruption.scheduled_change_lead
+                ),
+            ),
             Ok(_) => {}
         }
     }
@@ -824,6 +846,37 @@ mod tests {
         assert_eq!(
             spec.interruption.drain_deadline(),
             std::time::Duration::from_secs(60)
+        );
+    }
+
+    #[test]
+    fn the_scheduled_change_lead_leaves_a_replacement_time_and_defaults_to_an_hour() {
+        use super::super::DEFAULT_SCHEDULED_CHANGE_LEAD;
+        let mut spec = worker_spec();
+        assert_eq!(
+            spec.interruption.scheduled_change_lead(),
+            DEFAULT_SCHEDULED_CHANGE_LEAD
+        );
+        assert_eq!(DEFAULT_SCHEDULED_CHANGE_LEAD.as_secs(), 3600);
+        for bad in ["5m", "721h", "later"] {
+            spec.interruption.scheduled_change_lead = bad.into();
+            let problems = spec.validate();
+            assert!(
+                problems
+                    .iter()
+                    .any(|p| p.field == "interruption.scheduledChangeLead"),
+                "{bad}: {problems:?}"
+            );
+            assert_eq!(
+                spec.interruption.scheduled_change_lead(),
+                DEFAULT_SCHEDULED_CHANGE_LEAD
+            );
+        }
+        spec.interruption.scheduled_change_lead = "48h".into();
+        assert!(spec.validate().is_empty(), "{:?}", spec.validate());
+        assert_eq!(
+            spec.interruption.scheduled_change_lead(),
+            std::time::Duration::from_secs(48 * 3600)
         );
     }
 }
