@@ -361,3 +361,112 @@ async fn killed_mid_fallback_and_mid_return_it_launches_once_and_forgets_no_fall
         1
     );
 }
+
+/// Issue 54, hole 5: a worker with a rebalance recommendation
+/// (`onRebalanceRecommendation: Replace`) on spot ASGs at max (kops's
+/// instance groups with min = max) was never replaced and never counted as
+/// Ready again: the replenisher stayed Blocked ("2/3 Ready and no ASG can
+/// launch") for good. Now the node serves on, the replenisher is Steady and
+/// says why, and nothing is raised anywhere, on demand included.
+#[tokio::test]
+async fn a_worker_at_risk_on_spot_asgs_at_max_serves_on_and_nothing_falls_back() {
+    use spot_node_manager::crd::Replenisher;
+    let Setup {
+        world,
+        kops,
+        fallback,
+        groups,
+        _sim,
+    } = Setup::start("fallback-at-risk").await;
+    for asg in &kops.asgs {
+        world
+            .aws
+            .autoscaling
+            .update_auto_scaling_group()
+            .auto_scaling_group_name(asg)
+            .max_size(1)
+            .send()
+            .await
+            .expect("max 1");
+    }
+    groups
+        .patch(
+            "workers",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!(
+                {"spec": {"interruption": {"onRebalanceRecommendation": "Replace"}}}
+            )),
+        )
+        .await
+        .expect("Replace");
+    let queue = world.queue("interruptions").await;
+    let (manager, _config) = world.start_manager_with(
+        "resyncInterval: 5s\n",
+        &["--interruption-queue-url", queue.url.as_str()],
+        &[],
+    );
+    let ready = || async { groups.get("workers").await.ok()?.status?.ready_nodes };
+    assert_eventually("3 Ready", WAIT, || async {
+        (ready().await? == 3).then_some(())
+    })
+    .await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let victim = before[0].2[0].clone();
+    queue
+        .send(&support::interruption::rebalance_recommendation(
+            &victim,
+            chrono::Utc::now(),
+        ))
+        .await;
+    assert_eventually("the recommendation recorded", WAIT, || async {
+        let status = groups.get("workers").await.ok()?.status?;
+        status
+            .nodes
+            .iter()
+            .any(|n| n.instance_id.as_deref() == Some(victim.as_str()) && n.interruption.is_some())
+            .then_some(())
+    })
+    .await;
+    // Well past `fallback.after`: nothing on demand, nothing raised, the
+    // node still there and serving.
+    tokio::time::sleep(Duration::from_secs(AFTER_SECS + 15)).await;
+    assert_eq!(desired_of(&world, &fallback).await, 0, "an on-demand node");
+    assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
+    let replenishers: Api<Replenisher> = world.api();
+    let phase = replenishers
+        .get("workers")
+        .await
+        .expect("replenisher")
+        .status
+        .map(|s| s.phase);
+    assert_eq!(
+        phase,
+        Some(spot_node_manager::crd::replenisher::ReplenishPhase::Steady)
+    );
+    assert_eventually("the replenisher says it serves on", WAIT, || async {
+        let status = replenishers.get("workers").await.ok()?.status?;
+        status
+            .conditions
+            .iter()
+            .any(|c| {
+                c.type_ == "Replenished"
+                    && c.message
+                        .contains(&format!("{victim} at risk of interruption, serving on"))
+            })
+            .then_some(())
+    })
+    .await;
+    let status = replenishers
+        .get("workers")
+        .await
+        .expect("replenisher")
+        .status
+        .expect("status");
+    assert_eq!(
+        status.phase,
+        spot_node_manager::crd::replenisher::ReplenishPhase::Steady,
+        "{:?}",
+        status.conditions
+    );
+    assert!(manager.child_alive(), "{}", manager.logs());
+}

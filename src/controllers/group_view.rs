@@ -523,6 +523,32 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_rebalance_recommendation_holds_its_node_at_risk_for_a_while_only() {
+        use crate::crd::nodegroup::{AT_RISK_FOR, NodeInterruption};
+        let now = chrono::Utc::now();
+        let mut at_risk = status_node("at-risk", "a", "i-1");
+        at_risk.interruption = Some(NodeInterruption {
+            kind: "rebalance_recommendation".into(),
+            noticed: now,
+            deadline: now + chrono::Duration::seconds(90),
+            loss_at: None,
+            drain_from: None,
+            late: None,
+            drained: None,
+        });
+        let asgs = [fresh("a", &[("i-1", "InService")])];
+        let nodes = [at_risk];
+        let held = group_nodes(&nodes, &asgs, now);
+        assert_eq!(held[0].fate, Some(Fate::AtRisk));
+        assert!(!held[0].ready);
+        // Past the hold (never replaced, or kept): Ready again, no fate.
+        let later = after(now, AT_RISK_FOR);
+        let past = group_nodes(&nodes, &asgs, later);
+        assert_eq!(past[0].fate, None);
+        assert!(past[0].ready);
+    }
+
+    #[test]
     fn a_ready_node_on_an_instance_described_pending_is_named() {
         let mut joining = status_node("joining", "a", "i-2");
         joining.ready = false;

@@ -183,8 +183,14 @@ pub fn record_of(node: &(impl crate::k8s::node::NodeView + ?Sized)) -> Option<Re
 pub fn mark_patch(node: &Node, record: &Record, now: DateTime<Utc>) -> Option<Value> {
     let existing = record_of(node);
     if !record.is_loss() {
-        // At risk: recorded once; a loss recorded already supersedes it.
-        if existing.is_some() {
+        // At risk: recorded once; a loss recorded already supersedes it. A
+        // recommendation past its hold is replaced by a newer one.
+        let renewed = existing.as_ref().is_some_and(|e| {
+            !e.is_loss()
+                && !crate::crd::nodegroup::at_risk_at(e.noticed, now)
+                && record.noticed > e.noticed
+        });
+        if existing.is_some() && !renewed {
             return None;
         }
         return Some(json!({
@@ -456,6 +462,31 @@ mod tests {
         assert!(n.labels().contains_key(INTERRUPTED_LABEL));
         // And a later recommendation does not undo it.
         assert_eq!(mark_patch(&n, &at_risk, t(0)), None);
+    }
+
+    #[test]
+    fn a_rebalance_recommendation_past_its_hold_gives_way_to_a_newer_one() {
+        let mut n = node();
+        let first = Record {
+            kind: AT_RISK.into(),
+            ..record(90)
+        };
+        let patch = mark_patch(&n, &first, t(0)).expect("a patch");
+        apply(&mut n, &patch);
+        let hold = chrono::Duration::from_std(crate::crd::nodegroup::AT_RISK_FOR).expect("hold");
+        let later = Record {
+            noticed: t(0) + hold + chrono::Duration::minutes(5),
+            ..first.clone()
+        };
+        // Within the hold: the first stands.
+        assert_eq!(mark_patch(&n, &later, t(60)), None);
+        // Past it: the newer recommendation is recorded in its place.
+        let at = later.noticed;
+        let patch = mark_patch(&n, &later, at).expect("renewed");
+        apply(&mut n, &patch);
+        assert_eq!(record_of(&n), Some(later.clone()));
+        // A stale one never replaces a newer one.
+        assert_eq!(mark_patch(&n, &first, at), None);
     }
 
     #[test]

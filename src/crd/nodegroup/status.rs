@@ -258,11 +258,30 @@ impl NodeInterruption {
         NoticeClass::of_label(&self.kind)
     }
 
-    /// The notice is in force at `now`: its node is leaving or at risk
-    /// (a scheduled change before its `drainFrom` is not yet).
+    /// The notice is in force at `now`: its node is leaving or at risk (a
+    /// scheduled change before its `drainFrom` is not yet; a rebalance
+    /// recommendation older than [`AT_RISK_FOR`] is no longer).
     pub fn in_force(&self, now: DateTime<Utc>) -> bool {
-        self.drain_from.is_none_or(|from| now >= from)
+        match self.class() {
+            NoticeClass::RebalanceRecommendation => at_risk_at(self.noticed, now),
+            _ => self.drain_from.is_none_or(|from| now >= from),
+        }
     }
+}
+
+/// How long a rebalance recommendation holds its node at risk: time to
+/// replace and remove it. A node still there after that (no ASG could
+/// launch its replacement, or it was kept: protected, or every window
+/// closed) is no longer taken for at risk; it counts as Ready again, and
+/// what was raised for it is surplus the scale-in takes back. AWS never
+/// withdraws a recommendation, and one that ended in no interruption must
+/// not hold a node out of the count for its whole life.
+pub const AT_RISK_FOR: std::time::Duration = std::time::Duration::from_secs(6 * 3600);
+
+/// A rebalance recommendation AWS sent at `noticed` still holds at `now`.
+pub fn at_risk_at(noticed: DateTime<Utc>, now: DateTime<Utc>) -> bool {
+    let held = chrono::Duration::from_std(AT_RISK_FOR).unwrap_or(chrono::Duration::MAX);
+    noticed.checked_add_signed(held).is_none_or(|end| now < end)
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]

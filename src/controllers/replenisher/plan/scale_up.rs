@@ -6,7 +6,7 @@ use super::queries::{
 };
 use super::records::record_raise;
 use super::{Command, Plan, SOON, Stage};
-use crate::controllers::group_view::{AsgView, DesiredChange};
+use crate::controllers::group_view::{AsgView, DesiredChange, Fate};
 use crate::crd::Role;
 use crate::crd::replenisher::ReplenishPhase;
 
@@ -27,6 +27,9 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
     }
     let mut candidates = raise_candidates(s);
     let mut replacements = vec![];
+    // Nodes at risk (not lost) that nothing can replace now serve on: no
+    // shortage of theirs is made up elsewhere or on demand.
+    let mut serving_at_risk = vec![];
     for node in unreplaced(s).into_iter().take(deficit as usize) {
         let own = candidates
             .iter()
@@ -36,26 +39,46 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
             None if input.group.role == Role::Worker => spread(&candidates),
             None => None,
         };
-        if let Some(i) = pick {
-            candidates[i].desired += 1;
-            replacements.push(replacement_in(s, node, &candidates[i].name));
+        match pick {
+            Some(i) => {
+                candidates[i].desired += 1;
+                replacements.push(replacement_in(s, node, &candidates[i].name));
+            }
+            None if node.fate == Some(Fate::AtRisk) => serving_at_risk.push(node.name.as_str()),
+            None => {}
         }
     }
     let mut added = replacements.len() as i32;
+    let short = deficit - serving_at_risk.len() as i32;
+    if added == 0 && short <= 0 {
+        return Some(s.idle(
+            s.status.clone(),
+            ReplenishPhase::Steady,
+            format!(
+                "{} at risk of interruption, serving on: no ASG can launch a replacement ({})",
+                serving_at_risk.join(", "),
+                match input.group.role {
+                    Role::Master =>
+                        "a master only in its own ASG, which is at max or not launching",
+                    Role::Worker => "not launching, backing off, or at max",
+                }
+            ),
+        ));
+    }
     // No spot ASG can launch: the on-demand fallback, when set.
     if added == 0
         && candidates.is_empty()
-        && let Some(plan) = super::fallback::fall_back(s, deficit)
+        && let Some(plan) = super::fallback::fall_back(s, short)
     {
         return Some(plan);
     }
     if added == 0
-        && let Some(plan) = nothing_to_add(s, &candidates, deficit)
+        && let Some(plan) = nothing_to_add(s, &candidates, short)
     {
         return Some(plan);
     }
     if input.group.role == Role::Worker && s.cooldown_left().is_none() {
-        added += spread_over(&mut candidates, deficit - added);
+        added += spread_over(&mut candidates, short - added);
     }
     let changes = changes_from(s, &candidates);
     let message = raise_message(s, added, &changes, &replacements);

@@ -473,3 +473,83 @@ fn removing_a_node_at_risk_waits_for_a_disruption_slot() {
     s.slot = Some(SlotState::Free);
     assert_eq!(s.plan().command, Command::TakeSlot);
 }
+
+/// Every ASG at max (kops's instance groups with min = max), with an
+/// on-demand fallback set.
+fn at_max_with_a_fallback(mut s: Scenario) -> Scenario {
+    for a in s.asgs.iter_mut() {
+        *a = asg(&a.name, a.desired, a.instances, a.desired);
+    }
+    s.fallback = Some(crate::crd::nodegroup::ResolvedFallback {
+        after: Duration::from_secs(60),
+        return_after: Duration::from_secs(600),
+    });
+    s.asgs.push(AsgView {
+        fallback: true,
+        ..asg("od", 0, 0, 5)
+    });
+    s
+}
+
+/// Issue 54, hole 5: a worker at risk on ASGs at max was never replaced and
+/// never counted as Ready again: the replenisher was Blocked for good. It
+/// serves on; and no fallback is raised for it.
+#[test]
+fn a_worker_at_risk_that_nothing_can_replace_serves_on_and_nothing_falls_back() {
+    let mut s = at_max_with_a_fallback(Scenario::steady());
+    s.nodes[0].ready = false;
+    s.nodes[0].fate = Some(Fate::AtRisk);
+    for later in [0, 120, 3600] {
+        let p = s.plan_with(
+            Duration::from_secs(300),
+            Duration::from_secs(900),
+            t0() + secs(later),
+        );
+        assert!(
+            matches!(p.command, Command::Nothing | Command::ReleaseLock),
+            "{later}s: {:?}: {}",
+            p.command,
+            p.message
+        );
+        assert_eq!(p.status.phase, ReplenishPhase::Steady, "{}", p.message);
+        assert!(
+            p.message
+                .contains("na at risk of interruption, serving on: no ASG can launch"),
+            "{}",
+            p.message
+        );
+    }
+    // A node that is lost, not at risk, still falls back once `after` is over.
+    let mut lost = at_max_with_a_fallback(Scenario::steady());
+    lost.nodes.retain(|n| n.name != "na");
+    let p = lost.plan_with(
+        Duration::from_secs(300),
+        Duration::from_secs(900),
+        t0() + secs(3600),
+    );
+    assert!(
+        p.status.phase != ReplenishPhase::Steady,
+        "{:?}: {}",
+        p.command,
+        p.message
+    );
+}
+
+#[test]
+fn a_master_at_risk_whose_asg_is_at_max_serves_on_and_is_not_blocked() {
+    let mut s = Scenario::steady();
+    s.role = Role::Master;
+    s.asgs[0] = asg("a", 1, 1, 1);
+    s.nodes[0].ready = false;
+    s.nodes[0].fate = Some(Fate::AtRisk);
+    let p = s.plan();
+    assert_eq!(p.status.phase, ReplenishPhase::Steady, "{}", p.message);
+    assert!(
+        p.message.contains("a master only in its own ASG"),
+        "{}",
+        p.message
+    );
+    // Its own ASG can launch: replaced there.
+    s.asgs[0] = asg("a", 1, 1, 3);
+    assert_eq!(s.plan().command, change("a", 1, 2));
+}
