@@ -470,3 +470,58 @@ async fn a_worker_at_risk_on_spot_asgs_at_max_serves_on_and_nothing_falls_back()
     );
     assert!(manager.child_alive(), "{}", manager.logs());
 }
+
+/// Issue 54, hole 6: a fallback ASG whose MinSize is above 0 kept its
+/// on-demand nodes for good (each one the return terminated at min was
+/// relaunched). The group is refused until it is 0, saying why and how.
+#[tokio::test]
+async fn a_fallback_asg_with_min_size_above_zero_is_refused_until_it_is_zero() {
+    let Setup {
+        world,
+        fallback,
+        groups,
+        _sim,
+        ..
+    } = Setup::start("fallback-min").await;
+    let set_min = |min: i32| {
+        world
+            .aws
+            .autoscaling
+            .update_auto_scaling_group()
+            .auto_scaling_group_name(&fallback)
+            .min_size(min)
+            .desired_capacity(min)
+            .send()
+    };
+    set_min(1).await.expect("min 1");
+    let (manager, _config) = world.start_manager_with("resyncInterval: 2s\n", &[], &[]);
+    let spec_valid = || async {
+        let status = groups.get("workers").await.ok()?.status?;
+        status
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "SpecValid")
+    };
+    let refused = assert_eventually("refused", WAIT, || async {
+        spec_valid()
+            .await
+            .filter(|c| c.status == spot_node_manager::crd::condition::ConditionStatus::False)
+    })
+    .await;
+    assert_eq!(refused.reason, "FallbackMinSizeAboveZero", "{refused:?}");
+    assert!(
+        refused
+            .message
+            .contains(&format!("{fallback:?} has MinSize 1")),
+        "{}",
+        refused.message
+    );
+    set_min(0).await.expect("min 0");
+    assert_eventually("valid once it is 0", WAIT, || async {
+        spec_valid()
+            .await
+            .filter(|c| c.status == spot_node_manager::crd::condition::ConditionStatus::True)
+    })
+    .await;
+    assert!(manager.child_alive(), "{}", manager.logs());
+}

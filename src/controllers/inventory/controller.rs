@@ -166,7 +166,15 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     let now = ctx.clock.now();
     let current = group.status.clone().unwrap_or_default();
     let others = ictx.groups.state();
-    let mut validated = validated_status(&group, &others, &current, now);
+    let mut nodes_ready = ictx.nodes_ready.clone();
+    if nodes_ready.wait_for(|ready| *ready).await.is_err() {
+        return Err(Error::InvalidObject("node cache closed".into()));
+    }
+    let nodes = ictx.nodes.state();
+    let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
+    let observed = observe_aws(cloud.as_ref(), &ictx.facts, &group, &nodes).await;
+    let described = observed.as_ref().ok().map(|view| view.asgs.as_slice());
+    let mut validated = validated_status(&group, &others, described, &current, now);
     let waiting = if deleting {
         let waiting = deletion::observe_waits(ctx, &group, &namespace, &name).await?;
         set_condition(
@@ -190,13 +198,7 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
         None
     };
 
-    let mut nodes_ready = ictx.nodes_ready.clone();
-    if nodes_ready.wait_for(|ready| *ready).await.is_err() {
-        return Err(Error::InvalidObject("node cache closed".into()));
-    }
-    let nodes = ictx.nodes.state();
-    let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
-    let (next, requeue) = match observe_aws(cloud.as_ref(), &ictx.facts, &group, &nodes).await {
+    let (next, requeue) = match observed {
         Ok(view) => (
             plan::inventory_status(&group, &nodes, &view, &validated, now),
             ctx.settings.resync_interval,

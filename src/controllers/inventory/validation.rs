@@ -50,11 +50,43 @@ pub fn asg_conflicts<'a>(
     problems
 }
 
+/// Pure: the group's on-demand fallback ASGs whose MinSize is above 0, per
+/// `asgs` (AWS's description). Such an ASG keeps that many on-demand nodes
+/// for good: the return to spot cannot lower it below its min, so each
+/// fallback node it terminates is relaunched, drained and terminated again.
+pub fn fallback_min_problems(
+    group: &NodeGroup,
+    asgs: &[crate::cloud::AsgDescription],
+) -> Vec<crate::crd::nodegroup::SpecProblem> {
+    let Some(fallback) = &group.spec.fallback else {
+        return vec![];
+    };
+    fallback
+        .auto_scaling_groups
+        .iter()
+        .enumerate()
+        .filter_map(|(i, named)| {
+            let asg = asgs.iter().find(|a| a.name == named.name)?;
+            (asg.min > 0).then(|| crate::crd::nodegroup::SpecProblem {
+                field: format!("fallback.autoScalingGroups[{i}].name"),
+                reason: crate::crd::nodegroup::FALLBACK_MIN_SIZE,
+                message: format!(
+                    "Auto Scaling Group {:?} has MinSize {}: a fallback ASG must have MinSize 0, or its on-demand nodes can never all return to spot (each one terminated at min is relaunched); set it to 0 (kops: minSize: 0 in its instance group)",
+                    asg.name, asg.min
+                ),
+            })
+        })
+        .collect()
+}
+
 /// Pure: the status after validating the spec, against the other groups
-/// too (`others` may include this one). Keeps every other field as is.
+/// too (`others` may include this one) and the ASGs as AWS describes them
+/// (`asgs`; None when AWS could not be read: what was found there before
+/// is kept). Keeps every other field as is.
 pub fn validated_status(
     group: &NodeGroup,
     others: &[Arc<NodeGroup>],
+    asgs: Option<&[crate::cloud::AsgDescription]>,
     current: &NodeGroupStatus,
     now: DateTime<Utc>,
 ) -> NodeGroupStatus {
@@ -62,6 +94,18 @@ pub fn validated_status(
     let mut next = current.clone();
     let mut problems = group.spec.validate();
     problems.extend(asg_conflicts(group, others.iter().map(|g| g.as_ref())));
+    match asgs {
+        Some(asgs) => problems.extend(fallback_min_problems(group, asgs)),
+        None => {
+            let said = crate::crd::condition::find(&current.conditions, SPEC_VALID)
+                .filter(|c| c.reason == crate::crd::nodegroup::FALLBACK_MIN_SIZE);
+            if problems.is_empty() && said.is_some() {
+                next.observed_generation = generation;
+                next.desired_nodes = Some(group.spec.desired);
+                return next;
+            }
+        }
+    }
     match problems.first() {
         None => set_condition(
             &mut next.conditions,
@@ -116,7 +160,7 @@ mod tests {
                                "refresh": {"schedule": "whenever", "timeZone": "Nowhere/City"}}),
             4,
         );
-        let status = validated_status(&g, &[], &NodeGroupStatus::default(), now);
+        let status = validated_status(&g, &[], Some(&[]), &NodeGroupStatus::default(), now);
         let c = crate::crd::condition::find(&status.conditions, SPEC_VALID).expect("condition");
         assert_eq!(c.status, ConditionStatus::False);
         assert_eq!(c.reason, "InvalidSchedule");
@@ -132,8 +176,14 @@ mod tests {
             serde_json::json!({"role": "Worker", "autoScalingGroups": [{"name": "a"}], "desired": 3}),
             1,
         );
-        let first = validated_status(&g, &[], &NodeGroupStatus::default(), t0);
-        let second = validated_status(&g, &[], &first, t0 + chrono::Duration::minutes(1));
+        let first = validated_status(&g, &[], Some(&[]), &NodeGroupStatus::default(), t0);
+        let second = validated_status(
+            &g,
+            &[],
+            Some(&[]),
+            &first,
+            t0 + chrono::Duration::minutes(1),
+        );
         assert_eq!(
             first, second,
             "an unchanged group must produce an identical status"
@@ -164,7 +214,7 @@ mod tests {
             (&a, "ns/b", "spec.autoScalingGroups[1].name"),
             (&b, "ns/a", "spec.autoScalingGroups[0].name"),
         ] {
-            let status = validated_status(me, &all, &NodeGroupStatus::default(), now);
+            let status = validated_status(me, &all, Some(&[]), &NodeGroupStatus::default(), now);
             let c = crate::crd::condition::find(&status.conditions, SPEC_VALID).expect("condition");
             assert_eq!(
                 (c.status.clone(), c.reason.as_str()),
@@ -182,13 +232,25 @@ mod tests {
         }
         // The same name in another region is another ASG; a group is never
         // in conflict with itself.
-        let status = validated_status(&elsewhere, &all, &NodeGroupStatus::default(), now);
+        let status = validated_status(
+            &elsewhere,
+            &all,
+            Some(&[]),
+            &NodeGroupStatus::default(),
+            now,
+        );
         let c = crate::crd::condition::find(&status.conditions, SPEC_VALID).expect("condition");
         assert_eq!(c.status, ConditionStatus::True, "{}", c.message);
         assert!(asg_conflicts(&b, [b.as_ref()]).is_empty());
         // Once one lets go, the other is valid again.
         let b_moved = named("b", serde_json::json!([{"name": "other"}]), None);
-        let status = validated_status(&a, &[a.clone(), b_moved], &NodeGroupStatus::default(), now);
+        let status = validated_status(
+            &a,
+            &[a.clone(), b_moved],
+            Some(&[]),
+            &NodeGroupStatus::default(),
+            now,
+        );
         let c = crate::crd::condition::find(&status.conditions, SPEC_VALID).expect("condition");
         assert_eq!(c.status, ConditionStatus::True);
     }
@@ -217,5 +279,51 @@ mod tests {
             assert_eq!(problems[0].field, "fallback.autoScalingGroups[0].name");
             assert_eq!(asg_conflicts(&b, [&a]).len(), 1);
         }
+    }
+
+    /// Issue 54, hole 6: a fallback ASG with MinSize above 0 churned (each
+    /// fallback node terminated at min relaunched, drained, terminated
+    /// again). It is refused: SpecValid False, naming the ASG and the fix;
+    /// nothing acts. A describe that fails keeps what was found.
+    #[test]
+    fn a_fallback_asg_whose_min_size_is_above_zero_makes_the_group_invalid() {
+        use crate::controllers::group_view::tests::fresh;
+        let now = Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap();
+        let g = group(
+            serde_json::json!({"role": "Worker", "autoScalingGroups": [{"name": "x"}], "desired": 3,
+                               "fallback": {"autoScalingGroups": [{"name": "od"}]}}),
+            2,
+        );
+        let mut od = fresh("od", &[("i-1", "InService")]);
+        od.min = 1;
+        let asgs = [fresh("x", &[]), od.clone()];
+        let status = validated_status(&g, &[], Some(&asgs), &NodeGroupStatus::default(), now);
+        let c = crate::crd::condition::find(&status.conditions, SPEC_VALID).expect("condition");
+        assert_eq!(c.status, ConditionStatus::False);
+        assert_eq!(c.reason, crate::crd::nodegroup::FALLBACK_MIN_SIZE);
+        assert!(
+            c.message
+                .contains("spec.fallback.autoScalingGroups[0].name"),
+            "{}",
+            c.message
+        );
+        assert!(c.message.contains("MinSize 1"), "{}", c.message);
+        let mut invalid = g.clone();
+        invalid.status = Some(status.clone());
+        assert!(invalid.invalid_spec().is_some(), "nothing acts on it");
+        // AWS unreadable: what was found stays.
+        let kept = validated_status(&g, &[], None, &status, now + chrono::Duration::minutes(1));
+        let c = crate::crd::condition::find(&kept.conditions, SPEC_VALID).expect("condition");
+        assert_eq!(c.reason, crate::crd::nodegroup::FALLBACK_MIN_SIZE);
+        // MinSize 0: valid again.
+        od.min = 0;
+        let asgs = [fresh("x", &[]), od];
+        let status = validated_status(&g, &[], Some(&asgs), &status, now);
+        let c = crate::crd::condition::find(&status.conditions, SPEC_VALID).expect("condition");
+        assert_eq!(c.status, ConditionStatus::True, "{}", c.message);
+        // A spot ASG at min 1 is no problem (kops's instance groups).
+        let mut x = fresh("x", &[("i-2", "InService")]);
+        x.min = 1;
+        assert!(fallback_min_problems(&g, &[x]).is_empty());
     }
 }

@@ -365,6 +365,11 @@ pub struct OperationLock {
 
 /// The SpecValid reason of a group naming an ASG another group names.
 pub const ASG_CONFLICT: &str = "AutoScalingGroupConflict";
+/// The SpecValid reason of a fallback ASG whose MinSize is above 0.
+pub const FALLBACK_MIN_SIZE: &str = "FallbackMinSizeAboveZero";
+/// SpecValid reasons found against what AWS or the other groups say, not
+/// in the spec alone: `spec.validate()` does not see them.
+pub const FOUND_OUTSIDE_THE_SPEC: [&str; 2] = [ASG_CONFLICT, FALLBACK_MIN_SIZE];
 
 /// The circuit breaker's default share of NotReady nodes, in percent.
 pub const DEFAULT_MAX_NOT_READY_PERCENT: i32 = 50;
@@ -406,12 +411,15 @@ impl NodeGroup {
         self.asg_conflict()
     }
 
+    /// Why the group is invalid by what the inventory found outside its
+    /// spec (another group naming one of its ASGs, a fallback ASG whose
+    /// MinSize is above 0), if it is.
     pub fn asg_conflict(&self) -> Option<String> {
         self.status.as_ref()?.conditions.iter().find_map(|c| {
             (c.type_ == SPEC_VALID
                 && c.status == ConditionStatus::False
-                && c.reason == ASG_CONFLICT)
-                .then(|| c.message.clone())
+                && FOUND_OUTSIDE_THE_SPEC.contains(&c.reason.as_str()))
+            .then(|| c.message.clone())
         })
     }
 }

@@ -44,12 +44,11 @@ pub(super) fn clocks(s: &Stage) -> (Option<DateTime<Utc>>, Vec<AsgSince>) {
                 .map_or(now, |l| l.since),
         })
         .collect();
-    // Any spot ASG launching counts, at its max too: that is the user's
-    // limit, not a shortage.
-    let spot_can = s
-        .asgs
-        .iter()
-        .any(|a| !a.fallback && a.launching && !s.excluded(&a.name));
+    // Any spot ASG launching counts, at its max too (that is the user's
+    // limit, not a shortage), and one whose raises still back off after
+    // failed launches: it launches again, so an on-demand node raised now
+    // would be one too many once it does (the guard refuses it too).
+    let spot_can = s.asgs.iter().any(|a| !a.fallback && a.launching);
     let short = s.ready < s.input.group.desired && !spot_can;
     let short_since = short.then(|| s.status.short_since.unwrap_or(now));
     (short_since, launching)

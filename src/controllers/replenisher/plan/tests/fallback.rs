@@ -107,6 +107,33 @@ fn a_spot_asg_that_can_launch_is_raised_and_the_fallback_never() {
     }
 }
 
+/// Issue 54, hole 6: a spot ASG whose launches work again while its raises
+/// still back off could launch, so the fallback is not raised beside it
+/// (the guard refused it too, and once it launched one node was too many).
+#[test]
+fn no_fallback_while_a_spot_asg_launches_again_but_its_raises_still_back_off() {
+    let mut s = every_spot_short();
+    s.status.short_since = Some(t0());
+    // d launched what it was asked for after all; its raises back off for
+    // another ten minutes.
+    s.asgs[2] = asg("d", 1, 1, 3);
+    s.status.excluded = vec![crate::crd::replenisher::ExcludedAsg {
+        auto_scaling_group: "d".into(),
+        reason: NO_CAPACITY.into(),
+        since: t0(),
+        retry_after: Some(t0() + seconds(AFTER + 600)),
+        failures: 3,
+    }];
+    let p = at(&s, t0() + seconds(AFTER + 60));
+    assert!(
+        !matches!(&p.command, Command::ScaleUp(changes) if changes.iter().any(|c| c.asg == "od")),
+        "{:?}: {}",
+        p.command,
+        p.message
+    );
+    assert_eq!(p.status.short_since, None, "{}", p.message);
+}
+
 #[test]
 fn without_a_fallback_nothing_is_raised_and_it_says_so() {
     let mut s = every_spot_short();
