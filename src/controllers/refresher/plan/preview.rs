@@ -46,6 +46,10 @@ pub fn preview(
     planner.coming(settings, window_at)
 }
 
+/// How a preview says that a scheduled run would be skipped when due (not
+/// waited for): what follows is why.
+pub const SKIPPED: &str = "skipped when due: ";
+
 /// What a coming run is, before its window and blockers are applied.
 struct Coming {
     what: &'static str,
@@ -130,9 +134,10 @@ impl Planner<'_> {
             _ => (coming.from, None),
         };
         // The targets as the run records them when it starts (`maxNodeAge`
-        // counts to then).
+        // counts to then, not to now: a node young today may be old enough
+        // by tomorrow's run).
         let targets = match coming.what {
-            "refresh" if at != coming.from => {
+            "refresh" if at > input.group.now => {
                 let mut later = input.clone();
                 later.group.now = at;
                 targets(&later, settings.max_node_age)
@@ -149,18 +154,15 @@ impl Planner<'_> {
             })
             .collect();
         nodes.extend(self.protected_nodes(protected));
-        // No target: the run is skipped when due, as the idle phase says.
-        let nothing_old =
-            (targets.is_empty() && coming.what == "refresh").then(|| match settings.max_node_age {
-                Some(age) => format!("no node is older than {}", crate::duration::format(age)),
-                None => "the group has no node to replace".into(),
-            });
-        let blocked_by = window_blocks.or(nothing_old).or_else(|| self.start_held());
+        let blocked_by = window_blocks.or_else(|| self.held(coming.what, &targets, settings));
         let total = nodes.len();
         nodes.truncate(LISTED_NODES);
         let at = (at > input.group.now).then_some(at);
         let when = at.map_or_else(|| "now".to_string(), |t| format!("at {}", t.to_rfc3339()));
         let summary = match &blocked_by {
+            Some(why) if why.starts_with(SKIPPED) => {
+                format!("{} {total} node(s) {when}; {why}", coming.what)
+            }
             Some(why) => format!("{} {total} node(s) {when}; blocked: {why}", coming.what),
             None => format!("{} {total} node(s) {when}", coming.what),
         };
@@ -206,12 +208,17 @@ impl Planner<'_> {
                 ),
                 None => (now, "drifted nodes (drift.action: Replace)".to_string()),
             };
-            return Some(Coming {
-                what: "drift roll",
-                why,
-                from,
-                targets: drifted,
-            });
+            // A scheduled run due by then starts first (the idle phase
+            // starts a due run before it looks at drift), drifted nodes
+            // among its targets.
+            if self.status.next_run.is_none_or(|t| t > from) {
+                return Some(Coming {
+                    what: "drift roll",
+                    why,
+                    from,
+                    targets: drifted,
+                });
+            }
         }
         let from = self.status.next_run?;
         let mut why = format!("schedule ({})", input.schedule_key);
@@ -229,15 +236,38 @@ impl Planner<'_> {
         })
     }
 
-    /// What would hold a run that is due now: the start's own blockers
-    /// (the idle phase's), then the disruption slots and the group's lock.
-    fn start_held(&self) -> Option<String> {
+    /// What would hold the coming run were it due now, in the idle phase's
+    /// order: a scheduled refresh that may not start is skipped (its start
+    /// blockers, no target, a surplus that cannot be added) and says so; a
+    /// drift roll or a run set aside waits for the same; every run waits
+    /// for a master coming back elsewhere, a disruption slot and the lock.
+    fn held(&self, what: &str, targets: &[String], settings: &ResolvedRefresh) -> Option<String> {
+        let skipped = |why: String| match what {
+            "refresh" => format!("{SKIPPED}{why}"),
+            _ => why,
+        };
         // An idle reconcile does not look at the control plane: unknown
         // there is not a refusal (the run itself looks before it starts).
-        if let Some(why) = self.start_blocker()
-            && why != CONTROL_PLANE_UNOBSERVED
+        if let Some(why) = self
+            .control_plane_not_whole()
+            .filter(|why| why != CONTROL_PLANE_UNOBSERVED)
         {
             return Some(why);
+        }
+        if let Some(why) = self
+            .start_blocker()
+            .filter(|why| why != CONTROL_PLANE_UNOBSERVED)
+        {
+            return Some(skipped(why));
+        }
+        if targets.is_empty() && what == "refresh" {
+            return Some(skipped(match settings.max_node_age {
+                Some(age) => format!("no node is older than {}", crate::duration::format(age)),
+                None => "the group has no node to replace".into(),
+            }));
+        }
+        if let Some(why) = self.surplus_to_add(settings).1 {
+            return Some(skipped(why));
         }
         if let SlotState::Full(holders) = &self.input.slot {
             return Some(format!("the disruption slots are held: {holders}"));

@@ -3,6 +3,7 @@
 //! plan after the preview and compares.
 
 use super::*;
+use crate::controllers::refresher::plan::preview::SKIPPED;
 
 /// Windows that open at `opens` and stay open four hours.
 fn opening_at(opens: DateTime<Utc>) -> impl Fn(DateTime<Utc>) -> WindowState {
@@ -113,8 +114,9 @@ fn what_would_hold_a_run_is_what_holds_it() {
     let next = sim.preview(&|_| WindowState::Always).expect("coming");
     let held = next.blocked_by.expect("held");
     assert!(held.contains("circuit breaker open"), "{held}");
+    // A due scheduled run that may not start is skipped, not waited for.
     assert!(
-        next.summary.contains("blocked: circuit breaker"),
+        next.summary.contains("skipped when due: circuit breaker"),
         "{}",
         next.summary
     );
@@ -168,4 +170,86 @@ fn nothing_to_come_is_no_preview_and_an_invalid_spec_says_so() {
     sim.settings = Err("refresh.schedule: not a cron expression".into());
     let next = sim.preview(&|_| WindowState::Always).expect("said");
     assert!(next.summary.starts_with("blocked:"), "{}", next.summary);
+}
+
+/// Issue 54, hole 9: `maxNodeAge` was counted at now, not at the run's
+/// start: the preview of tomorrow's run said no node was old enough, and
+/// the run then replaced the nodes that had aged past it overnight.
+#[test]
+fn max_node_age_is_counted_at_the_runs_start_as_the_run_counts_it() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    let original: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    // Launched a day ago; replaced at 30 hours old; the run is in 12 hours.
+    let start = sim.now + chrono::Duration::hours(12);
+    sim.status.next_run = Some(start);
+    if let Ok(s) = sim.settings.as_mut() {
+        s.max_node_age = Some(Duration::from_secs(30 * 3600));
+    }
+    let next = sim.preview(&|_| WindowState::Always).expect("coming");
+    assert_eq!(next.at, Some(start));
+    assert_eq!(next.blocked_by, None, "{}", next.summary);
+    assert_eq!(next.total, 3, "{}", next.summary);
+    let previewed: Vec<String> = next.nodes.iter().map(|n| n.instance_id.clone()).collect();
+    sim.now = start;
+    sim.run_to_end(400);
+    assert_eq!(replaced_in_order(&sim, &original), previewed);
+}
+
+/// Issue 54, hole 9: a due run with a start blocker is skipped, and the
+/// preview said "blocked"; a surplus that cannot be added skips the run,
+/// and the preview did not say it at all.
+#[test]
+fn a_run_that_would_be_skipped_is_previewed_as_skipped_and_is_skipped() {
+    // Every ASG at its max: the surplus cannot be added.
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    for asg in sim.asgs.iter_mut() {
+        asg.max = asg.desired;
+    }
+    let next = sim.preview(&|_| WindowState::Always).expect("coming");
+    let held = next.blocked_by.clone().expect("said");
+    assert!(held.starts_with(SKIPPED), "{held}");
+    assert!(held.contains("cannot add 1 surplus node(s)"), "{held}");
+    assert!(!next.summary.contains("blocked"), "{}", next.summary);
+    sim.step(false);
+    let (result, reason) = sim.result().expect("the run ended");
+    assert_eq!(result, RunResult::Skipped);
+    assert!(
+        reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("cannot add 1 surplus"),
+        "{reason:?}"
+    );
+}
+
+/// Issue 54, hole 9: after a failed drift roll, a scheduled run due before
+/// its backoff ends starts first (the idle phase starts a due run before
+/// it looks at drift); the preview said the drift roll came first.
+#[test]
+fn a_scheduled_run_due_within_a_drift_backoff_is_previewed_first_and_runs_first() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    let original: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    sim.version += 1;
+    sim.drift_replace = true;
+    sim.status.last_run = Some(crate::crd::refresher::RunOutcome {
+        started: sim.now - chrono::Duration::minutes(40),
+        trigger: Some(RunTrigger::Drift),
+        finished: Some(sim.now - chrono::Duration::minutes(10)),
+        replaced: 0,
+        result: RunResult::Failed,
+        reason: Some("the new nodes never got Ready".into()),
+    });
+    let due = sim.now + chrono::Duration::minutes(5);
+    sim.status.next_run = Some(due);
+    let next = sim.preview(&|_| WindowState::Always).expect("coming");
+    assert_eq!(next.what, "refresh", "{}", next.summary);
+    assert_eq!(next.at, Some(due));
+    sim.now = due;
+    sim.run_until(|s| s.status.run_start.is_some());
+    assert_eq!(sim.status.trigger, Some(RunTrigger::Schedule));
+    sim.run_to_end(400);
+    let last = sim.status.last_run.clone().expect("a run");
+    assert_eq!(last.trigger, Some(RunTrigger::Schedule), "{last:?}");
+    assert_eq!(last.result, RunResult::Succeeded, "{last:?}");
+    assert!(original.iter().all(|id| sim.terminated.contains(id)));
 }
