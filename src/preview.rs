@@ -212,19 +212,20 @@ async fn group_preview(
     observed.observe_control_plane(ctx, true).await?;
     let members = Member::all_of(&described.fresh);
     let active: Vec<String> = members.iter().map(|m| m.instance_id.clone()).collect();
-    let repairs = match observed.group.spec.replenish.enabled {
-        true => repairs_to_come(&observed.facts(&described, false, ctx.clock.now()), &active),
-        false => vec![],
-    };
-    let replenisher = match observed.group.spec.replenish.enabled {
+    let rp = match observed.group.spec.replenish.enabled {
         true => Api::<Replenisher>::namespaced(ctx.client.clone(), &namespace)
             .get_opt(&name)
             .await
-            .map_err(Error::kube(format!("get Replenisher {namespace}/{name}")))?
-            .and_then(|r| r.status?.next)
-            .filter(|n| n.what != "repair"),
+            .map_err(Error::kube(format!("get Replenisher {namespace}/{name}")))?,
         false => None,
     };
+    let repairs = match &rp {
+        Some(rp) => repairs_seen_by(ctx, &observed, &described, rp, &active).await?,
+        None => vec![],
+    };
+    let replenisher = rp
+        .and_then(|r| r.status?.next)
+        .filter(|n| n.what != "repair");
     let answer = |next, note: Option<&str>, repairs| GroupPreview {
         replenisher: replenisher.clone(),
         ..answer(next, note, repairs)
@@ -262,6 +263,37 @@ async fn group_preview(
         .is_none()
         .then_some("nothing to come: no schedule, nothing drifted");
     Ok(answer(next, note, repairs))
+}
+
+/// The repairs to come, with what holds each as the Replenisher sees it:
+/// the group's lock from its side (a refresh holding it holds repairs),
+/// and the disruption slot a master repair needs.
+async fn repairs_seen_by(
+    ctx: &Context,
+    observed: &crate::controllers::observe::ObservedGroup,
+    described: &crate::controllers::observe::DescribedAsgs,
+    rp: &Replenisher,
+    active: &[String],
+) -> Result<Vec<ComingRepair>> {
+    let me = crate::k8s::lock::Holder {
+        kind: OperationKind::Replenish,
+        name: rp.name_any(),
+    };
+    let lock = crate::k8s::lock::observe(
+        &ctx.client,
+        &observed.namespace,
+        observed.group_status.operation.as_ref(),
+        &me,
+    )
+    .await?;
+    let role = observed.group.spec.role;
+    let slot = match role {
+        crate::crd::Role::Master => Slots::of_replenisher(ctx, rp, role).observe().await?,
+        crate::crd::Role::Worker => crate::k8s::disruption_slot::SlotState::Free,
+    };
+    let mut facts = observed.facts(described, false, ctx.clock.now());
+    facts.lock = lock;
+    Ok(repairs_to_come(&facts, active, &slot))
 }
 
 /// The answer for people.

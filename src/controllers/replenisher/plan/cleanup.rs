@@ -81,14 +81,22 @@ pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
     ))
 }
 
+/// A Master group with more instances than its count: an instance of it
+/// that has not joined is removed at once (its ASG's backoff aside), not
+/// at its join timeout: an extra master would join etcd as a member
+/// nobody asked for.
+pub(super) fn extra_master(s: &Stage) -> bool {
+    let total_instances: i32 = s.asgs.iter().map(|a| a.instances).sum();
+    s.input.group.role == Role::Master && total_instances > s.input.group.desired
+}
+
 /// The instance to remove and why: a recorded cleanup whose instance is
 /// still there, else one overdue, else (masters) one beyond the configured
 /// count; only in an ASG whose backoff has passed.
 fn candidate<'a>(s: &Stage<'a>) -> Option<(&'a NotJoinedView, String)> {
     let input = s.input;
     let now = input.group.now;
-    let total_instances: i32 = s.asgs.iter().map(|a| a.instances).sum();
-    let extra_master = input.group.role == Role::Master && total_instances > input.group.desired;
+    let extra_master = extra_master(s);
     input
         .not_joined
         .iter()

@@ -6,7 +6,7 @@
 
 use super::queries::{leaves_through_us, replacement};
 use super::scale_in::{choose_victim, protected_surplus};
-use super::{Plan, Stage};
+use super::{Plan, SlotState, Stage};
 use crate::controllers::authority::{self, Path, Request};
 use crate::controllers::group_view::{Fate, GroupFacts, GroupNode, LockState, after};
 use crate::controllers::window::WindowState;
@@ -29,9 +29,16 @@ pub struct ComingRepair {
     pub held_by: Option<String>,
 }
 
-/// The group's repairs to come; `active`: the instances in service in the
-/// group's ASGs (a node on another is not the group's to repair).
-pub fn repairs_to_come(group: &GroupFacts, active: &[String]) -> Vec<ComingRepair> {
+/// The group's repairs to come, each with what would hold it now (the
+/// group held as a whole, then the repair's own rules); `active`: the
+/// instances in service in the group's ASGs (a node on another is not the
+/// group's to repair); `slot`: the replenisher's disruption slot (a master
+/// repair holds one).
+pub fn repairs_to_come(
+    group: &GroupFacts,
+    active: &[String],
+    slot: &SlotState,
+) -> Vec<ComingRepair> {
     let mut coming: Vec<ComingRepair> = group
         .nodes
         .iter()
@@ -41,7 +48,7 @@ pub fn repairs_to_come(group: &GroupFacts, active: &[String]) -> Vec<ComingRepai
             let at = group.unhealthy_at(n)?;
             Some(ComingRepair {
                 node: n.name.clone(),
-                held_by: held_by(group, &id),
+                held_by: group_held(group).or_else(|| held_by(group, &id, slot)),
                 instance_id: id,
                 at,
             })
@@ -52,7 +59,7 @@ pub fn repairs_to_come(group: &GroupFacts, active: &[String]) -> Vec<ComingRepai
 }
 
 /// What holds a repair of `instance` now, as the repair stages check it.
-fn held_by(group: &GroupFacts, instance: &str) -> Option<String> {
+fn held_by(group: &GroupFacts, instance: &str, slot: &SlotState) -> Option<String> {
     if !group.repair {
         return Some(
             "repair is off (replenish.repair: false): a worker gets a replacement, the node is kept"
@@ -73,6 +80,10 @@ fn held_by(group: &GroupFacts, instance: &str) -> Option<String> {
             authority::decide(group.control_plane, &request)
                 .err()
                 .map(|b| b.to_string())
+                .or_else(|| match slot {
+                    SlotState::Full(why) => Some(format!("waiting for a disruption slot: {why}")),
+                    _ => None,
+                })
         }
     }
 }
@@ -192,16 +203,21 @@ fn window_never(s: &Stage) -> Option<String> {
         .then(|| "no maintenance window opens again".to_string())
 }
 
-/// Instances that never joined, at their join timeout or their ASG's
-/// backoff, whichever is later (the cleanup stage's own clock).
+/// Instances that never joined, at their join timeout (an extra master's:
+/// now) or their ASG's backoff, whichever is later (the cleanup stage's own
+/// clock).
 fn never_joined(s: &Stage) -> Option<Kind> {
     let input = s.input;
+    let extra_master = super::cleanup::extra_master(s);
     let mut never: Vec<(DateTime<Utc>, NextNode)> = input
         .not_joined
         .iter()
         .filter(|n| input.active.contains(&n.instance_id))
         .filter_map(|n| {
-            let due = after(n.launch_time?, input.join_timeout);
+            let due = match extra_master {
+                true => input.group.now,
+                false => after(n.launch_time?, input.join_timeout),
+            };
             let backoff = s
                 .status
                 .removals
@@ -230,10 +246,13 @@ fn never_joined(s: &Stage) -> Option<Kind> {
     let at = never.first()?.0;
     Some(Kind {
         what: "never-joined removal",
-        why: format!(
-            "not joined within {}",
-            crate::duration::format(input.join_timeout)
-        ),
+        why: match extra_master {
+            true => format!("extra master beyond the configured {}", input.group.desired),
+            false => format!(
+                "not joined within {}",
+                crate::duration::format(input.join_timeout)
+            ),
+        },
         at: later(s, at),
         nodes: never.into_iter().map(|(_, n)| n).collect(),
         blocked_by: None,
@@ -244,7 +263,7 @@ fn never_joined(s: &Stage) -> Option<Kind> {
 fn repairs(s: &Stage) -> Option<Kind> {
     let input = s.input;
     let active: Vec<String> = input.active.iter().cloned().collect();
-    let repairs = repairs_to_come(&input.group, &active);
+    let repairs = repairs_to_come(&input.group, &active, &input.slot);
     let first = repairs.first()?;
     Some(Kind {
         what: "repair",
@@ -367,8 +386,17 @@ fn surplus(s: &Stage) -> Option<Kind> {
 
 /// What holds every disruption of the group now, as the guards see it.
 fn group_block(s: &Stage) -> Option<String> {
-    let group = &s.input.group;
     if !s.input.spec_valid {
+        return Some("the NodeGroup spec is invalid".into());
+    }
+    group_held(&s.input.group)
+}
+
+/// What holds everything the replenisher would do to the group: its spec
+/// invalid, the group suspended, a kops rolling update, the group's lock
+/// held by another.
+fn group_held(group: &GroupFacts) -> Option<String> {
+    if group.invalid_spec.is_some() {
         return Some("the NodeGroup spec is invalid".into());
     }
     if group.suspended {

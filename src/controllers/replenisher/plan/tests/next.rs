@@ -149,6 +149,36 @@ fn an_instance_that_never_joined_is_said_to_go_at_its_join_timeout_and_it_does()
     acts_at_the_time_it_says(&s, &next);
 }
 
+/// Issue 54, hole 9: an extra master (a Master group with more instances
+/// than its count) that has not joined is removed at once; the next said
+/// it went at its join timeout.
+#[test]
+fn an_extra_master_that_has_not_joined_is_said_to_go_now_and_it_does() {
+    let mut s = Scenario::steady();
+    s.role = Role::Master;
+    s.asgs[0] = asg("a", 2, 2, 3);
+    s.not_joined = vec![NotJoinedView {
+        instance_id: "i-extra".into(),
+        asg: "a".into(),
+        launch_time: Some(t0() - seconds(60)),
+    }];
+    let next = next_of(&s, t0());
+    assert_eq!(next.what, "never-joined removal");
+    assert_eq!(next.at, None, "now: {}", next.summary);
+    assert!(next.why.contains("extra master"), "{}", next.why);
+    assert!(starts(&s, t0()), "removed now");
+    // Its ASG's backoff after a removal: then.
+    s.status.removals = vec![NotJoinedRemovals {
+        auto_scaling_group: "a".into(),
+        count: 1,
+        last: t0(),
+        retry_after: t0() + seconds(120),
+    }];
+    let next = next_of(&s, t0());
+    assert_eq!(next.at, Some(t0() + seconds(120)));
+    acts_at_the_time_it_says(&s, &next);
+}
+
 #[test]
 fn the_soonest_comes_first_and_a_suspended_group_says_it_holds_everything() {
     let mut s = Scenario::steady();
@@ -201,4 +231,62 @@ fn a_node_at_risk_is_said_to_go_once_its_replacement_is_ready_in_a_window() {
     assert!(!starts(&s, opens - seconds(1)));
     s.window = crate::controllers::window::WindowState::Always;
     assert!(starts(&s, opens));
+}
+
+/// Issue 54, hole 9: the repairs `spot-node-manager preview` lists were held
+/// only by repair off, the breaker and the masters' rule: a suspended
+/// group, a kops rolling update, the lock held by a refresh and, for a
+/// master, a disruption slot held elsewhere were not said, though each
+/// holds the repair. Each is said, and the plan at that time does not
+/// start the repair.
+#[test]
+fn a_repair_to_come_says_what_holds_the_group_and_the_slot_and_the_plan_waits_for_it() {
+    use crate::controllers::replenisher::plan::repairs_to_come;
+    let dead = |s: &mut Scenario| s.nodes[0] = not_ready_for("na", "a", 11);
+    let held = |s: &Scenario| {
+        let active: Vec<String> = s.active().into_iter().collect();
+        let set = s.active();
+        let input = input_of(s, &set);
+        let repairs = repairs_to_come(&input.group, &active, &input.slot);
+        assert_eq!(repairs.len(), 1, "{repairs:?}");
+        repairs[0].held_by.clone()
+    };
+    let mut suspended = Scenario::steady();
+    dead(&mut suspended);
+    suspended.suspend = true;
+    let mut rolling = Scenario::steady();
+    dead(&mut rolling);
+    rolling.external_update = Some("kops rolling-update in progress".into());
+    let mut locked = Scenario::steady();
+    dead(&mut locked);
+    locked.lock = LockState::Other("Refresh workers".into());
+    let mut slotless = Scenario::steady();
+    slotless.role = Role::Master;
+    dead(&mut slotless);
+    slotless.control_plane = Some(slotless.control_plane_view());
+    slotless.slot = Some(SlotState::Full("1 of 1 held, by ns/masters-b".into()));
+    for (s, says) in [
+        (&suspended, "suspended"),
+        (&rolling, "kops rolling-update"),
+        (&locked, "Refresh workers"),
+        (&slotless, "waiting for a disruption slot"),
+    ] {
+        let why = held(s).unwrap_or_else(|| panic!("{says}: nothing said"));
+        assert!(why.contains(says), "{says}: {why}");
+        let p = s.plan_with(COOLDOWN, JOIN, t0());
+        assert!(
+            !matches!(
+                p.command,
+                Command::ScaleUp(_) | Command::Drain(_) | Command::TakeSlot
+            ),
+            "{says}: {:?}: {}",
+            p.command,
+            p.message
+        );
+    }
+    // Nothing holds it: nothing said, and it starts.
+    let mut free = Scenario::steady();
+    dead(&mut free);
+    assert_eq!(held(&free), None);
+    assert!(starts(&free, t0()));
 }
