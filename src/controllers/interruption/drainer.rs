@@ -126,32 +126,7 @@ async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
         Decision::NotYet { from } => Ok(Action::requeue(crate::controllers::group_view::until(
             now, from,
         ))),
-        Decision::Cordon => {
-            if interruption_record::mark(ctx, &name, &record).await? {
-                let note = format!(
-                    "{name} ({} of {}): cordoned and tainted, {} ahead of AWS taking it at {}; replaced and drained by {}",
-                    record.kind,
-                    record.instance_id,
-                    crate::duration::format(crate::controllers::group_view::until(
-                        now,
-                        record.loss_at.unwrap_or(record.deadline)
-                    )),
-                    record.loss_at.unwrap_or(record.deadline).to_rfc3339(),
-                    record.deadline.to_rfc3339()
-                );
-                event(
-                    ctx,
-                    node,
-                    &record,
-                    EventType::Warning,
-                    Reason::InterruptionNotice,
-                    note,
-                )
-                .await;
-            }
-            // The patched node comes back through the watch.
-            Ok(Action::requeue(Duration::from_millis(500)))
-        }
+        Decision::Cordon => cordon(ctx, node, &record, now).await,
         Decision::Step { max_grace } => {
             let progress = drain_step_within(ctx, &name, Some(max_grace)).await?;
             if progress.done() {
@@ -213,6 +188,34 @@ async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
             Ok(Action::await_change())
         }
     }
+}
+
+/// The mark's cordon and taint, deferred to the drain start of a scheduled
+/// change (or lost to someone's uncordon), put on; said in an Event.
+async fn cordon(ctx: &Context, node: &Node, record: &Record, now: DateTime<Utc>) -> Result<Action> {
+    let name = node.name_any();
+    if interruption_record::mark(ctx, &name, record).await? {
+        let loss = record.loss_at.unwrap_or(record.deadline);
+        let note = format!(
+            "{name} ({} of {}): cordoned and tainted, {} ahead of AWS taking it at {}; replaced and drained by {}",
+            record.kind,
+            record.instance_id,
+            crate::duration::format(crate::controllers::group_view::until(now, loss)),
+            loss.to_rfc3339(),
+            record.deadline.to_rfc3339()
+        );
+        event(
+            ctx,
+            node,
+            record,
+            EventType::Warning,
+            Reason::InterruptionNotice,
+            note,
+        )
+        .await;
+    }
+    // The patched node comes back through the watch.
+    Ok(Action::requeue(Duration::from_millis(500)))
 }
 
 /// AWS's smallest heartbeat timeout, assumed when the hook cannot be read.

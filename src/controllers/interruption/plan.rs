@@ -317,6 +317,30 @@ fn unmanaged_step(
     })
 }
 
+/// The record a notice makes on a node of `owner`'s.
+fn record_of_ours(
+    notice: &Notice,
+    instance_id: String,
+    owner: &Owner,
+    t: Timing,
+    lifecycle: Option<HookAction>,
+) -> Record {
+    Record {
+        kind: notice.kind.label().to_string(),
+        instance_id,
+        noticed: notice.time,
+        deadline: t.deadline,
+        loss_at: t.loss_at,
+        drain_from: t.drain_from,
+        late: t.late,
+        group: Some(format!("{}/{}", owner.namespace, owner.group)),
+        drained: None,
+        pods_left: None,
+        lifecycle,
+        scope: None,
+    }
+}
+
 fn step(
     notice: &Notice,
     instance_id: String,
@@ -389,20 +413,7 @@ fn step(
                 now,
             );
             Step::Mark {
-                record: Record {
-                    kind: kind.to_string(),
-                    instance_id,
-                    noticed: notice.time,
-                    deadline: t.deadline,
-                    loss_at: t.loss_at,
-                    drain_from: t.drain_from,
-                    late: t.late,
-                    group: Some(format!("{}/{}", owner.namespace, owner.group)),
-                    drained: None,
-                    pods_left: None,
-                    lifecycle,
-                    scope: None,
-                },
+                record: record_of_ours(notice, instance_id, &owner, t, lifecycle),
                 node,
                 owner,
             }
