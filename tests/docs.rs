@@ -1,6 +1,8 @@
 //! The docs stay true: the reference pages are what the code generates
 //! today, every relative link in README.md and docs/ points at something
-//! inside the repository, and the README stays short.
+//! inside the repository, every code block is closed where it should be
+//! (GitHub renders the rest of a page as code otherwise), and the README
+//! stays short.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -199,5 +201,75 @@ fn the_readme_is_read_in_five_minutes() {
     assert!(
         lines <= 250,
         "README.md has {lines} lines: move the detail into docs/ and link it"
+    );
+}
+
+/// The fenced code blocks of `text` that would swallow the page: a block
+/// never closed, and a line of backticks followed by text (CommonMark: a
+/// closing fence carries nothing after it, so inside a block such a line
+/// closes nothing and everything after renders as code; opening one, the
+/// text is prose stuck to a closing fence, not a language).
+fn fence_problems(text: &str) -> Vec<String> {
+    let mut problems = vec![];
+    let mut open: Option<usize> = None;
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        let trimmed = line.trim_start_matches(' ');
+        if line.len() - trimmed.len() > 3 {
+            continue; // indented: content, not a fence
+        }
+        let ticks = trimmed.chars().take_while(|c| *c == '`').count();
+        if ticks < 3 {
+            continue;
+        }
+        let rest = trimmed[ticks..].trim();
+        match open {
+            None if rest.contains(' ') => {
+                problems.push(format!(
+                    "line {n}: a fence followed by text ({rest:?}): a closing fence stands alone on its line"
+                ));
+                open = Some(n);
+            }
+            None => open = Some(n),
+            Some(_) if rest.is_empty() => open = None,
+            Some(start) => problems.push(format!(
+                "line {n}: a fence followed by text inside the block opened at line {start}: it closes nothing"
+            )),
+        }
+    }
+    if let Some(start) = open {
+        problems.push(format!(
+            "the code block opened at line {start} is never closed"
+        ));
+    }
+    problems
+}
+
+#[test]
+fn every_code_block_is_closed_by_a_fence_of_its_own() {
+    let mut problems = vec![];
+    for path in markdown_files(&root()) {
+        let text = std::fs::read_to_string(&path).expect("markdown");
+        for p in fence_problems(&text) {
+            problems.push(format!("{}: {p}", path.display()));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_fence_check_finds_what_it_must() {
+    // The README's own mistake: text after the closing fence.
+    let swallowed = "text\n```\ncode\n``` Events say\nmore text\n";
+    let problems = fence_problems(swallowed);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems[0].contains("line 4"), "{problems:?}");
+    assert!(
+        problems[1].contains("opened at line 2 is never closed"),
+        "{problems:?}"
+    );
+    assert_eq!(
+        fence_problems("```sh\nls\n```\n\n    ``` indented\n"),
+        Vec::<String>::new()
     );
 }
