@@ -247,3 +247,72 @@ async fn the_guides_nodegroups_are_accepted_and_are_the_overlays() {
         "the guide's worked NodeGroups must be overlays/example/nodegroups.yaml"
     );
 }
+
+/// kops's names (its `pkg/model`: an instance group's ASG is
+/// `<group>.<cluster>`, a control-plane group's `<group>.masters.<cluster>`;
+/// `kops create cluster` names control-plane groups `control-plane-<zone>`
+/// since kops 1.26, `master-<zone>` before, and worker groups
+/// `nodes-<zone>`): the guide's instance groups, its NodeGroups and the
+/// example overlay follow them, so pasted as they are they find their ASGs.
+#[test]
+fn the_guides_names_are_the_names_kops_gives() {
+    let cluster = "example.com";
+    let zones = ["ap-northeast-1a", "ap-northeast-1c", "ap-northeast-1d"];
+    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
+    let mut instance_groups = 0;
+    let mut asgs = 0;
+    let overlay =
+        std::fs::read_to_string(support::repo_root().join("overlays/example/nodegroups.yaml"))
+            .expect("overlays/example/nodegroups.yaml");
+    let yaml = blocks(&guide())
+        .into_iter()
+        .filter(|(lang, _)| lang == "yaml")
+        .map(|(_, text)| text)
+        .chain([overlay]);
+    for doc in yaml.flat_map(|t| documents(&t)) {
+        let name = doc.get("metadata").and_then(|m| text(m, "name"));
+        let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
+        match text(&doc, "kind").as_deref() {
+            Some("InstanceGroup") => {
+                instance_groups += 1;
+                let name = name.expect("a name");
+                let zone = zones
+                    .iter()
+                    .find(|z| name.ends_with(*z))
+                    .unwrap_or_else(|| panic!("{name}: one group per zone, named after it"));
+                let control_plane = format!("control-plane-{zone}");
+                let nodes = format!("nodes-{zone}");
+                match text(&spec, "role").as_deref() {
+                    Some("ControlPlane") => assert_eq!(name, control_plane),
+                    Some("Node") => assert_eq!(name, nodes),
+                    // A snippet of an edit that leaves the role as it is.
+                    None => assert!(name == control_plane || name == nodes, "{name}"),
+                    Some(other) => {
+                        panic!("{name}: role {other} (kops >= 1.26: ControlPlane or Node)")
+                    }
+                }
+            }
+            Some("NodeGroup") => {
+                let role = text(&spec, "role");
+                let named = spec
+                    .get("autoScalingGroups")
+                    .and_then(Value::as_sequence)
+                    .cloned()
+                    .unwrap_or_default();
+                for asg in named.iter().filter_map(|a| text(a, "name")) {
+                    asgs += 1;
+                    let ok = zones.iter().any(|zone| match role.as_deref() {
+                        Some("Master") => asg == format!("control-plane-{zone}.masters.{cluster}"),
+                        _ => asg == format!("nodes-{zone}.{cluster}"),
+                    });
+                    assert!(ok, "{asg}: not the ASG kops makes for a {role:?} group");
+                }
+            }
+            _ => {}
+        }
+    }
+    // What was checked: the guide's two instance groups, and the ASGs of its
+    // NodeGroups and the overlay's.
+    assert!(instance_groups >= 2, "{instance_groups} instance groups");
+    assert!(asgs >= 12, "{asgs} ASG names");
+}

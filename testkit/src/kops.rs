@@ -37,7 +37,8 @@ impl World {
         format!("w{}", self.account)
     }
 
-    /// Creates one ASG per zone for `role` ("nodes" or "master"), each with
+    /// Creates one ASG per zone for `role` ("nodes" or "master"; named as
+    /// kops 1.26 and later name them), each with
     /// `per_asg` instances, a launch template and a spot MixedInstancesPolicy,
     /// tagged like kops does, sitting at its min as kops groups do (min =
     /// desired, max 20, or twice min when that is more). `extra_tags` go on every ASG. Returns once the
@@ -79,8 +80,21 @@ impl World {
             zones: zones.iter().map(|z| z.to_string()).collect(),
         };
         for zone in zones {
-            let instance_group = format!("{prefix}-{role}-{zone}");
-            let name = format!("{instance_group}.example.com");
+            // kops's names (1.26 and later): `control-plane-<zone>` groups
+            // whose ASGs are `<group>.masters.<cluster>`, `<group>.<cluster>`
+            // for the others.
+            let (instance_group, name) = match role {
+                "master" => {
+                    let group = format!("{prefix}-control-plane-{zone}");
+                    let name = format!("{group}.masters.example.com");
+                    (group, name)
+                }
+                _ => {
+                    let group = format!("{prefix}-{role}-{zone}");
+                    let name = format!("{group}.example.com");
+                    (group, name)
+                }
+            };
             // kops: one launch template per instance group, named as its ASG.
             let template = name.clone();
             self.aws
