@@ -25,6 +25,9 @@ API calls and gives it to a loop that runs like an ASG's own:
   [min, max]; TerminateInstanceInAutoScalingGroup or DetachInstances with
   decrement below min; UpdateAutoScalingGroup with desired outside the bounds;
   unknown groups and instances.
+- UpdateAutoScalingGroup keeps CapacityRebalance and MaxInstanceLifetime,
+  and DescribeAutoScalingGroups reports them (moto drops both; the manager
+  reports them as settings that compete with it). Neither acts here.
 - Suspended processes: Launch, Terminate, HealthCheck, ReplaceUnhealthy
   (AZRebalance is recorded; these single-AZ groups never rebalance).
 - Launch template versions: each member reports the template version it was
@@ -214,6 +217,26 @@ def update_group_checked(self, name, availability_zones, desired_capacity, max_s
 
 
 Backend.update_auto_scaling_group = update_group_checked
+
+_update_response = asg_responses.AutoScalingResponse.update_auto_scaling_group
+
+
+def update_group_response(self):
+    """UpdateAutoScalingGroup sets CapacityRebalance and MaxInstanceLifetime
+    too, as AWS's does (moto drops both), and DescribeAutoScalingGroups then
+    reports them (a lifetime of 0 clears it)."""
+    result = _update_response(self)
+    group = get_group(self.autoscaling_backend, self._get_param("AutoScalingGroupName"))
+    rebalance = self._get_bool_param("CapacityRebalance", None)
+    if rebalance is not None:
+        group.capacity_rebalance = rebalance
+    lifetime = self._get_int_param("MaxInstanceLifetime")
+    if lifetime is not None:
+        group.max_instance_lifetime = lifetime or None
+    return result
+
+
+asg_responses.AutoScalingResponse.update_auto_scaling_group = update_group_response
 
 
 def below_min_message(group, verb: str) -> str:

@@ -154,6 +154,7 @@ impl ConditionEvent {
         (condition::DEGRADED, "turns True"),
         (condition::CIRCUIT_BREAKER, "turns True"),
         (condition::EXTERNAL_UPDATE, "turns True"),
+        (condition::COMPETING_ASG_SETTINGS, "turns True"),
     ];
 }
 

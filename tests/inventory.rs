@@ -705,3 +705,102 @@ async fn kubectl_get_says_whether_a_group_is_ready_invalid_or_degraded() {
     }
     assert!(manager.child_alive(), "{}", manager.logs());
 }
+
+/// Issue 55: ASG settings that make AWS or cluster-autoscaler replace or
+/// remove the group's instances without the manager's drain are reported,
+/// each with its ASG and what to do, in a condition and a Warning Event;
+/// nothing is changed on the ASG; the condition clears once they are gone.
+#[tokio::test]
+async fn competing_asg_settings_are_reported_and_left_as_they_are() {
+    let world = World::new("inv-competing").await;
+    let kops = world.kops_group("nodes", &ZONES[..2], 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group("workers", &kops.asgs, 2, serde_json::json!({})),
+        )
+        .await
+        .expect("create");
+    let (a, b) = (kops.asgs[0].clone(), kops.asgs[1].clone());
+    let autoscaling = &world.aws.autoscaling;
+    autoscaling
+        .update_auto_scaling_group()
+        .auto_scaling_group_name(&a)
+        .capacity_rebalance(true)
+        .max_instance_lifetime(7 * 86_400)
+        .send()
+        .await
+        .expect("capacity rebalance and lifetime");
+    let tag = || {
+        aws_sdk_autoscaling::types::Tag::builder()
+            .key("k8s.io/cluster-autoscaler/enabled")
+            .value("true")
+            .resource_id(&b)
+            .resource_type("auto-scaling-group")
+            .propagate_at_launch(false)
+            .build()
+    };
+    autoscaling
+        .create_or_update_tags()
+        .tags(tag())
+        .send()
+        .await
+        .expect("cluster-autoscaler's tag");
+    let (manager, _config) = world.start_manager(&[]);
+    let (value, reason, message) = assert_eventually("reported", WAIT, || async {
+        condition(
+            &status_of(&groups, "workers").await?,
+            "CompetingAsgSettings",
+        )
+        .filter(|(v, _, _)| *v == ConditionStatus::True)
+    })
+    .await;
+    assert_eq!(
+        (value, reason.as_str()),
+        (ConditionStatus::True, "SettingsCompete")
+    );
+    for said in [
+        format!("{a} has Capacity Rebalancing on"),
+        format!("{a} has a maximum instance lifetime of 7.0 day(s)"),
+        format!("{b} carries k8s.io/cluster-autoscaler/enabled"),
+    ] {
+        assert!(message.contains(&said), "{said}: {message}");
+    }
+    support::refresh::assert_event(&world, "SettingsCompete").await;
+    // Left as they are: the manager changes none of them.
+    let described = autoscaling
+        .describe_auto_scaling_groups()
+        .auto_scaling_group_names(&a)
+        .send()
+        .await
+        .expect("describe");
+    let asg = &described.auto_scaling_groups()[0];
+    assert_eq!(asg.capacity_rebalance(), Some(true));
+    assert_eq!(asg.max_instance_lifetime(), Some(7 * 86_400));
+    // The user turns them off: the condition clears.
+    autoscaling
+        .update_auto_scaling_group()
+        .auto_scaling_group_name(&a)
+        .capacity_rebalance(false)
+        .max_instance_lifetime(0)
+        .send()
+        .await
+        .expect("off");
+    autoscaling
+        .delete_tags()
+        .tags(tag())
+        .send()
+        .await
+        .expect("untag");
+    assert_eventually("cleared", WAIT, || async {
+        condition(
+            &status_of(&groups, "workers").await?,
+            "CompetingAsgSettings",
+        )
+        .filter(|(v, _, _)| *v == ConditionStatus::False)
+    })
+    .await;
+    assert!(manager.child_alive(), "{}", manager.logs());
+}

@@ -421,6 +421,8 @@ fn describe_group(g: &aws_sdk_autoscaling::types::AutoScalingGroup) -> AsgDescri
             .iter()
             .filter_map(|p| p.process_name().map(str::to_string))
             .collect(),
+        capacity_rebalance: g.capacity_rebalance().unwrap_or(false),
+        max_instance_lifetime: g.max_instance_lifetime().filter(|s| *s > 0),
     }
 }
 

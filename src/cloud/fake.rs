@@ -62,6 +62,8 @@ impl FakeCloud {
                 tags: BTreeMap::new(),
                 recent_failure: None,
                 suspended_processes: vec![],
+                capacity_rebalance: false,
+                max_instance_lifetime: None,
             },
         );
         state.templates.insert(

@@ -41,6 +41,12 @@ pub struct AsgDescription {
     pub recent_failure: Option<String>,
     /// Suspended scaling processes (Launch, Terminate, HealthCheck, ...).
     pub suspended_processes: Vec<String>,
+    /// Capacity Rebalancing on: AWS replaces an instance with a rebalance
+    /// recommendation by itself, and terminates it without our drain.
+    pub capacity_rebalance: bool,
+    /// The ASG's maximum instance lifetime (seconds), when set: AWS
+    /// replaces older instances by itself, without our drain.
+    pub max_instance_lifetime: Option<i32>,
 }
 
 /// How long an ASG may sit below its desired count, its launch in flight

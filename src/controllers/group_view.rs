@@ -463,6 +463,8 @@ pub(crate) mod tests {
             tags: Default::default(),
             recent_failure: None,
             suspended_processes: vec![],
+            capacity_rebalance: false,
+            max_instance_lifetime: None,
         }
     }
 

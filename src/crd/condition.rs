@@ -14,6 +14,10 @@ pub const DELETING: &str = "Deleting";
 pub const INVENTORY_SYNCED: &str = "InventorySynced";
 /// NodeGroup: an ASG is not launching, or too much of the group is NotReady.
 pub const DEGRADED: &str = "Degraded";
+/// NodeGroup: an ASG setting that makes AWS or another controller replace
+/// or remove instances the manager manages (Capacity Rebalancing, a
+/// maximum instance lifetime, cluster-autoscaler's discovery tag).
+pub const COMPETING_ASG_SETTINGS: &str = "CompetingAsgSettings";
 /// Refresher: the schedule and time zone parse.
 pub const SCHEDULE_VALID: &str = "ScheduleValid";
 /// Refresher: the outcome of the last run.

@@ -260,12 +260,18 @@ async fn warn_of_changes(
             .is_some_and(|c| c.status == ConditionStatus::True)
     };
     let external_starts = external(next) && !external(current);
+    let competing = |s: &NodeGroupStatus| {
+        crate::crd::condition::find(&s.conditions, crate::crd::condition::COMPETING_ASG_SETTINGS)
+            .is_some_and(|c| c.status == ConditionStatus::True)
+    };
+    let competing_starts = competing(next) && !competing(current);
     // In the order of ConditionEvent::ALL, which the reference lists.
     let flags = [
         becomes_invalid,
         becomes_degraded,
         breaker_opens,
         external_starts,
+        competing_starts,
     ];
     for (flag, (type_, _)) in flags.into_iter().zip(ConditionEvent::ALL) {
         if flag && let Some(c) = crate::crd::condition::find(&next.conditions, type_) {

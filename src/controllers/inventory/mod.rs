@@ -6,6 +6,7 @@
 
 mod asg_health;
 pub mod children;
+pub mod competing;
 pub mod controller;
 pub mod deletion;
 pub mod drift;

@@ -361,6 +361,7 @@ fn set_conditions(
         now,
     );
     drift::set_drift_known(status, aws.drift_unknown.as_deref(), generation, now);
+    super::competing::set_competing(group, &aws.asgs, status, now);
     let (open, reason, message) = circuit_breaker(
         &status.nodes,
         group
@@ -525,6 +526,8 @@ pub(crate) mod tests {
             tags: BTreeMap::from([(INSTANCE_GROUP_LABEL.to_string(), instance_group.to_string())]),
             recent_failure: None,
             suspended_processes: vec![],
+            capacity_rebalance: false,
+            max_instance_lifetime: None,
         }
     }
 

@@ -204,6 +204,8 @@ pub fn as_inventoried(observed: &ObservedGroup, now: DateTime<Utc>) -> Described
             tags: Default::default(),
             recent_failure: None,
             suspended_processes: a.suspended_processes.clone(),
+            capacity_rebalance: false,
+            max_instance_lifetime: None,
         })
         .collect();
     let asgs = fresh

@@ -1,0 +1,134 @@
+//! ASG settings that make AWS, or another controller, replace or remove
+//! instances the manager manages, without its drain or its rules: the
+//! `CompetingAsgSettings` condition. Read from the descriptions the
+//! inventory makes anyway (no call of its own); the manager changes none
+//! of them: each is the user's to turn off, and the condition says how.
+
+use crate::cloud::AsgDescription;
+use crate::crd::condition::{COMPETING_ASG_SETTINGS, ConditionStatus, set_condition};
+use crate::crd::{NodeGroup, NodeGroupStatus};
+use chrono::{DateTime, Utc};
+
+/// The tag cluster-autoscaler's auto-discovery finds an ASG by.
+pub const CLUSTER_AUTOSCALER_TAG: &str = "k8s.io/cluster-autoscaler/enabled";
+
+/// Pure: one sentence per competing setting of the group's ASGs: what it
+/// does to the group and what to do.
+pub fn competing(group: &NodeGroup, asgs: &[AsgDescription]) -> Vec<String> {
+    let names = group.spec.asg_names();
+    let mut found = vec![];
+    for asg in asgs.iter().filter(|a| names.contains(&a.name)) {
+        let name = &asg.name;
+        if asg.capacity_rebalance {
+            found.push(format!(
+                "{name} has Capacity Rebalancing on: on a rebalance recommendation AWS launches a replacement and terminates the instance without a drain; turn it off (kops: spec.capacityRebalance: false) and set interruption.onRebalanceRecommendation: Replace for the same with a drain"
+            ));
+        }
+        if let Some(seconds) = asg.max_instance_lifetime {
+            let days = f64::from(seconds) / 86_400.0;
+            found.push(format!(
+                "{name} has a maximum instance lifetime of {days:.1} day(s): AWS replaces older instances without a drain; remove it (kops: spec.maxInstanceLifetime) and set refresh.maxNodeAge for the same with a drain"
+            ));
+        }
+        if asg.tags.contains_key(CLUSTER_AUTOSCALER_TAG) {
+            found.push(format!(
+                "{name} carries {CLUSTER_AUTOSCALER_TAG}: a cluster-autoscaler with auto-discovery scales it too, and the two undo each other's counts; remove the tag, or leave the group to cluster-autoscaler"
+            ));
+        }
+    }
+    found
+}
+
+/// Sets the condition on `status` from `asgs`.
+pub fn set_competing(
+    group: &NodeGroup,
+    asgs: &[AsgDescription],
+    status: &mut NodeGroupStatus,
+    now: DateTime<Utc>,
+) {
+    let found = competing(group, asgs);
+    let (value, reason, message) = match found.is_empty() {
+        true => (
+            ConditionStatus::False,
+            "None",
+            "no ASG setting replaces or removes instances behind the manager".to_string(),
+        ),
+        false => (ConditionStatus::True, "SettingsCompete", found.join("; ")),
+    };
+    set_condition(
+        &mut status.conditions,
+        COMPETING_ASG_SETTINGS,
+        value,
+        reason,
+        message,
+        group.metadata.generation,
+        now,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::group_view::tests::fresh;
+
+    fn group() -> NodeGroup {
+        let spec = serde_json::from_value(serde_json::json!(
+            {"role": "Worker", "autoScalingGroups": [{"name": "a"}, {"name": "b"}], "desired": 2}
+        ))
+        .expect("spec");
+        NodeGroup::new("workers", spec)
+    }
+
+    #[test]
+    fn each_competing_setting_is_named_with_its_asg_and_what_to_do() {
+        let mut a = fresh("a", &[]);
+        a.capacity_rebalance = true;
+        a.max_instance_lifetime = Some(7 * 86_400);
+        let mut b = fresh("b", &[]);
+        b.tags.insert(CLUSTER_AUTOSCALER_TAG.into(), "true".into());
+        // Another group's ASG is not this group's concern.
+        let mut other = fresh("other", &[]);
+        other.capacity_rebalance = true;
+        let found = competing(&group(), &[a, b, other]);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(
+            found[0].starts_with("a has Capacity Rebalancing on"),
+            "{}",
+            found[0]
+        );
+        assert!(
+            found[0].contains("capacityRebalance: false"),
+            "{}",
+            found[0]
+        );
+        assert!(
+            found[1].contains("7.0 day(s)") && found[1].contains("maxNodeAge"),
+            "{}",
+            found[1]
+        );
+        assert!(
+            found[2].starts_with("b carries k8s.io/cluster-autoscaler/enabled"),
+            "{}",
+            found[2]
+        );
+        let mut status = NodeGroupStatus::default();
+        set_competing(&group(), &[], &mut status, chrono::Utc::now());
+        let c = crate::crd::condition::find(&status.conditions, COMPETING_ASG_SETTINGS)
+            .expect("condition");
+        assert_eq!(c.status, ConditionStatus::False);
+    }
+
+    #[test]
+    fn kops_s_own_tags_and_a_plain_asg_compete_with_nothing() {
+        let mut a = fresh("a", &[]);
+        a.tags.insert(
+            "k8s.io/cluster-autoscaler/node-template/label/kops.k8s.io/instancegroup".into(),
+            "nodes-a".into(),
+        );
+        a.suspended_processes = vec!["AZRebalance".into()];
+        assert_eq!(
+            competing(&group(), &[a, fresh("b", &[])]),
+            Vec::<String>::new()
+        );
+    }
+}
