@@ -66,8 +66,9 @@ def main() -> None:
         )
         for zone in ZONES:
             if role == "master":
-                name = f"master-{zone}.masters.{CLUSTER}"
-                instance_group = f"master-{zone}"
+                # kops 1.26 and later: control-plane-<zone>.
+                name = f"control-plane-{zone}.masters.{CLUSTER}"
+                instance_group = f"control-plane-{zone}"
                 role_tag = "k8s.io/role/master"
             else:
                 name = f"nodes-{zone}.{CLUSTER}"
