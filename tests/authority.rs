@@ -471,17 +471,7 @@ async fn a_dead_master_is_repaired_while_another_has(test: &str, notice: Notice)
     let world = World::new(test).await;
     let kops = world.kops_group("master", &ZONES, 1, &[]).await;
     // kops's master instance groups: min = max = 1.
-    for asg in &kops.asgs {
-        world
-            .aws
-            .autoscaling
-            .update_auto_scaling_group()
-            .auto_scaling_group_name(asg)
-            .max_size(1)
-            .send()
-            .await
-            .expect("max 1");
-    }
+    world.set_max(&kops.asgs, 1).await;
     let _sim = world.start_sim(FAST, FAST);
     let names = three_master_groups(&world, &kops.asgs).await;
     let groups: Api<NodeGroup> = world.api();

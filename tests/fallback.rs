@@ -378,17 +378,7 @@ async fn a_worker_at_risk_on_spot_asgs_at_max_serves_on_and_nothing_falls_back()
         groups,
         _sim,
     } = Setup::start("fallback-at-risk").await;
-    for asg in &kops.asgs {
-        world
-            .aws
-            .autoscaling
-            .update_auto_scaling_group()
-            .auto_scaling_group_name(asg)
-            .max_size(1)
-            .send()
-            .await
-            .expect("max 1");
-    }
+    world.set_max(&kops.asgs, 1).await;
     groups
         .patch(
             "workers",

@@ -489,16 +489,21 @@ mod tests {
         assert_eq!(mark_patch(&n, &first, at), None);
     }
 
-    #[test]
-    fn a_scheduled_change_days_away_is_recorded_and_labelled_then_cordoned_from_its_drain_start() {
-        let mut n = node();
+    /// A retirement two days after `t(0)`, drained from an hour before.
+    fn retirement_in_two_days() -> Record {
         let days = 2 * 24 * 3600;
-        let scheduled = Record {
+        Record {
             kind: "scheduled_change".into(),
             loss_at: Some(t(days)),
             drain_from: Some(t(days - 3600)),
             ..record(days - 90)
-        };
+        }
+    }
+
+    #[test]
+    fn a_scheduled_change_days_away_is_recorded_and_labelled_then_cordoned_from_its_drain_start() {
+        let mut n = node();
+        let (scheduled, days) = (retirement_in_two_days(), 2 * 24 * 3600);
         let patch = mark_patch(&n, &scheduled, t(0)).expect("recorded");
         apply(&mut n, &patch);
         assert_eq!(record_of(&n), Some(scheduled.clone()));
@@ -526,13 +531,7 @@ mod tests {
     #[test]
     fn a_spot_warning_on_a_node_with_a_deferred_retirement_marks_in_full_at_once() {
         let mut n = node();
-        let days = 2 * 24 * 3600;
-        let scheduled = Record {
-            kind: "scheduled_change".into(),
-            loss_at: Some(t(days)),
-            drain_from: Some(t(days - 3600)),
-            ..record(days - 90)
-        };
+        let scheduled = retirement_in_two_days();
         let recorded = mark_patch(&n, &scheduled, t(0)).expect("recorded");
         apply(&mut n, &recorded);
         let warning = mark_patch(&n, &record(90), t(0)).expect("the warning wins");

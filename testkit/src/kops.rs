@@ -31,6 +31,26 @@ pub struct KopsGroup {
 pub const ZONES: [&str; 3] = ["ap-northeast-1a", "ap-northeast-1c", "ap-northeast-1d"];
 
 impl World {
+    /// Sets each of `asgs`' MaxSize to `max` (kops's control-plane groups
+    /// have min = max = 1; so do many worker groups).
+    pub async fn set_max(&self, asgs: &[String], max: i32) {
+        for asg in asgs {
+            self.aws
+                .autoscaling
+                .update_auto_scaling_group()
+                .auto_scaling_group_name(asg)
+                .max_size(max)
+                .send()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "set {asg}'s max to {max}: {}",
+                        aws_sdk_autoscaling::error::DisplayErrorContext(&e)
+                    )
+                });
+        }
+    }
+
     /// A prefix unique to this world, for names shared cluster-wide (Nodes
     /// and kops instance-group labels live outside the test's namespace).
     pub fn prefix(&self) -> String {

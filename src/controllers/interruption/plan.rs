@@ -299,29 +299,17 @@ fn unmanaged_step(
         now,
     );
     Some(Step::MarkUnmanaged {
-        record: Record {
-            kind: notice.kind.label().to_string(),
-            instance_id,
-            noticed: notice.time,
-            deadline: t.deadline,
-            loss_at: t.loss_at,
-            drain_from: t.drain_from,
-            late: t.late,
-            group: None,
-            drained: None,
-            pods_left: None,
-            lifecycle: None,
-            scope: None,
-        },
+        record: record_of(notice, instance_id, None, t, None),
         node,
     })
 }
 
-/// The record a notice makes on a node of `owner`'s.
-fn record_of_ours(
+/// The record a notice makes on a node (of `group`, `namespace/name`, when
+/// a group of ours has it).
+fn record_of(
     notice: &Notice,
     instance_id: String,
-    owner: &Owner,
+    group: Option<String>,
     t: Timing,
     lifecycle: Option<HookAction>,
 ) -> Record {
@@ -333,7 +321,7 @@ fn record_of_ours(
         loss_at: t.loss_at,
         drain_from: t.drain_from,
         late: t.late,
-        group: Some(format!("{}/{}", owner.namespace, owner.group)),
+        group,
         drained: None,
         pods_left: None,
         lifecycle,
@@ -413,7 +401,13 @@ fn step(
                 now,
             );
             Step::Mark {
-                record: record_of_ours(notice, instance_id, &owner, t, lifecycle),
+                record: record_of(
+                    notice,
+                    instance_id,
+                    Some(format!("{}/{}", owner.namespace, owner.group)),
+                    t,
+                    lifecycle,
+                ),
                 node,
                 owner,
             }
@@ -758,9 +752,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_scheduled_retirement_drains_by_its_start_less_the_drain_deadline() {
-        let start = Utc.with_ymd_and_hms(2026, 11, 28, 0, 0, 0).unwrap();
+    /// The record of an AWS Health retirement of i-1 starting 2026-11-28,
+    /// noticed at `at_notice()`.
+    fn retirement_record() -> Record {
         let p = plan(
             &health(
                 "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
@@ -773,9 +767,33 @@ mod tests {
             ForeignMessages::Delete,
             at_notice(),
         );
-        let [Step::Mark { record, .. }] = p.steps.as_slice() else {
-            panic!("{p:?}")
-        };
+        match p.steps.as_slice() {
+            [Step::Mark { record, .. }] => record.clone(),
+            _ => panic!("{p:?}"),
+        }
+    }
+
+    /// A scheduled change of i-1 noticed at `at_notice()`, starting `secs`
+    /// later.
+    fn scheduled_in(
+        event_type: &str,
+        secs: i64,
+    ) -> crate::controllers::interruption::message::Notice {
+        crate::controllers::interruption::message::Notice {
+            kind: NoticeKind::ScheduledChange {
+                event_type: event_type.into(),
+                start: Some(at_notice() + chrono::Duration::seconds(secs)),
+            },
+            instance_ids: vec!["i-1".into()],
+            time: at_notice(),
+            id: None,
+        }
+    }
+
+    #[test]
+    fn a_scheduled_retirement_drains_by_its_start_less_the_drain_deadline() {
+        let start = Utc.with_ymd_and_hms(2026, 11, 28, 0, 0, 0).unwrap();
+        let record = retirement_record();
         assert_eq!(record.kind, "scheduled_change");
         assert_eq!(record.loss_at, Some(start));
         assert_eq!(record.deadline, start - chrono::Duration::seconds(90));
@@ -783,15 +801,7 @@ mod tests {
         // A start nearer than twice the drain deadline: the drain gets what
         // a spot warning gets, and never past the start.
         let soon = |secs: i64| {
-            let n = crate::controllers::interruption::message::Notice {
-                kind: NoticeKind::ScheduledChange {
-                    event_type: "AWS_EC2_INSTANCE_STOP_SCHEDULED".into(),
-                    start: Some(at_notice() + chrono::Duration::seconds(secs)),
-                },
-                instance_ids: vec!["i-1".into()],
-                time: at_notice(),
-                id: None,
-            };
+            let n = scheduled_in("AWS_EC2_INSTANCE_STOP_SCHEDULED", secs);
             deadlines(&n, chrono::Duration::seconds(90)).0 - at_notice()
         };
         assert_eq!(soon(150), chrono::Duration::seconds(90));
@@ -803,35 +813,13 @@ mod tests {
     #[test]
     fn a_scheduled_retirement_days_away_is_drained_from_the_lead_before_its_start() {
         let start = Utc.with_ymd_and_hms(2026, 11, 28, 0, 0, 0).unwrap();
-        let p = plan(
-            &health(
-                "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
-                &["i-1"],
-                "Sat, 28 Nov 2026 00:00:00 GMT",
-            ),
-            &ownership(),
-            &Unmanaged::default(),
-            &Fixed(90),
-            ForeignMessages::Delete,
-            at_notice(),
-        );
-        let [Step::Mark { record, .. }] = p.steps.as_slice() else {
-            panic!("{p:?}")
-        };
+        let record = retirement_record();
         // Fixed's lead is an hour: days of service kept.
         assert_eq!(record.drain_from, Some(start - chrono::Duration::hours(1)));
         assert!(!record.leaving(at_notice()), "serves on after the notice");
         assert!(record.leaving(start - chrono::Duration::hours(1)));
         // Nearer than the lead: at once (never after its drain deadline).
-        let n = crate::controllers::interruption::message::Notice {
-            kind: NoticeKind::ScheduledChange {
-                event_type: "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED".into(),
-                start: Some(at_notice() + chrono::Duration::minutes(20)),
-            },
-            instance_ids: vec!["i-1".into()],
-            time: at_notice(),
-            id: None,
-        };
+        let n = scheduled_in("AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED", 20 * 60);
         let deadline = deadlines(&n, chrono::Duration::seconds(90)).0;
         let from = drain_from(&n, deadline, chrono::Duration::hours(1)).expect("scheduled");
         assert!(from <= at_notice(), "{from}");
