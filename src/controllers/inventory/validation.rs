@@ -228,7 +228,7 @@ mod tests {
             // Read back by both child controllers: neither acts.
             let mut g = (**me).clone();
             g.status = Some(status);
-            assert!(g.asg_conflict().is_some_and(|m| m.contains(other)));
+            assert!(g.invalid_outside_spec().is_some_and(|m| m.contains(other)));
         }
         // The same name in another region is another ASG; a group is never
         // in conflict with itself.

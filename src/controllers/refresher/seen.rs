@@ -292,7 +292,7 @@ async fn control_plane_ready(
 /// The run's settings, or why there are none: another group naming one of
 /// its ASGs pauses any run, as an invalid spec does.
 fn settings_of(rf: &Refresher, group: &NodeGroup) -> std::result::Result<ResolvedRefresh, String> {
-    match group.asg_conflict() {
+    match group.invalid_outside_spec() {
         Some(why) => Err(why),
         None => rf
             .spec

@@ -82,7 +82,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         replenish_plan::plan(&Input {
             group: observed.facts(described, false, now),
             // Another group naming one of its ASGs stops it too.
-            spec_valid: group.spec.validate().is_empty() && group.asg_conflict().is_none(),
+            spec_valid: group.spec.validate().is_empty() && group.invalid_outside_spec().is_none(),
             cooldown: duration::parse(&rp.spec.cooldown).unwrap_or(Duration::from_secs(300)),
             join_timeout: join_timeout(&rp),
             not_joined: &not_joined,

@@ -408,13 +408,13 @@ impl NodeGroup {
         if !problems.is_empty() {
             return Some(problems.join("; "));
         }
-        self.asg_conflict()
+        self.invalid_outside_spec()
     }
 
     /// Why the group is invalid by what the inventory found outside its
     /// spec (another group naming one of its ASGs, a fallback ASG whose
     /// MinSize is above 0), if it is.
-    pub fn asg_conflict(&self) -> Option<String> {
+    pub fn invalid_outside_spec(&self) -> Option<String> {
         self.status.as_ref()?.conditions.iter().find_map(|c| {
             (c.type_ == SPEC_VALID
                 && c.status == ConditionStatus::False
