@@ -155,6 +155,7 @@ impl ConditionEvent {
         (condition::CIRCUIT_BREAKER, "turns True"),
         (condition::EXTERNAL_UPDATE, "turns True"),
         (condition::COMPETING_ASG_SETTINGS, "turns True"),
+        (condition::NO_ROOM_ABOVE_DESIRED, "turns True"),
     ];
 }
 

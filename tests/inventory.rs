@@ -804,3 +804,77 @@ async fn competing_asg_settings_are_reported_and_left_as_they_are() {
     .await;
     assert!(manager.child_alive(), "{}", manager.logs());
 }
+
+/// Issue 55: a `kops update cluster` that lowers the instance groups'
+/// maxSize to the group's count leaves no room for a node launched ahead:
+/// reported in NoRoomAboveDesired (which ASGs, what cannot happen, what to
+/// raise) with a Warning Event; no MaxSize is changed by the manager; the
+/// condition clears once the user raises maxSize again.
+#[tokio::test]
+async fn a_max_lowered_to_the_count_is_reported_as_no_room_and_left_as_it_is() {
+    let world = World::new("inv-room").await;
+    let kops = world.kops_group("nodes", &ZONES[..2], 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group("workers", &kops.asgs, 2, serde_json::json!({})),
+        )
+        .await
+        .expect("create");
+    let (manager, _config) = world.start_manager(&[]);
+    let room = |value: ConditionStatus| {
+        let groups = groups.clone();
+        async move {
+            condition(&status_of(&groups, "workers").await?, "NoRoomAboveDesired")
+                .filter(|(v, _, _)| *v == value)
+        }
+    };
+    // As the test kit's kops groups are: max 20 each.
+    let (_, reason, message) =
+        assert_eventually("room seen", WAIT, || room(ConditionStatus::False)).await;
+    assert_eq!(reason, "Room", "{message}");
+    // kops update cluster with maxSize: 1 on both instance groups.
+    world.set_max(&kops.asgs, 1).await;
+    let (_, reason, message) =
+        assert_eventually("no room reported", WAIT, || room(ConditionStatus::True)).await;
+    assert_eq!(reason, "NoRoom", "{message}");
+    for said in [
+        format!("{} 1/1", kops.asgs[0]),
+        format!("{} 1/1", kops.asgs[1]),
+        "room for 0 above it, 1 needed".to_string(),
+        "at least 3".to_string(),
+    ] {
+        assert!(message.contains(&said), "{said}: {message}");
+    }
+    support::refresh::assert_event(&world, "NoRoom").await;
+    // Left as it is: the manager raises no MaxSize of its own.
+    assert_eq!(asg_maxes(&world, &kops.asgs).await, vec![1, 1]);
+    // The user raises one again: room for the group.
+    world.set_max(&kops.asgs[..1], 2).await;
+    assert_eventually("room again", WAIT, || room(ConditionStatus::False)).await;
+    assert!(manager.child_alive(), "{}", manager.logs());
+}
+
+/// Each of `asgs`' MaxSize, as AWS describes it.
+async fn asg_maxes(world: &World, asgs: &[String]) -> Vec<i32> {
+    let described = world
+        .aws
+        .autoscaling
+        .describe_auto_scaling_groups()
+        .set_auto_scaling_group_names(Some(asgs.to_vec()))
+        .send()
+        .await
+        .expect("describe");
+    asgs.iter()
+        .map(|name| {
+            described
+                .auto_scaling_groups()
+                .iter()
+                .find(|g| g.auto_scaling_group_name() == Some(name.as_str()))
+                .and_then(|g| g.max_size())
+                .unwrap_or(-1)
+        })
+        .collect()
+}

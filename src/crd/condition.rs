@@ -18,6 +18,10 @@ pub const DEGRADED: &str = "Degraded";
 /// or remove instances the manager manages (Capacity Rebalancing, a
 /// maximum instance lifetime, cluster-autoscaler's discovery tag).
 pub const COMPETING_ASG_SETTINGS: &str = "CompetingAsgSettings";
+/// NodeGroup (workers): the ASGs' MaxSize leaves no room above the group's
+/// count for a node launched ahead (a refresh's surplus, a replacement
+/// before a removal).
+pub const NO_ROOM_ABOVE_DESIRED: &str = "NoRoomAboveDesired";
 /// Refresher: the schedule and time zone parse.
 pub const SCHEDULE_VALID: &str = "ScheduleValid";
 /// Refresher: the outcome of the last run.

@@ -255,24 +255,23 @@ async fn warn_of_changes(
     let becomes_invalid = is_invalid(next) && !is_invalid(current);
     let becomes_degraded = is_degraded(next) && !is_degraded(current);
     let breaker_opens = next_breaker_opens(current, next);
-    let external = |s: &NodeGroupStatus| {
-        crate::crd::condition::find(&s.conditions, EXTERNAL_UPDATE)
-            .is_some_and(|c| c.status == ConditionStatus::True)
+    let turns_true = |type_: &str| {
+        let is_true = |s: &NodeGroupStatus| {
+            crate::crd::condition::find(&s.conditions, type_)
+                .is_some_and(|c| c.status == ConditionStatus::True)
+        };
+        is_true(next) && !is_true(current)
     };
-    let external_starts = external(next) && !external(current);
-    let competing = |s: &NodeGroupStatus| {
-        crate::crd::condition::find(&s.conditions, crate::crd::condition::COMPETING_ASG_SETTINGS)
-            .is_some_and(|c| c.status == ConditionStatus::True)
-    };
-    let competing_starts = competing(next) && !competing(current);
     // In the order of ConditionEvent::ALL, which the reference lists.
     let flags = [
         becomes_invalid,
         becomes_degraded,
         breaker_opens,
-        external_starts,
-        competing_starts,
+        turns_true(EXTERNAL_UPDATE),
+        turns_true(crate::crd::condition::COMPETING_ASG_SETTINGS),
+        turns_true(crate::crd::condition::NO_ROOM_ABOVE_DESIRED),
     ];
+    debug_assert_eq!(flags.len(), ConditionEvent::ALL.len());
     for (flag, (type_, _)) in flags.into_iter().zip(ConditionEvent::ALL) {
         if flag && let Some(c) = crate::crd::condition::find(&next.conditions, type_) {
             ctx.condition_event(&group.object_ref(&()), c, "Sync").await;

@@ -12,6 +12,7 @@ pub mod deletion;
 pub mod drift;
 pub mod instance_facts;
 pub mod plan;
+pub mod room;
 mod validation;
 mod watch;
 

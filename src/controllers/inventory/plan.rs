@@ -362,6 +362,7 @@ fn set_conditions(
     );
     drift::set_drift_known(status, aws.drift_unknown.as_deref(), generation, now);
     super::competing::set_competing(group, &aws.asgs, status, now);
+    super::room::set_room(group, &aws.asgs, status, now);
     let (open, reason, message) = circuit_breaker(
         &status.nodes,
         group
