@@ -33,8 +33,9 @@ pub fn room(
         .iter()
         .map(|a| asgs.iter().find(|d| d.name == a.name))
         .collect::<Option<_>>()?;
-    let count = group.spec.desired;
-    let most: i32 = spot.iter().map(|a| a.max).sum();
+    // In i64: a MaxSize or count from AWS or the user never overflows it.
+    let count = i64::from(group.spec.desired);
+    let most: i64 = spot.iter().map(|a| i64::from(a.max)).sum();
     let room = most - count;
     // One node above the count for a repair or an interruption replaced
     // first; the refresh's surplus, when it adds more.
@@ -43,7 +44,7 @@ pub fn room(
         .refresh
         .as_ref()
         .map_or(0, |r| r.effective_surplus(group.spec.role));
-    let need = surplus.max(1);
+    let need = i64::from(surplus.max(1));
     let figures = spot
         .iter()
         .map(|a| format!("{} {}/{}", a.name, a.desired, a.max))
