@@ -156,6 +156,7 @@ impl ConditionEvent {
         (condition::EXTERNAL_UPDATE, "turns True"),
         (condition::COMPETING_ASG_SETTINGS, "turns True"),
         (condition::NO_ROOM_ABOVE_DESIRED, "turns True"),
+        (condition::OTHER_TERMINATION_HANDLER, "turns True"),
     ];
 }
 

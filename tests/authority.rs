@@ -17,7 +17,7 @@
 use snm_testkit as support;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use spot_node_manager::crd::condition::ConditionStatus;
 use spot_node_manager::crd::nodegroup::GroupState;
 use spot_node_manager::crd::replenisher::ReplenishPhase;
@@ -394,12 +394,33 @@ async fn control_planes_ready(world: &World, asgs: &[String], wait: Duration) {
     .await;
 }
 
+/// The masters' settle time in the etcd test: long enough to tell from the
+/// repair's own pace, short of the default 2m.
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// Issue 54: a second dead master waits for the first one's replacement's
+/// etcd to join, then for its group's `masterSettleTime`, not for its Node:
+/// the settle time holds after a repair, not only between a refresh's
+/// masters. The first masters count as long settled (the cluster has run
+/// for a while), so A is repaired at once.
 #[tokio::test]
 async fn a_second_dead_master_waits_for_the_first_replacements_etcd_not_its_node() {
     let world = World::new("authority-etcd").await;
     let kops = world.kops_group("master", &ZONES, 1, &[]).await;
     let _sim = world.start_sim_with(Duration::from_secs(5), FAST, ETCD_JOINS);
     let names = three_master_groups(&world, &kops.asgs).await;
+    let groups: Api<NodeGroup> = world.api();
+    for (name, _) in &names {
+        let refresh = serde_json::json!({"spec": {"refresh": {
+            // Never due in a test's time: only its masterSettleTime is used.
+            "schedule": "0 0 1 1 *",
+            "masterSettleTime": format!("{}s", SETTLE.as_secs()),
+        }}});
+        groups
+            .patch(name, &PatchParams::default(), &Patch::Merge(&refresh))
+            .await
+            .expect("settle time");
+    }
     let (_manager, _config) = world.start_manager(&[]);
     steady(&world, &names, Duration::from_secs(180)).await;
     control_planes_ready(&world, &kops.asgs, ETCD_JOINS * 3).await;
@@ -411,7 +432,7 @@ async fn a_second_dead_master_waits_for_the_first_replacements_etcd_not_its_node
 
     // B's group says it waits for A's replacement's control plane: its
     // Node is Ready long before its etcd (register 5 s, etcd 75 s after).
-    let mut said_etcd = false;
+    let (mut said_etcd, mut said_settling) = (false, false);
     loop {
         assert!(
             b_dead.elapsed() < Duration::from_secs(400),
@@ -423,9 +444,9 @@ async fn a_second_dead_master_waits_for_the_first_replacements_etcd_not_its_node
         if let Some((ConditionStatus::False, reason, message)) =
             support::cluster::repair_allowed(&world, "master-1").await
             && reason == "OtherMastersNotReady"
-            && message.contains("control plane not Ready")
         {
-            said_etcd = true;
+            said_etcd |= message.contains("control plane not Ready");
+            said_settling |= message.contains("control plane Ready, settling until");
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -448,9 +469,18 @@ async fn a_second_dead_master_waits_for_the_first_replacements_etcd_not_its_node
         etcd_joined.is_some_and(|joined| joined <= terminated),
         "master B was terminated at {terminated} before A's replacement's etcd joined ({etcd_joined:?}): etcd at 1 of 3"
     );
+    let settle = chrono::Duration::from_std(SETTLE).expect("settle");
+    assert!(
+        etcd_joined.is_some_and(|joined| joined + settle <= terminated),
+        "master B was terminated at {terminated}, within the settle time ({SETTLE:?}) of A's replacement's etcd joining ({etcd_joined:?})"
+    );
     assert!(
         said_etcd,
         "B's group never said it waited for A's replacement's control plane"
+    );
+    assert!(
+        said_settling,
+        "B's group never said A's replacement was settling"
     );
     steady(&world, &names, Duration::from_secs(300)).await;
 }

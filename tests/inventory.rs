@@ -878,3 +878,97 @@ async fn asg_maxes(world: &World, asgs: &[String]) -> Vec<i32> {
         })
         .collect()
 }
+
+/// Issue 55: aws-node-termination-handler running in the cluster (kops
+/// runs it by default) is reported on the group in OtherTerminationHandler
+/// with what to do, and a Warning Event; nothing of it is changed; the
+/// condition clears once it is scaled to nothing. (Against the emulator
+/// the manager looks in its own namespace only: the tests share one
+/// apiserver.)
+#[tokio::test]
+async fn kops_s_termination_handler_running_beside_the_manager_is_reported() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let world = World::new("inv-nth").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group("workers", &kops.asgs, 1, serde_json::json!({})),
+        )
+        .await
+        .expect("create");
+    // As kops's addon labels it, in queue mode.
+    let deployments: Api<Deployment> = world.api();
+    let labels = serde_json::json!({
+        "app.kubernetes.io/name": "aws-node-termination-handler",
+        "k8s-app": "aws-node-termination-handler",
+    });
+    let nth: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "aws-node-termination-handler", "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    // Never scheduled on the simulated nodes: only the
+                    // Deployment matters.
+                    "nodeSelector": {"snm.test/none": "none"},
+                    "containers": [{"name": "nth", "image": "registry.invalid/nth"}],
+                },
+            },
+        },
+    }))
+    .expect("deployment");
+    deployments
+        .create(&PostParams::default(), &nth)
+        .await
+        .expect("create the handler");
+    let (manager, _config) = world.start_manager(&[]);
+    let handler = |value: ConditionStatus| {
+        let groups = groups.clone();
+        async move {
+            condition(
+                &status_of(&groups, "workers").await?,
+                "OtherTerminationHandler",
+            )
+            .filter(|(v, _, _)| *v == value)
+        }
+    };
+    let (_, reason, message) = assert_eventually("the handler reported", WAIT, || {
+        handler(ConditionStatus::True)
+    })
+    .await;
+    assert_eq!(reason, "OtherHandlerRunning", "{message}");
+    let namespace = world.namespace.clone();
+    for said in [
+        format!("Deployment {namespace}/aws-node-termination-handler (queue mode)"),
+        "spec.nodeTerminationHandler.enabled: false".to_string(),
+    ] {
+        assert!(message.contains(&said), "{said}: {message}");
+    }
+    support::refresh::assert_event(&world, "OtherHandlerRunning").await;
+    // Left as it is.
+    let kept = deployments
+        .get("aws-node-termination-handler")
+        .await
+        .expect("still there");
+    assert_eq!(kept.spec.and_then(|s| s.replicas), Some(1));
+    // The user turns it off (kops scales nothing: it removes the addon;
+    // scaled to 0 is as good): cleared within a listing's minute.
+    deployments
+        .patch(
+            "aws-node-termination-handler",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .expect("scale to 0");
+    assert_eventually("cleared", Duration::from_secs(150), || {
+        handler(ConditionStatus::False)
+    })
+    .await;
+    assert!(manager.child_alive(), "{}", manager.logs());
+}

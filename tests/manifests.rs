@@ -392,6 +392,9 @@ const MANAGER_REQUESTS: &[(&str, &str, &str, &Option<&str>)] = &[
     ("create", "", "pods/eviction", &Some("default")),
     // `spot-node-manager preview`.
     ("list", "policy", "poddisruptionbudgets", &None),
+    // Another termination handler in the cluster.
+    ("list", "apps", "deployments", &None),
+    ("list", "apps", "daemonsets", &None),
     (
         "create",
         "events.k8s.io",

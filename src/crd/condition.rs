@@ -22,6 +22,9 @@ pub const COMPETING_ASG_SETTINGS: &str = "CompetingAsgSettings";
 /// count for a node launched ahead (a refresh's surplus, a replacement
 /// before a removal).
 pub const NO_ROOM_ABOVE_DESIRED: &str = "NoRoomAboveDesired";
+/// NodeGroup: another termination handler (aws-node-termination-handler,
+/// which kops runs by default) answers the same notices in the cluster.
+pub const OTHER_TERMINATION_HANDLER: &str = "OtherTerminationHandler";
 /// Refresher: the schedule and time zone parse.
 pub const SCHEDULE_VALID: &str = "ScheduleValid";
 /// Refresher: the outcome of the last run.

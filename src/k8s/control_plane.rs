@@ -4,9 +4,16 @@
 
 use crate::context::Context;
 use crate::{Error, Result};
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// The nodes whose control plane is Ready, each with since when: the
+/// latest of its control-plane pods' Ready transitions (etcd has joined
+/// by then; a settle time counts from it). A pod that does not say when
+/// counts as Ready for long ([`DateTime::MIN_UTC`]).
+pub type Serving = BTreeMap<String, DateTime<Utc>>;
 
 pub const NAMESPACE: &str = "kube-system";
 pub const APP_LABEL: &str = "k8s-app";
@@ -14,8 +21,9 @@ pub const APP_LABEL: &str = "k8s-app";
 pub const REQUIRED_APPS: [&str; 2] = ["kube-apiserver", "etcd-manager-main"];
 pub const OPTIONAL_APPS: [&str; 1] = ["etcd-manager-events"];
 
-/// The nodes whose control-plane pods are all present and Ready.
-pub async fn ready_nodes(ctx: &Context) -> Result<BTreeSet<String>> {
+/// The nodes whose control-plane pods are all present and Ready, each
+/// with since when.
+pub async fn ready_nodes(ctx: &Context) -> Result<Serving> {
     let apps: Vec<&str> = REQUIRED_APPS
         .iter()
         .chain(&OPTIONAL_APPS)
@@ -26,7 +34,7 @@ pub async fn ready_nodes(ctx: &Context) -> Result<BTreeSet<String>> {
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(Error::kube("list control-plane pods"))?;
-    Ok(nodes_with_ready_control_plane(&pods.items))
+    Ok(ready_since(&pods.items))
 }
 
 /// Not being deleted, and its Ready condition True.
@@ -39,10 +47,29 @@ pub fn is_pod_ready(pod: &Pod) -> bool {
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// When its Ready condition last turned (None: not said).
+fn ready_transition(pod: &Pod) -> Option<DateTime<Utc>> {
+    let condition = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?;
+    super::node::time_of(&condition.last_transition_time.as_ref()?.0)
+}
+
 /// Pure: nodes with every required app's pod, and every control-plane pod
 /// on them, Ready.
 pub fn nodes_with_ready_control_plane(pods: &[Pod]) -> BTreeSet<String> {
-    let mut by_node: BTreeMap<&str, Vec<(&str, bool)>> = BTreeMap::new();
+    ready_since(pods).into_keys().collect()
+}
+
+/// Pure: [`nodes_with_ready_control_plane`], each with since when.
+pub fn ready_since(pods: &[Pod]) -> Serving {
+    // Each node's control-plane pods: (app, Ready, since when).
+    type Seen<'a> = Vec<(&'a str, bool, Option<DateTime<Utc>>)>;
+    let mut by_node: BTreeMap<&str, Seen> = BTreeMap::new();
     for pod in pods {
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
             continue;
@@ -50,20 +77,24 @@ pub fn nodes_with_ready_control_plane(pods: &[Pod]) -> BTreeSet<String> {
         let Some(app) = pod.metadata.labels.as_ref().and_then(|l| l.get(APP_LABEL)) else {
             continue;
         };
-        by_node
-            .entry(node)
-            .or_default()
-            .push((app.as_str(), is_pod_ready(pod)));
+        by_node.entry(node).or_default().push((
+            app.as_str(),
+            is_pod_ready(pod),
+            ready_transition(pod),
+        ));
     }
     by_node
         .into_iter()
         .filter(|(_, pods)| {
-            pods.iter().all(|(_, ready)| *ready)
+            pods.iter().all(|(_, ready, _)| *ready)
                 && REQUIRED_APPS
                     .iter()
-                    .all(|app| pods.iter().any(|(a, _)| a == app))
+                    .all(|app| pods.iter().any(|(a, _, _)| a == app))
         })
-        .map(|(node, _)| node.to_string())
+        .map(|(node, pods)| {
+            let since = pods.iter().filter_map(|(_, _, at)| *at).max();
+            (node.to_string(), since.unwrap_or(DateTime::<Utc>::MIN_UTC))
+        })
         .collect()
 }
 

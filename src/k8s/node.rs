@@ -55,7 +55,7 @@ pub fn not_ready_since(node: &Node) -> Option<chrono::DateTime<chrono::Utc>> {
 }
 
 /// A k8s-openapi timestamp as chrono's.
-fn time_of(t: &k8s_openapi::jiff::Timestamp) -> Option<chrono::DateTime<chrono::Utc>> {
+pub(crate) fn time_of(t: &k8s_openapi::jiff::Timestamp) -> Option<chrono::DateTime<chrono::Utc>> {
     chrono::DateTime::from_timestamp(t.as_second(), t.subsec_nanosecond().max(0) as u32)
 }
 

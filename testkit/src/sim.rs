@@ -109,7 +109,15 @@ pub struct SimKubelet {
     former: BTreeMap<String, Member>,
     /// How many more instances may register, when a test limits it.
     joins: JoinBudget,
+    /// The instances running at the first step (None before it): a cluster
+    /// that has been running for a while, whose masters' control planes
+    /// turned Ready an hour ago (their settle time long over), not when
+    /// the test started. Each leaves the set at its first Ready turn.
+    veterans: Option<BTreeSet<String>>,
 }
+
+/// How long before the test the veterans' control planes turned Ready.
+const VETERAN_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// A test's limit on how many more instances join: set before an operation
 /// starts, it decides exactly which launch is the first never to join (a
@@ -153,6 +161,7 @@ impl SimKubelet {
             pod_seen: HashMap::new(),
             former: BTreeMap::new(),
             joins: JoinBudget::default(),
+            veterans: None,
         }
     }
 
@@ -254,6 +263,9 @@ impl SimKubelet {
             .filter(|i| i.state == "running" || i.state == "pending")
             .map(|i| (i.instance_id.as_str(), i))
             .collect();
+        if self.veterans.is_none() {
+            self.veterans = Some(running.keys().map(|id| id.to_string()).collect());
+        }
         self.former = members
             .iter()
             .filter(|(id, _)| running.contains_key(id.as_str()))
@@ -446,7 +458,7 @@ impl SimKubelet {
 
     /// kops's static control-plane pods on Ready masters (mirror pods in
     /// kube-system), Ready after `control_plane_delay`; gone with their node.
-    async fn sync_control_plane(&self, masters: &BTreeMap<String, bool>) -> Result<()> {
+    async fn sync_control_plane(&mut self, masters: &BTreeMap<String, bool>) -> Result<()> {
         use spot_node_manager::k8s::control_plane::{APP_LABEL, NAMESPACE, REQUIRED_APPS};
         let api: Api<Pod> = Api::namespaced(self.pods.clone().into_client(), NAMESPACE);
         let selector = format!("{SIM_ACCOUNT_LABEL}={}", self.config.account);
@@ -498,8 +510,21 @@ impl SimKubelet {
                 if is_ready != *up {
                     let status = if *up { "True" } else { "False" };
                     // When it turned: what a test compares a master's
-                    // disruption with (etcd joined before, or after?).
-                    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+                    // disruption with (etcd joined before, or after?), and
+                    // what the manager's settle time counts from (a
+                    // veteran's an hour ago).
+                    let veteran = *up
+                        && self
+                            .veterans
+                            .as_ref()
+                            .is_some_and(|v| v.contains(node.as_str()));
+                    let mut at = k8s_openapi::jiff::Timestamp::now();
+                    if veteran {
+                        at = at
+                            .checked_sub(VETERAN_FOR)
+                            .map_err(|e| Error::InvalidObject(format!("an hour ago: {e}")))?;
+                    }
+                    let now = at.to_string();
                     let patch = serde_json::json!({"status": {"phase": "Running", "conditions": [
                         {"type": "Ready", "status": status, "lastTransitionTime": now}]}});
                     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -507,6 +532,11 @@ impl SimKubelet {
                         .map_err(Error::kube(format!("set {name} ready={up}")))?;
                 }
             }
+        }
+        // A veteran's control plane turned Ready once, an hour ago; any
+        // later turn is now.
+        if let Some(veterans) = self.veterans.as_mut() {
+            veterans.retain(|node| masters.get(node) != Some(&true));
         }
         Ok(())
     }

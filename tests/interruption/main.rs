@@ -93,8 +93,12 @@ async fn drain_ended(
 }
 
 /// Sets the group's `spec.interruption`.
+/// Sets the group's `spec.interruption` and returns once the manager has
+/// synced that generation (its status says so): a notice sent at once
+/// could otherwise be judged by the settings before (seen under load: a
+/// 48h lead judged by the default 1h, the nodes not cordoned for days).
 async fn set_interruption(steady: &SteadyGroup, interruption: serde_json::Value) {
-    steady
+    let patched = steady
         .groups
         .patch(
             "workers",
@@ -103,6 +107,13 @@ async fn set_interruption(steady: &SteadyGroup, interruption: serde_json::Value)
         )
         .await
         .expect("patch group");
+    let generation = patched.metadata.generation;
+    assert_eventually("the new settings synced", WAIT, || async {
+        let group = steady.groups.get("workers").await.ok()?;
+        let seen = group.status?.observed_generation;
+        (seen >= generation).then_some(())
+    })
+    .await;
 }
 
 async fn instances(world: &support::World, asgs: &[String]) -> Vec<String> {

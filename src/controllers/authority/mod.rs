@@ -11,10 +11,11 @@
 //! masters that are up number at least the expected count less one. A
 //! master is up while its instance is in service, its Node Ready, its
 //! control-plane pods (kops's static kube-apiserver and etcd-manager) Ready
-//! and no loss is imminent for it (a spot warning; a scheduled retirement
+//! for its group's `refresh.masterSettleTime` (default 2m, on every path,
+//! not only between a refresh's masters) and no loss is imminent for it (a spot warning; a scheduled retirement
 //! only from its drain start, the group's `scheduledChangeLead` before AWS
 //! takes it, not days ahead; a rebalance recommendation is no loss). So a replaced master is
-//! back once its etcd has joined, not when its Node turns Ready; and a
+//! back once its etcd has joined and settled, not when its Node turns Ready; and a
 //! master retiring in two days does not stop the repair of a dead one.
 //!
 //! Masters are counted by instance across every Master group of the
@@ -30,6 +31,7 @@
 pub mod observe;
 
 use crate::crd::Role;
+use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 
 /// The ways the manager takes a node away.
@@ -70,6 +72,9 @@ pub enum DownWhy {
     NotReady,
     /// Its Node is Ready, its control-plane pods not yet (etcd joining).
     Joining,
+    /// Its control-plane pods are Ready, for less than its group's
+    /// `refresh.masterSettleTime` (etcd catching up): up from `until`.
+    Settling { until: DateTime<Utc> },
     /// Its instance is leaving (terminating, or a loss imminent).
     Leaving,
 }
@@ -87,10 +92,13 @@ pub struct MasterDown {
 impl std::fmt::Display for MasterDown {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let what = match self.why {
-            DownWhy::Launching => "launching",
-            DownWhy::NotReady => "NotReady",
-            DownWhy::Joining => "control plane not Ready",
-            DownWhy::Leaving => "leaving",
+            DownWhy::Launching => "launching".to_string(),
+            DownWhy::NotReady => "NotReady".to_string(),
+            DownWhy::Joining => "control plane not Ready".to_string(),
+            DownWhy::Settling { until } => {
+                format!("control plane Ready, settling until {}", until.to_rfc3339())
+            }
+            DownWhy::Leaving => "leaving".to_string(),
         };
         match &self.instance {
             Some(id) => write!(f, "{id} of {} ({what})", self.group),

@@ -10,10 +10,10 @@ use crate::context::Context;
 use crate::controllers::group_view::Fate;
 use crate::crd::nodegroup::NodeInterruption;
 use crate::crd::{NodeGroup, Role};
+use crate::k8s::control_plane::Serving;
 use crate::{Error, Result};
 use chrono::{DateTime, Utc};
 use kube::api::{Api, ListParams};
-use std::collections::BTreeSet;
 
 /// The control plane of `namespace`'s Master groups, as AWS and the
 /// inventory see it now (one NodeGroup list; one ASG description per
@@ -59,7 +59,7 @@ pub fn loss_imminent(notice: &NodeInterruption, now: DateTime<Utc>) -> bool {
 /// active or leaving) is launching.
 pub fn control_plane_of(
     groups: &[(NodeGroup, Vec<AsgDescription>)],
-    serving: &BTreeSet<String>,
+    serving: &Serving,
     now: DateTime<Utc>,
 ) -> ControlPlane {
     let mut cp = ControlPlane::default();
@@ -73,6 +73,7 @@ pub fn control_plane_of(
             continue;
         }
         let name = group.name_any();
+        let settle = settle_time(group);
         cp.expected += group.spec.desired;
         let nodes = group.status.as_ref().map(|s| s.nodes.as_slice());
         let nodes = nodes.unwrap_or_default();
@@ -94,9 +95,14 @@ pub fn control_plane_of(
                 {
                     DownWhy::Leaving
                 }
-                Some(n) if n.ready && in_service && serving.contains(&n.name) => {
-                    cp.ready.insert(id.clone());
-                    continue;
+                Some(n) if n.ready && in_service && serving.contains_key(&n.name) => {
+                    let until = serving[&n.name] + settle;
+                    if now < until {
+                        DownWhy::Settling { until }
+                    } else {
+                        cp.ready.insert(id.clone());
+                        continue;
+                    }
                 }
                 Some(n) if n.ready && in_service => DownWhy::Joining,
                 Some(_) if in_service => DownWhy::NotReady,
@@ -117,4 +123,17 @@ pub fn control_plane_of(
         }
     }
     cp
+}
+
+/// The group's `refresh.masterSettleTime`, its default without a refresh
+/// (a value that does not parse is reported by validation; the default
+/// holds meanwhile).
+fn settle_time(group: &NodeGroup) -> chrono::Duration {
+    let set = group
+        .spec
+        .refresh
+        .as_ref()
+        .and_then(|r| crate::duration::parse(&r.master_settle_time).ok());
+    let settle = set.unwrap_or(crate::crd::nodegroup::DEFAULT_MASTER_SETTLE_TIME);
+    chrono::Duration::from_std(settle).unwrap_or(chrono::Duration::MAX)
 }

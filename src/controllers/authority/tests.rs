@@ -18,19 +18,24 @@ fn seen(groups: &[(NodeGroup, Vec<AsgDescription>)]) -> ControlPlane {
 
 fn seen_at(
     groups: &[(NodeGroup, Vec<AsgDescription>)],
-    serving: &BTreeSet<String>,
+    serving: &crate::k8s::control_plane::Serving,
     now: DateTime<Utc>,
 ) -> ControlPlane {
     control_plane_of(groups, serving, now)
 }
 
-/// Every Node of the groups but `joining`: whose control-plane pods are Ready.
-fn serving(groups: &[(NodeGroup, Vec<AsgDescription>)], joining: &[&str]) -> BTreeSet<String> {
+/// Every Node of the groups but `joining`: whose control-plane pods are
+/// Ready, since an hour before `t0()` (settled).
+fn serving(
+    groups: &[(NodeGroup, Vec<AsgDescription>)],
+    joining: &[&str],
+) -> crate::k8s::control_plane::Serving {
     groups
         .iter()
         .flat_map(|(g, _)| g.status.iter().flat_map(|s| s.nodes.iter()))
         .map(|n| n.name.clone())
         .filter(|n| !joining.contains(&n.as_str()))
+        .map(|n| (n, t0() - chrono::Duration::hours(1)))
         .collect()
 }
 
@@ -468,4 +473,69 @@ fn a_master_retirement_asks_the_masters_rule() {
     // user's to act on.
     assert_eq!(refused.check(), "refused_other_masters_down");
     assert!(refused.needs_user(), "{refused:?}");
+}
+
+/// Issue 54: a master whose etcd has just joined counts as up only after
+/// its group's `masterSettleTime` (default 2m) on every path, not only
+/// between a refresh's masters: a repair of another master waits for it,
+/// and is allowed from the moment it has settled.
+#[test]
+fn a_master_whose_control_plane_just_turned_ready_settles_before_another_goes() {
+    for mut groups in [one_group_of_three(), three_groups_of_one()] {
+        set_ready(&mut groups, "m-b", false);
+        let node_a = groups
+            .iter()
+            .flat_map(|(g, _)| g.status.iter().flat_map(|s| s.nodes.iter()))
+            .find(|n| n.instance_id.as_deref() == Some("m-a"))
+            .map(|n| n.name.clone())
+            .expect("m-a's node");
+        let mut serving = serving(&groups, &[]);
+        // m-a's etcd joined 30 s ago.
+        serving.insert(node_a.clone(), t0() - chrono::Duration::seconds(30));
+        let cp = seen_at(&groups, &serving, t0());
+        let until = t0() + chrono::Duration::seconds(90);
+        assert!(
+            cp.down
+                .iter()
+                .any(|d| d.instance.as_deref() == Some("m-a")
+                    && d.why == DownWhy::Settling { until }),
+            "{cp:?}"
+        );
+        let refused = ask(&cp, Path::Repair, "m-b").expect_err("m-a is settling");
+        assert!(!refused.needs_user(), "m-a is on its way: {refused}");
+        assert!(
+            refused
+                .to_string()
+                .contains(&format!("settling until {}", until.to_rfc3339())),
+            "{refused}"
+        );
+        assert!(!cp.whole());
+        // A second before, still settling; from `until`, m-b may go.
+        let before = seen_at(&groups, &serving, until - chrono::Duration::seconds(1));
+        assert!(ask(&before, Path::Repair, "m-b").is_err());
+        let settled = seen_at(&groups, &serving, until);
+        assert_eq!(ask(&settled, Path::Repair, "m-b"), Ok(()), "{settled:?}");
+    }
+}
+
+#[test]
+fn a_group_s_own_master_settle_time_is_the_one_waited() {
+    let mut groups = three_groups_of_one();
+    for (g, _) in groups.iter_mut() {
+        g.spec.refresh = Some(
+            serde_json::from_value(
+                serde_json::json!({"schedule": "0 3 * * *", "masterSettleTime": "10s"}),
+            )
+            .expect("refresh"),
+        );
+    }
+    set_ready(&mut groups, "m-b", false);
+    let mut serving = serving(&groups, &[]);
+    for since in serving.values_mut() {
+        *since = t0() - chrono::Duration::seconds(5);
+    }
+    let cp = seen_at(&groups, &serving, t0());
+    assert!(ask(&cp, Path::Repair, "m-b").is_err(), "{cp:?}");
+    let cp = seen_at(&groups, &serving, t0() + chrono::Duration::seconds(5));
+    assert_eq!(ask(&cp, Path::Repair, "m-b"), Ok(()), "{cp:?}");
 }

@@ -44,6 +44,8 @@ pub(super) struct InventoryContext {
     pub(super) nodes_ready: tokio::sync::watch::Receiver<bool>,
     /// Instances described so far (their facts never change).
     pub(super) facts: InstanceFacts,
+    /// Another termination handler in the cluster, listed once a minute.
+    pub(super) handlers: super::handlers::Seen,
 }
 
 pub(super) async fn reconcile(
@@ -213,6 +215,7 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     };
 
     let mut next = next;
+    other_handlers(ictx, &group, &mut next, now).await;
     next.state = Some(plan::group_state(&group, &next, now));
     next.auto_scaling_group_count = i32::try_from(group.spec.auto_scaling_groups.len()).ok();
     (next.next_refresh, next.next) = children_next(ctx, &group, &namespace, &name).await?;
@@ -243,6 +246,23 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     Ok(Action::requeue(requeue))
 }
 
+/// The OtherTerminationHandler condition on `next`, from a listing at
+/// most a minute old.
+async fn other_handlers(
+    ictx: &InventoryContext,
+    group: &NodeGroup,
+    next: &mut NodeGroupStatus,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    let ctx = &ictx.ctx;
+    // Against the emulator (tests share one apiserver) only the manager's
+    // own namespace: another test's handler is not this one's (only a test
+    // build accepts an emulator account).
+    let scope = (ctx.settings.aws.emulator_account.as_ref()).and(ctx.settings.namespace.as_deref());
+    let found = ictx.handlers.get(&ctx.client, scope).await;
+    super::handlers::set_handlers(group, found.as_deref().map(Vec::as_slice), next, now);
+}
+
 /// A Warning Event for each problem the new status raises: the spec turned
 /// invalid, the group degraded, the circuit breaker opened, a kops rolling
 /// update started; a Normal one when nodes are found drifted.
@@ -270,6 +290,7 @@ async fn warn_of_changes(
         turns_true(EXTERNAL_UPDATE),
         turns_true(crate::crd::condition::COMPETING_ASG_SETTINGS),
         turns_true(crate::crd::condition::NO_ROOM_ABOVE_DESIRED),
+        turns_true(crate::crd::condition::OTHER_TERMINATION_HANDLER),
     ];
     debug_assert_eq!(flags.len(), ConditionEvent::ALL.len());
     for (flag, (type_, _)) in flags.into_iter().zip(ConditionEvent::ALL) {

@@ -10,6 +10,7 @@ pub mod competing;
 pub mod controller;
 pub mod deletion;
 pub mod drift;
+pub mod handlers;
 pub mod instance_facts;
 pub mod plan;
 pub mod room;

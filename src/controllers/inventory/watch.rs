@@ -74,6 +74,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
                 groups: all_groups,
                 nodes_ready,
                 facts: InstanceFacts::for_resync(ctx_resync),
+                handlers: Default::default(),
             }),
         )
         .for_each(|result| async move {

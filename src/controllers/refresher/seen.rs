@@ -284,7 +284,10 @@ async fn control_plane_ready(
     if group.spec.role == crate::crd::Role::Master
         && current.phase == crate::crd::refresher::RefreshPhase::WaitingForReplacement
     {
-        return crate::k8s::control_plane::ready_nodes(ctx).await;
+        return Ok(crate::k8s::control_plane::ready_nodes(ctx)
+            .await?
+            .into_keys()
+            .collect());
     }
     Ok(Default::default())
 }

@@ -328,9 +328,11 @@ pub struct RefreshSpec {
     #[serde(default = "default_ready_timeout")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub ready_timeout: String,
-    /// Masters: after a replacement's control-plane pods (kube-apiserver,
-    /// etcd-manager) are Ready, wait this long before the next master; at
-    /// most 1h.
+    /// Masters: a master counts as up only this long after its
+    /// control-plane pods (kube-apiserver, etcd-manager) turned Ready, on
+    /// every path: no other master is refreshed, rolled, repaired or
+    /// retired by the manager before (the group's own; 2m for a group with
+    /// no refresh settings); at most 1h.
     #[serde(default = "default_master_settle_time")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub master_settle_time: String,
@@ -381,6 +383,11 @@ pub(crate) fn default_pause_timeout() -> String {
 /// `pauseTimeout`'s default, as a duration: what bounds a pause while the
 /// settings themselves are invalid.
 pub const DEFAULT_PAUSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// `masterSettleTime`'s default, as a duration: what the disruption
+/// authority waits after a master's control plane is Ready in a group with
+/// no refresh settings.
+pub const DEFAULT_MASTER_SETTLE_TIME: std::time::Duration = std::time::Duration::from_secs(120);
 
 fn default_master_settle_time() -> String {
     "2m".into()

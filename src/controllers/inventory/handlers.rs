@@ -1,0 +1,245 @@
+//! Another termination handler in the cluster: the
+//! `OtherTerminationHandler` condition. kops runs aws-node-termination-
+//! handler on AWS by default (a Deployment in queue mode, or a DaemonSet
+//! reading the instance metadata): it answers the same spot warnings,
+//! rebalance recommendations and lifecycle actions, and cordons and drains
+//! the same nodes a second time, without this manager's rules. Found by
+//! its labels (kops's manifest and the Helm chart set both), listed at most
+//! once a minute for every group; nothing of it is changed.
+
+use crate::crd::condition::{ConditionStatus, OTHER_TERMINATION_HANDLER, set_condition};
+use crate::crd::{NodeGroup, NodeGroupStatus};
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::warn;
+
+/// Its name, and the value of the labels it is found by.
+pub const NTH: &str = "aws-node-termination-handler";
+const LABELS: [&str; 2] = ["app.kubernetes.io/name", "k8s-app"];
+/// How long one listing serves every group.
+const FRESH: Duration = Duration::from_secs(60);
+
+/// The handlers last found, shared by the groups' reconciles.
+#[derive(Default)]
+pub struct Seen(tokio::sync::Mutex<Option<(Instant, Arc<Vec<String>>)>>);
+
+impl Seen {
+    /// The running handlers, each described, in the whole cluster or only
+    /// in namespace `scope`; None while they cannot be listed (the
+    /// condition then stays as it was).
+    pub async fn get(
+        &self,
+        client: &kube::Client,
+        scope: Option<&str>,
+    ) -> Option<Arc<Vec<String>>> {
+        let mut cached = self.0.lock().await;
+        if let Some((at, found)) = cached.as_ref()
+            && at.elapsed() < FRESH
+        {
+            return Some(found.clone());
+        }
+        match list(client, scope).await {
+            Ok(found) => {
+                let found = Arc::new(found);
+                *cached = Some((Instant::now(), found.clone()));
+                Some(found)
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot list Deployments and DaemonSets to find another termination handler (RBAC: list on apps deployments, daemonsets)");
+                None
+            }
+        }
+    }
+}
+
+async fn list(client: &kube::Client, scope: Option<&str>) -> Result<Vec<String>, kube::Error> {
+    fn api<K>(client: &kube::Client, scope: Option<&str>) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        match scope {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let (mut deployments, mut daemon_sets) = (vec![], vec![]);
+    for label in LABELS {
+        let params = ListParams::default().labels(&format!("{label}={NTH}"));
+        deployments.extend(api::<Deployment>(client, scope).list(&params).await?.items);
+        daemon_sets.extend(api::<DaemonSet>(client, scope).list(&params).await?.items);
+    }
+    Ok(running(&deployments, &daemon_sets))
+}
+
+/// Pure: the handlers that run (a Deployment scaled to 0, or a DaemonSet
+/// that schedules no pod, does not), each once, as "<Kind> ns/name (mode)".
+pub fn running(deployments: &[Deployment], daemon_sets: &[DaemonSet]) -> Vec<String> {
+    let name = |o: &dyn Named| format!("{}/{}", o.ns(), o.name());
+    let mut found: Vec<String> = deployments
+        .iter()
+        .filter(|d| d.spec.as_ref().and_then(|s| s.replicas) != Some(0))
+        .map(|d| format!("Deployment {} (queue mode)", name(d)))
+        .chain(
+            daemon_sets
+                .iter()
+                .filter(|d| {
+                    d.status
+                        .as_ref()
+                        .is_none_or(|s| s.desired_number_scheduled > 0)
+                })
+                .map(|d| format!("DaemonSet {} (instance metadata mode)", name(d))),
+        )
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+trait Named {
+    fn ns(&self) -> String;
+    fn name(&self) -> String;
+}
+
+impl<K: ResourceExt> Named for K {
+    fn ns(&self) -> String {
+        self.namespace().unwrap_or_default()
+    }
+    fn name(&self) -> String {
+        self.name_any()
+    }
+}
+
+/// Pure: the condition's (status, reason, message).
+pub fn condition(found: &[String]) -> (ConditionStatus, &'static str, String) {
+    if found.is_empty() {
+        return (
+            ConditionStatus::False,
+            "None",
+            format!("no {NTH} runs in the cluster"),
+        );
+    }
+    (
+        ConditionStatus::True,
+        "OtherHandlerRunning",
+        format!(
+            "{NTH} runs in the cluster ({}): it answers the same spot warnings, rebalance recommendations and lifecycle actions and cordons and drains the same nodes a second time, without this manager's rules (windows, do-not-disrupt, the masters' rule); kops runs it by default on AWS: turn it off in the cluster spec (spec.nodeTerminationHandler.enabled: false; kops edit cluster, then kops update cluster --yes), see docs/kops.md for what kops leaves behind",
+            found.join(", ")
+        ),
+    )
+}
+
+/// Sets the condition on `status` from `found` (None: not known now; the
+/// condition stays as it was).
+pub fn set_handlers(
+    group: &NodeGroup,
+    found: Option<&[String]>,
+    status: &mut NodeGroupStatus,
+    now: DateTime<Utc>,
+) {
+    let Some(found) = found else { return };
+    let (value, reason, message) = condition(found);
+    set_condition(
+        &mut status.conditions,
+        OTHER_TERMINATION_HANDLER,
+        value,
+        reason,
+        message,
+        group.metadata.generation,
+        now,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(ns: &str, replicas: Option<i32>) -> Deployment {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": NTH, "namespace": ns},
+            "spec": {"replicas": replicas, "selector": {}, "template": {}},
+        }))
+        .expect("deployment")
+    }
+
+    fn daemon_set(ns: &str, desired: Option<i32>) -> DaemonSet {
+        let mut d: DaemonSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": NTH, "namespace": ns},
+        }))
+        .expect("daemon set");
+        if let Some(n) = desired {
+            d.status = Some(
+                serde_json::from_value(serde_json::json!({
+                    "currentNumberScheduled": n, "desiredNumberScheduled": n,
+                    "numberMisscheduled": 0, "numberReady": n,
+                }))
+                .expect("status"),
+            );
+        }
+        d
+    }
+
+    #[test]
+    fn a_running_handler_is_named_once_with_its_mode_and_what_to_do() {
+        // Found by both labels: named once.
+        let d = deployment("kube-system", Some(1));
+        let found = running(&[d.clone(), d], &[daemon_set("nth", Some(3))]);
+        assert_eq!(
+            found,
+            vec![
+                "DaemonSet nth/aws-node-termination-handler (instance metadata mode)".to_string(),
+                "Deployment kube-system/aws-node-termination-handler (queue mode)".to_string(),
+            ]
+        );
+        let (value, reason, message) = condition(&found);
+        assert_eq!(
+            (value, reason),
+            (ConditionStatus::True, "OtherHandlerRunning")
+        );
+        for said in [
+            "Deployment kube-system/aws-node-termination-handler (queue mode)",
+            "a second time",
+            "spec.nodeTerminationHandler.enabled: false",
+        ] {
+            assert!(message.contains(said), "{said}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_handler_scaled_to_nothing_is_not_running() {
+        let found = running(
+            &[deployment("kube-system", Some(0))],
+            &[daemon_set("x", Some(0))],
+        );
+        assert_eq!(found, Vec::<String>::new());
+        assert_eq!(condition(&found).0, ConditionStatus::False);
+        // A Deployment that does not say its replicas runs one.
+        assert_eq!(running(&[deployment("a", None)], &[]).len(), 1);
+    }
+
+    #[test]
+    fn not_known_leaves_the_condition_as_it_was() {
+        let group = NodeGroup::new(
+            "g",
+            serde_json::from_value(serde_json::json!(
+                {"role": "Worker", "autoScalingGroups": [{"name": "a"}], "desired": 1}
+            ))
+            .expect("spec"),
+        );
+        let mut status = NodeGroupStatus::default();
+        let now = Utc::now();
+        set_handlers(
+            &group,
+            Some(&["Deployment a/b (queue mode)".to_string()]),
+            &mut status,
+            now,
+        );
+        let before = status.clone();
+        set_handlers(&group, None, &mut status, now);
+        assert_eq!(status, before);
+    }
+}
