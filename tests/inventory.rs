@@ -306,7 +306,7 @@ async fn invalid_specs_are_reported_without_any_aws_mutation() {
         .idle_while_reconciling(
             "inventory",
             &["bad-cron", "master-surplus"],
-            Duration::from_secs(5),
+            Duration::from_secs(10),
         )
         .await;
     let refreshers: Api<Refresher> = world.api();
@@ -541,7 +541,7 @@ async fn an_asg_named_by_two_groups_stops_both_until_one_lets_go() {
     // Both groups are looked at again and again, first's replenisher sees
     // its group change, and nothing acts.
     manager
-        .idle_while_reconciling("inventory", &["first", "second"], Duration::from_secs(5))
+        .idle_while_reconciling("inventory", &["first", "second"], Duration::from_secs(10))
         .await;
     assert!(
         manager.reconciles_of("replenisher", "first") > replenished_before,

@@ -186,7 +186,7 @@ async fn with_ignore_a_rebalance_recommendation_writes_an_event_and_touches_noth
     // replenisher): nothing recorded, cordoned, ordered or removed.
     steady
         .manager
-        .idle_while_reconciling("inventory", &["workers"], Duration::from_secs(5))
+        .idle_while_reconciling("inventory", &["workers"], Duration::from_secs(10))
         .await;
     let nodes: Api<Node> = Api::all(world.client.clone());
     let node = nodes.get(&victim).await.expect("the node");

@@ -96,7 +96,12 @@ pub fn control_plane_of(
                     DownWhy::Leaving
                 }
                 Some(n) if n.ready && in_service && serving.contains_key(&n.name) => {
-                    let until = serving[&n.name] + settle;
+                    // A settle time past what a date can hold (an invalid
+                    // spec, reported by validation) never ends: no panic.
+                    let until = serving
+                        .get(&n.name)
+                        .and_then(|since| since.checked_add_signed(settle))
+                        .unwrap_or(DateTime::<Utc>::MAX_UTC);
                     if now < until {
                         DownWhy::Settling { until }
                     } else {

@@ -539,3 +539,19 @@ fn a_group_s_own_master_settle_time_is_the_one_waited() {
     let cp = seen_at(&groups, &serving, t0() + chrono::Duration::seconds(5));
     assert_eq!(ask(&cp, Path::Repair, "m-b"), Ok(()), "{cp:?}");
 }
+
+#[test]
+fn a_settle_time_past_what_a_date_holds_never_ends_and_does_not_panic() {
+    let mut groups = three_groups_of_one();
+    for (g, _) in groups.iter_mut() {
+        g.spec.refresh = Some(
+            serde_json::from_value(
+                serde_json::json!({"schedule": "0 3 * * *", "masterSettleTime": "999999999999h"}),
+            )
+            .expect("refresh"),
+        );
+    }
+    set_ready(&mut groups, "m-b", false);
+    let cp = seen_at(&groups, &serving(&groups, &[]), t0());
+    assert!(ask(&cp, Path::Repair, "m-b").is_err(), "{cp:?}");
+}
