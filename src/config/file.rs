@@ -40,6 +40,7 @@ pub struct FileConfig {
 pub struct FileDisruption {
     /// How many groups may run a refresh or drift roll at once (at least 1).
     /// Default 1. Never two Master groups, whatever this says.
+    #[schemars(range(min = 1))]
     pub max_concurrent: Option<u32>,
 }
 
