@@ -79,11 +79,10 @@ async fn list(client: &kube::Client, scope: Option<&str>) -> Result<Vec<String>,
 /// Pure: the handlers that run (a Deployment scaled to 0, or a DaemonSet
 /// that schedules no pod, does not), each once, as "<Kind> ns/name (mode)".
 pub fn running(deployments: &[Deployment], daemon_sets: &[DaemonSet]) -> Vec<String> {
-    let name = |o: &dyn Named| format!("{}/{}", o.ns(), o.name());
     let mut found: Vec<String> = deployments
         .iter()
         .filter(|d| d.spec.as_ref().and_then(|s| s.replicas) != Some(0))
-        .map(|d| format!("Deployment {} (queue mode)", name(d)))
+        .map(|d| format!("Deployment {} (queue mode)", named(d)))
         .chain(
             daemon_sets
                 .iter()
@@ -92,7 +91,7 @@ pub fn running(deployments: &[Deployment], daemon_sets: &[DaemonSet]) -> Vec<Str
                         .as_ref()
                         .is_none_or(|s| s.desired_number_scheduled > 0)
                 })
-                .map(|d| format!("DaemonSet {} (instance metadata mode)", name(d))),
+                .map(|d| format!("DaemonSet {} (instance metadata mode)", named(d))),
         )
         .collect();
     found.sort();
@@ -100,18 +99,9 @@ pub fn running(deployments: &[Deployment], daemon_sets: &[DaemonSet]) -> Vec<Str
     found
 }
 
-trait Named {
-    fn ns(&self) -> String;
-    fn name(&self) -> String;
-}
-
-impl<K: ResourceExt> Named for K {
-    fn ns(&self) -> String {
-        self.namespace().unwrap_or_default()
-    }
-    fn name(&self) -> String {
-        self.name_any()
-    }
+/// "namespace/name".
+fn named<K: ResourceExt>(o: &K) -> String {
+    format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
 }
 
 /// Pure: the condition's (status, reason, message).
