@@ -71,12 +71,14 @@ fn print_crds(out_dir: Option<std::path::PathBuf>) -> ExitCode {
 }
 
 fn write_reference(dir: &std::path::Path) -> ExitCode {
-    let result = reference::pages().and_then(|pages| {
-        pages.into_iter().try_for_each(|(file, text)| {
-            std::fs::write(dir.join(file), text)
-                .map_err(|e| format!("{}: {e}", dir.join(file).display()))
+    let result = reference::pages()
+        .and_then(|pages| {
+            pages.into_iter().try_for_each(|(file, text)| {
+                std::fs::write(dir.join(file), text)
+                    .map_err(|e| format!("{}: {e}", dir.join(file).display()))
+            })
         })
-    });
+        .and_then(|()| reference::write_embedded(dir));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -37,6 +37,24 @@ fn the_reference_pages_are_what_the_code_generates() {
     }
 }
 
+#[test]
+fn the_rule_book_in_the_disruption_page_is_the_code_s() {
+    let page = root().join("docs/concepts/disruption.md");
+    let text = std::fs::read_to_string(&page).expect("docs/concepts/disruption.md");
+    let spliced = spot_node_manager::controllers::authority::rules::splice(&text)
+        .expect("the page has the rule book's markers");
+    assert!(
+        spliced == text,
+        "docs/concepts/disruption.md's rule book differs from the code's: run `cargo run -- reference --out-dir docs/reference` and commit it"
+    );
+    // The table is there, one row per reason.
+    let rows = text.lines().filter(|l| l.starts_with("| ")).count();
+    assert!(
+        rows > spot_node_manager::controllers::authority::rules::Reason::ALL.len(),
+        "{rows} table rows"
+    );
+}
+
 /// Every Markdown file of the docs: README.md and docs/**.md.
 fn markdown_files(root: &Path) -> Vec<PathBuf> {
     let mut out = vec![root.join("README.md")];

@@ -25,43 +25,19 @@
 //! one Master group over three ASGs and with three Master groups of one.
 //! Concurrency between groups is closed by the manager-wide slot a master
 //! disruption holds (`k8s::disruption_slot`): never two Master groups at
-//! once. The group-level rules (Ready kept at desired, windows, budgets,
-//! do-not-disrupt) stay with each path's plan and guard for now.
+//! once. Which rule binds which reason is the rule book (`rules`): this
+//! decision asks it for the masters' rule, each path's plan and guard for
+//! the group-level ones (windows, do-not-disrupt, the slot, the Ready
+//! floor).
 
 pub mod observe;
+pub mod rules;
+
+pub use rules::Reason;
 
 use crate::crd::Role;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
-
-/// The ways the manager takes a node away.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Path {
-    Refresh,
-    DriftRoll,
-    Repair,
-    SurplusRemoval,
-    AtRisk,
-    NeverJoined,
-    /// A reclaimed node (spot warning, scheduled change) terminated by us
-    /// before AWS takes it, once replaced.
-    Retirement,
-}
-
-impl Path {
-    /// For logs, messages and metric labels: a fixed set.
-    pub fn label(self) -> &'static str {
-        match self {
-            Path::Refresh => "refresh",
-            Path::DriftRoll => "drift_roll",
-            Path::Repair => "repair",
-            Path::SurplusRemoval => "surplus_removal",
-            Path::AtRisk => "at_risk",
-            Path::NeverJoined => "never_joined",
-            Path::Retirement => "retirement",
-        }
-    }
-}
 
 /// Why a master counts as down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,7 +106,7 @@ impl ControlPlane {
 /// A path asks to take `instance` (of a group of `role`) away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request<'a> {
-    pub path: Path,
+    pub reason: Reason,
     pub role: Role,
     pub instance: &'a str,
 }
@@ -218,7 +194,8 @@ impl std::fmt::Display for Blocked {
     }
 }
 
-/// Whether the node on `instance` may be taken away now. Workers pass (the
+/// Whether the node on `instance` may be taken away now. Workers pass, and
+/// so does a reason the rule book frees of the masters' rule (the
 /// group-level rules stay with each path); a master only while every other
 /// master of the cluster is up: the master instances up besides it are at
 /// least the expected count less one. Its own state does not matter: a
@@ -227,7 +204,7 @@ impl std::fmt::Display for Blocked {
 /// instance still terminating next to its Ready replacement holds nothing
 /// back, and a place with no Ready master does, whatever is in it.
 pub fn decide(control_plane: Option<&ControlPlane>, request: &Request) -> Result<(), Blocked> {
-    if request.role != Role::Master {
+    if request.role != Role::Master || !rules::binds(request.reason, rules::Rule::Masters) {
         return Ok(());
     }
     let Some(cp) = control_plane else {

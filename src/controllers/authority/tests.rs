@@ -88,11 +88,11 @@ fn masters(name: &str, asgs: &[&str], nodes: &[(&str, &str, &str, bool)]) -> Nod
     g
 }
 
-fn ask(cp: &ControlPlane, path: Path, instance: &str) -> Result<(), Blocked> {
+fn ask(cp: &ControlPlane, reason: Reason, instance: &str) -> Result<(), Blocked> {
     decide(
         Some(cp),
         &Request {
-            path,
+            reason,
             role: Role::Master,
             instance,
         },
@@ -165,7 +165,7 @@ fn replaced(groups: &mut [(NodeGroup, Vec<AsgDescription>)], id: &str, new: Opti
 #[test]
 fn a_worker_is_never_refused_by_the_control_plane_rule() {
     let request = Request {
-        path: Path::Repair,
+        reason: Reason::WorkerRepair,
         role: Role::Worker,
         instance: "i-1",
     };
@@ -175,7 +175,7 @@ fn a_worker_is_never_refused_by_the_control_plane_rule() {
 #[test]
 fn a_master_is_never_taken_without_a_view_of_the_control_plane() {
     let request = Request {
-        path: Path::Refresh,
+        reason: Reason::Refresh,
         role: Role::Master,
         instance: "m-a",
     };
@@ -193,7 +193,7 @@ fn with_every_master_ready_any_one_may_go_in_either_layout() {
         let cp = seen(&groups);
         assert_eq!(cp.expected, 3);
         assert!(cp.whole(), "{cp:?}");
-        assert_eq!(ask(&cp, Path::Refresh, "m-b"), Ok(()));
+        assert_eq!(ask(&cp, Reason::Refresh, "m-b"), Ok(()));
     }
 }
 
@@ -203,11 +203,26 @@ fn a_dead_master_is_repaired_while_the_others_are_ready_in_either_layout() {
         set_ready(&mut groups, "m-a", false);
         let cp = seen(&groups);
         assert!(!cp.whole());
-        assert_eq!(ask(&cp, Path::Repair, "m-a"), Ok(()), "{cp:?}");
+        assert_eq!(ask(&cp, Reason::MasterRepair, "m-a"), Ok(()), "{cp:?}");
         // A healthy master may not go meanwhile.
-        let refused = ask(&cp, Path::Refresh, "m-b").expect_err("m-a is down");
+        let refused = ask(&cp, Reason::Refresh, "m-b").expect_err("m-a is down");
         assert_eq!(refused.reason(), "OtherMastersNotReady");
     }
+}
+
+/// The masters' rule is asked for exactly the reasons the rule book binds
+/// to it: with m-a dead, taking m-b is refused for those and allowed for the
+/// others (an interruption drain, a run's surplus).
+#[test]
+fn the_masters_rule_holds_for_the_reasons_the_rule_book_binds_to_it() {
+    let mut groups = three_groups_of_one();
+    set_ready(&mut groups, "m-a", false);
+    let cp = seen(&groups);
+    for reason in Reason::ALL {
+        let bound = rules::binds(reason, rules::Rule::Masters);
+        assert_eq!(ask(&cp, reason, "m-b").is_err(), bound, "{reason:?}");
+    }
+    assert!(ask(&cp, Reason::InterruptionDrain, "m-b").is_ok());
 }
 
 #[test]
@@ -218,7 +233,7 @@ fn a_second_master_waits_while_the_first_ones_replacement_boots_in_either_layout
         replaced(&mut groups, "m-a", Some("m-a2"));
         set_ready(&mut groups, "m-b", false);
         let cp = seen(&groups);
-        let refused = ask(&cp, Path::Repair, "m-b").expect_err("m-a's replacement boots");
+        let refused = ask(&cp, Reason::MasterRepair, "m-b").expect_err("m-a's replacement boots");
         let Blocked::OtherMastersDown {
             down,
             ready_besides,
@@ -250,7 +265,7 @@ fn a_terminated_master_not_yet_replaced_counts_as_a_place_down() {
             why: DownWhy::Launching
         }]
     );
-    assert!(ask(&cp, Path::Repair, "m-b").is_err());
+    assert!(ask(&cp, Reason::MasterRepair, "m-b").is_err());
 }
 
 #[test]
@@ -259,7 +274,7 @@ fn a_master_whose_node_is_ready_but_whose_instance_is_terminating_is_down() {
     replaced(&mut groups, "m-c", None);
     let cp = seen(&groups);
     assert!(!cp.ready.contains("m-c"), "the Node lags the termination");
-    assert!(ask(&cp, Path::DriftRoll, "m-a").is_err());
+    assert!(ask(&cp, Reason::DriftRoll, "m-a").is_err());
 }
 
 #[test]
@@ -269,7 +284,7 @@ fn two_dead_masters_of_three_are_left_to_the_user_and_say_so() {
         set_ready(&mut groups, "m-b", false);
         let cp = seen(&groups);
         for target in ["m-a", "m-b"] {
-            let refused = ask(&cp, Path::Repair, target).expect_err("quorum at risk");
+            let refused = ask(&cp, Reason::MasterRepair, target).expect_err("quorum at risk");
             assert!(refused.needs_user(), "{refused:?}");
             assert_eq!(refused.reason(), "ControlPlaneQuorumAtRisk");
             assert!(refused.to_string().contains("by hand"), "{refused}");
@@ -284,10 +299,10 @@ fn an_extra_master_instance_that_never_joined_may_be_removed_while_the_rest_are_
         .instances
         .push(fresh("a", &[("m-x", "InService")]).instances[0].clone());
     let cp = seen(&groups);
-    assert_eq!(ask(&cp, Path::NeverJoined, "m-x"), Ok(()));
+    assert_eq!(ask(&cp, Reason::NeverJoined, "m-x"), Ok(()));
     // An instance beyond the count (kops's etcd never lets it join) holds
     // no place: it does not hold the others back.
-    assert_eq!(ask(&cp, Path::Refresh, "m-b"), Ok(()));
+    assert_eq!(ask(&cp, Reason::Refresh, "m-b"), Ok(()));
 }
 
 #[test]
@@ -301,7 +316,7 @@ fn an_old_master_still_terminating_beside_its_ready_replacement_holds_nothing_ba
     }
     groups[0].1[0].instances[1].lifecycle_state = "InService".into();
     let cp = seen(&groups);
-    assert_eq!(ask(&cp, Path::Refresh, "m-b"), Ok(()), "{cp:?}");
+    assert_eq!(ask(&cp, Reason::Refresh, "m-b"), Ok(()), "{cp:?}");
 }
 
 /// For the plans' scenarios: the control plane of one Master group whose
@@ -339,10 +354,10 @@ fn a_master_group_none_of_whose_asgs_exists_holds_back_no_master() {
     let cp = seen(&groups);
     assert_eq!(cp.expected, 3, "{cp:?}");
     assert!(cp.whole(), "{cp:?}");
-    assert_eq!(ask(&cp, Path::Refresh, "m-b"), Ok(()));
+    assert_eq!(ask(&cp, Reason::Refresh, "m-b"), Ok(()));
     // An ASG that exists with its instance gone is still a place down.
     groups[0].1[0].instances.clear();
-    assert!(ask(&seen(&groups), Path::Repair, "m-b").is_err());
+    assert!(ask(&seen(&groups), Reason::MasterRepair, "m-b").is_err());
 }
 
 #[test]
@@ -373,7 +388,8 @@ fn a_replaced_master_whose_node_is_ready_is_down_until_its_control_plane_pods_ar
                 .any(|d| d.instance.as_deref() == Some("m-a2") && d.why == DownWhy::Joining),
             "{joining:?}"
         );
-        let refused = ask(&joining, Path::Repair, "m-b").expect_err("etcd at 1 of 3 otherwise");
+        let refused =
+            ask(&joining, Reason::MasterRepair, "m-b").expect_err("etcd at 1 of 3 otherwise");
         assert_eq!(refused.reason(), "OtherMastersNotReady");
         assert!(
             !refused.needs_user(),
@@ -384,11 +400,15 @@ fn a_replaced_master_whose_node_is_ready_is_down_until_its_control_plane_pods_ar
             "{refused}"
         );
         // A refresh of m-c waits as well; the cluster is not whole.
-        assert!(ask(&joining, Path::Refresh, "m-c").is_err());
+        assert!(ask(&joining, Reason::Refresh, "m-c").is_err());
         assert!(!joining.whole());
         // Its etcd joined: m-b may go.
         let joined = seen_at(&groups, &serving(&groups, &[]), t0());
-        assert_eq!(ask(&joined, Path::Repair, "m-b"), Ok(()), "{joined:?}");
+        assert_eq!(
+            ask(&joined, Reason::MasterRepair, "m-b"),
+            Ok(()),
+            "{joined:?}"
+        );
     }
 }
 
@@ -408,7 +428,7 @@ fn a_master_retiring_in_two_days_serves_until_its_loss_is_near() {
         // Days ahead: m-c still counts, so dead m-a is repaired at once.
         let cp = seen(&groups);
         assert!(cp.ready.contains("m-c"), "{cp:?}");
-        assert_eq!(ask(&cp, Path::Repair, "m-a"), Ok(()), "{cp:?}");
+        assert_eq!(ask(&cp, Reason::MasterRepair, "m-a"), Ok(()), "{cp:?}");
         // From its drain start (the lead before AWS takes it), m-c is
         // leaving: m-a waits.
         let near = start - crate::controllers::group_view::to_chrono(DEFAULT_SCHEDULED_CHANGE_LEAD);
@@ -419,7 +439,7 @@ fn a_master_retiring_in_two_days_serves_until_its_loss_is_near() {
                 .any(|d| d.instance.as_deref() == Some("m-c") && d.why == DownWhy::Leaving),
             "{cp:?}"
         );
-        assert!(ask(&cp, Path::Repair, "m-a").is_err());
+        assert!(ask(&cp, Reason::MasterRepair, "m-a").is_err());
         // A minute before the lead it still served.
         let before = seen_at(
             &groups,
@@ -442,9 +462,9 @@ fn a_spot_warning_makes_a_master_leave_at_once() {
     spot_warning(&mut groups, "m-c");
     let cp = seen(&groups);
     assert!(!cp.ready.contains("m-c"), "{cp:?}");
-    assert!(ask(&cp, Path::Refresh, "m-a").is_err());
+    assert!(ask(&cp, Reason::Refresh, "m-a").is_err());
     // Its own early retirement is no second master down.
-    assert_eq!(ask(&cp, Path::Retirement, "m-c"), Ok(()));
+    assert_eq!(ask(&cp, Reason::Retirement, "m-c"), Ok(()));
 }
 
 #[test]
@@ -460,7 +480,7 @@ fn a_master_at_risk_of_interruption_still_serves() {
     );
     let cp = seen(&groups);
     assert!(cp.whole(), "{cp:?}");
-    assert_eq!(ask(&cp, Path::Refresh, "m-a"), Ok(()));
+    assert_eq!(ask(&cp, Reason::Refresh, "m-a"), Ok(()));
 }
 
 #[test]
@@ -468,7 +488,7 @@ fn a_master_retirement_asks_the_masters_rule() {
     let mut groups = three_groups_of_one();
     spot_warning(&mut groups, "m-c");
     set_ready(&mut groups, "m-a", false);
-    let refused = ask(&seen(&groups), Path::Retirement, "m-c").expect_err("m-a is down");
+    let refused = ask(&seen(&groups), Reason::Retirement, "m-c").expect_err("m-a is down");
     // AWS takes m-c at its time anyway, and nothing brings m-a back: the
     // user's to act on.
     assert_eq!(refused.check(), "refused_other_masters_down");
@@ -501,7 +521,7 @@ fn a_master_whose_control_plane_just_turned_ready_settles_before_another_goes() 
                     && d.why == DownWhy::Settling { until }),
             "{cp:?}"
         );
-        let refused = ask(&cp, Path::Repair, "m-b").expect_err("m-a is settling");
+        let refused = ask(&cp, Reason::MasterRepair, "m-b").expect_err("m-a is settling");
         assert!(!refused.needs_user(), "m-a is on its way: {refused}");
         assert!(
             refused
@@ -512,9 +532,13 @@ fn a_master_whose_control_plane_just_turned_ready_settles_before_another_goes() 
         assert!(!cp.whole());
         // A second before, still settling; from `until`, m-b may go.
         let before = seen_at(&groups, &serving, until - chrono::Duration::seconds(1));
-        assert!(ask(&before, Path::Repair, "m-b").is_err());
+        assert!(ask(&before, Reason::MasterRepair, "m-b").is_err());
         let settled = seen_at(&groups, &serving, until);
-        assert_eq!(ask(&settled, Path::Repair, "m-b"), Ok(()), "{settled:?}");
+        assert_eq!(
+            ask(&settled, Reason::MasterRepair, "m-b"),
+            Ok(()),
+            "{settled:?}"
+        );
     }
 }
 
@@ -535,9 +559,9 @@ fn a_group_s_own_master_settle_time_is_the_one_waited() {
         *since = t0() - chrono::Duration::seconds(5);
     }
     let cp = seen_at(&groups, &serving, t0());
-    assert!(ask(&cp, Path::Repair, "m-b").is_err(), "{cp:?}");
+    assert!(ask(&cp, Reason::MasterRepair, "m-b").is_err(), "{cp:?}");
     let cp = seen_at(&groups, &serving, t0() + chrono::Duration::seconds(5));
-    assert_eq!(ask(&cp, Path::Repair, "m-b"), Ok(()), "{cp:?}");
+    assert_eq!(ask(&cp, Reason::MasterRepair, "m-b"), Ok(()), "{cp:?}");
 }
 
 #[test]
@@ -553,5 +577,5 @@ fn a_settle_time_past_what_a_date_holds_never_ends_and_does_not_panic() {
     }
     set_ready(&mut groups, "m-b", false);
     let cp = seen_at(&groups, &serving(&groups, &[]), t0());
-    assert!(ask(&cp, Path::Repair, "m-b").is_err(), "{cp:?}");
+    assert!(ask(&cp, Reason::MasterRepair, "m-b").is_err(), "{cp:?}");
 }

@@ -131,7 +131,12 @@ impl Guard<'_> {
             }
         }
         let surplus: i32 = self.status.surplus.iter().map(|s| s.desired).sum();
-        let r = removal(t, self.nodes, self.group.spec.desired, surplus);
+        let r = removal(
+            t,
+            self.status.trigger,
+            self.nodes,
+            (self.group.spec.desired, surplus),
+        );
         if !r.safe {
             return Err(Refusal::TooFewReady {
                 instance: t.instance_id.clone(),

@@ -3,7 +3,8 @@
 //! describe just before it is made.
 
 use crate::cloud::AsgDescription;
-use crate::controllers::authority::{self, ControlPlane, Path, Request};
+use crate::controllers::authority::rules::{self, Rule};
+use crate::controllers::authority::{self, ControlPlane, Reason, Request};
 use crate::controllers::group_view::{DesiredChange, Fate, group_nodes};
 use crate::controllers::guard::{Refusal, desired_changes, removable};
 use crate::crd::replenisher::ScaleInTarget;
@@ -49,7 +50,12 @@ pub fn not_joined(
         &target.instance_id,
         target.decrement,
     )?;
-    authority(group, control_plane, Path::NeverJoined, &target.instance_id)?;
+    authority(
+        group,
+        control_plane,
+        Reason::NeverJoined,
+        &target.instance_id,
+    )?;
     let has_node = group.status.as_ref().is_some_and(|s| {
         s.nodes
             .iter()
@@ -63,8 +69,32 @@ pub fn not_joined(
     Ok(())
 }
 
+/// Why the replenisher removes a target that is no repair, in the rule
+/// book's terms: a node at risk, the on-demand fallback's node, or a
+/// surplus after a shortage.
+pub fn scale_in_reason(
+    group: &NodeGroup,
+    status: &crate::crd::NodeGroupStatus,
+    target: &ScaleInTarget,
+) -> Reason {
+    let at_risk = status.nodes.iter().any(|n| {
+        n.name == target.node
+            && n.interruption
+                .as_ref()
+                .is_some_and(|i| Fate::of(i) == Fate::AtRisk)
+    });
+    if at_risk {
+        Reason::AtRisk
+    } else if group.spec.is_fallback(&target.auto_scaling_group) {
+        Reason::FallbackReturn
+    } else {
+        Reason::ScaleIn
+    }
+}
+
 /// Safety: the target is active in its ASG, above min when the termination
-/// decrements, and removing it keeps Ready >= desired.
+/// decrements, and removing it keeps Ready >= desired (where the rule book
+/// binds the floor to its reason).
 pub fn scale_in(
     group: &NodeGroup,
     status: &crate::crd::NodeGroupStatus,
@@ -80,17 +110,13 @@ pub fn scale_in(
         &target.instance_id,
         target.decrement,
     )?;
-    authority(
-        group,
-        control_plane,
-        Path::SurplusRemoval,
-        &target.instance_id,
-    )?;
+    let reason = scale_in_reason(group, status, target);
+    authority(group, control_plane, reason, &target.instance_id)?;
     let ready_besides = group_nodes(&status.nodes, fresh, now)
         .iter()
         .filter(|n| n.ready && n.instance_id.as_deref() != Some(target.instance_id.as_str()))
         .count() as i32;
-    if ready_besides < group.spec.desired {
+    if rules::binds(reason, Rule::ReadyFloor) && ready_besides < group.spec.desired {
         return Err(Refusal::TooFewReady {
             instance: target.instance_id.clone(),
             ready_besides,
@@ -100,15 +126,16 @@ pub fn scale_in(
     Ok(())
 }
 
-/// The disruption authority's answer for taking `instance` away by `path`.
+/// The disruption authority's answer for taking `instance` away for
+/// `reason`.
 pub fn authority(
     group: &NodeGroup,
     control_plane: Option<&ControlPlane>,
-    path: Path,
+    reason: Reason,
     instance: &str,
 ) -> Result<(), Refusal> {
     let request = Request {
-        path,
+        reason,
         role: group.spec.role,
         instance,
     };
@@ -138,7 +165,8 @@ pub fn repair(
         &target.instance_id,
         target.decrement,
     )?;
-    authority(group, control_plane, Path::Repair, &target.instance_id)?;
+    let reason = Reason::repair(group.spec.role);
+    authority(group, control_plane, reason, &target.instance_id)?;
     if let Some(why) = group.breaker_open()
         && group.spec.role != Role::Master
     {
@@ -185,7 +213,7 @@ pub fn retire(
         &r.instance_id,
         r.decrement,
     )?;
-    authority(group, control_plane, Path::Retirement, &r.instance_id)?;
+    authority(group, control_plane, Reason::Retirement, &r.instance_id)?;
     let reclaimed = status.nodes.iter().any(|n| {
         n.instance_id.as_deref() == Some(r.instance_id.as_str())
             && n.interruption

@@ -153,7 +153,7 @@ impl Planner<'_> {
     /// The current replacement is Ready: the next nodes' replacements are
     /// launched now, while it is validated and settles (in an open window).
     pub(super) fn launch_next_ahead(&mut self, settings: &ResolvedRefresh) -> Option<Step> {
-        if self.input.window.closed_reason().is_some() {
+        if self.run_window().closed_reason().is_some() {
             return None;
         }
         let (upcoming, _) = self.candidates();

@@ -65,7 +65,7 @@ impl Planner<'_> {
                 && t.launched_ahead.is_some()
                 && self.status.validating_since.is_none()
         });
-        if !ready_lead || self.input.window.closed_reason().is_some() {
+        if !ready_lead || self.run_window().closed_reason().is_some() {
             return;
         }
         let surge = self.surge(settings);

@@ -2,7 +2,10 @@
 //! target is drained, held while the group cannot spare it, or given up;
 //! once drained, its termination is recorded before it is made.
 
+use super::termination::run_reason;
 use super::{GroupNode, Happening, Input, Next, OnWindowClose, Planner, Removal, SOON, Step};
+use crate::controllers::authority::Reason;
+use crate::controllers::authority::rules;
 use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after, until};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
@@ -70,14 +73,15 @@ impl Planner<'_> {
         // Inside a maintenance window only. Outside, the run waits with its
         // surplus, or removes it and resumes in the next window; a node in
         // hand was finished above.
-        if let Some(why) = self.input.window.closed_reason()
+        let window = self.run_window();
+        if let Some(why) = window.closed_reason()
             && self.remaining() > 0
         {
             if self.input.on_window_close == OnWindowClose::ScaleDown {
                 self.set_aside();
                 return Next::Enter(RefreshPhase::ScalingDown);
             }
-            let requeue = self.input.window.recheck_in(self.input.group.now);
+            let requeue = window.recheck_in(self.input.group.now);
             let why = format!(
                 "{} node(s) left; the run waits, keeping its surplus: {why}",
                 self.remaining()
@@ -128,7 +132,8 @@ impl Planner<'_> {
                     || self.status.alongside.iter().any(|t| t.instance_id == **id))
             })
             .collect();
-        let (ordered, protected) = take_order(input, left);
+        let reason = run_reason(self.status.trigger);
+        let (ordered, protected) = take_order(input, reason, left);
         let upcoming = ordered
             .into_iter()
             .filter_map(|(node, id)| {
@@ -406,14 +411,19 @@ pub(super) type Order<'a> = (
 /// (node, instance, why), a dead node excepted: no protection holds a
 /// repair. Shared by the run and its preview, so the preview says the order
 /// the run takes.
-pub(super) fn take_order<'a>(input: &'a Input, mut planned: Vec<&'a String>) -> Order<'a> {
+pub(super) fn take_order<'a>(
+    input: &'a Input,
+    reason: Reason,
+    mut planned: Vec<&'a String>,
+) -> Order<'a> {
+    let protection = rules::protected(reason, input.protected);
     let node_of = |id: &str| input.group.node_of(id);
     planned.sort_by_key(|id| !node_of(id).is_some_and(|n| input.group.unhealthy(n)));
     let mut protected = vec![];
     let mut upcoming = vec![];
     for id in planned {
         let Some(node) = node_of(id) else { continue };
-        match input.protected.get(&node.name) {
+        match protection.get(&node.name) {
             Some(why) if !input.group.unhealthy(node) => {
                 protected.push((node.name.clone(), id.clone(), why.clone()));
             }

@@ -314,6 +314,12 @@ struct Planner<'a> {
 }
 
 impl Planner<'_> {
+    /// The windows as the run's reason sees them (the rule book).
+    fn run_window(&self) -> crate::controllers::window::WindowState {
+        let reason = termination::run_reason(self.status.trigger);
+        crate::controllers::authority::rules::window(reason, &self.input.window)
+    }
+
     fn decide(&mut self) -> Step {
         let settings = match self.input.settings {
             Ok(s) => s,

@@ -9,6 +9,7 @@ use super::draining::take_order;
 use super::set_aside::CONTROL_PLANE_UNOBSERVED;
 use super::targets::{drifted_targets, targets};
 use super::{Input, LockState, Planner, SlotState, WindowState};
+use crate::controllers::authority::Reason;
 use crate::crd::next::{LISTED_NODES, NextDisruption, NextNode};
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::RunTrigger;
@@ -144,7 +145,11 @@ impl Planner<'_> {
             }
             _ => coming.targets,
         };
-        let (upcoming, protected) = take_order(input, targets.iter().collect());
+        let reason = match coming.what {
+            "drift roll" => Reason::DriftRoll,
+            _ => Reason::Refresh,
+        };
+        let (upcoming, protected) = take_order(input, reason, targets.iter().collect());
         let mut nodes: Vec<NextNode> = upcoming
             .into_iter()
             .map(|(node, id)| NextNode {

@@ -3,6 +3,7 @@
 //! terminated with decrement; the run ends and the lock is released.
 
 use super::{Command, GroupNode, Happening, Member, Planner, SOON, Step, describe_changes};
+use crate::controllers::authority::{Reason, rules};
 use crate::controllers::group_view::{DesiredChange, after, until};
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{AsgDesired, RefreshTarget, RunResult, TargetPurpose};
@@ -218,7 +219,7 @@ impl Planner<'_> {
             let Some(n) = node_of(&m.instance_id) else {
                 continue;
             };
-            match input.protected.get(&n.name) {
+            match rules::protected(Reason::RefreshSurplus, input.protected).get(&n.name) {
                 Some(why) => protected.push(format!("{} ({why})", n.name)),
                 None => free.push((*m, n)),
             }

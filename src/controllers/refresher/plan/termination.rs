@@ -2,7 +2,8 @@
 //! before it is made, retried after a restart only while still safe.
 
 use super::{Command, GroupNode, Planner, SOON, Step};
-use crate::controllers::authority::{self, Blocked, ControlPlane, Path, Request};
+use crate::controllers::authority::rules::{self, Rule};
+use crate::controllers::authority::{self, Blocked, ControlPlane, Reason, Request};
 use crate::crd::Role;
 use crate::crd::refresher::RefresherStatus;
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, RunTrigger, TargetPurpose};
@@ -19,9 +20,9 @@ impl Planner<'_> {
     pub(super) fn removal_safety(&self, target: &RefreshTarget) -> Removal {
         removal(
             target,
+            self.status.trigger,
             self.input.group.nodes,
-            self.input.group.desired,
-            self.surplus_total(),
+            (self.input.group.desired, self.surplus_total()),
         )
     }
 
@@ -67,27 +68,37 @@ impl Planner<'_> {
 
 /// The disruption authority's answer for a target of a run started by
 /// `trigger` (a master: only while every other master of the cluster is
-/// Ready): the one rule the plan and the guard both ask. A surplus node is
-/// the group's own to take back.
+/// Ready): the one rule the plan and the guard both ask, for the reason
+/// the rule book gives the target.
 pub fn authority(
     target: &RefreshTarget,
     trigger: Option<RunTrigger>,
     role: Role,
     control_plane: Option<&ControlPlane>,
 ) -> Result<(), Blocked> {
-    if target.purpose != TargetPurpose::Replace {
-        return Ok(());
-    }
-    let path = match trigger {
-        Some(RunTrigger::Drift) => Path::DriftRoll,
-        _ => Path::Refresh,
-    };
     let request = Request {
-        path,
+        reason: reason_of(target, trigger),
         role,
         instance: &target.instance_id,
     };
     authority::decide(control_plane, &request)
+}
+
+/// Why a run takes a target away, in the rule book's terms.
+pub fn reason_of(target: &RefreshTarget, trigger: Option<RunTrigger>) -> Reason {
+    match (target.purpose, trigger) {
+        (TargetPurpose::RemoveSurplus, _) => Reason::RefreshSurplus,
+        (TargetPurpose::Replace, Some(RunTrigger::Drift)) => Reason::DriftRoll,
+        (TargetPurpose::Replace, _) => Reason::Refresh,
+    }
+}
+
+/// Why a run started by `trigger` replaces nodes, in the rule book's terms.
+pub fn run_reason(trigger: Option<RunTrigger>) -> Reason {
+    match trigger {
+        Some(RunTrigger::Drift) => Reason::DriftRoll,
+        _ => Reason::Refresh,
+    }
 }
 
 /// Whether the group can spare a target, by the Ready nodes besides it.
@@ -103,8 +114,15 @@ pub struct Removal {
 /// desired + surplus - 1 (workers with surplus: never below desired; without
 /// surplus, masters: every other node Ready), and never below desired when
 /// its replacement was launched ahead; removing surplus keeps Ready at
-/// desired, and removing one that is not Ready costs no Ready node.
-pub fn removal(target: &RefreshTarget, nodes: &[GroupNode], desired: i32, surplus: i32) -> Removal {
+/// desired, and removing one that is not Ready costs no Ready node. Safe
+/// whatever the count when the rule book frees the run's reason
+/// (`trigger`) of the Ready floor.
+pub fn removal(
+    target: &RefreshTarget,
+    trigger: Option<RunTrigger>,
+    nodes: &[GroupNode],
+    (desired, surplus): (i32, i32),
+) -> Removal {
     let id = Some(target.instance_id.as_str());
     let ready_besides = nodes
         .iter()
@@ -126,8 +144,9 @@ pub fn removal(target: &RefreshTarget, nodes: &[GroupNode], desired: i32, surplu
         }
         TargetPurpose::RemoveSurplus => (!target_ready || ready_besides >= desired, desired),
     };
+    let floor = rules::binds(reason_of(target, trigger), Rule::ReadyFloor);
     Removal {
-        safe,
+        safe: safe || !floor,
         ready_besides,
         needed,
     }

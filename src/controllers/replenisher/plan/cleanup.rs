@@ -2,7 +2,7 @@
 //! with a backoff per ASG while its replacements keep not joining.
 
 use super::{Command, NotJoinedView, Plan, Stage, exclusion_backoff};
-use crate::controllers::authority::{self, Path, Request};
+use crate::controllers::authority::{self, Reason, Request};
 use crate::controllers::group_view::after;
 use crate::crd::Role;
 use crate::crd::replenisher::{CleanupTarget, NotJoinedRemovals, ReplenishPhase};
@@ -18,7 +18,7 @@ pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
     // A master instance goes only while every other master is Ready (its
     // etcd may run though its Node never registered).
     let request = Request {
-        path: Path::NeverJoined,
+        reason: Reason::NeverJoined,
         role: input.group.role,
         instance: &instance.instance_id,
     };

@@ -7,7 +7,7 @@
 use super::queries::{leaves_through_us, replacement};
 use super::scale_in::{choose_victim, protected_surplus};
 use super::{Plan, SlotState, Stage};
-use crate::controllers::authority::{self, Path, Request};
+use crate::controllers::authority::{self, Reason, Request};
 use crate::controllers::group_view::{Fate, GroupFacts, GroupNode, LockState, after};
 use crate::controllers::window::WindowState;
 use crate::crd::Role;
@@ -73,7 +73,7 @@ fn held_by(group: &GroupFacts, instance: &str, slot: &SlotState) -> Option<Strin
             .map(|why| format!("circuit breaker open: {why}")),
         Role::Master => {
             let request = Request {
-                path: Path::Repair,
+                reason: Reason::MasterRepair,
                 role: Role::Master,
                 instance,
             };
@@ -190,16 +190,16 @@ fn later(s: &Stage, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
 
 /// A voluntary removal's time: not before `t` (None: now), and not before
 /// a closed window opens.
-fn in_window(s: &Stage, t: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
-    let at = match s.input.window.opens() {
+fn in_window(s: &Stage, reason: Reason, t: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
+    let at = match s.window(reason).opens() {
         Some(opens) => Some(t.map_or(opens, |t| t.max(opens))),
         None => t,
     };
     at.and_then(|t| later(s, t))
 }
 
-fn window_never(s: &Stage) -> Option<String> {
-    matches!(s.input.window, WindowState::Closed { opens: None })
+fn window_never(s: &Stage, reason: Reason) -> Option<String> {
+    matches!(s.window(reason), WindowState::Closed { opens: None })
         .then(|| "no maintenance window opens again".to_string())
 }
 
@@ -225,7 +225,7 @@ fn never_joined(s: &Stage) -> Option<Kind> {
                 .find(|r| r.auto_scaling_group == n.asg)
                 .map(|r| r.retry_after);
             let request = Request {
-                path: Path::NeverJoined,
+                reason: Reason::NeverJoined,
                 role: input.group.role,
                 instance: &n.instance_id,
             };
@@ -293,7 +293,7 @@ fn at_risk(s: &Stage) -> Option<Kind> {
         .iter()
         .filter(|n| n.fate == Some(Fate::AtRisk) && leaves_through_us(s, n))
         .filter(|n| replacement(s, n).is_some())
-        .filter_map(|n| voluntary(s, n))
+        .filter_map(|n| voluntary(s, Reason::AtRisk, n))
         .collect();
     if nodes.is_empty() {
         return None;
@@ -301,22 +301,21 @@ fn at_risk(s: &Stage) -> Option<Kind> {
     Some(Kind {
         what: "at-risk removal",
         why: "rebalance recommendation".into(),
-        at: in_window(s, None),
+        at: in_window(s, Reason::AtRisk, None),
         nodes,
-        blocked_by: window_never(s).or_else(|| {
+        blocked_by: window_never(s, Reason::AtRisk).or_else(|| {
             (s.ready < input.group.desired).then(|| "its replacement is not Ready yet".to_string())
         }),
     })
 }
 
 /// A node a voluntary removal would take, with its protection if any.
-fn voluntary(s: &Stage, n: &GroupNode) -> Option<NextNode> {
+fn voluntary(s: &Stage, reason: Reason, n: &GroupNode) -> Option<NextNode> {
     Some(NextNode {
         node: n.name.clone(),
         instance_id: n.instance_id.clone()?,
         blocked_by: s
-            .input
-            .protected
+            .protected(reason)
             .get(&n.name)
             .map(|why| format!("protected: {why}")),
     })
@@ -328,7 +327,7 @@ fn back_to_spot(s: &Stage) -> Option<Kind> {
     let settings = s.input.fallback?;
     let nodes: Vec<NextNode> = super::fallback::on_fallback(s)
         .into_iter()
-        .filter_map(|n| voluntary(s, n))
+        .filter_map(|n| voluntary(s, Reason::FallbackReturn, n))
         .collect();
     if nodes.is_empty() {
         return None;
@@ -343,9 +342,9 @@ fn back_to_spot(s: &Stage) -> Option<Kind> {
             "a spot ASG launching for {}",
             crate::duration::format(settings.return_after)
         ),
-        at: in_window(s, due),
+        at: in_window(s, Reason::FallbackReturn, due),
         nodes,
-        blocked_by: window_never(s).or_else(|| {
+        blocked_by: window_never(s, Reason::FallbackReturn).or_else(|| {
             due.is_none()
                 .then(|| "no spot ASG launches yet (every spot pool short)".to_string())
         }),
@@ -370,7 +369,7 @@ fn surplus(s: &Stage) -> Option<Kind> {
             blocked_by: None,
         })
         .collect();
-    let blocked_by = window_never(s).or_else(|| match victim {
+    let blocked_by = window_never(s, Reason::ScaleIn).or_else(|| match victim {
         Some(_) => None,
         None if choose_victim(s, false).is_some() => Some(protected_surplus(s)),
         None => Some("no ASG can shrink (at min)".into()),
@@ -378,7 +377,7 @@ fn surplus(s: &Stage) -> Option<Kind> {
     Some(Kind {
         what: "surplus removal",
         why: format!("{} Ready, {} desired", s.ready, input.group.desired),
-        at: in_window(s, cooldown_end),
+        at: in_window(s, Reason::ScaleIn, cooldown_end),
         nodes,
         blocked_by,
     })

@@ -11,6 +11,7 @@ use super::queries::{changes_from, on_the_way, spread, spread_over};
 use super::records::record_raise;
 use super::scale_in::{PROTECTED_RETRY, slot_for, start_scale_in};
 use super::{Command, Plan, Stage};
+use crate::controllers::authority::Reason;
 use crate::controllers::group_view::{AsgView, DesiredChange, GroupNode, IDLE, after, until};
 use crate::crd::Role;
 use crate::crd::replenisher::{AsgSince, ReplenishPhase, ScaleInTarget};
@@ -184,22 +185,21 @@ pub(super) fn return_to_spot(s: &Stage) -> Option<Plan> {
     }
     // A spot replacement is Ready: the fallback node goes, as a voluntary
     // removal.
-    if let Some(why) = input.window.closed_reason() {
+    let window = s.window(Reason::FallbackReturn);
+    if let Some(why) = window.closed_reason() {
         return Some(s.wait_on_time(
             format!("{} stays on the on-demand fallback: {why}", first.name),
-            input.window.recheck_in(now),
+            window.recheck_in(now),
         ));
     }
-    let Some(node) = nodes
-        .iter()
-        .find(|n| !input.protected.contains_key(&n.name))
-    else {
+    let protected = s.protected(Reason::FallbackReturn);
+    let Some(node) = nodes.iter().find(|n| !protected.contains_key(&n.name)) else {
         return Some(s.wait_on_time(
             format!(
                 "the on-demand fallback's nodes are protected: {}",
                 nodes
                     .iter()
-                    .filter_map(|n| Some(format!("{} ({})", n.name, input.protected.get(&n.name)?)))
+                    .filter_map(|n| Some(format!("{} ({})", n.name, protected.get(&n.name)?)))
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
@@ -220,7 +220,8 @@ pub(super) fn return_to_spot(s: &Stage) -> Option<Plan> {
         "{ready}/{desired} Ready, spot launching again: returning {} from the on-demand {}",
         target.node, target.auto_scaling_group
     );
-    if let Some(plan) = slot_for(s, &message, ReplenishPhase::ScalingDown) {
+    let phase = ReplenishPhase::ScalingDown;
+    if let Some(plan) = slot_for(s, Reason::FallbackReturn, &message, phase) {
         return Some(plan);
     }
     Some(start_scale_in(s, target, message))

@@ -24,7 +24,7 @@ pub(super) const RETIRE_GRACE: std::time::Duration = std::time::Duration::from_s
 use super::queries::{authority_for, leaves_through_us, replacement};
 use super::scale_in::{PROTECTED_RETRY, slot_for, start_scale_in};
 use super::{Command, Plan, Stage};
-use crate::controllers::authority::Path;
+use crate::controllers::authority::Reason;
 use crate::controllers::group_view::{Fate, GroupNode};
 use crate::crd::replenisher::{Replacement, ReplenishPhase, Retirement, ScaleInTarget};
 use std::collections::BTreeMap;
@@ -70,7 +70,7 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
         .filter(|(n, r)| due(n, r))
         // A master leaves before AWS takes it only while the other masters
         // are up: else AWS takes it at its time, and nothing is ours.
-        .filter(|(n, _)| authority_for(s, Path::Retirement, n).is_ok())
+        .filter(|(n, _)| authority_for(s, Reason::Retirement, n).is_ok())
         .collect();
     if due.is_empty() {
         return None;
@@ -117,11 +117,14 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
 pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
     // Outside the maintenance windows it stays (`at_risk_kept` says so);
     // AWS may still take it, which is then an interruption like any other.
-    if s.status.scale_in.is_some() || s.ready < s.input.group.desired || !s.input.window.is_open() {
+    if s.status.scale_in.is_some()
+        || s.ready < s.input.group.desired
+        || !s.window(Reason::AtRisk).is_open()
+    {
         return None;
     }
     let (node, replaced) = at_risk_replaced(s)?;
-    if s.input.protected.contains_key(&node.name) {
+    if s.protected(Reason::AtRisk).contains_key(&node.name) {
         return None;
     }
     let own = node.asg.clone()?;
@@ -139,7 +142,7 @@ pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
         "{} at risk of interruption, its replacement Ready: removing it from {}",
         target.node, target.auto_scaling_group
     );
-    if let Some(plan) = slot_for(s, &message, ReplenishPhase::ScalingDown) {
+    if let Some(plan) = slot_for(s, Reason::AtRisk, &message, ReplenishPhase::ScalingDown) {
         return Some(plan);
     }
     Some(start_scale_in(s, target, message))
@@ -160,11 +163,12 @@ fn at_risk_replaced<'s>(s: &'s Stage) -> Option<(&'s GroupNode, &'s Replacement)
 /// closed, or it is protected): say so, and until when.
 pub(super) fn at_risk_kept(s: &Stage) -> Option<Plan> {
     let (node, _) = at_risk_replaced(s)?;
-    let (why, requeue) = match s.input.protected.get(&node.name) {
+    let window = s.window(Reason::AtRisk);
+    let (why, requeue) = match s.protected(Reason::AtRisk).get(&node.name) {
         Some(why) => (format!("protected: {why}"), PROTECTED_RETRY),
         None => (
-            s.input.window.closed_reason()?,
-            s.input.window.recheck_in(s.input.group.now),
+            window.closed_reason()?,
+            window.recheck_in(s.input.group.now),
         ),
     };
     Some(s.wait_on_time(

@@ -2,7 +2,7 @@
 //! (no stage imports another's helpers).
 
 use super::Stage;
-use crate::controllers::authority::{self, Blocked, Path, Request};
+use crate::controllers::authority::{self, Blocked, Reason, Request, rules};
 use crate::controllers::group_view::{AsgView, DesiredChange, Fate, GroupNode};
 use crate::crd::Role;
 use crate::crd::replenisher::Replacement;
@@ -100,13 +100,13 @@ pub(super) fn replacement_in(s: &Stage, node: &GroupNode, asg: &str) -> Replacem
 /// The authority's answer for repairing `node` (a master: only while every
 /// other master of the cluster is Ready, counted by instance).
 pub(super) fn authority(s: &Stage, node: &GroupNode) -> Result<(), Blocked> {
-    authority_for(s, Path::Repair, node)
+    authority_for(s, Reason::repair(s.input.group.role), node)
 }
 
-/// The authority's answer for taking `node` away by `path`.
-pub(super) fn authority_for(s: &Stage, path: Path, node: &GroupNode) -> Result<(), Blocked> {
+/// The authority's answer for taking `node` away for `reason`.
+pub(super) fn authority_for(s: &Stage, reason: Reason, node: &GroupNode) -> Result<(), Blocked> {
     let request = Request {
-        path,
+        reason,
         role: s.input.group.role,
         instance: node.instance_id.as_deref().unwrap_or_default(),
     };
@@ -215,4 +215,19 @@ pub(super) fn changes_from(s: &Stage, candidates: &[AsgView]) -> Vec<DesiredChan
             })
         })
         .collect()
+}
+
+impl Stage<'_> {
+    /// The maintenance windows as `reason` sees them (the rule book).
+    pub(super) fn window(&self, reason: Reason) -> crate::controllers::window::WindowState {
+        rules::window(reason, &self.input.window)
+    }
+
+    /// The protected nodes, and why, as `reason` sees them (the rule book).
+    pub(super) fn protected(
+        &self,
+        reason: Reason,
+    ) -> std::borrow::Cow<'_, std::collections::BTreeMap<String, String>> {
+        rules::protected(reason, self.input.protected)
+    }
 }

@@ -26,6 +26,7 @@
 use super::queries::{authority, raise_candidates, replacement, unhealthy};
 use super::scale_in::{slot_for, start_scale_in};
 use super::{Plan, Stage};
+use crate::controllers::authority::Reason;
 use crate::controllers::group_view::GroupNode;
 use crate::crd::Role;
 use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
@@ -63,10 +64,10 @@ pub(super) fn repair_in_place(s: &Stage) -> Option<Plan> {
         ),
     };
     // A master repair is a disruption of the control plane like any other:
-    // it holds the manager-wide slot, so no other Master group acts at once.
-    if s.input.group.role == Role::Master
-        && let Some(plan) = slot_for(s, &message, ReplenishPhase::Repairing)
-    {
+    // it holds the manager-wide slot (the rule book), so no other Master
+    // group acts at once; a worker's does not wait for one.
+    let reason = Reason::repair(s.input.group.role);
+    if let Some(plan) = slot_for(s, reason, &message, ReplenishPhase::Repairing) {
         return Some(plan);
     }
     Some(start_scale_in(s, target, message))

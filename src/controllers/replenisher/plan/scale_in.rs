@@ -4,6 +4,8 @@
 
 use super::queries::ready_in;
 use super::{Command, Plan, SCALE_IN_DRAIN_TIMEOUT, SlotState, Stage};
+use crate::controllers::authority::Reason;
+use crate::controllers::authority::rules::{self, Rule};
 use crate::controllers::group_view::GroupNode;
 use crate::controllers::group_view::LockState;
 use crate::controllers::group_view::after;
@@ -100,8 +102,9 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
     if s.ready <= input.group.desired {
         return None;
     }
-    if let Some(why) = input.window.closed_reason() {
-        let requeue = input.window.recheck_in(input.group.now);
+    let window = s.window(Reason::ScaleIn);
+    if let Some(why) = window.closed_reason() {
+        let requeue = window.recheck_in(input.group.now);
         return Some(s.wait_on_time(
             format!(
                 "{} surplus node(s) kept: {why}",
@@ -140,7 +143,7 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
         "{}/{} Ready: removing {} from {}",
         s.ready, input.group.desired, target.node, target.auto_scaling_group
     );
-    if let Some(plan) = slot_for(s, &message, ReplenishPhase::ScalingDown) {
+    if let Some(plan) = slot_for(s, Reason::ScaleIn, &message, ReplenishPhase::ScalingDown) {
         return Some(plan);
     }
     Some(start_scale_in(s, target, message))
@@ -163,13 +166,14 @@ pub(super) const PROTECTED_RETRY: Duration = Duration::from_secs(60);
 
 /// The Ready nodes that are protected, and why, for a message.
 pub(super) fn protected_surplus(s: &Stage) -> String {
+    let protected = s.protected(Reason::ScaleIn);
     let list: Vec<String> = s
         .input
         .group
         .nodes
         .iter()
         .filter(|n| n.ready)
-        .filter_map(|n| Some(format!("{} ({})", n.name, s.input.protected.get(&n.name)?)))
+        .filter_map(|n| Some(format!("{} ({})", n.name, protected.get(&n.name)?)))
         .collect();
     format!("the nodes that could go are protected: {}", list.join(", "))
 }
@@ -181,11 +185,12 @@ pub(super) fn protected_surplus(s: &Stage) -> String {
 /// (another ASG's node goes instead, the layout then off by one).
 pub(super) fn choose_victim(s: &Stage, spare_protected: bool) -> Option<ScaleInTarget> {
     let input = s.input;
+    let protected = s.protected(Reason::ScaleIn);
     let candidate = |n: &&GroupNode, asg: &str| {
         n.ready
             && n.asg.as_deref() == Some(asg)
             && n.instance_id.is_some()
-            && !(spare_protected && input.protected.contains_key(&n.name))
+            && !(spare_protected && protected.contains_key(&n.name))
     };
     let raised = |asg: &str| {
         s.status
@@ -234,9 +239,17 @@ pub(super) fn choose_victim(s: &Stage, spare_protected: bool) -> Option<ScaleInT
 /// A removal waiting for a disruption slot asks again this often.
 const SLOT_RETRY: Duration = Duration::from_secs(5);
 
-/// A voluntary removal (`what`) needs a manager-wide disruption slot:
-/// Some(plan) until it holds one.
-pub(super) fn slot_for(s: &Stage, what: &str, phase: ReplenishPhase) -> Option<Plan> {
+/// A removal (`what`) for a reason the rule book binds to the slot needs
+/// a manager-wide disruption slot: Some(plan) until it holds one.
+pub(super) fn slot_for(
+    s: &Stage,
+    reason: Reason,
+    what: &str,
+    phase: ReplenishPhase,
+) -> Option<Plan> {
+    if !rules::binds(reason, Rule::Slot) {
+        return None;
+    }
     match &s.input.slot {
         SlotState::Ours => None,
         SlotState::Free => Some(s.act(

@@ -1,0 +1,297 @@
+//! The rule book: which of the cluster-wide rules binds which reason the
+//! manager has to take a node away. One table, [`binding`]; every path
+//! asks it where it checks a rule (the masters' rule in
+//! [`super::decide`], a window, protection or the slot in its planner, the
+//! Ready floor in its guard), so a row changed here
+//! changes what that path does. `docs/concepts/disruption.md` shows the
+//! table as [`markdown`] renders it, and a test keeps the two the same.
+
+use crate::controllers::window::WindowState;
+use crate::crd::Role;
+use std::collections::BTreeMap;
+
+/// Every reason the manager takes a node away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reason {
+    /// A scheduled (or manual) refresh run replaces a node.
+    Refresh,
+    /// A drift roll replaces a node whose launch template is out of date.
+    DriftRoll,
+    /// A refresh run (or drift roll) takes back its own surplus.
+    RefreshSurplus,
+    /// The replenisher takes back a surplus after a shortage ended.
+    ScaleIn,
+    /// A node at risk (rebalance recommendation, `Replace`) is removed
+    /// once replaced.
+    AtRisk,
+    /// The on-demand fallback's nodes go once spot can launch again.
+    FallbackReturn,
+    /// An instance that never joined is terminated.
+    NeverJoined,
+    /// A worker NotReady past the unhealthy timeout is replaced.
+    WorkerRepair,
+    /// A master NotReady past the unhealthy timeout is replaced.
+    MasterRepair,
+    /// A node AWS reclaims (spot warning, scheduled change) is drained.
+    InterruptionDrain,
+    /// A reclaimed node, replaced, is terminated before AWS takes it.
+    Retirement,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 11] = [
+        Reason::Refresh,
+        Reason::DriftRoll,
+        Reason::RefreshSurplus,
+        Reason::ScaleIn,
+        Reason::AtRisk,
+        Reason::FallbackReturn,
+        Reason::NeverJoined,
+        Reason::WorkerRepair,
+        Reason::MasterRepair,
+        Reason::InterruptionDrain,
+        Reason::Retirement,
+    ];
+
+    /// The repair of a node of a group of `role`.
+    pub fn repair(role: Role) -> Reason {
+        match role {
+            Role::Master => Reason::MasterRepair,
+            Role::Worker => Reason::WorkerRepair,
+        }
+    }
+
+    /// For logs, messages and metric labels: a fixed set.
+    pub fn label(self) -> &'static str {
+        match self {
+            Reason::Refresh => "refresh",
+            Reason::DriftRoll => "drift_roll",
+            Reason::RefreshSurplus => "refresh_surplus",
+            Reason::ScaleIn => "scale_in",
+            Reason::AtRisk => "at_risk",
+            Reason::FallbackReturn => "fallback_return",
+            Reason::NeverJoined => "never_joined",
+            Reason::WorkerRepair => "worker_repair",
+            Reason::MasterRepair => "master_repair",
+            Reason::InterruptionDrain => "interruption_drain",
+            Reason::Retirement => "retirement",
+        }
+    }
+
+    /// For the docs' table.
+    fn title(self) -> &'static str {
+        match self {
+            Reason::Refresh => "refresh",
+            Reason::DriftRoll => "drift roll",
+            Reason::RefreshSurplus => "a run's surplus taken back",
+            Reason::ScaleIn => "replenisher's scale-in",
+            Reason::AtRisk => "node at risk removed",
+            Reason::FallbackReturn => "return from on-demand",
+            Reason::NeverJoined => "never-joined instance",
+            Reason::WorkerRepair => "worker repair",
+            Reason::MasterRepair => "master repair",
+            Reason::InterruptionDrain => "interruption drain",
+            Reason::Retirement => "reclaimed node retired early",
+        }
+    }
+}
+
+/// The cluster-wide rules a disruption may have to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Rule {
+    /// A master goes only while the other masters that are up number at
+    /// least the expected count less one (`super::decide`).
+    Masters,
+    /// Only inside a maintenance window (`spec.disruption.windows`).
+    Window,
+    /// Never a protected node (do-not-disrupt, someone else's cordon, a
+    /// pod with no controller).
+    DoNotDisrupt,
+    /// Holding one of the manager-wide disruption slots.
+    Slot,
+    /// The group keeps at least its desired count of Ready nodes besides it.
+    ReadyFloor,
+}
+
+impl Rule {
+    pub const ALL: [Rule; 5] = [
+        Rule::Masters,
+        Rule::Window,
+        Rule::DoNotDisrupt,
+        Rule::Slot,
+        Rule::ReadyFloor,
+    ];
+
+    fn title(self) -> &'static str {
+        match self {
+            Rule::Masters => "masters' rule",
+            Rule::Window => "window",
+            Rule::DoNotDisrupt => "do-not-disrupt",
+            Rule::Slot => "slot",
+            Rule::ReadyFloor => "Ready floor",
+        }
+    }
+}
+
+/// Whether a rule binds a reason, and if not, why not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binding {
+    Binds,
+    Free(&'static str),
+}
+
+/// The rule book. Voluntary reasons keep every rule; a repair keeps what
+/// protects the control plane, not a window; an interruption cannot stop
+/// its loss, but retiring a master before AWS takes it still asks the
+/// masters' rule. (A worker group's circuit breaker is not a rule of the
+/// cluster: it stops every termination of its own group but retirements.)
+pub fn binding(reason: Reason, rule: Rule) -> Binding {
+    use Binding::{Binds, Free};
+    use Reason as R;
+    use Rule as U;
+    match (reason, rule) {
+        (R::Refresh | R::DriftRoll | R::ScaleIn | R::AtRisk | R::FallbackReturn, _) => Binds,
+        (R::RefreshSurplus, U::Window) => {
+            Free("gives back the run's own raise, at a window's close too")
+        }
+        // Held while another group's master is down, the run would keep the
+        // slot that master's repair needs; the Ready floor keeps the
+        // group's own count.
+        (R::RefreshSurplus, U::Masters) => Free("the run's own extra master, beyond the count"),
+        (R::RefreshSurplus, _) => Binds,
+        (R::NeverJoined, U::Masters) => Binds,
+        (R::NeverJoined, _) => Free("no Node, nothing runs on it"),
+        (R::WorkerRepair, U::Masters) => Free("a worker"),
+        (R::WorkerRepair | R::MasterRepair, U::ReadyFloor) => {
+            Free("a dead node counts for nothing")
+        }
+        (R::MasterRepair, U::Masters | U::Slot) => Binds,
+        (R::WorkerRepair | R::MasterRepair, _) => Free("a dead kubelet does not wait"),
+        (R::InterruptionDrain, _) => Free("AWS takes the node anyway"),
+        (R::Retirement, U::Masters) => Binds,
+        (R::Retirement, _) => Free("AWS takes the node anyway"),
+    }
+}
+
+pub fn binds(reason: Reason, rule: Rule) -> bool {
+    binding(reason, rule) == Binding::Binds
+}
+
+/// The windows as `reason` sees them: always open when no window binds it.
+pub fn window(reason: Reason, state: &WindowState) -> WindowState {
+    match binds(reason, Rule::Window) {
+        true => state.clone(),
+        false => WindowState::Always,
+    }
+}
+
+/// The protected nodes (and why) as `reason` sees them: none when
+/// protection does not bind it.
+pub fn protected(
+    reason: Reason,
+    protected: &BTreeMap<String, String>,
+) -> std::borrow::Cow<'_, BTreeMap<String, String>> {
+    match binds(reason, Rule::DoNotDisrupt) {
+        true => std::borrow::Cow::Borrowed(protected),
+        false => std::borrow::Cow::Owned(BTreeMap::new()),
+    }
+}
+
+/// The table as Markdown: a row per reason, a column per rule; a rule that
+/// does not bind says why.
+pub fn markdown() -> String {
+    let mut out = String::from("| why a node goes |");
+    for rule in Rule::ALL {
+        out.push_str(&format!(" {} |", rule.title()));
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(Rule::ALL.len()));
+    out.push('\n');
+    for reason in Reason::ALL {
+        out.push_str(&format!("| {} |", reason.title()));
+        for rule in Rule::ALL {
+            match binding(reason, rule) {
+                Binding::Binds => out.push_str(" yes |"),
+                Binding::Free(why) => out.push_str(&format!(" no: {why} |")),
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The markers around the table in `docs/concepts/disruption.md`.
+pub const BEGIN: &str = "<!-- rule book: generated from src/controllers/authority/rules.rs by `spot-node-manager reference`; do not edit by hand -->";
+pub const END: &str = "<!-- end of the rule book -->";
+
+/// `text` with the table between the markers made [`markdown`]'s; None when
+/// the markers are missing.
+pub fn splice(text: &str) -> Option<String> {
+    let start = text.find(BEGIN)? + BEGIN.len();
+    let end = start + text[start..].find(END)?;
+    Some(format!(
+        "{}\n\n{}\n{}",
+        &text[..start],
+        markdown(),
+        &text[end..]
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn voluntary_reasons_keep_every_rule_and_an_interruption_drain_none() {
+        for reason in [Reason::Refresh, Reason::DriftRoll, Reason::ScaleIn] {
+            for rule in Rule::ALL {
+                assert!(binds(reason, rule), "{reason:?} {rule:?}");
+            }
+        }
+        for rule in Rule::ALL {
+            assert!(!binds(Reason::InterruptionDrain, rule), "{rule:?}");
+        }
+        // A master's early retirement still asks the masters' rule; a
+        // repair never waits for a window.
+        assert!(binds(Reason::Retirement, Rule::Masters));
+        assert!(!binds(Reason::MasterRepair, Rule::Window));
+        assert!(binds(Reason::MasterRepair, Rule::Slot));
+        assert!(!binds(Reason::WorkerRepair, Rule::Slot));
+    }
+
+    #[test]
+    fn a_reason_a_window_does_not_bind_sees_it_open_and_protection_absent() {
+        let closed = WindowState::Closed { opens: None };
+        assert_eq!(window(Reason::ScaleIn, &closed), closed);
+        assert_eq!(window(Reason::MasterRepair, &closed), WindowState::Always);
+        let mut map = BTreeMap::new();
+        map.insert("n1".to_string(), "do-not-disrupt".to_string());
+        assert_eq!(protected(Reason::AtRisk, &map).len(), 1);
+        assert!(protected(Reason::WorkerRepair, &map).is_empty());
+    }
+
+    #[test]
+    fn the_table_has_a_row_per_reason_and_a_cell_per_rule() {
+        let table = markdown();
+        let rows: Vec<&str> = table.lines().collect();
+        assert_eq!(rows.len(), 2 + Reason::ALL.len());
+        for row in &rows {
+            assert_eq!(row.matches('|').count(), Rule::ALL.len() + 2, "{row}");
+        }
+        assert!(
+            rows.iter()
+                .any(|r| r.starts_with("| master repair | yes |"))
+        );
+    }
+
+    #[test]
+    fn splice_replaces_only_what_is_between_the_markers() {
+        let text = format!("before\n{BEGIN}\nold table\n{END}\nafter\n");
+        let spliced = splice(&text).expect("markers");
+        assert!(spliced.starts_with(&format!("before\n{BEGIN}\n\n| why a node goes |")));
+        assert!(spliced.ends_with(&format!("\n{END}\nafter\n")));
+        assert!(!spliced.contains("old table"));
+        assert_eq!(splice(&spliced), Some(spliced.clone()), "idempotent");
+        assert_eq!(splice("no markers"), None);
+    }
+}
