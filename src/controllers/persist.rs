@@ -1,5 +1,5 @@
-//! Status is the memory: the one persist-then-act executor of the child
-//! controllers, and their status writes.
+//! Status is the memory: the persist-then-act step both child controllers'
+//! executors make each action through, and their status writes.
 
 use crate::context::Context;
 use crate::error::Error;
@@ -7,7 +7,7 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use std::future::Future;
 
-/// The one executor of the child controllers' steps: the status that records
+/// The one persist-then-act step of the child controllers: the status that records
 /// what is about to be done is written first (when it changed), then the
 /// action runs. Killed between the two, the next reconcile finds the record
 /// and settles it against what AWS and the cluster say; killed before the

@@ -1,6 +1,7 @@
-//! The interruption record on a Node, written and read here only (the
-//! receiver marks, the drainer and the inventory read, a drain given up
-//! checks it before uncordoning). Marking is the first, persisted action on
+//! The interruption record on a Node, written and parsed only through this
+//! module (the receiver marks; the interruption planner, the drainer, the
+//! inventory and its watch read; a drain given up checks it before
+//! uncordoning). Marking is the first, persisted action on
 //! a node about to be lost: one patch that cordons it, taints it `nodemanager.dev/interrupted:NoSchedule`, labels it
 //! out of external load balancers and records the notice (kind, AWS time,
 //! drain deadline) in an annotation. The Node is the durable record: once
