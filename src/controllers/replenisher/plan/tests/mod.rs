@@ -2,6 +2,7 @@ mod guards;
 mod launching;
 mod not_joined;
 mod properties;
+mod rule_book;
 mod scale_in;
 mod scale_up;
 
