@@ -12,7 +12,7 @@ use crate::controllers::aws_mutations::set_desired_capacity;
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, observe_group};
 use crate::controllers::refresher::execute::{Drained, Effects, execute};
-use crate::controllers::refresher::guard::Guard;
+use crate::controllers::refresher::guard::{Check, Guard};
 use crate::controllers::refresher::plan::{self as refresh_plan, Happening, Member};
 use crate::controllers::refresher::seen::{Protection, Seen};
 use crate::controllers::runtime::{About, instrumented};
@@ -141,8 +141,9 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     Ok(Action::requeue(requeue))
 }
 
-/// The executor's effects on the cluster and AWS: each mutation re-checked
-/// by the [`Guard`] against this reconcile's fresh observations first.
+/// The executor's effects on the cluster and AWS: the executor re-checks
+/// each mutation by the [`Guard`] against this reconcile's fresh
+/// observations first.
 struct Cluster<'a> {
     ctx: &'a Context,
     slots: &'a Slots<'a>,
@@ -171,8 +172,15 @@ impl Cluster<'_> {
 }
 
 impl Effects for Cluster<'_> {
-    async fn uncordon(&mut self, node: &str, status: &RefresherStatus) -> Result<()> {
-        self.guard(status).gives_back(node)?;
+    fn guard(
+        &self,
+        status: &RefresherStatus,
+        check: Check<'_>,
+    ) -> std::result::Result<(), crate::controllers::guard::Refusal> {
+        self.guard(status).check(check)
+    }
+
+    async fn uncordon(&mut self, node: &str, _: &RefresherStatus) -> Result<()> {
         uncordon(self.ctx, node, "refresh gave up on draining it").await
     }
 
@@ -217,10 +225,9 @@ impl Effects for Cluster<'_> {
     async fn set_desired(
         &mut self,
         changes: &[DesiredChange],
-        status: &RefresherStatus,
+        _: &RefresherStatus,
         why: &str,
     ) -> Result<()> {
-        self.guard(status).set_desired(changes)?;
         for change in changes {
             set_desired_capacity(self.ctx, self.cloud, change, why).await?;
         }
@@ -237,11 +244,10 @@ impl Effects for Cluster<'_> {
     async fn drain_step(
         &mut self,
         target: &RefreshTarget,
-        status: &RefresherStatus,
+        _: &RefresherStatus,
         first: bool,
         why: &str,
     ) -> Result<Drained> {
-        self.guard(status).drain(target)?;
         let ctx = self.ctx;
         let node = target.node.clone().unwrap_or_default();
         if first {
@@ -285,8 +291,8 @@ impl Effects for Cluster<'_> {
         })
     }
 
-    async fn terminate(&mut self, target: &RefreshTarget, status: &RefresherStatus) -> Result<()> {
-        terminate(self.ctx, &self.guard(status), self.cloud, target).await?;
+    async fn terminate(&mut self, target: &RefreshTarget, _: &RefresherStatus) -> Result<()> {
+        terminate(self.ctx, self.cloud, target).await?;
         if let (true, Some(node)) = (target.unhealthy, &target.node) {
             self.ctx.metrics.node_repair("refreshed");
             let why = "was NotReady past the unhealthy timeout: terminated by the refresh as a repair, its pods' deletions asked";
@@ -309,11 +315,9 @@ impl Effects for Cluster<'_> {
 
 async fn terminate(
     ctx: &Context,
-    guard: &Guard<'_>,
     cloud: &dyn crate::cloud::Cloud,
     target: &RefreshTarget,
 ) -> Result<()> {
-    guard.terminate(target)?;
     let decrement = target.decrements();
     let detail = match target.purpose {
         TargetPurpose::Replace if decrement => format!(

@@ -6,8 +6,11 @@
 //! Order: an uncordon (idempotent) before the status that forgets the node;
 //! the planned status written; the step's happenings reported; the action.
 //! A drain that finishes records its termination (second write) before the
-//! termination is made.
+//! termination is made. Every mutation is first re-checked by the guard
+//! (`Effects::guard`, the real `refresher::guard` in both), with the status
+//! that records it: the executor asks, so no implementation can forget to.
 
+use super::guard::Check;
 use super::plan::{Command, Happening, Plan, after_drain};
 use crate::Result;
 use crate::controllers::group_view::DesiredChange;
@@ -31,9 +34,16 @@ pub struct Drained {
 }
 
 /// What carrying out a step needs from the world. Each mutation gets the
-/// status that records it, so an implementation can re-check it first.
+/// status that records it, and is checked by `guard` with it first.
 #[allow(async_fn_in_trait)] // Used with static dispatch only.
 pub trait Effects {
+    /// The guard's answer (`refresher::guard::Guard::check`) for a
+    /// mutation recorded by `status`, on this reconcile's observations.
+    fn guard(
+        &self,
+        status: &RefresherStatus,
+        check: Check<'_>,
+    ) -> std::result::Result<(), crate::controllers::guard::Refusal>;
     async fn uncordon(&mut self, node: &str, status: &RefresherStatus) -> Result<()>;
     async fn write_status(&mut self, status: &RefresherStatus) -> Result<()>;
     /// A named point between a write and the action that follows it.
@@ -79,7 +89,9 @@ pub async fn execute<E: Effects>(
     if let Command::Uncordon(node) = &plan.command {
         // Checked against the status before this step: a target given back
         // is still recorded there (its ASG may have left the spec since).
-        effects.uncordon(node, stored.unwrap_or(status)).await?;
+        let before = stored.unwrap_or(status);
+        effects.guard(before, Check::GivesBack(node))?;
+        effects.uncordon(node, before).await?;
     }
     if Some(status) != stored {
         effects.write_status(status).await?;
@@ -91,13 +103,17 @@ pub async fn execute<E: Effects>(
         Command::TakeLock => requeue = effects.take_lock().await?,
         Command::ReleaseLock => effects.release_lock().await?,
         Command::SetDesired(changes) => {
+            effects.guard(status, Check::SetDesired(changes))?;
             effects.set_desired(changes, status, &plan.message).await?;
         }
         Command::Drain(targets) => {
             requeue =
                 requeue.min(drain(effects, stored, status, targets, &plan.message, now).await?);
         }
-        Command::Terminate(target) => effects.terminate(target, status).await?,
+        Command::Terminate(target) => {
+            effects.guard(status, Check::Terminate(target))?;
+            effects.terminate(target, status).await?
+        }
     }
     Ok(requeue.max(Duration::from_millis(100)))
 }
@@ -133,6 +149,7 @@ async fn drain<E: Effects>(
             .batch()
             .find(|t| t.instance_id == target.instance_id)
             .unwrap_or(target);
+        effects.guard(&status, Check::Drain(target))?;
         let step = effects.drain_step(target, &status, first, why).await?;
         requeue = requeue.min(step.requeue);
         if step.done {
@@ -157,6 +174,7 @@ async fn drain<E: Effects>(
         if let Some(target) = after_drain(&mut after, &id, now) {
             effects.write_status(&after).await?;
             effects.reached(TERMINATION_PERSISTED)?;
+            effects.guard(&after, Check::Terminate(&target))?;
             effects.terminate(&target, &after).await?;
             requeue = Duration::from_millis(500);
         }

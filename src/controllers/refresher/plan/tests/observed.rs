@@ -1,0 +1,79 @@
+//! The simulated group as the reconcile's guard observes it: a NodeGroup
+//! and fresh ASG descriptions, so the executor's guard is the real one.
+
+use super::*;
+use crate::cloud::AsgDescription;
+use crate::controllers::group_view::tests::{fresh, status_node};
+use crate::controllers::guard::Refusal;
+use crate::controllers::refresher::guard::{Check, Guard};
+use crate::crd::{NodeGroup, NodeGroupStatus};
+
+impl Sim {
+    /// The NodeGroup (spec and inventory) and the ASGs as described now.
+    fn observed(&self) -> (NodeGroup, Vec<AsgDescription>) {
+        let role = match self.role {
+            Role::Master => "Master",
+            Role::Worker => "Worker",
+        };
+        let names: Vec<serde_json::Value> = self
+            .asgs
+            .iter()
+            .map(|a| serde_json::json!({ "name": a.name }))
+            .collect();
+        let mut group: NodeGroup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
+            "metadata": {"name": "sim", "namespace": "ns"},
+            "spec": {"role": role, "desired": self.desired, "autoScalingGroups": names}
+        }))
+        .expect("the simulated NodeGroup");
+        let (_, _, nodes) = self.views();
+        group.status = Some(NodeGroupStatus {
+            nodes: nodes
+                .iter()
+                .map(|n| {
+                    let mut s = status_node(
+                        &n.name,
+                        n.asg.as_deref().unwrap_or_default(),
+                        n.instance_id.as_deref().unwrap_or_default(),
+                    );
+                    s.ready = n.ready;
+                    s
+                })
+                .collect(),
+            ..Default::default()
+        });
+        let described = self
+            .asgs
+            .iter()
+            .map(|a| {
+                let ids: Vec<(&str, &str)> = self
+                    .instances
+                    .iter()
+                    .filter(|i| i.asg == a.name)
+                    .map(|i| (i.id.as_str(), "InService"))
+                    .collect();
+                let mut d = fresh(&a.name, &ids);
+                d.desired = a.desired;
+                d.max = a.max;
+                d.suspended_processes = a.suspended.clone();
+                d
+            })
+            .collect();
+        (group, described)
+    }
+
+    /// The real guard's answer for `check`, recorded by `status`.
+    pub(super) fn real_guard(&self, status: &RefresherStatus, check: Check) -> Result<(), Refusal> {
+        let (group, described) = self.observed();
+        let (_, _, nodes) = self.views();
+        let control_plane = self.control_plane(&nodes);
+        Guard {
+            group: &group,
+            fresh: &described,
+            nodes: &nodes,
+            status,
+            control_plane: (self.role == Role::Master).then_some(&control_plane),
+        }
+        .check(check)
+    }
+}
