@@ -321,14 +321,18 @@ _put_hook = asg_responses.AutoScalingResponse.put_lifecycle_hook
 
 
 def put_lifecycle_hook(self):
-    """moto's, plus the notification target (moto keeps a placeholder) and
-    the TEST_NOTIFICATION AWS sends it."""
+    """moto's, plus the notification target (moto keeps a placeholder, or
+    invents one when none is given) and the TEST_NOTIFICATION AWS sends it."""
     result = _put_hook(self)
     group_name = self._get_param("AutoScalingGroupName")
     name = self._get_param("LifecycleHookName")
     group = get_group(self.autoscaling_backend, group_name)
     hook = self.autoscaling_backend.lifecycle_hooks.get(f"{group_name}_{name}")
     target = self._get_param("NotificationTargetARN")
+    if hook is not None and not target:
+        # AWS names no target for a hook whose notifications go to
+        # EventBridge only (kops's NTHLifecycleHook); moto invents one.
+        hook.notification_target_arn = None
     if hook is not None and target:
         hook._snm_target = target
         hook.notification_target_arn = target

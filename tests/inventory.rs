@@ -972,3 +972,68 @@ async fn kops_s_termination_handler_running_beside_the_manager_is_reported() {
     .await;
     assert!(manager.child_alive(), "{}", manager.logs());
 }
+
+/// Issue 55: a terminate lifecycle hook kops left on an ASG when its own
+/// handler was turned off (EventBridge only, no target of its own), while
+/// the manager has no interruption queue, is reported in
+/// OtherTerminationHandler (reason UncompletedLifecycleHook) with what it
+/// does and the command that removes it, and a Warning Event; the manager
+/// removes nothing.
+#[tokio::test]
+async fn a_terminate_hook_nothing_completes_is_reported() {
+    let world = World::new("inv-hook").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let asg = kops.asgs[0].clone();
+    let autoscaling = &world.aws.autoscaling;
+    autoscaling
+        .put_lifecycle_hook()
+        .auto_scaling_group_name(&asg)
+        .lifecycle_hook_name("nodes-NTHLifecycleHook")
+        .lifecycle_transition("autoscaling:EC2_INSTANCE_TERMINATING")
+        .heartbeat_timeout(300)
+        .default_result("CONTINUE")
+        .send()
+        .await
+        .expect("put lifecycle hook");
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group("workers", &kops.asgs, 1, serde_json::json!({})),
+        )
+        .await
+        .expect("create");
+    let (manager, _config) = world.start_manager(&[]);
+    let (_, reason, message) = assert_eventually("the hook reported", WAIT, || {
+        let groups = groups.clone();
+        async move {
+            condition(
+                &status_of(&groups, "workers").await?,
+                "OtherTerminationHandler",
+            )
+            .filter(|(v, _, _)| *v == ConditionStatus::True)
+        }
+    })
+    .await;
+    assert_eq!(reason, "UncompletedLifecycleHook", "{message}");
+    for said in [
+        format!("{asg} has the terminate lifecycle hook nodes-NTHLifecycleHook"),
+        "the manager has no interruption queue".to_string(),
+        "waits 5m (then CONTINUE)".to_string(),
+        format!(
+            "delete-lifecycle-hook --auto-scaling-group-name {asg} --lifecycle-hook-name nodes-NTHLifecycleHook"
+        ),
+    ] {
+        assert!(message.contains(&said), "{said}: {message}");
+    }
+    support::refresh::assert_event(&world, "UncompletedLifecycleHook").await;
+    let hooks = autoscaling
+        .describe_lifecycle_hooks()
+        .auto_scaling_group_name(&asg)
+        .send()
+        .await
+        .expect("describe hooks");
+    assert_eq!(hooks.lifecycle_hooks().len(), 1, "left as it is");
+    assert!(manager.child_alive(), "{}", manager.logs());
+}

@@ -286,27 +286,32 @@ impl Cloud for AwsCloud {
         Ok(())
     }
 
-    async fn hook_heartbeat_timeout(
-        &self,
-        asg: &str,
-        hook: &str,
-    ) -> Result<Option<std::time::Duration>> {
+    async fn terminate_hooks(&self, asg: &str) -> Result<Vec<super::LifecycleHook>> {
         self.count("DescribeLifecycleHooks");
         let out = self
             .clients
             .autoscaling
             .describe_lifecycle_hooks()
             .auto_scaling_group_name(asg)
-            .lifecycle_hook_names(hook)
             .send()
             .await
-            .map_err(self.failed("DescribeLifecycleHooks", format!("{asg}/{hook}")))?;
+            .map_err(self.failed("DescribeLifecycleHooks", asg.to_string()))?;
         Ok(out
             .lifecycle_hooks()
             .iter()
-            .find(|h| h.lifecycle_hook_name() == Some(hook))
-            .and_then(|h| h.heartbeat_timeout())
-            .map(|s| std::time::Duration::from_secs(s.max(0) as u64)))
+            .filter(|h| h.lifecycle_transition() == Some(super::TERMINATING))
+            .map(|h| super::LifecycleHook {
+                name: h.lifecycle_hook_name().unwrap_or_default().to_string(),
+                heartbeat_timeout: h
+                    .heartbeat_timeout()
+                    .map(|s| std::time::Duration::from_secs(s.max(0) as u64)),
+                default_result: h.default_result().map(str::to_string),
+                notification_target: h
+                    .notification_target_arn()
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_string),
+            })
+            .collect())
     }
 
     async fn lifecycle_action(&self, call: &HookCall<'_>, step: HookCallKind) -> Result<bool> {

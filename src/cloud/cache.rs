@@ -379,8 +379,8 @@ impl Cloud for CachedCloud {
         result
     }
 
-    async fn hook_heartbeat_timeout(&self, asg: &str, hook: &str) -> Result<Option<Duration>> {
-        self.inner.hook_heartbeat_timeout(asg, hook).await
+    async fn terminate_hooks(&self, asg: &str) -> Result<Vec<super::LifecycleHook>> {
+        self.inner.terminate_hooks(asg).await
     }
 
     async fn lifecycle_action(&self, call: &HookCall<'_>, step: HookCallKind) -> Result<bool> {

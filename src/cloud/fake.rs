@@ -349,14 +349,10 @@ impl Cloud for FakeCloud {
         Ok(())
     }
 
-    /// No hooks in this model: the caller's fallback applies.
-    async fn hook_heartbeat_timeout(
-        &self,
-        _asg: &str,
-        _hook: &str,
-    ) -> Result<Option<std::time::Duration>> {
-        drop(self.enter("hook_heartbeat_timeout")?);
-        Ok(None)
+    /// No hooks in this model.
+    async fn terminate_hooks(&self, _asg: &str) -> Result<Vec<super::LifecycleHook>> {
+        drop(self.enter("terminate_hooks")?);
+        Ok(vec![])
     }
 
     /// Waiting while the instance is a member of a group.

@@ -240,17 +240,44 @@ pub trait Cloud: Send + Sync {
     /// leaves an instance running outside every ASG (as detach-then-terminate
     /// can, when the second call fails).
     async fn terminate_in_group(&self, instance_id: &str, decrement: bool) -> Result<()>;
-    /// The heartbeat timeout of a lifecycle hook; None when it is not found.
+    /// The ASG's terminate lifecycle hooks (`autoscaling:EC2_INSTANCE_TERMINATING`).
+    async fn terminate_hooks(&self, asg: &str) -> Result<Vec<LifecycleHook>>;
+    /// The heartbeat timeout of a terminate lifecycle hook; None when it
+    /// is not found.
     async fn hook_heartbeat_timeout(
         &self,
         asg: &str,
         hook: &str,
-    ) -> Result<Option<std::time::Duration>>;
+    ) -> Result<Option<std::time::Duration>> {
+        let hooks = self.terminate_hooks(asg).await?;
+        Ok(hooks
+            .into_iter()
+            .find(|h| h.name == hook)
+            .and_then(|h| h.heartbeat_timeout))
+    }
+
     /// Extends (heartbeat) or completes with CONTINUE the lifecycle action
     /// `token` holding `instance_id`. False when no such action is waiting
     /// any more (completed, timed out, or the instance gone).
     async fn lifecycle_action(&self, action: &HookCall<'_>, step: HookCallKind) -> Result<bool>;
 }
+
+/// A terminate lifecycle hook of an ASG: every termination waits in
+/// `Terminating:Wait` until something completes its action, or for its
+/// heartbeat timeout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LifecycleHook {
+    pub name: String,
+    pub heartbeat_timeout: Option<std::time::Duration>,
+    /// CONTINUE or ABANDON: what AWS does at the timeout.
+    pub default_result: Option<String>,
+    /// Where its notifications go, when the hook itself names a target (an
+    /// SQS queue or SNS topic ARN); None: to EventBridge only.
+    pub notification_target: Option<String>,
+}
+
+/// The lifecycle transition of a terminate hook.
+pub const TERMINATING: &str = "autoscaling:EC2_INSTANCE_TERMINATING";
 
 /// A terminate lifecycle action to extend or complete.
 #[derive(Debug, Clone, Copy)]

@@ -46,6 +46,8 @@ pub(super) struct InventoryContext {
     pub(super) facts: InstanceFacts,
     /// Another termination handler in the cluster, listed once a minute.
     pub(super) handlers: super::handlers::Seen,
+    /// The ASGs' terminate lifecycle hooks, described once an hour.
+    pub(super) hooks: super::hooks::Seen,
 }
 
 pub(super) async fn reconcile(
@@ -215,7 +217,7 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     };
 
     let mut next = next;
-    other_handlers(ictx, &group, &mut next, now).await;
+    other_handlers(ictx, cloud.as_ref(), &group, &mut next, now).await;
     next.state = Some(plan::group_state(&group, &next, now));
     next.auto_scaling_group_count = i32::try_from(group.spec.auto_scaling_groups.len()).ok();
     (next.next_refresh, next.next) = children_next(ctx, &group, &namespace, &name).await?;
@@ -247,9 +249,10 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
 }
 
 /// The OtherTerminationHandler condition on `next`, from a listing at
-/// most a minute old.
+/// most a minute old and the ASGs' hooks described at most an hour ago.
 async fn other_handlers(
     ictx: &InventoryContext,
+    cloud: &dyn Cloud,
     group: &NodeGroup,
     next: &mut NodeGroupStatus,
     now: chrono::DateTime<chrono::Utc>,
@@ -260,7 +263,16 @@ async fn other_handlers(
     // build accepts an emulator account).
     let scope = (ctx.settings.aws.emulator_account.as_ref()).and(ctx.settings.namespace.as_deref());
     let found = ictx.handlers.get(&ctx.client, scope).await;
-    super::handlers::set_handlers(group, found.as_deref().map(Vec::as_slice), next, now);
+    let hooks = ictx.hooks.get(cloud, &group.spec.asg_names()).await;
+    let queue = ctx.settings.interruption.queue_url.as_deref();
+    let uncompleted = hooks.map(|h| super::hooks::uncompleted(&h, queue));
+    super::handlers::set_handlers(
+        group,
+        found.as_deref().map(Vec::as_slice),
+        uncompleted.as_deref(),
+        next,
+        now,
+    );
 }
 
 /// A Warning Event for each problem the new status raises: the spec turned

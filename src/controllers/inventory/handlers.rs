@@ -104,13 +104,25 @@ fn named<K: ResourceExt>(o: &K) -> String {
     format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
 }
 
-/// Pure: the condition's (status, reason, message).
-pub fn condition(found: &[String]) -> (ConditionStatus, &'static str, String) {
+/// Pure: the condition's (status, reason, message), from the handlers
+/// running and the group's terminate hooks nothing of ours completes
+/// (`hooks::uncompleted`). A running handler is named first: its hooks are
+/// its own.
+pub fn condition(found: &[String], hooks: &[String]) -> (ConditionStatus, &'static str, String) {
+    if found.is_empty() && !hooks.is_empty() {
+        return (
+            ConditionStatus::True,
+            "UncompletedLifecycleHook",
+            hooks.join("; "),
+        );
+    }
     if found.is_empty() {
         return (
             ConditionStatus::False,
             "None",
-            format!("no {NTH} runs in the cluster"),
+            format!(
+                "no {NTH} runs in the cluster, and no terminate lifecycle hook of the group's ASGs waits on anything but the manager"
+            ),
         );
     }
     (
@@ -123,16 +135,21 @@ pub fn condition(found: &[String]) -> (ConditionStatus, &'static str, String) {
     )
 }
 
-/// Sets the condition on `status` from `found` (None: not known now; the
-/// condition stays as it was).
+/// Sets the condition on `status` from `found` and `hooks` (None: not
+/// known now; the condition stays as it was, unless a running handler says
+/// enough without the hooks).
 pub fn set_handlers(
     group: &NodeGroup,
     found: Option<&[String]>,
+    hooks: Option<&[String]>,
     status: &mut NodeGroupStatus,
     now: DateTime<Utc>,
 ) {
-    let Some(found) = found else { return };
-    let (value, reason, message) = condition(found);
+    let (value, reason, message) = match (found, hooks) {
+        (Some(found), _) if !found.is_empty() => condition(found, &[]),
+        (Some(found), Some(hooks)) => condition(found, hooks),
+        _ => return,
+    };
     set_condition(
         &mut status.conditions,
         OTHER_TERMINATION_HANDLER,
@@ -185,7 +202,7 @@ mod tests {
                 "Deployment kube-system/aws-node-termination-handler (queue mode)".to_string(),
             ]
         );
-        let (value, reason, message) = condition(&found);
+        let (value, reason, message) = condition(&found, &["a hook".to_string()]);
         assert_eq!(
             (value, reason),
             (ConditionStatus::True, "OtherHandlerRunning")
@@ -206,7 +223,17 @@ mod tests {
             &[daemon_set("x", Some(0))],
         );
         assert_eq!(found, Vec::<String>::new());
-        assert_eq!(condition(&found).0, ConditionStatus::False);
+        assert_eq!(condition(&found, &[]).0, ConditionStatus::False);
+        // With no handler, a hook nothing completes is the reason.
+        let (value, reason, message) = condition(&found, &["nodes-a has ...".to_string()]);
+        assert_eq!(
+            (value, reason, message.as_str()),
+            (
+                ConditionStatus::True,
+                "UncompletedLifecycleHook",
+                "nodes-a has ..."
+            )
+        );
         // A Deployment that does not say its replicas runs one.
         assert_eq!(running(&[deployment("a", None)], &[]).len(), 1);
     }
@@ -225,11 +252,16 @@ mod tests {
         set_handlers(
             &group,
             Some(&["Deployment a/b (queue mode)".to_string()]),
+            None,
             &mut status,
             now,
         );
+        assert_eq!(status.conditions.len(), 1, "a handler says enough");
         let before = status.clone();
-        set_handlers(&group, None, &mut status, now);
+        set_handlers(&group, None, None, &mut status, now);
+        assert_eq!(status, before);
+        // No handler, the hooks not known: nothing said.
+        set_handlers(&group, Some(&[]), None, &mut status, now);
         assert_eq!(status, before);
     }
 }

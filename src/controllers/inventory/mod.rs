@@ -11,6 +11,7 @@ pub mod controller;
 pub mod deletion;
 pub mod drift;
 pub mod handlers;
+pub mod hooks;
 pub mod instance_facts;
 pub mod plan;
 pub mod room;

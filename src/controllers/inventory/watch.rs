@@ -75,6 +75,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
                 nodes_ready,
                 facts: InstanceFacts::for_resync(ctx_resync),
                 handlers: Default::default(),
+                hooks: Default::default(),
             }),
         )
         .for_each(|result| async move {
