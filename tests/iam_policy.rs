@@ -9,6 +9,7 @@ fn adapter_operations() -> BTreeSet<String> {
     // rustfmt may wrap the call: compare without whitespace.
     let source: String = [
         include_str!("../src/cloud/aws.rs"),
+        include_str!("../src/cloud/aws/extras.rs"),
         include_str!("../src/cloud/sqs.rs"),
     ]
     .concat()

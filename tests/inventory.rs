@@ -1037,3 +1037,57 @@ async fn a_terminate_hook_nothing_completes_is_reported() {
     assert_eq!(hooks.lifecycle_hooks().len(), 1, "left as it is");
     assert!(manager.child_alive(), "{}", manager.logs());
 }
+
+/// Issue 55: an ASG with a warm pool (kops `spec.warmPool`) is reported in
+/// CompetingAsgSettings with what it does and how to remove it; the
+/// manager leaves it as it is. (Described once an hour: its removal is
+/// seen within the hour, not tested here.)
+#[tokio::test]
+async fn a_warm_pool_is_reported_and_left_as_it_is() {
+    let world = World::new("inv-warm").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let asg = kops.asgs[0].clone();
+    let autoscaling = &world.aws.autoscaling;
+    autoscaling
+        .put_warm_pool()
+        .auto_scaling_group_name(&asg)
+        .min_size(1)
+        .pool_state(aws_sdk_autoscaling::types::WarmPoolState::Stopped)
+        .send()
+        .await
+        .expect("put warm pool");
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group("workers", &kops.asgs, 1, serde_json::json!({})),
+        )
+        .await
+        .expect("create");
+    let (manager, _config) = world.start_manager(&[]);
+    let (_, reason, message) = assert_eventually("reported", WAIT, || async {
+        condition(
+            &status_of(&groups, "workers").await?,
+            "CompetingAsgSettings",
+        )
+        .filter(|(v, _, _)| *v == ConditionStatus::True)
+    })
+    .await;
+    assert_eq!(reason, "SettingsCompete", "{message}");
+    for said in [
+        format!("{asg} has a warm pool"),
+        "stopped, at least 1".to_string(),
+        format!("delete-warm-pool --auto-scaling-group-name {asg}"),
+    ] {
+        assert!(message.contains(&said), "{said}: {message}");
+    }
+    let pool = autoscaling
+        .describe_warm_pool()
+        .auto_scaling_group_name(&asg)
+        .send()
+        .await
+        .expect("describe warm pool");
+    assert!(pool.warm_pool_configuration().is_some(), "left as it is");
+    assert!(manager.child_alive(), "{}", manager.logs());
+}

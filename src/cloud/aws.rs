@@ -2,6 +2,8 @@
 //! describes, pagination, errors that name the call and the resource.
 //! Throttling and 5xx are retried with backoff by the SDK's retry config.
 
+mod extras;
+
 use super::{
     AsgDescription, AsgInstance, AwsClients, Cloud, CloudProvider, HookCall, HookCallKind,
     InstanceDescription, LaunchSource, Lifecycle, NO_ACTIVE_ACTION, TemplateKey, TemplateVersions,
@@ -287,31 +289,11 @@ impl Cloud for AwsCloud {
     }
 
     async fn terminate_hooks(&self, asg: &str) -> Result<Vec<super::LifecycleHook>> {
-        self.count("DescribeLifecycleHooks");
-        let out = self
-            .clients
-            .autoscaling
-            .describe_lifecycle_hooks()
-            .auto_scaling_group_name(asg)
-            .send()
-            .await
-            .map_err(self.failed("DescribeLifecycleHooks", asg.to_string()))?;
-        Ok(out
-            .lifecycle_hooks()
-            .iter()
-            .filter(|h| h.lifecycle_transition() == Some(super::TERMINATING))
-            .map(|h| super::LifecycleHook {
-                name: h.lifecycle_hook_name().unwrap_or_default().to_string(),
-                heartbeat_timeout: h
-                    .heartbeat_timeout()
-                    .map(|s| std::time::Duration::from_secs(s.max(0) as u64)),
-                default_result: h.default_result().map(str::to_string),
-                notification_target: h
-                    .notification_target_arn()
-                    .filter(|t| !t.is_empty())
-                    .map(str::to_string),
-            })
-            .collect())
+        self.describe_terminate_hooks(asg).await
+    }
+
+    async fn warm_pool(&self, asg: &str) -> Result<Option<super::WarmPool>> {
+        self.describe_warm_pool(asg).await
     }
 
     async fn lifecycle_action(&self, call: &HookCall<'_>, step: HookCallKind) -> Result<bool> {

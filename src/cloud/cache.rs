@@ -383,6 +383,10 @@ impl Cloud for CachedCloud {
         self.inner.terminate_hooks(asg).await
     }
 
+    async fn warm_pool(&self, asg: &str) -> Result<Option<super::WarmPool>> {
+        self.inner.warm_pool(asg).await
+    }
+
     async fn lifecycle_action(&self, call: &HookCall<'_>, step: HookCallKind) -> Result<bool> {
         let result = self.inner.lifecycle_action(call, step).await;
         if step == HookCallKind::Continue {

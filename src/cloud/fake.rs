@@ -355,6 +355,12 @@ impl Cloud for FakeCloud {
         Ok(vec![])
     }
 
+    /// No warm pools in this model.
+    async fn warm_pool(&self, _asg: &str) -> Result<Option<super::WarmPool>> {
+        drop(self.enter("warm_pool")?);
+        Ok(None)
+    }
+
     /// Waiting while the instance is a member of a group.
     async fn lifecycle_action(
         &self,

@@ -242,6 +242,8 @@ pub trait Cloud: Send + Sync {
     async fn terminate_in_group(&self, instance_id: &str, decrement: bool) -> Result<()>;
     /// The ASG's terminate lifecycle hooks (`autoscaling:EC2_INSTANCE_TERMINATING`).
     async fn terminate_hooks(&self, asg: &str) -> Result<Vec<LifecycleHook>>;
+    /// The ASG's warm pool, when it has one.
+    async fn warm_pool(&self, asg: &str) -> Result<Option<WarmPool>>;
     /// The heartbeat timeout of a terminate lifecycle hook; None when it
     /// is not found.
     async fn hook_heartbeat_timeout(
@@ -274,6 +276,18 @@ pub struct LifecycleHook {
     /// Where its notifications go, when the hook itself names a target (an
     /// SQS queue or SNS topic ARN); None: to EventBridge only.
     pub notification_target: Option<String>,
+}
+
+/// An ASG's warm pool: instances launched ahead, kept stopped (or
+/// running, or hibernated), that join when the ASG scales out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WarmPool {
+    pub min_size: i32,
+    pub max_prepared: Option<i32>,
+    /// Stopped, Running or Hibernated.
+    pub state: String,
+    /// Warm instances now.
+    pub instances: usize,
 }
 
 /// The lifecycle transition of a terminate hook.

@@ -1,10 +1,11 @@
 //! ASG settings that make AWS, or another controller, replace or remove
 //! instances the manager manages, without its drain or its rules: the
 //! `CompetingAsgSettings` condition. Read from the descriptions the
-//! inventory makes anyway (no call of its own); the manager changes none
-//! of them: each is the user's to turn off, and the condition says how.
+//! inventory makes anyway, and each ASG's warm pool described at most once
+//! an hour (`hourly`); the manager changes none of them: each is the
+//! user's to turn off, and the condition says how.
 
-use crate::cloud::AsgDescription;
+use crate::cloud::{AsgDescription, WarmPool};
 use crate::crd::condition::{COMPETING_ASG_SETTINGS, ConditionStatus, set_condition};
 use crate::crd::{NodeGroup, NodeGroupStatus};
 use chrono::{DateTime, Utc};
@@ -12,9 +13,13 @@ use chrono::{DateTime, Utc};
 /// The tag cluster-autoscaler's auto-discovery finds an ASG by.
 pub const CLUSTER_AUTOSCALER_TAG: &str = "k8s.io/cluster-autoscaler/enabled";
 
-/// Pure: one sentence per competing setting of the group's ASGs: what it
-/// does to the group and what to do.
-pub fn competing(group: &NodeGroup, asgs: &[AsgDescription]) -> Vec<String> {
+/// Pure: one sentence per competing setting of the group's ASGs (and their
+/// warm pools, by ASG): what it does to the group and what to do.
+pub fn competing(
+    group: &NodeGroup,
+    asgs: &[AsgDescription],
+    warm_pools: &[(String, WarmPool)],
+) -> Vec<String> {
     let names = group.spec.asg_names();
     let mut found = vec![];
     for asg in asgs.iter().filter(|a| names.contains(&a.name)) {
@@ -35,18 +40,26 @@ pub fn competing(group: &NodeGroup, asgs: &[AsgDescription]) -> Vec<String> {
                 "{name} carries {CLUSTER_AUTOSCALER_TAG}: a cluster-autoscaler with auto-discovery scales it too, and the two undo each other's counts; remove the tag, or leave the group to cluster-autoscaler"
             ));
         }
+        for (_, pool) in warm_pools.iter().filter(|(a, _)| a == name) {
+            found.push(format!(
+                "{name} has a warm pool ({} instance(s) {}, at least {}): a scale-out takes a warm instance launched from the template of its day, so a refresh's or a drift roll's replacement may come up on the old template and drift again, and a warm instance joins with its old boot; remove it (aws autoscaling delete-warm-pool --auto-scaling-group-name {name}; kops: remove spec.warmPool from the instance group), a surplus node does the same with the current template",
+                pool.instances,
+                pool.state.to_lowercase(),
+                pool.min_size
+            ));
+        }
     }
     found
 }
 
-/// Sets the condition on `status` from `asgs`.
+/// Sets the condition on `status` from `asgs` and their warm pools.
 pub fn set_competing(
     group: &NodeGroup,
-    asgs: &[AsgDescription],
+    (asgs, warm_pools): (&[AsgDescription], &[(String, WarmPool)]),
     status: &mut NodeGroupStatus,
     now: DateTime<Utc>,
 ) {
-    let found = competing(group, asgs);
+    let found = competing(group, asgs, warm_pools);
     let (value, reason, message) = match found.is_empty() {
         true => (
             ConditionStatus::False,
@@ -89,8 +102,15 @@ mod tests {
         // Another group's ASG is not this group's concern.
         let mut other = fresh("other", &[]);
         other.capacity_rebalance = true;
-        let found = competing(&group(), &[a, b, other]);
-        assert_eq!(found.len(), 3, "{found:?}");
+        let pool = WarmPool {
+            min_size: 1,
+            max_prepared: None,
+            state: "Stopped".into(),
+            instances: 2,
+        };
+        let pools = [("b".to_string(), pool.clone()), ("other".to_string(), pool)];
+        let found = competing(&group(), &[a, b, other], &pools);
+        assert_eq!(found.len(), 4, "{found:?}");
         assert!(
             found[0].starts_with("a has Capacity Rebalancing on"),
             "{}",
@@ -111,8 +131,14 @@ mod tests {
             "{}",
             found[2]
         );
+        assert!(
+            found[3].starts_with("b has a warm pool (2 instance(s) stopped, at least 1)")
+                && found[3].contains("delete-warm-pool --auto-scaling-group-name b"),
+            "{}",
+            found[3]
+        );
         let mut status = NodeGroupStatus::default();
-        set_competing(&group(), &[], &mut status, chrono::Utc::now());
+        set_competing(&group(), (&[], &[]), &mut status, chrono::Utc::now());
         let c = crate::crd::condition::find(&status.conditions, COMPETING_ASG_SETTINGS)
             .expect("condition");
         assert_eq!(c.status, ConditionStatus::False);
@@ -127,7 +153,7 @@ mod tests {
         );
         a.suspended_processes = vec!["AZRebalance".into()];
         assert_eq!(
-            competing(&group(), &[a, fresh("b", &[])]),
+            competing(&group(), &[a, fresh("b", &[])], &[]),
             Vec::<String>::new()
         );
     }

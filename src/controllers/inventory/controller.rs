@@ -47,7 +47,9 @@ pub(super) struct InventoryContext {
     /// Another termination handler in the cluster, listed once a minute.
     pub(super) handlers: super::handlers::Seen,
     /// The ASGs' terminate lifecycle hooks, described once an hour.
-    pub(super) hooks: super::hooks::Seen,
+    pub(super) hooks: super::hourly::Hourly<Vec<crate::cloud::LifecycleHook>>,
+    /// The ASGs' warm pools, described once an hour.
+    pub(super) warm_pools: super::hourly::Hourly<Option<crate::cloud::WarmPool>>,
 }
 
 pub(super) async fn reconcile(
@@ -202,9 +204,9 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
         None
     };
 
-    let (next, requeue) = match observed {
+    let (next, requeue) = match &observed {
         Ok(view) => (
-            plan::inventory_status(&group, &nodes, &view, &validated, now),
+            plan::inventory_status(&group, &nodes, view, &validated, now),
             ctx.settings.resync_interval,
         ),
         Err(e) => {
@@ -217,6 +219,11 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
     };
 
     let mut next = next;
+    if let Ok(view) = &observed {
+        let pools = warm_pools(ictx, cloud.as_ref(), &group).await;
+        let asgs = (view.asgs.as_slice(), pools.as_slice());
+        super::competing::set_competing(&group, asgs, &mut next, now);
+    }
     other_handlers(ictx, cloud.as_ref(), &group, &mut next, now).await;
     next.state = Some(plan::group_state(&group, &next, now));
     next.auto_scaling_group_count = i32::try_from(group.spec.auto_scaling_groups.len()).ok();
@@ -263,7 +270,19 @@ async fn other_handlers(
     // build accepts an emulator account).
     let scope = (ctx.settings.aws.emulator_account.as_ref()).and(ctx.settings.namespace.as_deref());
     let found = ictx.handlers.get(&ctx.client, scope).await;
-    let hooks = ictx.hooks.get(cloud, &group.spec.asg_names()).await;
+    let what = "lifecycle hooks (IAM: autoscaling:DescribeLifecycleHooks)";
+    let hooks = ictx
+        .hooks
+        .get(&group.spec.asg_names(), what, |asg| async move {
+            cloud.terminate_hooks(&asg).await
+        })
+        .await
+        .map(|found| {
+            let each = found
+                .iter()
+                .flat_map(|(asg, hooks)| hooks.iter().map(move |h| (asg.clone(), h.clone())));
+            each.collect::<Vec<_>>()
+        });
     let queue = ctx.settings.interruption.queue_url.as_deref();
     let uncompleted = hooks.map(|h| super::hooks::uncompleted(&h, queue));
     super::handlers::set_handlers(
@@ -273,6 +292,27 @@ async fn other_handlers(
         next,
         now,
     );
+}
+
+/// The warm pools of the group's ASGs, described at most an hour ago (none
+/// while one cannot be described: the condition then says nothing of them).
+async fn warm_pools(
+    ictx: &InventoryContext,
+    cloud: &dyn Cloud,
+    group: &NodeGroup,
+) -> Vec<(String, crate::cloud::WarmPool)> {
+    let what = "warm pools (IAM: autoscaling:DescribeWarmPool)";
+    let found = ictx
+        .warm_pools
+        .get(&group.spec.asg_names(), what, |asg| async move {
+            cloud.warm_pool(&asg).await
+        })
+        .await
+        .unwrap_or_default();
+    found
+        .into_iter()
+        .filter_map(|(asg, pool)| Some((asg, pool.as_ref().clone()?)))
+        .collect()
 }
 
 /// A Warning Event for each problem the new status raises: the spec turned

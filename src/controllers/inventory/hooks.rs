@@ -10,52 +10,7 @@
 //! is reported. Described at most once an hour per ASG (one call each); the
 //! manager changes none.
 
-use crate::cloud::{Cloud, LifecycleHook};
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tracing::warn;
-
-/// How long one description of an ASG's hooks serves.
-const FRESH: Duration = Duration::from_secs(3600);
-
-/// An ASG's terminate hooks, and when they were described.
-type Described = (Instant, Arc<Vec<LifecycleHook>>);
-
-/// The hooks last described, per ASG, shared by the groups' reconciles.
-#[derive(Default)]
-pub struct Seen(tokio::sync::Mutex<BTreeMap<String, Described>>);
-
-impl Seen {
-    /// The terminate hooks of `asgs` (asg, hook); None while one of them
-    /// cannot be described (the condition then stays as it was).
-    pub async fn get(
-        &self,
-        cloud: &dyn Cloud,
-        asgs: &[String],
-    ) -> Option<Vec<(String, LifecycleHook)>> {
-        let mut cached = self.0.lock().await;
-        let mut out = vec![];
-        for asg in asgs {
-            let hooks = match cached.get(asg) {
-                Some((at, hooks)) if at.elapsed() < FRESH => hooks.clone(),
-                _ => match cloud.terminate_hooks(asg).await {
-                    Ok(hooks) => {
-                        let hooks = Arc::new(hooks);
-                        cached.insert(asg.clone(), (Instant::now(), hooks.clone()));
-                        hooks
-                    }
-                    Err(e) => {
-                        warn!(asg = %asg, error = %e, "cannot describe lifecycle hooks (IAM: autoscaling:DescribeLifecycleHooks)");
-                        return None;
-                    }
-                },
-            };
-            out.extend(hooks.iter().map(|h| (asg.clone(), h.clone())));
-        }
-        Some(out)
-    }
-}
+use crate::cloud::LifecycleHook;
 
 /// `:<account>:<name>`, the tail of the ARN of the queue at `url`
 /// (`https://sqs.<region>.amazonaws.com/<account>/<name>`; the emulator's
@@ -105,6 +60,7 @@ pub fn uncompleted(hooks: &[(String, LifecycleHook)], queue_url: Option<&str>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn hook(name: &str, target: Option<&str>) -> (String, LifecycleHook) {
         (

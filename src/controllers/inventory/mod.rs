@@ -12,6 +12,7 @@ pub mod deletion;
 pub mod drift;
 pub mod handlers;
 pub mod hooks;
+pub mod hourly;
 pub mod instance_facts;
 pub mod plan;
 pub mod room;

@@ -361,7 +361,6 @@ fn set_conditions(
         now,
     );
     drift::set_drift_known(status, aws.drift_unknown.as_deref(), generation, now);
-    super::competing::set_competing(group, &aws.asgs, status, now);
     super::room::set_room(group, &aws.asgs, status, now);
     let (open, reason, message) = circuit_breaker(
         &status.nodes,
