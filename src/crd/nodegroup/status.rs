@@ -58,8 +58,9 @@ pub struct NodeGroupStatus {
     /// When the group's Refresher next runs, if a refresh is scheduled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_refresh: Option<DateTime<Utc>>,
-    /// The next disruption the group's Refresher will make on its own, in
-    /// one line (its `status.next` has the detail).
+    /// The next disruption the manager will make on its own in the group,
+    /// in one line: the sooner of its Refresher's and its Replenisher's
+    /// (their `status.next` has the detail).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
 }
@@ -98,8 +99,9 @@ pub struct LastInterruption {
     pub node: String,
     /// Its EC2 instance.
     pub instance_id: String,
-    /// The notice's kind, e.g. `spot-interruption`, `rebalance-recommendation`,
-    /// `scheduled-retirement`.
+    /// The notice's kind: `spot_interruption`, `rebalance_recommendation`,
+    /// `state_change`, `scheduled_change`, `scheduled_maintenance` or
+    /// `terminate_lifecycle_action`.
     pub kind: String,
     /// When AWS emitted the notice.
     pub noticed: DateTime<Utc>,
@@ -185,8 +187,9 @@ pub struct NodeStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeInterruption {
-    /// spot_interruption, scheduled_change, state_change,
-    /// terminate_lifecycle_action or rebalance_recommendation.
+    /// `spot_interruption`, `rebalance_recommendation`, `state_change`,
+    /// `scheduled_change`, `scheduled_maintenance` or
+    /// `terminate_lifecycle_action`.
     pub kind: String,
     /// When AWS emitted the notice.
     pub noticed: DateTime<Utc>,
@@ -437,5 +440,28 @@ mod notice_tests {
             NoticeClass::of_label("from_a_newer_manager"),
             NoticeClass::Unknown
         );
+    }
+
+    /// The reference says the kinds the manager writes (it once listed
+    /// kinds it never wrote).
+    #[test]
+    fn the_schema_names_every_kind_written() {
+        for schema in [
+            schemars::schema_for!(super::LastInterruption),
+            schemars::schema_for!(super::NodeInterruption),
+        ] {
+            let said = schema
+                .as_value()
+                .pointer("/properties/kind/description")
+                .and_then(|d| d.as_str())
+                .unwrap_or_default()
+                .to_string();
+            for class in NoticeClass::ALL {
+                assert!(
+                    said.contains(&format!("`{}`", class.label())),
+                    "{class:?}: {said}"
+                );
+            }
+        }
     }
 }
