@@ -1,7 +1,8 @@
 //! The docs stay true: the reference pages are what the code generates
 //! today, every relative link in README.md and docs/ points at something
 //! inside the repository, every code block is closed where it should be
-//! (GitHub renders the rest of a page as code otherwise), and the README
+//! (GitHub renders the rest of a page as code otherwise), a CommonMark
+//! parser renders every page as written (pulldown-cmark), and the README
 //! stays short.
 
 use std::collections::BTreeSet;
@@ -291,6 +292,87 @@ fn the_fence_check_finds_what_it_must() {
     );
     assert_eq!(
         fence_problems("```sh\nls\n```\n\n    ``` indented\n"),
+        Vec::<String>::new()
+    );
+}
+
+/// What a CommonMark parser (GitHub's flavour is CommonMark) makes of
+/// `text` that the author did not mean: a fenced block never closed (it
+/// swallows the rest of the page), and a `## ` line outside every code
+/// block that is not a heading.
+fn render_problems(text: &str) -> Vec<String> {
+    use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag};
+    let line_of = |offset: usize| text[..offset].matches('\n').count() + 1;
+    let mut problems = vec![];
+    let mut headings = vec![];
+    let mut blocks = vec![];
+    for (event, range) in Parser::new(text).into_offset_iter() {
+        match event {
+            Event::Start(Tag::Heading { .. }) => headings.push(range),
+            Event::Start(Tag::CodeBlock(kind)) => {
+                let body = text[range.clone()].trim_end();
+                let closed = match kind {
+                    CodeBlockKind::Fenced(_) => body.ends_with("```") || body.ends_with("~~~"),
+                    CodeBlockKind::Indented => true,
+                };
+                if !closed {
+                    problems.push(format!(
+                        "line {}: a code block never closed (it runs to the end of the page)",
+                        line_of(range.start)
+                    ));
+                }
+                blocks.push(range);
+            }
+            _ => {}
+        }
+    }
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let inside = |r: &std::ops::Range<usize>| r.contains(&offset);
+        if line.starts_with("## ") && !headings.iter().any(inside) && !blocks.iter().any(inside) {
+            problems.push(format!(
+                "line {}: {:?} is not rendered as a heading",
+                line_of(offset),
+                line.trim_end()
+            ));
+        }
+        offset += line.len();
+    }
+    problems
+}
+
+#[test]
+fn every_page_renders_as_written() {
+    let mut problems = vec![];
+    let files = markdown_files(&root());
+    assert!(files.len() > 10, "{} Markdown files", files.len());
+    let mut headings = 0;
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("markdown");
+        headings += text.lines().filter(|l| l.starts_with("## ")).count();
+        for p in render_problems(&text) {
+            problems.push(format!("{}: {p}", path.display()));
+        }
+    }
+    // The pages have sections: a check that saw none checked nothing.
+    assert!(headings > 20, "{headings} `## ` lines");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_render_check_finds_what_it_must() {
+    // Text after a closing fence leaves the block open: the next section
+    // is swallowed, and is no heading.
+    let swallowed = "# Page\n\n```sh\nls\n``` then text\n\n## Next\n\nmore\n";
+    let problems = render_problems(swallowed);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains("line 3: a code block never closed"),
+        "{problems:?}"
+    );
+    // A heading is one; a `## ` line inside a closed code block is code.
+    assert_eq!(
+        render_problems("# Page\n\n## Fine\n\n```\n## in code\n```\n"),
         Vec::<String>::new()
     );
 }
