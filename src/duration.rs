@@ -113,12 +113,49 @@ mod tests {
         );
     }
 
+    /// The schema's `PATTERN` (the apiserver enforces it) and the parser
+    /// agree: what the pattern admits parses (but for a number too large,
+    /// which the parser refuses), and what it refuses does not parse.
+    fn agree(pattern: &regex::Regex, s: &str) -> Result<(), String> {
+        match (pattern.is_match(s), parse(s)) {
+            (true, Ok(_)) | (false, Err(_)) => Ok(()),
+            (true, Err(e)) if e.reason == "number too large" => Ok(()),
+            (matched, parsed) => Err(format!("{s:?}: pattern {matched}, parser {parsed:?}")),
+        }
+    }
+
     #[test]
     fn schema_pattern_agrees_with_parser_on_examples() {
-        // The pattern is enforced by the apiserver; keep both in step.
-        let re_ok = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric()) && parse(s).is_ok();
-        for good in ["1s", "5m", "1h30m", "250ms"] {
-            assert!(re_ok(good));
+        let pattern = regex::Regex::new(PATTERN).expect("PATTERN is a regex");
+        let examples = [
+            "1s",
+            "5m",
+            "1h30m",
+            "250ms",
+            "0s",
+            "",
+            "m",
+            "5 m",
+            "-5m",
+            "5d",
+            "1.5h",
+            "5M",
+            "1h 30m",
+            "99999999999999999999h",
+        ];
+        for s in examples {
+            agree(&pattern, s).unwrap_or_else(|e| panic!("{e}"));
+        }
+        // Both ways were seen: a check that saw one side checked half.
+        assert!(examples.iter().any(|s| pattern.is_match(s)));
+        assert!(examples.iter().any(|s| !pattern.is_match(s)));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn schema_pattern_agrees_with_parser_on_any_string(s in "[0-9mshd. -]{0,12}") {
+            let pattern = regex::Regex::new(PATTERN).expect("PATTERN is a regex");
+            proptest::prop_assert!(agree(&pattern, &s).is_ok(), "{:?}", agree(&pattern, &s));
         }
     }
 
