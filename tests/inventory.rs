@@ -748,6 +748,40 @@ async fn competing_asg_settings_are_reported_and_left_as_they_are() {
         .send()
         .await
         .expect("cluster-autoscaler's tag");
+    // b spans two zones, AZRebalance not suspended (kops's are one zone
+    // each): a default subnet in each.
+    let subnets = world
+        .aws
+        .ec2
+        .describe_subnets()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("default-for-az")
+                .values("true")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("subnets");
+    let in_zones: Vec<&str> = subnets
+        .subnets()
+        .iter()
+        .filter(|s| {
+            s.availability_zone()
+                .is_some_and(|z| ZONES[..2].contains(&z))
+        })
+        .filter_map(|s| s.subnet_id())
+        .collect();
+    assert_eq!(in_zones.len(), 2, "{subnets:?}");
+    autoscaling
+        .update_auto_scaling_group()
+        .auto_scaling_group_name(&b)
+        .availability_zones(ZONES[0])
+        .availability_zones(ZONES[1])
+        .vpc_zone_identifier(in_zones.join(","))
+        .send()
+        .await
+        .expect("two zones");
     let (manager, _config) = world.start_manager(&[]);
     let (value, reason, message) = assert_eventually("reported", WAIT, || async {
         condition(
@@ -765,6 +799,10 @@ async fn competing_asg_settings_are_reported_and_left_as_they_are() {
         format!("{a} has Capacity Rebalancing on"),
         format!("{a} has a maximum instance lifetime of 7.0 day(s)"),
         format!("{b} carries k8s.io/cluster-autoscaler/enabled"),
+        format!(
+            "{b} spans 2 zones ({}, {}) with AZRebalance not suspended",
+            ZONES[0], ZONES[1]
+        ),
     ] {
         assert!(message.contains(&said), "{said}: {message}");
     }
@@ -794,6 +832,13 @@ async fn competing_asg_settings_are_reported_and_left_as_they_are() {
         .send()
         .await
         .expect("untag");
+    autoscaling
+        .suspend_processes()
+        .auto_scaling_group_name(&b)
+        .scaling_processes("AZRebalance")
+        .send()
+        .await
+        .expect("suspend AZRebalance");
     assert_eventually("cleared", WAIT, || async {
         condition(
             &status_of(&groups, "workers").await?,

@@ -410,6 +410,7 @@ fn describe_group(g: &aws_sdk_autoscaling::types::AutoScalingGroup) -> AsgDescri
             .collect(),
         capacity_rebalance: g.capacity_rebalance().unwrap_or(false),
         max_instance_lifetime: g.max_instance_lifetime().filter(|s| *s > 0),
+        zones: g.availability_zones().to_vec(),
     }
 }
 

@@ -64,6 +64,7 @@ impl FakeCloud {
                 suspended_processes: vec![],
                 capacity_rebalance: false,
                 max_instance_lifetime: None,
+                zones: vec![],
             },
         );
         state.templates.insert(

@@ -47,6 +47,8 @@ pub struct AsgDescription {
     /// The ASG's maximum instance lifetime (seconds), when set: AWS
     /// replaces older instances by itself, without our drain.
     pub max_instance_lifetime: Option<i32>,
+    /// The zones it launches in (kops's ASGs have one each).
+    pub zones: Vec<String>,
 }
 
 /// How long an ASG may sit below its desired count, its launch in flight

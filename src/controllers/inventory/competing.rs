@@ -10,6 +10,9 @@ use crate::crd::condition::{COMPETING_ASG_SETTINGS, ConditionStatus, set_conditi
 use crate::crd::{NodeGroup, NodeGroupStatus};
 use chrono::{DateTime, Utc};
 
+/// The scaling process that rebalances a multi-zone ASG by itself.
+pub const AZ_REBALANCE: &str = "AZRebalance";
+
 /// The tag cluster-autoscaler's auto-discovery finds an ASG by.
 pub const CLUSTER_AUTOSCALER_TAG: &str = "k8s.io/cluster-autoscaler/enabled";
 
@@ -38,6 +41,13 @@ pub fn competing(
         if asg.tags.contains_key(CLUSTER_AUTOSCALER_TAG) {
             found.push(format!(
                 "{name} carries {CLUSTER_AUTOSCALER_TAG}: a cluster-autoscaler with auto-discovery scales it too, and the two undo each other's counts; remove the tag, or leave the group to cluster-autoscaler"
+            ));
+        }
+        if asg.zones.len() > 1 && !asg.is_suspended(AZ_REBALANCE) {
+            found.push(format!(
+                "{name} spans {} zones ({}) with AZRebalance not suspended: when its zones fall out of balance AWS launches in one and terminates in another, without a drain; suspend AZRebalance (kops: suspendProcesses: [AZRebalance]), or give each zone its own ASG as kops does",
+                asg.zones.len(),
+                asg.zones.join(", ")
             ));
         }
         for (_, pool) in warm_pools.iter().filter(|(a, _)| a == name) {
@@ -99,6 +109,8 @@ mod tests {
         a.max_instance_lifetime = Some(7 * 86_400);
         let mut b = fresh("b", &[]);
         b.tags.insert(CLUSTER_AUTOSCALER_TAG.into(), "true".into());
+        // A multi-zone ASG rebalancing by itself; suspended, it is quiet.
+        b.zones = vec!["eu-west-1a".into(), "eu-west-1b".into()];
         // Another group's ASG is not this group's concern.
         let mut other = fresh("other", &[]);
         other.capacity_rebalance = true;
@@ -110,7 +122,7 @@ mod tests {
         };
         let pools = [("b".to_string(), pool.clone()), ("other".to_string(), pool)];
         let found = competing(&group(), &[a, b, other], &pools);
-        assert_eq!(found.len(), 4, "{found:?}");
+        assert_eq!(found.len(), 5, "{found:?}");
         assert!(
             found[0].starts_with("a has Capacity Rebalancing on"),
             "{}",
@@ -132,10 +144,17 @@ mod tests {
             found[2]
         );
         assert!(
-            found[3].starts_with("b has a warm pool (2 instance(s) stopped, at least 1)")
-                && found[3].contains("delete-warm-pool --auto-scaling-group-name b"),
+            found[3].starts_with(
+                "b spans 2 zones (eu-west-1a, eu-west-1b) with AZRebalance not suspended"
+            ),
             "{}",
             found[3]
+        );
+        assert!(
+            found[4].starts_with("b has a warm pool (2 instance(s) stopped, at least 1)")
+                && found[4].contains("delete-warm-pool --auto-scaling-group-name b"),
+            "{}",
+            found[4]
         );
         let mut status = NodeGroupStatus::default();
         set_competing(&group(), (&[], &[]), &mut status, chrono::Utc::now());
@@ -152,9 +171,10 @@ mod tests {
             "nodes-a".into(),
         );
         a.suspended_processes = vec!["AZRebalance".into()];
-        assert_eq!(
-            competing(&group(), &[a, fresh("b", &[])], &[]),
-            Vec::<String>::new()
-        );
+        // Several zones with AZRebalance suspended; one zone, not suspended.
+        a.zones = vec!["eu-west-1a".into(), "eu-west-1b".into()];
+        let mut b = fresh("b", &[]);
+        b.zones = vec!["eu-west-1a".into()];
+        assert_eq!(competing(&group(), &[a, b], &[]), Vec::<String>::new());
     }
 }

@@ -528,6 +528,7 @@ pub(crate) mod tests {
             suspended_processes: vec![],
             capacity_rebalance: false,
             max_instance_lifetime: None,
+            zones: vec![],
         }
     }
 

@@ -206,6 +206,7 @@ pub fn as_inventoried(observed: &ObservedGroup, now: DateTime<Utc>) -> Described
             suspended_processes: a.suspended_processes.clone(),
             capacity_rebalance: false,
             max_instance_lifetime: None,
+            zones: vec![],
         })
         .collect();
     let asgs = fresh
