@@ -11,6 +11,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::time::Duration;
 
+mod groups;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
     pub controller: &'static str,
@@ -94,6 +96,11 @@ pub struct Metrics {
     pub group_operation: Family<OperationLabels, Gauge>,
     pub group_fallback_nodes: Family<GroupLabels, Gauge>,
     pub on_demand_seconds: Family<GroupLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    pub group_state: Family<groups::StateLabels, Gauge>,
+    pub group_condition: Family<groups::ConditionLabels, Gauge>,
+    /// The reason each troubled condition's series carries now.
+    troubles_set:
+        std::sync::Mutex<std::collections::HashMap<(String, String, &'static str), String>>,
     /// When each group's fallback instances were last counted (the
     /// on-demand seconds run from there).
     fallback_counted: std::sync::Mutex<std::collections::HashMap<GroupLabels, std::time::Instant>>,
@@ -128,6 +135,9 @@ impl Default for Metrics {
             group_desired_nodes: Family::default(),
             group_drifted_nodes: Family::default(),
             group_operation: Family::default(),
+            group_state: Family::default(),
+            group_condition: Family::default(),
+            troubles_set: Default::default(),
             group_fallback_nodes: Family::default(),
             on_demand_seconds: Family::default(),
             fallback_counted: Default::default(),
@@ -204,6 +214,7 @@ impl Metrics {
         );
         self.register_runs();
         self.register_controllers();
+        self.register_group_state();
     }
 
     /// Refresh runs, drains and interruptions.
@@ -403,6 +414,7 @@ impl Metrics {
                 })
                 .set(i64::from(held == Some(&kind)));
         }
+        self.group_state_observed(namespace, group, status);
     }
 
     /// A deleted group's series go with it.
@@ -426,6 +438,7 @@ impl Metrics {
                 operation,
             });
         }
+        self.group_state_forgotten(namespace, group);
     }
 
     pub fn node_repair(&self, outcome: &'static str) {

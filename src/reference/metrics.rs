@@ -35,7 +35,18 @@ pub fn with_every_series() -> Metrics {
             outcome: "performed",
         })
         .inc();
-    m.group_observed("ns", "workers", &Default::default());
+    // With a troubled condition: its series exists only then.
+    let mut status = crate::crd::NodeGroupStatus::default();
+    crate::crd::condition::set_condition(
+        &mut status.conditions,
+        crate::crd::condition::DEGRADED,
+        crate::crd::ConditionStatus::True,
+        "NotLaunching",
+        "",
+        None,
+        chrono::DateTime::UNIX_EPOCH,
+    );
+    m.group_observed("ns", "workers", &status);
     m.leader.set(1);
     m.controller_restarts.inc();
     m
