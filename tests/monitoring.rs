@@ -171,3 +171,107 @@ fn the_service_monitor_reaches_the_managers_admin_port() {
         deployment["metadata"]["namespace"]
     );
 }
+
+/// The PrometheusRule's groups, as a rules file for promtool; without
+/// annotations when `annotations` is false.
+fn rule_groups(annotations: bool) -> serde_yaml::Value {
+    let rule: serde_yaml::Value =
+        serde_yaml::from_str(&repo_file("manifests/monitoring/prometheusrule.yaml")).expect("YAML");
+    let mut groups = rule["spec"]["groups"].clone();
+    if !annotations {
+        for group in groups.as_sequence_mut().expect("groups") {
+            for r in group["rules"].as_sequence_mut().expect("rules") {
+                r.as_mapping_mut().expect("rule").remove("annotations");
+            }
+        }
+    }
+    let mut file = serde_yaml::Mapping::new();
+    file.insert("groups".into(), groups);
+    serde_yaml::Value::Mapping(file)
+}
+
+/// The alerts are valid rules (promtool check rules), each fires when its
+/// cases say and only then (promtool test rules, tests/fixtures/
+/// alerts_test.yaml), each has a case where it fires, each queries only
+/// series the manager exports and points at a section of operations.md.
+#[test]
+fn the_alerts_are_valid_tested_and_point_at_what_to_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let full = dir.path().join("full.yaml");
+    std::fs::write(
+        &full,
+        serde_yaml::to_string(&rule_groups(true)).expect("YAML"),
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("rules.yaml"),
+        serde_yaml::to_string(&rule_groups(false)).expect("YAML"),
+    )
+    .expect("write");
+    let cases = dir.path().join("alerts_test.yaml");
+    std::fs::write(&cases, repo_file("tests/fixtures/alerts_test.yaml")).expect("write");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("promtool")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("promtool: {e} (scripts/test installs it: Debian's prometheus package)")
+            });
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["check", "rules", "full.yaml"]);
+    run(&["test", "rules", "alerts_test.yaml"]);
+
+    let exported = exported();
+    let operations = repo_file("docs/operations.md");
+    let anchors: BTreeSet<String> = operations
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .map(|h| {
+            h.to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect();
+    let tested = repo_file("tests/fixtures/alerts_test.yaml");
+    let groups = rule_groups(true);
+    let mut alerts = 0;
+    for group in groups["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            let name = rule["alert"].as_str().expect("alert name");
+            alerts += 1;
+            let expr = rule["expr"].as_str().expect("expr");
+            let names = queried(expr);
+            assert!(!names.is_empty(), "{name} queries nothing of ours");
+            for metric in names {
+                assert!(
+                    exported.contains(&metric),
+                    "{name} queries {metric}, not exported"
+                );
+            }
+            let runbook = rule["annotations"]["runbook"].as_str().expect("runbook");
+            let anchor = runbook
+                .strip_prefix("docs/operations.md#")
+                .unwrap_or_else(|| panic!("{name}: {runbook}"));
+            assert!(
+                anchors.contains(anchor),
+                "{name}: no section #{anchor} in {anchors:?}"
+            );
+            // A case where it fires: its name followed by expected alerts.
+            let fires = tested
+                .split(&format!("alertname: {name}\n"))
+                .skip(1)
+                .any(|rest| rest.trim_start().starts_with("exp_alerts:\n"));
+            assert!(fires, "{name}: no case in alerts_test.yaml where it fires");
+        }
+    }
+    assert!(alerts >= 7, "{alerts} alerts");
+}
