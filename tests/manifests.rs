@@ -140,13 +140,54 @@ fn the_kustomize_base_installs_every_kubernetes_manifest() {
         "kustomization.yaml",
         "aws/interruption-queue.yaml",
         "examples/sample-app.yaml",
+        "monitoring/kustomization.yaml",
         "monitoring/servicemonitor.yaml",
+        "monitoring/prometheusrule.yaml",
     ];
     files.retain(|f| !left_out.contains(&f.as_str()));
     files.sort();
     assert_eq!(
         resources, files,
         "manifests/kustomization.yaml must list every manifest of the install"
+    );
+}
+
+/// `kubectl apply -k manifests/monitoring` applies the ServiceMonitor,
+/// the alerts and the dashboard as a ConfigMap Grafana's sidecar loads,
+/// each labelled as kube-prometheus-stack selects them.
+#[test]
+fn the_monitoring_kit_applies_with_kustomize() {
+    let root = support::repo_root().join("manifests/monitoring");
+    let rendered = kustomize(&root);
+    let objects: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&rendered)
+        .map(|d| serde::Deserialize::deserialize(d).expect("a rendered object"))
+        .collect();
+    let mut kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    kinds.sort();
+    assert_eq!(kinds, ["ConfigMap", "PrometheusRule", "ServiceMonitor"]);
+    for o in &objects {
+        assert_eq!(
+            o["metadata"]["labels"]["release"].as_str(),
+            Some("kube-prometheus-stack"),
+            "{o:?}"
+        );
+        assert_eq!(
+            o["metadata"]["namespace"].as_str(),
+            Some("spot-node-manager")
+        );
+    }
+    let dashboard = objects
+        .iter()
+        .find(|o| o["kind"].as_str() == Some("ConfigMap"))
+        .expect("the dashboard's ConfigMap");
+    assert_eq!(
+        dashboard["metadata"]["labels"]["grafana_dashboard"].as_str(),
+        Some("1")
+    );
+    let shipped = std::fs::read_to_string(root.join("dashboard.json")).expect("dashboard.json");
+    assert_eq!(
+        dashboard["data"]["dashboard.json"].as_str(),
+        Some(shipped.as_str())
     );
 }
 
