@@ -106,6 +106,13 @@ fn every_series_the_dashboard_queries_is_exported() {
         "interruption_age_at_action_seconds",
         "aws_calls_total",
         "aws_call_errors_total",
+        // Issue 55: state and troubles, drift, repairs, the fallback's cost.
+        "group_state",
+        "group_condition",
+        "group_drifted_nodes",
+        "node_repairs_total",
+        "group_fallback_nodes",
+        "on_demand_instance_seconds_total",
     ] {
         assert!(all.contains(needed), "no panel shows {needed}");
     }
