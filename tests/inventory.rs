@@ -750,29 +750,10 @@ async fn competing_asg_settings_are_reported_and_left_as_they_are() {
         .expect("cluster-autoscaler's tag");
     // b spans two zones, AZRebalance not suspended (kops's are one zone
     // each): a default subnet in each.
-    let subnets = world
-        .aws
-        .ec2
-        .describe_subnets()
-        .filters(
-            aws_sdk_ec2::types::Filter::builder()
-                .name("default-for-az")
-                .values("true")
-                .build(),
-        )
-        .send()
-        .await
-        .expect("subnets");
-    let in_zones: Vec<&str> = subnets
-        .subnets()
-        .iter()
-        .filter(|s| {
-            s.availability_zone()
-                .is_some_and(|z| ZONES[..2].contains(&z))
-        })
-        .filter_map(|s| s.subnet_id())
-        .collect();
-    assert_eq!(in_zones.len(), 2, "{subnets:?}");
+    let in_zones = [
+        world.default_subnet(ZONES[0]).await,
+        world.default_subnet(ZONES[1]).await,
+    ];
     autoscaling
         .update_auto_scaling_group()
         .auto_scaling_group_name(&b)
@@ -1040,27 +1021,12 @@ async fn a_terminate_hook_nothing_completes_is_reported() {
         .send()
         .await
         .expect("put lifecycle hook");
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &worker_group("workers", &kops.asgs, 1, serde_json::json!({})),
-        )
-        .await
-        .expect("create");
-    let (manager, _config) = world.start_manager(&[]);
-    let (_, reason, message) = assert_eventually("the hook reported", WAIT, || {
-        let groups = groups.clone();
-        async move {
-            condition(
-                &status_of(&groups, "workers").await?,
-                "OtherTerminationHandler",
-            )
-            .filter(|(v, _, _)| *v == ConditionStatus::True)
-        }
-    })
-    .await;
+    let Reported {
+        manager,
+        reason,
+        message,
+        ..
+    } = reported(&world, &kops.asgs, "OtherTerminationHandler").await;
     assert_eq!(reason, "UncompletedLifecycleHook", "{message}");
     for said in [
         format!("{asg} has the terminate lifecycle hook nodes-NTHLifecycleHook"),
@@ -1101,24 +1067,12 @@ async fn a_warm_pool_is_reported_and_left_as_it_is() {
         .send()
         .await
         .expect("put warm pool");
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &worker_group("workers", &kops.asgs, 1, serde_json::json!({})),
-        )
-        .await
-        .expect("create");
-    let (manager, _config) = world.start_manager(&[]);
-    let (_, reason, message) = assert_eventually("reported", WAIT, || async {
-        condition(
-            &status_of(&groups, "workers").await?,
-            "CompetingAsgSettings",
-        )
-        .filter(|(v, _, _)| *v == ConditionStatus::True)
-    })
-    .await;
+    let Reported {
+        manager,
+        reason,
+        message,
+        ..
+    } = reported(&world, &kops.asgs, "CompetingAsgSettings").await;
     assert_eq!(reason, "SettingsCompete", "{message}");
     for said in [
         format!("{asg} has a warm pool"),
@@ -1135,4 +1089,42 @@ async fn a_warm_pool_is_reported_and_left_as_it_is() {
         .expect("describe warm pool");
     assert!(pool.warm_pool_configuration().is_some(), "left as it is");
     assert!(manager.child_alive(), "{}", manager.logs());
+}
+
+/// A running manager over one worker group of `asgs` (with its simulated
+/// kubelet), once the group's `condition` turned True.
+struct Reported {
+    manager: support::ManagerProcess,
+    _config: tempfile::NamedTempFile,
+    _sim: support::SimGuard,
+    reason: String,
+    message: String,
+}
+
+async fn reported(world: &World, asgs: &[String], condition_type: &str) -> Reported {
+    let sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &worker_group("workers", asgs, 1, serde_json::json!({})),
+        )
+        .await
+        .expect("create");
+    let (manager, config) = world.start_manager(&[]);
+    let (_, reason, message) = assert_eventually("reported", WAIT, || {
+        let groups = groups.clone();
+        async move {
+            condition(&status_of(&groups, "workers").await?, condition_type)
+                .filter(|(v, _, _)| *v == ConditionStatus::True)
+        }
+    })
+    .await;
+    Reported {
+        manager,
+        _config: config,
+        _sim: sim,
+        reason,
+        message,
+    }
 }

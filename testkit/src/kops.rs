@@ -57,6 +57,31 @@ impl World {
         format!("w{}", self.account)
     }
 
+    /// The emulator's default subnet in `zone` (one per zone, as in a
+    /// default VPC).
+    pub async fn default_subnet(&self, zone: &str) -> String {
+        let subnets = self
+            .aws
+            .ec2
+            .describe_subnets()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("default-for-az")
+                    .values("true")
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("describe subnets");
+        subnets
+            .subnets()
+            .iter()
+            .find(|s| s.availability_zone() == Some(zone))
+            .and_then(|s| s.subnet_id())
+            .unwrap_or_else(|| panic!("no default subnet in {zone}"))
+            .to_string()
+    }
+
     /// Creates one ASG per zone for `role` ("nodes" or "master"; named as
     /// kops 1.26 and later name them), each with
     /// `per_asg` instances, a launch template and a spot MixedInstancesPolicy,
@@ -72,28 +97,6 @@ impl World {
     ) -> KopsGroup {
         use aws_sdk_autoscaling::types::Tag;
         let prefix = self.prefix();
-        let subnets = self
-            .aws
-            .ec2
-            .describe_subnets()
-            .filters(
-                aws_sdk_ec2::types::Filter::builder()
-                    .name("default-for-az")
-                    .values("true")
-                    .build(),
-            )
-            .send()
-            .await
-            .expect("describe subnets");
-        let subnet_of = |zone: &str| {
-            subnets
-                .subnets()
-                .iter()
-                .find(|s| s.availability_zone() == Some(zone))
-                .and_then(|s| s.subnet_id())
-                .unwrap_or_else(|| panic!("no default subnet in {zone}"))
-                .to_string()
-        };
         let mut group = KopsGroup {
             asgs: vec![],
             instance_groups: vec![],
@@ -155,7 +158,7 @@ impl World {
                 // surplus, however large the group (benchmarks go to 100).
                 .max_size(20.max(per_asg * 2))
                 .desired_capacity(per_asg)
-                .vpc_zone_identifier(subnet_of(zone))
+                .vpc_zone_identifier(self.default_subnet(zone).await)
                 .mixed_instances_policy(kops_policy(&template, "$Latest"))
                 .set_tags(Some(
                     tags.iter()

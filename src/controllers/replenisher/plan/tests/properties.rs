@@ -4,6 +4,19 @@ use super::*;
 
 // ---- properties over random states ----
 
+/// The nodes `mask` marks (cycled over the nodes), protected.
+pub(super) fn protected_by(
+    s: &Scenario,
+    mask: &[bool],
+) -> std::collections::BTreeMap<String, String> {
+    s.nodes
+        .iter()
+        .zip(mask.iter().cycle())
+        .filter(|(_, p)| **p)
+        .map(|(n, _)| (n.name.clone(), "annotated".to_string()))
+        .collect()
+}
+
 pub(super) fn arb_state() -> impl Strategy<Value = Scenario> {
     let asgs = prop::collection::vec((0i32..4, 0i32..4, 0i32..3, any::<bool>()), 1..4);
     (
@@ -266,13 +279,7 @@ proptest! {
         s.status.scale_in = None;
         s.lock = LockState::Ours;
         s.deleting = false;
-        s.protected = s
-            .nodes
-            .iter()
-            .zip(mask.iter().cycle())
-            .filter(|(_, p)| **p)
-            .map(|(n, _)| (n.name.clone(), "annotated".to_string()))
-            .collect();
+        s.protected = protected_by(&s, &mask);
         if let Command::Drain(target) = s.plan().command
             && !target.repair
         {

@@ -2,7 +2,7 @@
 //! states, windows, protection and slots, a removal it starts keeps every
 //! rule the table binds to its reason.
 
-use super::properties::arb_state;
+use super::properties::{arb_state, protected_by};
 use super::*;
 use crate::controllers::authority::Reason;
 use crate::controllers::authority::rules::{self, Rule};
@@ -104,13 +104,7 @@ fn arb_scenario() -> impl Strategy<Value = Scenario> {
             s.deleting = false;
             // Nothing is removed without the lock: every state may act.
             s.lock = LockState::Ours;
-            s.protected = s
-                .nodes
-                .iter()
-                .zip(mask.iter().cycle())
-                .filter(|(_, p)| **p)
-                .map(|(n, _)| (n.name.clone(), "annotated".to_string()))
-                .collect();
+            s.protected = protected_by(&s, &mask);
             for (n, r) in s.nodes.iter_mut().zip(at_risk.iter().cycle()) {
                 if *r && n.ready {
                     n.fate = Some(Fate::AtRisk);
