@@ -58,7 +58,7 @@ impl Metrics {
         );
         self.registry.register(
             "group_condition",
-            "1 while a NodeGroup condition says something is wrong (SpecValid or InventorySynced False; Degraded, CircuitBreakerOpen, FallbackOnDemand, CompetingAsgSettings, NoRoomAboveDesired or OtherTerminationHandler True), by its reason; no series otherwise",
+            "1 while a NodeGroup condition says something is wrong (SpecValid or InventorySynced False; Degraded, CircuitBreakerOpen, FallbackOnDemand, CompetingAsgSettings, NoRoomAboveDesired or OtherTerminationHandler True), or its Replenisher holds repairs back (RepairAllowed False, e.g. reason ControlPlaneQuorumAtRisk), by its reason; no series otherwise",
             self.group_condition.clone(),
         );
     }
@@ -84,30 +84,49 @@ impl Metrics {
             let reason = found
                 .filter(|c| c.status == troubled)
                 .map(|c| c.reason.clone());
-            let mut seen = self.troubles_set.lock().unwrap_or_else(|p| p.into_inner());
-            let key = (namespace.to_string(), group.to_string(), type_);
-            // A reason that changed or cleared leaves no series behind.
-            if let Some(old) = seen.get(&key)
-                && Some(old) != reason.as_ref()
-            {
-                self.group_condition.remove(&ConditionLabels {
-                    namespace: namespace.into(),
-                    group: group.into(),
-                    condition: type_,
-                    reason: old.clone(),
-                });
-                seen.remove(&key);
-            }
-            if let Some(reason) = reason {
-                let labels = ConditionLabels {
-                    namespace: namespace.into(),
-                    group: group.into(),
-                    condition: type_,
-                    reason: reason.clone(),
-                };
-                self.group_condition.get_or_create(&labels).set(1);
-                seen.insert(key, reason);
-            }
+            self.set_trouble(namespace, group, type_, reason);
+        }
+    }
+
+    /// The group's replenisher holds repairs back (its Replenisher's
+    /// `RepairAllowed` False, with this reason, e.g.
+    /// `ControlPlaneQuorumAtRisk`), or does not (None).
+    pub fn repair_held(&self, namespace: &str, group: &str, reason: Option<&str>) {
+        let reason = reason.map(str::to_string);
+        self.set_trouble(namespace, group, condition::REPAIR_ALLOWED, reason);
+    }
+
+    /// The series of condition `type_` of a group: 1 with `reason`, none
+    /// when None. A reason that changed or cleared leaves no series behind.
+    fn set_trouble(
+        &self,
+        namespace: &str,
+        group: &str,
+        type_: &'static str,
+        reason: Option<String>,
+    ) {
+        let mut seen = self.troubles_set.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (namespace.to_string(), group.to_string(), type_);
+        if let Some(old) = seen.get(&key)
+            && Some(old) != reason.as_ref()
+        {
+            self.group_condition.remove(&ConditionLabels {
+                namespace: namespace.into(),
+                group: group.into(),
+                condition: type_,
+                reason: old.clone(),
+            });
+            seen.remove(&key);
+        }
+        if let Some(reason) = reason {
+            let labels = ConditionLabels {
+                namespace: namespace.into(),
+                group: group.into(),
+                condition: type_,
+                reason: reason.clone(),
+            };
+            self.group_condition.get_or_create(&labels).set(1);
+            seen.insert(key, reason);
         }
     }
 
@@ -195,8 +214,26 @@ mod tests {
                 .encode()
                 .contains("spot_node_manager_group_condition{")
         );
-        // Forgotten: no state series either.
+        // A repair held back, by the Replenisher's reason, until it is not;
+        // an inventory sync does not clear it.
+        metrics.repair_held("ns", "workers", Some("ControlPlaneQuorumAtRisk"));
+        metrics.group_state_observed("ns", "workers", &status);
+        let held = "spot_node_manager_group_condition{namespace=\"ns\",group=\"workers\",condition=\"RepairAllowed\",reason=\"ControlPlaneQuorumAtRisk\"} 1";
+        assert!(metrics.encode().contains(held), "{}", metrics.encode());
+        metrics.repair_held("ns", "workers", None);
+        assert!(
+            !metrics
+                .encode()
+                .contains("spot_node_manager_group_condition{")
+        );
+        metrics.repair_held("ns", "workers", Some("CircuitBreakerOpen"));
+        // Forgotten: no state series either, nor a held repair's.
         metrics.group_state_forgotten("ns", "workers");
         assert!(!metrics.encode().contains("spot_node_manager_group_state{"));
+        assert!(
+            !metrics
+                .encode()
+                .contains("spot_node_manager_group_condition{")
+        );
     }
 }

@@ -124,6 +124,8 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         rp.metadata.generation,
         now,
     );
+    let held = plan.repair_held.as_ref().map(|h| h.reason);
+    ctx.metrics.repair_held(&namespace, &group.name_any(), held);
     let mut step = Step {
         ctx,
         at: (namespace.as_str(), name.as_str()),
