@@ -49,6 +49,16 @@ async fn reconcile(rp: Arc<Replenisher>, ctx: Arc<Context>) -> Result<Action> {
     .await
 }
 
+/// The instances of the described ASGs that count as capacity.
+fn active_instances(described: &DescribedAsgs) -> BTreeSet<String> {
+    described
+        .fresh
+        .iter()
+        .flat_map(|a| a.instances.iter().filter(|i| i.is_active()))
+        .map(|i| i.instance_id.clone())
+        .collect()
+}
+
 pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Result<Action> {
     let Some(rp) = crate::controllers::runtime::reread(ctx, rp.as_ref()).await? else {
         return Ok(Action::await_change());
@@ -73,12 +83,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     let (protected, slot) = voluntary(ctx, &observed, &described, &slots, now).await?;
     let plan_for = |described: &DescribedAsgs| {
         let group = &observed.group;
-        let active: BTreeSet<String> = described
-            .fresh
-            .iter()
-            .flat_map(|a| a.instances.iter().filter(|i| i.is_active()))
-            .map(|i| i.instance_id.clone())
-            .collect();
+        let active = active_instances(described);
         replenish_plan::plan(&Input {
             group: observed.facts(described, false, now),
             // Another group naming one of its ASGs stops it too.
