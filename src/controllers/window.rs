@@ -1,6 +1,7 @@
 //! Maintenance windows, evaluated: whether voluntary disruption may start
 //! (or take its next node) at an instant, and until when. Pure.
 
+use crate::controllers::authority::{Reason, rules};
 use crate::controllers::refresher::schedule::{last_run, next_run};
 use crate::crd::nodegroup::ResolvedDisruption;
 use chrono::{DateTime, Utc};
@@ -16,6 +17,15 @@ pub enum WindowState {
 }
 
 impl WindowState {
+    /// The windows as a disruption for `reason` sees them: always open when
+    /// the rule book binds no window to it (`authority::rules`).
+    pub fn seen_by(&self, reason: Reason) -> WindowState {
+        match rules::binds(reason, rules::Rule::Window) {
+            true => self.clone(),
+            false => WindowState::Always,
+        }
+    }
+
     pub fn is_open(&self) -> bool {
         !matches!(self, WindowState::Closed { .. })
     }
@@ -130,6 +140,13 @@ pub fn schedule_meets_a_window(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reason_no_window_binds_sees_every_window_open() {
+        let closed = WindowState::Closed { opens: None };
+        assert_eq!(closed.seen_by(Reason::ScaleIn), closed);
+        assert_eq!(closed.seen_by(Reason::MasterRepair), WindowState::Always);
+    }
     use crate::crd::nodegroup::parse_schedule;
     use chrono::TimeZone;
     use std::time::Duration;

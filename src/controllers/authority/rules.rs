@@ -2,11 +2,11 @@
 //! manager has to take a node away. One table, [`binding`]; every path
 //! asks it where it checks a rule (the masters' rule in
 //! [`super::decide`], a window, protection or the slot in its planner, the
-//! Ready floor in its guard), so a row changed here
+//! Ready floor in its guard; windows through `WindowState::seen_by`), so a
+//! row changed here
 //! changes what that path does. `docs/concepts/disruption.md` shows the
 //! table as [`markdown`] renders it, and a test keeps the two the same.
 
-use crate::controllers::window::WindowState;
 use crate::crd::Role;
 use std::collections::BTreeMap;
 
@@ -177,14 +177,6 @@ pub fn binds(reason: Reason, rule: Rule) -> bool {
     binding(reason, rule) == Binding::Binds
 }
 
-/// The windows as `reason` sees them: always open when no window binds it.
-pub fn window(reason: Reason, state: &WindowState) -> WindowState {
-    match binds(reason, Rule::Window) {
-        true => state.clone(),
-        false => WindowState::Always,
-    }
-}
-
 /// The protected nodes (and why) as `reason` sees them: none when
 /// protection does not bind it.
 pub fn protected(
@@ -260,10 +252,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reason_a_window_does_not_bind_sees_it_open_and_protection_absent() {
-        let closed = WindowState::Closed { opens: None };
-        assert_eq!(window(Reason::ScaleIn, &closed), closed);
-        assert_eq!(window(Reason::MasterRepair, &closed), WindowState::Always);
+    fn a_reason_protection_does_not_bind_sees_none() {
         let mut map = BTreeMap::new();
         map.insert("n1".to_string(), "do-not-disrupt".to_string());
         assert_eq!(protected(Reason::AtRisk, &map).len(), 1);

@@ -3,7 +3,7 @@
 
 use super::targets::{drifted_targets, targets};
 use super::{Happening, IDLE, LOCK_RETRY, Planner, SOON, SlotState, Step, surplus_of};
-use crate::controllers::authority::{Reason, rules};
+use crate::controllers::authority::Reason;
 use crate::controllers::group_view::{AsgView, LockState, after, until};
 use crate::controllers::refresher::schedule::next_run;
 use crate::crd::Role;
@@ -127,7 +127,7 @@ impl Planner<'_> {
         if let Some(why) = self.start_blocker() {
             return wait(why);
         }
-        if let Some(why) = rules::window(Reason::DriftRoll, &self.input.window).closed_reason() {
+        if let Some(why) = self.input.window.seen_by(Reason::DriftRoll).closed_reason() {
             self.status.phase = RefreshPhase::WaitingForWindow;
             return wait(why);
         }
@@ -153,7 +153,7 @@ impl Planner<'_> {
     /// (not skipped: it starts when the window opens). Releases a slot or
     /// lock taken just before the window closed.
     pub(super) fn outside_windows(&mut self, why: &str) -> Option<Step> {
-        let window = rules::window(Reason::Refresh, &self.input.window);
+        let window = self.input.window.seen_by(Reason::Refresh);
         let reason = window.closed_reason()?;
         self.status.phase = RefreshPhase::WaitingForWindow;
         let requeue = window.recheck_in(self.input.group.now);

@@ -317,7 +317,7 @@ impl Planner<'_> {
     /// The windows as the run's reason sees them (the rule book).
     fn run_window(&self) -> crate::controllers::window::WindowState {
         let reason = termination::run_reason(self.status.trigger);
-        crate::controllers::authority::rules::window(reason, &self.input.window)
+        self.input.window.seen_by(reason)
     }
 
     fn decide(&mut self) -> Step {

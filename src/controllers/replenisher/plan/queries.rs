@@ -220,7 +220,7 @@ pub(super) fn changes_from(s: &Stage, candidates: &[AsgView]) -> Vec<DesiredChan
 impl Stage<'_> {
     /// The maintenance windows as `reason` sees them (the rule book).
     pub(super) fn window(&self, reason: Reason) -> crate::controllers::window::WindowState {
-        rules::window(reason, &self.input.window)
+        self.input.window.seen_by(reason)
     }
 
     /// The protected nodes, and why, as `reason` sees them (the rule book).
