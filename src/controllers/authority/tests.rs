@@ -542,17 +542,22 @@ fn a_master_whose_control_plane_just_turned_ready_settles_before_another_goes() 
     }
 }
 
-#[test]
-fn a_group_s_own_master_settle_time_is_the_one_waited() {
-    let mut groups = three_groups_of_one();
+/// Every group's `refresh.masterSettleTime`.
+fn with_settle_time(groups: &mut Groups, settle: &str) {
     for (g, _) in groups.iter_mut() {
         g.spec.refresh = Some(
             serde_json::from_value(
-                serde_json::json!({"schedule": "0 3 * * *", "masterSettleTime": "10s"}),
+                serde_json::json!({"schedule": "0 3 * * *", "masterSettleTime": settle}),
             )
             .expect("refresh"),
         );
     }
+}
+
+#[test]
+fn a_group_s_own_master_settle_time_is_the_one_waited() {
+    let mut groups = three_groups_of_one();
+    with_settle_time(&mut groups, "10s");
     set_ready(&mut groups, "m-b", false);
     let mut serving = serving(&groups, &[]);
     for since in serving.values_mut() {
@@ -567,14 +572,7 @@ fn a_group_s_own_master_settle_time_is_the_one_waited() {
 #[test]
 fn a_settle_time_past_what_a_date_holds_never_ends_and_does_not_panic() {
     let mut groups = three_groups_of_one();
-    for (g, _) in groups.iter_mut() {
-        g.spec.refresh = Some(
-            serde_json::from_value(
-                serde_json::json!({"schedule": "0 3 * * *", "masterSettleTime": "999999999999h"}),
-            )
-            .expect("refresh"),
-        );
-    }
+    with_settle_time(&mut groups, "999999999999h");
     set_ready(&mut groups, "m-b", false);
     let cp = seen_at(&groups, &serving(&groups, &[]), t0());
     assert!(ask(&cp, Reason::MasterRepair, "m-b").is_err(), "{cp:?}");

@@ -14,7 +14,7 @@ pub const FRESH: Duration = Duration::from_secs(3600);
 type Described<T> = (Instant, Arc<T>);
 
 /// The last description of each ASG.
-pub struct Hourly<T>(tokio::sync::Mutex<BTreeMap<String, Described<T>>>);
+pub struct Hourly<T>(std::sync::Mutex<BTreeMap<String, Described<T>>>);
 
 impl<T> Default for Hourly<T> {
     fn default() -> Self {
@@ -23,6 +23,10 @@ impl<T> Default for Hourly<T> {
 }
 
 impl<T> Hourly<T> {
+    fn cached(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Described<T>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Each of `asgs` described (by `describe`, unless described within the
     /// hour); None while one of them cannot be (`what` and the IAM action
     /// are logged).
@@ -38,15 +42,22 @@ impl<T> Hourly<T> {
         F: Fn(String) -> Fut,
         Fut: std::future::Future<Output = crate::Result<T>>,
     {
-        let mut cached = self.0.lock().await;
         let mut out = vec![];
         for asg in asgs {
-            let described = match cached.get(asg) {
-                Some((at, found)) if at.elapsed() < FRESH => found.clone(),
-                _ => match describe(asg.clone()).await {
+            // The lock is not held across the call: one group's slow
+            // describe never holds up another group's sync.
+            let known = self
+                .cached()
+                .get(asg)
+                .filter(|(at, _)| at.elapsed() < FRESH)
+                .map(|(_, found)| found.clone());
+            let described = match known {
+                Some(found) => found,
+                None => match describe(asg.clone()).await {
                     Ok(found) => {
                         let found = Arc::new(found);
-                        cached.insert(asg.clone(), (Instant::now(), found.clone()));
+                        self.cached()
+                            .insert(asg.clone(), (Instant::now(), found.clone()));
                         found
                     }
                     Err(e) => {
