@@ -4,8 +4,7 @@
 //! `interruption` (the SQS receiver and the drainer of marked nodes). What
 //! they share: `authority` (whether a node may be taken away, asked by
 //! every path), `group_view` (the group as their plans see it), `observe`
-//! (what they look at), `guard` (the safety refusals), `persist` (the
-//! persist-then-act executor), `aws_mutations` (through the mutation gate),
+//! (what they look at), `guard` (the safety refusals), `aws_mutations` (through the mutation gate),
 //! and `runtime` (retry policy, spans, the per-group runner).
 
 pub mod authority;
@@ -17,7 +16,6 @@ pub mod inventory;
 #[cfg(test)]
 pub(crate) mod mock_api;
 pub mod observe;
-pub mod persist;
 pub mod refresher;
 pub mod replenisher;
 pub mod runtime;

@@ -93,6 +93,13 @@ pub struct ReplenisherStatus {
     /// take back, from these ASGs, once the shortage is over.
     #[serde(default)]
     pub raised: Vec<AsgCount>,
+    /// How many instances this replenisher's removals left each ASG below
+    /// its count (a never-joined instance or a repaired node removed with
+    /// decrement, nothing raised there to take back): raised again once
+    /// Ready is at desired and another ASG's raise can be taken back, so
+    /// the original layout comes back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lowered: Vec<AsgCount>,
     /// The instance being removed (drained, then terminated with decrement).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_in: Option<ScaleInTarget>,

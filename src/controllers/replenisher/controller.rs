@@ -2,11 +2,12 @@
 //! describe of its ASGs, the lock), decide (`replenish_plan::plan`), act
 //! (through the mutation gate, after re-checking what it may touch).
 
-use super::execute::Step;
+use super::effects::Cluster;
+use super::execute::execute;
+use super::guard::Guard;
 use crate::context::Context;
 use crate::controllers::group_view::{Fate, LockState};
 use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, observe_group};
-use crate::controllers::persist::write_if_changed;
 use crate::controllers::replenisher::plan::{self as replenish_plan, Input, NotJoinedView};
 use crate::controllers::runtime::{About, instrumented};
 use crate::crd::condition::{ConditionStatus, set_condition};
@@ -131,30 +132,28 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     );
     let held = plan.repair_held.as_ref().map(|h| h.reason);
     ctx.metrics.repair_held(&namespace, &group.name_any(), held);
-    let mut step = Step {
+    let mut cluster = Cluster {
         ctx,
         at: (namespace.as_str(), name.as_str()),
         written: rp.status.clone(),
-        status,
-        cloud: &cloud,
-        group: &group,
-        group_status: &group_status,
-        fresh: &fresh,
+        cloud: cloud.as_ref(),
+        guard: Guard {
+            group: &group,
+            status: &group_status,
+            fresh: &fresh,
+            control_plane: observed_control_plane.as_ref(),
+            now,
+        },
         group_ref: group.object_ref(&()),
-        message: &plan.message,
+        me: &me,
         slots: &slots,
-        control_plane: observed_control_plane.as_ref(),
-        now,
-        requeue: plan.requeue,
     };
     if let Some(held) = newly_blocked {
-        step.repair_blocked(held).await;
+        cluster.repair_blocked(held).await;
     }
-    step.carry_out(plan.command.clone(), &me, current.scale_in.as_ref())
-        .await?;
-    let requeue = step.requeue;
-    write_if_changed::<Replenisher, _>(ctx, step.at, &mut step.written, &step.status).await?;
-    Ok(Action::requeue(requeue.max(Duration::from_millis(100))))
+    let draining = current.scale_in.as_ref();
+    let requeue = execute(&mut cluster, &group.spec, &plan, status, draining, now).await?;
+    Ok(Action::requeue(requeue))
 }
 
 /// `joinTimeout`; the default when invalid (validation reports it).

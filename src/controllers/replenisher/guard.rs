@@ -10,6 +10,50 @@ use crate::controllers::guard::{Refusal, desired_changes, removable};
 use crate::crd::replenisher::ScaleInTarget;
 use crate::crd::{NodeGroup, Role};
 
+/// The replenisher's mutations re-checked on one reconcile's observations:
+/// the group (spec and inventory), its ASGs as just described, the control
+/// plane (masters), and now.
+#[derive(Clone, Copy)]
+pub struct Guard<'a> {
+    pub group: &'a NodeGroup,
+    pub status: &'a crate::crd::NodeGroupStatus,
+    pub fresh: &'a [AsgDescription],
+    pub control_plane: Option<&'a ControlPlane>,
+    pub now: chrono::DateTime<chrono::Utc>,
+}
+
+/// A mutation the executor is about to make, as the guard checks it.
+#[derive(Debug, Clone, Copy)]
+pub enum Check<'a> {
+    ScaleUp(&'a [DesiredChange]),
+    /// The recorded removal of an instance that never joined.
+    NotJoined(&'a crate::crd::replenisher::CleanupTarget),
+    /// A drained target's termination: a repair, or a scale-in.
+    Removal(&'a ScaleInTarget),
+    /// An interrupted instance terminated once replaced.
+    Retire(&'a crate::crd::replenisher::Retirement),
+}
+
+impl Guard<'_> {
+    /// The check for `check`: the executor asks it before each mutation.
+    pub fn check(&self, check: Check) -> Result<(), Refusal> {
+        let (group, status, fresh, cp, now) = (
+            self.group,
+            self.status,
+            self.fresh,
+            self.control_plane,
+            self.now,
+        );
+        match check {
+            Check::ScaleUp(changes) => scale_up(group, fresh, changes),
+            Check::NotJoined(target) => not_joined(group, fresh, target, cp),
+            Check::Removal(t) if t.repair => repair(group, status, fresh, t, cp, now),
+            Check::Removal(t) => scale_in(group, status, fresh, t, cp, now),
+            Check::Retire(r) => retire(group, status, fresh, r, cp, now),
+        }
+    }
+}
+
 /// Safety: only this group's ASGs, never above their max, never from a
 /// stale count (a raise never lowers, so AWS never picks a victim).
 pub fn scale_up(

@@ -3,7 +3,8 @@
 //! persist, act; `guard`: the checks re-made just before each mutation).
 
 pub mod controller;
-mod execute;
+mod effects;
+pub(crate) mod execute;
 pub mod guard;
 pub mod plan;
 #[cfg(test)]

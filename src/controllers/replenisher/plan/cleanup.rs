@@ -24,7 +24,10 @@ pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
     };
     authority::decide(input.group.control_plane, &request).ok()?;
     let asg = s.asg(&instance.asg)?;
-    let decrement = asg.desired > asg.min;
+    // A master is replaced in its own ASG only, and never raised there: one
+    // that never joined keeps its place (its ASG launches a fresh one),
+    // unless it is beyond the count.
+    let decrement = asg.desired > asg.min && (input.group.role == Role::Worker || extra_master(s));
     let mut status = s.status.clone();
     let retrying = status
         .cleanup
@@ -57,6 +60,16 @@ pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
         last: now,
         retry_after: after(now, exclusion_backoff(count)),
     });
+    if let Some(earlier) = status.cleanup.clone().filter(|c| !retrying && c.decrement) {
+        // A removal recorded and never made (its instance joined): what it
+        // took from the layout is given back.
+        super::records::add_raised(&mut status, &earlier.auto_scaling_group, 1);
+    }
+    if decrement && !retrying {
+        // Recorded with the removal: a raise of ours taken back, or the
+        // ASG's count below the layout (restored for workers).
+        super::records::add_raised(&mut status, &instance.asg, -1);
+    }
     status.cleanup = Some(target.clone());
     let how = if decrement {
         "decrementing desired"
@@ -87,7 +100,10 @@ pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
 /// nobody asked for.
 pub(super) fn extra_master(s: &Stage) -> bool {
     let total_instances: i32 = s.asgs.iter().map(|a| a.instances).sum();
-    s.input.group.role == Role::Master && total_instances > s.input.group.desired
+    // What we raised is no extra: a replacement for a master at risk or
+    // warned, launched while it still runs.
+    let ordered: i32 = s.status.raised.iter().map(|r| r.count).sum();
+    s.input.group.role == Role::Master && total_instances > s.input.group.desired + ordered
 }
 
 /// The instance to remove and why: a recorded cleanup whose instance is
@@ -97,41 +113,41 @@ fn candidate<'a>(s: &Stage<'a>) -> Option<(&'a NotJoinedView, String)> {
     let input = s.input;
     let now = input.group.now;
     let extra_master = extra_master(s);
-    input
-        .not_joined
-        .iter()
-        .filter(|n| input.active.contains(&n.instance_id))
-        .filter(|n| {
-            s.status
+    let due = |n: &&NotJoinedView| {
+        input.active.contains(&n.instance_id)
+            && s.status
                 .removals
                 .iter()
                 .find(|r| r.auto_scaling_group == n.asg)
                 .is_none_or(|r| now >= r.retry_after)
-        })
-        .find_map(|n| {
-            if let Some(c) = s
-                .status
-                .cleanup
-                .as_ref()
-                .filter(|c| c.instance_id == n.instance_id)
-            {
-                return Some((n, c.reason.clone()));
-            }
-            if s.overdue(n) {
-                Some((
-                    n,
-                    format!(
-                        "not joined within {}",
-                        crate::duration::format(input.join_timeout)
-                    ),
-                ))
-            } else if extra_master {
-                Some((
-                    n,
-                    format!("extra master beyond the configured {}", input.group.desired),
-                ))
-            } else {
-                None
-            }
-        })
+    };
+    // A recorded removal is retried before any other starts (its record,
+    // and what it took from the layout, would be overwritten).
+    if let Some(c) = &s.status.cleanup
+        && let Some(n) = input
+            .not_joined
+            .iter()
+            .find(|n| n.instance_id == c.instance_id)
+        && input.active.contains(&n.instance_id)
+    {
+        return due(&n).then(|| (n, c.reason.clone()));
+    }
+    input.not_joined.iter().filter(due).find_map(|n| {
+        if s.overdue(n) {
+            Some((
+                n,
+                format!(
+                    "not joined within {}",
+                    crate::duration::format(input.join_timeout)
+                ),
+            ))
+        } else if extra_master {
+            Some((
+                n,
+                format!("extra master beyond the configured {}", input.group.desired),
+            ))
+        } else {
+            None
+        }
+    })
 }

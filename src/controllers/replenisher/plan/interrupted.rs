@@ -128,11 +128,16 @@ pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
         return None;
     }
     let own = node.asg.clone()?;
+    // Replaced in its own ASG, or (nothing recorded) that ASG holds a raise
+    // of ours: the decrement takes it back. Otherwise its ASG relaunches.
+    let in_own = match replaced {
+        Some(r) => r.auto_scaling_group == own,
+        None => s.status.raised.iter().any(|r| r.auto_scaling_group == own),
+    };
     let target = ScaleInTarget {
         node: node.name.clone(),
         instance_id: node.instance_id.clone()?,
-        decrement: replaced.auto_scaling_group == own
-            && s.asg(&own).is_some_and(|a| a.desired > a.min),
+        decrement: in_own && s.asg(&own).is_some_and(|a| a.desired > a.min),
         auto_scaling_group: own,
         since: s.input.group.now,
         terminating: None,
@@ -148,14 +153,27 @@ pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
     Some(start_scale_in(s, target, message))
 }
 
-/// The first node at risk whose replacement we launched, with it.
-fn at_risk_replaced<'s>(s: &'s Stage) -> Option<(&'s GroupNode, &'s Replacement)> {
+/// The first node at risk that is replaced: by the replacement we launched
+/// for it (with it), or, nothing recorded, by Ready nodes enough without it
+/// (a surplus was there when the recommendation came, or no ASG could
+/// launch then): it need not serve on until its mark is old.
+fn at_risk_replaced<'s>(s: &'s Stage) -> Option<(&'s GroupNode, Option<&'s Replacement>)> {
+    let serving = s
+        .input
+        .group
+        .nodes
+        .iter()
+        .filter(|n| n.ready && n.fate.is_none());
+    let covered = serving.count() as i32 >= s.input.group.desired;
     s.input
         .group
         .nodes
         .iter()
         .filter(|n| n.fate == Some(Fate::AtRisk) && leaves_through_us(s, n))
-        .filter_map(|n| Some((n, replacement(s, n)?)))
+        .filter_map(|n| match replacement(s, n) {
+            Some(r) => Some((n, Some(r))),
+            None => covered.then_some((n, None)),
+        })
         .min_by(|a, b| a.0.name.cmp(&b.0.name))
 }
 

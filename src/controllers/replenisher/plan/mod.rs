@@ -40,7 +40,7 @@ pub use coming::{ComingRepair, repairs_to_come};
 pub use repair::RepairHeld;
 
 use scale_in::{scale_in, scale_in_in_progress};
-use scale_up::scale_up;
+use scale_up::{restore_layout, scale_up};
 
 pub use records::{
     abandon_scale_in, finish_cleanup, finish_retiring, finish_scale_in, raise_landed,
@@ -394,6 +394,7 @@ fn plan_inner(input: &Input) -> Plan {
         .or_else(|| repair_replaced(&stage))
         .or_else(|| fallback::return_to_spot(&stage))
         .or_else(|| scale_in(&stage))
+        .or_else(|| restore_layout(&stage))
         .or_else(|| at_risk_kept(&stage))
         .unwrap_or_else(|| {
             stage.idle(

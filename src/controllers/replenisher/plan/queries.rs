@@ -52,13 +52,16 @@ pub(super) fn unhealthy<'a>(s: &'a Stage) -> Vec<&'a GroupNode> {
 }
 
 /// The ASGs a raise may go to now: launching, not excluded, below max, and
-/// not in a run of instances that never join.
+/// not backing off after an instance that never joined. (Only during the
+/// backoff: a run of removals ends when a node launched there joins, and
+/// after a removal with decrement nothing launches there but a raise, so
+/// an ASG held out for the whole run would be held out for good.)
 pub(super) fn raise_candidates(s: &Stage) -> Vec<AsgView> {
     let not_joining = |a: &&AsgView| {
         s.status
             .removals
             .iter()
-            .any(|r| r.auto_scaling_group == a.name)
+            .any(|r| r.auto_scaling_group == a.name && s.input.group.now < r.retry_after)
     };
     s.asgs
         .iter()

@@ -22,7 +22,7 @@ pub(super) fn settle_records(input: &Input, status: &mut ReplenisherStatus) {
             .find(|a| a.name == raise.auto_scaling_group)
             .is_some_and(|a| a.desired >= raise.to);
         if !landed {
-            add_raised(status, &raise.auto_scaling_group, raise.from - raise.to);
+            forget_raise(status, &raise);
         }
     }
     if let Some(cleanup) = &status.cleanup
@@ -183,8 +183,20 @@ pub fn raise_landed(status: &mut ReplenisherStatus) {
 /// logs its intent once per cooldown rather than on every reconcile.
 pub fn raise_not_made(status: &mut ReplenisherStatus) {
     for raise in std::mem::take(&mut status.raising) {
-        add_raised(status, &raise.auto_scaling_group, raise.from - raise.to);
+        forget_raise(status, &raise);
     }
+}
+
+/// A raise that was never made: its count taken back, and the replacements
+/// recorded with it (same ASG, same instant) forgotten, so the nodes they
+/// stood for are not taken for replaced (a node at risk removed with
+/// decrement for a replacement that never came would leave its ASG short).
+fn forget_raise(status: &mut ReplenisherStatus, raise: &Raise) {
+    add_raised(status, &raise.auto_scaling_group, raise.from - raise.to);
+    let at = status.last_modification;
+    status
+        .replacing
+        .retain(|r| r.auto_scaling_group != raise.auto_scaling_group || Some(r.since) != at);
 }
 
 /// Records, before it is made, the termination (with decrement) of a drained
@@ -269,18 +281,27 @@ pub fn abandon_scale_in(status: &mut ReplenisherStatus, reason: &str, now: DateT
     }
 }
 
+/// Moves `asg`'s count away from the original layout by `delta` (a raise:
+/// up; a removal with decrement: down), kept as `raised` above it or
+/// `lowered` below it (never both for one ASG).
 pub(super) fn add_raised(status: &mut ReplenisherStatus, asg: &str, delta: i32) {
-    match status
-        .raised
-        .iter_mut()
-        .find(|r| r.auto_scaling_group == asg)
-    {
-        Some(r) => r.count = (r.count + delta).max(0),
-        None if delta > 0 => status.raised.push(AsgCount {
+    let count = |list: &[AsgCount]| {
+        list.iter()
+            .find(|r| r.auto_scaling_group == asg)
+            .map_or(0, |r| r.count)
+    };
+    let off = count(&status.raised) - count(&status.lowered) + delta;
+    set_count(&mut status.raised, asg, off.max(0));
+    set_count(&mut status.lowered, asg, (-off).max(0));
+}
+
+fn set_count(list: &mut Vec<AsgCount>, asg: &str, count: i32) {
+    match list.iter_mut().find(|r| r.auto_scaling_group == asg) {
+        Some(r) => r.count = count,
+        None => list.push(AsgCount {
             auto_scaling_group: asg.to_string(),
-            count: delta,
+            count,
         }),
-        None => {}
     }
-    status.raised.retain(|r| r.count > 0);
+    list.retain(|r| r.count > 0);
 }

@@ -23,7 +23,7 @@
 //! master of a group of one is 100% of its group, one of three of the
 //! cluster), and refuses while another master is down.
 
-use super::queries::{authority, raise_candidates, replacement, unhealthy};
+use super::queries::{authority, on_the_way, raise_candidates, replacement, unhealthy};
 use super::scale_in::{slot_for, start_scale_in};
 use super::{Plan, Stage};
 use crate::controllers::authority::Reason;
@@ -43,9 +43,13 @@ pub(super) fn repair_in_place(s: &Stage) -> Option<Plan> {
             if s.ready >= s.input.group.desired || !raise_candidates(s).is_empty() {
                 return None;
             }
-            unhealthy(s)
-                .into_iter()
-                .find(|n| replacement(s, n).is_none())?
+            // A node whose replacement was raised waits for it, unless
+            // nothing is on its way (the replacement died or never came):
+            // its record then holds nothing, and the node is repaired too.
+            let coming: i32 = s.asgs.iter().map(|a| on_the_way(s, a)).sum();
+            let unhealthy = unhealthy(s);
+            let first = unhealthy.iter().find(|n| replacement(s, n).is_none());
+            *first.or_else(|| unhealthy.first().filter(|_| coming == 0))?
         }
     };
     let target = target(s, node, false)?;

@@ -151,3 +151,63 @@ fn raise_message(
             .join(", ")
     )
 }
+
+/// Ready at desired, nothing on its way, and an ASG left below its count by
+/// a removal of ours (`lowered`) while another stays raised: the lowered
+/// one is raised back by one where it can launch, so its node comes first;
+/// the surplus that makes is taken back from the raised ASG (`scale_in`
+/// prefers the most raised). A surge, then a removal: the layout comes back
+/// without Ready ever dropping. None when nothing is to restore.
+pub(super) fn restore_layout(s: &Stage) -> Option<Plan> {
+    let input = s.input;
+    let count = |list: &[crate::crd::replenisher::AsgCount], asg: &str| {
+        list.iter()
+            .find(|r| r.auto_scaling_group == asg)
+            .map_or(0, |r| r.count)
+    };
+    let settled = s.asgs.iter().all(|a| !a.is_behind() && a.pending == 0);
+    let raised_elsewhere = |asg: &str| {
+        s.status
+            .raised
+            .iter()
+            .any(|r| r.auto_scaling_group != asg && r.count > 0)
+    };
+    if s.ready != input.group.desired
+        || !settled
+        || !input.not_joined.is_empty()
+        || s.status.scale_in.is_some()
+        || s.status.cleanup.is_some()
+        || input.group.role != Role::Worker
+    {
+        return None;
+    }
+    let mut candidates = raise_candidates(s);
+    let i = candidates
+        .iter()
+        .position(|a| count(&s.status.lowered, &a.name) > 0 && raised_elsewhere(&a.name))?;
+    if let Some(left) = s.cooldown_left() {
+        let name = &candidates[i].name;
+        return Some(s.wait_on_time(format!("cooldown before raising {name} back"), left));
+    }
+    candidates[i].desired += 1;
+    let name = candidates[i].name.clone();
+    let changes = changes_from(s, &candidates);
+    let message = format!(
+        "restoring the layout: raising {name} back by 1 (a removal of ours left it below its count); the surplus is then taken back from {}",
+        s.status
+            .raised
+            .iter()
+            .filter(|r| r.auto_scaling_group != name)
+            .map(|r| r.auto_scaling_group.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut status = s.status.clone();
+    record_raise(&mut status, &changes, input.group.now, message.clone());
+    Some(s.act(
+        status,
+        ReplenishPhase::ScalingUp,
+        Command::ScaleUp(changes),
+        message,
+    ))
+}

@@ -5,6 +5,7 @@ mod properties;
 mod rule_book;
 mod scale_in;
 mod scale_up;
+mod walk;
 
 use super::*;
 use crate::controllers::group_view::GroupNode;
