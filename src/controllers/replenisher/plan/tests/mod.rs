@@ -1,5 +1,6 @@
 mod guards;
 mod launching;
+mod layout;
 mod not_joined;
 mod properties;
 mod rule_book;

@@ -92,6 +92,9 @@ struct World {
     last: String,
     /// Print each reconcile (`WALK_TRACE=<seed>`).
     trace: bool,
+    /// What the guard was asked about in this reconcile (instances, and
+    /// `asg:<name>` for raises): every mutation must have been.
+    guarded: std::cell::RefCell<BTreeSet<String>>,
 }
 
 impl World {
@@ -124,6 +127,7 @@ impl World {
             seen: BTreeMap::new(),
             last: String::new(),
             trace: false,
+            guarded: Default::default(),
         };
         w.aws();
         w.now += chrono::Duration::minutes(5);
@@ -350,6 +354,7 @@ impl World {
                 self.last
             );
         }
+        self.guarded.borrow_mut().clear();
         let (spec, now) = (group.spec.clone(), self.now);
         let draining = stored.scale_in.clone();
         let result = block_on(execute(
@@ -378,6 +383,13 @@ impl World {
             .iter()
             .find(|i| i.id == id)
             .unwrap_or_else(|| panic!("{id} is not running (terminated twice?)"))
+    }
+
+    fn assert_guarded(&self, what: &str) {
+        assert!(
+            self.guarded.borrow().contains(what),
+            "{what} changed without asking the guard"
+        );
     }
 
     fn assert_locked(&self, what: &str) {
@@ -532,6 +544,13 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
 /// reveal (the lock, a persisted record, AWS's min and max) is asserted.
 impl Effects for World {
     fn guard(&self, check: Check<'_>) -> Result<(), Refusal> {
+        let asked: Vec<String> = match check {
+            Check::ScaleUp(changes) => changes.iter().map(|c| format!("asg:{}", c.asg)).collect(),
+            Check::NotJoined(t) => vec![t.instance_id.clone()],
+            Check::Removal(t) => vec![t.instance_id.clone()],
+            Check::Retire(r) => vec![r.instance_id.clone()],
+        };
+        self.guarded.borrow_mut().extend(asked);
         self.with_guard(|g| g.check(check))
     }
 
@@ -580,6 +599,7 @@ impl Effects for World {
 
     async fn set_desired(&mut self, change: &DesiredChange, _: &str) -> crate::Result<bool> {
         self.assert_locked("a raise");
+        self.assert_guarded(&format!("asg:{}", change.asg));
         let recorded = self
             .status
             .raising
@@ -625,6 +645,7 @@ impl Effects for World {
 
     async fn terminate(&mut self, id: &str, decrement: bool, _: String) -> crate::Result<bool> {
         self.assert_locked("a termination");
+        self.assert_guarded(id);
         let s = &self.status;
         let kind = if s
             .scale_in
