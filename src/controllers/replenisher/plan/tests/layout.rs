@@ -296,10 +296,10 @@ fn a_node_at_risk_whose_count_is_covered_is_removed_without_a_replacement_on_rec
     );
     // In the ASG we raised, the decrement takes the raise back.
     let mut s = Scenario::steady().surplus_in_c();
-    s.nodes.iter_mut().find(|n| n.name == "nc").map(|n| {
+    if let Some(n) = s.nodes.iter_mut().find(|n| n.name == "nc") {
         n.fate = Some(Fate::AtRisk);
         n.ready = false;
-    });
+    }
     let p = s.plan();
     assert!(
         matches!(&p.command, Command::Drain(t) if t.node == "nc" && t.decrement),

@@ -736,7 +736,10 @@ fn walk(seed: u64, seen: &mut BTreeMap<&'static str, u32>) {
     let events = 40 + usize::from(rng.next() % 80);
     for _ in 0..events {
         // Half the ticks quiet: things take several reconciles.
-        let event = (rng.next() % 2 == 0).then(|| (rng.next(), rng.next()));
+        let event = rng
+            .next()
+            .is_multiple_of(2)
+            .then(|| (rng.next(), rng.next()));
         w.tick(event);
     }
     w.calm();
