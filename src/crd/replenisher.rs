@@ -226,6 +226,11 @@ pub struct Retirement {
     pub decrement: bool,
     /// When its termination was recorded.
     pub since: DateTime<Utc>,
+    /// The ASG's desired count then, less this decrement: found unchanged
+    /// once the instance is gone, AWS took it first (the ASG launches in its
+    /// place), and the raise the decrement was to take back is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_before: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]

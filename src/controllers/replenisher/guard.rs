@@ -468,6 +468,7 @@ mod tests {
             auto_scaling_group: asg.into(),
             decrement,
             since: t0(),
+            desired_before: None,
         };
         let interruption = |kind: &str| NodeInterruption {
             kind: kind.into(),
@@ -539,6 +540,7 @@ mod tests {
             auto_scaling_group: "b".into(),
             decrement: false,
             since: t0(),
+            desired_before: None,
         };
         let unobserved = retire(&c.group, c.status(), &c.fresh, &r, None, t0());
         assert!(

@@ -60,11 +60,6 @@ pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
         last: now,
         retry_after: after(now, exclusion_backoff(count)),
     });
-    if let Some(earlier) = status.cleanup.clone().filter(|c| !retrying && c.decrement) {
-        // A removal recorded and never made (its instance joined): what it
-        // took from the layout is given back.
-        super::records::add_raised(&mut status, &earlier.auto_scaling_group, 1);
-    }
     if decrement && !retrying {
         // Recorded with the removal: a raise of ours taken back, or the
         // ASG's count below the layout (restored for workers).

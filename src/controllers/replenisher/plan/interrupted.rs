@@ -82,6 +82,7 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
             continue;
         };
         let lower = lowered.entry(own).or_default();
+        let desired_before = s.asg(own).map(|a| a.desired - *lower);
         let decrement = replaced.auto_scaling_group == own
             && s.asg(own).is_some_and(|a| a.desired - *lower > a.min);
         if decrement {
@@ -94,6 +95,7 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
             auto_scaling_group: own.to_string(),
             decrement,
             since: now,
+            desired_before: desired_before.filter(|_| decrement),
         });
     }
     status.last_modification = Some(now);

@@ -6,7 +6,8 @@
 use super::{Input, exclusion_backoff};
 use crate::controllers::group_view::{AsgView, DesiredChange, after};
 use crate::crd::replenisher::{
-    AsgCount, AsgSince, ExcludedAsg, LastAction, Raise, ReplenisherStatus, ScaleInTarget,
+    AsgCount, AsgSince, ExcludedAsg, LastAction, Raise, ReplenisherStatus, Retirement,
+    ScaleInTarget,
 };
 use chrono::{DateTime, Utc};
 
@@ -37,6 +38,16 @@ pub(super) fn settle_records(input: &Input, status: &mut ReplenisherStatus) {
         });
         status.cleanup = None;
     }
+    // A removal recorded and never made, its instance joined since: what it
+    // took from the layout is given back.
+    if let Some(cleanup) = status.cleanup.clone()
+        && input.group.node_of(&cleanup.instance_id).is_some()
+    {
+        if cleanup.decrement {
+            add_raised(status, &cleanup.auto_scaling_group, 1);
+        }
+        status.cleanup = None;
+    }
     if let Some(target) = status.scale_in.clone()
         && target.terminating.is_some()
         && !input.active.contains(&target.instance_id)
@@ -46,12 +57,26 @@ pub(super) fn settle_records(input: &Input, status: &mut ReplenisherStatus) {
     // Interrupted instances that are gone: by our termination, or by AWS's
     // first (its ASG then replaced it; a raise made for it is surplus that
     // the scale-in takes back).
-    let gone: Vec<String> = status
+    let gone: Vec<&Retirement> = status
         .retiring
         .iter()
         .filter(|r| !input.active.contains(&r.instance_id))
-        .map(|r| r.instance_id.clone())
         .collect();
+    // AWS's first when its ASG's count never went down: the raise the
+    // decrement was to take back is still there (a surplus, taken back by
+    // the scale-in).
+    let not_decremented: Vec<String> = gone
+        .iter()
+        .filter(|r| {
+            let now_desired = input.group.asg(&r.auto_scaling_group).map(|a| a.desired);
+            r.decrement && r.desired_before.is_some_and(|b| now_desired >= Some(b))
+        })
+        .map(|r| r.auto_scaling_group.clone())
+        .collect();
+    let gone: Vec<String> = gone.iter().map(|r| r.instance_id.clone()).collect();
+    for asg in not_decremented {
+        add_raised(status, &asg, 1);
+    }
     finish_retiring(status, &gone);
     // A replacement is forgotten once its node is gone, or Ready again (an
     // unhealthy node that recovered: what was raised for it is surplus).

@@ -98,6 +98,7 @@ fn a_replaced_node_is_terminated_when_due_taking_back_the_raise_in_its_own_asg()
         auto_scaling_group: "a".into(),
         decrement: true,
         since: t0(),
+        desired_before: Some(2),
     };
     assert_eq!(p.command, Command::Retire(vec![retirement.clone()]));
     assert_eq!(p.status.retiring, vec![retirement.clone()]);
@@ -110,10 +111,30 @@ fn a_replaced_node_is_terminated_when_due_taking_back_the_raise_in_its_own_asg()
     // Once its instance has left the ASG, the record is settled.
     s.nodes.remove(0);
     s.nodes.push(node("na2", "a", true, 1));
+    let taken = s.status.clone();
     s.asgs[0] = asg("a", 1, 1, 3);
     let p = s.plan();
     assert!(p.status.retiring.is_empty() && p.status.replacing.is_empty());
+    assert!(
+        p.status.raised.is_empty(),
+        "decremented: {:?}",
+        p.status.raised
+    );
     assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
+    // AWS took it first (a's count still 2, its ASG launching in its
+    // place): the raise the decrement was to take back is kept, a surplus
+    // the scale-in takes back.
+    s.status = taken;
+    s.asgs[0] = asg("a", 2, 1, 3);
+    let p = s.plan();
+    assert!(p.status.retiring.is_empty());
+    assert_eq!(
+        p.status.raised,
+        vec![AsgCount {
+            auto_scaling_group: "a".into(),
+            count: 1
+        }]
+    );
 }
 
 #[test]
@@ -288,6 +309,7 @@ fn arb_interrupted() -> impl Strategy<Value = Scenario> {
                     auto_scaling_group: r.auto_scaling_group.clone(),
                     decrement: false,
                     since: t0(),
+                    desired_before: None,
                 });
             }
             s

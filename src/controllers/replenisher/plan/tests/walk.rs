@@ -92,6 +92,12 @@ struct World {
     last: String,
     /// Print each reconcile (`WALK_TRACE=<seed>`).
     trace: bool,
+    /// The maintenance windows: open, or closed for now.
+    window_open: bool,
+    /// Nodes protected from voluntary disruption (do-not-disrupt).
+    protected: BTreeMap<String, String>,
+    /// Another group holds the manager's one disruption slot.
+    slot_elsewhere: bool,
     /// What the guard was asked about in this reconcile (instances, and
     /// `asg:<name>` for raises): every mutation must have been.
     guarded: std::cell::RefCell<BTreeSet<String>>,
@@ -128,6 +134,9 @@ impl World {
             last: String::new(),
             trace: false,
             guarded: Default::default(),
+            window_open: true,
+            protected: BTreeMap::new(),
+            slot_elsewhere: false,
         };
         w.aws();
         w.now += chrono::Duration::minutes(5);
@@ -326,11 +335,17 @@ impl World {
             join_timeout: Duration::from_secs(900),
             not_joined: &not_joined,
             active: &active,
-            window: crate::controllers::window::WindowState::Always,
-            protected: &Default::default(),
-            slot: match self.slot {
-                true => SlotState::Ours,
-                false => SlotState::Free,
+            window: match self.window_open {
+                true => crate::controllers::window::WindowState::Always,
+                false => crate::controllers::window::WindowState::Closed {
+                    opens: Some(self.now + chrono::Duration::hours(1)),
+                },
+            },
+            protected: &self.protected,
+            slot: match (self.slot, self.slot_elsewhere) {
+                (true, _) => SlotState::Ours,
+                (false, false) => SlotState::Free,
+                (false, true) => SlotState::Full("Refresh other/nodes".into()),
             },
             status: &stored,
             fallback: None,
@@ -413,7 +428,7 @@ impl World {
     fn event(&mut self, op: u8, arg: u8) {
         let pick = |n: usize| usize::from(arg) % n.max(1);
         let now = self.now;
-        match op % 10 {
+        match op % 12 {
             0 => {
                 let live: Vec<usize> = (0..self.instances.len())
                     .filter(|&i| self.instances[i].ready(now))
@@ -444,7 +459,7 @@ impl World {
                     .filter(|&i| self.instances[i].ready(now) && self.instances[i].notice.is_none())
                     .collect();
                 if let Some(&i) = live.get(pick(live.len())) {
-                    let spot = op % 10 == 5;
+                    let spot = op % 12 == 5;
                     self.instances[i].notice = Some(NodeInterruption {
                         kind: match spot {
                             true => "spot_interruption",
@@ -460,6 +475,21 @@ impl World {
                     });
                 }
             }
+            7 => self.window_open = !self.window_open,
+            8 => {
+                let joined: Vec<String> = self
+                    .instances
+                    .iter()
+                    .filter(|i| i.joined(now))
+                    .map(|i| node_name(&i.id))
+                    .collect();
+                if let Some(n) = joined.get(pick(joined.len()))
+                    && self.protected.remove(n).is_none()
+                {
+                    self.protected.insert(n.clone(), "do-not-disrupt".into());
+                }
+            }
+            9 => self.slot_elsewhere = !self.slot_elsewhere,
             4 => {
                 self.crash = Some(match arg % 2 {
                     0 => Crash::Persisted,
@@ -479,6 +509,9 @@ impl World {
             a.next_never_joins = false;
         }
         self.crash = None;
+        self.window_open = true;
+        self.protected.clear();
+        self.slot_elsewhere = false;
         if self.role == Role::Master && self.control_plane().ready.len() < self.desired as usize - 1
         {
             let now = self.now;
@@ -593,8 +626,8 @@ impl Effects for World {
 
     async fn take_slot(&mut self) -> crate::Result<bool> {
         self.assert_locked("a slot");
-        self.slot = true;
-        Ok(true)
+        self.slot = !self.slot_elsewhere;
+        Ok(self.slot)
     }
 
     async fn set_desired(&mut self, change: &DesiredChange, _: &str) -> crate::Result<bool> {
@@ -633,6 +666,24 @@ impl Effects for World {
         };
         i.cordoned = true;
         i.drain_steps += 1;
+        let first = i.drain_steps == 1;
+        let target = self.status.scale_in.clone().expect("recorded above");
+        if first && !target.repair {
+            // A voluntary removal (a surplus, a node at risk) starts only
+            // inside a window, holding the slot, on a node not protected.
+            assert!(self.window_open, "{node} drained outside every window");
+            assert!(self.slot, "{node} drained without the disruption slot");
+            assert!(
+                !self.protected.contains_key(node),
+                "protected {node} drained"
+            );
+            self.see("voluntary drain");
+        }
+        let i = self
+            .instances
+            .iter_mut()
+            .find(|i| i.id == id)
+            .expect("found above");
         // A pod takes a step to leave.
         Ok(DrainProgress {
             waiting: match i.drain_steps {
@@ -786,6 +837,7 @@ fn every_walk_is_safe_at_each_step_and_settles() {
         "scale-in",
         "never joined",
         "retirement",
+        "voluntary drain",
         "crash",
         "taken by AWS",
     ];
