@@ -424,6 +424,40 @@ pub(crate) mod tests {
     use crate::cloud::AsgInstance;
     use crate::crd::nodegroup::NodeStatus;
 
+    /// A NodeGroup of `role` over the ASGs `asgs`, as the simulations build
+    /// it for the real guards (its status is theirs to fill).
+    pub(crate) fn sim_group(
+        role: crate::crd::Role,
+        desired: i32,
+        asgs: &[&str],
+    ) -> crate::crd::NodeGroup {
+        let role = match role {
+            crate::crd::Role::Master => "Master",
+            crate::crd::Role::Worker => "Worker",
+        };
+        let names: Vec<serde_json::Value> = asgs
+            .iter()
+            .map(|a| serde_json::json!({ "name": a }))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
+            "metadata": {"name": "sim", "namespace": "ns"},
+            "spec": {"role": role, "desired": desired, "autoScalingGroups": names}
+        }))
+        .expect("the simulated NodeGroup")
+    }
+
+    /// Polls a future that never waits (simulated effects are immediate).
+    pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        loop {
+            if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+                return out;
+            }
+        }
+    }
+
     pub(crate) fn status_node(name: &str, asg: &str, id: &str) -> NodeStatus {
         NodeStatus {
             name: name.into(),

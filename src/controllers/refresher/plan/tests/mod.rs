@@ -587,16 +587,7 @@ impl Sim {
     }
 }
 
-/// Polls a future that never waits (the simulated effects are immediate).
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-    }
-}
+use crate::controllers::group_view::tests::block_on;
 
 impl Sim {
     /// Persist, then act: a mutation comes after the status recording it is

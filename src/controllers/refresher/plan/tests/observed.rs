@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::cloud::AsgDescription;
-use crate::controllers::group_view::tests::{fresh, status_node};
+use crate::controllers::group_view::tests::{fresh, sim_group, status_node};
 use crate::controllers::guard::Refusal;
 use crate::controllers::refresher::guard::{Check, Guard};
 use crate::crd::{NodeGroup, NodeGroupStatus};
@@ -11,21 +11,8 @@ use crate::crd::{NodeGroup, NodeGroupStatus};
 impl Sim {
     /// The NodeGroup (spec and inventory) and the ASGs as described now.
     fn observed(&self) -> (NodeGroup, Vec<AsgDescription>) {
-        let role = match self.role {
-            Role::Master => "Master",
-            Role::Worker => "Worker",
-        };
-        let names: Vec<serde_json::Value> = self
-            .asgs
-            .iter()
-            .map(|a| serde_json::json!({ "name": a.name }))
-            .collect();
-        let mut group: NodeGroup = serde_json::from_value(serde_json::json!({
-            "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
-            "metadata": {"name": "sim", "namespace": "ns"},
-            "spec": {"role": role, "desired": self.desired, "autoScalingGroups": names}
-        }))
-        .expect("the simulated NodeGroup");
+        let names: Vec<&str> = self.asgs.iter().map(|a| a.name.as_str()).collect();
+        let mut group: NodeGroup = sim_group(self.role, self.desired, &names);
         let (_, _, nodes) = self.views();
         group.status = Some(NodeGroupStatus {
             nodes: nodes

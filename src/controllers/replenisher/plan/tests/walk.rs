@@ -13,7 +13,7 @@ use crate::cloud::AsgDescription;
 use crate::controllers::authority::observe::loss_imminent;
 use crate::controllers::authority::{ControlPlane, DownWhy, MasterDown};
 use crate::controllers::group_view::group_nodes;
-use crate::controllers::group_view::tests::{fresh, status_node};
+use crate::controllers::group_view::tests::{block_on, fresh, sim_group, status_node};
 use crate::controllers::guard::Refusal;
 use crate::controllers::replenisher::execute::{Counted, Effects, Taken, execute};
 use crate::controllers::replenisher::guard::{Check, Guard};
@@ -195,21 +195,8 @@ impl World {
 
     /// The inventory's view: the group's Nodes and the ASGs as described.
     fn observed(&self) -> (NodeGroup, Vec<AsgDescription>) {
-        let role = match self.role {
-            Role::Master => "Master",
-            Role::Worker => "Worker",
-        };
-        let names: Vec<serde_json::Value> = self
-            .asgs
-            .iter()
-            .map(|a| serde_json::json!({ "name": a.name }))
-            .collect();
-        let mut group: NodeGroup = serde_json::from_value(serde_json::json!({
-            "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
-            "metadata": {"name": "walk", "namespace": "ns"},
-            "spec": {"role": role, "desired": self.desired, "autoScalingGroups": names}
-        }))
-        .expect("the simulated NodeGroup");
+        let names: Vec<&str> = self.asgs.iter().map(|a| a.name.as_str()).collect();
+        let mut group = sim_group(self.role, self.desired, &names);
         let now = self.now;
         let nodes: Vec<NodeStatus> = self
             .instances
@@ -559,17 +546,6 @@ fn node_name(instance: &str) -> String {
 
 fn instance_of(node: &str) -> &str {
     node.strip_prefix("n-").unwrap_or(node)
-}
-
-/// Polls a future that never waits (the simulated effects are immediate).
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-    }
 }
 
 /// The simulated world as the executor's effects: the executor asks the
