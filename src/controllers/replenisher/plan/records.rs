@@ -310,14 +310,16 @@ pub fn abandon_scale_in(status: &mut ReplenisherStatus, reason: &str, now: DateT
 /// up; a removal with decrement: down), kept as `raised` above it or
 /// `lowered` below it (never both for one ASG).
 pub(super) fn add_raised(status: &mut ReplenisherStatus, asg: &str, delta: i32) {
-    let count = |list: &[AsgCount]| {
-        list.iter()
-            .find(|r| r.auto_scaling_group == asg)
-            .map_or(0, |r| r.count)
-    };
-    let off = count(&status.raised) - count(&status.lowered) + delta;
+    let off = count_of(&status.raised, asg) - count_of(&status.lowered, asg) + delta;
     set_count(&mut status.raised, asg, off.max(0));
     set_count(&mut status.lowered, asg, (-off).max(0));
+}
+
+/// `asg`'s count in `raised` or `lowered` (0 when absent).
+pub(super) fn count_of(list: &[AsgCount], asg: &str) -> i32 {
+    list.iter()
+        .find(|r| r.auto_scaling_group == asg)
+        .map_or(0, |r| r.count)
 }
 
 fn set_count(list: &mut Vec<AsgCount>, asg: &str, count: i32) {

@@ -192,13 +192,7 @@ pub(super) fn choose_victim(s: &Stage, spare_protected: bool) -> Option<ScaleInT
             && n.instance_id.is_some()
             && !(spare_protected && protected.contains_key(&n.name))
     };
-    let raised = |asg: &str| {
-        s.status
-            .raised
-            .iter()
-            .find(|r| r.auto_scaling_group == asg)
-            .map_or(0, |r| r.count)
-    };
+    let raised = |asg: &str| super::records::count_of(&s.status.raised, asg);
     let ready_in = |asg: &str| ready_in(input.group.nodes, asg);
     let takes = |asg: &str| input.group.nodes.iter().any(|n| candidate(&n, asg));
     let asg = s

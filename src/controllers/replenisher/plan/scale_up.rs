@@ -4,7 +4,7 @@
 use super::queries::{
     changes_from, on_the_way, raise_candidates, replacement_in, spread, spread_over, unreplaced,
 };
-use super::records::record_raise;
+use super::records::{count_of, record_raise};
 use super::{Command, Plan, SOON, Stage};
 use crate::controllers::group_view::{AsgView, DesiredChange, Fate};
 use crate::crd::Role;
@@ -160,11 +160,6 @@ fn raise_message(
 /// without Ready ever dropping. None when nothing is to restore.
 pub(super) fn restore_layout(s: &Stage) -> Option<Plan> {
     let input = s.input;
-    let count = |list: &[crate::crd::replenisher::AsgCount], asg: &str| {
-        list.iter()
-            .find(|r| r.auto_scaling_group == asg)
-            .map_or(0, |r| r.count)
-    };
     let settled = s.asgs.iter().all(|a| !a.is_behind() && a.pending == 0);
     let raised_elsewhere = |asg: &str| {
         s.status
@@ -184,7 +179,7 @@ pub(super) fn restore_layout(s: &Stage) -> Option<Plan> {
     let mut candidates = raise_candidates(s);
     let i = candidates
         .iter()
-        .position(|a| count(&s.status.lowered, &a.name) > 0 && raised_elsewhere(&a.name))?;
+        .position(|a| count_of(&s.status.lowered, &a.name) > 0 && raised_elsewhere(&a.name))?;
     if let Some(left) = s.cooldown_left() {
         let name = &candidates[i].name;
         return Some(s.wait_on_time(format!("cooldown before raising {name} back"), left));
