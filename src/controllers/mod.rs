@@ -19,6 +19,8 @@ pub mod observe;
 pub mod refresher;
 pub mod replenisher;
 pub mod runtime;
+#[cfg(test)]
+mod walk;
 pub mod window;
 
 use crate::context::Context;

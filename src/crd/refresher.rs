@@ -218,6 +218,13 @@ pub struct RefresherStatus {
     /// it resumes in the next window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_run: Option<PendingRun>,
+    /// The surplus the last run (or leg of one) left in its ASGs when it
+    /// ended: a failed run that could not remove it while keeping the
+    /// Ready count, surplus on protected nodes, a run set aside. The
+    /// replenisher takes it over as a raise of its own (once per `at`),
+    /// so it goes back, and the layout with it, once the count allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surplus_left: Option<SurplusLeft>,
     /// The group's maintenance windows now: `Open until <time>` or `Closed
     /// until <time>`; absent without windows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -375,6 +382,15 @@ pub enum RunTrigger {
     /// Drifted nodes (`drift.action: Replace`): only those, and the ones
     /// that drift while it runs.
     Drift,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SurplusLeft {
+    /// When the run (or leg) ended.
+    pub at: DateTime<Utc>,
+    /// Per ASG, how far its desired count was left above the run's record.
+    pub asgs: Vec<super::replenisher::AsgCount>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]

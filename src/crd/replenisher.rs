@@ -100,6 +100,10 @@ pub struct ReplenisherStatus {
     /// the original layout comes back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lowered: Vec<AsgCount>,
+    /// The Refresher's `surplusLeft` taken over into `raised` (its `at`):
+    /// each is taken over once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_over: Option<DateTime<Utc>>,
     /// The instance being removed (drained, then terminated with decrement).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_in: Option<ScaleInTarget>,

@@ -81,6 +81,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         .collect();
     let mut described = observed.describe(now).await?;
     let slots = Slots::of_replenisher(ctx, &rp, observed.group.spec.role);
+    let surplus_left = surplus_left(ctx, &rp).await?;
     let (protected, slot) = voluntary(ctx, &observed, &described, &slots, now).await?;
     let plan_for = |described: &DescribedAsgs| {
         let group = &observed.group;
@@ -98,6 +99,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
             slot: slot.clone(),
             status: &current,
             fallback: group.spec.fallback.as_ref().map(|f| f.resolve()),
+            surplus_left: surplus_left.as_ref(),
         })
     };
     let mut plan = plan_for(&described);
@@ -157,6 +159,25 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
 }
 
 /// `joinTimeout`; the default when invalid (validation reports it).
+/// What the group's last refresh run left above its counts (its
+/// Refresher's `surplusLeft`), to take over; None without a Refresher.
+async fn surplus_left(
+    ctx: &Context,
+    rp: &Replenisher,
+) -> Result<Option<crate::crd::refresher::SurplusLeft>> {
+    let namespace = rp.namespace().unwrap_or_default();
+    let name = &rp.spec.node_group;
+    let refresher = kube::Api::<crate::crd::Refresher>::namespaced(ctx.client.clone(), &namespace)
+        .get_opt(name)
+        .await
+        .map_err(crate::Error::kube(format!(
+            "get Refresher {namespace}/{name} (for the surplus a run left)"
+        )))?;
+    Ok(refresher
+        .and_then(|r| r.status)
+        .and_then(|s| s.surplus_left))
+}
+
 fn join_timeout(rp: &Replenisher) -> Duration {
     duration::parse(&rp.spec.join_timeout).unwrap_or(Duration::from_secs(900))
 }

@@ -82,10 +82,11 @@ async fn a_raise_is_recorded_then_ordered_then_marked_landed() {
         vec![
             format!("GET {}", path("replenishers", "workers")),
             format!("GET {}", path("nodegroups", "workers")),
+            format!("GET {}", path("refreshers", "workers")),
             status_path.clone(),
             status_path,
         ],
-        "observe, record the raise, (order it), record that it landed"
+        "observe (the surplus a refresh left too), record the raise, (order it), record that it landed"
     );
     let writes: Vec<&Seen> = seen
         .iter()

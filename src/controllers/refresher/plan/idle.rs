@@ -381,6 +381,7 @@ impl Planner<'_> {
 
     /// Forgets the run in progress (not its progress or skipped nodes).
     pub(super) fn clear_run(&mut self) {
+        self.leave_surplus();
         let st = &mut self.status;
         st.phase = RefreshPhase::Idle;
         st.run_start = None;

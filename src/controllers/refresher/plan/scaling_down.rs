@@ -6,7 +6,9 @@ use super::{Command, GroupNode, Happening, Member, Planner, SOON, Step, describe
 use crate::controllers::authority::{Reason, rules};
 use crate::controllers::group_view::{DesiredChange, after, until};
 use crate::crd::nodegroup::ResolvedRefresh;
+use crate::crd::refresher::SurplusLeft;
 use crate::crd::refresher::{AsgDesired, RefreshTarget, RunResult, TargetPurpose};
+use crate::crd::replenisher::AsgCount;
 
 /// What the layout needs next, ASG by ASG.
 #[derive(Default)]
@@ -275,6 +277,32 @@ impl Planner<'_> {
             None => format!("run succeeded: replaced {replaced} of {total}"),
         };
         Step::act(Command::ReleaseLock, message, SOON)
+    }
+
+    /// Records what the ending run leaves above its recorded counts, for
+    /// the replenisher to take over (nothing left: nothing recorded).
+    pub(super) fn leave_surplus(&mut self) {
+        let asgs: Vec<AsgCount> = self
+            .status
+            .original_desired
+            .iter()
+            .filter_map(|o| {
+                let now = self
+                    .input
+                    .group
+                    .asgs
+                    .iter()
+                    .find(|a| a.name == o.auto_scaling_group)?;
+                (now.desired > o.desired).then(|| AsgCount {
+                    auto_scaling_group: o.auto_scaling_group.clone(),
+                    count: now.desired - o.desired,
+                })
+            })
+            .collect();
+        if !asgs.is_empty() {
+            let at = self.input.group.now;
+            self.status.surplus_left = Some(SurplusLeft { at, asgs });
+        }
     }
 }
 

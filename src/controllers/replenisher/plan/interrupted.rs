@@ -15,8 +15,9 @@
 //! Only a node we replaced is ever terminated here: without a replacement
 //! (no ASG could launch), AWS takes it at its time and its ASG replaces it.
 
-use super::records::add_raised;
+use super::records::{add_raised, count_of};
 use crate::controllers::group_view::after;
+use crate::crd::Role;
 
 /// How long after its deadline a reclaimed node we replaced is terminated
 /// even if the end of its drain was never recorded.
@@ -25,7 +26,7 @@ use super::queries::{authority_for, leaves_through_us, replacement};
 use super::scale_in::{PROTECTED_RETRY, slot_for, start_scale_in};
 use super::{Command, Plan, Stage};
 use crate::controllers::authority::Reason;
-use crate::controllers::group_view::{Fate, GroupNode};
+use crate::controllers::group_view::{Fate, GroupNode, SOON};
 use crate::crd::replenisher::{Replacement, ReplenishPhase, Retirement, ScaleInTarget};
 use std::collections::BTreeMap;
 
@@ -126,15 +127,22 @@ pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
         return None;
     }
     let (node, replaced) = at_risk_replaced(s)?;
-    if s.protected(Reason::AtRisk).contains_key(&node.name) {
+    if s.protected(Reason::AtRisk).contains_key(&node.name)
+        || authority_for(s, Reason::AtRisk, node).is_err()
+    {
         return None;
     }
     let own = node.asg.clone()?;
     // Replaced in its own ASG, or (nothing recorded) that ASG holds a raise
     // of ours: the decrement takes it back. Otherwise its ASG relaunches.
+    let raised_own = count_of(&s.status.raised, &own) > 0;
     let in_own = match replaced {
+        // A master's ASG is never left below its count (masters launch
+        // nowhere else): its raise already taken back (its replacement
+        // went first, at risk itself), it relaunches in place.
+        Some(r) if s.input.group.role == Role::Master => r.auto_scaling_group == own && raised_own,
         Some(r) => r.auto_scaling_group == own,
-        None => s.status.raised.iter().any(|r| r.auto_scaling_group == own),
+        None => raised_own,
     };
     let target = ScaleInTarget {
         node: node.name.clone(),
@@ -186,10 +194,14 @@ pub(super) fn at_risk_kept(s: &Stage) -> Option<Plan> {
     let window = s.window(Reason::AtRisk);
     let (why, requeue) = match s.protected(Reason::AtRisk).get(&node.name) {
         Some(why) => (format!("protected: {why}"), PROTECTED_RETRY),
-        None => (
-            window.closed_reason()?,
-            window.recheck_in(s.input.group.now),
-        ),
+        None => match authority_for(s, Reason::AtRisk, node) {
+            // A master, while the others are not all up.
+            Err(blocked) => (format!("refusing to {blocked}"), SOON),
+            Ok(()) => (
+                window.closed_reason()?,
+                window.recheck_in(s.input.group.now),
+            ),
+        },
     };
     Some(s.wait_on_time(
         format!(

@@ -110,6 +110,9 @@ pub struct Input<'a> {
     pub status: &'a ReplenisherStatus,
     /// `spec.fallback`, resolved; None: no on-demand fallback.
     pub fallback: Option<crate::crd::nodegroup::ResolvedFallback>,
+    /// The group's Refresher's `surplusLeft`: taken over as a raise of
+    /// ours (see `records::take_over_surplus`).
+    pub surplus_left: Option<&'a crate::crd::refresher::SurplusLeft>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -372,6 +375,7 @@ impl Stage<'_> {
 
 fn plan_inner(input: &Input) -> Plan {
     let mut status = input.status.clone();
+    records::take_over_surplus(input, &mut status);
     settle_records(input, &mut status);
     let asgs = judge(input, &mut status);
     update_exclusions(&mut status, &asgs, input.group.now);

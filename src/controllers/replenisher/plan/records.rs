@@ -14,6 +14,25 @@ use chrono::{DateTime, Utc};
 /// Earlier actions' records against what is observed now: a raise that a
 /// restart interrupted (landed or not), a cleanup or scale-in termination that
 /// is done, a run of never-joined removals that ended with a node joining.
+/// A surplus the refresher left (a failed run that could not remove it
+/// while keeping the Ready count, a run set aside) becomes a raise of
+/// ours, once: the scale-in takes it back and the layout is restored
+/// against it, as for a raise we made. Without it, a removal of ours with
+/// decrement elsewhere would leave one ASG above its count and another
+/// below for good.
+pub(super) fn take_over_surplus(input: &Input, status: &mut ReplenisherStatus) {
+    let Some(left) = input.surplus_left else {
+        return;
+    };
+    if status.taken_over.is_some_and(|t| t >= left.at) {
+        return;
+    }
+    for asg in &left.asgs {
+        add_raised(status, &asg.auto_scaling_group, asg.count);
+    }
+    status.taken_over = Some(left.at);
+}
+
 pub(super) fn settle_records(input: &Input, status: &mut ReplenisherStatus) {
     for raise in std::mem::take(&mut status.raising) {
         let landed = input

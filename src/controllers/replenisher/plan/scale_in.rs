@@ -66,6 +66,11 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
         && input.group.now >= after(target.since, SCALE_IN_DRAIN_TIMEOUT)
     {
         Some(format!("drain of {} timed out", target.node))
+    } else if target.terminating.is_none() {
+        // A master whose removal the masters' rule refuses now (another
+        // went down, or a replacement's etcd is still settling): given
+        // back, lock and slot with it, and chosen again once allowed.
+        masters_refuse(s, &target)
     } else {
         None
     };
@@ -94,6 +99,20 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
         ),
     };
     Some(s.act(status, phase, Command::Drain(target), message))
+}
+
+/// Why the masters' rule refuses the removal of `target` now, if it does
+/// (a scale-in and a node at risk bind it alike).
+fn masters_refuse(s: &Stage, target: &ScaleInTarget) -> Option<String> {
+    let node = s
+        .input
+        .group
+        .nodes
+        .iter()
+        .find(|n| n.instance_id.as_deref() == Some(target.instance_id.as_str()))?;
+    super::queries::authority_for(s, Reason::ScaleIn, node)
+        .err()
+        .map(|blocked| format!("removal of {} put off: refusing to {blocked}", target.node))
 }
 
 /// Too many Ready nodes (a shortage ended): take one back, explicitly chosen.

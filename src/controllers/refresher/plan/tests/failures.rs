@@ -135,6 +135,14 @@ fn a_surplus_still_needed_after_a_failure_is_kept_and_the_run_ends() {
     assert!(reason.contains("surplus left in asg-0"), "{reason}");
     assert_eq!(sim.ready_count(), 3);
     assert_eq!(sim.lock, LockState::Free);
+    // Handed to the replenisher, which takes it over as a raise of its own.
+    let left = sim.status.surplus_left.clone().expect("the surplus left");
+    let asgs: Vec<(&str, i32)> = left
+        .asgs
+        .iter()
+        .map(|a| (a.auto_scaling_group.as_str(), a.count))
+        .collect();
+    assert_eq!(asgs, [("asg-0", 1)]);
 }
 
 fn stuck_first_drain(action: DrainTimeoutAction) -> Sim {

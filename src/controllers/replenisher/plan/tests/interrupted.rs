@@ -575,3 +575,107 @@ fn a_master_at_risk_whose_asg_is_at_max_serves_on_and_is_not_blocked() {
     s.asgs[0] = asg("a", 1, 1, 3);
     assert_eq!(s.plan().command, change("a", 1, 2));
 }
+
+/// The control plane with `ready` up and every other master of `s`
+/// settling (its etcd joined a moment ago).
+fn masters_settling(s: &Scenario, ready: &[&str]) -> crate::controllers::authority::ControlPlane {
+    use crate::controllers::authority::{ControlPlane, DownWhy, MasterDown};
+    let ids = s.nodes.iter().filter_map(|n| n.instance_id.clone());
+    let (up, down): (Vec<String>, Vec<String>) =
+        ids.partition(|id| ready.iter().any(|r| format!("i-{r}") == *id));
+    ControlPlane {
+        expected: s.desired,
+        ready: up.into_iter().collect(),
+        down: down
+            .into_iter()
+            .map(|id| MasterDown {
+                group: "sim".into(),
+                instance: Some(id),
+                why: DownWhy::Settling {
+                    until: t0() + secs(120),
+                },
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn a_master_at_risk_is_removed_only_once_the_other_masters_etcd_has_settled() {
+    let mut s = Scenario::steady();
+    s.role = Role::Master;
+    at_risk_and_replaced(&mut s);
+    // Its replacement's Node is Ready, its etcd still settling, and so is
+    // another master's: removing it would leave one master up.
+    s.control_plane = Some(masters_settling(&s, &["nc"]));
+    let p = s.plan();
+    assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
+    assert!(
+        p.message.contains("kept") && p.message.contains("refusing"),
+        "{}",
+        p.message
+    );
+    // Settled: it goes.
+    s.control_plane = Some(masters_settling(&s, &["na2", "nc", "nd"]));
+    let p = s.plan();
+    assert!(
+        matches!(p.command, Command::Drain(_)),
+        "{:?}: {}",
+        p.command,
+        p.message
+    );
+}
+
+#[test]
+fn a_masters_removal_under_way_is_put_off_when_the_masters_rule_refuses_it_now() {
+    let mut s = Scenario::steady();
+    s.role = Role::Master;
+    at_risk_and_replaced(&mut s);
+    s.control_plane = Some(masters_settling(&s, &["na2", "nc", "nd"]));
+    let p = s.plan();
+    assert!(
+        matches!(p.command, Command::Drain(_)),
+        "{:?}: {}",
+        p.command,
+        p.message
+    );
+    s.status = p.status;
+    // Another master went down meanwhile: the drain is given back, not
+    // finished into a termination the guard would refuse.
+    s.control_plane = Some(masters_settling(&s, &["nc"]));
+    let p = s.plan();
+    let Command::AbandonScaleIn { reason, .. } = &p.command else {
+        panic!("{:?}: {}", p.command, p.message)
+    };
+    assert!(reason.contains("put off"), "{reason}");
+}
+
+#[test]
+fn a_master_at_risk_whose_raise_was_taken_back_is_replaced_in_place_not_decremented() {
+    // `na` at risk, replaced in its own ASG; that raise since taken back
+    // (its replacement, at risk too, went first with the decrement), yet
+    // `a` still runs two: removing `na` with decrement would leave its ASG
+    // below its count, and a master launches nowhere else.
+    let at_risk_in_a = |role: Role| {
+        let mut s = Scenario::steady();
+        s.role = role;
+        s.nodes[0].ready = false;
+        s.nodes[0].fate = Some(Fate::AtRisk);
+        s.asgs[0] = asg("a", 2, 2, 3);
+        s.nodes.push(node("na2", "a", true, 0));
+        s.status.replacing = vec![replaced("na", "a")];
+        s.control_plane = Some(masters_settling(&s, &["na2", "nc", "nd"]));
+        s
+    };
+    let p = at_risk_in_a(Role::Master).plan();
+    let Command::Drain(target) = &p.command else {
+        panic!("{:?}: {}", p.command, p.message)
+    };
+    assert_eq!(target.node, "na");
+    assert!(!target.decrement, "{target:?}");
+    // A worker's ASG may go below its count: the layout is restored later.
+    let p = at_risk_in_a(Role::Worker).plan();
+    let Command::Drain(target) = &p.command else {
+        panic!("{:?}: {}", p.command, p.message)
+    };
+    assert!(target.decrement, "{target:?}");
+}

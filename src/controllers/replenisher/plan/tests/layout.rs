@@ -308,3 +308,62 @@ fn a_node_at_risk_whose_count_is_covered_is_removed_without_a_replacement_on_rec
         p.message
     );
 }
+
+/// The walk over every path (`controllers::walk`): a refresh run that
+/// failed left its surplus in a (no node could go while keeping the Ready
+/// count: c's replacement never joined); that instance then went with
+/// decrement, c lowered. Nothing of ours was raised, so c stayed below
+/// its count and a above for good. The surplus a run leaves is now taken
+/// over as a raise of ours, once.
+#[test]
+fn the_surplus_a_refresh_run_left_is_taken_over_and_the_layout_restored_against_it() {
+    let mut s = Scenario::steady();
+    s.asgs = vec![asg("a", 2, 2, 3), asg("c", 0, 0, 3), asg("d", 1, 1, 3)];
+    s.nodes.retain(|n| n.name != "nc");
+    s.nodes.push(node("na2", "a", true, 30));
+    s.status.lowered = vec![AsgCount {
+        auto_scaling_group: "c".into(),
+        count: 1,
+    }];
+    s.status.last_modification = Some(t0() - chrono::Duration::hours(1));
+    let left = crate::crd::refresher::SurplusLeft {
+        at: t0() - chrono::Duration::minutes(20),
+        asgs: vec![AsgCount {
+            auto_scaling_group: "a".into(),
+            count: 1,
+        }],
+    };
+    let active = s.active();
+    let mut input = input_of(&s, &active);
+    input.surplus_left = Some(&left);
+    let p = plan(&input);
+    assert_eq!(
+        p.command,
+        Command::ScaleUp(vec![DesiredChange {
+            asg: "c".into(),
+            from: 0,
+            to: 1
+        }]),
+        "{}",
+        p.message
+    );
+    assert_eq!(p.status.taken_over, Some(left.at));
+    // Taken over once: the next reconcile, with that status, adds nothing.
+    let mut status = p.status.clone();
+    crate::controllers::replenisher::plan::raise_landed(&mut status);
+    assert_eq!(count(&status.raised, "a"), 1, "{status:?}");
+    s.status = status;
+    s.status.last_modification = Some(t0() - chrono::Duration::hours(1));
+    s.asgs[1] = asg("c", 1, 1, 3);
+    s.nodes.push(node("nc2", "c", true, 0));
+    let active = s.active();
+    let mut input = input_of(&s, &active);
+    input.surplus_left = Some(&left);
+    let p = plan(&input);
+    assert_eq!(count(&p.status.raised, "a"), 1, "{:?}", p.status);
+    // Ready above desired: the surplus goes from a, where it was left.
+    let Command::Drain(target) = &p.command else {
+        panic!("{:?}: {}", p.command, p.message)
+    };
+    assert_eq!(target.auto_scaling_group, "a", "{target:?}");
+}

@@ -168,6 +168,7 @@ impl Scenario {
             slot: self.slot_state(),
             status: &self.status,
             fallback: self.fallback,
+            surplus_left: None,
         })
     }
 
@@ -236,6 +237,7 @@ fn input_of<'a>(s: &'a Scenario, active: &'a BTreeSet<String>) -> Input<'a> {
         slot: s.slot_state(),
         status: &s.status,
         fallback: s.fallback,
+        surplus_left: None,
     }
 }
 

@@ -336,6 +336,7 @@ impl World {
             },
             status: &stored,
             fallback: None,
+            surplus_left: None,
         });
         self.last = format!("{:?}: {}", plan.command, plan.message);
         if self.trace {
