@@ -461,6 +461,99 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
     );
 }
 
+/// Found by the walk over every path (`controllers::walk`): a failed run
+/// that cannot take its surplus back (a replacement never joined) leaves
+/// it to the replenisher; the never-joined instance then goes with
+/// decrement (its ASG at min 0), one ASG below its count. The surplus is
+/// taken over as a raise of the replenisher's own, so the layout comes
+/// back (before, nothing owned it and the layout stayed off for good).
+#[tokio::test]
+async fn the_surplus_a_failed_run_leaves_is_taken_over_and_the_layout_comes_back() {
+    use kube::api::{Patch, PatchParams};
+    let SteadyGroup {
+        world,
+        kops,
+        groups,
+        manager,
+        config: _config,
+        sim,
+        ..
+    } = three_workers("rf-left").await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    // Spot instance groups at min 0: a removal there lowers the count.
+    for asg in &kops.asgs {
+        world
+            .aws
+            .autoscaling
+            .update_auto_scaling_group()
+            .auto_scaling_group_name(asg)
+            .min_size(0)
+            .send()
+            .await
+            .expect("min 0");
+    }
+    let spec = serde_json::json!({"spec": {"replenish": {"cooldown": "1s", "joinTimeout": "30s"}}});
+    groups
+        .patch("workers", &PatchParams::default(), &Patch::Merge(&spec))
+        .await
+        .expect("a short join timeout");
+    let original = all_instances(&world, &kops.asgs).await;
+    pods_on(&world, &node_names(&world, &original).await).await;
+    // The surplus and the first replacement join; the next never does.
+    sim.limit_joins(2);
+    schedule_refresh(
+        &world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "readyTimeout": "45s"}),
+    )
+    .await;
+    let rf = run_finished(&world, "workers").await;
+    let status = rf.status.expect("status");
+    let last = status.last_run.clone().expect("last run");
+    let reason = last.reason.clone().unwrap_or_default();
+    assert_eq!(
+        last.result,
+        RunResult::Failed,
+        "{last:?}\n{}",
+        manager.logs()
+    );
+    assert!(reason.contains("surplus left in"), "{reason}");
+    let left = status.surplus_left.clone().expect("status.surplusLeft");
+    // The replenisher removes the instance that never joined, with
+    // decrement: its ASG lowered. Only then do launches join again (lifted
+    // earlier, that instance would join late instead).
+    let replenishers: Api<spot_node_manager::crd::Replenisher> = world.api();
+    assert_eventually(
+        "the never-joined instance removed, its ASG lowered",
+        RUN,
+        || async {
+            let s = replenishers.get("workers").await.ok()?.status?;
+            (!s.lowered.is_empty()).then_some(())
+        },
+    )
+    .await;
+    // The surplus taken over, the lowered ASG raised back, then the
+    // surplus taken back where it was left.
+    sim.limit_joins(usize::MAX);
+    layout_back(&world, &kops.asgs, &before).await;
+    assert_eventually(
+        "the surplus taken over, nothing raised or lowered",
+        RUN,
+        || async {
+            let s = replenishers.get("workers").await.ok()?.status?;
+            (s.taken_over == Some(left.at) && s.raised.is_empty() && s.lowered.is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        ready_count(&groups, "workers").await,
+        Some(3),
+        "{}",
+        manager.logs()
+    );
+}
+
 #[tokio::test]
 async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing() {
     use spot_node_manager::controllers::refresher::schedule::next_run;
