@@ -863,11 +863,8 @@ fn notice(op: u8, now: DateTime<Utc>) -> NodeInterruption {
 struct AsReplenisher<'a>(&'a mut World);
 
 impl replenish::Effects for AsReplenisher<'_> {
-    fn guard(
-        &self,
-        check: crate::controllers::replenisher::guard::Check<'_>,
-    ) -> Result<(), Refusal> {
-        use crate::controllers::replenisher::guard::{Check, Guard};
+    fn guard(&self, check: crate::controllers::guard::replenish::Check<'_>) -> Result<(), Refusal> {
+        use crate::controllers::guard::replenish::{Check, Guard};
         let asked: Vec<String> = match check {
             Check::ScaleUp(changes) => changes.iter().map(|c| format!("asg:{}", c.asg)).collect(),
             Check::NotJoined(t) => vec![t.instance_id.clone()],
@@ -1026,9 +1023,9 @@ impl refresh::Effects for AsRefresher<'_> {
     fn guard(
         &self,
         status: &RefresherStatus,
-        check: crate::controllers::refresher::guard::Check<'_>,
+        check: crate::controllers::guard::refresh::Check<'_>,
     ) -> Result<(), Refusal> {
-        use crate::controllers::refresher::guard::{Check, Guard};
+        use crate::controllers::guard::refresh::{Check, Guard};
         let asked = match check {
             Check::GivesBack(node) => node.to_string(),
             Check::SetDesired(changes) => changes

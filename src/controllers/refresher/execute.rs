@@ -7,13 +7,13 @@
 //! the planned status written; the step's happenings reported; the action.
 //! A drain that finishes records its termination (second write) before the
 //! termination is made. Every mutation is first re-checked by the guard
-//! (`Effects::guard`, the real `refresher::guard` in both), with the status
+//! (`Effects::guard`, the real `guard::refresh` in both), with the status
 //! that records it: the executor asks, so no implementation can forget to.
 
-use super::guard::Check;
-use super::plan::{Command, Happening, Plan, after_drain};
+use super::plan::{Batch, Command, Happening, Plan, after_drain};
 use crate::Result;
 use crate::controllers::group_view::DesiredChange;
+use crate::controllers::guard::refresh::Check;
 use crate::crd::refresher::{RefreshTarget, RefresherStatus};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -37,7 +37,7 @@ pub struct Drained {
 /// status that records it, and is checked by `guard` with it first.
 #[allow(async_fn_in_trait)] // Used with static dispatch only.
 pub trait Effects {
-    /// The guard's answer (`refresher::guard::Guard::check`) for a
+    /// The guard's answer (`guard::refresh::Guard::check`) for a
     /// mutation recorded by `status`, on this reconcile's observations.
     fn guard(
         &self,
@@ -86,7 +86,9 @@ pub async fn execute<E: Effects>(
     now: DateTime<Utc>,
 ) -> Result<Duration> {
     let mut requeue = plan.requeue;
-    if let Command::Uncordon(node) = &plan.command {
+    if let Command::GiveBack { target, .. } = &plan.command
+        && let Some(node) = &target.node
+    {
         // Checked against the status before this step: a target given back
         // is still recorded there (its ASG may have left the spec since).
         let before = stored.unwrap_or(status);
@@ -99,16 +101,22 @@ pub async fn execute<E: Effects>(
     effects.reached(PERSISTED)?;
     effects.report(&plan.happenings).await;
     match &plan.command {
-        Command::Nothing | Command::Uncordon(_) => {}
+        Command::Nothing | Command::GiveBack { .. } => {}
         Command::TakeLock => requeue = effects.take_lock().await?,
         Command::ReleaseLock => effects.release_lock().await?,
         Command::SetDesired(changes) => {
             effects.guard(status, Check::SetDesired(changes))?;
             effects.set_desired(changes, status, &plan.message).await?;
         }
-        Command::Drain(targets) => {
-            requeue =
-                requeue.min(drain(effects, stored, status, targets, &plan.message, now).await?);
+        Command::Drain(batch) => {
+            requeue = requeue.min(drain(effects, stored, status, batch, &plan.message, now).await?);
+        }
+        // The replenisher's alone: a refresher plan never makes them.
+        Command::TakeSlot | Command::RemoveNotJoined(_) | Command::Retire(_) => {
+            return Err(crate::Error::InvalidObject(format!(
+                "{:?}: not a refresher command",
+                plan.command
+            )));
         }
         Command::Terminate(target) => {
             effects.guard(status, Check::Terminate(target))?;
@@ -125,14 +133,14 @@ async fn drain<E: Effects>(
     effects: &mut E,
     stored: Option<&RefresherStatus>,
     status: &RefresherStatus,
-    targets: &[RefreshTarget],
+    targets: &Batch<RefreshTarget>,
     why: &str,
     now: DateTime<Utc>,
 ) -> Result<Duration> {
     // The workloads this step may evict, recorded before it does: the
     // validation after the replacements waits for their pods.
     let mut recorded = status.clone();
-    for target in targets {
+    for target in targets.iter() {
         let moving = effects.workloads_on(target).await?;
         with_workloads(&mut recorded, &target.instance_id, &moving);
     }
@@ -143,7 +151,7 @@ async fn drain<E: Effects>(
     let mut requeue = Duration::MAX;
     let mut drained: Option<String> = None;
     let mut blocked = status.clone();
-    for target in targets {
+    for target in targets.iter() {
         let first = !stored.is_some_and(|s| s.batch().any(|t| t.instance_id == target.instance_id));
         let target = status
             .batch()

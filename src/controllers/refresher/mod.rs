@@ -7,7 +7,6 @@
 mod conditions;
 pub mod controller;
 pub mod execute;
-pub mod guard;
 pub mod plan;
 #[cfg(test)]
 mod reconcile_tests;

@@ -4,9 +4,9 @@
 
 use super::effects::Cluster;
 use super::execute::execute;
-use super::guard::Guard;
 use crate::context::Context;
 use crate::controllers::group_view::{Fate, LockState};
+use crate::controllers::guard::replenish::Guard;
 use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, observe_group};
 use crate::controllers::replenisher::plan::{self as replenish_plan, Input, NotJoinedView};
 use crate::controllers::runtime::{About, instrumented};

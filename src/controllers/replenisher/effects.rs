@@ -3,7 +3,6 @@
 //! mutation gate (`aws_mutations`, `k8s::drain`, `k8s::lock`).
 
 use super::execute::{Counted, Effects, Taken};
-use super::guard::{Check, Guard};
 use super::plan::RepairHeld;
 use crate::Result;
 use crate::cloud::Cloud;
@@ -11,6 +10,7 @@ use crate::context::Context;
 use crate::controllers::aws_mutations::{set_desired_capacity, terminate_in_group};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::Refusal;
+use crate::controllers::guard::replenish::{Check, Guard};
 use crate::crd::{Replenisher, ReplenisherStatus};
 use crate::events::Reason;
 use crate::k8s::drain::{DrainProgress, drain_event, drain_step, uncordon};

@@ -3,18 +3,18 @@
 //! the plan's simulation test runs the same function against its simulated
 //! group, so the order the test proves safe is the order the controller
 //! uses. Every mutation is first re-checked by the guard (`Effects::guard`,
-//! the real `replenisher::guard` in both): the executor asks, so no
+//! the real `guard::replenish` in both): the executor asks, so no
 //! implementation can forget to.
 //!
 //! Order: an uncordon (idempotent) before the status that forgets the node;
 //! the status that records an action written, then the action made (named
 //! crash points between: `<step>:persisted`, `<step>:acted`).
 
-use super::guard::Check;
 use super::plan::{self as replenish_plan, Command, Plan};
 use crate::Result;
 use crate::controllers::group_view::{DesiredChange, REPAIR_DRAIN_TIMEOUT, after};
 use crate::controllers::guard::Refusal;
+use crate::controllers::guard::replenish::Check;
 use crate::crd::NodeGroupSpec;
 use crate::crd::ReplenisherStatus;
 use crate::crd::replenisher::{CleanupTarget, ReplenishPhase, Retirement, ScaleInTarget};
@@ -46,7 +46,7 @@ pub enum Counted {
 /// What carrying out a command needs from the world.
 #[allow(async_fn_in_trait)] // Used with static dispatch only.
 pub trait Effects {
-    /// The guard's answer (`replenisher::guard::Guard::check`) on this
+    /// The guard's answer (`guard::replenish::Guard::check`) on this
     /// reconcile's observations.
     fn guard(&self, check: Check<'_>) -> std::result::Result<(), Refusal>;
     /// Whether mutations are only logged (nothing is made).
@@ -125,9 +125,12 @@ impl<E: Effects> Run<'_, E> {
                     false => Duration::from_secs(1),
                 };
             }
-            Command::ScaleUp(changes) => self.scale_up(changes).await?,
+            Command::SetDesired(changes) => self.scale_up(changes).await?,
             Command::RemoveNotJoined(target) => self.remove_not_joined(target).await?,
-            Command::Drain(target) => self.drain(target, draining != Some(target)).await?,
+            Command::Drain(batch) => {
+                let target = &batch.first;
+                self.drain(target, draining != Some(target)).await?
+            }
             Command::Terminate(target) => {
                 self.effects.guard(Check::Removal(target))?;
                 self.terminate_scale_in(target).await?;
@@ -136,9 +139,7 @@ impl<E: Effects> Run<'_, E> {
                 }
             }
             Command::Retire(retiring) => self.retire(retiring).await?,
-            Command::AbandonScaleIn { target, reason } => {
-                self.abandon_scale_in(target, reason).await?
-            }
+            Command::GiveBack { target, reason } => self.abandon_scale_in(target, reason).await?,
         }
         Ok(())
     }

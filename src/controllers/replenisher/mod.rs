@@ -5,7 +5,6 @@
 pub mod controller;
 mod effects;
 pub(crate) mod execute;
-pub mod guard;
 pub mod plan;
 #[cfg(test)]
 mod reconcile_tests;

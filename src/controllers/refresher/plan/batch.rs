@@ -7,7 +7,7 @@
 //! judged on fresh counts. The batch is validated as one step: every
 //! replacement in service, every workload the batch moved back.
 
-use super::{Command, Next, Planner, SOON, Step};
+use super::{Batch, Command, Next, Planner, SOON, Step};
 use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
@@ -102,16 +102,19 @@ impl Planner<'_> {
         settings: &ResolvedRefresh,
     ) -> Step {
         self.admit_alongside(settings);
-        let mut targets = vec![target];
-        match self.alongside_drains(settings) {
-            Ok(more) => targets.extend(more),
+        let alongside = match self.alongside_drains(settings) {
+            Ok(more) => more,
             Err(step) => return step,
-        }
-        let what = match targets.len() {
-            1 => what,
-            n => format!("{what}, and {} alongside", n - 1),
         };
-        Step::act(Command::Drain(targets), what, requeue)
+        let what = match alongside.len() {
+            0 => what,
+            n => format!("{what}, and {n} alongside"),
+        };
+        let batch = Batch {
+            first: target,
+            alongside,
+        };
+        Step::act(Command::Drain(batch), what, requeue)
     }
 
     /// The nodes drained alongside, this step: those gone by other means
@@ -201,12 +204,12 @@ impl Planner<'_> {
             return None;
         }
         let message = format!("draining {} alongside", names.join(", "));
-        Some(match drains.is_empty() {
-            true => Step::wait(
+        Some(match Batch::from_vec(drains) {
+            None => Step::wait(
                 format!("{message}: held until the group can spare them"),
                 SOON,
             ),
-            false => Step::act(Command::Drain(drains), message, SOON),
+            Some(batch) => Step::act(Command::Drain(batch), message, SOON),
         })
     }
 
@@ -239,10 +242,10 @@ impl Planner<'_> {
         {
             self.leave_batch(&t.instance_id);
             if self.active(&t.instance_id)
-                && let Some(node) = t.node
+                && let Some(node) = t.node.clone()
             {
                 let message = format!("{node} kept: back in service");
-                return Some(Step::act(Command::Uncordon(node), message, Duration::ZERO));
+                return Some(Step::back_in_service(t, message));
             }
         }
         while let Some(t) = self.status.alongside.first().cloned() {
@@ -262,9 +265,9 @@ impl Planner<'_> {
                     .retain(|id| *id != t.instance_id);
             }
             self.leave_batch(&t.instance_id);
-            if active && let Some(node) = t.node {
+            if active && let Some(node) = t.node.clone() {
                 let message = format!("{node} (drained alongside) kept: back in service");
-                return Some(Step::act(Command::Uncordon(node), message, Duration::ZERO));
+                return Some(Step::back_in_service(t, message));
             }
         }
         None

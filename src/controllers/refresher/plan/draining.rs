@@ -200,7 +200,7 @@ impl Planner<'_> {
         let step = if self.input.group.asg(asg).is_none() {
             self.leave_batch(&target.instance_id);
             Step::back_in_service(
-                target.node.clone(),
+                target.clone(),
                 format!("{label} given back: {asg} is no longer one of the group's ASGs"),
             )
         } else if !self.active(&target.instance_id) {
@@ -353,7 +353,7 @@ impl Planner<'_> {
         let dead = self.unhealthy_planned()?;
         self.status.current_target = None;
         let message = format!("{dead} died during the run: replacing it before {label}");
-        Some(Step::back_in_service(target.node.clone(), message))
+        Some(Step::back_in_service(target.clone(), message))
     }
 
     /// A planned node, not yet replaced and still in service, that is
@@ -394,7 +394,7 @@ impl Planner<'_> {
             self.record_failure(reason.clone());
         }
         self.enter(RefreshPhase::ScalingDown);
-        Step::back_in_service(target.node.clone(), reason)
+        Step::back_in_service(target.clone(), reason)
     }
 }
 

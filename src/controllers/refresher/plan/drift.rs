@@ -35,7 +35,7 @@ impl Planner<'_> {
             self.leave_batch(&t.instance_id);
             let label = t.node.clone().unwrap_or(t.instance_id.clone());
             step = Some(Step::back_in_service(
-                t.node,
+                t,
                 format!("{label} is no longer drifted; back in service"),
             ));
         }

@@ -96,46 +96,10 @@ pub struct Input<'a> {
     pub status: &'a RefresherStatus,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
-    Nothing,
-    /// Take a manager-wide disruption slot, then the group's lock.
-    TakeLock,
-    /// Release the group's lock and the disruption slot, whichever is ours.
-    ReleaseLock,
-    /// Set ASGs' desired capacity (surplus up, layout back).
-    SetDesired(Vec<DesiredChange>),
-    /// One drain step on each target's node (the current target, and the
-    /// nodes drained alongside it); once one is drained, [`after_drain`]
-    /// decides its termination, which is persisted before it is made (one
-    /// termination per step).
-    Drain(Vec<RefreshTarget>),
-    /// Carry out a termination already recorded in status (`terminated` set):
-    /// Replace without decrement, RemoveSurplus with decrement.
-    Terminate(RefreshTarget),
-    /// Put a node back in service (a drain given up). Idempotent, so the
-    /// reconcile does it before persisting the status that forgets the node.
-    Uncordon(String),
-}
-
-impl Command {
-    /// Whether carrying it out changes AWS or a Node (and so needs the lock).
-    pub fn mutates(&self) -> bool {
-        matches!(
-            self,
-            Command::SetDesired(_)
-                | Command::Drain(_)
-                | Command::Terminate(_)
-                | Command::Uncordon(_)
-        )
-    }
-
-    /// Whether carrying it out calls AWS (planned then on a fresh describe).
-    /// A drain's termination is recorded first and made by `Terminate`.
-    pub fn changes_aws(&self) -> bool {
-        matches!(self, Command::SetDesired(_) | Command::Terminate(_))
-    }
-}
+/// The refresher's commands: the one vocabulary (`controllers::command`)
+/// over its refresh targets.
+pub type Command = crate::controllers::command::Command<RefreshTarget>;
+pub use crate::controllers::command::Batch;
 
 /// What happened in this step, for Events and metrics.
 #[derive(Debug, Clone, PartialEq)]
@@ -216,10 +180,18 @@ impl Step {
 
     /// A target given back: its node uncordoned (none for an instance that
     /// never joined), then look again at once.
-    fn back_in_service(node: Option<String>, message: impl Into<String>) -> Step {
-        match node {
-            Some(node) => Step::act(Command::Uncordon(node), message, Duration::ZERO),
-            None => Step::wait(message, Duration::ZERO),
+    fn back_in_service(target: RefreshTarget, message: impl Into<String>) -> Step {
+        let reason: String = message.into();
+        match target.node {
+            Some(_) => Step::act(
+                Command::GiveBack {
+                    target,
+                    reason: reason.clone(),
+                },
+                reason,
+                Duration::ZERO,
+            ),
+            None => Step::wait(reason, Duration::ZERO),
         }
     }
 }

@@ -102,7 +102,7 @@ impl Planner<'_> {
             self.leave_batch(&target.instance_id);
             let label = target.node.clone().unwrap_or(target.instance_id.clone());
             return Step::back_in_service(
-                target.node.clone(),
+                target.clone(),
                 format!("setting the run aside ({why}): {label} back in service"),
             );
         }

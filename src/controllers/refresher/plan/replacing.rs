@@ -12,7 +12,7 @@ use std::time::Duration;
 /// What the validation after a replacement decides.
 enum Validation {
     Passed,
-    Wait(Step),
+    Wait(Box<Step>),
     Failed(String),
 }
 
@@ -48,7 +48,7 @@ impl Planner<'_> {
             }
             match self.validate(&node, settings) {
                 Validation::Passed => {}
-                Validation::Wait(step) => return Next::Step(step),
+                Validation::Wait(step) => return Next::Step(*step),
                 Validation::Failed(reason) => {
                     self.end_batch();
                     return self.fail(reason);
@@ -108,13 +108,13 @@ impl Planner<'_> {
             let since = *self.status.validated_since.get_or_insert(now);
             let settled = after(since, settings.settle_time);
             if now < settled {
-                return Validation::Wait(Step::wait(
+                return Validation::Wait(Box::new(Step::wait(
                     format!(
                         "the replacement of {node} is validated; settling until {}",
                         settled.to_rfc3339()
                     ),
                     until(now, settled),
-                ));
+                )));
             }
             self.end_validation();
             return Validation::Passed;
@@ -125,13 +125,13 @@ impl Planner<'_> {
             // No watch tells of pods coming back, and evicted pods mostly
             // do within seconds: looked at as often as a drain's steps.
             let again = crate::k8s::drain::next_step_after(started, now);
-            return Validation::Wait(Step::wait(
+            return Validation::Wait(Box::new(Step::wait(
                 format!(
                     "validating the replacement of {node}: {}",
                     waiting.join("; ")
                 ),
                 again.min(until(now, deadline)),
-            ));
+            )));
         }
         let reason = format!(
             "the group was not whole within {} of replacing {node}: {}",

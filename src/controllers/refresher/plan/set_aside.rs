@@ -47,7 +47,7 @@ impl Planner<'_> {
         self.set_aside();
         self.enter(RefreshPhase::ScalingDown);
         Step::back_in_service(
-            target.node.clone(),
+            target.clone(),
             format!("run set aside: refusing to {blocked}; it resumes once every master is Ready"),
         )
     }

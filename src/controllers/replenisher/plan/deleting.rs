@@ -23,7 +23,7 @@ pub(super) fn unwinding(s: &Stage) -> Option<Plan> {
         if target.terminating.is_some() {
             return scale_in_in_progress(s);
         }
-        let command = Command::AbandonScaleIn {
+        let command = Command::GiveBack {
             target: target.clone(),
             reason: REASON.into(),
         };

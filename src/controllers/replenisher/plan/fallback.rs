@@ -108,7 +108,7 @@ pub(super) fn fall_back(s: &Stage, deficit: i32) -> Option<Plan> {
     Some(s.act(
         status,
         ReplenishPhase::ScalingUp,
-        Command::ScaleUp(changes),
+        Command::SetDesired(changes),
         message,
     ))
 }
@@ -275,7 +275,7 @@ fn replacement_first(s: &Stage, due: &[&AsgView], node: &GroupNode) -> Option<Pl
     Some(s.act(
         status,
         ReplenishPhase::ScalingUp,
-        Command::ScaleUp(vec![change]),
+        Command::SetDesired(vec![change]),
         message,
     ))
 }

@@ -48,11 +48,9 @@ pub use records::{
 };
 
 use crate::controllers::group_view::{
-    AsgView, DesiredChange, Fate, GroupFacts, LockState, REPAIR_DRAIN_TIMEOUT, after, until,
+    AsgView, Fate, GroupFacts, LockState, REPAIR_DRAIN_TIMEOUT, after, until,
 };
-use crate::crd::replenisher::{
-    CleanupTarget, ReplenishPhase, ReplenisherStatus, Retirement, ScaleInTarget,
-};
+use crate::crd::replenisher::{ReplenishPhase, ReplenisherStatus, ScaleInTarget};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -115,62 +113,10 @@ pub struct Input<'a> {
     pub surplus_left: Option<&'a crate::crd::refresher::SurplusLeft>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
-    Nothing,
-    TakeLock,
-    /// Give back the disruption slot if ours, then the lock.
-    ReleaseLock,
-    /// Take a manager-wide disruption slot (the lock held) before a
-    /// voluntary removal.
-    TakeSlot,
-    /// Raise desired capacity on launching ASGs (recorded in `raising` first).
-    ScaleUp(Vec<DesiredChange>),
-    /// Terminate an instance that never joined through its ASG (recorded in
-    /// `cleanup` first), decrementing only while desired is above min.
-    RemoveNotJoined(CleanupTarget),
-    /// One drain step on the target (persisted first); once drained, the
-    /// termination is recorded ([`record_termination`]) and then made.
-    Drain(ScaleInTarget),
-    /// Make the recorded termination of a drained target (with decrement
-    /// unless it says otherwise).
-    Terminate(ScaleInTarget),
-    /// Terminate interrupted instances that were replaced (recorded in
-    /// `retiring` first), each with its own decrement.
-    Retire(Vec<Retirement>),
-    /// Give up removing the target: uncordon it, keep it.
-    AbandonScaleIn {
-        target: ScaleInTarget,
-        reason: String,
-    },
-}
-
-impl Command {
-    /// Whether carrying it out changes AWS or a Node (and so needs the lock).
-    pub fn mutates(&self) -> bool {
-        matches!(
-            self,
-            Command::ScaleUp(_)
-                | Command::RemoveNotJoined(_)
-                | Command::Drain(_)
-                | Command::Terminate(_)
-                | Command::Retire(_)
-                | Command::AbandonScaleIn { .. }
-                | Command::TakeSlot
-        )
-    }
-
-    /// Whether carrying it out calls AWS (planned then on a fresh describe).
-    pub fn changes_aws(&self) -> bool {
-        matches!(
-            self,
-            Command::ScaleUp(_)
-                | Command::RemoveNotJoined(_)
-                | Command::Terminate(_)
-                | Command::Retire(_)
-        )
-    }
-}
+/// The replenisher's commands: the one vocabulary (`controllers::command`)
+/// over its scale-in targets.
+pub type Command = crate::controllers::command::Command<ScaleInTarget>;
+pub use crate::controllers::command::Batch;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {

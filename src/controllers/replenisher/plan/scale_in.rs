@@ -3,7 +3,7 @@
 //! start a scale-in of one chosen node.
 
 use super::queries::ready_in;
-use super::{Command, Plan, SCALE_IN_DRAIN_TIMEOUT, SlotState, Stage};
+use super::{Batch, Command, Plan, SCALE_IN_DRAIN_TIMEOUT, SlotState, Stage};
 use crate::controllers::authority::Reason;
 use crate::controllers::authority::rules::{self, Rule};
 use crate::controllers::group_view::GroupNode;
@@ -27,7 +27,7 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
             target.auto_scaling_group
         );
         let message = format!("keeping {}: {reason}", target.node);
-        let command = Command::AbandonScaleIn { target, reason };
+        let command = Command::GiveBack { target, reason };
         return Some(s.act(status, ReplenishPhase::Waiting, command, message));
     }
     if !input.active.contains(&target.instance_id) {
@@ -75,7 +75,7 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
         None
     };
     if let Some(reason) = abandon {
-        let action = Command::AbandonScaleIn {
+        let action = Command::GiveBack {
             target,
             reason: reason.clone(),
         };
@@ -98,7 +98,7 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
             target.node, target.auto_scaling_group
         ),
     };
-    Some(s.act(status, phase, Command::Drain(target), message))
+    Some(s.act(status, phase, Command::Drain(Batch::of(target)), message))
 }
 
 /// Why the masters' rule refuses the removal of `target` now, if it does
@@ -176,7 +176,7 @@ pub(super) fn start_scale_in(s: &Stage, target: ScaleInTarget, message: String) 
         true => ReplenishPhase::Repairing,
         false => ReplenishPhase::ScalingDown,
     };
-    s.act(status, phase, Command::Drain(target), message)
+    s.act(status, phase, Command::Drain(Batch::of(target)), message)
 }
 
 /// Surplus kept because only protected nodes could go: looked at again this

@@ -88,7 +88,7 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
     Some(s.act(
         status,
         ReplenishPhase::ScalingUp,
-        Command::ScaleUp(changes),
+        Command::SetDesired(changes),
         message,
     ))
 }
@@ -202,7 +202,7 @@ pub(super) fn restore_layout(s: &Stage) -> Option<Plan> {
     Some(s.act(
         status,
         ReplenishPhase::ScalingUp,
-        Command::ScaleUp(changes),
+        Command::SetDesired(changes),
         message,
     ))
 }

@@ -22,9 +22,9 @@ fn up_to_a_drain_of(sim: &mut Sim, n: usize) -> Vec<RefreshTarget> {
         sim.all_join_and_ready();
         sim.advance(1);
         if let Command::Drain(targets) = plan.command
-            && targets.len() == n
+            && targets.iter().count() == n
         {
-            return targets;
+            return targets.iter().cloned().collect();
         }
     }
     panic!("no drain of {n}: {:?}", sim.status.message);
@@ -77,7 +77,7 @@ fn nodes_join_the_drain_only_once_their_replacements_are_ready() {
     let Command::Drain(targets) = &plan.command else {
         panic!("{plan:?}")
     };
-    assert_eq!(targets.len(), 1, "{plan:?}");
+    assert_eq!(targets.iter().count(), 1, "{plan:?}");
     assert!(sim.status.alongside.is_empty());
     // Ready: the next two join it; the group stays whole besides the three.
     sim.all_join_and_ready();
@@ -85,7 +85,7 @@ fn nodes_join_the_drain_only_once_their_replacements_are_ready() {
     let Command::Drain(targets) = &plan.command else {
         panic!("{plan:?}")
     };
-    assert_eq!(targets.len(), 3, "{plan:?}");
+    assert_eq!(targets.iter().count(), 3, "{plan:?}");
     assert!(targets.iter().all(|t| t.launched_ahead.is_some()));
     assert_eq!(sim.status.alongside.len(), 2);
     assert_eq!(sim.original_cordoned(), 3);
@@ -271,7 +271,7 @@ fn nodes_join_a_batch_whose_first_node_drained_before_their_replacements_came_up
     let Command::Drain(targets) = &plan.command else {
         panic!("{plan:?}")
     };
-    assert_eq!(targets.len(), 2, "{plan:?}");
+    assert_eq!(targets.iter().count(), 2, "{plan:?}");
     assert_eq!(sim.status.replaced, 0);
     sim.run_to_end(300);
     assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));

@@ -610,7 +610,7 @@ impl Effects for Sim {
     fn guard(
         &self,
         status: &RefresherStatus,
-        check: crate::controllers::refresher::guard::Check<'_>,
+        check: crate::controllers::guard::refresh::Check<'_>,
     ) -> Result<(), crate::controllers::guard::Refusal> {
         self.real_guard(status, check)
     }

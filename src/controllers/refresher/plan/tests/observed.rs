@@ -5,7 +5,7 @@ use super::*;
 use crate::cloud::AsgDescription;
 use crate::controllers::group_view::tests::{fresh, sim_group, status_node};
 use crate::controllers::guard::Refusal;
-use crate::controllers::refresher::guard::{Check, Guard};
+use crate::controllers::guard::refresh::{Check, Guard};
 use crate::crd::{NodeGroup, NodeGroupStatus};
 
 impl Sim {

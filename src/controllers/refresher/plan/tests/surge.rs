@@ -16,7 +16,7 @@ fn up_to_first_drain(sim: &mut Sim) -> RefreshTarget {
         let plan = sim.step(false);
         sim.all_join_and_ready();
         if let Command::Drain(targets) = plan.command {
-            return targets[0].clone();
+            return targets.first;
         }
     }
     panic!("no drain: {:?}", sim.status.message);

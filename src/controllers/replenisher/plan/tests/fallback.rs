@@ -69,7 +69,7 @@ fn every_spot_asg_short_for_after_raises_the_fallback_by_the_missing_count_only(
     let p = at(&s, t0() + seconds(AFTER));
     assert_eq!(
         p.command,
-        Command::ScaleUp(vec![DesiredChange {
+        Command::SetDesired(vec![DesiredChange {
             asg: "od".into(),
             from: 0,
             to: 1
@@ -97,7 +97,7 @@ fn a_spot_asg_that_can_launch_is_raised_and_the_fallback_never() {
     for minutes in [0, 5, 60] {
         let p = at(&s, t0() + seconds(minutes * 60));
         match &p.command {
-            Command::ScaleUp(changes) => {
+            Command::SetDesired(changes) => {
                 assert!(changes.iter().all(|c| c.asg == "d"), "{changes:?}")
             }
             other => panic!("{other:?}: {}", p.message),
@@ -126,7 +126,7 @@ fn no_fallback_while_a_spot_asg_launches_again_but_its_raises_still_back_off() {
     }];
     let p = at(&s, t0() + seconds(AFTER + 60));
     assert!(
-        !matches!(&p.command, Command::ScaleUp(changes) if changes.iter().any(|c| c.asg == "od")),
+        !matches!(&p.command, Command::SetDesired(changes) if changes.iter().any(|c| c.asg == "od")),
         "{:?}: {}",
         p.command,
         p.message
@@ -259,7 +259,7 @@ fn at_desired_the_spot_replacement_comes_first_one_at_a_time() {
     let p = at(&s, t0());
     assert_eq!(
         p.command,
-        Command::ScaleUp(vec![DesiredChange {
+        Command::SetDesired(vec![DesiredChange {
             asg: "c".into(),
             from: 1,
             to: 2
@@ -322,7 +322,7 @@ proptest! {
                 && !p.status.excluded.iter().any(|e| e.auto_scaling_group == a.name)
         });
         let ready = s.nodes.iter().filter(|n| n.ready).count() as i32;
-        if let Command::ScaleUp(changes) = &p.command {
+        if let Command::SetDesired(changes) = &p.command {
             let added: i32 = changes.iter().filter(|c| c.asg == "od").map(|c| c.to - c.from).sum();
             if added > 0 {
                 prop_assert_eq!(s.role, Role::Worker);

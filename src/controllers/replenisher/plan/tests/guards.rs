@@ -56,7 +56,7 @@ fn with_the_circuit_breaker_open_nothing_is_terminated_but_replacements_launch()
     // A shortage is still replenished.
     let mut short = Scenario::steady().shortage_in_a();
     short.breaker = open;
-    assert!(matches!(short.plan().command, Command::ScaleUp(_)));
+    assert!(matches!(short.plan().command, Command::SetDesired(_)));
 }
 
 #[test]

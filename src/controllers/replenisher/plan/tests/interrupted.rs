@@ -45,7 +45,7 @@ fn not_launching(mut a: AsgView) -> AsgView {
 }
 
 fn change(asg: &str, from: i32, to: i32) -> Command {
-    Command::ScaleUp(vec![DesiredChange {
+    Command::SetDesired(vec![DesiredChange {
         asg: asg.into(),
         from,
         to,
@@ -181,7 +181,7 @@ fn one_replacement_per_reclaimed_node_even_for_several_at_once() {
     let p = s.plan();
     assert_eq!(
         p.command,
-        Command::ScaleUp(vec![
+        Command::SetDesired(vec![
             DesiredChange {
                 asg: "a".into(),
                 from: 1,
@@ -248,7 +248,7 @@ fn an_interrupted_master_is_replaced_only_in_its_own_asg() {
     s.asgs[0] = asg("a", 1, 1, 1);
     let p = s.plan();
     assert_eq!(p.status.phase, ReplenishPhase::Blocked, "{}", p.message);
-    assert!(!matches!(p.command, Command::ScaleUp(_)));
+    assert!(!matches!(p.command, Command::SetDesired(_)));
 }
 
 #[test]
@@ -380,10 +380,10 @@ proptest! {
                 node.is_some_and(|n| matches!(n.fate, Some(Fate::Reclaimed { .. } | Fate::AtRisk)) || unhealthy(n)),
                 "{:?}", r
             );
-            prop_assert!(matches!(p.command, Command::ScaleUp(_)), "{:?}", p.command);
+            prop_assert!(matches!(p.command, Command::SetDesired(_)), "{:?}", p.command);
         }
         let ready = s.nodes.iter().filter(|n| n.ready).count() as i32;
-        if let Command::ScaleUp(changes) = &p.command {
+        if let Command::SetDesired(changes) = &p.command {
             prop_assert!(ready < s.desired);
             for c in changes {
                 let a = s.asgs.iter().find(|a| a.name == c.asg).expect("known ASG");
@@ -643,7 +643,7 @@ fn a_masters_removal_under_way_is_put_off_when_the_masters_rule_refuses_it_now()
     // finished into a termination the guard would refuse.
     s.control_plane = Some(masters_settling(&s, &["nc"]));
     let p = s.plan();
-    let Command::AbandonScaleIn { reason, .. } = &p.command else {
+    let Command::GiveBack { reason, .. } = &p.command else {
         panic!("{:?}: {}", p.command, p.message)
     };
     assert!(reason.contains("put off"), "{reason}");

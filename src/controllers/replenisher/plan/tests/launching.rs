@@ -45,7 +45,7 @@ fn a_raise_in_flight_counts_as_launching_within_the_grace_and_is_not_ordered_twi
     ));
     assert_eq!(
         later.command,
-        Command::ScaleUp(vec![DesiredChange {
+        Command::SetDesired(vec![DesiredChange {
             asg: "d".into(),
             from: 1,
             to: 2
@@ -77,7 +77,7 @@ fn a_lost_instance_its_asg_will_replace_is_on_its_way() {
 fn a_node_not_ready_past_the_join_timeout_is_not_on_its_way() {
     let mut s = Scenario::steady();
     s.nodes[0].ready = false; // na, an hour old
-    assert!(matches!(s.plan().command, Command::ScaleUp(_)));
+    assert!(matches!(s.plan().command, Command::SetDesired(_)));
     // A young node that is not Ready yet is joining.
     s.nodes[0].launch_time = Some(t0() - chrono::Duration::minutes(2));
     assert_eq!(s.plan().command, Command::Nothing);
@@ -91,7 +91,7 @@ fn an_asg_with_launch_suspended_is_not_launching() {
     let p = s.plan();
     assert_eq!(
         p.command,
-        Command::ScaleUp(vec![DesiredChange {
+        Command::SetDesired(vec![DesiredChange {
             asg: "d".into(),
             from: 1,
             to: 2
@@ -137,7 +137,7 @@ fn a_raise_interrupted_by_a_restart_is_settled_against_the_asg() {
 fn a_raise_not_made_in_a_dry_run_is_not_remembered_as_done() {
     let s = Scenario::steady().shortage_in_a();
     let p = s.plan();
-    let Command::ScaleUp(changes) = &p.command else {
+    let Command::SetDesired(changes) = &p.command else {
         panic!("{:?}", p.command)
     };
     let mut status = p.status.clone();

@@ -29,14 +29,14 @@ fn an_asg_is_a_raise_candidate_again_once_its_never_joined_backoff_is_over() {
     }];
     let p = s.plan();
     assert!(
-        !matches!(p.command, Command::ScaleUp(_)),
+        !matches!(p.command, Command::SetDesired(_)),
         "during the backoff: {:?}",
         p.command
     );
     s.status.removals[0].retry_after = t0() - chrono::Duration::seconds(1);
     let p = s.plan();
     assert!(
-        matches!(&p.command, Command::ScaleUp(c) if c.iter().any(|c| c.asg == "a")),
+        matches!(&p.command, Command::SetDesired(c) if c.iter().any(|c| c.asg == "a")),
         "after it: {:?}: {}",
         p.command,
         p.message
@@ -81,7 +81,7 @@ fn an_asg_a_removal_left_below_its_count_is_raised_back_when_ready_is_at_desired
     let p = s.plan();
     assert_eq!(
         p.command,
-        Command::ScaleUp(vec![DesiredChange {
+        Command::SetDesired(vec![DesiredChange {
             asg: "a".into(),
             from: 0,
             to: 1
@@ -99,7 +99,7 @@ fn an_asg_a_removal_left_below_its_count_is_raised_back_when_ready_is_at_desired
     // Nothing to take back elsewhere: nothing is restored (no surplus
     // would follow, only a node more).
     s.status.raised.clear();
-    assert!(!matches!(s.plan().command, Command::ScaleUp(_)));
+    assert!(!matches!(s.plan().command, Command::SetDesired(_)));
 }
 
 /// A master that never joined (not beyond the count) was removed with
@@ -191,7 +191,7 @@ fn a_raise_never_made_forgets_the_replacements_recorded_with_it() {
         p.status.replacing
     );
     assert!(
-        matches!(&p.command, Command::ScaleUp(c) if c == &[DesiredChange { asg: "a".into(), from: 1, to: 2 }]),
+        matches!(&p.command, Command::SetDesired(c) if c == &[DesiredChange { asg: "a".into(), from: 1, to: 2 }]),
         "{:?}: {}",
         p.command,
         p.message
@@ -339,7 +339,7 @@ fn the_surplus_a_refresh_run_left_is_taken_over_and_the_layout_restored_against_
     let p = plan(&input);
     assert_eq!(
         p.command,
-        Command::ScaleUp(vec![DesiredChange {
+        Command::SetDesired(vec![DesiredChange {
             asg: "c".into(),
             from: 0,
             to: 1

@@ -9,7 +9,7 @@ mod scale_up;
 mod walk;
 
 use super::*;
-use crate::controllers::group_view::GroupNode;
+use crate::controllers::group_view::{DesiredChange, GroupNode};
 use crate::crd::Role;
 use crate::crd::replenisher::{AsgCount, AsgSince, NotJoinedRemovals, Raise};
 use chrono::TimeZone;

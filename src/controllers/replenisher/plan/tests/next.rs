@@ -27,7 +27,10 @@ fn starts(s: &Scenario, now: DateTime<Utc>) -> bool {
     let p = s.plan_with(COOLDOWN, JOIN, now);
     matches!(
         p.command,
-        Command::ScaleUp(_) | Command::TakeSlot | Command::Drain(_) | Command::RemoveNotJoined(_)
+        Command::SetDesired(_)
+            | Command::TakeSlot
+            | Command::Drain(_)
+            | Command::RemoveNotJoined(_)
     )
 }
 
@@ -277,7 +280,7 @@ fn a_repair_to_come_says_what_holds_the_group_and_the_slot_and_the_plan_waits_fo
         assert!(
             !matches!(
                 p.command,
-                Command::ScaleUp(_) | Command::Drain(_) | Command::TakeSlot
+                Command::SetDesired(_) | Command::Drain(_) | Command::TakeSlot
             ),
             "{says}: {:?}: {}",
             p.command,

@@ -68,7 +68,7 @@ fn an_extra_master_is_removed_at_once_and_masters_are_never_launched_elsewhere()
     let mut s = Scenario::steady().shortage_in_a();
     s.role = Role::Master;
     let p = s.plan();
-    assert!(!matches!(p.command, Command::ScaleUp(_)));
+    assert!(!matches!(p.command, Command::SetDesired(_)));
     assert_eq!(p.status.phase, ReplenishPhase::Blocked);
 }
 
@@ -112,7 +112,7 @@ fn a_replacement_that_never_joins_either_backs_off_and_never_blocks_scale_up() {
     let p = s.plan();
     assert_eq!(
         p.command,
-        Command::ScaleUp(vec![DesiredChange {
+        Command::SetDesired(vec![DesiredChange {
             asg: "d".into(),
             from: 1,
             to: 2
@@ -127,7 +127,7 @@ fn a_replacement_that_never_joins_either_backs_off_and_never_blocks_scale_up() {
     );
     // Its instances do not join: no raise goes there.
     s.desired = 4;
-    let Command::ScaleUp(changes) = s.plan().command else {
+    let Command::SetDesired(changes) = s.plan().command else {
         panic!("a raise")
     };
     assert!(changes.iter().all(|c| c.asg != "c"), "{changes:?}");
@@ -148,7 +148,11 @@ fn a_replacement_that_never_joins_either_backs_off_and_never_blocks_scale_up() {
     // A failed call leaves the record; the plan moves on until it is due.
     s.status = p.status;
     let p = s.plan();
-    assert!(matches!(p.command, Command::ScaleUp(_)), "{:?}", p.command);
+    assert!(
+        matches!(p.command, Command::SetDesired(_)),
+        "{:?}",
+        p.command
+    );
     // Once a node of c launched after the removal is Ready, the run ends:
     // the next removal there counts from one again.
     s.nodes.push(node("nc-new", "c", true, -1));

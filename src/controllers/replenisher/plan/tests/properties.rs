@@ -217,7 +217,7 @@ proptest! {
     #[test]
     fn never_exceeds_an_asgs_max_and_only_scales_up_when_short(s in arb_state()) {
         let ready = s.nodes.iter().filter(|n| n.ready).count() as i32;
-        if let Command::ScaleUp(changes) = s.plan().command {
+        if let Command::SetDesired(changes) = s.plan().command {
             prop_assert!(ready < s.desired, "scale-up with {} Ready of {}", ready, s.desired);
             for c in changes {
                 let a = s.asgs.iter().find(|a| a.name == c.asg).expect("known ASG");
@@ -234,7 +234,7 @@ proptest! {
     fn a_group_being_deleted_starts_nothing(mut s in arb_state()) {
         s.deleting = true;
         let p = s.plan();
-        prop_assert!(!matches!(p.command, Command::ScaleUp(_) | Command::Drain(_)), "{:?}", p.command);
+        prop_assert!(!matches!(p.command, Command::SetDesired(_) | Command::Drain(_)), "{:?}", p.command);
         if let Command::Terminate(t) = &p.command {
             prop_assert!(s.status.scale_in.as_ref().is_some_and(|r| r.instance_id == t.instance_id && r.terminating.is_some()));
         }

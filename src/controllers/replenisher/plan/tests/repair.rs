@@ -66,7 +66,7 @@ fn an_unhealthy_worker_is_replaced_in_its_own_asg_then_drained_and_terminated_wi
     let p = s.plan();
     assert_eq!(
         p.command,
-        Command::ScaleUp(vec![DesiredChange {
+        Command::SetDesired(vec![DesiredChange {
             asg: "a".into(),
             from: 1,
             to: 2
@@ -195,7 +195,7 @@ fn with_repair_off_an_unhealthy_worker_is_replaced_beside_but_never_terminated()
     s.repair = false;
     let p = s.plan();
     assert!(
-        matches!(p.command, Command::ScaleUp(_)),
+        matches!(p.command, Command::SetDesired(_)),
         "not on its way: {}",
         p.message
     );
@@ -375,7 +375,7 @@ fn a_repair_whose_node_is_ready_again_is_given_up_before_or_after_its_terminatio
     s.nodes[0] = node("na", "a", true, 600);
     let p = s.plan();
     match &p.command {
-        Command::AbandonScaleIn { target, reason } => {
+        Command::GiveBack { target, reason } => {
             assert_eq!(target.node, "na");
             assert!(reason.contains("Ready again"), "{reason}");
         }
@@ -387,7 +387,7 @@ fn a_repair_whose_node_is_ready_again_is_given_up_before_or_after_its_terminatio
     assert!(recorded.terminating.is_some());
     let p = s.plan();
     assert!(
-        matches!(p.command, Command::AbandonScaleIn { .. }),
+        matches!(p.command, Command::GiveBack { .. }),
         "{:?}: {}",
         p.command,
         p.message
@@ -415,7 +415,7 @@ fn a_master_repair_is_given_up_when_another_master_goes_down_before_its_terminat
     s.control_plane = dead_master_of_one(&[("i-mc", DownWhy::NotReady)]).control_plane;
     let p = s.plan();
     match &p.command {
-        Command::AbandonScaleIn { reason, .. } => {
+        Command::GiveBack { reason, .. } => {
             assert!(reason.contains("i-mc"), "{reason}")
         }
         other => panic!("expected the repair given up, got {other:?}: {}", p.message),

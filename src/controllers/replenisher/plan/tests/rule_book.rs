@@ -50,7 +50,7 @@ fn reason_of(s: &Scenario, target: &ScaleInTarget) -> Reason {
 
 /// A removal started by the plan, and the reason the rule book knows it by.
 fn started(s: &Scenario) -> Option<(ScaleInTarget, Reason)> {
-    let Command::Drain(target) = s.plan().command else {
+    let Command::Drain(Batch { first: target, .. }) = s.plan().command else {
         return None;
     };
     // A drain's first step: the scale-in is recorded now.

@@ -6,7 +6,7 @@ use super::*;
 fn after_a_shortage_the_surplus_is_taken_back_from_the_raised_asg() {
     let mut s = Scenario::steady().surplus_in_c();
     let p = s.plan();
-    let Command::Drain(target) = p.command else {
+    let Command::Drain(Batch { first: target, .. }) = p.command else {
         panic!("expected a drain, got {:?}", p.command)
     };
     assert_eq!(
@@ -52,7 +52,7 @@ fn a_scale_in_that_would_drop_below_desired_is_abandoned() {
         decrement: true,
         repair: false,
     });
-    assert!(matches!(s.plan().command, Command::AbandonScaleIn { .. }));
+    assert!(matches!(s.plan().command, Command::GiveBack { .. }));
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn a_group_being_deleted_gives_a_scale_in_back_and_then_the_lock() {
     s.status.scale_in = Some(target.clone());
     let p = s.plan();
     assert!(
-        matches!(&p.command, Command::AbandonScaleIn { reason, .. } if reason.contains("being deleted")),
+        matches!(&p.command, Command::GiveBack { reason, .. } if reason.contains("being deleted")),
         "{:?}",
         p.command
     );
@@ -113,7 +113,7 @@ fn a_scale_in_drain_that_takes_too_long_is_abandoned() {
     });
     let p = s.plan();
     assert!(
-        matches!(&p.command, Command::AbandonScaleIn { reason, .. } if reason.contains("timed out")),
+        matches!(&p.command, Command::GiveBack { reason, .. } if reason.contains("timed out")),
         "{:?}",
         p.command
     );
@@ -167,7 +167,7 @@ fn the_surplus_taken_back_is_never_a_protected_node() {
     s.protected = [("nc2".to_string(), "pod web/db-0 is annotated".to_string())].into();
     // The raised ASG's other node goes: the layout still comes back.
     let p = s.plan();
-    let Command::Drain(target) = p.command else {
+    let Command::Drain(Batch { first: target, .. }) = p.command else {
         panic!("expected a drain, got {:?}: {}", p.command, p.message)
     };
     assert_eq!(
@@ -239,7 +239,7 @@ fn taking_the_surplus_back_holds_a_disruption_slot_and_waits_for_one() {
 fn a_scale_in_whose_asg_left_the_spec_gives_its_node_back() {
     let mut s = Scenario::steady().surplus_in_c();
     let p = s.plan();
-    let Command::Drain(target) = p.command else {
+    let Command::Drain(Batch { first: target, .. }) = p.command else {
         panic!("expected a drain, got {:?}: {}", p.command, p.message)
     };
     s.status = p.status;
@@ -249,7 +249,7 @@ fn a_scale_in_whose_asg_left_the_spec_gives_its_node_back() {
     s.asgs.retain(|a| a.name != "c");
     s.nodes.retain(|n| n.asg.as_deref() != Some("c"));
     let p = s.plan();
-    let Command::AbandonScaleIn {
+    let Command::GiveBack {
         target: kept,
         reason,
     } = &p.command

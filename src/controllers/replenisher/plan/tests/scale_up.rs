@@ -17,7 +17,7 @@ fn a_shortage_scales_up_only_launching_asgs_and_excludes_the_short_one() {
     let p = Scenario::steady().shortage_in_a().plan();
     assert_eq!(
         p.command,
-        Command::ScaleUp(vec![DesiredChange {
+        Command::SetDesired(vec![DesiredChange {
             asg: "c".into(),
             from: 1,
             to: 2
@@ -56,7 +56,7 @@ fn the_increase_is_spread_over_launching_asgs() {
     let p = s.plan();
     assert_eq!(
         p.command,
-        Command::ScaleUp(vec![
+        Command::SetDesired(vec![
             DesiredChange {
                 asg: "a".into(),
                 from: 1,
@@ -142,7 +142,7 @@ fn a_raise_elsewhere_prefers_the_pool_with_the_best_recent_record() {
     s.asgs[1].risk = 3;
     let p = s.plan();
     let raise = |asg: &str| {
-        Command::ScaleUp(vec![DesiredChange {
+        Command::SetDesired(vec![DesiredChange {
             asg: asg.into(),
             from: 1,
             to: 2,

@@ -3,7 +3,13 @@
 //! is made, and a check that refuses names itself with a [`Refusal`]. The
 //! checks every controller shares (the group's own ASG, an active member,
 //! desired changes within bounds, a removal from an ASG) live here; each
-//! controller's guard adds its own.
+//! controller's own checks are a module of this one: `refresh` (a run's
+//! desired changes, drains and terminations) and `replenish` (raises,
+//! removals, retirements). The executors ask them, so no effects
+//! implementation can forget to.
+
+pub mod refresh;
+pub mod replenish;
 
 use crate::Error;
 use crate::cloud::AsgDescription;

@@ -3,11 +3,11 @@
 //! refuses is named by a [`Refusal`] of the shared vocabulary
 //! (`controllers::guard`).
 
-use super::plan::{GroupNode, authority, removal, surplus_of};
 use crate::cloud::AsgDescription;
 use crate::controllers::authority::ControlPlane;
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::{Refusal, active_member, desired_changes, groups_asg};
+use crate::controllers::refresher::plan::{GroupNode, authority, removal, surplus_of};
 use crate::crd::refresher::{RefreshTarget, TargetPurpose};
 use crate::crd::{NodeGroup, RefresherStatus};
 

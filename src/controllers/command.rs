@@ -1,0 +1,110 @@
+//! What a controller's plan asks to be done, in one vocabulary for every
+//! path that changes AWS or a Node: the refresher's runs and drift rolls,
+//! the replenisher's raises, removals, repairs and retirements. The plan
+//! decides one command (with the status that records it); the
+//! controller's executor writes that status, asks the guard, then acts.
+//! `T` is the controller's record of a node it takes away (a refresh
+//! target, a scale-in target): what it drains, terminates or gives back.
+
+use crate::controllers::group_view::DesiredChange;
+use crate::crd::replenisher::{CleanupTarget, Retirement};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command<T> {
+    Nothing,
+    /// Take the group's lock (the refresher takes a manager-wide
+    /// disruption slot first, for its whole run).
+    TakeLock,
+    /// Give back the group's lock and the disruption slot, whichever is
+    /// ours.
+    ReleaseLock,
+    /// Take a manager-wide disruption slot, the lock held, before a
+    /// voluntary removal.
+    TakeSlot,
+    /// Set ASGs' desired counts (a raise, a surplus, a layout back),
+    /// recorded in status first.
+    SetDesired(Vec<DesiredChange>),
+    /// One drain step on each target's node (recorded first); once one is
+    /// drained, its termination is recorded, then made.
+    Drain(Batch<T>),
+    /// Make a termination already recorded in status.
+    Terminate(T),
+    /// Terminate an instance that never joined through its ASG (recorded
+    /// first), decrementing only while desired is above min.
+    RemoveNotJoined(CleanupTarget),
+    /// Terminate interrupted instances that were replaced (recorded first),
+    /// each with its own decrement.
+    Retire(Vec<Retirement>),
+    /// Put a target's node back in service (a drain given up, a run set
+    /// aside) and forget it: the uncordon is idempotent, so it comes before
+    /// the status that forgets the node.
+    GiveBack {
+        target: T,
+        reason: String,
+    },
+}
+
+impl<T> Command<T> {
+    /// Whether carrying it out changes AWS or a Node (and so needs the lock).
+    pub fn mutates(&self) -> bool {
+        !matches!(
+            self,
+            Command::Nothing | Command::TakeLock | Command::ReleaseLock
+        )
+    }
+
+    /// Whether carrying it out calls AWS (planned then on a fresh describe).
+    /// A drain's termination is recorded first and made by `Terminate`.
+    pub fn changes_aws(&self) -> bool {
+        matches!(
+            self,
+            Command::SetDesired(_)
+                | Command::Terminate(_)
+                | Command::RemoveNotJoined(_)
+                | Command::Retire(_)
+        )
+    }
+}
+
+/// The targets drained in one step: the current one, and those drained
+/// alongside it (a refresh with `maxSurge` above 1). A path that drains one
+/// node at a time has a batch of one; the batch reads as its first target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch<T> {
+    pub first: T,
+    pub alongside: Vec<T>,
+}
+
+impl<T> Batch<T> {
+    pub fn of(first: T) -> Self {
+        Batch {
+            first,
+            alongside: vec![],
+        }
+    }
+
+    /// A batch of `targets`; None when there is none.
+    pub fn from_vec(mut targets: Vec<T>) -> Option<Self> {
+        if targets.is_empty() {
+            return None;
+        }
+        let first = targets.remove(0);
+        Some(Batch {
+            first,
+            alongside: targets,
+        })
+    }
+
+    /// Every target, the first first.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        std::iter::once(&self.first).chain(&self.alongside)
+    }
+}
+
+impl<T> std::ops::Deref for Batch<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.first
+    }
+}
