@@ -12,7 +12,9 @@
 //!   its Node; a master retiring in two days does not hold back the repair
 //!   of a dead one;
 //! - a repair whose node comes back while a budget holds its drain is given
-//!   up, the group settles, and a refresh then runs.
+//!   up, the group settles, and a refresh then runs;
+//! - a master at risk, replaced first in its own ASG, is drained only
+//!   while the other masters serve etcd (a dead one's replacement joined).
 
 use snm_testkit as support;
 
@@ -664,4 +666,94 @@ async fn a_worker_groups_cooldown_does_not_hold_the_slot_a_dead_master_needs() {
         1,
         "the workers' cooldown was over: nothing proven"
     );
+}
+
+/// Found by the walk over every path (`controllers::walk`): a master at
+/// risk (a rebalance recommendation, `Replace`) is replaced first in its
+/// own ASG, then removed, as the masters' rule allows: while the *other*
+/// masters serve etcd. Its removal asked that rule only at its
+/// termination, so while another master was down (B dead, its replacement's
+/// etcd still joining) A was cordoned and drained anyway, its termination
+/// then refused by the guard, reconcile after reconcile. Now the drain
+/// itself waits until B's replacement serves etcd.
+#[tokio::test]
+async fn a_master_at_risk_is_drained_only_once_the_other_masters_serve_etcd() {
+    use support::interruption::rebalance_recommendation;
+    let world = World::new("authority-at-risk").await;
+    let kops = world.kops_group("master", &ZONES, 1, &[]).await;
+    let etcd_joins = Duration::from_secs(30);
+    let _sim = world.start_sim_with(Duration::from_secs(5), FAST, etcd_joins);
+    let names = three_master_groups(&world, &kops.asgs).await;
+    let groups: Api<NodeGroup> = world.api();
+    let patch =
+        serde_json::json!({"spec": {"interruption": {"onRebalanceRecommendation": "Replace"}}});
+    groups
+        .patch("master-0", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("Replace");
+    let queue = world.queue("interruptions").await;
+    let (manager, _config) = world.start_manager(&["--interruption-queue-url", queue.url.as_str()]);
+    steady(&world, &names, Duration::from_secs(180)).await;
+    control_planes_ready(&world, &kops.asgs, etcd_joins * 3).await;
+    let (asg_a, asg_b) = (kops.asgs[0].clone(), kops.asgs[1].clone());
+    let a = world.asg_instances(&asg_a).await.remove(0);
+    let b = world.asg_instances(&asg_b).await.remove(0);
+
+    // B dies and is repaired; as its replacement boots, A is at risk.
+    killed_and_repaired(
+        &world,
+        &asg_b,
+        &b,
+        "master B terminated by its repair",
+        Duration::from_secs(180),
+    )
+    .await;
+    queue
+        .send(&rebalance_recommendation(&a, chrono::Utc::now()))
+        .await;
+    // Until A is first cordoned: B's replacement must serve etcd.
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let sent = Instant::now();
+    let b_etcd_at_cordon = loop {
+        assert!(
+            sent.elapsed() < Duration::from_secs(240),
+            "master A never drained\n{}",
+            manager.logs()
+        );
+        let cordoned = nodes
+            .get_opt(&a)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|n| n.spec?.unschedulable)
+            .unwrap_or(false);
+        if cordoned || world.terminations(std::slice::from_ref(&asg_a), &a).await > 0 {
+            let replacement = world
+                .asg_instances(&asg_b)
+                .await
+                .into_iter()
+                .find(|id| *id != b);
+            break match replacement {
+                Some(r) => support::cluster::control_plane_ready_since(&world, &r).await,
+                None => None,
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    eprintln!(
+        "figure: recommendation -> A drained {:.1}s; B's replacement's etcd joined {b_etcd_at_cordon:?}",
+        sent.elapsed().as_secs_f64()
+    );
+    assert!(
+        b_etcd_at_cordon.is_some(),
+        "master A drained while B's replacement's etcd was still joining\n{}",
+        manager.logs()
+    );
+    // Then removed, its raise taken back: one master per ASG again.
+    assert_eventually("A removed, its ASG back at 1", WAIT_MASTERS, || async {
+        let left = world.asg_instances(&asg_a).await;
+        (!left.contains(&a) && left.len() == 1).then_some(())
+    })
+    .await;
+    steady(&world, &names, Duration::from_secs(180)).await;
 }
