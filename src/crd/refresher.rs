@@ -225,6 +225,11 @@ pub struct RefresherStatus {
     /// so it goes back, and the layout with it, once the count allows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub surplus_left: Option<SurplusLeft>,
+    /// Surplus nodes this run kept (their drain given up): their ASGs'
+    /// counts became the layout it ends at, and what they add is part of
+    /// `surplusLeft` when it ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub surplus_kept: Vec<super::replenisher::AsgCount>,
     /// The group's maintenance windows now: `Open until <time>` or `Closed
     /// until <time>`; absent without windows.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -9,6 +9,7 @@ use crate::controllers::authority::rules;
 use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after, until};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
+use crate::crd::replenisher::AsgCount;
 use std::time::Duration;
 
 impl Planner<'_> {
@@ -383,7 +384,15 @@ impl Planner<'_> {
                     .find(|o| o.auto_scaling_group == target.auto_scaling_group),
                 current,
             ) {
+                let kept = current - o.desired;
                 o.desired = current;
+                // Still left to the replenisher when the run ends.
+                if kept > 0 {
+                    self.status.surplus_kept.push(AsgCount {
+                        auto_scaling_group: target.auto_scaling_group.clone(),
+                        count: kept,
+                    });
+                }
             }
             let label = target.node.as_deref().unwrap_or(&target.instance_id);
             self.record_failure(format!(

@@ -279,10 +279,11 @@ impl Planner<'_> {
         Step::act(Command::ReleaseLock, message, SOON)
     }
 
-    /// Records what the ending run leaves above its recorded counts, for
-    /// the replenisher to take over (nothing left: nothing recorded).
+    /// Records what the ending run leaves above its recorded counts, and
+    /// the surplus nodes it kept, for the replenisher to take over (nothing
+    /// left: nothing recorded).
     pub(super) fn leave_surplus(&mut self) {
-        let asgs: Vec<AsgCount> = self
+        let mut asgs: Vec<AsgCount> = self
             .status
             .original_desired
             .iter()
@@ -299,6 +300,15 @@ impl Planner<'_> {
                 })
             })
             .collect();
+        for kept in std::mem::take(&mut self.status.surplus_kept) {
+            match asgs
+                .iter_mut()
+                .find(|a| a.auto_scaling_group == kept.auto_scaling_group)
+            {
+                Some(a) => a.count += kept.count,
+                None => asgs.push(kept),
+            }
+        }
         if !asgs.is_empty() {
             let at = self.input.group.now;
             self.status.surplus_left = Some(SurplusLeft { at, asgs });

@@ -318,3 +318,49 @@ fn a_node_marked_unhealthy_that_is_ready_again_is_drained_as_a_healthy_node() {
         sim.result()
     );
 }
+
+/// The walk over every path (`controllers::walk`): a surplus node whose
+/// drain is given up is kept, its ASG's count becoming the layout the run
+/// ends at; that surplus was then no one's (the replenisher never took it
+/// back, and the layout stayed off). It is part of `surplusLeft` now.
+#[test]
+fn a_surplus_node_kept_when_its_drain_is_given_up_is_left_to_the_replenisher() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    let mut surplus = None;
+    for _ in 0..200 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+        if let Some(t) = sim.status.current_target.clone()
+            && t.purpose == TargetPurpose::RemoveSurplus
+        {
+            surplus = Some(t);
+            break;
+        }
+    }
+    let surplus = surplus.expect("the surplus chosen for removal");
+    // Its drain never ends (a budget): given up at the drain timeout.
+    sim.stuck = vec![surplus.node.clone().expect("a node")];
+    for _ in 0..40 {
+        sim.step(false);
+        sim.advance(15);
+        if sim.status.run_start.is_none() {
+            break;
+        }
+    }
+    let (result, reason) = sim.result().expect("ended");
+    assert_eq!(result, RunResult::Failed);
+    assert!(
+        reason.unwrap_or_default().contains("kept"),
+        "{:?}",
+        sim.status
+    );
+    let left = sim.status.surplus_left.clone().expect("the surplus left");
+    let asgs: Vec<(&str, i32)> = left
+        .asgs
+        .iter()
+        .map(|a| (a.auto_scaling_group.as_str(), a.count))
+        .collect();
+    assert_eq!(asgs, [(surplus.auto_scaling_group.as_str(), 1)]);
+    assert!(sim.status.surplus_kept.is_empty(), "handed over once");
+}

@@ -1,4 +1,4 @@
-//! What the walk through time (`walk.rs`) found, one scenario each: the
+//! What the walks through time (`controllers/walk.rs`) found, one scenario each: the
 //! layout the replenisher keeps through removals with decrement, and the
 //! waits that could not end.
 

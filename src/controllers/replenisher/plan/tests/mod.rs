@@ -6,7 +6,6 @@ mod properties;
 mod rule_book;
 mod scale_in;
 mod scale_up;
-mod walk;
 
 use super::*;
 use crate::controllers::group_view::{DesiredChange, GroupNode};
