@@ -323,9 +323,9 @@ async fn killed_mid_fallback_and_mid_return_it_launches_once_and_forgets_no_fall
     assert_eq!(desired_of(&world, &fallback).await, 0);
     // Killed after recording the fallback's raise, then after making it.
     world
-        .assert_crashes_at("replenisher:scale_up:persisted")
+        .assert_crashes_at("replenisher:set_desired:persisted")
         .await;
-    world.assert_crashes_at("replenisher:scale_up:acted").await;
+    world.assert_crashes_at("replenisher:set_desired:acted").await;
     assert_eq!(desired_of(&world, &fallback).await, 1, "one raise, not two");
     {
         let (_manager, _config) = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);
@@ -340,9 +340,9 @@ async fn killed_mid_fallback_and_mid_return_it_launches_once_and_forgets_no_fall
     let c = kops.asgs[1].clone();
     world.untag_asg(&c, NO_CAPACITY, "true").await;
     world
-        .assert_crashes_at("replenisher:scale_in:persisted")
+        .assert_crashes_at("replenisher:terminate:persisted")
         .await;
-    world.assert_crashes_at("replenisher:scale_in:acted").await;
+    world.assert_crashes_at("replenisher:terminate:acted").await;
     let (_manager, _config) = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);
     assert_eventually("back on spot, the fallback at 0", WAIT, || async {
         let rp = replenishers.get("workers").await.ok()?.status?;

@@ -318,7 +318,7 @@ async fn killed_between_the_recorded_termination_and_the_call_it_terminates_once
 
     // Dies right after writing that it terminates the dead node.
     world
-        .assert_crashes_at("replenisher:scale_in:persisted")
+        .assert_crashes_at("replenisher:terminate:persisted")
         .await;
     let replenishers: Api<Replenisher> = world.api();
     let recorded = replenishers

@@ -72,9 +72,9 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
 
     // The raise: killed after recording it, then after making it.
     world
-        .assert_crashes_at("replenisher:scale_up:persisted")
+        .assert_crashes_at("replenisher:set_desired:persisted")
         .await;
-    world.assert_crashes_at("replenisher:scale_up:acted").await;
+    world.assert_crashes_at("replenisher:set_desired:acted").await;
     let raised = world.asg_snapshot(&kops.asgs).await;
     let total: i32 = raised.iter().map(|(_, d, _)| d).sum();
     assert_eq!(total, 4, "one raise, not two: {raised:?}");
@@ -83,9 +83,9 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
     // termination, then after making it.
     world.untag_asg(&short, NO_CAPACITY, "true").await;
     world
-        .assert_crashes_at("replenisher:scale_in:persisted")
+        .assert_crashes_at("replenisher:terminate:persisted")
         .await;
-    world.assert_crashes_at("replenisher:scale_in:acted").await;
+    world.assert_crashes_at("replenisher:terminate:acted").await;
 
     let (_manager, _config) = world.start_manager(&[]);
     let replenishers: Api<Replenisher> = world.api();

@@ -1,8 +1,9 @@
 //! What a controller's plan asks to be done, in one vocabulary for every
 //! path that changes AWS or a Node: the refresher's runs and drift rolls,
 //! the replenisher's raises, removals, repairs and retirements. The plan
-//! decides one command (with the status that records it); the
-//! controller's executor writes that status, asks the guard, then acts.
+//! decides one command (with the status that records it); the one
+//! executor (`controllers::execute`) writes that status, asks the guard,
+//! then acts.
 //! `T` is the controller's record of a node it takes away (a refresh
 //! target, a scale-in target): what it drains, terminates or gives back.
 
@@ -12,10 +13,9 @@ use crate::crd::replenisher::{CleanupTarget, Retirement};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command<T> {
     Nothing,
-    /// Take the group's lock (the refresher takes a manager-wide
-    /// disruption slot first, for its whole run).
+    /// Take the group's lock (before any disruption slot).
     TakeLock,
-    /// Give back the group's lock and the disruption slot, whichever is
+    /// Give back the disruption slot, then the group's lock, whichever is
     /// ours.
     ReleaseLock,
     /// Take a manager-wide disruption slot, the lock held, before a

@@ -10,6 +10,7 @@
 pub mod authority;
 pub mod aws_mutations;
 pub mod command;
+pub mod execute;
 pub mod group_view;
 pub mod guard;
 pub mod interruption;

@@ -24,14 +24,14 @@ use crate::cloud::AsgDescription;
 use crate::controllers::authority::ControlPlane;
 use crate::controllers::authority::observe::control_plane_of;
 use crate::controllers::authority::rules::{Reason, Rule, binds};
+use crate::controllers::execute::{self as executor, Drained, Effects, Planned, Removal, Taken};
 use crate::controllers::group_view::tests::{block_on, fresh, sim_group, status_node};
 use crate::controllers::group_view::{
     AsgView, DesiredChange, GroupFacts, GroupNode, LockState, Member, group_nodes,
 };
+use crate::controllers::guard::Check;
 use crate::controllers::guard::Refusal;
-use crate::controllers::refresher::execute as refresh;
 use crate::controllers::refresher::plan as refresh_plan;
-use crate::controllers::replenisher::execute as replenish;
 use crate::controllers::replenisher::plan as replenish_plan;
 use crate::controllers::window::WindowState;
 use crate::crd::nodegroup::{
@@ -39,6 +39,7 @@ use crate::crd::nodegroup::{
     parse_schedule,
 };
 use crate::crd::refresher::{RefreshTarget, RefresherStatus, TargetPurpose};
+use crate::crd::replenisher::ScaleInTarget;
 use crate::crd::{NodeGroup, NodeGroupStatus, ReplenisherStatus, Role};
 use crate::k8s::disruption_slot::SlotState;
 use crate::k8s::drain::DrainProgress;
@@ -445,14 +446,17 @@ impl World {
         self.last = format!("replenisher {:?}: {}", plan.command, plan.message);
         self.trace(Who::Replenisher, &self.last);
         self.guarded.borrow_mut().clear();
-        let draining = stored.scale_in.clone();
-        let (spec, now) = (seen.group.spec.clone(), self.now);
-        let result = block_on(replenish::execute(
+        let planned = Planned {
+            command: &plan.command,
+            status: plan.status.clone(),
+            message: &plan.message,
+            requeue: plan.requeue,
+        };
+        let now = self.now;
+        let result = block_on(executor::execute(
             &mut AsReplenisher(self),
-            &spec,
-            &plan,
-            plan.status.clone(),
-            draining.as_ref(),
+            Some(&stored),
+            planned,
             now,
         ));
         self.judge(result.err(), &format!("{:?}", plan.command));
@@ -504,11 +508,16 @@ impl World {
             }
         }
         self.guarded.borrow_mut().clear();
-        let result = block_on(refresh::execute(
+        let planned = Planned {
+            command: &plan.command,
+            status: plan.status.clone(),
+            message: &plan.message,
+            requeue: plan.requeue,
+        };
+        let result = block_on(executor::execute(
             &mut AsRefresher(self),
             Some(&stored),
-            &plan,
-            &plan.status,
+            planned,
             now,
         ));
         self.judge(result.err(), &format!("{:?}", plan.command));
@@ -679,8 +688,11 @@ impl World {
             );
         }
         if let Some(who) = self.slot {
-            assert!(
-                self.lock == Some(who) || self.idle_since.is_some_and(|t| self.now - t <= TICK * 2),
+            // The lock is taken before the slot and given back after it
+            // (one order, kept by the one executor): never a slot alone.
+            assert_eq!(
+                self.lock,
+                Some(who),
                 "{who:?} holds the slot without the lock: {}",
                 self.last
             );
@@ -869,16 +881,16 @@ fn notice(op: u8, now: DateTime<Utc>) -> NodeInterruption {
 /// The world as the replenisher's effects.
 struct AsReplenisher<'a>(&'a mut World);
 
-impl replenish::Effects for AsReplenisher<'_> {
-    fn guard(&self, check: crate::controllers::guard::replenish::Check<'_>) -> Result<(), Refusal> {
-        use crate::controllers::guard::replenish::{Check, Guard};
-        let asked: Vec<String> = match check {
-            Check::ScaleUp(changes) => changes.iter().map(|c| format!("asg:{}", c.asg)).collect(),
-            Check::NotJoined(t) => vec![t.instance_id.clone()],
-            Check::Removal(t) => vec![t.instance_id.clone()],
-            Check::Retire(r) => vec![r.instance_id.clone()],
-        };
-        self.0.guarded.borrow_mut().extend(asked);
+impl Effects for AsReplenisher<'_> {
+    type Record = ReplenisherStatus;
+
+    fn guard(
+        &self,
+        recorded: &ReplenisherStatus,
+        check: Check<'_, ScaleInTarget>,
+    ) -> Result<(), Refusal> {
+        use crate::controllers::guard::replenish::Guard;
+        self.0.guarded.borrow_mut().extend(asked(&check));
         let seen = self.0.observe();
         let status = seen.group.status.clone().unwrap_or_default();
         Guard {
@@ -888,11 +900,7 @@ impl replenish::Effects for AsReplenisher<'_> {
             control_plane: (self.0.role == Role::Master).then_some(&seen.control_plane),
             now: self.0.now,
         }
-        .check(check)
-    }
-
-    fn dry_run(&self) -> bool {
-        false
+        .check(recorded, check)
     }
 
     async fn write_status(&mut self, status: &ReplenisherStatus) -> crate::Result<()> {
@@ -904,35 +912,14 @@ impl replenish::Effects for AsReplenisher<'_> {
         self.0.reached(point, point.ends_with(":persisted"))
     }
 
-    async fn event(
-        &mut self,
-        _: Option<&str>,
-        _: kube::runtime::events::EventType,
-        _: crate::events::Reason,
-        _: String,
-    ) {
-    }
-
-    fn count(&mut self, _: replenish::Counted) {}
-
-    async fn take_lock(&mut self) -> crate::Result<replenish::Taken> {
+    async fn take_lock(&mut self) -> crate::Result<Taken> {
         Ok(match self.0.lock {
-            Some(Who::Refresher) => replenish::Taken::HeldElsewhere,
+            Some(Who::Refresher) => Taken::HeldElsewhere,
             _ => {
                 self.0.lock = Some(Who::Replenisher);
-                replenish::Taken::Yes
+                Taken::Yes
             }
         })
-    }
-
-    async fn release_lock(&mut self) -> crate::Result<()> {
-        if self.0.slot == Some(Who::Replenisher) {
-            self.0.slot = None;
-        }
-        if self.0.lock == Some(Who::Replenisher) {
-            self.0.lock = None;
-        }
-        Ok(())
     }
 
     async fn take_slot(&mut self) -> crate::Result<bool> {
@@ -943,28 +930,64 @@ impl replenish::Effects for AsReplenisher<'_> {
         Ok(self.0.slot == Some(Who::Replenisher))
     }
 
-    async fn set_desired(&mut self, change: &DesiredChange, _: &str) -> crate::Result<bool> {
-        self.0.assert_holds(Who::Replenisher, "a raise");
-        self.0.assert_guarded(&format!("asg:{}", change.asg));
-        let recorded = self
-            .0
-            .replenisher
-            .raising
-            .iter()
-            .any(|r| r.auto_scaling_group == change.asg && r.to == change.to);
-        assert!(recorded, "{change:?} made before its record was stored");
-        self.0.set_desired(change);
-        self.0.see("raise");
+    async fn release_slot(&mut self) -> crate::Result<()> {
+        if self.0.slot == Some(Who::Replenisher) {
+            self.0.slot = None;
+        }
+        Ok(())
+    }
+
+    async fn release_lock(&mut self) -> crate::Result<()> {
+        if self.0.lock == Some(Who::Replenisher) {
+            self.0.lock = None;
+        }
+        Ok(())
+    }
+
+    async fn set_desired(
+        &mut self,
+        changes: &[DesiredChange],
+        _: &ReplenisherStatus,
+        _: &str,
+    ) -> crate::Result<bool> {
+        for change in changes {
+            self.0.assert_holds(Who::Replenisher, "a raise");
+            self.0.assert_guarded(&format!("asg:{}", change.asg));
+            let recorded = self
+                .0
+                .replenisher
+                .raising
+                .iter()
+                .any(|r| r.auto_scaling_group == change.asg && r.to == change.to);
+            assert!(recorded, "{change:?} made before its record was stored");
+            self.0.set_desired(change);
+            self.0.see("raise");
+        }
         Ok(true)
     }
 
-    async fn drain_step(&mut self, node: &str) -> crate::Result<DrainProgress> {
+    async fn drain_step(
+        &mut self,
+        target: &ScaleInTarget,
+        status: &ReplenisherStatus,
+        _: bool,
+        _: &str,
+    ) -> crate::Result<Drained> {
         let w = &mut *self.0;
+        let node = target.node.as_str();
         w.assert_holds(Who::Replenisher, "a drain");
-        let target = w.replenisher.scale_in.clone();
-        let target = target
-            .filter(|t| t.node == node)
-            .unwrap_or_else(|| panic!("drains {node} before its scale-in is stored"));
+        w.assert_guarded(&target.instance_id);
+        assert_eq!(
+            &w.replenisher, status,
+            "drains {node} before its scale-in is stored"
+        );
+        assert!(
+            w.replenisher
+                .scale_in
+                .as_ref()
+                .is_some_and(|t| t.node == node),
+            "drains {node} before its scale-in is stored"
+        );
         let steps = w.cordon_step(node);
         w.acted();
         if steps == 1 {
@@ -975,40 +998,90 @@ impl replenish::Effects for AsReplenisher<'_> {
             };
             w.first_drain(Who::Replenisher, node, reason);
         }
-        Ok(DrainProgress {
+        let progress = DrainProgress {
             waiting: match steps {
                 1 => vec!["ns/pod".into()],
                 _ => vec![],
             },
             ..Default::default()
+        };
+        Ok(Drained {
+            done: crate::controllers::replenisher::drained(target, &progress, w.now),
+            requeue: Duration::from_secs(5),
+            blocked_by: None,
         })
     }
 
-    async fn terminate(&mut self, id: &str, decrement: bool, _: String) -> crate::Result<bool> {
+    async fn terminate(
+        &mut self,
+        removal: Removal<'_, ScaleInTarget>,
+        status: &ReplenisherStatus,
+    ) -> crate::Result<bool> {
         let w = &mut *self.0;
+        assert_eq!(
+            &w.replenisher, status,
+            "a termination before its record was stored"
+        );
         w.assert_holds(Who::Replenisher, "a termination");
-        w.assert_guarded(id);
         let s = &w.replenisher;
-        let kind = if let Some(t) = s.scale_in.as_ref().filter(|t| t.instance_id == id) {
-            assert!(t.terminating.is_some(), "{id} terminated before its record");
-            match t.repair {
-                true => "repair",
-                false => "scale-in",
+        let (id, decrement, kind) = match removal {
+            Removal::Target(t) => {
+                let recorded = s
+                    .scale_in
+                    .as_ref()
+                    .filter(|r| r.instance_id == t.instance_id);
+                let recorded =
+                    recorded.unwrap_or_else(|| panic!("{t:?} terminated before its record: {s:?}"));
+                assert!(
+                    recorded.terminating.is_some(),
+                    "{} terminated before its record",
+                    t.instance_id
+                );
+                let kind = match t.repair {
+                    true => "repair",
+                    false => "scale-in",
+                };
+                (t.instance_id.clone(), t.decrement, kind)
             }
-        } else if s.cleanup.as_ref().is_some_and(|c| c.instance_id == id) {
-            "never joined"
-        } else if s.retiring.iter().any(|r| r.instance_id == id) {
-            "retirement"
-        } else {
-            panic!("{id} terminated before its termination was stored: {s:?}")
+            Removal::NotJoined(c) => {
+                assert!(
+                    s.cleanup
+                        .as_ref()
+                        .is_some_and(|r| r.instance_id == c.instance_id),
+                    "{} removed before its record: {s:?}",
+                    c.instance_id
+                );
+                (c.instance_id.clone(), c.decrement, "never joined")
+            }
+            Removal::Retiring(r) => {
+                assert!(
+                    s.retiring.iter().any(|x| x.instance_id == r.instance_id),
+                    "{} retired before its record: {s:?}",
+                    r.instance_id
+                );
+                (r.instance_id.clone(), r.decrement, "retirement")
+            }
         };
-        w.terminate(Who::Replenisher, kind, id, decrement);
+        w.assert_guarded(&id);
+        w.terminate(Who::Replenisher, kind, &id, decrement);
         Ok(true)
     }
 
-    async fn uncordon(&mut self, node: &str, _: &str) -> crate::Result<()> {
+    async fn uncordon(&mut self, node: &str, _: &ReplenisherStatus) -> crate::Result<()> {
+        self.0.assert_guarded(node);
         self.0.uncordon(node);
         Ok(())
+    }
+}
+
+/// What a guard was asked about, as the walk's effects look it up.
+fn asked<T: executor::Target>(check: &Check<'_, T>) -> Vec<String> {
+    match check {
+        Check::GiveBack(node) => vec![node.to_string()],
+        Check::SetDesired(changes) => changes.iter().map(|c| format!("asg:{}", c.asg)).collect(),
+        Check::Drain(t) | Check::Terminate(t) => vec![t.instance_id().to_string()],
+        Check::NotJoined(c) => vec![c.instance_id.clone()],
+        Check::Retire(r) => vec![r.instance_id.clone()],
     }
 }
 
@@ -1026,23 +1099,16 @@ impl AsRefresher<'_> {
     }
 }
 
-impl refresh::Effects for AsRefresher<'_> {
+impl Effects for AsRefresher<'_> {
+    type Record = RefresherStatus;
+
     fn guard(
         &self,
         status: &RefresherStatus,
-        check: crate::controllers::guard::refresh::Check<'_>,
+        check: Check<'_, RefreshTarget>,
     ) -> Result<(), Refusal> {
-        use crate::controllers::guard::refresh::{Check, Guard};
-        let asked = match check {
-            Check::GivesBack(node) => node.to_string(),
-            Check::SetDesired(changes) => changes
-                .iter()
-                .map(|c| format!("asg:{}", c.asg))
-                .collect::<Vec<_>>()
-                .join(","),
-            Check::Drain(t) | Check::Terminate(t) => t.instance_id.clone(),
-        };
-        self.0.guarded.borrow_mut().insert(asked);
+        use crate::controllers::guard::refresh::Guard;
+        self.0.guarded.borrow_mut().extend(asked(&check));
         let seen = self.0.observe();
         Guard {
             group: &seen.group,
@@ -1055,6 +1121,7 @@ impl refresh::Effects for AsRefresher<'_> {
     }
 
     async fn uncordon(&mut self, node: &str, _: &RefresherStatus) -> crate::Result<()> {
+        self.0.assert_guarded(node);
         self.0.uncordon(node);
         Ok(())
     }
@@ -1065,33 +1132,37 @@ impl refresh::Effects for AsRefresher<'_> {
     }
 
     fn reached(&mut self, point: &str) -> crate::Result<()> {
-        self.0.reached(point, point == refresh::PERSISTED)
+        self.0.reached(point, point.ends_with(":persisted"))
     }
 
-    async fn report(&mut self, _: &[refresh_plan::Happening]) {}
-
-    async fn take_lock(&mut self) -> crate::Result<Duration> {
+    async fn take_lock(&mut self) -> crate::Result<Taken> {
         let w = &mut *self.0;
-        if w.slot.is_some_and(|s| s != Who::Refresher) || w.slot_elsewhere {
-            return Ok(Duration::from_secs(1));
-        }
-        w.slot = Some(Who::Refresher);
         if w.lock == Some(Who::Replenisher) {
-            // As the controller: the slot stays taken, the plan gives it
-            // back next time it sees the lock held elsewhere.
-            return Ok(Duration::from_secs(5));
+            return Ok(Taken::HeldElsewhere);
         }
         w.lock = Some(Who::Refresher);
-        Ok(Duration::from_millis(100))
+        Ok(Taken::Yes)
+    }
+
+    async fn take_slot(&mut self) -> crate::Result<bool> {
+        let w = &mut *self.0;
+        w.assert_holds(Who::Refresher, "a slot");
+        if w.slot.is_none() && !w.slot_elsewhere {
+            w.slot = Some(Who::Refresher);
+        }
+        Ok(w.slot == Some(Who::Refresher))
+    }
+
+    async fn release_slot(&mut self) -> crate::Result<()> {
+        if self.0.slot == Some(Who::Refresher) {
+            self.0.slot = None;
+        }
+        Ok(())
     }
 
     async fn release_lock(&mut self) -> crate::Result<()> {
-        let w = &mut *self.0;
-        if w.lock == Some(Who::Refresher) {
-            w.lock = None;
-        }
-        if w.slot == Some(Who::Refresher) {
-            w.slot = None;
+        if self.0.lock == Some(Who::Refresher) {
+            self.0.lock = None;
         }
         Ok(())
     }
@@ -1101,19 +1172,14 @@ impl refresh::Effects for AsRefresher<'_> {
         changes: &[DesiredChange],
         status: &RefresherStatus,
         _: &str,
-    ) -> crate::Result<()> {
+    ) -> crate::Result<bool> {
         self.assert_recorded(status, "a desired count set");
-        let asked = changes
-            .iter()
-            .map(|c| format!("asg:{}", c.asg))
-            .collect::<Vec<_>>()
-            .join(",");
-        self.0.assert_guarded(&asked);
         for c in changes {
+            self.0.assert_guarded(&format!("asg:{}", c.asg));
             self.0.set_desired(c);
         }
         self.0.see("refresh desired set");
-        Ok(())
+        Ok(true)
     }
 
     async fn workloads_on(&mut self, _: &RefreshTarget) -> crate::Result<Vec<String>> {
@@ -1126,7 +1192,7 @@ impl refresh::Effects for AsRefresher<'_> {
         status: &RefresherStatus,
         first: bool,
         _: &str,
-    ) -> crate::Result<refresh::Drained> {
+    ) -> crate::Result<Drained> {
         self.assert_recorded(status, "a drain");
         self.0.assert_guarded(&target.instance_id);
         let node = target
@@ -1149,7 +1215,7 @@ impl refresh::Effects for AsRefresher<'_> {
             .instances
             .iter()
             .any(|i| i.id == target.instance_id && i.dead_since.is_some());
-        Ok(refresh::Drained {
+        Ok(Drained {
             done: match dead {
                 // Its pods never finish terminating: done only as a repair.
                 true => target.unhealthy,
@@ -1162,9 +1228,12 @@ impl refresh::Effects for AsRefresher<'_> {
 
     async fn terminate(
         &mut self,
-        target: &RefreshTarget,
+        removal: Removal<'_, RefreshTarget>,
         status: &RefresherStatus,
-    ) -> crate::Result<()> {
+    ) -> crate::Result<bool> {
+        let Removal::Target(target) = removal else {
+            panic!("a refresher removes only its targets: {removal:?}");
+        };
         self.assert_recorded(status, "a termination");
         self.0.assert_guarded(&target.instance_id);
         assert!(
@@ -1181,7 +1250,7 @@ impl refresh::Effects for AsRefresher<'_> {
             &target.instance_id,
             target.decrements(),
         );
-        Ok(())
+        Ok(true)
     }
 }
 

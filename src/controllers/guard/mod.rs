@@ -15,6 +15,26 @@ use crate::Error;
 use crate::cloud::AsgDescription;
 use crate::controllers::group_view::DesiredChange;
 use crate::crd::NodeGroup;
+use crate::crd::replenisher::{CleanupTarget, Retirement};
+
+/// A mutation the executor is about to make, as a guard checks it: one
+/// vocabulary for every path. `T` is the path's record of a node it takes
+/// away (a refresh target, a scale-in target).
+#[derive(Debug, Clone, Copy)]
+pub enum Check<'a, T> {
+    /// Put a node back in service (a drain given up).
+    GiveBack(&'a str),
+    SetDesired(&'a [DesiredChange]),
+    /// A drain step on the target's node.
+    Drain(&'a T),
+    /// The target's recorded termination (a repair, a scale-in, a
+    /// refresh's replacement).
+    Terminate(&'a T),
+    /// The recorded removal of an instance that never joined.
+    NotJoined(&'a CleanupTarget),
+    /// An interrupted instance terminated once replaced.
+    Retire(&'a Retirement),
+}
 
 /// The check that refused a mutation, with what it saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +114,10 @@ pub enum Refusal {
     },
     /// The disruption authority refuses (`controllers::authority`).
     Authority(crate::controllers::authority::Blocked),
+    /// A mutation this path never makes (a refresher asked to retire).
+    NotThisPath {
+        what: String,
+    },
 }
 
 impl std::fmt::Display for Refusal {
@@ -155,6 +179,7 @@ impl std::fmt::Display for Refusal {
             Refusal::DecrementAtMin { instance, asg } => {
                 write!(f, "remove {instance} with decrement: {asg} is at its min")
             }
+            Refusal::NotThisPath { what } => write!(f, "{what}: not a mutation of this path"),
             Refusal::NotReclaimed { instance } => write!(
                 f,
                 "terminate {instance}: its node carries no spot interruption or scheduled change"
@@ -194,6 +219,7 @@ impl Refusal {
             Refusal::NotReclaimed { .. } => "refused_not_reclaimed",
             Refusal::NotUnhealthy { .. } => "refused_not_unhealthy",
             Refusal::BreakerOpen { .. } => "refused_breaker_open",
+            Refusal::NotThisPath { .. } => "refused_not_this_path",
             Refusal::Authority(blocked) => blocked.check(),
         }
     }

@@ -25,26 +25,24 @@ pub struct Guard<'a> {
     pub control_plane: Option<&'a ControlPlane>,
 }
 
-/// A mutation the executor is about to make, as the guard checks it.
-#[derive(Debug, Clone, Copy)]
-pub enum Check<'a> {
-    /// Put a node back in service.
-    GivesBack(&'a str),
-    SetDesired(&'a [DesiredChange]),
-    /// A drain step on the target's node.
-    Drain(&'a RefreshTarget),
-    /// The target's recorded termination.
-    Terminate(&'a RefreshTarget),
-}
+/// A mutation the executor is about to make, as the refresher's guard
+/// checks it.
+pub type Check<'a> = super::Check<'a, RefreshTarget>;
 
 impl Guard<'_> {
     /// The check for `check`: the executor asks it before each mutation.
     pub fn check(&self, check: Check) -> Result<(), Refusal> {
         match check {
-            Check::GivesBack(node) => self.gives_back(node),
+            Check::GiveBack(node) => self.gives_back(node),
             Check::SetDesired(changes) => self.set_desired(changes),
             Check::Drain(target) => self.drain(target),
             Check::Terminate(target) => self.terminate(target),
+            Check::NotJoined(t) => Err(Refusal::NotThisPath {
+                what: format!("remove never-joined {}", t.instance_id),
+            }),
+            Check::Retire(r) => Err(Refusal::NotThisPath {
+                what: format!("retire {}", r.instance_id),
+            }),
         }
     }
 

@@ -8,7 +8,7 @@ use crate::controllers::authority::{self, ControlPlane, Reason, Request};
 use crate::controllers::group_view::{DesiredChange, Fate, group_nodes};
 use crate::controllers::guard::{Refusal, desired_changes, removable};
 use crate::crd::replenisher::ScaleInTarget;
-use crate::crd::{NodeGroup, Role};
+use crate::crd::{NodeGroup, ReplenisherStatus, Role};
 
 /// The replenisher's mutations re-checked on one reconcile's observations:
 /// the group (spec and inventory), its ASGs as just described, the control
@@ -22,21 +22,14 @@ pub struct Guard<'a> {
     pub now: chrono::DateTime<chrono::Utc>,
 }
 
-/// A mutation the executor is about to make, as the guard checks it.
-#[derive(Debug, Clone, Copy)]
-pub enum Check<'a> {
-    ScaleUp(&'a [DesiredChange]),
-    /// The recorded removal of an instance that never joined.
-    NotJoined(&'a crate::crd::replenisher::CleanupTarget),
-    /// A drained target's termination: a repair, or a scale-in.
-    Removal(&'a ScaleInTarget),
-    /// An interrupted instance terminated once replaced.
-    Retire(&'a crate::crd::replenisher::Retirement),
-}
+/// A mutation the executor is about to make, as the replenisher's guard
+/// checks it.
+pub type Check<'a> = super::Check<'a, ScaleInTarget>;
 
 impl Guard<'_> {
-    /// The check for `check`: the executor asks it before each mutation.
-    pub fn check(&self, check: Check) -> Result<(), Refusal> {
+    /// The check for `check`: the executor asks it before each mutation,
+    /// with the Replenisher's status as it records the mutation.
+    pub fn check(&self, recorded: &ReplenisherStatus, check: Check) -> Result<(), Refusal> {
         let (group, status, fresh, cp, now) = (
             self.group,
             self.status,
@@ -45,12 +38,31 @@ impl Guard<'_> {
             self.now,
         );
         match check {
-            Check::ScaleUp(changes) => scale_up(group, fresh, changes),
+            Check::GiveBack(node) => gives_back(group, recorded, node),
+            Check::SetDesired(changes) => scale_up(group, fresh, changes),
             Check::NotJoined(target) => not_joined(group, fresh, target, cp),
-            Check::Removal(t) if t.repair => repair(group, status, fresh, t, cp, now),
-            Check::Removal(t) => scale_in(group, status, fresh, t, cp, now),
+            // A drain step is a removal begun: checked as its termination
+            // will be, so a removal the rules refuse now is not driven on.
+            Check::Drain(t) | Check::Terminate(t) if t.repair => {
+                repair(group, status, fresh, t, cp, now)
+            }
+            Check::Drain(t) | Check::Terminate(t) => scale_in(group, status, fresh, t, cp, now),
             Check::Retire(r) => retire(group, status, fresh, r, cp, now),
         }
+    }
+}
+
+/// A node put back in service: the group's, or the one the Replenisher
+/// holds as its scale-in target (its ASG may have left the spec since).
+fn gives_back(group: &NodeGroup, recorded: &ReplenisherStatus, node: &str) -> Result<(), Refusal> {
+    let held = recorded.scale_in.as_ref().is_some_and(|t| t.node == node);
+    let known = group
+        .status
+        .as_ref()
+        .is_some_and(|s| s.nodes.iter().any(|n| n.name == node));
+    match held || known {
+        true => Ok(()),
+        false => Err(Refusal::NotTheGroupsNode { node: node.into() }),
     }
 }
 

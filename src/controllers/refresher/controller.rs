@@ -9,10 +9,10 @@ use crate::Result;
 use crate::cloud::AsgDescription;
 use crate::context::Context;
 use crate::controllers::aws_mutations::set_desired_capacity;
+use crate::controllers::execute::{Done, Drained, Effects, Planned, Removal, Taken, execute};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::refresh::{Check, Guard};
 use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, observe_group};
-use crate::controllers::refresher::execute::{Drained, Effects, execute};
 use crate::controllers::refresher::plan::{self as refresh_plan, Happening, Member};
 use crate::controllers::refresher::seen::{Protection, Seen};
 use crate::controllers::runtime::{About, instrumented};
@@ -29,7 +29,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
-use std::time::Duration;
+
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -135,9 +135,11 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         nodes: &nodes,
         cloud: cloud.as_ref(),
         control_plane: control_plane.as_ref(),
+        happenings: &plan.happenings,
         now,
     };
-    let requeue = execute(&mut cluster, rf.status.as_ref(), &plan, &status, now).await?;
+    let planned = Planned::of(&plan.command, status, &plan.message, plan.requeue);
+    let requeue = execute(&mut cluster, rf.status.as_ref(), planned, now).await?;
     Ok(Action::requeue(requeue))
 }
 
@@ -156,6 +158,8 @@ struct Cluster<'a> {
     nodes: &'a [refresh_plan::GroupNode],
     cloud: &'a dyn crate::cloud::Cloud,
     control_plane: Option<&'a crate::controllers::authority::ControlPlane>,
+    /// What the plan starts, told once its status is stored.
+    happenings: &'a [Happening],
     now: DateTime<Utc>,
 }
 
@@ -172,12 +176,18 @@ impl Cluster<'_> {
 }
 
 impl Effects for Cluster<'_> {
+    type Record = RefresherStatus;
+
     fn guard(
         &self,
         status: &RefresherStatus,
         check: Check<'_>,
     ) -> std::result::Result<(), crate::controllers::guard::Refusal> {
         self.guard(status).check(check)
+    }
+
+    fn dry_run(&self) -> bool {
+        self.ctx.settings.dry_run
     }
 
     async fn uncordon(&mut self, node: &str, _: &RefresherStatus) -> Result<()> {
@@ -193,32 +203,34 @@ impl Effects for Cluster<'_> {
         Ok(())
     }
 
-    async fn report(&mut self, happenings: &[Happening]) {
-        report(self.ctx, &self.group_ref, happenings).await
+    async fn announce(&mut self) {
+        report(self.ctx, &self.group_ref, self.happenings).await
     }
 
-    async fn take_lock(&mut self) -> Result<Duration> {
-        if !self.slots.take(self.now).await? {
-            // Full again, or a race lost: look again soon.
-            return Ok(Duration::from_secs(1));
-        }
+    async fn take_lock(&mut self) -> Result<Taken> {
         Ok(
             match lock::acquire(self.ctx, self.group, self.me, self.now).await? {
-                Acquired::Yes => Duration::from_millis(100),
-                Acquired::Conflict => Duration::from_secs(1),
+                Acquired::Yes => Taken::Yes,
+                Acquired::Conflict => Taken::Retry,
                 Acquired::No(holder) => {
                     debug!(refresher = %self.name, ?holder, "lock held");
-                    Duration::from_secs(5)
+                    Taken::HeldElsewhere
                 }
             },
         )
     }
 
+    async fn take_slot(&mut self) -> Result<bool> {
+        self.slots.take(self.now).await
+    }
+
+    async fn release_slot(&mut self) -> Result<()> {
+        self.slots.release().await?;
+        Ok(())
+    }
+
     async fn release_lock(&mut self) -> Result<()> {
         lock::release(self.ctx, self.group, self.me).await?;
-        // After the group's lock: a slot held a moment too long only delays
-        // another group; the other way round two could overlap.
-        self.slots.release().await?;
         Ok(())
     }
 
@@ -227,11 +239,13 @@ impl Effects for Cluster<'_> {
         changes: &[DesiredChange],
         _: &RefresherStatus,
         why: &str,
-    ) -> Result<()> {
+    ) -> Result<bool> {
+        let mut made = true;
         for change in changes {
-            set_desired_capacity(self.ctx, self.cloud, change, why).await?;
+            let applied = set_desired_capacity(self.ctx, self.cloud, change, why).await?;
+            made &= applied.performed().is_some();
         }
-        Ok(())
+        Ok(made)
     }
 
     async fn workloads_on(&mut self, target: &RefreshTarget) -> Result<Vec<String>> {
@@ -291,8 +305,23 @@ impl Effects for Cluster<'_> {
         })
     }
 
-    async fn terminate(&mut self, target: &RefreshTarget, _: &RefresherStatus) -> Result<()> {
-        terminate(self.ctx, self.cloud, target).await?;
+    async fn terminate(
+        &mut self,
+        removal: Removal<'_, RefreshTarget>,
+        _: &RefresherStatus,
+    ) -> Result<bool> {
+        match removal {
+            Removal::Target(target) => terminate(self.ctx, self.cloud, target).await,
+            Removal::NotJoined(_) | Removal::Retiring(_) => Err(crate::Error::InvalidObject(
+                format!("{removal:?}: not a refresher removal"),
+            )),
+        }
+    }
+
+    async fn done(&mut self, done: Done<'_, RefreshTarget>, _: &RefresherStatus, _: &str) {
+        let Done::Terminated(target) = done else {
+            return;
+        };
         if let (true, Some(node)) = (target.unhealthy, &target.node) {
             self.ctx.metrics.node_repair("refreshed");
             let why = "was NotReady past the unhealthy timeout: terminated by the refresh as a repair, its pods' deletions asked";
@@ -309,15 +338,15 @@ impl Effects for Cluster<'_> {
             )
             .await;
         }
-        Ok(())
     }
 }
 
+/// Terminates `target` as its purpose says; whether it was made.
 async fn terminate(
     ctx: &Context,
     cloud: &dyn crate::cloud::Cloud,
     target: &RefreshTarget,
-) -> Result<()> {
+) -> Result<bool> {
     let decrement = target.decrements();
     let detail = match target.purpose {
         TargetPurpose::Replace if decrement => format!(
@@ -332,7 +361,7 @@ async fn terminate(
             format!("remove surplus: decrement {}", target.auto_scaling_group)
         }
     };
-    crate::controllers::aws_mutations::terminate_in_group(
+    let applied = crate::controllers::aws_mutations::terminate_in_group(
         ctx,
         cloud,
         &target.instance_id,
@@ -340,7 +369,7 @@ async fn terminate(
         detail,
     )
     .await?;
-    Ok(())
+    Ok(applied.performed().is_some())
 }
 
 async fn write_status(

@@ -6,10 +6,10 @@
 
 mod conditions;
 pub mod controller;
-pub mod execute;
 pub mod plan;
 #[cfg(test)]
 mod reconcile_tests;
+mod record;
 mod report;
 pub mod schedule;
 pub mod seen;

@@ -3,8 +3,8 @@
 //! (through the mutation gate, after re-checking what it may touch).
 
 use super::effects::Cluster;
-use super::execute::execute;
 use crate::context::Context;
+use crate::controllers::execute::{Planned, execute};
 use crate::controllers::group_view::{Fate, LockState};
 use crate::controllers::guard::replenish::Guard;
 use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, observe_group};
@@ -137,7 +137,6 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     let mut cluster = Cluster {
         ctx,
         at: (namespace.as_str(), name.as_str()),
-        written: rp.status.clone(),
         cloud: cloud.as_ref(),
         guard: Guard {
             group: &group,
@@ -153,12 +152,11 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     if let Some(held) = newly_blocked {
         cluster.repair_blocked(held).await;
     }
-    let draining = current.scale_in.as_ref();
-    let requeue = execute(&mut cluster, &group.spec, &plan, status, draining, now).await?;
+    let planned = Planned::of(&plan.command, status, &plan.message, plan.requeue);
+    let requeue = execute(&mut cluster, rp.status.as_ref(), planned, now).await?;
     Ok(Action::requeue(requeue))
 }
 
-/// `joinTimeout`; the default when invalid (validation reports it).
 /// What the group's last refresh run left above its counts (its
 /// Refresher's `surplusLeft`), to take over; None without a Refresher.
 async fn surplus_left(
@@ -178,6 +176,7 @@ async fn surplus_left(
         .and_then(|s| s.surplus_left))
 }
 
+/// `joinTimeout`; the default when invalid (validation reports it).
 fn join_timeout(rp: &Replenisher) -> Duration {
     duration::parse(&rp.spec.join_timeout).unwrap_or(Duration::from_secs(900))
 }

@@ -2,18 +2,20 @@
 //! Events, drains, the lock and the slot) and AWS, each change through the
 //! mutation gate (`aws_mutations`, `k8s::drain`, `k8s::lock`).
 
-use super::execute::{Counted, Effects, Taken};
 use super::plan::RepairHeld;
+use super::told::{drained, removal_of, told};
 use crate::Result;
 use crate::cloud::Cloud;
 use crate::context::Context;
 use crate::controllers::aws_mutations::{set_desired_capacity, terminate_in_group};
+use crate::controllers::execute::{Done, Drained, Effects, Removal, Taken};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::Refusal;
 use crate::controllers::guard::replenish::{Check, Guard};
+use crate::crd::replenisher::ScaleInTarget;
 use crate::crd::{Replenisher, ReplenisherStatus};
 use crate::events::Reason;
-use crate::k8s::drain::{DrainProgress, drain_event, drain_step, uncordon};
+use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
 use crate::k8s::lock::{self, Acquired, Holder};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType;
@@ -26,8 +28,6 @@ pub(super) struct Cluster<'a> {
     pub ctx: &'a Context,
     /// The Replenisher's namespace and name.
     pub at: (&'a str, &'a str),
-    /// The Replenisher's status as stored.
-    pub written: Option<ReplenisherStatus>,
     pub cloud: &'a dyn Cloud,
     pub guard: Guard<'a>,
     pub group_ref: ObjectReference,
@@ -58,57 +58,29 @@ impl Cluster<'_> {
 }
 
 impl Effects for Cluster<'_> {
-    fn guard(&self, check: Check<'_>) -> std::result::Result<(), Refusal> {
-        self.guard.check(check)
+    type Record = ReplenisherStatus;
+
+    fn guard(&self, status: &ReplenisherStatus, check: Check<'_>) -> Result<(), Refusal> {
+        self.guard.check(status, check)
     }
 
     fn dry_run(&self) -> bool {
         self.ctx.settings.dry_run
     }
 
-    async fn write_status(&mut self, status: &ReplenisherStatus) -> Result<()> {
-        if self.written.as_ref() != Some(status) {
-            let (namespace, name) = self.at;
-            self.ctx
-                .apply_status::<Replenisher>(namespace, name, status)
-                .await?;
-            self.written = Some(status.clone());
-        }
-        Ok(())
+    async fn write_status(&mut self, status: &ReplenisherStatus) -> crate::Result<()> {
+        let (namespace, name) = self.at;
+        self.ctx
+            .apply_status::<Replenisher>(namespace, name, status)
+            .await
     }
 
-    fn reached(&mut self, point: &str) -> Result<()> {
+    fn reached(&mut self, point: &str) -> crate::Result<()> {
         crate::crash_points::crash_point(point);
         Ok(())
     }
 
-    async fn event(
-        &mut self,
-        node: Option<&str>,
-        kind: EventType,
-        reason: Reason,
-        message: String,
-    ) {
-        match node {
-            Some(node) => self.node_event(node, kind, reason, message).await,
-            None => {
-                self.ctx
-                    .event(&self.group_ref, kind, reason, EVENT_ACTION, message)
-                    .await
-            }
-        }
-    }
-
-    fn count(&mut self, counted: Counted) {
-        match counted {
-            Counted::DrainStarted => self.ctx.metrics.drain("started"),
-            Counted::DrainFinished => self.ctx.metrics.drain("finished"),
-            Counted::DrainTimedOut => self.ctx.metrics.drain("timed_out"),
-            Counted::Repaired => self.ctx.metrics.node_repair("repaired"),
-        }
-    }
-
-    async fn take_lock(&mut self) -> Result<Taken> {
+    async fn take_lock(&mut self) -> crate::Result<Taken> {
         let now = self.guard.now;
         Ok(
             match lock::acquire(self.ctx, self.guard.group, self.me, now).await? {
@@ -122,34 +94,100 @@ impl Effects for Cluster<'_> {
         )
     }
 
-    async fn release_lock(&mut self) -> Result<()> {
-        // The slot first: held only with the lock, so a restart between
-        // the two still finds the lock ours, and gives the lock back then
-        // (a slot is looked at with the lock).
+    async fn take_slot(&mut self) -> crate::Result<bool> {
+        self.slots.take(self.guard.now).await
+    }
+
+    async fn release_slot(&mut self) -> crate::Result<()> {
         self.slots.release().await?;
+        Ok(())
+    }
+
+    async fn release_lock(&mut self) -> crate::Result<()> {
         lock::release(self.ctx, self.guard.group, self.me).await?;
         Ok(())
     }
 
-    async fn take_slot(&mut self) -> Result<bool> {
-        self.slots.take(self.guard.now).await
+    async fn set_desired(
+        &mut self,
+        changes: &[DesiredChange],
+        _: &ReplenisherStatus,
+        why: &str,
+    ) -> crate::Result<bool> {
+        let mut made = true;
+        for change in changes {
+            let applied = set_desired_capacity(self.ctx, self.cloud, change, why).await?;
+            made &= applied.performed().is_some();
+        }
+        Ok(made)
     }
 
-    async fn set_desired(&mut self, change: &DesiredChange, why: &str) -> Result<bool> {
-        let applied = set_desired_capacity(self.ctx, self.cloud, change, why).await?;
-        Ok(applied.performed().is_some())
+    async fn drain_step(
+        &mut self,
+        target: &ScaleInTarget,
+        _: &ReplenisherStatus,
+        first: bool,
+        why: &str,
+    ) -> crate::Result<Drained> {
+        let node = target.node.as_str();
+        if first {
+            self.ctx.metrics.drain("started");
+            let message = format!("draining {node} ({why})");
+            self.node_event(node, EventType::Normal, Reason::DrainStarted, message)
+                .await;
+        }
+        let progress = drain_step(self.ctx, node).await?;
+        if !progress.blocked.is_empty() {
+            let message = format!(
+                "draining {node}: blocked by a PodDisruptionBudget: {}",
+                progress.blocked.join(", ")
+            );
+            self.node_event(node, EventType::Warning, Reason::DrainBlocked, message)
+                .await;
+        }
+        let now = self.guard.now;
+        let done = drained(target, &progress, now);
+        if done {
+            self.ctx.metrics.drain("finished");
+        }
+        Ok(Drained {
+            done,
+            requeue: next_step_after(target.since, now),
+            blocked_by: None,
+        })
     }
 
-    async fn drain_step(&mut self, node: &str) -> Result<DrainProgress> {
-        drain_step(self.ctx, node).await
-    }
-
-    async fn terminate(&mut self, instance: &str, decrement: bool, why: String) -> Result<bool> {
+    async fn terminate(
+        &mut self,
+        removal: Removal<'_, ScaleInTarget>,
+        _: &ReplenisherStatus,
+    ) -> crate::Result<bool> {
+        let (instance, decrement, why) = removal_of(&removal);
         let applied = terminate_in_group(self.ctx, self.cloud, instance, decrement, why).await?;
         Ok(applied.performed().is_some())
     }
 
-    async fn uncordon(&mut self, node: &str, why: &str) -> Result<()> {
-        uncordon(self.ctx, node, why).await
+    async fn uncordon(&mut self, node: &str, _: &ReplenisherStatus) -> crate::Result<()> {
+        uncordon(self.ctx, node, "scale-in abandoned").await
+    }
+
+    async fn done(&mut self, done: Done<'_, ScaleInTarget>, status: &ReplenisherStatus, why: &str) {
+        for (node, kind, reason, message) in told(&self.guard.group.spec, done, status, why) {
+            match node {
+                Some(node) => self.node_event(&node, kind, reason, message).await,
+                None => {
+                    (self.ctx)
+                        .event(&self.group_ref, kind, reason, EVENT_ACTION, message)
+                        .await
+                }
+            }
+        }
+        match done {
+            Done::Terminated(t) if t.repair => self.ctx.metrics.node_repair("repaired"),
+            Done::GaveBack(_, reason) if reason.contains("timed out") => {
+                self.ctx.metrics.drain("timed_out")
+            }
+            _ => {}
+        }
     }
 }

@@ -4,9 +4,11 @@
 
 pub mod controller;
 mod effects;
-pub(crate) mod execute;
 pub mod plan;
 #[cfg(test)]
 mod reconcile_tests;
+mod record;
+mod told;
 
 pub use controller::{CONTROLLER, run};
+pub use told::drained;

@@ -224,54 +224,55 @@ impl Planner<'_> {
         (surplus, short)
     }
 
-    /// A run may start (`why`): Some(step) until the group's lock is ours.
+    /// A run may start (`why`): Some(step) until the group's lock and a
+    /// disruption slot are ours, taken in that order (one order for every
+    /// path); a wait for either holds neither.
     pub(super) fn lock_to_start(&mut self, why: &str) -> Option<Step> {
-        // The manager-wide slot first: a group waiting for it must not
-        // hold its own lock meanwhile (that would stall its replenisher).
-        if let SlotState::Full(holders) = &self.input.slot {
-            self.status.phase = RefreshPhase::WaitingForSlot;
-            return Some(Step::wait(
-                format!("{why}; waiting for a disruption slot: {holders}"),
-                LOCK_RETRY,
-            ));
-        }
-        match &self.input.group.lock {
-            // The slot was taken, the lock then refused: waiting for the
-            // lock must not keep the slot (another group's repair may need
-            // it, and the lock may be held for long).
-            LockState::Other(holder) if self.input.slot == SlotState::Ours => {
-                self.status.phase = RefreshPhase::WaitingForLock;
-                Some(Step::act(
-                    super::Command::ReleaseLock,
-                    format!(
-                        "{why}; the group's lock is held by {holder}: giving the disruption slot back while waiting"
+        let lock = &self.input.group.lock;
+        match &self.input.slot {
+            // Looked at before the lock is taken: a group waiting for a
+            // slot must not hold its lock meanwhile (that would stall its
+            // replenisher), so a lock taken in a race is given back.
+            SlotState::Full(holders) => {
+                self.status.phase = RefreshPhase::WaitingForSlot;
+                let waiting = format!("{why}; waiting for a disruption slot: {holders}");
+                return Some(match lock {
+                    LockState::Ours => Step::act(
+                        super::Command::ReleaseLock,
+                        format!("{waiting}: giving the group's lock back meanwhile"),
+                        LOCK_RETRY,
                     ),
-                    LOCK_RETRY,
-                ))
+                    _ => Step::wait(waiting, LOCK_RETRY),
+                });
             }
-            LockState::Other(holder) => {
-                self.status.phase = RefreshPhase::WaitingForLock;
-                Some(Step::wait(
-                    format!("{why}; waiting for the group's lock, held by {holder}"),
-                    LOCK_RETRY,
-                ))
-            }
-            LockState::Ours if self.input.slot != SlotState::Ours => {
-                self.status.phase = RefreshPhase::WaitingForLock;
-                Some(Step::act(
-                    super::Command::TakeLock,
-                    format!("{why}; taking a disruption slot"),
-                    Duration::ZERO,
-                ))
-            }
-            LockState::Free => {
-                self.status.phase = RefreshPhase::WaitingForLock;
-                Some(Step::act(
-                    super::Command::TakeLock,
-                    format!("{why}; taking the group's lock"),
-                    Duration::ZERO,
-                ))
-            }
+            SlotState::Ours | SlotState::Free => {}
+        }
+        self.status.phase = RefreshPhase::WaitingForLock;
+        match lock {
+            // A slot held without the lock (a restart between the two, a
+            // lock lost): given back while the lock is held elsewhere,
+            // which may be for long (another group's repair may need it).
+            LockState::Other(holder) if self.input.slot == SlotState::Ours => Some(Step::act(
+                super::Command::ReleaseLock,
+                format!(
+                    "{why}; the group's lock is held by {holder}: giving the disruption slot back while waiting"
+                ),
+                LOCK_RETRY,
+            )),
+            LockState::Other(holder) => Some(Step::wait(
+                format!("{why}; waiting for the group's lock, held by {holder}"),
+                LOCK_RETRY,
+            )),
+            LockState::Free => Some(Step::act(
+                super::Command::TakeLock,
+                format!("{why}; taking the group's lock"),
+                Duration::ZERO,
+            )),
+            LockState::Ours if self.input.slot != SlotState::Ours => Some(Step::act(
+                super::Command::TakeSlot,
+                format!("{why}; taking a disruption slot"),
+                Duration::ZERO,
+            )),
             LockState::Ours => None,
         }
     }

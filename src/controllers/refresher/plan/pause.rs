@@ -39,7 +39,15 @@ impl Planner<'_> {
         } else {
             match &input.group.lock {
                 LockState::Ours if input.slot == SlotState::Ours => return None,
-                LockState::Ours | LockState::Free => {
+                // The lock first, then the slot (one order for every path).
+                LockState::Ours => {
+                    return Some(Step::act(
+                        Command::TakeSlot,
+                        "retaking a disruption slot",
+                        Duration::ZERO,
+                    ));
+                }
+                LockState::Free => {
                     return Some(Step::act(
                         Command::TakeLock,
                         "retaking the group's lock",

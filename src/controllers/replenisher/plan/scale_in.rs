@@ -158,6 +158,13 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
             "surplus nodes but no ASG can shrink (at min)".into(),
         ));
     };
+    // A master the masters' rule refuses now (another down, or settling
+    // after its replacement) is not begun: its first drain step would be
+    // refused by the guard. Waiting holds neither the lock nor the slot.
+    if let Some(why) = masters_refuse(s, &target) {
+        let kept = s.ready - input.group.desired;
+        return Some(s.wait_on_time(format!("{kept} surplus node(s) kept: {why}"), MASTERS_RETRY));
+    }
     let message = format!(
         "{}/{} Ready: removing {} from {}",
         s.ready, input.group.desired, target.node, target.auto_scaling_group
@@ -178,6 +185,10 @@ pub(super) fn start_scale_in(s: &Stage, target: ScaleInTarget, message: String) 
     };
     s.act(status, phase, Command::Drain(Batch::of(target)), message)
 }
+
+/// A master's removal the masters' rule refuses: looked at again this often
+/// (a replacement's etcd joins, its settle ends).
+const MASTERS_RETRY: Duration = Duration::from_secs(30);
 
 /// Surplus kept because only protected nodes could go: looked at again this
 /// often (a pod's annotation does not wake the replenisher).

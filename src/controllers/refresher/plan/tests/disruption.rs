@@ -33,7 +33,9 @@ fn a_due_run_waits_for_a_slot_held_elsewhere_without_taking_the_lock_then_starts
         "the group's lock is not held while waiting"
     );
     sim.slot = SlotState::Free;
+    // The lock first, then the slot: one order for every path.
     assert_eq!(sim.step(false).command, Command::TakeLock);
+    assert_eq!(sim.step(false).command, Command::TakeSlot);
     assert_eq!(sim.slot, SlotState::Ours);
     sim.run_to_end(300);
     assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
@@ -43,7 +45,7 @@ fn a_due_run_waits_for_a_slot_held_elsewhere_without_taking_the_lock_then_starts
 #[test]
 fn a_run_that_finds_its_slot_taken_pauses_without_acting() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
-    sim.step(false);
+    sim.start_run();
     sim.all_join_and_ready();
     sim.step(false);
     let before = sim.status.clone();
@@ -64,7 +66,7 @@ fn a_run_that_finds_its_slot_taken_pauses_without_acting() {
     assert_eq!(sim.status.run_start, before.run_start);
     // Free again (the other group's run ended): retaken, and the run goes on.
     sim.slot = SlotState::Free;
-    assert_eq!(sim.step(false).command, Command::TakeLock);
+    assert_eq!(sim.step(false).command, Command::TakeSlot);
     sim.run_to_end(300);
     assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
 }
@@ -90,6 +92,7 @@ fn a_due_run_outside_every_window_waits_for_one_and_is_not_skipped() {
         closes: sim.now + chrono::Duration::hours(4),
     };
     assert_eq!(sim.step(false).command, Command::TakeLock);
+    assert_eq!(sim.step(false).command, Command::TakeSlot);
     sim.step(false);
     assert!(sim.status.run_start.is_some(), "{:?}", sim.status.message);
 }

@@ -327,6 +327,7 @@ fn a_failed_drift_roll_is_not_retried_for_an_hour() {
     sim.now = ended + chrono::Duration::minutes(61);
     sim.step(false);
     sim.step(false);
+    sim.step(false);
     assert!(sim.status.run_start.is_some(), "{:?}", sim.status.message);
     assert_eq!(sim.status.trigger, Some(RunTrigger::Drift));
 }

@@ -8,6 +8,7 @@ fn surplus_that_never_gets_ready_fails_the_run_and_is_removed() {
     let layout = sim.layout();
     let old: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
     sim.step(false); // lock
+    sim.step(false); // slot
     sim.step(false); // start, raise
     assert!(sim.asgs.iter().map(|a| a.desired).sum::<i32>() == 4);
     sim.step(false); // the first replacement launched with the surplus
@@ -47,8 +48,7 @@ fn surplus_that_cannot_launch_is_cancelled_without_terminating_anything() {
     assert!(reason.unwrap_or_default().contains("cannot add 1 surplus"));
     // Launching per the describe, but nothing comes: timed out, desired set back.
     let mut sim = Sim::new(Role::Worker, 2, 1, 1);
-    sim.step(false);
-    sim.step(false);
+    sim.start_run();
     for a in &mut sim.asgs {
         a.launching = false;
     }
@@ -70,8 +70,7 @@ fn a_replacement_that_never_gets_ready_fails_and_keeps_the_other_old_nodes() {
     // Surplus Ready (in asg-0), the first old node (in asg-1) replaced;
     // its replacement never joins.
     sim.instances[1].launched -= chrono::Duration::days(1);
-    sim.step(false);
-    sim.step(false);
+    sim.start_run();
     sim.all_join_and_ready();
     while sim.terminated.is_empty() {
         sim.step(false);
@@ -119,8 +118,7 @@ fn a_surplus_still_needed_after_a_failure_is_kept_and_the_run_ends() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     // The first target is in asg-1; the surplus goes to asg-0.
     sim.instances[1].launched -= chrono::Duration::days(1);
-    sim.step(false);
-    sim.step(false);
+    sim.start_run();
     sim.all_join_and_ready();
     while sim.terminated.is_empty() {
         sim.step(false);

@@ -15,11 +15,9 @@ mod surge;
 mod validation;
 
 use super::*;
+use crate::controllers::execute::{Drained, Effects, Planned, Removal, Taken, execute};
 use crate::controllers::group_view::AsgView;
 use crate::controllers::group_view::DesiredChange;
-use crate::controllers::refresher::execute::{
-    Drained, Effects, PERSISTED, TERMINATION_PERSISTED, execute,
-};
 use crate::crd::Role;
 use crate::crd::nodegroup::{DrainTimeoutAction, parse_schedule};
 use chrono::TimeZone;
@@ -133,6 +131,8 @@ struct Sim {
     drain_length: usize,
     terminated: Vec<String>,
     happenings: Vec<Happening>,
+    /// The plan's happenings, told once its status is stored.
+    announcing: Vec<Happening>,
     actions: Vec<Command>,
     /// Ready nodes right after each of our terminations of a Ready node
     /// (removing one that is not Ready costs no Ready node).
@@ -197,6 +197,7 @@ impl Sim {
             drain_length: 1,
             terminated: vec![],
             happenings: vec![],
+            announcing: vec![],
             actions: vec![],
             ready_after_terminations: vec![],
             layouts: vec![],
@@ -395,7 +396,14 @@ impl Sim {
         // Died at a crash point: nothing after it happened. Any other
         // error is the real guard refusing what the plan planned on the
         // same observations: a plan and its guard that disagree.
-        if let Err(e) = block_on(execute(self, Some(&stored), &plan, &plan.status, now)) {
+        self.announcing = plan.happenings.clone();
+        let planned = Planned {
+            command: &plan.command,
+            status: plan.status.clone(),
+            message: &plan.message,
+            requeue: plan.requeue,
+        };
+        if let Err(e) = block_on(execute(self, Some(&stored), planned, now)) {
             assert!(
                 e.to_string().contains("crashed at"),
                 "{:?} failed: {e}\n{}",
@@ -497,6 +505,17 @@ impl Sim {
     }
 
     /// Steps (new nodes Ready at once) until the run ends or `max` steps.
+    /// Steps until a run has started (the lock, then a slot, taken first).
+    fn start_run(&mut self) {
+        for _ in 0..5 {
+            self.step(false);
+            if self.status.run_start.is_some() {
+                return;
+            }
+        }
+        panic!("no run started: {:?}", self.status.message);
+    }
+
     fn run_to_end(&mut self, max: usize) {
         for _ in 0..max {
             self.step(false);
@@ -607,6 +626,8 @@ impl Sim {
 /// real guard (`observed.rs`) before each mutation; what the cluster itself
 /// would refuse or reveal (the lock, a persisted status) is asserted here.
 impl Effects for Sim {
+    type Record = RefresherStatus;
+
     fn guard(
         &self,
         status: &RefresherStatus,
@@ -632,9 +653,13 @@ impl Effects for Sim {
     }
 
     fn reached(&mut self, point: &str) -> crate::Result<()> {
+        // A drain's termination, recorded in the same step (a Terminate
+        // command's is its step's first point).
+        let termination = point == "refresher:terminate:persisted"
+            && matches!(self.actions.last(), Some(Command::Drain(_)));
         let crashes = match self.crash {
-            Some(Crash::BeforeAction) => point == PERSISTED,
-            Some(Crash::BeforeTermination) => point == TERMINATION_PERSISTED,
+            Some(Crash::BeforeAction) => point.ends_with(":persisted") && !termination,
+            Some(Crash::BeforeTermination) => termination,
             None => false,
         };
         if crashes {
@@ -643,31 +668,41 @@ impl Effects for Sim {
         Ok(())
     }
 
-    async fn report(&mut self, happenings: &[Happening]) {
-        self.happenings.extend(happenings.iter().cloned());
+    async fn announce(&mut self) {
+        let told = std::mem::take(&mut self.announcing);
+        self.happenings.extend(told);
     }
 
-    async fn take_lock(&mut self) -> crate::Result<Duration> {
-        assert!(
-            !matches!(self.slot, SlotState::Full(_)),
-            "took a slot that is not free"
-        );
-        self.slot = SlotState::Ours;
+    async fn take_lock(&mut self) -> crate::Result<Taken> {
         assert!(
             !matches!(self.lock, LockState::Other(_)),
             "took a held lock"
         );
         self.lock = LockState::Ours;
-        Ok(Duration::ZERO)
+        Ok(Taken::Yes)
+    }
+
+    async fn take_slot(&mut self) -> crate::Result<bool> {
+        assert_eq!(self.lock, LockState::Ours, "took a slot without the lock");
+        assert!(
+            !matches!(self.slot, SlotState::Full(_)),
+            "took a slot that is not free"
+        );
+        self.slot = SlotState::Ours;
+        Ok(true)
+    }
+
+    async fn release_slot(&mut self) -> crate::Result<()> {
+        if self.slot == SlotState::Ours {
+            self.slot = SlotState::Free;
+        }
+        Ok(())
     }
 
     async fn release_lock(&mut self) -> crate::Result<()> {
         // As `k8s::lock::release`: another holder's lock stays theirs.
         if self.lock == LockState::Ours {
             self.lock = LockState::Free;
-        }
-        if self.slot == SlotState::Ours {
-            self.slot = SlotState::Free;
         }
         Ok(())
     }
@@ -677,7 +712,7 @@ impl Effects for Sim {
         changes: &[DesiredChange],
         status: &RefresherStatus,
         _: &str,
-    ) -> crate::Result<()> {
+    ) -> crate::Result<bool> {
         // Within max, from the count now, never below the active
         // instances: the executor's real guard checked it just before.
         self.assert_persisted_and_locked(status);
@@ -686,7 +721,7 @@ impl Effects for Sim {
             asg.desired = c.to;
         }
         self.launch(self.now);
-        Ok(())
+        Ok(true)
     }
 
     /// A drain finishes on its second step unless the node is stuck.
@@ -729,9 +764,12 @@ impl Effects for Sim {
 
     async fn terminate(
         &mut self,
-        target: &RefreshTarget,
+        removal: Removal<'_, RefreshTarget>,
         status: &RefresherStatus,
-    ) -> crate::Result<()> {
+    ) -> crate::Result<bool> {
+        let Removal::Target(target) = removal else {
+            panic!("a refresher removes only its targets: {removal:?}");
+        };
         self.assert_persisted_and_locked(status);
         assert!(
             target.terminated.is_some(),
@@ -742,7 +780,7 @@ impl Effects for Sim {
             "termination not the recorded one"
         );
         Sim::terminate(self, target);
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -22,8 +22,7 @@ fn a_dry_run_plans_and_logs_without_mutating() {
 #[test]
 fn a_run_in_progress_is_paused_under_dry_run() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
-    sim.step(false);
-    sim.step(false);
+    sim.start_run();
     let before = sim.status.clone();
     sim.dry_run = true;
     let plan = sim.step(false);
@@ -43,8 +42,7 @@ fn an_invalid_spec_blocks_runs_and_pauses_a_run_in_progress() {
     assert!(plan.message.contains("spec.timeZone"));
 
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
-    sim.step(false);
-    sim.step(false);
+    sim.start_run();
     sim.settings = Err("spec.timeZone: unknown".into());
     let plan = sim.step(false);
     assert_eq!(plan.command, Command::Nothing);

@@ -679,3 +679,33 @@ fn a_master_at_risk_whose_raise_was_taken_back_is_replaced_in_place_not_decremen
     };
     assert!(target.decrement, "{target:?}");
 }
+
+#[test]
+fn a_masters_surplus_is_not_begun_while_the_other_masters_settle() {
+    // Found by the walk once the guard checked every drain step: a master
+    // surplus was drained while the others' etcd settled, its first drain
+    // step then refused by the guard.
+    let mut s = Scenario::steady().surplus_in_c();
+    s.role = Role::Master;
+    s.control_plane = Some(masters_settling(&s, &["na"]));
+    let p = s.plan();
+    assert!(
+        !matches!(p.command, Command::Drain(_) | Command::TakeSlot),
+        "{:?}: {}",
+        p.command,
+        p.message
+    );
+    assert!(p.status.scale_in.is_none(), "{:?}", p.status.scale_in);
+    assert!(p.message.contains("refusing"), "{}", p.message);
+    // Settled: the surplus goes.
+    let all: Vec<String> = s.nodes.iter().map(|n| n.name.clone()).collect();
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    s.control_plane = Some(masters_settling(&s, &all));
+    let p = s.plan();
+    assert!(
+        matches!(p.command, Command::Drain(_)),
+        "{:?}: {}",
+        p.command,
+        p.message
+    );
+}

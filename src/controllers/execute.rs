@@ -1,0 +1,449 @@
+//! The one executor: a planned [`Command`] carried out, persist then act,
+//! for every path that changes AWS or a Node (the refresher's runs and
+//! drift rolls, the replenisher's raises, removals, repairs and
+//! retirements). Each controller plans a command with the status that
+//! records it; this function writes that status, asks the controller's
+//! guard, then acts through the controller's [`Effects`]. The reconciles
+//! run it against the cluster and AWS; the plans' property tests and the
+//! walk over every path run the same function against their simulated
+//! worlds, with the real guards, so the order they prove safe is the order
+//! the controllers use.
+//!
+//! The order, for every path:
+//! - a node given back is uncordoned (idempotent) before the status that
+//!   forgets it is written;
+//! - the status that records an action is written, then the action made,
+//!   with named crash points between: `<path>:<command>:persisted` and
+//!   `<path>:<command>:acted` (see `crate::crash_points`);
+//! - a drain that finishes records its termination (a second write), then
+//!   makes it (`<path>:terminate:persisted`); the others drained alongside
+//!   wait for the next step, judged then on fresh counts;
+//! - every mutation is re-checked by the guard first, with the status that
+//!   records it: the executor asks, so no effects can forget to;
+//! - the group's lock is taken before a disruption slot, and the slot given
+//!   back before the lock: a slot is only ever held with its lock.
+
+use crate::Result;
+use crate::controllers::command::{Batch, Command};
+use crate::controllers::group_view::DesiredChange;
+use crate::controllers::guard::{Check, Refusal};
+use crate::crd::replenisher::{CleanupTarget, Retirement};
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// The outcome of asking for the group's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    Yes,
+    /// A race lost: look again soon.
+    Retry,
+    /// Held by the group's other controller.
+    HeldElsewhere,
+}
+
+/// After a drain step: whether the node is drained, and when to look again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drained {
+    pub done: bool,
+    pub requeue: Duration,
+    /// What refused an eviction in this step (a PodDisruptionBudget).
+    pub blocked_by: Option<String>,
+}
+
+/// A node a path takes away, as the executor needs to know it.
+pub trait Target: Clone + std::fmt::Debug {
+    fn instance_id(&self) -> &str;
+    /// Its Node, when it has one.
+    fn node(&self) -> Option<&str>;
+}
+
+/// A path's status, and what each outcome of a command writes in it (pure;
+/// a path whose plan already recorded it leaves the default).
+pub trait Record: Clone + PartialEq {
+    type Target: Target;
+    /// The crash points' prefix: `refresher`, `replenisher`.
+    const PATH: &'static str;
+    /// The target `instance` as this status holds it in a drain.
+    fn draining(&self, instance: &str) -> Option<&Self::Target>;
+    /// A drained target's termination recorded; the target to terminate.
+    fn drained(&mut self, instance: &str, now: DateTime<Utc>) -> Option<Self::Target>;
+    /// The workloads a drain of `instance` moves, recorded before it does.
+    fn moving(&mut self, _instance: &str, _workloads: &[String]) {}
+    /// What refused an eviction from `instance`'s node in this step.
+    fn blocked(&mut self, _instance: &str, _by: &str) {}
+    /// A raise made, or (dry-run, refused) not.
+    fn raised(&mut self, _made: bool) {}
+    /// A recorded termination made.
+    fn terminated(&mut self, _target: &Self::Target) {}
+    /// A target's node given back (uncordoned), for `reason`.
+    fn given_back(&mut self, _target: &Self::Target, _reason: &str, _now: DateTime<Utc>) {}
+    /// A never-joined instance removed.
+    fn removed_not_joined(&mut self) {}
+    /// Interrupted instances retired.
+    fn retired(&mut self, _instances: &[String]) {}
+    /// The group's lock is held by the group's other controller.
+    fn lock_held_elsewhere(&mut self) {}
+}
+
+/// An instance about to be terminated, and why.
+#[derive(Debug)]
+pub enum Removal<'a, T> {
+    Target(&'a T),
+    NotJoined(&'a CleanupTarget),
+    Retiring(&'a Retirement),
+}
+
+/// What a command did, told to the effects (Events, metrics) with the
+/// status after it.
+#[derive(Debug)]
+pub enum Done<'a, T> {
+    Raised(&'a [DesiredChange]),
+    Terminated(&'a T),
+    GaveBack(&'a T, &'a str),
+    RemovedNotJoined(&'a CleanupTarget),
+    Retired,
+}
+
+// By hand: a derive would ask `T: Copy` of what is only borrowed.
+impl<T> Clone for Removal<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Removal<'_, T> {}
+impl<T> Clone for Done<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Done<'_, T> {}
+
+type TargetOf<E> = <<E as Effects>::Record as Record>::Target;
+
+/// What carrying out a command needs from the world. Each mutation gets the
+/// status that records it, and is checked by `guard` with it first.
+#[allow(async_fn_in_trait)] // Used with static dispatch only.
+pub trait Effects {
+    type Record: Record;
+    /// The guard's answer for a mutation recorded by `status`, on this
+    /// reconcile's observations.
+    fn guard(&self, status: &Self::Record, check: Check<'_, TargetOf<Self>>)
+    -> Result<(), Refusal>;
+    /// Whether mutations are only logged (nothing is made).
+    fn dry_run(&self) -> bool {
+        false
+    }
+    async fn write_status(&mut self, status: &Self::Record) -> crate::Result<()>;
+    /// A named point between a write and the action that follows it.
+    fn reached(&mut self, point: &str) -> crate::Result<()>;
+    /// The plan's status is stored: what it starts is told.
+    async fn announce(&mut self) {}
+    async fn take_lock(&mut self) -> crate::Result<Taken>;
+    /// Takes a manager-wide disruption slot, the lock held; false when
+    /// none is free.
+    async fn take_slot(&mut self) -> crate::Result<bool>;
+    /// Gives back the disruption slot if ours.
+    async fn release_slot(&mut self) -> crate::Result<()>;
+    /// Gives back the group's lock if ours.
+    async fn release_lock(&mut self) -> crate::Result<()>;
+    /// Whether the changes were made (not in dry-run).
+    async fn set_desired(
+        &mut self,
+        changes: &[DesiredChange],
+        status: &Self::Record,
+        why: &str,
+    ) -> crate::Result<bool>;
+    /// The controllers of the pods a drain of `target`'s node moves now.
+    async fn workloads_on(&mut self, _target: &TargetOf<Self>) -> crate::Result<Vec<String>> {
+        Ok(vec![])
+    }
+    /// One drain step; `first` when this target was not being drained before.
+    async fn drain_step(
+        &mut self,
+        target: &TargetOf<Self>,
+        status: &Self::Record,
+        first: bool,
+        why: &str,
+    ) -> crate::Result<Drained>;
+    /// Terminates an instance whose termination `status` records; whether
+    /// it was made.
+    async fn terminate(
+        &mut self,
+        removal: Removal<'_, TargetOf<Self>>,
+        status: &Self::Record,
+    ) -> crate::Result<bool>;
+    async fn uncordon(&mut self, node: &str, status: &Self::Record) -> crate::Result<()>;
+    /// What a command did (Events, metrics); `why` is the plan's message.
+    async fn done(&mut self, _done: Done<'_, TargetOf<Self>>, _status: &Self::Record, _why: &str) {}
+}
+
+/// One planned command with the status that records it.
+pub struct Planned<'a, S: Record> {
+    pub command: &'a Command<S::Target>,
+    pub status: S,
+    /// What it is doing or waiting for.
+    pub message: &'a str,
+    pub requeue: Duration,
+}
+
+impl<'a, S: Record> Planned<'a, S> {
+    pub fn of(
+        command: &'a Command<S::Target>,
+        status: S,
+        message: &'a str,
+        requeue: Duration,
+    ) -> Self {
+        Planned {
+            command,
+            status,
+            message,
+            requeue,
+        }
+    }
+}
+
+/// Carries out `planned`; `stored` is the path's status as it was stored.
+/// Returns when to reconcile again.
+pub async fn execute<E: Effects>(
+    effects: &mut E,
+    stored: Option<&E::Record>,
+    planned: Planned<'_, E::Record>,
+    now: DateTime<Utc>,
+) -> crate::Result<Duration> {
+    let mut run = Run {
+        effects,
+        stored,
+        written: stored.cloned(),
+        announced: false,
+        status: planned.status,
+        message: planned.message,
+        requeue: planned.requeue,
+        now,
+    };
+    run.carry_out(planned.command).await?;
+    run.write().await?;
+    Ok(run.requeue.max(Duration::from_millis(100)))
+}
+
+struct Run<'a, E: Effects> {
+    effects: &'a mut E,
+    stored: Option<&'a E::Record>,
+    written: Option<E::Record>,
+    announced: bool,
+    status: E::Record,
+    message: &'a str,
+    requeue: Duration,
+    now: DateTime<Utc>,
+}
+
+impl<E: Effects> Run<'_, E> {
+    async fn carry_out(&mut self, command: &Command<TargetOf<E>>) -> crate::Result<()> {
+        match command {
+            Command::Nothing => self.persist("nothing").await?,
+            Command::TakeLock => {
+                self.persist("take_lock").await?;
+                self.requeue = match self.effects.take_lock().await? {
+                    Taken::Yes => Duration::from_millis(100),
+                    Taken::Retry => Duration::from_secs(1),
+                    Taken::HeldElsewhere => {
+                        self.status.lock_held_elsewhere();
+                        self.requeue.min(Duration::from_secs(5))
+                    }
+                };
+            }
+            Command::TakeSlot => {
+                self.persist("take_slot").await?;
+                self.requeue = match self.effects.take_slot().await? {
+                    true => Duration::from_millis(100),
+                    false => Duration::from_secs(1),
+                };
+            }
+            Command::ReleaseLock => {
+                self.persist("release_lock").await?;
+                // The slot first: it is only ever held with the lock, so a
+                // restart between the two finds the lock still ours and
+                // gives it back then.
+                self.effects.release_slot().await?;
+                self.effects.release_lock().await?;
+            }
+            Command::SetDesired(changes) => self.set_desired(changes).await?,
+            Command::Drain(batch) => self.drain(batch).await?,
+            Command::Terminate(target) => {
+                self.guard(Check::Terminate(target))?;
+                self.terminate(target).await?;
+            }
+            Command::RemoveNotJoined(target) => self.remove_not_joined(target).await?,
+            Command::Retire(retiring) => self.retire(retiring).await?,
+            Command::GiveBack { target, reason } => self.give_back(target, reason).await?,
+        }
+        Ok(())
+    }
+
+    fn guard(&self, check: Check<'_, TargetOf<E>>) -> crate::Result<()> {
+        Ok(self.effects.guard(&self.status, check)?)
+    }
+
+    /// Writes the status when it differs from what was written last.
+    async fn write(&mut self) -> crate::Result<()> {
+        if self.written.as_ref() != Some(&self.status) {
+            self.effects.write_status(&self.status).await?;
+            self.written = Some(self.status.clone());
+        }
+        Ok(())
+    }
+
+    /// Writes the status that records the command's action, then reaches
+    /// `<path>:<command>:persisted`: persist, then act.
+    async fn persist(&mut self, command: &str) -> crate::Result<()> {
+        self.write().await?;
+        let path = <E::Record as Record>::PATH;
+        self.effects
+            .reached(&format!("{path}:{command}:persisted"))?;
+        if !self.announced {
+            self.announced = true;
+            self.effects.announce().await;
+        }
+        Ok(())
+    }
+
+    fn acted(&mut self, command: &str) -> crate::Result<()> {
+        let path = <E::Record as Record>::PATH;
+        self.effects.reached(&format!("{path}:{command}:acted"))
+    }
+
+    async fn done(&mut self, done: Done<'_, TargetOf<E>>) -> crate::Result<()> {
+        self.write().await?;
+        self.effects.done(done, &self.status, self.message).await;
+        Ok(())
+    }
+
+    async fn set_desired(&mut self, changes: &[DesiredChange]) -> crate::Result<()> {
+        self.guard(Check::SetDesired(changes))?;
+        if self.effects.dry_run() {
+            // Nothing will be made: record nothing as done, not even
+            // between this write and the next.
+            self.status.raised(false);
+        }
+        self.persist("set_desired").await?;
+        let made = (self.effects)
+            .set_desired(changes, &self.status, self.message)
+            .await?;
+        self.acted("set_desired")?;
+        self.status.raised(made);
+        if made {
+            self.done(Done::Raised(changes)).await?;
+        }
+        Ok(())
+    }
+
+    /// One drain step on each target; the first one drained has its
+    /// termination recorded, then made.
+    async fn drain(&mut self, batch: &Batch<TargetOf<E>>) -> crate::Result<()> {
+        // The targets are in the status: written before the first eviction,
+        // with the workloads this step may evict (a refresh's validation
+        // waits for their pods).
+        for target in batch.iter() {
+            let moving = self.effects.workloads_on(target).await?;
+            self.status.moving(target.instance_id(), &moving);
+        }
+        self.persist("drain").await?;
+        let mut requeue = Duration::MAX;
+        let mut drained: Option<String> = None;
+        for target in batch.iter() {
+            let id = target.instance_id();
+            let first = self.stored.is_none_or(|s| s.draining(id).is_none());
+            let target = self.status.draining(id).unwrap_or(target).clone();
+            self.guard(Check::Drain(&target))?;
+            let step = (self.effects)
+                .drain_step(&target, &self.status, first, self.message)
+                .await?;
+            requeue = requeue.min(step.requeue);
+            if step.done {
+                drained.get_or_insert(id.to_string());
+            } else if let Some(by) = &step.blocked_by {
+                // Kept for the failure reason should the drain be given up
+                // (an observation, not an intent).
+                self.status.blocked(id, by);
+            }
+        }
+        self.write().await?;
+        self.requeue = self.requeue.min(requeue);
+        let Some(id) = drained else {
+            return Ok(());
+        };
+        // Record the termination, then make it: a restart retries this one
+        // and never picks another node for the same step.
+        let mut after = self.status.clone();
+        if let Some(target) = after.drained(&id, self.now) {
+            self.effects.guard(&after, Check::Terminate(&target))?;
+            self.status = after;
+            self.terminate(&target).await?;
+            self.requeue = Duration::from_millis(500);
+        }
+        Ok(())
+    }
+
+    /// A recorded termination: written, then made, then marked done.
+    async fn terminate(&mut self, target: &TargetOf<E>) -> crate::Result<()> {
+        self.persist("terminate").await?;
+        let removal = Removal::Target(target);
+        let made = self.effects.terminate(removal, &self.status).await?;
+        self.acted("terminate")?;
+        if made {
+            self.status.terminated(target);
+            self.done(Done::Terminated(target)).await?;
+        }
+        Ok(())
+    }
+
+    async fn remove_not_joined(&mut self, target: &CleanupTarget) -> crate::Result<()> {
+        self.guard(Check::NotJoined(target))?;
+        self.persist("remove_not_joined").await?;
+        let removal = Removal::NotJoined(target);
+        let made = self.effects.terminate(removal, &self.status).await?;
+        self.acted("remove_not_joined")?;
+        if made {
+            self.status.removed_not_joined();
+            self.done(Done::RemovedNotJoined(target)).await?;
+        }
+        Ok(())
+    }
+
+    async fn retire(&mut self, retiring: &[Retirement]) -> crate::Result<()> {
+        for r in retiring {
+            self.guard(Check::Retire(r))?;
+        }
+        self.persist("retire").await?;
+        let mut retired = vec![];
+        for r in retiring {
+            if self
+                .effects
+                .terminate(Removal::Retiring(r), &self.status)
+                .await?
+            {
+                retired.push(r.instance_id.clone());
+            }
+        }
+        self.acted("retire")?;
+        if !retired.is_empty() {
+            self.status.retired(&retired);
+            self.done(Done::Retired).await?;
+        }
+        Ok(())
+    }
+
+    /// Uncordons the target's node (idempotent) before the status that
+    /// forgets it is written.
+    async fn give_back(&mut self, target: &TargetOf<E>, reason: &str) -> crate::Result<()> {
+        if let Some(node) = target.node() {
+            // Checked against the status before this step: a target given
+            // back is still recorded there (its ASG may have left the spec).
+            let before = self.stored.unwrap_or(&self.status);
+            self.effects.guard(before, Check::GiveBack(node))?;
+            self.effects.uncordon(node, before).await?;
+        }
+        self.status.given_back(target, reason, self.now);
+        self.persist("give_back").await?;
+        self.done(Done::GaveBack(target, reason)).await
+    }
+}

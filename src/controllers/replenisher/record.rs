@@ -1,0 +1,61 @@
+//! The replenisher's status to the one executor (`controllers::execute`):
+//! what each outcome of a command writes in it (a raise landed or not made,
+//! a drained target's termination recorded and done, a removal given back,
+//! a cleanup or a retirement done).
+
+use super::plan as replenish_plan;
+use crate::controllers::execute::{Record, Target};
+use crate::crd::ReplenisherStatus;
+use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
+use chrono::{DateTime, Utc};
+
+impl Target for ScaleInTarget {
+    fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    fn node(&self) -> Option<&str> {
+        Some(&self.node)
+    }
+}
+
+impl Record for ReplenisherStatus {
+    type Target = ScaleInTarget;
+    const PATH: &'static str = "replenisher";
+
+    fn draining(&self, instance: &str) -> Option<&ScaleInTarget> {
+        self.scale_in.as_ref().filter(|t| t.instance_id == instance)
+    }
+
+    fn drained(&mut self, instance: &str, now: DateTime<Utc>) -> Option<ScaleInTarget> {
+        self.draining(instance)?;
+        replenish_plan::record_termination(self, now)
+    }
+
+    fn raised(&mut self, made: bool) {
+        match made {
+            true => replenish_plan::raise_landed(self),
+            false => replenish_plan::raise_not_made(self),
+        }
+    }
+
+    fn terminated(&mut self, target: &ScaleInTarget) {
+        replenish_plan::finish_scale_in(self, target);
+    }
+
+    fn given_back(&mut self, _: &ScaleInTarget, reason: &str, now: DateTime<Utc>) {
+        replenish_plan::abandon_scale_in(self, reason, now);
+    }
+
+    fn removed_not_joined(&mut self) {
+        replenish_plan::finish_cleanup(self);
+    }
+
+    fn retired(&mut self, instances: &[String]) {
+        replenish_plan::finish_retiring(self, instances);
+    }
+
+    fn lock_held_elsewhere(&mut self) {
+        self.phase = ReplenishPhase::Paused;
+    }
+}
