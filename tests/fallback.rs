@@ -325,7 +325,9 @@ async fn killed_mid_fallback_and_mid_return_it_launches_once_and_forgets_no_fall
     world
         .assert_crashes_at("replenisher:set_desired:persisted")
         .await;
-    world.assert_crashes_at("replenisher:set_desired:acted").await;
+    world
+        .assert_crashes_at("replenisher:set_desired:acted")
+        .await;
     assert_eq!(desired_of(&world, &fallback).await, 1, "one raise, not two");
     {
         let (_manager, _config) = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);

@@ -74,7 +74,9 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
     world
         .assert_crashes_at("replenisher:set_desired:persisted")
         .await;
-    world.assert_crashes_at("replenisher:set_desired:acted").await;
+    world
+        .assert_crashes_at("replenisher:set_desired:acted")
+        .await;
     let raised = world.asg_snapshot(&kops.asgs).await;
     let total: i32 = raised.iter().map(|(_, d, _)| d).sum();
     assert_eq!(total, 4, "one raise, not two: {raised:?}");
