@@ -43,7 +43,7 @@ pub enum Decision {
     /// on first.
     Cordon,
     /// Evict, with grace periods capped at this many seconds.
-    Step { max_grace: i64 },
+    Evict { max_grace: i64 },
     /// The deadline passed: report what is left, record it.
     Deadline,
 }
@@ -65,7 +65,7 @@ pub fn decide(record: &Record, cordoned: bool, now: DateTime<Utc>) -> Decision {
     // Under a second left still evicts, with the shortest grace there is
     // short of a forced deletion.
     let left = (record.deadline - now).num_seconds();
-    Decision::Step {
+    Decision::Evict {
         max_grace: left.max(1),
     }
 }
@@ -127,7 +127,7 @@ async fn reconcile_inner(node: &Node, ctx: &Context) -> Result<Action> {
             now, from,
         ))),
         Decision::Cordon => cordon(ctx, node, &record, now).await,
-        Decision::Step { max_grace } => {
+        Decision::Evict { max_grace } => {
             let progress = drain_step_within(ctx, &name, Some(max_grace)).await?;
             if progress.done() {
                 let note = format!(
@@ -479,14 +479,14 @@ mod tests {
     #[test]
     fn grace_periods_are_capped_by_the_time_left_and_the_deadline_ends_the_drain() {
         let (r, now) = record(80, false);
-        assert_eq!(decide(&r, true, now), Decision::Step { max_grace: 80 });
+        assert_eq!(decide(&r, true, now), Decision::Evict { max_grace: 80 });
         let (r, now) = record(0, false);
         assert_eq!(decide(&r, true, now), Decision::Deadline);
         let (r, now) = record(1, false);
         let early = now + chrono::Duration::milliseconds(400);
         assert_eq!(
             decide(&r, true, early),
-            Decision::Step { max_grace: 1 },
+            Decision::Evict { max_grace: 1 },
             "not ended before its deadline"
         );
         let (r, now) = record(-5, false);
@@ -510,7 +510,7 @@ mod tests {
         };
         assert_eq!(decide(&r, false, now), Decision::NotYet { from });
         assert_eq!(decide(&r, false, from), Decision::Cordon);
-        assert_eq!(decide(&r, true, from), Decision::Step { max_grace: 3600 });
+        assert_eq!(decide(&r, true, from), Decision::Evict { max_grace: 3600 });
         // A spot warning's mark lost its cordon: put back before evicting.
         let (spot, now) = record(80, false);
         assert_eq!(decide(&spot, false, now), Decision::Cordon);

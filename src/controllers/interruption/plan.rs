@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 /// One instance of ours a notice names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub enum Response {
     /// Persist the loss on the node (cordon, taint, label, record).
     Mark {
         owner: Owner,
@@ -51,7 +51,7 @@ pub struct MessagePlan {
     /// What was decided (metric label): acted, ignored, rejected,
     /// foreign_deleted, foreign_left, unknown_left, unjoined_left.
     pub outcome: &'static str,
-    pub steps: Vec<Step>,
+    pub steps: Vec<Response>,
     /// Delete the message once every step is carried out.
     pub delete: bool,
     /// For the log.
@@ -156,7 +156,7 @@ pub fn plan(
             // (a redelivery finds the nodes marked and does nothing twice).
             let partly_foreign = ours.len() < notice.instance_ids.len();
             let only_unmanaged = ours.is_empty();
-            let mut steps: Vec<Step> = ours
+            let mut steps: Vec<Response> = ours
                 .into_iter()
                 .map(|(instance_id, owner)| step(notice, instance_id, owner, specs, now))
                 .collect();
@@ -165,10 +165,16 @@ pub fn plan(
                     unmanaged_step(notice, instance_id, node, now)
                 }),
             );
-            let awaiting = steps.iter().any(|s| matches!(s, Step::AwaitNode { .. }));
+            let awaiting = steps
+                .iter()
+                .any(|s| matches!(s, Response::AwaitNode { .. }));
             let outcome = match (only_unmanaged, awaiting) {
                 (true, _) => "unmanaged",
-                (false, true) if steps.iter().all(|s| matches!(s, Step::AwaitNode { .. })) => {
+                (false, true)
+                    if steps
+                        .iter()
+                        .all(|s| matches!(s, Response::AwaitNode { .. })) =>
+                {
                     "unjoined_left"
                 }
                 _ => "acted",
@@ -179,12 +185,12 @@ pub fn plan(
                     steps
                         .iter()
                         .map(|s| match s {
-                            Step::Mark { node, .. } | Step::MarkUnmanaged { node, .. } => {
+                            Response::Mark { node, .. } | Response::MarkUnmanaged { node, .. } => {
                                 node.clone()
                             }
-                            Step::Note { instance_id, .. }
-                            | Step::Complete { instance_id, .. }
-                            | Step::AwaitNode { instance_id, .. } => instance_id.clone(),
+                            Response::Note { instance_id, .. }
+                            | Response::Complete { instance_id, .. }
+                            | Response::AwaitNode { instance_id, .. } => instance_id.clone(),
                         })
                         .collect::<Vec<_>>()
                         .join(", ")
@@ -286,7 +292,7 @@ fn unmanaged_step(
     instance_id: String,
     node: String,
     now: DateTime<Utc>,
-) -> Option<Step> {
+) -> Option<Response> {
     if !notice.kind.is_loss() || matches!(notice.kind, NoticeKind::TerminateLifecycleAction(_)) {
         return None;
     }
@@ -298,7 +304,7 @@ fn unmanaged_step(
         to_chrono(DEFAULT_SCHEDULED_CHANGE_LEAD),
         now,
     );
-    Some(Step::MarkUnmanaged {
+    Some(Response::MarkUnmanaged {
         record: record_of(notice, instance_id, None, t, None),
         node,
     })
@@ -335,13 +341,13 @@ fn step(
     owner: Owner,
     specs: &dyn GroupSpecs,
     now: DateTime<Utc>,
-) -> Step {
+) -> Response {
     let kind = notice.kind.label();
     if let NoticeKind::ScheduledMaintenance { event_type, start } = &notice.kind {
         let when = start.map_or("at a time AWS did not give".to_string(), |s| {
             format!("starting {}", s.to_rfc3339())
         });
-        return Step::Note {
+        return Response::Note {
             note: format!(
                 "scheduled {event_type} for {instance_id} {when}: the instance stays (not a loss), nothing is replaced"
             ),
@@ -352,7 +358,7 @@ fn step(
     }
     let replace = specs.replace_on_rebalance(&owner);
     if notice.kind == NoticeKind::RebalanceRecommendation && !(replace && owner.node.is_some()) {
-        return Step::Note {
+        return Response::Note {
             note: format!(
                 "rebalance recommendation for {instance_id}: at elevated risk of interruption (onRebalanceRecommendation Ignore)"
             ),
@@ -366,7 +372,7 @@ fn step(
         NoticeKind::TerminateLifecycleAction(a)
             if owner.auto_scaling_group.as_deref() != Some(a.auto_scaling_group.as_str()) =>
         {
-            return Step::Note {
+            return Response::Note {
                 note: format!(
                     "lifecycle action of {} names {instance_id}, which is in {}: not touched",
                     a.auto_scaling_group,
@@ -388,7 +394,7 @@ fn step(
         _ => None,
     };
     match (owner.node.clone(), lifecycle) {
-        (None, Some(action)) => Step::Complete {
+        (None, Some(action)) => Response::Complete {
             action,
             owner,
             instance_id,
@@ -400,7 +406,7 @@ fn step(
                 specs.scheduled_change_lead(&owner),
                 now,
             );
-            Step::Mark {
+            Response::Mark {
                 record: record_of(
                     notice,
                     instance_id,
@@ -417,9 +423,9 @@ fn step(
         (None, None)
             if notice.kind.is_loss() && now < deadlines(notice, specs.drain_deadline(&owner)).0 =>
         {
-            Step::AwaitNode { owner, instance_id }
+            Response::AwaitNode { owner, instance_id }
         }
-        (None, None) => Step::Note {
+        (None, None) => Response::Note {
             note: format!("{kind} for {instance_id}, which never joined: no node to drain"),
             reason: Reason::InterruptionNotice,
             owner,
@@ -496,7 +502,7 @@ mod tests {
         assert!(
             matches!(
                 ignored.steps.as_slice(),
-                [Step::Note {
+                [Response::Note {
                     reason: Reason::RebalanceRecommendation,
                     ..
                 }]
@@ -511,7 +517,7 @@ mod tests {
             ForeignMessages::Delete,
             at_notice(),
         );
-        let [Step::Mark { record, .. }] = replaced.steps.as_slice() else {
+        let [Response::Mark { record, .. }] = replaced.steps.as_slice() else {
             panic!("{replaced:?}")
         };
         assert_eq!(record.kind, "rebalance_recommendation");
@@ -563,7 +569,7 @@ mod tests {
         let noticed = Utc.with_ymd_and_hms(2026, 11, 23, 12, 0, 0).unwrap();
         assert_eq!(
             p.steps,
-            vec![Step::Mark {
+            vec![Response::Mark {
                 owner: owner(Some("n1")),
                 node: "n1".into(),
                 record: Record {
@@ -600,7 +606,7 @@ mod tests {
             at_notice() + chrono::Duration::seconds(89),
         );
         assert!(
-            matches!(young.steps.as_slice(), [Step::AwaitNode { instance_id, .. }] if instance_id == "i-9"),
+            matches!(young.steps.as_slice(), [Response::AwaitNode { instance_id, .. }] if instance_id == "i-9"),
             "{young:?}"
         );
         assert_eq!((young.outcome, young.delete), ("unjoined_left", false));
@@ -613,7 +619,10 @@ mod tests {
             ForeignMessages::Delete,
             at_notice() + chrono::Duration::seconds(90),
         );
-        assert!(matches!(p.steps.as_slice(), [Step::Note { .. }]), "{p:?}");
+        assert!(
+            matches!(p.steps.as_slice(), [Response::Note { .. }]),
+            "{p:?}"
+        );
         assert_eq!((p.outcome, p.delete), ("acted", true));
     }
 
@@ -721,7 +730,7 @@ mod tests {
             at_notice(),
         );
         assert!(
-            matches!(left.steps.as_slice(), [Step::Mark { .. }]),
+            matches!(left.steps.as_slice(), [Response::Mark { .. }]),
             "{left:?}"
         );
         assert_eq!((left.outcome, left.delete), ("acted", false));
@@ -768,7 +777,7 @@ mod tests {
             at_notice(),
         );
         match p.steps.as_slice() {
-            [Step::Mark { record, .. }] => record.clone(),
+            [Response::Mark { record, .. }] => record.clone(),
             _ => panic!("{p:?}"),
         }
     }
@@ -851,7 +860,7 @@ mod tests {
             ForeignMessages::Delete,
             at_notice(),
         );
-        let [Step::Note { reason, note, .. }] = p.steps.as_slice() else {
+        let [Response::Note { reason, note, .. }] = p.steps.as_slice() else {
             panic!("{p:?}")
         };
         assert_eq!(*reason, Reason::ScheduledMaintenance);
@@ -873,7 +882,7 @@ mod tests {
             ForeignMessages::Delete,
             arrived,
         );
-        let [Step::Mark { record, .. }] = p.steps.as_slice() else {
+        let [Response::Mark { record, .. }] = p.steps.as_slice() else {
             panic!("{p:?}")
         };
         assert_eq!(record.late, Some(true));
@@ -888,7 +897,7 @@ mod tests {
             ForeignMessages::Delete,
             at_notice() + chrono::Duration::seconds(89),
         );
-        let [Step::Mark { record, .. }] = p.steps.as_slice() else {
+        let [Response::Mark { record, .. }] = p.steps.as_slice() else {
             panic!("{p:?}")
         };
         assert_eq!(record.late, None);
@@ -928,7 +937,7 @@ mod tests {
             ForeignMessages::Delete,
             at_notice(),
         );
-        let [Step::Mark { record, .. }] = p.steps.as_slice() else {
+        let [Response::Mark { record, .. }] = p.steps.as_slice() else {
             panic!("{p:?}")
         };
         assert_eq!(record.kind, "terminate_lifecycle_action");
@@ -943,7 +952,7 @@ mod tests {
             at_notice(),
         );
         assert!(
-            matches!(p.steps.as_slice(), [Step::Complete { action, instance_id, .. }]
+            matches!(p.steps.as_slice(), [Response::Complete { action, instance_id, .. }]
                 if *action == expected && instance_id == "i-9"),
             "{p:?}"
         );
@@ -962,7 +971,10 @@ mod tests {
             ForeignMessages::Delete,
             at_notice(),
         );
-        assert!(matches!(p.steps.as_slice(), [Step::Note { .. }]), "{p:?}");
+        assert!(
+            matches!(p.steps.as_slice(), [Response::Note { .. }]),
+            "{p:?}"
+        );
         // Not ours: never completed by us.
         let p = plan(
             &lifecycle_action("i-x"),
@@ -1083,7 +1095,7 @@ mod tests {
             ForeignMessages::Delete,
             at_notice(),
         );
-        let [Step::MarkUnmanaged { node, record }] = p.steps.as_slice() else {
+        let [Response::MarkUnmanaged { node, record }] = p.steps.as_slice() else {
             panic!("{p:?}")
         };
         assert_eq!(node, "bastion");
@@ -1104,7 +1116,10 @@ mod tests {
             ForeignMessages::Leave,
             at_notice(),
         );
-        assert!(matches!(p.steps.as_slice(), [Step::MarkUnmanaged { .. }]));
+        assert!(matches!(
+            p.steps.as_slice(),
+            [Response::MarkUnmanaged { .. }]
+        ));
         assert!(!p.delete);
         // Not a loss, or a lifecycle action of an ASG no group names: untouched.
         for parsed in [recommendation("i-other"), lifecycle_action("i-other")] {
@@ -1149,32 +1164,32 @@ mod tests {
             let ours = ownership();
             for step in &p.steps {
                 match step {
-                    Step::MarkUnmanaged { node, record } => {
+                    Response::MarkUnmanaged { node, record } => {
                         proptest::prop_assert_eq!(node.as_str(), "bastion");
                         proptest::prop_assert_eq!(record.instance_id.as_str(), "i-other");
                         proptest::prop_assert!(record.kind != "terminate_lifecycle_action");
                     }
-                    Step::Mark { node, record, .. } => {
+                    Response::Mark { node, record, .. } => {
                         let owner = ours.owner(&record.instance_id).expect("owned");
                         proptest::prop_assert_eq!(owner.node.as_deref(), Some(node.as_str()));
                         if deadline >= 0 {
                             proptest::prop_assert!(record.deadline >= record.noticed);
                         }
                     }
-                    Step::Complete { instance_id, .. } => {
+                    Response::Complete { instance_id, .. } => {
                         let owner = ours.owner(instance_id).expect("owned");
                         proptest::prop_assert!(owner.node.is_none());
                     }
-                    Step::Note { instance_id, .. } => {
+                    Response::Note { instance_id, .. } => {
                         proptest::prop_assert!(ours.owner(instance_id).is_some());
                     }
-                    Step::AwaitNode { instance_id, .. } => {
+                    Response::AwaitNode { instance_id, .. } => {
                         let owner = ours.owner(instance_id).expect("owned");
                         proptest::prop_assert!(owner.node.is_none());
                     }
                 }
             }
-            let awaiting = p.steps.iter().any(|s| matches!(s, Step::AwaitNode { .. }));
+            let awaiting = p.steps.iter().any(|s| matches!(s, Response::AwaitNode { .. }));
             // Kept only on a shared queue: foreign, unreadable, unhandled,
             // or naming other clusters' instances too.
             // or, on our own queue, naming only instances the inventory may

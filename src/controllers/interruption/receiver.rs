@@ -6,7 +6,7 @@
 use super::lookup::{GroupWatch, Groups, NodeCache, unmanaged};
 use super::message;
 use super::ownership::Owner;
-use super::plan::{self, MessagePlan, Step};
+use super::plan::{self, MessagePlan, Response};
 use crate::Result;
 use crate::cloud::sqs::{Queue, Received};
 use crate::context::Context;
@@ -274,7 +274,7 @@ async fn carry_out(
         // would only mean publishing without a permit).
         let permit = || events.acquire();
         match step {
-            Step::Mark {
+            Response::Mark {
                 owner,
                 node,
                 record,
@@ -284,7 +284,7 @@ async fn carry_out(
                     announce_mark(ctx, groups, owner, node, record).await;
                 }
             }
-            Step::MarkUnmanaged { node, record } => {
+            Response::MarkUnmanaged { node, record } => {
                 if interruption_record::mark(ctx, node, record).await? {
                     let note = format!(
                         "{} for {} ({}), a node of no NodeGroup: cordoned and tainted, drained by {}; not replaced by this manager (its ASG replaces it once AWS takes it)",
@@ -305,7 +305,7 @@ async fn carry_out(
                     .await;
                 }
             }
-            Step::Complete {
+            Response::Complete {
                 owner,
                 instance_id,
                 action,
@@ -313,10 +313,10 @@ async fn carry_out(
                 complete_unjoined(ctx, groups, owner, instance_id, action).await?;
             }
             // The message stays; its next delivery finds the Node.
-            Step::AwaitNode { instance_id, .. } => {
+            Response::AwaitNode { instance_id, .. } => {
                 debug!(controller = CONTROLLER, instance = %instance_id, "no Node has joined for it yet; the message stays on the queue");
             }
-            Step::Note {
+            Response::Note {
                 owner,
                 reason,
                 note,

@@ -9,14 +9,14 @@
 //! take the first one's etcd volume, so a master goes before its
 //! replacement comes.
 
-use super::{Command, Planner, Step, describe_changes, surplus_of};
+use super::{Command, Deciding, Decision, describe_changes, surplus_of};
 use crate::controllers::group_view::DesiredChange;
 use crate::crd::Role;
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{LaunchedAhead, RefreshTarget};
 use std::time::Duration;
 
-impl Planner<'_> {
+impl Deciding<'_> {
     /// How many replacements may be launched ahead at once.
     pub(super) fn surge(&self, settings: &ResolvedRefresh) -> usize {
         match self.input.group.role {
@@ -107,7 +107,7 @@ impl Planner<'_> {
         &mut self,
         upcoming: &[RefreshTarget],
         settings: &ResolvedRefresh,
-    ) -> Option<Step> {
+    ) -> Option<Decision> {
         self.prune_ahead();
         let surge = self.surge(settings);
         let now = self.input.group.now;
@@ -152,7 +152,7 @@ impl Planner<'_> {
 
     /// The current replacement is Ready: the next nodes' replacements are
     /// launched now, while it is validated and settles (in an open window).
-    pub(super) fn launch_next_ahead(&mut self, settings: &ResolvedRefresh) -> Option<Step> {
+    pub(super) fn launch_next_ahead(&mut self, settings: &ResolvedRefresh) -> Option<Decision> {
         if self.run_window().closed_reason().is_some() {
             return None;
         }
@@ -162,7 +162,7 @@ impl Planner<'_> {
 
     /// The step raising each ASG to its recorded count, surplus and
     /// replacements launched ahead, when one is below it.
-    pub(super) fn raise_ahead(&self, names: Vec<String>) -> Option<Step> {
+    pub(super) fn raise_ahead(&self, names: Vec<String>) -> Option<Decision> {
         let changes: Vec<DesiredChange> = self
             .input
             .group
@@ -184,7 +184,7 @@ impl Planner<'_> {
             true => String::new(),
             false => format!(" of {}", names.join(", ")),
         };
-        Some(Step::act(
+        Some(Decision::act(
             Command::SetDesired(changes.clone()),
             format!(
                 "launching the replacement(s){whose} ahead: {}",

@@ -7,13 +7,13 @@
 //! judged on fresh counts. The batch is validated as one step: every
 //! replacement in service, every workload the batch moved back.
 
-use super::{Batch, Command, Next, Planner, SOON, Step};
+use super::{Batch, Command, Deciding, Decision, Next, SOON};
 use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
 use std::time::Duration;
 
-impl Planner<'_> {
+impl Deciding<'_> {
     pub(super) fn is_lead(&self, instance_id: &str) -> bool {
         self.status
             .current_target
@@ -100,7 +100,7 @@ impl Planner<'_> {
         what: String,
         requeue: Duration,
         settings: &ResolvedRefresh,
-    ) -> Step {
+    ) -> Decision {
         self.admit_alongside(settings);
         let alongside = match self.alongside_drains(settings) {
             Ok(more) => more,
@@ -114,7 +114,7 @@ impl Planner<'_> {
             first: target,
             alongside,
         };
-        Step::act(Command::Drain(batch), what, requeue)
+        Decision::act(Command::Drain(batch), what, requeue)
     }
 
     /// The nodes drained alongside, this step: those gone by other means
@@ -125,7 +125,7 @@ impl Planner<'_> {
     pub(super) fn alongside_drains(
         &mut self,
         settings: &ResolvedRefresh,
-    ) -> Result<Vec<RefreshTarget>, Step> {
+    ) -> Result<Vec<RefreshTarget>, Decision> {
         let now = self.input.group.now;
         let mut drains = vec![];
         for t in self.status.alongside.clone() {
@@ -187,7 +187,7 @@ impl Planner<'_> {
     /// The current target is terminated: the next nodes may still join,
     /// and the batch finishes before it is validated. None once every node
     /// of it is terminated.
-    pub(super) fn finish_alongside(&mut self, settings: &ResolvedRefresh) -> Option<Step> {
+    pub(super) fn finish_alongside(&mut self, settings: &ResolvedRefresh) -> Option<Decision> {
         self.admit_alongside(settings);
         let drains = match self.alongside_drains(settings) {
             Ok(drains) => drains,
@@ -205,11 +205,11 @@ impl Planner<'_> {
         }
         let message = format!("draining {} alongside", names.join(", "));
         Some(match Batch::from_vec(drains) {
-            None => Step::wait(
+            None => Decision::wait(
                 format!("{message}: held until the group can spare them"),
                 SOON,
             ),
-            Some(batch) => Step::act(Command::Drain(batch), message, SOON),
+            Some(batch) => Decision::act(Command::Drain(batch), message, SOON),
         })
     }
 
@@ -226,7 +226,7 @@ impl Planner<'_> {
             true if self.status.phase != RefreshPhase::WaitingForReplacement => {
                 Next::Enter(RefreshPhase::WaitingForReplacement)
             }
-            _ => Next::Step(Step::wait("the batch goes on", Duration::ZERO)),
+            _ => Next::Decision(Decision::wait("the batch goes on", Duration::ZERO)),
         })
     }
 
@@ -235,7 +235,7 @@ impl Planner<'_> {
     /// put back in service, one whose termination was recorded but not made
     /// is terminated if its raise is still there (its decrement restores the
     /// layout), else kept. One step at a time; None once the batch is empty.
-    pub(super) fn release_alongside(&mut self) -> Option<Step> {
+    pub(super) fn release_alongside(&mut self) -> Option<Decision> {
         if let Some(t) = self.status.current_target.clone()
             && t.purpose == TargetPurpose::Replace
             && t.terminated.is_none()
@@ -245,7 +245,7 @@ impl Planner<'_> {
                 && let Some(node) = t.node.clone()
             {
                 let message = format!("{node} kept: back in service");
-                return Some(Step::back_in_service(t, message));
+                return Some(Decision::back_in_service(t, message));
             }
         }
         while let Some(t) = self.status.alongside.first().cloned() {
@@ -267,7 +267,7 @@ impl Planner<'_> {
             self.leave_batch(&t.instance_id);
             if active && let Some(node) = t.node.clone() {
                 let message = format!("{node} (drained alongside) kept: back in service");
-                return Some(Step::back_in_service(t, message));
+                return Some(Decision::back_in_service(t, message));
             }
         }
         None

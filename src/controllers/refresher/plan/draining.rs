@@ -3,7 +3,7 @@
 //! once drained, its termination is recorded before it is made.
 
 use super::termination::run_reason;
-use super::{GroupNode, Happening, Input, Next, OnWindowClose, Planner, Removal, SOON, Step};
+use super::{Deciding, Decision, GroupNode, Happening, Input, Next, OnWindowClose, Removal, SOON};
 use crate::controllers::authority::Reason;
 use crate::controllers::authority::rules;
 use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after, until};
@@ -12,19 +12,19 @@ use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
 use crate::crd::replenisher::AsgCount;
 use std::time::Duration;
 
-impl Planner<'_> {
+impl Deciding<'_> {
     pub(super) fn draining_phase(&mut self, settings: &ResolvedRefresh) -> Next {
         // Raises recorded for replacements launched ahead come before any
         // drain (the manager may have died between the two).
         self.prune_ahead();
         if let Some(step) = self.raise_ahead(vec![]) {
-            return Next::Step(step);
+            return Next::Decision(step);
         }
         if let Some(next) = self.promote_alongside() {
             return next;
         }
         if self.drain_pending() {
-            return Next::Step(self.draining(settings));
+            return Next::Decision(self.draining(settings));
         }
         // No target yet (or it finished): pick the next one.
         self.next_target(settings)
@@ -87,7 +87,7 @@ impl Planner<'_> {
                 "{} node(s) left; the run waits, keeping its surplus: {why}",
                 self.remaining()
             );
-            return Next::Step(self.pause(why, requeue, settings.pause_timeout));
+            return Next::Decision(self.pause(why, requeue, settings.pause_timeout));
         }
         let (upcoming, protected) = self.candidates();
         let next = upcoming.first().cloned();
@@ -95,7 +95,7 @@ impl Planner<'_> {
             && !protected.is_empty()
             && let Some(step) = self.wait_for_protected(protected)
         {
-            return Next::Step(step);
+            return Next::Decision(step);
         }
         match next {
             Some(target) => {
@@ -105,9 +105,9 @@ impl Planner<'_> {
                 // Its replacement (and the next ones', up to maxSurge)
                 // comes up while it drains.
                 if let Some(step) = self.launch_ahead(&upcoming, settings) {
-                    return Next::Step(step);
+                    return Next::Decision(step);
                 }
-                Next::Step(self.draining(settings))
+                Next::Decision(self.draining(settings))
             }
             None => {
                 self.status.current_target = None;
@@ -158,7 +158,7 @@ impl Planner<'_> {
     /// Only protected nodes are left: wait for them up to the timeout
     /// (from when that began), then skip them, reported; the run goes on
     /// to its end. None once skipped.
-    fn wait_for_protected(&mut self, protected: Vec<(String, String, String)>) -> Option<Step> {
+    fn wait_for_protected(&mut self, protected: Vec<(String, String, String)>) -> Option<Decision> {
         let now = self.input.group.now;
         let since = *self.status.protected_since.get_or_insert(now);
         let until_t = after(since, self.input.do_not_disrupt_timeout);
@@ -167,7 +167,7 @@ impl Planner<'_> {
                 .iter()
                 .map(|(node, _, why)| format!("{node} ({why})"))
                 .collect();
-            return Some(Step::wait(
+            return Some(Decision::wait(
                 format!(
                     "waiting for protected node(s) until {}: {}",
                     until_t.to_rfc3339(),
@@ -196,17 +196,17 @@ impl Planner<'_> {
     /// group's spec mid-drain (its node, cordoned by us, still runs: it is
     /// given back), or it left its ASG by other means (a spot interruption).
     /// None: it still is.
-    fn no_longer_ours(&mut self, target: &RefreshTarget, label: &str) -> Option<Step> {
+    fn no_longer_ours(&mut self, target: &RefreshTarget, label: &str) -> Option<Decision> {
         let asg = &target.auto_scaling_group;
         let step = if self.input.group.asg(asg).is_none() {
             self.leave_batch(&target.instance_id);
-            Step::back_in_service(
+            Decision::back_in_service(
                 target.clone(),
                 format!("{label} given back: {asg} is no longer one of the group's ASGs"),
             )
         } else if !self.active(&target.instance_id) {
             self.status.current_target = None;
-            Step::wait(
+            Decision::wait(
                 format!("{label} left its ASG by other means"),
                 Duration::ZERO,
             )
@@ -220,10 +220,10 @@ impl Planner<'_> {
     }
 
     /// A target chosen, not yet terminated: drain it, or give up on it.
-    pub(super) fn draining(&mut self, settings: &ResolvedRefresh) -> Step {
+    pub(super) fn draining(&mut self, settings: &ResolvedRefresh) -> Decision {
         let now = self.input.group.now;
         let Some(target) = self.status.current_target.clone() else {
-            return Step::wait("no target", SOON);
+            return Decision::wait("no target", SOON);
         };
         let label = target
             .node
@@ -262,7 +262,7 @@ impl Planner<'_> {
                     ),
                 );
             }
-            return Step::wait(
+            return Decision::wait(
                 format!(
                     "holding {label}: removing it now would leave {ready_besides} Ready, fewer than {needed}"
                 ),
@@ -347,14 +347,14 @@ impl Planner<'_> {
     /// A planned node died while a healthy target waits to be spared: the
     /// group cannot spare it until the dead one is replaced, so the dead one
     /// goes first; the target is put back in service and taken again later.
-    fn unhealthy_first(&mut self, target: &RefreshTarget, label: &str) -> Option<Step> {
+    fn unhealthy_first(&mut self, target: &RefreshTarget, label: &str) -> Option<Decision> {
         if target.unhealthy {
             return None;
         }
         let dead = self.unhealthy_planned()?;
         self.status.current_target = None;
         let message = format!("{dead} died during the run: replacing it before {label}");
-        Some(Step::back_in_service(target.clone(), message))
+        Some(Decision::back_in_service(target.clone(), message))
     }
 
     /// A planned node, not yet replaced and still in service, that is
@@ -364,7 +364,7 @@ impl Planner<'_> {
     }
 
     /// Leaves the target in service (uncordoned) and fails the run.
-    pub(super) fn give_up(&mut self, target: &RefreshTarget, reason: String) -> Step {
+    pub(super) fn give_up(&mut self, target: &RefreshTarget, reason: String) -> Decision {
         self.leave_batch(&target.instance_id);
         if target.purpose == TargetPurpose::RemoveSurplus {
             // Keep this surplus node rather than loop on it: its ASG's
@@ -403,7 +403,7 @@ impl Planner<'_> {
             self.record_failure(reason.clone());
         }
         self.enter(RefreshPhase::ScalingDown);
-        Step::back_in_service(target.clone(), reason)
+        Decision::back_in_service(target.clone(), reason)
     }
 }
 

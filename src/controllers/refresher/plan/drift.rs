@@ -1,17 +1,17 @@
 //! A drift roll (`drift.action: Replace`) follows the drift while it runs:
 //! a newer template version adds nodes to it, a rollback takes them out.
 
-use super::{Happening, Planner, Step, rank, surplus_of};
+use super::{Deciding, Decision, Happening, rank, surplus_of};
 use crate::crd::refresher::{AsgDesired, RefreshPhase, RunTrigger, TargetPurpose};
 
-impl Planner<'_> {
+impl Deciding<'_> {
     /// A drift roll short of `ScalingDown` takes the nodes drifted now:
     /// those that drifted since it started join (a newer version) but for
     /// as many as each ASG's surplus, planned ones no longer drifted leave (a
     /// rollback), unless already terminated.
     /// One being drained is put back in service (the step returned), and
     /// so is one drained alongside it, even once the first is terminated.
-    pub(super) fn follow_drift(&mut self) -> Option<Step> {
+    pub(super) fn follow_drift(&mut self) -> Option<Decision> {
         if self.status.trigger != Some(RunTrigger::Drift)
             || rank(self.status.phase) >= rank(RefreshPhase::ScalingDown)
         {
@@ -34,7 +34,7 @@ impl Planner<'_> {
         if let Some(t) = back {
             self.leave_batch(&t.instance_id);
             let label = t.node.clone().unwrap_or(t.instance_id.clone());
-            step = Some(Step::back_in_service(
+            step = Some(Decision::back_in_service(
                 t,
                 format!("{label} is no longer drifted; back in service"),
             ));

@@ -2,7 +2,7 @@
 //! (with the reason), or start one and record what it will do.
 
 use super::targets::{drifted_targets, targets};
-use super::{Happening, IDLE, LOCK_RETRY, Planner, SOON, SlotState, Step, surplus_of};
+use super::{Deciding, Decision, Happening, IDLE, LOCK_RETRY, SOON, SlotState, surplus_of};
 use crate::controllers::authority::Reason;
 use crate::controllers::group_view::{AsgView, LockState, after, until};
 use crate::controllers::refresher::schedule::next_run;
@@ -18,9 +18,9 @@ const DRIFT_RETRY: Duration = Duration::from_secs(15);
 /// After a failed drift roll, the next one waits this long.
 pub const DRIFT_BACKOFF: Duration = Duration::from_secs(3600);
 
-impl Planner<'_> {
+impl Deciding<'_> {
     /// Not running. Some(step) unless a run starts now.
-    pub(super) fn idle(&mut self, settings: &ResolvedRefresh) -> Option<Step> {
+    pub(super) fn idle(&mut self, settings: &ResolvedRefresh) -> Option<Decision> {
         let input = self.input;
         let now = input.group.now;
         if self.status.next_run_from.as_deref() != Some(input.schedule_key) {
@@ -51,7 +51,7 @@ impl Planner<'_> {
                 (None, Some(_)) => ("the schedule never fires again".to_string(), IDLE),
             };
             // A lock still held here was left by a run that ended just before a restart.
-            return Some(Step::act(self.release_if_ours(), message, requeue));
+            return Some(Decision::act(self.release_if_ours(), message, requeue));
         }
         // Another group's master coming back: a due master run waits for
         // it (as for a slot), never skipped.
@@ -59,7 +59,7 @@ impl Planner<'_> {
             // Without the lock (taken for a start a master then stopped):
             // the other group's repair, and this group's, may need it.
             let message = format!("due; waiting: {why}");
-            return Some(Step::act(self.release_if_ours(), message, SOON));
+            return Some(Decision::act(self.release_if_ours(), message, SOON));
         }
         if let Some(why) = self.start_blocker() {
             return Some(self.skip(why, settings));
@@ -87,8 +87,8 @@ impl Planner<'_> {
                 planned.join(", ")
             );
             self.happenings.push(Happening::Planned(plan.clone()));
-            self.finish_idle(now, RunResult::Skipped, Some(plan.clone()), settings);
-            return Some(Step::wait(plan, SOON));
+            self.end_run(now, RunResult::Skipped, Some(plan.clone()), settings);
+            return Some(Decision::wait(plan, SOON));
         }
         if let Some(step) = self.lock_to_start("due") {
             return Some(step);
@@ -104,10 +104,10 @@ impl Planner<'_> {
         &mut self,
         drifted: Vec<String>,
         settings: &ResolvedRefresh,
-    ) -> Option<Step> {
+    ) -> Option<Decision> {
         let n = drifted.len();
         let wait = |why: String| {
-            Some(Step::wait(
+            Some(Decision::wait(
                 format!("{n} drifted node(s); the drift roll waits: {why}"),
                 DRIFT_RETRY,
             ))
@@ -116,7 +116,7 @@ impl Planner<'_> {
         // Ready) is not retried at once: each try costs a surplus node for
         // the whole ready timeout.
         if let Some((again, why)) = self.drift_backoff() {
-            return Some(Step::wait(
+            return Some(Decision::wait(
                 format!(
                     "{n} drifted node(s); the last drift roll failed ({why}); the next one starts at {}",
                     again.to_rfc3339()
@@ -152,12 +152,12 @@ impl Planner<'_> {
     /// A due run outside every maintenance window waits for the next one
     /// (not skipped: it starts when the window opens). Releases a slot or
     /// lock taken just before the window closed.
-    pub(super) fn outside_windows(&mut self, why: &str) -> Option<Step> {
+    pub(super) fn outside_windows(&mut self, why: &str) -> Option<Decision> {
         let window = self.input.window.seen_by(Reason::Refresh);
         let reason = window.closed_reason()?;
         self.status.phase = RefreshPhase::WaitingForWindow;
         let requeue = window.recheck_in(self.input.group.now);
-        Some(Step::act(
+        Some(Decision::act(
             self.release_if_ours(),
             format!("{why}; waiting: {reason}"),
             requeue,
@@ -227,7 +227,7 @@ impl Planner<'_> {
     /// A run may start (`why`): Some(step) until the group's lock and a
     /// disruption slot are ours, taken in that order (one order for every
     /// path); a wait for either holds neither.
-    pub(super) fn lock_to_start(&mut self, why: &str) -> Option<Step> {
+    pub(super) fn lock_to_start(&mut self, why: &str) -> Option<Decision> {
         let lock = &self.input.group.lock;
         match &self.input.slot {
             // Looked at before the lock is taken: a group waiting for a
@@ -237,12 +237,12 @@ impl Planner<'_> {
                 self.status.phase = RefreshPhase::WaitingForSlot;
                 let waiting = format!("{why}; waiting for a disruption slot: {holders}");
                 return Some(match lock {
-                    LockState::Ours => Step::act(
+                    LockState::Ours => Decision::act(
                         super::Command::ReleaseLock,
                         format!("{waiting}: giving the group's lock back meanwhile"),
                         LOCK_RETRY,
                     ),
-                    _ => Step::wait(waiting, LOCK_RETRY),
+                    _ => Decision::wait(waiting, LOCK_RETRY),
                 });
             }
             SlotState::Ours | SlotState::Free => {}
@@ -252,23 +252,23 @@ impl Planner<'_> {
             // A slot held without the lock (a restart between the two, a
             // lock lost): given back while the lock is held elsewhere,
             // which may be for long (another group's repair may need it).
-            LockState::Other(holder) if self.input.slot == SlotState::Ours => Some(Step::act(
+            LockState::Other(holder) if self.input.slot == SlotState::Ours => Some(Decision::act(
                 super::Command::ReleaseLock,
                 format!(
                     "{why}; the group's lock is held by {holder}: giving the disruption slot back while waiting"
                 ),
                 LOCK_RETRY,
             )),
-            LockState::Other(holder) => Some(Step::wait(
+            LockState::Other(holder) => Some(Decision::wait(
                 format!("{why}; waiting for the group's lock, held by {holder}"),
                 LOCK_RETRY,
             )),
-            LockState::Free => Some(Step::act(
+            LockState::Free => Some(Decision::act(
                 super::Command::TakeLock,
                 format!("{why}; taking the group's lock"),
                 Duration::ZERO,
             )),
-            LockState::Ours if self.input.slot != SlotState::Ours => Some(Step::act(
+            LockState::Ours if self.input.slot != SlotState::Ours => Some(Decision::act(
                 super::Command::TakeSlot,
                 format!("{why}; taking a disruption slot"),
                 Duration::ZERO,
@@ -324,15 +324,15 @@ impl Planner<'_> {
         st.progress = Some(format!("0/{}", st.total));
     }
 
-    fn skip(&mut self, reason: String, settings: &ResolvedRefresh) -> Step {
+    fn skip(&mut self, reason: String, settings: &ResolvedRefresh) -> Decision {
         self.happenings.push(Happening::Skipped(reason.clone()));
-        self.finish_idle(
+        self.end_run(
             self.input.group.now,
             RunResult::Skipped,
             Some(reason.clone()),
             settings,
         );
-        Step::act(
+        Decision::act(
             self.release_if_ours(),
             format!("run skipped: {reason}"),
             SOON,
@@ -348,7 +348,7 @@ impl Planner<'_> {
     }
 
     /// Records how the run (or the skipped one) went and clears the run.
-    pub(super) fn finish_idle(
+    pub(super) fn end_run(
         &mut self,
         started: DateTime<Utc>,
         result: RunResult,

@@ -1,5 +1,5 @@
 //! The refresher's decisions, pure: from what was observed and `now`, one
-//! [`Step`] and the next status. No I/O; the reconcile persists the status
+//! [`Decision`] and the next status. No I/O; the reconcile persists the status
 //! and carries the step's action out.
 //!
 //! A run, per group, one module per phase:
@@ -158,15 +158,15 @@ pub enum Happening {
 
 /// One reconcile's worth of work: the action, why, and when to look again.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Step {
+pub struct Decision {
     pub command: Command,
     pub message: String,
     pub requeue: Duration,
 }
 
-impl Step {
-    fn act(command: Command, message: impl Into<String>, requeue: Duration) -> Step {
-        Step {
+impl Decision {
+    fn act(command: Command, message: impl Into<String>, requeue: Duration) -> Decision {
+        Decision {
             command,
             message: message.into(),
             requeue,
@@ -174,16 +174,16 @@ impl Step {
     }
 
     /// Nothing to do but look again after `requeue`.
-    fn wait(message: impl Into<String>, requeue: Duration) -> Step {
-        Step::act(Command::Nothing, message, requeue)
+    fn wait(message: impl Into<String>, requeue: Duration) -> Decision {
+        Decision::act(Command::Nothing, message, requeue)
     }
 
     /// A target given back: its node uncordoned (none for an instance that
     /// never joined), then look again at once.
-    fn back_in_service(target: RefreshTarget, message: impl Into<String>) -> Step {
+    fn back_in_service(target: RefreshTarget, message: impl Into<String>) -> Decision {
         let reason: String = message.into();
         match target.node {
-            Some(_) => Step::act(
+            Some(_) => Decision::act(
                 Command::GiveBack {
                     target,
                     reason: reason.clone(),
@@ -191,7 +191,7 @@ impl Step {
                 reason,
                 Duration::ZERO,
             ),
-            None => Step::wait(reason, Duration::ZERO),
+            None => Decision::wait(reason, Duration::ZERO),
         }
     }
 }
@@ -212,7 +212,7 @@ pub struct Plan {
 /// What a phase decides: a step now, or the phase to go on in (never stored).
 #[allow(clippy::large_enum_variant)]
 enum Next {
-    Step(Step),
+    Decision(Decision),
     Enter(RefreshPhase),
 }
 
@@ -221,13 +221,13 @@ use crate::controllers::group_view::{IDLE, SOON};
 const LOCK_RETRY: Duration = Duration::from_secs(5);
 
 pub fn plan(input: &Input) -> Plan {
-    let mut planner = Planner {
+    let mut planner = Deciding {
         input,
         status: input.status.clone(),
         happenings: vec![],
         paused: false,
     };
-    let Step {
+    let Decision {
         command,
         message,
         requeue,
@@ -277,7 +277,7 @@ fn rank(phase: RefreshPhase) -> u8 {
     }
 }
 
-struct Planner<'a> {
+struct Deciding<'a> {
     input: &'a Input<'a>,
     status: RefresherStatus,
     happenings: Vec<Happening>,
@@ -285,14 +285,14 @@ struct Planner<'a> {
     paused: bool,
 }
 
-impl Planner<'_> {
+impl Deciding<'_> {
     /// The windows as the run's reason sees them (the rule book).
     fn run_window(&self) -> crate::controllers::window::WindowState {
         let reason = termination::run_reason(self.status.trigger);
         self.input.window.seen_by(reason)
     }
 
-    fn decide(&mut self) -> Step {
+    fn decide(&mut self) -> Decision {
         let settings = match self.input.settings {
             Ok(s) => s,
             Err(problem) => {
@@ -310,7 +310,7 @@ impl Planner<'_> {
                 self.status.phase = RefreshPhase::Blocked;
                 self.status.next_run = None;
                 self.status.next_run_from = None;
-                return Step::act(self.release_if_ours(), format!("no run: {problem}"), IDLE);
+                return Decision::act(self.release_if_ours(), format!("no run: {problem}"), IDLE);
             }
         };
         if self.status.run_start.is_none()
@@ -325,7 +325,7 @@ impl Planner<'_> {
     }
 
     /// Runs the phase transitions until one yields a step.
-    fn run(&mut self, settings: &ResolvedRefresh) -> Step {
+    fn run(&mut self, settings: &ResolvedRefresh) -> Decision {
         if let Some(step) = self.unwind_for_deletion() {
             return step;
         }
@@ -335,11 +335,11 @@ impl Planner<'_> {
         loop {
             let from = self.status.phase;
             match self.transition(settings) {
-                Next::Step(step) => return step,
+                Next::Decision(step) => return step,
                 Next::Enter(to) if rank(to) > rank(from) => self.enter(to),
                 Next::Enter(to) => {
                     // Unreachable by construction; never loop on it.
-                    return Step::wait(format!("in phase {from:?}, not entering {to:?}"), SOON);
+                    return Decision::wait(format!("in phase {from:?}, not entering {to:?}"), SOON);
                 }
             }
         }
@@ -351,7 +351,7 @@ impl Planner<'_> {
             RefreshPhase::ScalingUp => self.scaling_up(settings),
             RefreshPhase::Draining => self.draining_phase(settings),
             RefreshPhase::WaitingForReplacement => self.waiting_for_replacement(settings),
-            RefreshPhase::ScalingDown => Next::Step(self.scaling_down(settings)),
+            RefreshPhase::ScalingDown => Next::Decision(self.scaling_down(settings)),
             // A run without a running phase (hand-edited status): resume from the top.
             RefreshPhase::Idle
             | RefreshPhase::WaitingForLock
@@ -366,7 +366,7 @@ impl Planner<'_> {
     /// old nodes stay and every ASG gets its recorded count back. An old node
     /// being drained, or drained with its termination recorded but not made,
     /// is kept: the record is taken back and the node uncordoned.
-    fn unwind_for_deletion(&mut self) -> Option<Step> {
+    fn unwind_for_deletion(&mut self) -> Option<Decision> {
         if !self.input.group.deleting || rank(self.status.phase) >= rank(RefreshPhase::ScalingDown)
         {
             return None;

@@ -7,21 +7,21 @@
 //! spot loss while it waits) is set aside at once, so the replenisher can
 //! replace them: Ready never stays below desired because a run waits.
 
-use super::{Command, Happening, IDLE, LOCK_RETRY, Planner, SOON, SlotState, Step};
+use super::{Command, Deciding, Decision, Happening, IDLE, LOCK_RETRY, SOON, SlotState};
 use crate::controllers::group_view::{LockState, after, until};
 use crate::crd::nodegroup::ResolvedRefresh;
 use std::time::Duration;
 
-impl Planner<'_> {
+impl Deciding<'_> {
     /// A run in progress that may not step now (the group suspended or its
     /// spec invalid, a kops rolling update, the breaker open, the slots
     /// full, the lock another's), or the lock to take back. None: it steps.
-    pub(super) fn paused(&mut self, settings: &ResolvedRefresh) -> Option<Step> {
+    pub(super) fn paused(&mut self, settings: &ResolvedRefresh) -> Option<Decision> {
         let input = self.input;
         if input.dry_run {
             // A run started by a manager without --dry-run: stepping it here
             // would only record steps that are not made (nor a set-aside).
-            return Some(Step::wait(
+            return Some(Decision::wait(
                 "run paused: this manager runs with --dry-run; a manager without it resumes the run",
                 IDLE,
             ));
@@ -41,14 +41,14 @@ impl Planner<'_> {
                 LockState::Ours if input.slot == SlotState::Ours => return None,
                 // The lock first, then the slot (one order for every path).
                 LockState::Ours => {
-                    return Some(Step::act(
+                    return Some(Decision::act(
                         Command::TakeSlot,
                         "retaking a disruption slot",
                         Duration::ZERO,
                     ));
                 }
                 LockState::Free => {
-                    return Some(Step::act(
+                    return Some(Decision::act(
                         Command::TakeLock,
                         "retaking the group's lock",
                         Duration::ZERO,
@@ -69,7 +69,7 @@ impl Planner<'_> {
     /// Waits, paused for `why`, until the pause timeout (counted from the
     /// pause's start); past it, or at once while Ready is below desired,
     /// sets the run aside.
-    pub(super) fn pause(&mut self, why: String, requeue: Duration, timeout: Duration) -> Step {
+    pub(super) fn pause(&mut self, why: String, requeue: Duration, timeout: Duration) -> Decision {
         let now = self.input.group.now;
         self.paused = true;
         let since = *self.status.paused_since.get_or_insert(now);
@@ -91,7 +91,7 @@ impl Planner<'_> {
             let timeout = crate::duration::format(timeout);
             return self.set_aside_paused(format!("paused for over {timeout} ({why})"));
         }
-        Step::wait(
+        Decision::wait(
             format!("{why}; set aside at {} if still paused", limit.to_rfc3339()),
             requeue.min(until(now, limit)),
         )
@@ -100,7 +100,7 @@ impl Planner<'_> {
     /// Sets a paused run aside: a node in hand (cordoned, not terminated)
     /// is put back in service first, one per step; then the rest is
     /// recorded, the run's records cleared, the lock and slot given back.
-    fn set_aside_paused(&mut self, why: String) -> Step {
+    fn set_aside_paused(&mut self, why: String) -> Decision {
         let in_hand = self
             .status
             .batch()
@@ -109,7 +109,7 @@ impl Planner<'_> {
         if let Some(target) = in_hand {
             self.leave_batch(&target.instance_id);
             let label = target.node.clone().unwrap_or(target.instance_id.clone());
-            return Step::back_in_service(
+            return Decision::back_in_service(
                 target.clone(),
                 format!("setting the run aside ({why}): {label} back in service"),
             );
@@ -121,7 +121,7 @@ impl Planner<'_> {
             opens: None,
             why: Some(why.clone()),
         });
-        Step::act(
+        Decision::act(
             Command::ReleaseLock,
             format!("run set aside: {why}; {remaining} node(s) left, resumed later"),
             SOON,

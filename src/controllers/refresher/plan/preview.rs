@@ -8,7 +8,7 @@
 use super::draining::take_order;
 use super::set_aside::CONTROL_PLANE_UNOBSERVED;
 use super::targets::{drifted_targets, targets};
-use super::{Input, LockState, Planner, SlotState, WindowState};
+use super::{Deciding, Input, LockState, SlotState, WindowState};
 use crate::controllers::authority::Reason;
 use crate::crd::next::{LISTED_NODES, NextDisruption, NextNode};
 use crate::crd::nodegroup::ResolvedRefresh;
@@ -22,7 +22,7 @@ pub fn preview(
     input: &Input,
     window_at: &dyn Fn(DateTime<Utc>) -> WindowState,
 ) -> Option<NextDisruption> {
-    let mut planner = Planner {
+    let mut planner = Deciding {
         input,
         status: input.status.clone(),
         happenings: vec![],
@@ -61,7 +61,7 @@ struct Coming {
     targets: Vec<String>,
 }
 
-impl Planner<'_> {
+impl Deciding<'_> {
     /// A run in progress: the nodes it has left, in the order it takes them.
     fn under_way(&self) -> NextDisruption {
         let what = match self.status.trigger {

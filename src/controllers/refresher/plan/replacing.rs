@@ -3,7 +3,7 @@
 //! group validated (the replacement itself Ready and schedulable, the pods
 //! the drain moved back) and settled, then go on with the next target.
 
-use super::{Happening, Next, Planner, SOON, Step};
+use super::{Deciding, Decision, Happening, Next, SOON};
 use crate::controllers::group_view::{after, until};
 use crate::crd::Role;
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
@@ -12,11 +12,11 @@ use std::time::Duration;
 /// What the validation after a replacement decides.
 enum Validation {
     Passed,
-    Wait(Box<Step>),
+    Wait(Box<Decision>),
     Failed(String),
 }
 
-impl Planner<'_> {
+impl Deciding<'_> {
     pub(super) fn waiting_for_replacement(&mut self, settings: &ResolvedRefresh) -> Next {
         let now = self.input.group.now;
         if let Some(next) = self.promote_alongside() {
@@ -26,17 +26,17 @@ impl Planner<'_> {
             return self.next_target(settings);
         };
         if self.active(&target.instance_id) {
-            return Next::Step(self.retry_termination(target));
+            return Next::Decision(self.retry_termination(target));
         }
         // The nodes drained alongside it go before the batch is validated.
         if let Some(step) = self.finish_alongside(settings) {
-            return Next::Step(step);
+            return Next::Decision(step);
         }
         let (ready, whole) = (self.ready(), self.whole_but_dead());
         let node = self.batch_label();
         if ready >= whole {
             match self.control_plane_settling(settings) {
-                Ok(Some(waiting)) => return Next::Step(waiting),
+                Ok(Some(waiting)) => return Next::Decision(waiting),
                 Ok(None) => {}
                 Err(reason) => {
                     self.end_batch();
@@ -44,11 +44,11 @@ impl Planner<'_> {
                 }
             }
             if let Some(step) = self.launch_next_ahead(settings) {
-                return Next::Step(step);
+                return Next::Decision(step);
             }
             match self.validate(&node, settings) {
                 Validation::Passed => {}
-                Validation::Wait(step) => return Next::Step(*step),
+                Validation::Wait(step) => return Next::Decision(*step),
                 Validation::Failed(reason) => {
                     self.end_batch();
                     return self.fail(reason);
@@ -74,7 +74,7 @@ impl Planner<'_> {
                 crate::duration::format(settings.ready_timeout)
             ));
         }
-        Next::Step(Step::wait(
+        Next::Decision(Decision::wait(
             format!("waiting for the replacement of {node}: {ready} of {whole} nodes Ready"),
             SOON.min(until(now, deadline)),
         ))
@@ -108,7 +108,7 @@ impl Planner<'_> {
             let since = *self.status.validated_since.get_or_insert(now);
             let settled = after(since, settings.settle_time);
             if now < settled {
-                return Validation::Wait(Box::new(Step::wait(
+                return Validation::Wait(Box::new(Decision::wait(
                     format!(
                         "the replacement of {node} is validated; settling until {}",
                         settled.to_rfc3339()
@@ -125,7 +125,7 @@ impl Planner<'_> {
             // No watch tells of pods coming back, and evicted pods mostly
             // do within seconds: looked at as often as a drain's steps.
             let again = crate::k8s::drain::next_step_after(started, now);
-            return Validation::Wait(Box::new(Step::wait(
+            return Validation::Wait(Box::new(Decision::wait(
                 format!(
                     "validating the replacement of {node}: {}",
                     waiting.join("; ")
@@ -160,7 +160,7 @@ impl Planner<'_> {
     fn control_plane_settling(
         &mut self,
         settings: &ResolvedRefresh,
-    ) -> Result<Option<Step>, String> {
+    ) -> Result<Option<Decision>, String> {
         let input = self.input;
         if input.group.role != Role::Master {
             return Ok(None);
@@ -183,7 +183,7 @@ impl Planner<'_> {
                     waiting_for.join(", ")
                 ));
             }
-            return Ok(Some(Step::wait(
+            return Ok(Some(Decision::wait(
                 format!(
                     "waiting for control-plane pods (kube-apiserver, etcd-manager) on {}",
                     waiting_for.join(", ")
@@ -197,7 +197,7 @@ impl Planner<'_> {
             .get_or_insert(input.group.now);
         let settled = after(since, settings.master_settle_time);
         if input.group.now < settled {
-            return Ok(Some(Step::wait(
+            return Ok(Some(Decision::wait(
                 format!(
                     "control plane Ready; settling until {}",
                     settled.to_rfc3339()

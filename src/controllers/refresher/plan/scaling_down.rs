@@ -2,7 +2,7 @@
 //! nodes are chosen explicitly and drained like a replacement, then
 //! terminated with decrement; the run ends and the lock is released.
 
-use super::{Command, GroupNode, Happening, Member, Planner, SOON, Step, describe_changes};
+use super::{Command, Deciding, Decision, GroupNode, Happening, Member, SOON, describe_changes};
 use crate::controllers::authority::{Reason, rules};
 use crate::controllers::group_view::{DesiredChange, after, until};
 use crate::crd::nodegroup::ResolvedRefresh;
@@ -32,10 +32,10 @@ enum NoVictim {
     Protected(Vec<String>),
 }
 
-impl Planner<'_> {
+impl Deciding<'_> {
     /// Back to the recorded layout; then the run ends. Always a step: this
     /// is the last phase.
-    pub(super) fn scaling_down(&mut self, settings: &ResolvedRefresh) -> Step {
+    pub(super) fn scaling_down(&mut self, settings: &ResolvedRefresh) -> Decision {
         let input = self.input;
         // What was launched ahead is surplus now, removed like any.
         self.status.launched_ahead.clear();
@@ -68,14 +68,14 @@ impl Planner<'_> {
         } = self.layout();
         if !changes.is_empty() {
             let message = format!("cancelling a failed launch: {}", describe_changes(&changes));
-            return Step::act(Command::SetDesired(changes), message, SOON);
+            return Decision::act(Command::SetDesired(changes), message, SOON);
         }
         let deadline = after(self.since_phase(), settings.ready_timeout);
         if victim.is_none()
             && let Some(asg) = waiting
         {
             if input.group.now < deadline {
-                return Step::wait(
+                return Decision::wait(
                     format!(
                         "waiting for the launch in flight in {asg} before removing the surplus"
                     ),
@@ -105,7 +105,7 @@ impl Planner<'_> {
                         )),
                     );
                 }
-                Step::wait(
+                Decision::wait(
                     format!(
                         "keeping the surplus in {asg} until removing it leaves {} Ready ({} Ready now)",
                         input.group.desired,
@@ -245,7 +245,7 @@ impl Planner<'_> {
             .ok_or(NoVictim::TooFewReady)
     }
 
-    fn finish_run(&mut self, settings: &ResolvedRefresh, leftover: Option<String>) -> Step {
+    fn finish_run(&mut self, settings: &ResolvedRefresh, leftover: Option<String>) -> Decision {
         if self.status.pending_run.is_some() && self.status.failure.is_none() && leftover.is_none()
         {
             return self.end_leg();
@@ -270,13 +270,13 @@ impl Planner<'_> {
             replaced,
             took,
         });
-        self.finish_idle(started, result, reason.clone(), settings);
+        self.end_run(started, result, reason.clone(), settings);
         self.status.progress = Some(format!("{replaced}/{total}"));
         let message = match reason {
             Some(r) => format!("run failed after replacing {replaced} of {total}: {r}"),
             None => format!("run succeeded: replaced {replaced} of {total}"),
         };
-        Step::act(Command::ReleaseLock, message, SOON)
+        Decision::act(Command::ReleaseLock, message, SOON)
     }
 
     /// Records what the ending run leaves above its recorded counts, and

@@ -1,17 +1,17 @@
 //! `ScalingUp`: raise the ASGs by the run's surplus and wait until it is
 //! Ready, bounded by the ready timeout.
 
-use super::{Command, Next, Planner, SOON, Step, describe_changes, surplus_of};
+use super::{Command, Deciding, Decision, Next, SOON, describe_changes, surplus_of};
 use crate::controllers::group_view::{DesiredChange, after, until};
 use crate::crd::nodegroup::ResolvedRefresh;
 
-impl Planner<'_> {
+impl Deciding<'_> {
     pub(super) fn scaling_up(&mut self, settings: &ResolvedRefresh) -> Next {
         let now = self.input.group.now;
         let changes = self.raise_changes();
         if !changes.is_empty() {
             let message = format!("adding surplus: {}", describe_changes(&changes));
-            return Next::Step(Step::act(Command::SetDesired(changes), message, SOON));
+            return Next::Decision(Decision::act(Command::SetDesired(changes), message, SOON));
         }
         let (ready, whole) = (self.ready(), self.whole_but_dead());
         if ready >= whole {
@@ -20,7 +20,7 @@ impl Planner<'_> {
         // The first nodes' replacements come up with the surplus, not one
         // launch after it (workers, up to maxSurge, in an open window).
         if let Some(step) = self.launch_next_ahead(settings) {
-            return Next::Step(step);
+            return Next::Decision(step);
         }
         let deadline = after(self.since_phase(), settings.ready_timeout);
         if now >= deadline {
@@ -29,7 +29,7 @@ impl Planner<'_> {
                 crate::duration::format(settings.ready_timeout)
             ));
         }
-        Next::Step(Step::wait(
+        Next::Decision(Decision::wait(
             format!("waiting for surplus: {ready} of {whole} nodes Ready"),
             SOON.min(until(now, deadline)),
         ))

@@ -8,7 +8,7 @@
 //! slot would keep the other group's repair, which needs the slot, from
 //! ever bringing that master back.
 
-use super::{Happening, IDLE, Planner, SOON, Step};
+use super::{Deciding, Decision, Happening, IDLE, SOON};
 use crate::controllers::authority::Blocked;
 use crate::controllers::refresher::plan::Command;
 use crate::crd::Role;
@@ -18,7 +18,7 @@ use crate::crd::refresher::{PendingRun, RefreshPhase, RefreshTarget, RunResult, 
 /// Why a master run does not start when the control plane was not looked at.
 pub(super) const CONTROL_PLANE_UNOBSERVED: &str = "the control plane was not observed";
 
-impl Planner<'_> {
+impl Deciding<'_> {
     /// The window closed with nodes left: record what is left before the
     /// surplus goes (`ScalingDown` then ends the leg, see [`Self::end_leg`]).
     pub(super) fn set_aside(&mut self) {
@@ -42,11 +42,15 @@ impl Planner<'_> {
     /// The authority refuses the target now: put it back in service and set
     /// the run aside (lock and slot given back); it resumes once every
     /// master of the cluster is Ready (`start_blocker`).
-    pub(super) fn yield_to_authority(&mut self, target: &RefreshTarget, blocked: Blocked) -> Step {
+    pub(super) fn yield_to_authority(
+        &mut self,
+        target: &RefreshTarget,
+        blocked: Blocked,
+    ) -> Decision {
         self.leave_batch(&target.instance_id);
         self.set_aside();
         self.enter(RefreshPhase::ScalingDown);
-        Step::back_in_service(
+        Decision::back_in_service(
             target.clone(),
             format!("run set aside: refusing to {blocked}; it resumes once every master is Ready"),
         )
@@ -95,7 +99,7 @@ impl Planner<'_> {
 
     /// The surplus of a run set aside is gone: the leg ends without a
     /// result (the run is not over), the lock and slot are given back.
-    pub(super) fn end_leg(&mut self) -> Step {
+    pub(super) fn end_leg(&mut self) -> Decision {
         let remaining = self.close_leg();
         let opens = self.input.window.opens();
         // Set aside in an open window: the authority stopped it.
@@ -119,7 +123,7 @@ impl Planner<'_> {
             opens,
             why,
         });
-        Step::act(Command::ReleaseLock, message, SOON)
+        Decision::act(Command::ReleaseLock, message, SOON)
     }
 
     /// No run in progress and one set aside: it resumes once a window is
@@ -128,7 +132,7 @@ impl Planner<'_> {
         &mut self,
         pending: PendingRun,
         settings: &ResolvedRefresh,
-    ) -> Option<Step> {
+    ) -> Option<Decision> {
         self.status.phase = RefreshPhase::Idle;
         let left: Vec<String> = pending
             .remaining
@@ -142,7 +146,7 @@ impl Planner<'_> {
             return Some(self.end_set_aside(pending, settings));
         }
         if let Some(why) = self.start_blocker() {
-            return Some(Step::act(
+            return Some(Decision::act(
                 self.release_if_ours(),
                 format!("{what}; waiting: {why}"),
                 IDLE,
@@ -153,10 +157,10 @@ impl Planner<'_> {
         }
         let (surplus, short) = self.surplus_to_add(settings);
         if let Some(why) = short {
-            return Some(Step::wait(format!("{what}; waiting: {why}"), IDLE));
+            return Some(Decision::wait(format!("{what}; waiting: {why}"), IDLE));
         }
         if self.input.dry_run {
-            return Some(Step::wait(
+            return Some(Decision::wait(
                 format!(
                     "{what}; this manager runs with --dry-run; a manager without it resumes the run"
                 ),
@@ -179,7 +183,7 @@ impl Planner<'_> {
     }
 
     /// Nothing of the run set aside is left to replace: it ends, succeeded.
-    fn end_set_aside(&mut self, pending: PendingRun, settings: &ResolvedRefresh) -> Step {
+    fn end_set_aside(&mut self, pending: PendingRun, settings: &ResolvedRefresh) -> Decision {
         let now = self.input.group.now;
         self.status.trigger = pending.trigger;
         self.status.replaced = pending.replaced;
@@ -188,9 +192,9 @@ impl Planner<'_> {
             replaced: pending.replaced,
             took: (now - pending.started).to_std().unwrap_or_default(),
         });
-        self.finish_idle(pending.started, RunResult::Succeeded, None, settings);
+        self.end_run(pending.started, RunResult::Succeeded, None, settings);
         self.status.progress = Some(format!("{}/{}", pending.replaced, pending.total));
-        Step::act(
+        Decision::act(
             self.release_if_ours(),
             format!(
                 "run succeeded: replaced {} of {}; the rest left the group meanwhile",

@@ -1,7 +1,7 @@
 //! When a target may go, and its termination: recorded in the status
 //! before it is made, retried after a restart only while still safe.
 
-use super::{Command, GroupNode, Planner, SOON, Step};
+use super::{Command, Deciding, Decision, GroupNode, SOON};
 use crate::controllers::authority::rules::{self, Rule};
 use crate::controllers::authority::{self, Blocked, ControlPlane, Reason, Request};
 use crate::crd::Role;
@@ -9,11 +9,11 @@ use crate::crd::refresher::RefresherStatus;
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, RunTrigger, TargetPurpose};
 use chrono::{DateTime, Utc};
 
-impl Planner<'_> {
-    pub(super) fn terminate_now(&mut self, instance_id: &str, message: String) -> Step {
+impl Deciding<'_> {
+    pub(super) fn terminate_now(&mut self, instance_id: &str, message: String) -> Decision {
         match after_drain(&mut self.status, instance_id, self.input.group.now) {
-            Some(target) => Step::act(Command::Terminate(target), message, SOON),
-            None => Step::wait(message, SOON),
+            Some(target) => Decision::act(Command::Terminate(target), message, SOON),
+            None => Decision::wait(message, SOON),
         }
     }
 
@@ -30,7 +30,7 @@ impl Planner<'_> {
     /// make it if it is still safe; otherwise take the record back and let
     /// the drain logic hold or give up, so a restart never removes a node
     /// the group can no longer spare.
-    pub(super) fn retry_termination(&mut self, target: RefreshTarget) -> Step {
+    pub(super) fn retry_termination(&mut self, target: RefreshTarget) -> Decision {
         let Removal {
             safe,
             ready_besides,
@@ -42,7 +42,7 @@ impl Planner<'_> {
         let refused = self.refused(&target);
         if safe && refused.is_none() {
             let message = format!("terminating {}", target.instance_id);
-            return Step::act(Command::Terminate(target), message, SOON);
+            return Decision::act(Command::Terminate(target), message, SOON);
         }
         let lead = self.is_lead(&target.instance_id);
         if let Some(t) = self.status.batch_member_mut(&target.instance_id) {
@@ -62,7 +62,7 @@ impl Planner<'_> {
                 format!("terminating it now would leave {ready_besides} Ready, fewer than {needed}")
             }
         };
-        Step::wait(format!("holding {}: {why}", target.instance_id), SOON)
+        Decision::wait(format!("holding {}: {why}", target.instance_id), SOON)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Instances that never joined: terminated in their ASG, one at a time,
 //! with a backoff per ASG while its replacements keep not joining.
 
-use super::{Command, NotJoinedView, Plan, Stage, exclusion_backoff};
+use super::{Command, Deciding, NotJoinedView, Plan, exclusion_backoff};
 use crate::controllers::authority::{self, Reason, Request};
 use crate::controllers::group_view::after;
 use crate::crd::Role;
@@ -11,7 +11,7 @@ use crate::crd::replenisher::{CleanupTarget, NotJoinedRemovals, ReplenishPhase};
 /// the count, at once) are terminated in their ASG, one at a time. Backs off
 /// per ASG while its replacements keep not joining; never waits on the
 /// cooldown, and a removal not yet due passes on to the other stages.
-pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
+pub(super) fn remove_not_joined(s: &Deciding) -> Option<Plan> {
     let input = s.input;
     let now = input.group.now;
     let (instance, reason) = candidate(s)?;
@@ -93,7 +93,7 @@ pub(super) fn remove_not_joined(s: &Stage) -> Option<Plan> {
 /// that has not joined is removed at once (its ASG's backoff aside), not
 /// at its join timeout: an extra master would join etcd as a member
 /// nobody asked for.
-pub(super) fn extra_master(s: &Stage) -> bool {
+pub(super) fn extra_master(s: &Deciding) -> bool {
     let total_instances: i32 = s.asgs.iter().map(|a| a.instances).sum();
     // What we raised is no extra: a replacement for a master at risk or
     // warned, launched while it still runs.
@@ -104,7 +104,7 @@ pub(super) fn extra_master(s: &Stage) -> bool {
 /// The instance to remove and why: a recorded cleanup whose instance is
 /// still there, else one overdue, else (masters) one beyond the configured
 /// count; only in an ASG whose backoff has passed.
-fn candidate<'a>(s: &Stage<'a>) -> Option<(&'a NotJoinedView, String)> {
+fn candidate<'a>(s: &Deciding<'a>) -> Option<(&'a NotJoinedView, String)> {
     let input = s.input;
     let now = input.group.now;
     let extra_master = extra_master(s);

@@ -6,7 +6,7 @@
 
 use super::queries::{leaves_through_us, replacement};
 use super::scale_in::{choose_victim, protected_surplus};
-use super::{Plan, SlotState, Stage};
+use super::{Deciding, Plan, SlotState};
 use crate::controllers::authority::{self, Reason, Request};
 use crate::controllers::group_view::{Fate, GroupFacts, GroupNode, LockState, after};
 use crate::controllers::window::WindowState;
@@ -96,11 +96,11 @@ fn held_by(group: &GroupFacts, instance: &str, slot: &SlotState) -> Option<Strin
 /// join timeout (or its ASG's backoff), a node at risk once replaced and a
 /// window is open, a surplus node once the cooldown is over and a window is
 /// open. Interrupted nodes are not here: AWS takes them at its time.
-pub(super) fn next(s: &Stage, plan: &Plan) -> Option<NextDisruption> {
+pub(super) fn next(s: &Deciding, plan: &Plan) -> Option<NextDisruption> {
     under_way(s, &plan.status).or_else(|| coming(s))
 }
 
-fn under_way(s: &Stage, status: &ReplenisherStatus) -> Option<NextDisruption> {
+fn under_way(s: &Deciding, status: &ReplenisherStatus) -> Option<NextDisruption> {
     let (what, why, node, instance_id) = if let Some(t) = &status.scale_in {
         let at_risk = s.input.group.nodes.iter().any(|n| {
             n.instance_id.as_deref() == Some(&t.instance_id) && n.fate == Some(Fate::AtRisk)
@@ -142,7 +142,7 @@ struct Kind {
     blocked_by: Option<String>,
 }
 
-fn coming(s: &Stage) -> Option<NextDisruption> {
+fn coming(s: &Deciding) -> Option<NextDisruption> {
     // The soonest; among equals, in the stages' order.
     let kind = [
         never_joined(s),
@@ -184,13 +184,13 @@ fn coming(s: &Stage) -> Option<NextDisruption> {
 }
 
 /// `t` if it is still to come; None: now.
-fn later(s: &Stage, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+fn later(s: &Deciding, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
     (t > s.input.group.now).then_some(t)
 }
 
 /// A voluntary removal's time: not before `t` (None: now), and not before
 /// a closed window opens.
-fn in_window(s: &Stage, reason: Reason, t: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
+fn in_window(s: &Deciding, reason: Reason, t: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
     let at = match s.window(reason).opens() {
         Some(opens) => Some(t.map_or(opens, |t| t.max(opens))),
         None => t,
@@ -198,7 +198,7 @@ fn in_window(s: &Stage, reason: Reason, t: Option<DateTime<Utc>>) -> Option<Date
     at.and_then(|t| later(s, t))
 }
 
-fn window_never(s: &Stage, reason: Reason) -> Option<String> {
+fn window_never(s: &Deciding, reason: Reason) -> Option<String> {
     matches!(s.window(reason), WindowState::Closed { opens: None })
         .then(|| "no maintenance window opens again".to_string())
 }
@@ -206,7 +206,7 @@ fn window_never(s: &Stage, reason: Reason) -> Option<String> {
 /// Instances that never joined, at their join timeout (an extra master's:
 /// now) or their ASG's backoff, whichever is later (the cleanup stage's own
 /// clock).
-fn never_joined(s: &Stage) -> Option<Kind> {
+fn never_joined(s: &Deciding) -> Option<Kind> {
     let input = s.input;
     let extra_master = super::cleanup::extra_master(s);
     let mut never: Vec<(DateTime<Utc>, NextNode)> = input
@@ -260,7 +260,7 @@ fn never_joined(s: &Stage) -> Option<Kind> {
 }
 
 /// Repairs, at each node's unhealthy time.
-fn repairs(s: &Stage) -> Option<Kind> {
+fn repairs(s: &Deciding) -> Option<Kind> {
     let input = s.input;
     let active: Vec<String> = input.active.iter().cloned().collect();
     let repairs = repairs_to_come(&input.group, &active, &input.slot);
@@ -285,7 +285,7 @@ fn repairs(s: &Stage) -> Option<Kind> {
 }
 
 /// Nodes at risk we replaced, removed once in a window (and Ready back).
-fn at_risk(s: &Stage) -> Option<Kind> {
+fn at_risk(s: &Deciding) -> Option<Kind> {
     let input = s.input;
     let nodes: Vec<NextNode> = input
         .group
@@ -310,7 +310,7 @@ fn at_risk(s: &Stage) -> Option<Kind> {
 }
 
 /// A node a voluntary removal would take, with its protection if any.
-fn voluntary(s: &Stage, reason: Reason, n: &GroupNode) -> Option<NextNode> {
+fn voluntary(s: &Deciding, reason: Reason, n: &GroupNode) -> Option<NextNode> {
     Some(NextNode {
         node: n.name.clone(),
         instance_id: n.instance_id.clone()?,
@@ -323,7 +323,7 @@ fn voluntary(s: &Stage, reason: Reason, n: &GroupNode) -> Option<NextNode> {
 
 /// Nodes on the on-demand fallback, back to spot once a spot ASG has
 /// launched for `returnAfter` (the soonest clock), in a window.
-fn back_to_spot(s: &Stage) -> Option<Kind> {
+fn back_to_spot(s: &Deciding) -> Option<Kind> {
     let settings = s.input.fallback?;
     let nodes: Vec<NextNode> = super::fallback::on_fallback(s)
         .into_iter()
@@ -352,7 +352,7 @@ fn back_to_spot(s: &Stage) -> Option<Kind> {
 }
 
 /// Surplus nodes (a shortage ended), after the cooldown, in a window.
-fn surplus(s: &Stage) -> Option<Kind> {
+fn surplus(s: &Deciding) -> Option<Kind> {
     let input = s.input;
     // While nodes are on the fallback, a surplus waits to take their place.
     let fallback_nodes = input.fallback.is_some() && !super::fallback::on_fallback(s).is_empty();
@@ -384,7 +384,7 @@ fn surplus(s: &Stage) -> Option<Kind> {
 }
 
 /// What holds every disruption of the group now, as the guards see it.
-fn group_block(s: &Stage) -> Option<String> {
+fn group_block(s: &Deciding) -> Option<String> {
     if !s.input.spec_valid {
         return Some("the NodeGroup spec is invalid".into());
     }

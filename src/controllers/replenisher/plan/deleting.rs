@@ -3,7 +3,7 @@
 
 use super::interrupted::retire;
 use super::scale_in::scale_in_in_progress;
-use super::{Command, Plan, Stage};
+use super::{Command, Deciding, Plan};
 use crate::crd::replenisher::ReplenishPhase;
 
 /// The NodeGroup is being deleted; its finalizer waits until nothing is
@@ -11,7 +11,7 @@ use crate::crd::replenisher::ReplenishPhase;
 /// node is already drained); one still draining is abandoned (its node
 /// uncordoned and kept); a recorded cleanup or termination of interrupted
 /// instances is carried out. Then idle, lock released.
-pub(super) fn unwinding(s: &Stage) -> Option<Plan> {
+pub(super) fn unwinding(s: &Deciding) -> Option<Plan> {
     const REASON: &str = "the NodeGroup is being deleted";
     if !s.input.group.deleting {
         return None;

@@ -10,7 +10,7 @@
 use super::queries::{changes_from, on_the_way, spread, spread_over};
 use super::records::record_raise;
 use super::scale_in::{PROTECTED_RETRY, slot_for, start_scale_in};
-use super::{Command, Plan, Stage};
+use super::{Command, Deciding, Plan};
 use crate::controllers::authority::Reason;
 use crate::controllers::group_view::{AsgView, DesiredChange, GroupNode, IDLE, after, until};
 use crate::crd::Role;
@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 /// every spot ASG is short (Ready below desired, none able to launch), and
 /// since when each spot ASG able to launch has been so (a failure restarts
 /// it). Nothing without `spec.fallback`.
-pub(super) fn clocks(s: &Stage) -> (Option<DateTime<Utc>>, Vec<AsgSince>) {
+pub(super) fn clocks(s: &Deciding) -> (Option<DateTime<Utc>>, Vec<AsgSince>) {
     if s.input.fallback.is_none() || s.input.group.role != Role::Worker {
         return (None, vec![]);
     }
@@ -58,7 +58,7 @@ pub(super) fn clocks(s: &Stage) -> (Option<DateTime<Utc>>, Vec<AsgSince>) {
 /// Ready is short and no spot ASG can launch: the fallback, once short for
 /// `after`, by what is missing (what is on its way counted once, the
 /// fallback's own too). None without `spec.fallback`.
-pub(super) fn fall_back(s: &Stage, deficit: i32) -> Option<Plan> {
+pub(super) fn fall_back(s: &Deciding, deficit: i32) -> Option<Plan> {
     let settings = s.input.fallback?;
     let input = s.input;
     if input.group.role != Role::Worker {
@@ -114,7 +114,7 @@ pub(super) fn fall_back(s: &Stage, deficit: i32) -> Option<Plan> {
 }
 
 /// The Ready nodes on the fallback, by name.
-pub(super) fn on_fallback<'a>(s: &Stage<'a>) -> Vec<&'a GroupNode> {
+pub(super) fn on_fallback<'a>(s: &Deciding<'a>) -> Vec<&'a GroupNode> {
     let fallback = |n: &&GroupNode| {
         s.asgs
             .iter()
@@ -134,7 +134,7 @@ pub(super) fn on_fallback<'a>(s: &Stage<'a>) -> Vec<&'a GroupNode> {
 
 /// When the spot ASGs able to launch may take a fallback node's place: the
 /// soonest of their clocks plus `returnAfter`.
-pub(super) fn spot_due<'s>(s: &'s Stage) -> Vec<(DateTime<Utc>, &'s AsgView)> {
+pub(super) fn spot_due<'s>(s: &'s Deciding) -> Vec<(DateTime<Utc>, &'s AsgView)> {
     let Some(settings) = s.input.fallback else {
         return vec![];
     };
@@ -156,7 +156,7 @@ pub(super) fn spot_due<'s>(s: &'s Stage) -> Vec<(DateTime<Utc>, &'s AsgView)> {
 /// Nodes on the fallback: back to spot once a spot ASG has launched for
 /// `returnAfter`, one at a time, replacement first; until then they stay
 /// (and a spot surplus with them: it takes a fallback node's place then).
-pub(super) fn return_to_spot(s: &Stage) -> Option<Plan> {
+pub(super) fn return_to_spot(s: &Deciding) -> Option<Plan> {
     let settings = s.input.fallback?;
     let nodes = on_fallback(s);
     let first = nodes.first()?;
@@ -229,7 +229,7 @@ pub(super) fn return_to_spot(s: &Stage) -> Option<Plan> {
 
 /// Ready at desired with a fallback node to return: its spot replacement
 /// first, in a spot ASG that has launched for `returnAfter`, one at a time.
-fn replacement_first(s: &Stage, due: &[&AsgView], node: &GroupNode) -> Option<Plan> {
+fn replacement_first(s: &Deciding, due: &[&AsgView], node: &GroupNode) -> Option<Plan> {
     let coming: i32 = s
         .asgs
         .iter()

@@ -24,7 +24,7 @@ use crate::crd::Role;
 pub(super) const RETIRE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 use super::queries::{authority_for, leaves_through_us, replacement};
 use super::scale_in::{PROTECTED_RETRY, slot_for, start_scale_in};
-use super::{Command, Plan, Stage};
+use super::{Command, Deciding, Plan};
 use crate::controllers::authority::Reason;
 use crate::controllers::group_view::{Fate, GroupNode, SOON};
 use crate::crd::replenisher::{Replacement, ReplenishPhase, Retirement, ScaleInTarget};
@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 /// Recorded terminations of interrupted instances go on; reclaimed nodes
 /// we replaced are terminated once drained with their replacement launched,
 /// or at their deadline.
-pub(super) fn retire(s: &Stage) -> Option<Plan> {
+pub(super) fn retire(s: &Deciding) -> Option<Plan> {
     if !s.status.retiring.is_empty() {
         let names: Vec<&str> = s.status.retiring.iter().map(|r| r.node.as_str()).collect();
         return Some(s.act(
@@ -117,7 +117,7 @@ pub(super) fn retire(s: &Stage) -> Option<Plan> {
 /// An at-risk node whose replacement is Ready is removed like a surplus
 /// node: drained, then terminated (with decrement when replaced in its own
 /// ASG). The cooldown does not apply: this is the second half of one step.
-pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
+pub(super) fn remove_at_risk(s: &Deciding) -> Option<Plan> {
     // Outside the maintenance windows it stays (`at_risk_kept` says so);
     // AWS may still take it, which is then an interruption like any other.
     if s.status.scale_in.is_some()
@@ -167,7 +167,7 @@ pub(super) fn remove_at_risk(s: &Stage) -> Option<Plan> {
 /// for it (with it), or, nothing recorded, by Ready nodes enough without it
 /// (a surplus was there when the recommendation came, or no ASG could
 /// launch then): it need not serve on until its mark is old.
-fn at_risk_replaced<'s>(s: &'s Stage) -> Option<(&'s GroupNode, Option<&'s Replacement>)> {
+fn at_risk_replaced<'s>(s: &'s Deciding) -> Option<(&'s GroupNode, Option<&'s Replacement>)> {
     let serving = s
         .input
         .group
@@ -189,7 +189,7 @@ fn at_risk_replaced<'s>(s: &'s Stage) -> Option<(&'s GroupNode, Option<&'s Repla
 
 /// Nothing else to do, a node at risk replaced and kept (every window
 /// closed, or it is protected): say so, and until when.
-pub(super) fn at_risk_kept(s: &Stage) -> Option<Plan> {
+pub(super) fn at_risk_kept(s: &Deciding) -> Option<Plan> {
     let (node, _) = at_risk_replaced(s)?;
     let window = s.window(Reason::AtRisk);
     let (why, requeue) = match s.protected(Reason::AtRisk).get(&node.name) {

@@ -203,14 +203,14 @@ fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<U
 
 /// What every stage decides from: the input, the ASGs judged with what this
 /// replenisher remembers, and the status with earlier records settled.
-struct Stage<'a> {
+struct Deciding<'a> {
     input: &'a Input<'a>,
     asgs: Vec<AsgView>,
     status: ReplenisherStatus,
     ready: i32,
 }
 
-impl Stage<'_> {
+impl Deciding<'_> {
     fn finish(
         &self,
         mut status: ReplenisherStatus,
@@ -325,7 +325,7 @@ fn plan_inner(input: &Input) -> Plan {
     settle_records(input, &mut status);
     let asgs = judge(input, &mut status);
     update_exclusions(&mut status, &asgs, input.group.now);
-    let mut stage = Stage {
+    let mut stage = Deciding {
         input,
         ready: input.group.nodes.iter().filter(|n| n.ready).count() as i32,
         asgs,
@@ -373,7 +373,7 @@ const AUTHORITY_RECHECK: Duration = Duration::from_secs(10);
 /// The circuit breaker is open: nothing is terminated (records of
 /// terminations under way are kept for later), but an interrupted node AWS
 /// is taking anyway is still retired and replacements are still launched.
-fn breaker(s: &Stage) -> Option<Plan> {
+fn breaker(s: &Deciding) -> Option<Plan> {
     // A Master group's breaker counts its own masters (a dead one is 100%
     // of a group of one): the authority counts the cluster's instead.
     if s.input.group.role == crate::crd::Role::Master {
@@ -388,7 +388,7 @@ fn breaker(s: &Stage) -> Option<Plan> {
 
 /// Nothing while the spec is invalid, the group suspended, a kops rolling
 /// update replaces its nodes, or a refresh holds the lock.
-fn guards(s: &Stage) -> Option<Plan> {
+fn guards(s: &Deciding) -> Option<Plan> {
     if !s.input.spec_valid {
         return Some(s.idle(
             s.status.clone(),

@@ -1,7 +1,7 @@
 //! Questions the stages share about the observed group, below every stage
 //! (no stage imports another's helpers).
 
-use super::Stage;
+use super::Deciding;
 use crate::controllers::authority::{self, Blocked, Reason, Request, rules};
 use crate::controllers::group_view::{AsgView, DesiredChange, Fate, GroupNode};
 use crate::crd::Role;
@@ -19,7 +19,7 @@ pub(super) fn ready_in(nodes: &[GroupNode], asg: &str) -> i32 {
 /// A node that leaves through us (reclaimed, at risk, or an unhealthy
 /// worker to repair), still running in its ASG: capacity its ASG will not
 /// bring back by itself.
-pub(super) fn leaves_through_us(s: &Stage, n: &GroupNode) -> bool {
+pub(super) fn leaves_through_us(s: &Deciding, n: &GroupNode) -> bool {
     (matches!(n.fate, Some(Fate::Reclaimed { .. } | Fate::AtRisk)) || repaired_worker(s, n))
         && n.asg.is_some()
         && n.instance_id
@@ -28,13 +28,13 @@ pub(super) fn leaves_through_us(s: &Stage, n: &GroupNode) -> bool {
 }
 
 /// An unhealthy worker that repair replaces first, then removes.
-pub(super) fn repaired_worker(s: &Stage, n: &GroupNode) -> bool {
+pub(super) fn repaired_worker(s: &Deciding, n: &GroupNode) -> bool {
     let group = &s.input.group;
     group.repair && group.role == Role::Worker && group.unhealthy(n)
 }
 
 /// Unhealthy nodes still in service in their ASG (repair on or off), by name.
-pub(super) fn unhealthy<'a>(s: &'a Stage) -> Vec<&'a GroupNode> {
+pub(super) fn unhealthy<'a>(s: &'a Deciding) -> Vec<&'a GroupNode> {
     let mut nodes: Vec<&GroupNode> = s
         .input
         .group
@@ -56,7 +56,7 @@ pub(super) fn unhealthy<'a>(s: &'a Stage) -> Vec<&'a GroupNode> {
 /// backoff: a run of removals ends when a node launched there joins, and
 /// after a removal with decrement nothing launches there but a raise, so
 /// an ASG held out for the whole run would be held out for good.)
-pub(super) fn raise_candidates(s: &Stage) -> Vec<AsgView> {
+pub(super) fn raise_candidates(s: &Deciding) -> Vec<AsgView> {
     let not_joining = |a: &&AsgView| {
         s.status
             .removals
@@ -72,13 +72,13 @@ pub(super) fn raise_candidates(s: &Stage) -> Vec<AsgView> {
 }
 
 /// The replacement recorded for `node`'s instance.
-pub(super) fn replacement<'a>(s: &'a Stage, node: &GroupNode) -> Option<&'a Replacement> {
+pub(super) fn replacement<'a>(s: &'a Deciding, node: &GroupNode) -> Option<&'a Replacement> {
     let id = node.instance_id.as_deref()?;
     s.status.replacing.iter().find(|r| r.instance_id == id)
 }
 
 /// Nodes leaving through us with no replacement yet, by name.
-pub(super) fn unreplaced<'a>(s: &'a Stage) -> Vec<&'a GroupNode> {
+pub(super) fn unreplaced<'a>(s: &'a Deciding) -> Vec<&'a GroupNode> {
     let mut nodes: Vec<&GroupNode> = s
         .input
         .group
@@ -91,7 +91,7 @@ pub(super) fn unreplaced<'a>(s: &'a Stage) -> Vec<&'a GroupNode> {
 }
 
 /// The record of a replacement raised in `asg` for `node`.
-pub(super) fn replacement_in(s: &Stage, node: &GroupNode, asg: &str) -> Replacement {
+pub(super) fn replacement_in(s: &Deciding, node: &GroupNode, asg: &str) -> Replacement {
     Replacement {
         node: node.name.clone(),
         instance_id: node.instance_id.clone().unwrap_or_default(),
@@ -102,12 +102,12 @@ pub(super) fn replacement_in(s: &Stage, node: &GroupNode, asg: &str) -> Replacem
 
 /// The authority's answer for repairing `node` (a master: only while every
 /// other master of the cluster is Ready, counted by instance).
-pub(super) fn authority(s: &Stage, node: &GroupNode) -> Result<(), Blocked> {
+pub(super) fn authority(s: &Deciding, node: &GroupNode) -> Result<(), Blocked> {
     authority_for(s, Reason::repair(s.input.group.role), node)
 }
 
 /// The authority's answer for taking `node` away for `reason`.
-pub(super) fn authority_for(s: &Stage, reason: Reason, node: &GroupNode) -> Result<(), Blocked> {
+pub(super) fn authority_for(s: &Deciding, reason: Reason, node: &GroupNode) -> Result<(), Blocked> {
     let request = Request {
         reason,
         role: s.input.group.role,
@@ -121,7 +121,7 @@ pub(super) fn authority_for(s: &Stage, reason: Reason, node: &GroupNode) -> Resu
 /// authority refuses it now. Giving it up puts the node back in service
 /// (a Ready one) and frees the group; what was raised for it is surplus
 /// that the scale-in takes back. None: go on.
-pub(super) fn repair_given_up(s: &Stage, target: &ScaleInTarget) -> Option<String> {
+pub(super) fn repair_given_up(s: &Deciding, target: &ScaleInTarget) -> Option<String> {
     let node = s
         .input
         .group
@@ -150,7 +150,7 @@ pub(super) fn repair_given_up(s: &Stage, target: &ScaleInTarget) -> Option<Strin
 /// never-joined instances past it), less interrupted nodes that leave
 /// through us (the ASG will not replace them). A launch due, in flight or
 /// Pending, a node joining, and a lost instance the ASG will replace all count.
-pub(super) fn on_the_way(s: &Stage, asg: &AsgView) -> i32 {
+pub(super) fn on_the_way(s: &Deciding, asg: &AsgView) -> i32 {
     let input = s.input;
     let in_asg = |n: &&GroupNode| n.asg.as_deref() == Some(asg.name.as_str());
     // A NotReady node is on its way (joining, or a blip) until the
@@ -206,7 +206,7 @@ pub(super) fn spread_over(candidates: &mut [AsgView], n: i32) -> i32 {
 }
 
 /// The raises the candidates now stand for, against the ASGs as judged.
-pub(super) fn changes_from(s: &Stage, candidates: &[AsgView]) -> Vec<DesiredChange> {
+pub(super) fn changes_from(s: &Deciding, candidates: &[AsgView]) -> Vec<DesiredChange> {
     candidates
         .iter()
         .filter_map(|c| {
@@ -220,7 +220,7 @@ pub(super) fn changes_from(s: &Stage, candidates: &[AsgView]) -> Vec<DesiredChan
         .collect()
 }
 
-impl Stage<'_> {
+impl Deciding<'_> {
     /// The maintenance windows as `reason` sees them (the rule book).
     pub(super) fn window(&self, reason: Reason) -> crate::controllers::window::WindowState {
         self.input.window.seen_by(reason)

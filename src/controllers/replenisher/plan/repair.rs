@@ -25,7 +25,7 @@
 
 use super::queries::{authority, on_the_way, raise_candidates, replacement, unhealthy};
 use super::scale_in::{slot_for, start_scale_in};
-use super::{Plan, Stage};
+use super::{Deciding, Plan};
 use crate::controllers::authority::Reason;
 use crate::controllers::group_view::GroupNode;
 use crate::crd::Role;
@@ -33,7 +33,7 @@ use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
 
 /// Before any raise: an unhealthy master, or an unhealthy worker no ASG can
 /// replace, is repaired in place (terminated without decrement).
-pub(super) fn repair_in_place(s: &Stage) -> Option<Plan> {
+pub(super) fn repair_in_place(s: &Deciding) -> Option<Plan> {
     if !s.input.group.repair || s.status.scale_in.is_some() {
         return None;
     }
@@ -80,7 +80,7 @@ pub(super) fn repair_in_place(s: &Stage) -> Option<Plan> {
 /// Once Ready is back at desired: an unhealthy worker (replaced, or not
 /// needed) is drained and terminated, with decrement in its own ASG when
 /// its replacement was raised there (or none was needed).
-pub(super) fn repair_replaced(s: &Stage) -> Option<Plan> {
+pub(super) fn repair_replaced(s: &Deciding) -> Option<Plan> {
     let group = &s.input.group;
     if !group.repair
         || group.role != Role::Worker
@@ -106,7 +106,7 @@ pub(super) fn repair_replaced(s: &Stage) -> Option<Plan> {
     Some(start_scale_in(s, target, message))
 }
 
-fn target(s: &Stage, node: &GroupNode, decrement: bool) -> Option<ScaleInTarget> {
+fn target(s: &Deciding, node: &GroupNode, decrement: bool) -> Option<ScaleInTarget> {
     Some(ScaleInTarget {
         node: node.name.clone(),
         instance_id: node.instance_id.clone()?,
@@ -128,7 +128,7 @@ pub struct RepairHeld {
 }
 
 /// Why unhealthy nodes are not being repaired now, if any wait.
-pub(super) fn repair_held(s: &Stage) -> Option<RepairHeld> {
+pub(super) fn repair_held(s: &Deciding) -> Option<RepairHeld> {
     let waiting: Vec<String> = unhealthy(s)
         .into_iter()
         .filter(|n| s.status.scale_in.as_ref().is_none_or(|t| t.node != n.name))

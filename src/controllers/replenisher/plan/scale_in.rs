@@ -3,7 +3,7 @@
 //! start a scale-in of one chosen node.
 
 use super::queries::ready_in;
-use super::{Batch, Command, Plan, SCALE_IN_DRAIN_TIMEOUT, SlotState, Stage};
+use super::{Batch, Command, Deciding, Plan, SCALE_IN_DRAIN_TIMEOUT, SlotState};
 use crate::controllers::authority::Reason;
 use crate::controllers::authority::rules::{self, Rule};
 use crate::controllers::group_view::GroupNode;
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// A scale-in in progress goes on (drain, then the recorded termination), or
 /// is abandoned.
-pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
+pub(super) fn scale_in_in_progress(s: &Deciding) -> Option<Plan> {
     let target = s.status.scale_in.clone()?;
     let input = s.input;
     let mut status = s.status.clone();
@@ -103,7 +103,7 @@ pub(super) fn scale_in_in_progress(s: &Stage) -> Option<Plan> {
 
 /// Why the masters' rule refuses the removal of `target` now, if it does
 /// (a scale-in and a node at risk bind it alike).
-fn masters_refuse(s: &Stage, target: &ScaleInTarget) -> Option<String> {
+fn masters_refuse(s: &Deciding, target: &ScaleInTarget) -> Option<String> {
     let node = s
         .input
         .group
@@ -116,7 +116,7 @@ fn masters_refuse(s: &Stage, target: &ScaleInTarget) -> Option<String> {
 }
 
 /// Too many Ready nodes (a shortage ended): take one back, explicitly chosen.
-pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
+pub(super) fn scale_in(s: &Deciding) -> Option<Plan> {
     let input = s.input;
     if s.ready <= input.group.desired {
         return None;
@@ -176,7 +176,7 @@ pub(super) fn scale_in(s: &Stage) -> Option<Plan> {
 }
 
 /// Records the target (before its first eviction) and drains it.
-pub(super) fn start_scale_in(s: &Stage, target: ScaleInTarget, message: String) -> Plan {
+pub(super) fn start_scale_in(s: &Deciding, target: ScaleInTarget, message: String) -> Plan {
     let mut status = s.status.clone();
     status.scale_in = Some(target.clone());
     let phase = match target.repair {
@@ -195,7 +195,7 @@ const MASTERS_RETRY: Duration = Duration::from_secs(30);
 pub(super) const PROTECTED_RETRY: Duration = Duration::from_secs(60);
 
 /// The Ready nodes that are protected, and why, for a message.
-pub(super) fn protected_surplus(s: &Stage) -> String {
+pub(super) fn protected_surplus(s: &Deciding) -> String {
     let protected = s.protected(Reason::ScaleIn);
     let list: Vec<String> = s
         .input
@@ -213,7 +213,7 @@ pub(super) fn protected_surplus(s: &Stage) -> String {
 /// Never from an ASG with launches in flight: it is still settling.
 /// `spare_protected`: never a node protected from voluntary disruption
 /// (another ASG's node goes instead, the layout then off by one).
-pub(super) fn choose_victim(s: &Stage, spare_protected: bool) -> Option<ScaleInTarget> {
+pub(super) fn choose_victim(s: &Deciding, spare_protected: bool) -> Option<ScaleInTarget> {
     let input = s.input;
     let protected = s.protected(Reason::ScaleIn);
     let candidate = |n: &&GroupNode, asg: &str| {
@@ -266,7 +266,7 @@ const SLOT_RETRY: Duration = Duration::from_secs(5);
 /// A removal (`what`) for a reason the rule book binds to the slot needs
 /// a manager-wide disruption slot: Some(plan) until it holds one.
 pub(super) fn slot_for(
-    s: &Stage,
+    s: &Deciding,
     reason: Reason,
     what: &str,
     phase: ReplenishPhase,

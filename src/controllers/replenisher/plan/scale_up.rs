@@ -5,7 +5,7 @@ use super::queries::{
     changes_from, on_the_way, raise_candidates, replacement_in, spread, spread_over, unreplaced,
 };
 use super::records::{count_of, record_raise};
-use super::{Command, Plan, SOON, Stage};
+use super::{Command, Deciding, Plan, SOON};
 use crate::controllers::group_view::{AsgView, DesiredChange, Fate};
 use crate::crd::Role;
 use crate::crd::replenisher::ReplenishPhase;
@@ -14,7 +14,7 @@ use crate::crd::replenisher::ReplenishPhase;
 /// max; what is already on its way is not ordered twice. Interrupted nodes
 /// are replaced first, each in its own ASG when it can launch (masters only
 /// there), even during the cooldown; the rest is spread over the ASGs.
-pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
+pub(super) fn scale_up(s: &Deciding) -> Option<Plan> {
     let input = s.input;
     if s.ready >= input.group.desired {
         return None;
@@ -96,7 +96,7 @@ pub(super) fn scale_up(s: &Stage) -> Option<Plan> {
 /// With no interrupted node replaced: why nothing can be added now
 /// (masters launch only in their own ASG; no ASG can launch; the cooldown),
 /// if so.
-fn nothing_to_add(s: &Stage, candidates: &[AsgView], deficit: i32) -> Option<Plan> {
+fn nothing_to_add(s: &Deciding, candidates: &[AsgView], deficit: i32) -> Option<Plan> {
     let input = s.input;
     if input.group.role == Role::Master {
         return Some(s.idle(
@@ -124,7 +124,7 @@ fn nothing_to_add(s: &Stage, candidates: &[AsgView], deficit: i32) -> Option<Pla
 
 /// What a raise says: the counts, each change, the nodes it replaces.
 fn raise_message(
-    s: &Stage,
+    s: &Deciding,
     added: i32,
     changes: &[DesiredChange],
     replacements: &[crate::crd::replenisher::Replacement],
@@ -158,7 +158,7 @@ fn raise_message(
 /// the surplus that makes is taken back from the raised ASG (`scale_in`
 /// prefers the most raised). A surge, then a removal: the layout comes back
 /// without Ready ever dropping. None when nothing is to restore.
-pub(super) fn restore_layout(s: &Stage) -> Option<Plan> {
+pub(super) fn restore_layout(s: &Deciding) -> Option<Plan> {
     let input = s.input;
     let settled = s.asgs.iter().all(|a| !a.is_behind() && a.pending == 0);
     let raised_elsewhere = |asg: &str| {
