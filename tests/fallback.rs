@@ -517,3 +517,105 @@ async fn a_fallback_asg_with_min_size_above_zero_is_refused_until_it_is_zero() {
     .await;
     assert!(manager.child_alive(), "{}", manager.logs());
 }
+
+/// Issue 54, hole 6: a spot ASG whose launches work again while its raises
+/// still back off can launch, so the fallback is not raised beside it
+/// (before, every spot ASG in its backoff counted as unable to launch: the
+/// fallback was raised, and once the spot ASG's backoff ended the group
+/// had one node too many). Every spot pool out of capacity, two nodes lost;
+/// once every spot ASG is excluded, zone a gets capacity back and its own
+/// replacement lands while its raises back off (1 min): the group waits
+/// for zone a, past `fallback.after`, and the fallback stays at 0, neither
+/// raised nor planned and refused by the guard (which refuses it too: with
+/// the plan's check undone, the test fails on 3 refused_fallback_raise).
+#[tokio::test]
+async fn no_fallback_while_a_spot_asg_launches_again_but_its_raises_still_back_off() {
+    use spot_node_manager::crd::Replenisher;
+    let Setup {
+        world,
+        kops,
+        fallback,
+        groups,
+        _sim,
+    } = Setup::start("fallback-backoff").await;
+    let (manager, _config) = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);
+    let ready = || async { groups.get("workers").await.ok()?.status?.ready_nodes };
+    assert_eventually("3 Ready on spot", WAIT, || async {
+        (ready().await? == 3).then_some(())
+    })
+    .await;
+    for asg in &kops.asgs {
+        world.tag_asg(asg, NO_CAPACITY, "true").await;
+    }
+    let a = kops.asgs[0].clone();
+    for asg in &kops.asgs[..2] {
+        let lost = world.asg_instances(asg).await.remove(0);
+        world.lose_instance(&lost).await;
+    }
+    // Every spot ASG left out of raises, backing off.
+    let replenishers: Api<Replenisher> = world.api();
+    let excluded = || async {
+        let status = replenishers.get("workers").await.ok()?.status?;
+        Some(status.excluded)
+    };
+    assert_eventually("every spot ASG backing off", WAIT, || async {
+        let excluded = excluded().await?;
+        kops.asgs
+            .iter()
+            .all(|asg| excluded.iter().any(|e| &e.auto_scaling_group == asg))
+            .then_some(())
+    })
+    .await;
+    let before = world.asg_instances(&a).await;
+    world.untag_asg(&a, NO_CAPACITY, "true").await;
+    let landed = assert_eventually("zone a's own replacement", WAIT, || async {
+        let now = world.asg_instances(&a).await;
+        now.into_iter().find(|id| !before.contains(id))
+    })
+    .await;
+    // The case: zone a launches, and its raises still back off.
+    let backing_off = excluded()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .find(|e| e.auto_scaling_group == a)
+        .and_then(|e| e.retry_after)
+        .is_some_and(|t| t > chrono::Utc::now());
+    assert!(
+        backing_off,
+        "zone a's raises no longer back off when {landed} landed"
+    );
+    // Zone a is raised once its backoff ends; the fallback never is.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        assert_eq!(
+            desired_of(&world, &fallback).await,
+            0,
+            "the fallback raised while zone a could launch"
+        );
+        let spot_ready = ready().await == Some(3) && desired_of(&world, &a).await >= 2;
+        if spot_ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "zone a never raised");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        events_with_reason(&world, "FallbackRaised")
+            .await
+            .is_empty()
+    );
+    assert!(world.asg_instances(&fallback).await.is_empty());
+    // Nor was it planned and refused by the guard: the plan agrees with it.
+    let metrics = manager.metrics().await.expect("the manager's metrics");
+    assert!(
+        support::manager::reconciles(&metrics, "replenisher") > 0,
+        "{metrics}"
+    );
+    let refused: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.contains("refused_fallback_raise"))
+        .collect();
+    assert!(refused.is_empty(), "{refused:?}");
+    drop(manager);
+}
