@@ -315,11 +315,12 @@ async fn worker_groups_under_a_limit_of_one_run_one_after_another_across_a_resta
             let status = refreshers.get(&format!("workers-{i}")).await.ok()?.status?;
             if status.run_start.is_some() {
                 running += 1;
-            } else if status
-                .message
-                .as_deref()
-                .is_some_and(|m| m.contains("waiting for a disruption slot"))
-            {
+            } else if status.message.as_deref().is_some_and(|m| {
+                // Not the message persisted before a lock taken in a race
+                // is given back (persist, then act): the wait after it.
+                m.contains("waiting for a disruption slot")
+                    && !m.contains("giving the group's lock back")
+            }) {
                 waiting = Some(i);
             }
         }

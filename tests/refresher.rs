@@ -499,14 +499,38 @@ async fn the_surplus_a_failed_run_leaves_is_taken_over_and_the_layout_comes_back
         .expect("a short join timeout");
     let original = all_instances(&world, &kops.asgs).await;
     pods_on(&world, &node_names(&world, &original).await).await;
-    // The surplus and the first replacement join; the next never does.
-    sim.limit_joins(2);
+    // The surplus joins; then the replacements up to the first outside the
+    // surplus's ASG join, and that one never does. (A replacement that
+    // never joins beside the surplus is taken back as the surplus itself:
+    // nothing would be left for the replenisher.)
+    sim.limit_joins(1);
     schedule_refresh(
         &world,
         "workers",
         serde_json::json!({"surplusNodes": 1, "readyTimeout": "45s"}),
     )
     .await;
+    let refreshers: Api<Refresher> = world.api();
+    let (planned, surplus_asg) = assert_eventually("the run's plan", WAIT, || async {
+        let s = refreshers.get("workers").await.ok()?.status?;
+        let asg = s.surplus.first()?.auto_scaling_group.clone();
+        (!s.planned_instances.is_empty()).then_some((s.planned_instances, asg))
+    })
+    .await;
+    // The surplus registered (the budget spent) before the next is set; the
+    // first replacement comes only after the surplus is Ready and a drain.
+    assert_eventually("the surplus registered", WAIT, || async {
+        let nodes = world.nodes().await?;
+        (nodes.len() == 4).then_some(())
+    })
+    .await;
+    // One node per ASG: the second target, or the third when the second
+    // is beside the surplus.
+    let second = planned.get(1).expect("three targets");
+    let beside = before
+        .iter()
+        .any(|(asg, _, ids)| *asg == surplus_asg && ids.contains(second));
+    sim.limit_joins(if beside { 2 } else { 1 });
     let rf = run_finished(&world, "workers").await;
     let status = rf.status.expect("status");
     let last = status.last_run.clone().expect("last run");
