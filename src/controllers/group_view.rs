@@ -234,6 +234,10 @@ pub struct GroupNode {
     pub unhealthy_since: Option<DateTime<Utc>>,
     /// Leaving, per an interruption notice recorded on the node.
     pub fate: Option<Fate>,
+    /// When its notice comes into force or leaves it (a scheduled change
+    /// at its drain start, a rebalance recommendation at the end of its
+    /// hold): a plan that judged the node before then looks again.
+    pub fate_changes: Option<DateTime<Utc>>,
     /// Launched from another template version than its ASG launches now, or
     /// marked by kops (the inventory's `drifted`).
     pub drifted: bool,
@@ -388,6 +392,7 @@ pub fn group_nodes(
                 launch_time: n.launch_time,
                 unhealthy_since: n.unhealthy_since,
                 fate,
+                fate_changes: n.interruption.as_ref().and_then(|i| i.changes_after(now)),
                 drifted: n.drifted.is_some(),
                 unschedulable: n.unschedulable,
             }
@@ -554,9 +559,11 @@ pub(crate) mod tests {
         let before = group_nodes(&nodes, &asgs, now);
         assert!(before[0].ready, "serves on: counts as Ready");
         assert_eq!(before[0].fate, None);
+        assert_eq!(before[0].fate_changes, Some(from), "looked at again then");
         let at = group_nodes(&nodes, &asgs, from);
         assert!(!at[0].ready);
         assert!(matches!(at[0].fate, Some(Fate::Reclaimed { .. })));
+        assert_eq!(at[0].fate_changes, None);
     }
 
     #[test]
@@ -580,9 +587,11 @@ pub(crate) mod tests {
         assert!(!held[0].ready);
         // Past the hold (never replaced, or kept): Ready again, no fate.
         let later = after(now, AT_RISK_FOR);
+        assert_eq!(held[0].fate_changes, Some(later), "looked at again then");
         let past = group_nodes(&nodes, &asgs, later);
         assert_eq!(past[0].fate, None);
         assert!(past[0].ready);
+        assert_eq!(past[0].fate_changes, None);
     }
 
     #[test]

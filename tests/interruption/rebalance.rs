@@ -197,3 +197,80 @@ async fn with_ignore_a_rebalance_recommendation_writes_an_event_and_touches_noth
     assert_orders(&metrics, 0, 0, "Ignore: nothing ordered");
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
 }
+
+/// Issue 54, hole 5: AWS never withdraws a rebalance recommendation. One
+/// whose node no ASG can replace (every instance group at its max, as
+/// kops's often are: min = max) holds that node at risk, out of the Ready
+/// count, for `AT_RISK_FOR` from AWS's time only; then the node counts as
+/// Ready again. Before, it stayed out of the count for its whole life.
+#[tokio::test]
+async fn a_rebalance_recommendation_no_asg_can_replace_holds_its_node_at_risk_for_a_while_only() {
+    use spot_node_manager::crd::nodegroup::AT_RISK_FOR;
+    let steady = SteadyGroup::workers("int-risk-ends")
+        .interruption_queue()
+        .start()
+        .await;
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    set_interruption(
+        &steady,
+        serde_json::json!({"onRebalanceRecommendation": "Replace"}),
+    )
+    .await;
+    for asg in &kops.asgs {
+        world
+            .aws
+            .autoscaling
+            .update_auto_scaling_group()
+            .auto_scaling_group_name(asg)
+            .max_size(1)
+            .send()
+            .await
+            .expect("max 1");
+    }
+    // Sent once the manager sees them at max (a raise it tried before would
+    // be refused by AWS, which is not what this is about).
+    assert_eventually("every ASG seen at max 1", WAIT, || async {
+        let status = steady.groups.get("workers").await.ok()?.status?;
+        let asgs = &status.auto_scaling_groups;
+        (asgs.len() == 3 && asgs.iter().all(|a| a.max == 1)).then_some(())
+    })
+    .await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let victim = before[0].2[0].clone();
+    // Sent by AWS as if 90 s short of the hold ago: it ends within the test.
+    let hold = chrono::Duration::from_std(AT_RISK_FOR).expect("the hold");
+    let sent = Utc::now() - hold + chrono::Duration::seconds(90);
+    queue.send(&rebalance_recommendation(&victim, sent)).await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let replenishers: Api<spot_node_manager::crd::Replenisher> = world.api();
+    let replenished = || async {
+        let status = replenishers.get("workers").await.ok()?.status?;
+        let c = status
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Replenished")?;
+        Some((c.status, c.message))
+    };
+    // At risk: out of the replenisher's Ready count, and kept (nothing can
+    // replace it).
+    assert_eventually("the node at risk, out of the count", WAIT, || async {
+        let record = record_of(&nodes.get(&victim).await.ok()?)?;
+        let (_, message) = replenished().await?;
+        let kept = message.contains(&format!("{victim} at risk of interruption, serving on"));
+        (record.kind == "rebalance_recommendation" && kept).then_some(())
+    })
+    .await;
+    // Its time over: Ready again, the group replenished at 3.
+    assert_eventually("counted Ready again", RUN, || async {
+        let (status, message) = replenished().await?;
+        (format!("{status:?}") == "True" && message == "3/3 Ready").then_some(())
+    })
+    .await;
+    // The node kept throughout; nothing raised or removed for it.
+    assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
+    let node = nodes.get(&victim).await.expect("the node");
+    assert_ne!(node.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+    let metrics = steady.manager.assert_metrics().await;
+    assert_orders(&metrics, 0, 0, "no ASG could replace it: nothing ordered");
+    assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
+}

@@ -270,6 +270,20 @@ impl NodeInterruption {
             _ => self.drain_from.is_none_or(|from| now >= from),
         }
     }
+
+    /// When, after `now`, the notice comes into force (a scheduled change
+    /// at its `drainFrom`) or leaves it (a rebalance recommendation at the
+    /// end of its hold); None when it never changes again.
+    pub fn changes_after(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let at = match self.class() {
+            NoticeClass::RebalanceRecommendation => {
+                let held = chrono::Duration::from_std(AT_RISK_FOR).ok()?;
+                self.noticed.checked_add_signed(held)?
+            }
+            _ => self.drain_from?,
+        };
+        (now < at).then_some(at)
+    }
 }
 
 /// How long a rebalance recommendation holds its node at risk: time to

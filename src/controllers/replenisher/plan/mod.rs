@@ -147,7 +147,7 @@ pub fn plan(input: &Input) -> Plan {
 /// The earliest future moment at which the plan may decide differently on
 /// the same observations: a join timeout, an exclusion's retry, a removal's
 /// backoff, the end of a launch grace, a drain timeout, a node turning
-/// unhealthy.
+/// unhealthy, a notice coming into force or leaving it.
 fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<Utc>> {
     let joins = input
         .not_joined
@@ -190,9 +190,13 @@ fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<U
         }
         _ => None,
     });
+    // A notice comes into force, or a rebalance recommendation's hold ends
+    // (the node counts as Ready again).
+    let fates = input.group.nodes.iter().filter_map(|n| n.fate_changes);
     joins
         .chain(retries)
         .chain(retirements)
+        .chain(fates)
         .chain(removals)
         .chain(graces)
         .chain(drain)

@@ -284,6 +284,7 @@ impl Sim {
                     launch_time: Some(i.launched),
                     unhealthy_since: dead.then(|| self.now - chrono::Duration::days(1)),
                     fate: None,
+                    fate_changes: None,
                     drifted: i.version != self.version,
                     unschedulable: self.unschedulable.contains(&Sim::node_name(&i.id)),
                 }

@@ -541,6 +541,22 @@ fn a_worker_at_risk_that_nothing_can_replace_serves_on_and_nothing_falls_back() 
             p.message
         );
     }
+    // The hold ends in 100 s: the plan looks again then, not at the next
+    // resync (the node then counts as Ready again).
+    s.nodes[0].fate_changes = Some(t0() + secs(3700));
+    s.lock = LockState::Free;
+    let p = s.plan_with(
+        Duration::from_secs(300),
+        Duration::from_secs(900),
+        t0() + secs(3600),
+    );
+    assert_eq!(
+        p.requeue,
+        Duration::from_secs(100),
+        "{:?}: {}",
+        p.command,
+        p.message
+    );
     // A node that is lost, not at risk, still falls back once `after` is over.
     let mut lost = at_max_with_a_fallback(Scenario::steady());
     lost.nodes.retain(|n| n.name != "na");

@@ -52,6 +52,7 @@ fn node(name: &str, asg: &str, ready: bool, minutes_old: i64) -> GroupNode {
         launch_time: Some(t0() - chrono::Duration::minutes(minutes_old)),
         unhealthy_since: None,
         fate: None,
+        fate_changes: None,
         drifted: false,
         unschedulable: false,
     }

@@ -67,6 +67,7 @@ pub(super) fn arb_state() -> impl Strategy<Value = Scenario> {
                                     t0() - chrono::Duration::minutes(5 + 10 * (j as i64 % 2))
                                 }),
                                 fate: None,
+                                fate_changes: None,
                                 drifted: false,
                                 unschedulable: false,
                             });
