@@ -337,3 +337,76 @@ async fn a_budget_that_allows_no_disruption_is_named_before_the_run_starts() {
         "{blocked:?}"
     );
 }
+
+/// Issue 54, hole 9: a run whose surplus cannot be added (every instance
+/// group at its max, as kops's often are) is skipped when due; the preview
+/// said nothing of it. Now the preview and `status.next` say it will be
+/// skipped and why, before it is due; then it is skipped for that reason,
+/// nothing raised or removed.
+#[tokio::test]
+async fn a_run_whose_surplus_cannot_be_added_is_previewed_as_skipped_and_is_skipped() {
+    let steady = SteadyGroup::workers("pv-skip").start().await;
+    let (world, kops) = (&steady.world, &steady.kops);
+    for asg in &kops.asgs {
+        world
+            .aws
+            .autoscaling
+            .update_auto_scaling_group()
+            .auto_scaling_group_name(asg)
+            .max_size(1)
+            .send()
+            .await
+            .expect("max 1");
+    }
+    assert_eventually("every ASG seen at max 1", WAIT, || async {
+        let status = steady.groups.get("workers").await.ok()?.status?;
+        let asgs = &status.auto_scaling_groups;
+        (asgs.len() == 3 && asgs.iter().all(|a| a.max == 1)).then_some(())
+    })
+    .await;
+    let before = world.asg_snapshot(&kops.asgs).await;
+    schedule_refresh(
+        world,
+        "workers",
+        serde_json::json!({"schedule": once_in(40), "surplusNodes": 1}),
+    )
+    .await;
+    let said = "skipped when due: cannot add 1 surplus node(s)";
+    let previewed = assert_eventually("the skip previewed", WAIT, || async {
+        let answer = world.preview(&[]).await;
+        let ours = answer
+            .as_array()?
+            .iter()
+            .find(|g| g["group"] == "workers")?
+            .clone();
+        let held = ours["next"]["blockedBy"].as_str()?.to_string();
+        held.starts_with(said).then_some(held)
+    })
+    .await;
+    let refreshers: Api<Refresher> = world.api();
+    let in_status = assert_eventually("the skip in status.next", WAIT, || async {
+        let status = refreshers.get("workers").await.ok()?.status?;
+        let held = status.next?.blocked_by?;
+        let before_it = status.run_start.is_none() && status.last_run.is_none();
+        (before_it && held.starts_with(said)).then_some(held)
+    })
+    .await;
+    assert_eq!(in_status, previewed);
+    // Then, when due, it is skipped for that reason.
+    let rf = run_finished(world, "workers").await;
+    let last = rf.status.and_then(|s| s.last_run).expect("the run");
+    assert_eq!(
+        last.result,
+        spot_node_manager::crd::refresher::RunResult::Skipped,
+        "{last:?}"
+    );
+    let reason = last.reason.unwrap_or_default();
+    assert!(reason.contains("cannot add 1 surplus node(s)"), "{reason}");
+    assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
+    let metrics = steady.manager.assert_metrics().await;
+    assert_eq!(
+        support::performed(&metrics, "set_desired_capacity"),
+        0,
+        "{metrics}"
+    );
+}
