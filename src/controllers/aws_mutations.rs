@@ -6,23 +6,30 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::mutation::{Applied, Intent};
 
-/// Sets an ASG's desired capacity, through the mutation gate.
-pub async fn set_desired_capacity(
+/// Sets each ASG's desired capacity, in order, through the mutation gate:
+/// whether every change was made (none is in a dry run).
+pub async fn set_desired_capacities(
     ctx: &Context,
     cloud: &dyn crate::cloud::Cloud,
-    change: &DesiredChange,
+    changes: &[DesiredChange],
     why: &str,
-) -> Result<Applied<()>, Error> {
-    ctx.mutations
-        .perform(
-            Intent::aws(
-                "set_desired_capacity",
-                format!("asg/{}", change.asg),
-                format!("{} -> {} ({why})", change.from, change.to),
-            ),
-            || cloud.set_desired_capacity(&change.asg, change.to),
-        )
-        .await
+) -> Result<bool, Error> {
+    let mut made = true;
+    for change in changes {
+        let applied: Applied<()> = ctx
+            .mutations
+            .perform(
+                Intent::aws(
+                    "set_desired_capacity",
+                    format!("asg/{}", change.asg),
+                    format!("{} -> {} ({why})", change.from, change.to),
+                ),
+                || cloud.set_desired_capacity(&change.asg, change.to),
+            )
+            .await?;
+        made &= applied.performed().is_some();
+    }
+    Ok(made)
 }
 
 /// Terminates an instance through its ASG (with or without decrementing its

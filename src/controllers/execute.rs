@@ -385,11 +385,7 @@ impl<E: Effects> Run<'_, E> {
 
     /// A recorded termination: written, then made, then marked done.
     async fn terminate(&mut self, target: &TargetOf<E>) -> crate::Result<()> {
-        self.persist("terminate").await?;
-        let removal = Removal::Target(target);
-        let made = self.effects.terminate(removal, &self.status).await?;
-        self.acted("terminate")?;
-        if made {
+        if self.remove("terminate", Removal::Target(target)).await? {
             self.status.terminated(target);
             self.done(Done::Terminated(target)).await?;
         }
@@ -398,15 +394,26 @@ impl<E: Effects> Run<'_, E> {
 
     async fn remove_not_joined(&mut self, target: &CleanupTarget) -> crate::Result<()> {
         self.guard(Check::NotJoined(target))?;
-        self.persist("remove_not_joined").await?;
-        let removal = Removal::NotJoined(target);
-        let made = self.effects.terminate(removal, &self.status).await?;
-        self.acted("remove_not_joined")?;
-        if made {
+        if self
+            .remove("remove_not_joined", Removal::NotJoined(target))
+            .await?
+        {
             self.status.removed_not_joined();
             self.done(Done::RemovedNotJoined(target)).await?;
         }
         Ok(())
+    }
+
+    /// One removal, persisted first: whether it was made.
+    async fn remove(
+        &mut self,
+        command: &str,
+        removal: Removal<'_, TargetOf<E>>,
+    ) -> crate::Result<bool> {
+        self.persist(command).await?;
+        let made = self.effects.terminate(removal, &self.status).await?;
+        self.acted(command)?;
+        Ok(made)
     }
 
     async fn retire(&mut self, retiring: &[Retirement]) -> crate::Result<()> {

@@ -8,7 +8,7 @@
 use crate::Result;
 use crate::cloud::AsgDescription;
 use crate::context::Context;
-use crate::controllers::aws_mutations::set_desired_capacity;
+use crate::controllers::aws_mutations::set_desired_capacities;
 use crate::controllers::execute::{Done, Drained, Effects, Planned, Removal, Taken, execute};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::refresh::{Check, Guard};
@@ -240,12 +240,7 @@ impl Effects for Cluster<'_> {
         _: &RefresherStatus,
         why: &str,
     ) -> Result<bool> {
-        let mut made = true;
-        for change in changes {
-            let applied = set_desired_capacity(self.ctx, self.cloud, change, why).await?;
-            made &= applied.performed().is_some();
-        }
-        Ok(made)
+        set_desired_capacities(self.ctx, self.cloud, changes, why).await
     }
 
     async fn workloads_on(&mut self, target: &RefreshTarget) -> Result<Vec<String>> {

@@ -7,7 +7,7 @@ use super::told::{drained, removal_of, told};
 use crate::Result;
 use crate::cloud::Cloud;
 use crate::context::Context;
-use crate::controllers::aws_mutations::{set_desired_capacity, terminate_in_group};
+use crate::controllers::aws_mutations::{set_desired_capacities, terminate_in_group};
 use crate::controllers::execute::{Done, Drained, Effects, Removal, Taken};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::Refusal;
@@ -114,12 +114,7 @@ impl Effects for Cluster<'_> {
         _: &ReplenisherStatus,
         why: &str,
     ) -> crate::Result<bool> {
-        let mut made = true;
-        for change in changes {
-            let applied = set_desired_capacity(self.ctx, self.cloud, change, why).await?;
-            made &= applied.performed().is_some();
-        }
-        Ok(made)
+        set_desired_capacities(self.ctx, self.cloud, changes, why).await
     }
 
     async fn drain_step(
