@@ -347,23 +347,7 @@ async fn a_budget_that_allows_no_disruption_is_named_before_the_run_starts() {
 async fn a_run_whose_surplus_cannot_be_added_is_previewed_as_skipped_and_is_skipped() {
     let steady = SteadyGroup::workers("pv-skip").start().await;
     let (world, kops) = (&steady.world, &steady.kops);
-    for asg in &kops.asgs {
-        world
-            .aws
-            .autoscaling
-            .update_auto_scaling_group()
-            .auto_scaling_group_name(asg)
-            .max_size(1)
-            .send()
-            .await
-            .expect("max 1");
-    }
-    assert_eventually("every ASG seen at max 1", WAIT, || async {
-        let status = steady.groups.get("workers").await.ok()?.status?;
-        let asgs = &status.auto_scaling_groups;
-        (asgs.len() == 3 && asgs.iter().all(|a| a.max == 1)).then_some(())
-    })
-    .await;
+    steady.every_asg_at_max("workers").await;
     let before = world.asg_snapshot(&kops.asgs).await;
     schedule_refresh(
         world,

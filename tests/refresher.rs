@@ -482,15 +482,7 @@ async fn the_surplus_a_failed_run_leaves_is_taken_over_and_the_layout_comes_back
     let before = world.asg_snapshot(&kops.asgs).await;
     // Spot instance groups at min 0: a removal there lowers the count.
     for asg in &kops.asgs {
-        world
-            .aws
-            .autoscaling
-            .update_auto_scaling_group()
-            .auto_scaling_group_name(asg)
-            .min_size(0)
-            .send()
-            .await
-            .expect("min 0");
+        world.set_min(asg, 0).await;
     }
     let spec = serde_json::json!({"spec": {"replenish": {"cooldown": "1s", "joinTimeout": "30s"}}});
     groups

@@ -439,6 +439,21 @@ pub struct SteadyGroup {
 }
 
 impl SteadyGroup {
+    /// Sets every ASG's MaxSize to its one node (kops's instance groups
+    /// often have min = max) and waits until the manager sees it in group
+    /// `name`'s status: a raise it planned on the count before would be
+    /// refused by AWS, which is not what a test of a group at max is about.
+    pub async fn every_asg_at_max(&self, name: &str) {
+        self.world.set_max(&self.kops.asgs, 1).await;
+        let count = self.kops.asgs.len();
+        assert_eventually("every ASG seen at max 1", WAIT, || async {
+            let status = self.groups.get(name).await.ok()?.status?;
+            let asgs = &status.auto_scaling_groups;
+            (asgs.len() == count && asgs.iter().all(|a| a.max == 1)).then_some(())
+        })
+        .await;
+    }
+
     /// The interruption queue (built with `interruption_queue()`).
     pub fn queue(&self) -> &crate::interruption::TestQueue {
         self.queue

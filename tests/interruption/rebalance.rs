@@ -216,25 +216,7 @@ async fn a_rebalance_recommendation_no_asg_can_replace_holds_its_node_at_risk_fo
         serde_json::json!({"onRebalanceRecommendation": "Replace"}),
     )
     .await;
-    for asg in &kops.asgs {
-        world
-            .aws
-            .autoscaling
-            .update_auto_scaling_group()
-            .auto_scaling_group_name(asg)
-            .max_size(1)
-            .send()
-            .await
-            .expect("max 1");
-    }
-    // Sent once the manager sees them at max (a raise it tried before would
-    // be refused by AWS, which is not what this is about).
-    assert_eventually("every ASG seen at max 1", WAIT, || async {
-        let status = steady.groups.get("workers").await.ok()?.status?;
-        let asgs = &status.auto_scaling_groups;
-        (asgs.len() == 3 && asgs.iter().all(|a| a.max == 1)).then_some(())
-    })
-    .await;
+    steady.every_asg_at_max("workers").await;
     let before = world.asg_snapshot(&kops.asgs).await;
     let victim = before[0].2[0].clone();
     // Sent by AWS as if 90 s short of the hold ago: it ends within the test.
