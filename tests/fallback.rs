@@ -88,6 +88,21 @@ struct Setup {
     _sim: support::SimGuard,
 }
 
+/// Starts the manager (resyncs every 5 s) and waits until the group's 3
+/// nodes are Ready on spot.
+async fn manager_with_3_ready(
+    world: &World,
+    groups: &Api<NodeGroup>,
+) -> (support::ManagerProcess, tempfile::NamedTempFile) {
+    let started = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);
+    assert_eventually("3 Ready on spot", WAIT, || async {
+        let ready = groups.get("workers").await.ok()?.status?.ready_nodes?;
+        (ready == 3).then_some(())
+    })
+    .await;
+    started
+}
+
 impl Setup {
     async fn start(test: &str) -> Setup {
         let world = World::new(test).await;
@@ -131,12 +146,8 @@ async fn every_spot_asg_short_falls_back_for_the_missing_count_and_returns_to_sp
         groups,
         _sim,
     } = Setup::start("fallback").await;
-    let (manager, _config) = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);
+    let (manager, _config) = manager_with_3_ready(&world, &groups).await;
     let ready = || async { groups.get("workers").await.ok()?.status?.ready_nodes };
-    assert_eventually("3 Ready on spot", WAIT, || async {
-        (ready().await? == 3).then_some(())
-    })
-    .await;
     assert_eq!(desired_of(&world, &fallback).await, 0);
     let layout = world.asg_snapshot(&kops.asgs).await;
 
@@ -302,11 +313,7 @@ async fn killed_mid_fallback_and_mid_return_it_launches_once_and_forgets_no_fall
     let ready = || async { groups.get("workers").await.ok()?.status?.ready_nodes };
     let replenishers: Api<spot_node_manager::crd::Replenisher> = world.api();
     {
-        let (_manager, _config) = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);
-        assert_eventually("3 Ready on spot", WAIT, || async {
-            (ready().await? == 3).then_some(())
-        })
-        .await;
+        let (_manager, _config) = manager_with_3_ready(&world, &groups).await;
         // Every spot pool short, zone a's node reclaimed: the manager
         // records since when, then is stopped before the fallback is due.
         for asg in &kops.asgs {
@@ -538,12 +545,8 @@ async fn no_fallback_while_a_spot_asg_launches_again_but_its_raises_still_back_o
         groups,
         _sim,
     } = Setup::start("fallback-backoff").await;
-    let (manager, _config) = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);
+    let (manager, _config) = manager_with_3_ready(&world, &groups).await;
     let ready = || async { groups.get("workers").await.ok()?.status?.ready_nodes };
-    assert_eventually("3 Ready on spot", WAIT, || async {
-        (ready().await? == 3).then_some(())
-    })
-    .await;
     for asg in &kops.asgs {
         world.tag_asg(asg, NO_CAPACITY, "true").await;
     }

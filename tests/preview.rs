@@ -100,11 +100,7 @@ async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_chang
         mutations_before,
         "the preview mutated AWS"
     );
-    let groups_json = answer.as_array().expect("a list of groups");
-    let ours = groups_json
-        .iter()
-        .find(|g| g["group"] == "workers")
-        .expect("the group");
+    let ours = support::group_in(&answer, "workers").expect("the group");
     let cli_order: Vec<String> = ours["next"]["nodes"]
         .as_array()
         .expect("nodes")
@@ -189,13 +185,7 @@ async fn preview_file_names_exactly_the_nodes_a_drift_roll_then_replaces() {
         mutations_before,
         "the preview mutated AWS"
     );
-    let ours = answer
-        .as_array()
-        .expect("groups")
-        .iter()
-        .find(|g| g["group"] == "workers")
-        .expect("the group")
-        .clone();
+    let ours = support::group_in(&answer, "workers").expect("the group");
     assert!(ours["next"].is_null(), "nothing comes with Report: {ours}");
     let with = &ours["proposed"];
     assert_eq!(with["next"]["what"], "drift roll", "{with}");
@@ -273,12 +263,7 @@ async fn a_budget_that_allows_no_disruption_is_named_before_the_run_starts() {
     )
     .await;
     let ours = assert_eventually("the run previewed", WAIT, || async {
-        let answer = world.preview(&[]).await;
-        let ours = answer
-            .as_array()?
-            .iter()
-            .find(|g| g["group"] == "workers")?
-            .clone();
+        let ours = world.preview_of("workers").await?;
         ours["next"]["nodes"].is_array().then_some(ours)
     })
     .await;
@@ -357,12 +342,7 @@ async fn a_run_whose_surplus_cannot_be_added_is_previewed_as_skipped_and_is_skip
     .await;
     let said = "skipped when due: cannot add 1 surplus node(s)";
     let previewed = assert_eventually("the skip previewed", WAIT, || async {
-        let answer = world.preview(&[]).await;
-        let ours = answer
-            .as_array()?
-            .iter()
-            .find(|g| g["group"] == "workers")?
-            .clone();
+        let ours = world.preview_of("workers").await?;
         let held = ours["next"]["blockedBy"].as_str()?.to_string();
         held.starts_with(said).then_some(held)
     })

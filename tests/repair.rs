@@ -417,12 +417,7 @@ async fn the_preview_says_when_a_dead_worker_is_repaired_and_it_is_then() {
     // The preview, asked as a user would while the node is NotReady: the
     // repair of that node, at its unhealthySince + unhealthyTimeout (20s).
     let said = assert_eventually("the preview to say the repair", WAIT, || async {
-        let answer = world.preview(&[]).await;
-        let ours = answer
-            .as_array()?
-            .iter()
-            .find(|g| g["group"] == "workers")?
-            .clone();
+        let ours = world.preview_of("workers").await?;
         let repair = ours["repairs"].as_array()?.first()?.clone();
         (repair["node"] == dead.as_str()).then_some(repair)
     })

@@ -341,6 +341,12 @@ impl World {
         manager.kill();
     }
 
+    /// What `spot-node-manager preview` says of group `name` (None while it
+    /// names no such group).
+    pub async fn preview_of(&self, name: &str) -> Option<serde_json::Value> {
+        group_in(&self.preview(&[]).await, name)
+    }
+
     /// Runs `spot-node-manager preview -o json` (and `extra` flags) for this
     /// world, as a user would with the manager's own kubeconfig and AWS
     /// access; its answer.
@@ -398,6 +404,15 @@ impl World {
         let process = ManagerProcess::start_binary(binary, self, self.kubeconfig(), &args, env);
         (process, config)
     }
+}
+
+/// Group `name`'s entry in a preview's answer (a list of groups).
+pub fn group_in(answer: &serde_json::Value, name: &str) -> Option<serde_json::Value> {
+    answer
+        .as_array()?
+        .iter()
+        .find(|g| g["group"] == name)
+        .cloned()
 }
 
 #[cfg(test)]
