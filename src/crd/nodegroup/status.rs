@@ -276,10 +276,7 @@ impl NodeInterruption {
     /// end of its hold); None when it never changes again.
     pub fn changes_after(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let at = match self.class() {
-            NoticeClass::RebalanceRecommendation => {
-                let held = chrono::Duration::from_std(AT_RISK_FOR).ok()?;
-                self.noticed.checked_add_signed(held)?
-            }
+            NoticeClass::RebalanceRecommendation => at_risk_until(self.noticed)?,
             _ => self.drain_from?,
         };
         (now < at).then_some(at)
@@ -297,8 +294,14 @@ pub const AT_RISK_FOR: std::time::Duration = std::time::Duration::from_secs(6 * 
 
 /// A rebalance recommendation AWS sent at `noticed` still holds at `now`.
 pub fn at_risk_at(noticed: DateTime<Utc>, now: DateTime<Utc>) -> bool {
-    let held = chrono::Duration::from_std(AT_RISK_FOR).unwrap_or(chrono::Duration::MAX);
-    noticed.checked_add_signed(held).is_none_or(|end| now < end)
+    at_risk_until(noticed).is_none_or(|end| now < end)
+}
+
+/// When a rebalance recommendation AWS sent at `noticed` stops holding its
+/// node at risk (None: past any representable time).
+fn at_risk_until(noticed: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let held = chrono::Duration::from_std(AT_RISK_FOR).ok()?;
+    noticed.checked_add_signed(held)
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
