@@ -106,8 +106,13 @@ impl Deciding<'_> {
         settings: &ResolvedRefresh,
     ) -> Option<Decision> {
         let n = drifted.len();
+        // A lock (or slot) taken for the start is given back while the
+        // roll waits: held, it would keep the group's replenisher from
+        // repairing the very node whose NotReady the roll waits on.
+        let release = self.release_if_ours();
         let wait = |why: String| {
-            Some(Decision::wait(
+            Some(Decision::act(
+                release.clone(),
                 format!("{n} drifted node(s); the drift roll waits: {why}"),
                 DRIFT_RETRY,
             ))
@@ -116,7 +121,8 @@ impl Deciding<'_> {
         // Ready) is not retried at once: each try costs a surplus node for
         // the whole ready timeout.
         if let Some((again, why)) = self.drift_backoff() {
-            return Some(Decision::wait(
+            return Some(Decision::act(
+                release,
                 format!(
                     "{n} drifted node(s); the last drift roll failed ({why}); the next one starts at {}",
                     again.to_rfc3339()

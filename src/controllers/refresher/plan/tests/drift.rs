@@ -331,3 +331,30 @@ fn a_failed_drift_roll_is_not_retried_for_an_hour() {
     assert!(sim.status.run_start.is_some(), "{:?}", sim.status.message);
     assert_eq!(sim.status.trigger, Some(RunTrigger::Drift));
 }
+
+/// Found by the walk over kops's per-zone layout: the roll took the group's
+/// lock, another group took the one slot, then a node died. The roll waits
+/// for it to be Ready; holding the lock meanwhile, it kept the replenisher
+/// from repairing that node, for good.
+#[test]
+fn a_drift_roll_that_must_wait_gives_the_groups_lock_back() {
+    let mut sim = drifted_group();
+    let took = sim.step(false);
+    assert_eq!(took.command, Command::TakeLock, "{}", took.message);
+    assert_eq!(sim.lock, LockState::Ours);
+    sim.slot = SlotState::Full("Refresh ns/control-plane-a".into());
+    sim.instances[0].ready = false;
+    let plan = sim.step(false);
+    assert!(
+        plan.message
+            .contains("the drift roll waits: only 2 of 3 nodes are Ready"),
+        "{}",
+        plan.message
+    );
+    assert_eq!(plan.command, Command::ReleaseLock);
+    assert_eq!(sim.lock, LockState::Free);
+    // Waiting on, it holds nothing.
+    let plan = sim.step(false);
+    assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
+    assert_eq!(plan.status.run_start, None);
+}

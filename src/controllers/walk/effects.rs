@@ -1,0 +1,396 @@
+//! The walked world as each controller's effects: every mutation checked
+//! against what the maker holds, stored and asked its guard.
+
+use super::{Who, World, node_name};
+use crate::controllers::authority::rules::Reason;
+use crate::controllers::execute::{self as executor, Drained, Effects, Removal, Taken};
+use crate::controllers::group_view::DesiredChange;
+use crate::controllers::guard::{Check, Refusal};
+use crate::crd::refresher::{RefreshTarget, RefresherStatus, TargetPurpose};
+use crate::crd::replenisher::ScaleInTarget;
+use crate::crd::{ReplenisherStatus, Role};
+use crate::k8s::drain::DrainProgress;
+use std::time::Duration;
+
+/// The world as the replenisher's effects.
+pub(super) struct AsReplenisher<'a>(pub(super) &'a mut World, pub(super) usize);
+
+impl Effects for AsReplenisher<'_> {
+    type Record = ReplenisherStatus;
+
+    fn guard(
+        &self,
+        recorded: &ReplenisherStatus,
+        check: Check<'_, ScaleInTarget>,
+    ) -> Result<(), Refusal> {
+        use crate::controllers::guard::replenish::Guard;
+        self.0.guarded.borrow_mut().extend(asked(&check));
+        let seen = self.0.observe(self.1);
+        let status = seen.group.status.clone().unwrap_or_default();
+        Guard {
+            group: &seen.group,
+            status: &status,
+            fresh: &seen.described,
+            control_plane: (self.0.groups[self.1].role == Role::Master)
+                .then_some(&seen.control_plane),
+            now: self.0.now,
+        }
+        .check(recorded, check)
+    }
+
+    async fn write_status(&mut self, status: &ReplenisherStatus) -> crate::Result<()> {
+        self.0.groups[self.1].replenisher = status.clone();
+        Ok(())
+    }
+
+    fn reached(&mut self, point: &str) -> crate::Result<()> {
+        self.0.reached(point, point.ends_with(":persisted"))
+    }
+
+    async fn take_lock(&mut self) -> crate::Result<Taken> {
+        Ok(match self.0.groups[self.1].lock {
+            Some(Who::Refresher) => Taken::HeldElsewhere,
+            _ => {
+                self.0.groups[self.1].lock = Some(Who::Replenisher);
+                Taken::Yes
+            }
+        })
+    }
+
+    async fn take_slot(&mut self) -> crate::Result<bool> {
+        self.0.assert_holds(self.1, Who::Replenisher, "a slot");
+        if self.0.slot.is_none() && !self.0.slot_elsewhere {
+            self.0.slot = Some((self.1, Who::Replenisher));
+        }
+        Ok(self.0.slot == Some((self.1, Who::Replenisher)))
+    }
+
+    async fn release_slot(&mut self) -> crate::Result<()> {
+        if self.0.slot == Some((self.1, Who::Replenisher)) {
+            self.0.slot = None;
+        }
+        Ok(())
+    }
+
+    async fn release_lock(&mut self) -> crate::Result<()> {
+        if self.0.groups[self.1].lock == Some(Who::Replenisher) {
+            self.0.groups[self.1].lock = None;
+        }
+        Ok(())
+    }
+
+    async fn set_desired(
+        &mut self,
+        changes: &[DesiredChange],
+        _: &ReplenisherStatus,
+        _: &str,
+    ) -> crate::Result<bool> {
+        for change in changes {
+            self.0.assert_holds(self.1, Who::Replenisher, "a raise");
+            self.0.assert_guarded(&format!("asg:{}", change.asg));
+            let recorded = self.0.groups[self.1]
+                .replenisher
+                .raising
+                .iter()
+                .any(|r| r.auto_scaling_group == change.asg && r.to == change.to);
+            assert!(recorded, "{change:?} made before its record was stored");
+            self.0.set_desired(self.1, change);
+            self.0.see("raise");
+        }
+        Ok(true)
+    }
+
+    async fn drain_step(
+        &mut self,
+        target: &ScaleInTarget,
+        status: &ReplenisherStatus,
+        _: bool,
+        _: &str,
+    ) -> crate::Result<Drained> {
+        let (w, g) = (&mut *self.0, self.1);
+        let node = target.node.as_str();
+        w.assert_holds(g, Who::Replenisher, "a drain");
+        w.assert_guarded(&target.instance_id);
+        assert_eq!(
+            &w.groups[g].replenisher, status,
+            "drains {node} before its scale-in is stored"
+        );
+        assert!(
+            w.groups[g]
+                .replenisher
+                .scale_in
+                .as_ref()
+                .is_some_and(|t| t.node == node),
+            "drains {node} before its scale-in is stored"
+        );
+        let steps = w.cordon_step(node);
+        w.acted(g);
+        if steps == 1 {
+            // A scale-in and a node at risk bind the same rules.
+            let reason = match target.repair {
+                true => Reason::repair(w.groups[g].role),
+                false => Reason::ScaleIn,
+            };
+            w.first_drain(g, Who::Replenisher, node, reason);
+        }
+        let progress = DrainProgress {
+            waiting: match steps {
+                1 => vec!["ns/pod".into()],
+                _ => vec![],
+            },
+            ..Default::default()
+        };
+        Ok(Drained {
+            done: crate::controllers::replenisher::drained(target, &progress, w.now),
+            requeue: Duration::from_secs(5),
+            blocked_by: None,
+        })
+    }
+
+    async fn terminate(
+        &mut self,
+        removal: Removal<'_, ScaleInTarget>,
+        status: &ReplenisherStatus,
+    ) -> crate::Result<bool> {
+        let (w, g) = (&mut *self.0, self.1);
+        assert_eq!(
+            &w.groups[g].replenisher, status,
+            "a termination before its record was stored"
+        );
+        w.assert_holds(g, Who::Replenisher, "a termination");
+        let s = &w.groups[g].replenisher;
+        let (id, decrement, kind) = match removal {
+            Removal::Target(t) => {
+                let recorded = s
+                    .scale_in
+                    .as_ref()
+                    .filter(|r| r.instance_id == t.instance_id);
+                let recorded =
+                    recorded.unwrap_or_else(|| panic!("{t:?} terminated before its record: {s:?}"));
+                assert!(
+                    recorded.terminating.is_some(),
+                    "{} terminated before its record",
+                    t.instance_id
+                );
+                let kind = match t.repair {
+                    true => "repair",
+                    false => "scale-in",
+                };
+                (t.instance_id.clone(), t.decrement, kind)
+            }
+            Removal::NotJoined(c) => {
+                assert!(
+                    s.cleanup
+                        .as_ref()
+                        .is_some_and(|r| r.instance_id == c.instance_id),
+                    "{} removed before its record: {s:?}",
+                    c.instance_id
+                );
+                (c.instance_id.clone(), c.decrement, "never joined")
+            }
+            Removal::Retiring(r) => {
+                assert!(
+                    s.retiring.iter().any(|x| x.instance_id == r.instance_id),
+                    "{} retired before its record: {s:?}",
+                    r.instance_id
+                );
+                (r.instance_id.clone(), r.decrement, "retirement")
+            }
+        };
+        w.assert_guarded(&id);
+        w.terminate(g, Who::Replenisher, kind, &id, decrement);
+        Ok(true)
+    }
+
+    async fn uncordon(&mut self, node: &str, _: &ReplenisherStatus) -> crate::Result<()> {
+        self.0.assert_guarded(node);
+        self.0.uncordon(node);
+        Ok(())
+    }
+}
+
+/// What a guard was asked about, as the walk's effects look it up.
+fn asked<T: executor::Target>(check: &Check<'_, T>) -> Vec<String> {
+    match check {
+        Check::GiveBack(node) => vec![node.to_string()],
+        Check::SetDesired(changes) => changes.iter().map(|c| format!("asg:{}", c.asg)).collect(),
+        Check::Drain(t) | Check::Terminate(t) => vec![t.instance_id().to_string()],
+        Check::NotJoined(c) => vec![c.instance_id.clone()],
+        Check::Retire(r) => vec![r.instance_id.clone()],
+    }
+}
+
+/// The world as the refresher's effects.
+pub(super) struct AsRefresher<'a>(pub(super) &'a mut World, pub(super) usize);
+
+impl AsRefresher<'_> {
+    fn assert_recorded(&self, status: &RefresherStatus, what: &str) {
+        assert_eq!(
+            &self.0.groups[self.1].refresher, status,
+            "{what} before the status recording it was stored"
+        );
+        self.0.assert_holds(self.1, Who::Refresher, what);
+        assert_eq!(
+            self.0.slot,
+            Some((self.1, Who::Refresher)),
+            "{what} without the slot"
+        );
+    }
+}
+
+impl Effects for AsRefresher<'_> {
+    type Record = RefresherStatus;
+
+    fn guard(
+        &self,
+        status: &RefresherStatus,
+        check: Check<'_, RefreshTarget>,
+    ) -> Result<(), Refusal> {
+        use crate::controllers::guard::refresh::Guard;
+        self.0.guarded.borrow_mut().extend(asked(&check));
+        let seen = self.0.observe(self.1);
+        Guard {
+            group: &seen.group,
+            fresh: &seen.described,
+            nodes: &seen.nodes,
+            status,
+            control_plane: (self.0.groups[self.1].role == Role::Master)
+                .then_some(&seen.control_plane),
+        }
+        .check(check)
+    }
+
+    async fn uncordon(&mut self, node: &str, _: &RefresherStatus) -> crate::Result<()> {
+        self.0.assert_guarded(node);
+        self.0.uncordon(node);
+        Ok(())
+    }
+
+    async fn write_status(&mut self, status: &RefresherStatus) -> crate::Result<()> {
+        self.0.groups[self.1].refresher = status.clone();
+        Ok(())
+    }
+
+    fn reached(&mut self, point: &str) -> crate::Result<()> {
+        self.0.reached(point, point.ends_with(":persisted"))
+    }
+
+    async fn take_lock(&mut self) -> crate::Result<Taken> {
+        let (w, g) = (&mut *self.0, self.1);
+        if w.groups[g].lock == Some(Who::Replenisher) {
+            return Ok(Taken::HeldElsewhere);
+        }
+        w.groups[g].lock = Some(Who::Refresher);
+        Ok(Taken::Yes)
+    }
+
+    async fn take_slot(&mut self) -> crate::Result<bool> {
+        let (w, g) = (&mut *self.0, self.1);
+        w.assert_holds(g, Who::Refresher, "a slot");
+        if w.slot.is_none() && !w.slot_elsewhere {
+            w.slot = Some((g, Who::Refresher));
+        }
+        Ok(w.slot == Some((g, Who::Refresher)))
+    }
+
+    async fn release_slot(&mut self) -> crate::Result<()> {
+        if self.0.slot == Some((self.1, Who::Refresher)) {
+            self.0.slot = None;
+        }
+        Ok(())
+    }
+
+    async fn release_lock(&mut self) -> crate::Result<()> {
+        if self.0.groups[self.1].lock == Some(Who::Refresher) {
+            self.0.groups[self.1].lock = None;
+        }
+        Ok(())
+    }
+
+    async fn set_desired(
+        &mut self,
+        changes: &[DesiredChange],
+        status: &RefresherStatus,
+        _: &str,
+    ) -> crate::Result<bool> {
+        self.assert_recorded(status, "a desired count set");
+        for c in changes {
+            self.0.assert_guarded(&format!("asg:{}", c.asg));
+            self.0.set_desired(self.1, c);
+        }
+        self.0.see("refresh desired set");
+        Ok(true)
+    }
+
+    async fn workloads_on(&mut self, _: &RefreshTarget) -> crate::Result<Vec<String>> {
+        Ok(vec![])
+    }
+
+    async fn drain_step(
+        &mut self,
+        target: &RefreshTarget,
+        status: &RefresherStatus,
+        first: bool,
+        _: &str,
+    ) -> crate::Result<Drained> {
+        self.assert_recorded(status, "a drain");
+        self.0.assert_guarded(&target.instance_id);
+        let node = target
+            .node
+            .clone()
+            .unwrap_or_else(|| node_name(&target.instance_id));
+        let steps = self.0.cordon_step(&node);
+        self.0.acted(self.1);
+        if first {
+            let reason = match (target.unhealthy, target.purpose) {
+                (true, _) => Reason::repair(self.0.groups[self.1].role),
+                (false, TargetPurpose::RemoveSurplus) => Reason::RefreshSurplus,
+                // A drift roll binds the same rules.
+                (false, TargetPurpose::Replace) => Reason::Refresh,
+            };
+            self.0.first_drain(self.1, Who::Refresher, &node, reason);
+        }
+        let dead = self
+            .0
+            .instances
+            .iter()
+            .any(|i| i.id == target.instance_id && i.dead_since.is_some());
+        Ok(Drained {
+            done: match dead {
+                // Its pods never finish terminating: done only as a repair.
+                true => target.unhealthy,
+                false => steps >= 2,
+            },
+            requeue: Duration::from_secs(5),
+            blocked_by: None,
+        })
+    }
+
+    async fn terminate(
+        &mut self,
+        removal: Removal<'_, RefreshTarget>,
+        status: &RefresherStatus,
+    ) -> crate::Result<bool> {
+        let Removal::Target(target) = removal else {
+            panic!("a refresher removes only its targets: {removal:?}");
+        };
+        self.assert_recorded(status, "a termination");
+        self.0.assert_guarded(&target.instance_id);
+        assert!(
+            target.terminated.is_some(),
+            "termination not recorded first"
+        );
+        let kind = match target.decrements() {
+            true => "refresh removal",
+            false => "refresh replacement",
+        };
+        self.0.terminate(
+            self.1,
+            Who::Refresher,
+            kind,
+            &target.instance_id,
+            target.decrements(),
+        );
+        Ok(true)
+    }
+}
