@@ -549,7 +549,7 @@ impl World {
         if self.trace {
             let grp = &self.groups[g];
             eprintln!(
-                "{} {} {:?} out {:?} invalid {} lock {:?} slot {:?} left {:?} taken {:?} {who:?}: {what}",
+                "{} {} {:?} out {:?} invalid {} lock {:?} slot {:?} left {:?} taken {:?} raised {:?} {who:?}: {what}",
                 self.now.format("%H:%M:%S"),
                 grp.name,
                 grp.desired_counts(),
@@ -559,6 +559,11 @@ impl World {
                 self.slot,
                 grp.refresher.surplus_left.as_ref().map(|l| &l.asgs),
                 grp.replenisher.taken_over,
+                grp.replenisher
+                    .raised
+                    .iter()
+                    .map(|r| (&r.auto_scaling_group, r.count))
+                    .collect::<Vec<_>>(),
             );
         }
     }

@@ -167,6 +167,14 @@ impl World {
                 (s.scale_in.is_none() && s.cleanup.is_none(), "no removal"),
                 (s.raised.is_empty() && s.raising.is_empty(), "no raise"),
                 (r.run_start.is_none() && r.pending_run.is_none(), "no run"),
+                // A surplus a run left is handed to the replenisher (the
+                // record stays, taken over once).
+                (
+                    r.surplus_left
+                        .as_ref()
+                        .is_none_or(|l| s.taken_over.is_some_and(|t| t >= l.at)),
+                    "a run's surplus left over taken over",
+                ),
             ];
             if let Some((_, what)) = checks.iter().find(|(ok, _)| !ok) {
                 return Err(format!(
@@ -260,6 +268,13 @@ fn walk(seed: u64, seen: &mut BTreeMap<&'static str, u32>) {
     }
     if w.groups.iter().any(|g| g.desired_counts() != g.layout) {
         w.see("layout not restored after an ASG left the spec (open)");
+        // Named, so whoever takes the open finding up can replay it.
+        let off: Vec<_> = w
+            .groups
+            .iter()
+            .map(|g| (g.desired_counts(), &g.layout))
+            .collect();
+        eprintln!("open finding, seed {seed}: layouts (now, at the start) {off:?}");
     }
     if let Layout::KopsZones { .. } = layout {
         w.see("kops per-zone cluster");
