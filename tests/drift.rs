@@ -516,3 +516,79 @@ async fn without_describe_launch_templates_the_inventory_still_syncs_and_says_dr
     .expect("InventorySynced");
     assert_eq!(synced.status, ConditionStatus::True, "{}", synced.message);
 }
+
+/// One NodeGroup over three kops instance groups, rolled by `kops
+/// rolling-update` as kops rolls them: one instance group after another,
+/// the cluster validated between two, when no node carries kops's taint.
+/// The group is switched to `drift.action: Replace` once kops has begun.
+/// The manager takes kops's update as running across those gaps (its
+/// drifted nodes are kops's next instance groups, `kopsUpdateSeen`): no
+/// drift roll of its own, no AWS mutation; afterwards nothing is drifted,
+/// the hold is gone and the layout is as before. (With the taint alone,
+/// the group started a drift roll of the next instance group in the gap.)
+#[tokio::test]
+async fn a_kops_rolling_update_one_instance_group_after_another_is_not_joined_by_a_drift_roll() {
+    use spot_node_manager::crd::nodegroup::GroupState;
+    let s = started("drift-kops-groups").await;
+    let before = s.instances().await;
+    let layout = layout_of(&s.world, &s.kops.asgs).await;
+    let performed = aws_mutations(&s.manager.assert_metrics().await);
+    s.world.kops_update_cluster(&s.kops).await;
+    s.status_where("3 drifted", |st| st.drifted_nodes == Some(3))
+        .await;
+    // Every ExternalUpdate message the group shows while kops runs.
+    let messages = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::new()));
+    let watch = {
+        let (groups, messages) = (s.groups.clone(), messages.clone());
+        tokio::spawn(async move {
+            loop {
+                let status = groups.get("workers").await.ok().and_then(|g| g.status);
+                let held = status.iter().flat_map(|st| &st.conditions).find(|c| {
+                    c.type_ == "ExternalUpdate"
+                        && c.status == spot_node_manager::crd::ConditionStatus::True
+                });
+                if let (Some(c), Ok(mut seen)) = (held, messages.lock()) {
+                    seen.insert(c.message.clone());
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    let replace = async {
+        s.status_where("the group says ExternalUpdate", |st| {
+            st.state == Some(GroupState::ExternalUpdate)
+        })
+        .await;
+        let patch = serde_json::json!({"spec": {"drift": {"action": "Replace"}}});
+        s.groups
+            .patch("workers", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("drift.action: Replace");
+    };
+    let (update, ()) = tokio::join!(
+        s.world.kops_rolling_update(&s.kops, KopsSurge::Detach),
+        replace
+    );
+    s.status_where("3 Ready, none drifted, no external update", |st| {
+        st.ready_nodes == Some(3)
+            && st.drifted_nodes == Some(0)
+            && st.state == Some(GroupState::Ready)
+            && st.kops_update_seen.is_none()
+    })
+    .await;
+    watch.abort();
+    // Some resyncs later: nothing came after either.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let metrics = s.manager.assert_metrics().await;
+    assert_eq!(aws_mutations(&metrics), performed, "{metrics}");
+    let messages = messages.lock().map(|m| m.clone()).unwrap_or_default();
+    assert!(
+        messages.iter().any(|m| m.contains("may still be running")),
+        "the gap between two instance groups was never seen: {messages:?}"
+    );
+    let now = s.instances().await;
+    let new: BTreeSet<&String> = now.difference(&before).collect();
+    let replacements: BTreeSet<&String> = update.replaced.iter().map(|(_, n)| n).collect();
+    assert_eq!(new, replacements, "no instance but kops's replacements");
+    assert_eq!(layout_of(&s.world, &s.kops.asgs).await, layout);
+}

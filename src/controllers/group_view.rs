@@ -402,7 +402,9 @@ pub fn group_nodes(
 
 /// Pure: the instances the inventory reports Ready whose ASG, per `fresh`,
 /// still has them Pending (a description taken before AWS put them in
-/// service, or a launch lifecycle hook holding them).
+/// service, or a launch lifecycle hook holding them), or does not list
+/// yet though the inventory saw them in it (a description taken before
+/// the launch, as of a replacement the ASG launched for kops).
 pub fn ready_while_pending(
     nodes: &[crate::crd::nodegroup::NodeStatus],
     fresh: &[AsgDescription],
@@ -410,8 +412,19 @@ pub fn ready_while_pending(
     nodes
         .iter()
         .filter(|n| n.ready)
+        .filter(|n| {
+            let Some(id) = &n.instance_id else {
+                return false;
+            };
+            match described(fresh, id) {
+                Some(i) => i.is_pending(),
+                None => n
+                    .auto_scaling_group
+                    .as_ref()
+                    .is_some_and(|asg| fresh.iter().any(|a| &a.name == asg)),
+            }
+        })
         .filter_map(|n| n.instance_id.clone())
-        .filter(|id| described(fresh, id).is_some_and(|i| i.is_pending()))
         .collect()
 }
 
@@ -615,5 +628,11 @@ pub(crate) mod tests {
         )];
         assert_eq!(ready_while_pending(&nodes, &asgs), ["i-3", "i-4"]);
         assert!(ready_while_pending(&nodes[..2], &asgs).is_empty());
+        // Described before its launch: named too; one the inventory places
+        // in no described ASG (it left its ASG) is not.
+        let mut left = status_node("left", "a", "i-6");
+        left.auto_scaling_group = None;
+        let nodes = [status_node("launched", "a", "i-5"), left];
+        assert_eq!(ready_while_pending(&nodes, &asgs), ["i-5"]);
     }
 }

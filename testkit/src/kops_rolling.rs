@@ -1,13 +1,17 @@
-//! What `kops rolling-update cluster --yes` does to a worker instance group
-//! on AWS (kops's `pkg/instancegroups`), played on the emulator, with
-//! maxSurge 1 (its default there) or 0 (see [`KopsSurge`]): every node to
-//! update is tainted
-//! `kops.k8s.io/scheduled-for-update`; then, one instance at a time, the
-//! old instance is tagged `kops.k8s.io/detached-from-asg` and detached
-//! without decrement (its ASG launches the replacement), the replacement is
-//! waited for (InService, its Node Ready), the old node is cordoned and its
-//! pods evicted, and its instance is terminated through EC2, as kops's
-//! `deleteInstance` does. The step the manager must never fight (issue 26).
+//! What `kops rolling-update cluster --yes` does to instance groups on AWS
+//! (kops's `pkg/instancegroups`), played on the emulator, with maxSurge 1
+//! (its default there) or 0 (see [`KopsSurge`]). Instance groups are rolled
+//! one after another (each ASG of a [`KopsGroup`] is one instance group):
+//! the cluster is validated (every Node Ready, twice, kops's
+//! `ValidateSuccessDuration` apart), then every node of that instance group
+//! is tainted `kops.k8s.io/scheduled-for-update`; then, one instance at a
+//! time, the old instance is tagged `kops.k8s.io/detached-from-asg` and
+//! detached without decrement (its ASG launches the replacement), the
+//! replacement is waited for (InService, its Node Ready), the old node is
+//! cordoned and its pods evicted, and its instance is terminated through
+//! EC2, as kops's `deleteInstance` does. Between two instance groups no
+//! node carries the taint. The step the manager must never fight (issues
+//! 26 and 55).
 
 use crate::assert_eventually;
 use crate::kops::KopsGroup;
@@ -23,6 +27,9 @@ pub const SCHEDULED_FOR_UPDATE_TAINT: &str = "kops.k8s.io/scheduled-for-update";
 pub const DETACHED_TAG: &str = "kops.k8s.io/detached-from-asg";
 
 const WAIT: Duration = Duration::from_secs(120);
+/// kops's `ValidateSuccessDuration`: two validations this far apart must
+/// pass before an instance group is rolled.
+pub const KOPS_VALIDATE_GAP: Duration = Duration::from_secs(10);
 
 /// How kops makes room for each replacement (its `maxSurge`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,24 +53,42 @@ impl World {
     /// instance, as after `kops update cluster`, or `--force`). Returns once
     /// every old instance is terminated and its Node gone.
     pub async fn kops_rolling_update(&self, group: &KopsGroup, surge: KopsSurge) -> RollingUpdate {
-        let mut old = vec![];
+        let mut update = RollingUpdate::default();
         for asg in &group.asgs {
-            for id in self.asg_instances(asg).await {
-                old.push((asg.clone(), id));
+            self.kops_validate(group).await;
+            tokio::time::sleep(KOPS_VALIDATE_GAP).await;
+            self.kops_validate(group).await;
+            let old = self.asg_instances(asg).await;
+            for id in &old {
+                self.taint_for_update(id).await;
+            }
+            for id in &old {
+                let replacement = match surge {
+                    KopsSurge::Detach => self.kops_replace(asg, id).await,
+                    KopsSurge::TerminateFirst => self.kops_terminate_first(asg, id).await,
+                };
+                update.replaced.push((id.clone(), replacement));
             }
         }
-        for (_, id) in &old {
-            self.taint_for_update(id).await;
-        }
-        let mut update = RollingUpdate::default();
-        for (asg, id) in &old {
-            let replacement = match surge {
-                KopsSurge::Detach => self.kops_replace(asg, id).await,
-                KopsSurge::TerminateFirst => self.kops_terminate_first(asg, id).await,
-            };
-            update.replaced.push((id.clone(), replacement));
-        }
         update
+    }
+
+    /// `kops validate cluster`, as far as the kit has it: every Node of the
+    /// group's ASGs' instances Ready.
+    async fn kops_validate(&self, group: &KopsGroup) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        assert_eventually("kops validates the cluster", WAIT, || async {
+            for asg in &group.asgs {
+                for id in self.asg_instances(asg).await {
+                    let node = nodes.get_opt(&id).await.ok()??;
+                    if !spot_node_manager::k8s::node::is_ready(&node) {
+                        return None;
+                    }
+                }
+            }
+            Some(())
+        })
+        .await
     }
 
     /// One old instance of `asg`: detach, wait for the replacement, drain,

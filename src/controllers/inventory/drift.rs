@@ -20,9 +20,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::crd::condition::{ConditionStatus, EXTERNAL_UPDATE, set_condition};
+use crate::crd::condition::{ConditionStatus, set_condition};
 pub use crate::crd::labels::NEEDS_UPDATE_ANNOTATION;
-use crate::crd::labels::SCHEDULED_FOR_UPDATE_TAINT;
 
 /// How long a template's version numbers are kept, by default: just under
 /// two of the default one-minute resyncs, so every other resync asks and
@@ -231,41 +230,6 @@ pub fn drift_appeared(current: &NodeGroupStatus, next: &NodeGroupStatus) -> Opti
 
 type Known = HashMap<TemplateKey, (Option<TemplateVersions>, Instant)>;
 
-/// Sets the group's `ExternalUpdate` condition: True while `tainted` of
-/// its members carry kops's scheduled-for-update taint. kops puts it on
-/// every node it will replace when its rolling update starts; the last one
-/// goes when the update ends.
-pub fn set_external_update(
-    status: &mut NodeGroupStatus,
-    tainted: usize,
-    generation: Option<i64>,
-    now: chrono::DateTime<chrono::Utc>,
-) {
-    let (state, reason, message) = match tainted {
-        0 => (
-            ConditionStatus::False,
-            "NoneInProgress",
-            "no member carries kops.k8s.io/scheduled-for-update".to_string(),
-        ),
-        n => (
-            ConditionStatus::True,
-            KOPS_ROLLING_UPDATE,
-            format!(
-                "a kops rolling update is in progress ({n} node(s) tainted {SCHEDULED_FOR_UPDATE_TAINT}): no AWS mutation of our own until it ends"
-            ),
-        ),
-    };
-    set_condition(
-        &mut status.conditions,
-        EXTERNAL_UPDATE,
-        state,
-        reason,
-        message,
-        generation,
-        now,
-    );
-}
-
 /// A Node kops's rolling update has taken out of its ASG: tainted
 /// scheduled-for-update, its instance (known) active in none of the group's
 /// ASGs (detaching, detached, terminating). kops detaches an old instance
@@ -284,9 +248,6 @@ pub fn detached_by_kops<N: crate::k8s::node::NodeView + ?Sized>(
                 .any(|i| i.instance_id == id && i.is_active())
         })
 }
-
-/// The reason of a True `ExternalUpdate`.
-pub const KOPS_ROLLING_UPDATE: &str = "KopsRollingUpdate";
 
 /// Template version numbers asked so far, shared by every group's sync.
 pub struct TemplateFacts {

@@ -10,6 +10,7 @@ pub mod competing;
 pub mod controller;
 pub mod deletion;
 pub mod drift;
+pub mod external_update;
 pub mod handlers;
 pub mod hooks;
 pub mod hourly;

@@ -1,7 +1,7 @@
 //! The node inventory, pure: from the group, the cluster's Nodes and the AWS
 //! view of the group's ASGs, compute the group's status. No I/O, no clock.
 
-use super::drift;
+use super::{drift, external_update};
 use crate::cloud::{AsgDescription, InstanceDescription, TemplateVersions};
 use crate::controllers::group_view::AsgView;
 use crate::crd::condition::{ConditionStatus, set_condition};
@@ -201,7 +201,20 @@ pub fn inventory_status<N: NodeView>(
         .iter()
         .filter(|n| membership.includes(*n))
         .filter(|n| n.scheduled_for_update());
-    drift::set_external_update(&mut status, tainted.count(), group.metadata.generation, now);
+    // Ready as the replenisher counts it (its instance InService too): a
+    // replacement whose Node joined while its ASG still has it Pending
+    // would end the hold early, and the replenisher answer kops's gap.
+    let serving = crate::controllers::group_view::group_nodes(&status.nodes, &aws.asgs, now)
+        .iter()
+        .filter(|n| n.ready)
+        .count();
+    let seen = external_update::KopsUpdate {
+        tainted: tainted.count(),
+        drifted,
+        ready: i32::try_from(serving).unwrap_or(i32::MAX),
+        desired: group.spec.desired,
+    };
+    external_update::set_external_update(&mut status, seen, group.metadata.generation, now);
     status
 }
 
@@ -1040,7 +1053,7 @@ pub(crate) mod tests {
         let s = inventory_status(&g, &nodes, &aws, &Default::default(), t0());
         let c = cond(&s, EXTERNAL_UPDATE);
         assert_eq!(c.status, ConditionStatus::True);
-        assert_eq!(c.reason, super::drift::KOPS_ROLLING_UPDATE);
+        assert_eq!(c.reason, super::external_update::KOPS_ROLLING_UPDATE);
         assert!(c.message.contains("1 node(s) tainted"), "{}", c.message);
         assert_eq!(group_state(&g, &s, t0()), GroupState::ExternalUpdate);
         let mut with = g.clone();

@@ -34,6 +34,12 @@ pub struct NodeGroupStatus {
     /// How many nodes are drifted (see `nodes[].drifted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drifted_nodes: Option<i32>,
+    /// The last time a member carried kops's `kops.k8s.io/scheduled-for-update`
+    /// taint. kops rolls one instance group after another and validates the
+    /// cluster between two, when no node carries it: while members are
+    /// still drifted, the update is taken as running for a while after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kops_update_seen: Option<DateTime<Utc>>,
     /// Instances in the group's ASGs that no Node runs on (an instance EC2 already
     /// ended is not listed: it is leaving, not late).
     #[serde(default)]
