@@ -13,7 +13,7 @@ use spot_node_manager::crd::NodeGroup;
 use spot_node_manager::crd::nodegroup::NodeGroupStatus;
 use std::collections::BTreeSet;
 use std::time::Duration;
-use support::kops_rolling::KopsSurge;
+use support::kops_rolling::{KopsSurge, RollingUpdate};
 use support::{World, ZONES, assert_eventually};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -80,6 +80,15 @@ async fn started(test: &str) -> Started {
     started
 }
 
+/// What a test compares with after kops's update.
+struct Before {
+    instances: BTreeSet<String>,
+    layout: Vec<(String, i32, usize)>,
+    performed: f64,
+}
+
+type Sampled = std::sync::Arc<std::sync::Mutex<BTreeSet<String>>>;
+
 impl Started {
     async fn status_where(
         &self,
@@ -91,6 +100,58 @@ impl Started {
             holds(&status).then_some(status)
         })
         .await
+    }
+
+    /// The group before `kops update cluster`, then the update: every node
+    /// drifted.
+    async fn kops_updated(&self) -> Before {
+        let before = Before {
+            instances: self.instances().await,
+            layout: layout_of(&self.world, &self.kops.asgs).await,
+            performed: aws_mutations(&self.manager.assert_metrics().await),
+        };
+        self.world.kops_update_cluster(&self.kops).await;
+        self.status_where("3 drifted", |st| st.drifted_nodes == Some(3))
+            .await;
+        before
+    }
+
+    /// Samples the group's status every 250 ms until aborted: what `seen`
+    /// picks out of each, gathered.
+    fn sample(
+        &self,
+        seen: impl Fn(&NodeGroupStatus) -> Vec<String> + Send + 'static,
+    ) -> (tokio::task::JoinHandle<()>, Sampled) {
+        let gathered = Sampled::default();
+        let (groups, into) = (self.groups.clone(), gathered.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                if let Some(st) = groups.get("workers").await.ok().and_then(|g| g.status)
+                    && let Ok(mut all) = into.lock()
+                {
+                    all.extend(seen(&st));
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        });
+        (task, gathered)
+    }
+
+    /// Some resyncs after kops's update: the manager made no AWS mutation,
+    /// the only new instances are kops's replacements, the layout is back.
+    async fn only_kops_replaced(&self, before: &Before, update: &RollingUpdate) {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let metrics = self.manager.assert_metrics().await;
+        assert_eq!(aws_mutations(&metrics), before.performed, "{metrics}");
+        let now = self.instances().await;
+        let new: BTreeSet<&String> = now.difference(&before.instances).collect();
+        let replacements: BTreeSet<&String> = update.replaced.iter().map(|(_, n)| n).collect();
+        assert_eq!(new, replacements, "no instance but kops's replacements");
+        assert!(
+            now.is_disjoint(&before.instances),
+            "every old instance gone"
+        );
+        assert_eq!(layout_of(&self.world, &self.kops.asgs).await, before.layout);
     }
 
     async fn instances(&self) -> BTreeSet<String> {
@@ -316,33 +377,16 @@ fn aws_mutations(metrics: &str) -> f64 {
 #[tokio::test]
 async fn a_kops_rolling_update_beside_the_manager_gets_no_aws_mutation_from_it() {
     let s = started("drift-kops-beside").await;
-    let before = s.instances().await;
-    let layout = layout_of(&s.world, &s.kops.asgs).await;
-    let performed = aws_mutations(&s.manager.assert_metrics().await);
-    s.world.kops_update_cluster(&s.kops).await;
-    s.status_where("3 drifted", |st| st.drifted_nodes == Some(3))
-        .await;
-
+    let before = s.kops_updated().await;
     // While kops runs, no old node out of its ASG as the inventory itself
     // saw it (`autoScalingGroup` unset): a node kops detached (or
     // terminated) is not a member. (The inventory's description can be a
     // few seconds older than the Nodes, so a count alone may briefly
     // include one.)
-    let outside = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::new()));
-    let watch = {
-        let (groups, outside) = (s.groups.clone(), outside.clone());
-        tokio::spawn(async move {
-            loop {
-                if let Some(st) = groups.get("workers").await.ok().and_then(|g| g.status) {
-                    let out = st.nodes.iter().filter(|n| n.auto_scaling_group.is_none());
-                    if let Ok(mut seen) = outside.lock() {
-                        seen.extend(out.map(|n| n.name.clone()));
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-    };
+    let (watch, outside) = s.sample(|st| {
+        let out = st.nodes.iter().filter(|n| n.auto_scaling_group.is_none());
+        out.map(|n| n.name.clone()).collect()
+    });
     let update = s
         .world
         .kops_rolling_update(&s.kops, KopsSurge::Detach)
@@ -350,7 +394,7 @@ async fn a_kops_rolling_update_beside_the_manager_gets_no_aws_mutation_from_it()
     watch.abort();
     let outside = outside.lock().map(|o| o.clone()).unwrap_or_default();
     // (A replacement's Node can join before the description lists it.)
-    let detached: BTreeSet<&String> = outside.intersection(&before).collect();
+    let detached: BTreeSet<&String> = outside.intersection(&before.instances).collect();
     assert!(
         detached.is_empty(),
         "detached nodes reported as members: {detached:?}"
@@ -360,17 +404,7 @@ async fn a_kops_rolling_update_beside_the_manager_gets_no_aws_mutation_from_it()
             st.ready_nodes == Some(3) && st.drifted_nodes == Some(0)
         })
         .await;
-    // Some resyncs later: nothing came after either.
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let metrics = s.manager.assert_metrics().await;
-    assert_eq!(aws_mutations(&metrics), performed, "{metrics}");
-    let now = s.instances().await;
-    let new: BTreeSet<&String> = now.difference(&before).collect();
-    let replacements: BTreeSet<&String> = update.replaced.iter().map(|(_, n)| n).collect();
-    assert_eq!(new, replacements, "no instance but kops's replacements");
-    assert!(now.is_disjoint(&before), "every old instance gone");
-    let after = layout_of(&s.world, &s.kops.asgs).await;
-    assert_eq!(after, layout);
+    s.only_kops_replaced(&before, &update).await;
     assert_eq!(status.nodes.len(), 3);
 }
 
@@ -530,30 +564,14 @@ async fn without_describe_launch_templates_the_inventory_still_syncs_and_says_dr
 async fn a_kops_rolling_update_one_instance_group_after_another_is_not_joined_by_a_drift_roll() {
     use spot_node_manager::crd::nodegroup::GroupState;
     let s = started("drift-kops-groups").await;
-    let before = s.instances().await;
-    let layout = layout_of(&s.world, &s.kops.asgs).await;
-    let performed = aws_mutations(&s.manager.assert_metrics().await);
-    s.world.kops_update_cluster(&s.kops).await;
-    s.status_where("3 drifted", |st| st.drifted_nodes == Some(3))
-        .await;
+    let before = s.kops_updated().await;
     // Every ExternalUpdate message the group shows while kops runs.
-    let messages = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::new()));
-    let watch = {
-        let (groups, messages) = (s.groups.clone(), messages.clone());
-        tokio::spawn(async move {
-            loop {
-                let status = groups.get("workers").await.ok().and_then(|g| g.status);
-                let held = status.iter().flat_map(|st| &st.conditions).find(|c| {
-                    c.type_ == "ExternalUpdate"
-                        && c.status == spot_node_manager::crd::ConditionStatus::True
-                });
-                if let (Some(c), Ok(mut seen)) = (held, messages.lock()) {
-                    seen.insert(c.message.clone());
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-    };
+    let (watch, messages) = s.sample(|st| {
+        let held = st.conditions.iter().find(|c| {
+            c.type_ == "ExternalUpdate" && c.status == spot_node_manager::crd::ConditionStatus::True
+        });
+        held.map(|c| c.message.clone()).into_iter().collect()
+    });
     let replace = async {
         s.status_where("the group says ExternalUpdate", |st| {
             st.state == Some(GroupState::ExternalUpdate)
@@ -577,18 +595,10 @@ async fn a_kops_rolling_update_one_instance_group_after_another_is_not_joined_by
     })
     .await;
     watch.abort();
-    // Some resyncs later: nothing came after either.
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let metrics = s.manager.assert_metrics().await;
-    assert_eq!(aws_mutations(&metrics), performed, "{metrics}");
+    s.only_kops_replaced(&before, &update).await;
     let messages = messages.lock().map(|m| m.clone()).unwrap_or_default();
     assert!(
         messages.iter().any(|m| m.contains("may still be running")),
         "the gap between two instance groups was never seen: {messages:?}"
     );
-    let now = s.instances().await;
-    let new: BTreeSet<&String> = now.difference(&before).collect();
-    let replacements: BTreeSet<&String> = update.replaced.iter().map(|(_, n)| n).collect();
-    assert_eq!(new, replacements, "no instance but kops's replacements");
-    assert_eq!(layout_of(&s.world, &s.kops.asgs).await, layout);
 }
