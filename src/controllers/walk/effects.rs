@@ -48,34 +48,20 @@ impl Effects for AsReplenisher<'_> {
     }
 
     async fn take_lock(&mut self) -> crate::Result<Taken> {
-        Ok(match self.0.groups[self.1].lock {
-            Some(Who::Refresher) => Taken::HeldElsewhere,
-            _ => {
-                self.0.groups[self.1].lock = Some(Who::Replenisher);
-                Taken::Yes
-            }
-        })
+        Ok(self.0.take_lock(self.1, Who::Replenisher))
     }
 
     async fn take_slot(&mut self) -> crate::Result<bool> {
-        self.0.assert_holds(self.1, Who::Replenisher, "a slot");
-        if self.0.slot.is_none() && !self.0.slot_elsewhere {
-            self.0.slot = Some((self.1, Who::Replenisher));
-        }
-        Ok(self.0.slot == Some((self.1, Who::Replenisher)))
+        Ok(self.0.take_slot(self.1, Who::Replenisher))
     }
 
     async fn release_slot(&mut self) -> crate::Result<()> {
-        if self.0.slot == Some((self.1, Who::Replenisher)) {
-            self.0.slot = None;
-        }
+        self.0.release_slot(self.1, Who::Replenisher);
         Ok(())
     }
 
     async fn release_lock(&mut self) -> crate::Result<()> {
-        if self.0.groups[self.1].lock == Some(Who::Replenisher) {
-            self.0.groups[self.1].lock = None;
-        }
+        self.0.release_lock(self.1, Who::Replenisher);
         Ok(())
     }
 
@@ -209,6 +195,42 @@ impl Effects for AsReplenisher<'_> {
     }
 }
 
+/// The group's lock and the manager's one slot, as both controllers take
+/// and give them back: the lock is refused while the group's other
+/// controller holds it; the slot is taken under the lock only.
+impl World {
+    fn take_lock(&mut self, g: usize, who: Who) -> Taken {
+        let lock = &mut self.groups[g].lock;
+        match *lock {
+            Some(other) if other != who => Taken::HeldElsewhere,
+            _ => {
+                *lock = Some(who);
+                Taken::Yes
+            }
+        }
+    }
+
+    fn take_slot(&mut self, g: usize, who: Who) -> bool {
+        self.assert_holds(g, who, "a slot");
+        if self.slot.is_none() && !self.slot_elsewhere {
+            self.slot = Some((g, who));
+        }
+        self.slot == Some((g, who))
+    }
+
+    fn release_slot(&mut self, g: usize, who: Who) {
+        if self.slot == Some((g, who)) {
+            self.slot = None;
+        }
+    }
+
+    fn release_lock(&mut self, g: usize, who: Who) {
+        if self.groups[g].lock == Some(who) {
+            self.groups[g].lock = None;
+        }
+    }
+}
+
 /// What a guard was asked about, as the walk's effects look it up.
 fn asked<T: executor::Target>(check: &Check<'_, T>) -> Vec<String> {
     match check {
@@ -276,34 +298,20 @@ impl Effects for AsRefresher<'_> {
     }
 
     async fn take_lock(&mut self) -> crate::Result<Taken> {
-        let (w, g) = (&mut *self.0, self.1);
-        if w.groups[g].lock == Some(Who::Replenisher) {
-            return Ok(Taken::HeldElsewhere);
-        }
-        w.groups[g].lock = Some(Who::Refresher);
-        Ok(Taken::Yes)
+        Ok(self.0.take_lock(self.1, Who::Refresher))
     }
 
     async fn take_slot(&mut self) -> crate::Result<bool> {
-        let (w, g) = (&mut *self.0, self.1);
-        w.assert_holds(g, Who::Refresher, "a slot");
-        if w.slot.is_none() && !w.slot_elsewhere {
-            w.slot = Some((g, Who::Refresher));
-        }
-        Ok(w.slot == Some((g, Who::Refresher)))
+        Ok(self.0.take_slot(self.1, Who::Refresher))
     }
 
     async fn release_slot(&mut self) -> crate::Result<()> {
-        if self.0.slot == Some((self.1, Who::Refresher)) {
-            self.0.slot = None;
-        }
+        self.0.release_slot(self.1, Who::Refresher);
         Ok(())
     }
 
     async fn release_lock(&mut self) -> crate::Result<()> {
-        if self.0.groups[self.1].lock == Some(Who::Refresher) {
-            self.0.groups[self.1].lock = None;
-        }
+        self.0.release_lock(self.1, Who::Refresher);
         Ok(())
     }
 

@@ -601,12 +601,12 @@ impl World {
         );
         self.trace(g, Who::Replenisher, &self.last);
         self.guarded.borrow_mut().clear();
-        let planned = Planned {
-            command: &plan.command,
-            status: plan.status.clone(),
-            message: &plan.message,
-            requeue: plan.requeue,
-        };
+        let planned = Planned::of(
+            &plan.command,
+            plan.status.clone(),
+            &plan.message,
+            plan.requeue,
+        );
         let now = self.now;
         let result = block_on(executor::execute(
             &mut AsReplenisher(self, g),
@@ -665,12 +665,12 @@ impl World {
             }
         }
         self.guarded.borrow_mut().clear();
-        let planned = Planned {
-            command: &plan.command,
-            status: plan.status.clone(),
-            message: &plan.message,
-            requeue: plan.requeue,
-        };
+        let planned = Planned::of(
+            &plan.command,
+            plan.status.clone(),
+            &plan.message,
+            plan.requeue,
+        );
         let result = block_on(executor::execute(
             &mut AsRefresher(self, g),
             Some(&stored),

@@ -36,8 +36,10 @@ pub struct NodeGroupStatus {
     pub drifted_nodes: Option<i32>,
     /// The last time a member carried kops's `kops.k8s.io/scheduled-for-update`
     /// taint. kops rolls one instance group after another and validates the
-    /// cluster between two, when no node carries it: while members are
-    /// still drifted, the update is taken as running for a while after.
+    /// cluster between two, when no node carries it (with maxSurge 0 it also
+    /// waits, untainted, for the ASG's replacement): while the group is not
+    /// whole again (members drifted, or fewer Ready than desired), the
+    /// update is taken as running for up to 5 minutes after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kops_update_seen: Option<DateTime<Utc>>,
     /// Instances in the group's ASGs that no Node runs on (an instance EC2 already
