@@ -158,10 +158,6 @@ struct Group {
     invalid: bool,
     /// A worker ASG taken out of the group's spec (its instances run on).
     out_of_spec: Option<String>,
-    /// An ASG left the spec while the layout was off or a path held the
-    /// lock: the counts it then held are not restored (an open finding,
-    /// see `settled`).
-    layout_let_go: bool,
 }
 
 impl Group {
@@ -190,7 +186,6 @@ impl Group {
             settings: Ok(settings(role)),
             invalid: false,
             out_of_spec: None,
-            layout_let_go: false,
         }
     }
 

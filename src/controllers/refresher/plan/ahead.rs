@@ -45,6 +45,18 @@ impl Deciding<'_> {
             .count() as i32
     }
 
+    /// Launches ahead in an ASG whose node this run has not terminated
+    /// (with decrement): raises still standing, read from the run's own
+    /// record where the ASG is not described.
+    pub(super) fn owed_ahead_in(&self, asg: &str) -> i32 {
+        let st = &self.status;
+        st.launched_ahead
+            .iter()
+            .filter(|a| a.auto_scaling_group == asg)
+            .filter(|a| !st.replaced_instances.contains(&a.instance_id))
+            .count() as i32
+    }
+
     /// A node launched ahead still owed its raise: planned, in service,
     /// its termination not recorded (its decrement then takes the raise
     /// back), and not skipped.

@@ -2,7 +2,9 @@
 //! nodes are chosen explicitly and drained like a replacement, then
 //! terminated with decrement; the run ends and the lock is released.
 
-use super::{Command, Deciding, Decision, GroupNode, Happening, Member, SOON, describe_changes};
+use super::{
+    Command, Deciding, Decision, GroupNode, Happening, Member, SOON, describe_changes, surplus_of,
+};
 use crate::controllers::authority::{Reason, rules};
 use crate::controllers::group_view::{DesiredChange, after, until};
 use crate::crd::nodegroup::ResolvedRefresh;
@@ -60,6 +62,7 @@ impl Deciding<'_> {
             self.status.current_target = None;
         }
         self.accept_lowered_layout();
+        self.note_surplus_seen();
         let Layout {
             changes,
             victim,
@@ -153,6 +156,39 @@ impl Deciding<'_> {
                 o.desired = asg.desired;
             }
         }
+    }
+
+    /// The surplus still above each described ASG's recorded count (what
+    /// was launched ahead counts now), kept in the run's record: an ASG
+    /// that leaves the spec before its surplus is removed is no longer
+    /// described, and this is then what the run leaves there.
+    fn note_surplus_seen(&mut self) {
+        let input = self.input;
+        let seen: Vec<AsgDesired> = self
+            .status
+            .original_desired
+            .iter()
+            .filter_map(|o| {
+                let asg = input.group.asg(&o.auto_scaling_group)?;
+                Some(AsgDesired {
+                    auto_scaling_group: asg.name.clone(),
+                    desired: (asg.desired - o.desired).max(0),
+                })
+            })
+            .collect();
+        for s in seen {
+            let entry = self
+                .status
+                .surplus
+                .iter_mut()
+                .find(|e| e.auto_scaling_group == s.auto_scaling_group);
+            match entry {
+                Some(e) => e.desired = s.desired,
+                None if s.desired > 0 => self.status.surplus.push(s),
+                None => {}
+            }
+        }
+        self.status.surplus.retain(|e| e.desired > 0);
     }
 
     /// Compares each ASG with its recorded count.
@@ -281,22 +317,24 @@ impl Deciding<'_> {
 
     /// Records what the ending run leaves above its recorded counts, and
     /// the surplus nodes it kept, for the replenisher to take over (nothing
-    /// left: nothing recorded).
+    /// left: nothing recorded). An ASG that left the spec meanwhile is not
+    /// described: what this run raised there by its own record (its
+    /// surplus, the replacements it launched ahead) is left instead, so
+    /// that, back in the spec, it is taken back there and not elsewhere.
     pub(super) fn leave_surplus(&mut self) {
         let mut asgs: Vec<AsgCount> = self
             .status
             .original_desired
             .iter()
             .filter_map(|o| {
-                let now = self
-                    .input
-                    .group
-                    .asgs
-                    .iter()
-                    .find(|a| a.name == o.auto_scaling_group)?;
-                (now.desired > o.desired).then(|| AsgCount {
-                    auto_scaling_group: o.auto_scaling_group.clone(),
-                    count: now.desired - o.desired,
+                let asg = &o.auto_scaling_group;
+                let above = match self.input.group.asgs.iter().find(|a| &a.name == asg) {
+                    Some(now) => now.desired - o.desired,
+                    None => surplus_of(&self.status.surplus, asg) + self.owed_ahead_in(asg),
+                };
+                (above > 0).then(|| AsgCount {
+                    auto_scaling_group: asg.clone(),
+                    count: above,
                 })
             })
             .collect();

@@ -177,6 +177,18 @@ pub fn after_drain(
     {
         status.replaced_instances.push(target.instance_id.clone());
     }
+    if target.purpose == TargetPurpose::RemoveSurplus {
+        // Terminated with decrement: one less surplus there by the run's
+        // own record (its ASG may leave the spec before it is seen again).
+        if let Some(s) = status
+            .surplus
+            .iter_mut()
+            .find(|s| s.auto_scaling_group == target.auto_scaling_group)
+        {
+            s.desired = (s.desired - 1).max(0);
+        }
+        status.surplus.retain(|s| s.desired > 0);
+    }
     if lead {
         if target.purpose == TargetPurpose::Replace {
             status.phase = RefreshPhase::WaitingForReplacement;

@@ -362,3 +362,82 @@ fn a_surplus_node_kept_when_its_drain_is_given_up_is_left_to_the_replenisher() {
     assert_eq!(asgs, [(surplus.auto_scaling_group.as_str(), 1)]);
     assert!(sim.status.surplus_kept.is_empty(), "handed over once");
 }
+
+/// Found by the walk (issue 54): the surplus of a run is in an ASG that
+/// leaves the spec before the run ends. That ASG is no longer described,
+/// so what the run raised there is left by the run's own record, for the
+/// replenisher to take back there once it is back, not elsewhere.
+#[test]
+fn a_surplus_in_an_asg_that_left_the_spec_is_left_by_the_runs_own_record() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    // The first target is in asg-1; the surplus goes to asg-0.
+    sim.instances[1].launched -= chrono::Duration::days(1);
+    sim.start_run();
+    sim.all_join_and_ready();
+    while sim.terminated.is_empty() {
+        sim.step(false);
+    }
+    assert_eq!(sim.status.surplus[0].auto_scaling_group, "asg-0");
+    // The user drops asg-0 from the NodeGroup; its instances run on.
+    let gone = sim.asgs.remove(0);
+    for _ in 0..60 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(60);
+        if sim.status.run_start.is_none() {
+            break;
+        }
+    }
+    assert!(sim.result().is_some(), "the run ended: {:?}", sim.status);
+    let left = sim.status.surplus_left.clone().expect("the surplus left");
+    let asgs: Vec<(&str, i32)> = left
+        .asgs
+        .iter()
+        .map(|a| (a.auto_scaling_group.as_str(), a.count))
+        .collect();
+    assert_eq!(asgs, [("asg-0", gone.desired - 1)], "{:?}", sim.status);
+}
+
+/// A surplus node terminated (with decrement) by the run, its ASG then
+/// dropped from the spec before its lowered count is seen: nothing is left
+/// there (the run's record counts the removal), so the replenisher does
+/// not take a node from it later for a surplus that is gone.
+#[test]
+fn a_surplus_removed_before_its_asg_left_the_spec_is_not_left_there() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.instances[1].launched -= chrono::Duration::days(1);
+    sim.start_run();
+    sim.all_join_and_ready();
+    let mut removed = None;
+    for _ in 0..200 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+        if let Some(t) = sim.status.current_target.clone()
+            && t.purpose == TargetPurpose::RemoveSurplus
+            && t.terminated.is_some()
+        {
+            removed = Some(t);
+            break;
+        }
+    }
+    let removed = removed.expect("the surplus removed");
+    assert_eq!(removed.auto_scaling_group, "asg-0");
+    sim.asgs.retain(|a| a.name != removed.auto_scaling_group);
+    for _ in 0..60 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(60);
+        if sim.status.run_start.is_none() {
+            break;
+        }
+    }
+    assert!(sim.result().is_some(), "the run ended: {:?}", sim.status);
+    let left: Vec<String> = sim
+        .status
+        .surplus_left
+        .iter()
+        .flat_map(|l| l.asgs.iter().map(|a| a.auto_scaling_group.clone()))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
