@@ -33,6 +33,9 @@ pub struct Context {
     pub cloud: Arc<dyn CloudProvider>,
     /// The interruption queue, when one is configured.
     pub interruption_queue: Option<Arc<crate::cloud::sqs::Queue>>,
+    /// The node whose drain we handed leadership over from (see
+    /// `k8s::own_pod`): leading again there means no standby took over.
+    handed_over_on: std::sync::Mutex<Option<String>>,
     recorder: Recorder,
 }
 
@@ -66,8 +69,23 @@ impl Context {
             leadership,
             cloud,
             interruption_queue: None,
+            handed_over_on: Default::default(),
             recorder,
         }
+    }
+
+    pub fn handed_over_on(&self) -> Option<String> {
+        self.handed_over_on
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn set_handed_over_on(&self, node: &str) {
+        *self
+            .handed_over_on
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(node.to_string());
     }
 
     pub fn with_interruption_queue(mut self, queue: Option<Arc<crate::cloud::sqs::Queue>>) -> Self {

@@ -79,6 +79,9 @@ reasons! {
     DrainStarted("Normal") on "NodeGroup, related to the Node";
     /// An eviction was refused by a PodDisruptionBudget: the budgets and the pods.
     DrainBlocked("Warning") on "NodeGroup, related to the Node";
+    /// The manager's own pod was the last pod to move off a node it drains: leadership went
+    /// to a standby replica, which takes over at once and evicts it.
+    LeadershipHandedOver("Normal") on "Node";
     /// An unhealthy node (NotReady past `unhealthyTimeout`) was terminated by a repair or a refresh.
     NodeRepaired("Normal") on "NodeGroup, related to the Node";
     /// Repairs are held back: the circuit breaker is open, or (masters) the control plane

@@ -90,6 +90,12 @@ impl Elector {
     pub async fn run(mut self, shutdown: CancellationToken) {
         info!(lease = %self.name, identity = %self.identity, "leader election started");
         loop {
+            if self.leadership.handing_over() {
+                self.hand_over(&shutdown).await;
+                if shutdown.is_cancelled() {
+                    break;
+                }
+            }
             let started = Instant::now();
             // Bound each attempt so a hung apiserver cannot hold us past the deadline.
             let attempt =
@@ -122,6 +128,7 @@ impl Elector {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(self.settings.retry_period) => {}
+                _ = self.leadership.hand_over_asked() => {}
             }
         }
         let was_leading = self.leadership.is_leading();
@@ -137,6 +144,25 @@ impl Elector {
                 }
             }
         }
+    }
+
+    /// Hands the lease over (its own node is being drained): released at
+    /// once, then a lease duration without campaigning, so a standby takes
+    /// it on its next round. With no standby, we take it back after that.
+    async fn hand_over(&mut self, shutdown: &CancellationToken) {
+        match tokio::time::timeout(Duration::from_secs(5), self.release()).await {
+            Ok(Ok(())) => info!(lease = %self.name, "handed the lease over to a standby"),
+            Ok(Err(e)) => {
+                warn!(lease = %self.name, error = %e, "could not release the lease; it will expire")
+            }
+            Err(_) => warn!(lease = %self.name, "releasing the lease timed out; it will expire"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = tokio::time::sleep(self.settings.lease_duration) => {}
+        }
+        self.observed = None;
+        self.leadership.handed_over();
     }
 
     /// One round. Ok(true): we hold the lease now.

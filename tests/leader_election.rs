@@ -300,3 +300,155 @@ async fn a_leader_cut_off_from_the_apiserver_makes_no_aws_call_after_its_renew_d
     );
     drop(proxy);
 }
+
+/// Issue 55 item 7: a refresh drains the node the leader's own pod runs
+/// on. Every other pod goes first; then the leader hands the lease to the
+/// standby (Ready on another node) instead of being evicted while leading,
+/// and the standby, leading at once, evicts the old leader's pod and
+/// finishes the run. The lease is long (30 s): a takeover by expiry could
+/// not come within the bound below.
+#[tokio::test]
+async fn a_drain_of_the_leaders_node_takes_its_pod_last_and_hands_leadership_over_first() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::watcher;
+    let world = World::new("own-node").await;
+    let kops = world
+        .kops_group("nodes", &support::ZONES[..1], 2, &[])
+        .await;
+    let _sim = world.start_sim(Duration::from_millis(200), Duration::from_millis(200));
+    let groups: Api<NodeGroup> = world.api();
+    groups
+        .create(
+            &PostParams::default(),
+            &support::refresh::group("workers", "Worker", &kops.asgs, 2),
+        )
+        .await
+        .expect("create group");
+    let config = config_with(&world, "snm-own", "30s", "20s", "resyncInterval: 2s\n");
+    let path = config.path().to_str().expect("utf-8");
+    let ns = world.namespace.clone();
+    let replica = |pod: &str| {
+        ManagerProcess::start_env(
+            &world,
+            &["--config", path, "--identity", pod],
+            &[("POD_NAME", pod), ("POD_NAMESPACE", ns.as_str())],
+        )
+    };
+    let a = replica("mgr-a");
+    assert_eventually("a leads, 2 Ready", support::refresh::WAIT, || async {
+        let ready = support::refresh::ready_count(&groups, "workers").await?;
+        (a.is_leader().await? && ready == 2).then_some(())
+    })
+    .await;
+    let b = replica("mgr-b");
+    assert_eventually("b answers as follower", Duration::from_secs(30), || async {
+        (!b.is_leader().await?).then_some(())
+    })
+    .await;
+    // The oldest node goes first: the leader's pod runs there, with two
+    // workload pods whose names sort after it (the order a drain lists
+    // them in), the standby's pod on the other node.
+    let nodes = support::refresh::nodes_oldest_first(&groups, "workers").await;
+    let (first, second) = (nodes[0].clone(), nodes[1].clone());
+    // Each pod with a controller, as a Deployment's are (one without is
+    // protected, never evicted).
+    let labels = [("app.kubernetes.io/name", "snm-own")];
+    let pods: Api<Pod> = world.api();
+    let owner = support::refresh::app_owner(&world).await;
+    for (name, node) in [("mgr-a", &first), ("mgr-b", &second)] {
+        let mut pod = support::bound_pod(name, node, &labels);
+        pod.metadata.owner_references = Some(vec![owner.clone()]);
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create a replica's pod");
+    }
+    for name in ["web-0", "web-1"] {
+        let mut pod = support::bound_pod(name, &first, &[("app", "web")]);
+        pod.metadata.owner_references = Some(vec![owner.clone()]);
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+    }
+    assert_eventually(
+        "the standby's pod Ready",
+        Duration::from_secs(30),
+        || async {
+            let pod = pods.get("mgr-b").await.ok()?;
+            let ready = pod
+                .status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            ready.then_some(())
+        },
+    )
+    .await;
+    // The order the first node's pods are deleted in, as the apiserver
+    // tells it.
+    let on_first = watcher::Config::default().fields(&format!("spec.nodeName={first}"));
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = order.clone();
+    let watch = tokio::spawn(watcher(pods.clone(), on_first).for_each(move |e| {
+        let seen = seen.clone();
+        async move {
+            let gone = |p: &Pod| {
+                (
+                    p.metadata.name.clone().unwrap_or_default(),
+                    p.metadata.deletion_timestamp.is_some(),
+                )
+            };
+            let name = match e {
+                Ok(watcher::Event::Apply(p)) => Some(gone(&p)).filter(|(_, d)| *d).map(|(n, _)| n),
+                Ok(watcher::Event::Delete(p)) => Some(gone(&p).0),
+                _ => None,
+            };
+            let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = name.filter(|n| !seen.contains(n)) {
+                seen.push(n);
+            }
+        }
+    }));
+
+    support::refresh::schedule_refresh(&world, "workers", serde_json::json!({})).await;
+    assert_eventually("a hands leadership over", support::refresh::RUN, || async {
+        (!a.is_leader().await?).then_some(())
+    })
+    .await;
+    // Well within the 30 s lease: handed over, not expired.
+    let leases: Api<Lease> = world.api();
+    assert_eventually("b leads at once", Duration::from_secs(10), || async {
+        (b.is_leader().await? && holder(&leases, "snm-own").await.as_deref() == Some("mgr-b"))
+            .then_some(())
+    })
+    .await;
+    let rf = support::refresh::run_finished(&world, "workers").await;
+    support::refresh::assert_run_succeeded(rf, &b);
+    watch.abort();
+    let order = order.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut moved = order.clone();
+    moved.sort();
+    assert_eq!(
+        (moved, order.last().map(String::as_str)),
+        (
+            ["mgr-a", "web-0", "web-1"].map(String::from).to_vec(),
+            Some("mgr-a")
+        ),
+        "every pod moved, the leader's last: {order:?}\na: {}\nb: {}",
+        a.logs(),
+        b.logs()
+    );
+    let (a_logs, b_logs) = (a.logs(), b.logs());
+    assert!(
+        a_logs.contains("handed the lease over to a standby"),
+        "{a_logs}"
+    );
+    assert!(
+        !a_logs.contains(&format!("pod/{ns}/mgr-a")),
+        "a never evicted its own pod:\n{a_logs}"
+    );
+    assert!(
+        b_logs.contains(&format!("pod/{ns}/mgr-a")),
+        "b evicted it:\n{b_logs}"
+    );
+}

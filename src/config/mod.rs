@@ -7,11 +7,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub mod file;
+pub mod pod;
 use file::read_file;
 pub use file::{
     FileAdmin, FileAws, FileConfig, FileInterruption, FileLeaderElection, FileLog, ForeignMessages,
     UnmanagedNodes, parse_file,
 };
+pub use pod::OwnPod;
 use std::time::Duration;
 
 /// The release and the git commit the binary was built from (`build.rs`).
@@ -172,6 +174,9 @@ pub struct Settings {
     pub interruption: InterruptionSettings,
     /// How many groups may run a voluntary disruption at once (at least 1).
     pub max_concurrent_disruptions: u32,
+    /// The pod this replica runs in (`POD_NAMESPACE`/`POD_NAME`, from the
+    /// downward API): a drain of its node takes it last.
+    pub own_pod: Option<OwnPod>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -285,8 +290,10 @@ impl Settings {
                 "must be at least 1 (suspend groups to stop their disruptions)",
             ));
         }
+        let own_pod = OwnPod::from_env(&env);
         Ok(Settings {
             max_concurrent_disruptions,
+            own_pod,
             kubeconfig: args.kubeconfig.clone().or(file.kubeconfig),
             in_cluster: args.in_cluster,
             namespace,
@@ -663,6 +670,17 @@ mod tests {
         .unwrap();
         assert_eq!(s.identity, "snm-abc");
         assert_eq!(s.leader_election.lease_namespace, "kube-system");
+        let own = s.own_pod.expect("its own pod");
+        assert_eq!(
+            (own.namespace.as_str(), own.name.as_str()),
+            ("kube-system", "snm-abc")
+        );
+        let s = Settings::resolve(&RunArgs::default(), FileConfig::default(), |k| match k {
+            "POD_NAME" => Some("snm-abc".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(s.own_pod, None, "a pod name alone names no pod");
     }
 
     #[test]

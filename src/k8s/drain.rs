@@ -7,8 +7,10 @@
 //! progress and retried on the next step, never in a loop here. Evictions go
 //! through a client without kube's built-in 429 retry, so a blocked eviction
 //! cannot stall the reconcile. The timeout and what happens at it belong to
-//! the caller, which knows when the drain started.
+//! the caller, which knows when the drain started. The manager's own pod
+//! goes last, and leadership before it (`k8s::own_pod`).
 
+use super::own_pod;
 use crate::context::Context;
 use crate::crd::labels::{CORDONED_BY_US, MIRROR_ANNOTATION};
 use crate::events::Reason;
@@ -19,6 +21,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
+use tracing::info;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodAction {
@@ -63,6 +66,8 @@ pub struct DrainProgress {
     pub waiting: Vec<String>,
     /// Dry-run: what would have been evicted.
     pub dry_run: Vec<String>,
+    /// The manager's own pod, left for last (see `k8s::own_pod`).
+    pub held: Vec<String>,
 }
 
 impl DrainProgress {
@@ -73,6 +78,7 @@ impl DrainProgress {
             && self.blocked.is_empty()
             && self.waiting.is_empty()
             && self.throttled.is_empty()
+            && self.held.is_empty()
     }
 }
 
@@ -81,7 +87,7 @@ impl DrainProgress {
     /// before, already terminating): all a drain can do on a node whose
     /// kubelet is dead, which never confirms a deletion.
     pub fn deletions_asked(&self) -> bool {
-        self.blocked.is_empty() && self.throttled.is_empty()
+        self.blocked.is_empty() && self.throttled.is_empty() && self.held.is_empty()
     }
 
     /// Done for a drain of a healthy node ([`Self::done`]), or of an
@@ -181,9 +187,16 @@ pub async fn drain_step_within(
         return Ok(DrainProgress::default());
     }
     let mut progress = DrainProgress::default();
-    for pod in &pods_for_step(ctx, node_name).await? {
+    let pods = pods_for_step(ctx, node_name).await?;
+    let hold_ours = hold_own_pod(ctx, node_name, &pods).await?;
+    for pod in &pods {
         let namespace = pod.namespace().unwrap_or_default();
         let id = format!("{namespace}/{}", pod.name_any());
+        let ours = ctx.settings.own_pod.as_ref().is_some_and(|o| o.is(pod));
+        if hold_ours && ours {
+            progress.held.push(id);
+            continue;
+        }
         match classify(pod) {
             PodAction::Skip(_) => {}
             PodAction::Wait => progress.waiting.push(id),
@@ -241,6 +254,67 @@ pub async fn drain_step_within(
         }
     }
     Ok(progress)
+}
+
+/// Whether this drain step leaves our own pod alone (see `k8s::own_pod`): while other pods are still
+/// to move, and, once ours is the last, while leadership is handed to a
+/// standby (we stop leading at once; the standby evicts it). Dry runs evict
+/// nothing, and leading again on the node we handed over from means no
+/// standby took over: then ours is evicted like any.
+async fn hold_own_pod(ctx: &Context, node: &str, pods: &[Pod]) -> Result<bool> {
+    let Some(own) = ctx
+        .settings
+        .own_pod
+        .as_ref()
+        .filter(|_| !ctx.settings.dry_run)
+    else {
+        return Ok(false);
+    };
+    let to_move = |p: &Pod| !matches!(classify(p), PodAction::Skip(_));
+    match own_pod::turn(pods, own, to_move) {
+        own_pod::Turn::NotHere => return Ok(false),
+        own_pod::Turn::Last => return Ok(true),
+        own_pod::Turn::Alone => {}
+    }
+    let handed_over_here = ctx.handed_over_on().as_deref() == Some(node);
+    if handed_over_here || !ctx.leadership.elected_by_lease() {
+        return Ok(false);
+    }
+    let Some(selector) = pods
+        .iter()
+        .find(|p| own.is(p))
+        .and_then(own_pod::replica_selector)
+    else {
+        return Ok(false);
+    };
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &own.namespace);
+    let replicas = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(crate::Error::kube(format!(
+            "list the manager's replicas in {}",
+            own.namespace
+        )))?
+        .items;
+    let Some(standby) = own_pod::standby(&replicas, own, node).map(|p| p.name_any()) else {
+        return Ok(false);
+    };
+    let note = format!(
+        "the manager's own pod {}/{} is the last pod to move off {node}: leadership goes to {standby}, which evicts it",
+        own.namespace, own.name
+    );
+    info!(node, standby = %standby, "handing leadership over before our own pod is evicted");
+    ctx.event(
+        &node_ref(node),
+        EventType::Normal,
+        Reason::LeadershipHandedOver,
+        "Drain",
+        note,
+    )
+    .await;
+    ctx.set_handed_over_on(node);
+    ctx.leadership.hand_over();
+    Ok(true)
 }
 
 enum Evicted {
@@ -487,6 +561,12 @@ mod tests {
             ..Default::default()
         };
         assert!(!blocked.done());
+        // The manager's own pod, left for last, is still to move.
+        let held = DrainProgress {
+            held: vec!["spot-node-manager/snm-a".into()],
+            ..Default::default()
+        };
+        assert!(!held.done() && !held.deletions_asked());
     }
 
     #[test]

@@ -10,5 +10,6 @@ pub mod eviction;
 pub mod interruption_record;
 pub mod lock;
 pub mod node;
+pub mod own_pod;
 pub mod protection;
 pub mod workloads;
