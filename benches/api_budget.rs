@@ -40,6 +40,7 @@ use spot_node_manager::crd::{Refresher, Replenisher};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use support::refresh::*;
+use support::steady::*;
 use support::{ZONES, assert_eventually};
 
 const NO_CAPACITY: &str = "snm.test/no-capacity";

@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use support::interruption::spot_warning;
 use support::refresh::*;
+use support::steady::*;
 use support::{ZONES, assert_eventually};
 
 struct Figures {

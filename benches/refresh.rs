@@ -36,6 +36,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use support::ZONES;
 use support::refresh::*;
+use support::steady::*;
 use support::workload::{assert_web_ready, deploy_web, sample_web};
 
 const REGISTER: Duration = Duration::from_secs(1);

@@ -15,7 +15,8 @@
 use snm_testkit as support;
 
 use std::time::{Duration, Instant};
-use support::refresh::{SteadyGroup, ready_count};
+use support::refresh::ready_count;
+use support::steady::SteadyGroup;
 
 const NO_CAPACITY: &str = "snm.test/no-capacity";
 const LIMIT: Duration = Duration::from_secs(120);

@@ -319,19 +319,14 @@ async fn a_repair_whose_node_comes_back_is_given_up_and_the_group_settles() {
 #[tokio::test]
 async fn a_master_refresh_waits_while_another_groups_master_is_not_ready_and_says_why() {
     use spot_node_manager::crd::Refresher;
-    use support::refresh::{SteadyGroup, all_instances, assert_run_succeeded, run_finished};
+    use support::refresh::{all_instances, assert_run_succeeded, run_finished};
     use support::sim::NOT_READY_TAG;
-    let SteadyGroup {
-        world,
-        kops,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::masters("authority-refresh-waits")
+    use support::steady::SteadyGroup;
+    let g = SteadyGroup::masters("authority-refresh-waits")
         .one_group_per_asg()
         .start()
         .await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
     // masters-1's kubelet reports NotReady (its repair is far off: the
     // default unhealthy timeout).
     let sick = world.asg_instances(&kops.asgs[1]).await.remove(0);
@@ -342,9 +337,9 @@ async fn a_master_refresh_waits_while_another_groups_master_is_not_ready_and_say
         (status.ready_nodes == Some(0)).then_some(())
     })
     .await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let original = all_instances(world, &kops.asgs).await;
     support::refresh::schedule_refresh(
-        &world,
+        world,
         "masters-0",
         serde_json::json!({"masterSettleTime": "1s"}),
     )
@@ -361,13 +356,13 @@ async fn a_master_refresh_waits_while_another_groups_master_is_not_ready_and_say
     assert!(message.contains(&sick), "{message}");
     // It waits: nothing replaced, for a while.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(all_instances(&world, &kops.asgs).await, original);
+    assert_eq!(all_instances(world, &kops.asgs).await, original);
     // Back: the run starts and replaces masters-0's master.
     world.untag_asg(&kops.asgs[1], NOT_READY_TAG, &sick).await;
-    let rf = run_finished(&world, "masters-0").await;
-    let status = assert_run_succeeded(rf, &manager);
+    let rf = run_finished(world, "masters-0").await;
+    let status = assert_run_succeeded(rf, manager);
     assert_eq!(status.last_run.map(|r| r.replaced), Some(1));
-    assert!(all_instances(&world, &kops.asgs).await.contains(&sick));
+    assert!(all_instances(world, &kops.asgs).await.contains(&sick));
 }
 
 /// A master's whole life in these tests: registration, Ready, its group.

@@ -12,72 +12,64 @@ use spot_node_manager::crd::{NodeGroup, Refresher};
 use std::time::Duration;
 use support::assert_eventually;
 use support::refresh::*;
+use support::steady::*;
 use support::windows::*;
 
 #[tokio::test]
 async fn master_groups_with_the_same_schedule_never_replace_two_masters_at_once() {
     // kops's usual layout: one master instance group (one ASG) per zone,
     // each its own NodeGroup with desired 1.
-    let SteadyGroup {
-        world,
-        kops,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::masters("dc-masters")
+    let g = SteadyGroup::masters("dc-masters")
         .one_group_per_asg()
         .start()
         .await;
-    let original = all_instances(&world, &kops.asgs).await;
-    let sampler = sample(&world, &kops.asgs, 3);
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
+    let sampler = sample(world, &kops.asgs, 3);
     // Due together, far enough ahead for a loaded machine's manager to
     // see all three first (a one-off time seen after it never fires).
     let at = once_in(12);
     for i in 0..3 {
         schedule_refresh(
-            &world,
+            world,
             &format!("masters-{i}"),
             serde_json::json!({"schedule": at, "masterSettleTime": "1s"}),
         )
         .await;
     }
     // The three runs, due together, ran one after another.
-    assert_one_after_another(&world, &manager, "masters").await;
+    assert_one_after_another(world, manager, "masters").await;
     let samples = sampler.stop();
     // Never two masters out: 3 masters, at least 2 Ready throughout.
     assert_eq!(samples.min_ready, Some(2), "{samples:?}");
-    let now_in_service = all_instances(&world, &kops.asgs).await;
+    let now_in_service = all_instances(world, &kops.asgs).await;
     assert!(now_in_service.is_disjoint(&original));
 }
 
 #[tokio::test]
 async fn a_refresh_due_outside_every_window_waits_and_starts_when_one_opens() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("dc-window").await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let g = three_workers("dc-window").await;
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
     // A window on 1 January only: closed now.
     set_windows(
-        &groups,
+        groups,
         serde_json::json!([{"schedule": "0 0 1 1 *", "duration": "1m"}]),
     )
     .await;
-    schedule_refresh(&world, "workers", serde_json::json!({})).await;
-    let refreshers: Api<Refresher> = world.api();
-    let waiting = assert_eventually("the due run to wait for the window", WAIT, || async {
-        let status = refreshers.get("workers").await.ok()?.status?;
-        let message = status.message.clone().unwrap_or_default();
-        message
-            .contains("outside the maintenance windows")
-            .then_some(status)
-    })
+    schedule_refresh(world, "workers", serde_json::json!({})).await;
+    let waiting = refresher_until(
+        world,
+        "workers",
+        "the due run to wait for the window",
+        WAIT,
+        |status| {
+            let message = status.message.clone().unwrap_or_default();
+            message
+                .contains("outside the maintenance windows")
+                .then_some(status)
+        },
+    )
     .await;
     assert!(
         waiting
@@ -94,27 +86,22 @@ async fn a_refresh_due_outside_every_window_waits_and_starts_when_one_opens() {
     assert_eq!(condition.reason, "ScheduleOutsideWindows");
     // It stays waiting: nothing started, nothing skipped, nothing touched.
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let status = refreshers
-        .get("workers")
-        .await
-        .expect("refresher")
-        .status
-        .expect("status");
+    let status = refresher_status(world, "workers").await;
     assert_eq!(status.run_start, None, "{:?}", status.message);
     assert!(
         status.last_run.is_none(),
         "not skipped: {:?}",
         status.last_run
     );
-    assert_eq!(all_instances(&world, &kops.asgs).await, original);
+    assert_eq!(all_instances(world, &kops.asgs).await, original);
     // A window open now: the run starts and replaces every node.
     set_windows(
-        &groups,
+        groups,
         serde_json::json!([{"schedule": "* * * * *", "duration": "1h"}]),
     )
     .await;
-    let rf = run_finished(&world, "workers").await;
-    let status = assert_run_succeeded(rf, &manager);
+    let rf = run_finished(world, "workers").await;
+    let status = assert_run_succeeded(rf, manager);
     assert_eq!(status.last_run.map(|r| r.replaced), Some(3));
     assert!(
         status
@@ -126,25 +113,22 @@ async fn a_refresh_due_outside_every_window_waits_and_starts_when_one_opens() {
 
 #[tokio::test]
 async fn a_run_whose_window_closes_waits_with_its_surplus_then_resumes() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("dc-closes").await;
+    let g = three_workers("dc-closes").await;
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
     let before = world.asg_snapshot(&kops.asgs).await;
-    let original = all_instances(&world, &kops.asgs).await;
-    set_windows(&groups, windows(OPEN)).await;
-    close_the_window_mid_run(&world, &groups, serde_json::json!({})).await;
-    let refreshers: Api<Refresher> = world.api();
-    let waiting = assert_eventually("the run to wait with its surplus", WAIT, || async {
-        let status = refreshers.get("workers").await.ok()?.status?;
-        let message = status.message.clone().unwrap_or_default();
-        message.contains("keeping its surplus").then_some(status)
-    })
+    let original = all_instances(world, &kops.asgs).await;
+    set_windows(groups, windows(OPEN)).await;
+    close_the_window_mid_run(world, groups, serde_json::json!({})).await;
+    let waiting = refresher_until(
+        world,
+        "workers",
+        "the run to wait with its surplus",
+        WAIT,
+        |status| {
+            let message = status.message.clone().unwrap_or_default();
+            message.contains("keeping its surplus").then_some(status)
+        },
+    )
     .await;
     assert!(waiting.run_start.is_some(), "{:?}", waiting.message);
     assert!((1..3).contains(&waiting.replaced), "{waiting:?}");
@@ -152,36 +136,31 @@ async fn a_run_whose_window_closes_waits_with_its_surplus_then_resumes() {
     // once its termination completes (the wait is written right after the
     // call): desired 3 + surplus 1 remain.
     let held = assert_eventually("the replaced node gone", WAIT, || async {
-        let all = all_instances(&world, &kops.asgs).await;
+        let all = all_instances(world, &kops.asgs).await;
         (all.len() == 4).then_some(all)
     })
     .await;
     // It stays so: the surplus kept Ready, nothing else taken.
-    let sampler = sample(&world, &kops.asgs, 3);
+    let sampler = sample(world, &kops.asgs, 3);
     tokio::time::sleep(Duration::from_secs(8)).await;
     let samples = sampler.stop();
-    assert_eq!(all_instances(&world, &kops.asgs).await, held);
+    assert_eq!(all_instances(world, &kops.asgs).await, held);
     assert_eq!(
         samples.min_ready,
         Some(4),
         "desired 3 + surplus 1: {samples:?}"
     );
     assert_eq!(samples.max_desired, 4, "{samples:?}");
-    let still = refreshers
-        .get("workers")
-        .await
-        .expect("rf")
-        .status
-        .expect("status");
+    let still = refresher_status(world, "workers").await;
     assert_eq!(still.replaced, waiting.replaced);
     assert_eq!(still.run_start, waiting.run_start);
     // The next window: the run resumes and ends as if never paused.
-    set_windows(&groups, windows(OPEN)).await;
-    let rf = run_finished(&world, "workers").await;
-    let status = assert_run_succeeded(rf, &manager);
+    set_windows(groups, windows(OPEN)).await;
+    let rf = run_finished(world, "workers").await;
+    let status = assert_run_succeeded(rf, manager);
     assert_eq!(status.last_run.map(|r| r.replaced), Some(3));
     assert!(
-        all_instances(&world, &kops.asgs)
+        all_instances(world, &kops.asgs)
             .await
             .is_disjoint(&original)
     );
@@ -191,17 +170,11 @@ async fn a_run_whose_window_closes_waits_with_its_surplus_then_resumes() {
 
 #[tokio::test]
 async fn a_run_whose_window_closes_with_scale_down_sets_itself_aside_across_a_restart() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        mut manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("dc-set-aside").await;
+    let g = three_workers("dc-set-aside").await;
+    let mut manager = g.manager;
+    let (world, kops, groups) = (&g.world, &g.kops, &g.groups);
     let before = world.asg_snapshot(&kops.asgs).await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let original = all_instances(world, &kops.asgs).await;
     groups
         .patch(
             "workers",
@@ -211,15 +184,17 @@ async fn a_run_whose_window_closes_with_scale_down_sets_itself_aside_across_a_re
         )
         .await
         .expect("windows");
-    close_the_window_mid_run(&world, &groups, serde_json::json!({})).await;
-    let refreshers: Api<Refresher> = world.api();
-    let pending = assert_eventually("the run set aside", WAIT, || async {
-        let status = refreshers.get("workers").await.ok()?.status?;
-        match status.run_start {
+    close_the_window_mid_run(world, groups, serde_json::json!({})).await;
+    let pending = refresher_until(
+        world,
+        "workers",
+        "the run set aside",
+        WAIT,
+        |status| match status.run_start {
             None => status.pending_run,
             Some(_) => None,
-        }
-    })
+        },
+    )
     .await;
     assert!((1..3).contains(&pending.replaced), "{pending:?}");
     assert_eq!(pending.total, 3);
@@ -229,23 +204,15 @@ async fn a_run_whose_window_closes_with_scale_down_sets_itself_aside_across_a_re
     assert_eq!(desired_counts(&set_aside), desired_counts(&before));
     // (The surplus instance leaves its ASG once its termination completes.)
     assert_eventually("the surplus instance gone", WAIT, || async {
-        (all_instances(&world, &kops.asgs).await.len() == 3).then_some(())
+        (all_instances(world, &kops.asgs).await.len() == 3).then_some(())
     })
     .await;
-    assert_event(&world, "RefreshSetAside").await;
+    assert_event(world, "RefreshSetAside").await;
     // Killed while it waits: the restarted manager keeps waiting.
-    manager.kill();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (restarted, _config2) = world.start_manager(&[]);
-    manager = restarted;
-    let held = all_instances(&world, &kops.asgs).await;
+    let _config2 = restart_manager(world, &mut manager).await;
+    let held = all_instances(world, &kops.asgs).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let status = refreshers
-        .get("workers")
-        .await
-        .expect("rf")
-        .status
-        .expect("status");
+    let status = refresher_status(world, "workers").await;
     assert_eq!(
         status.pending_run.as_ref(),
         Some(&pending),
@@ -261,16 +228,16 @@ async fn a_run_whose_window_closes_with_scale_down_sets_itself_aside_across_a_re
         "{:?}",
         status.message
     );
-    assert_eq!(all_instances(&world, &kops.asgs).await, held);
+    assert_eq!(all_instances(world, &kops.asgs).await, held);
     // The next window: it resumes with a new surplus and ends as one run.
-    set_windows(&groups, windows(OPEN)).await;
-    let rf = run_finished(&world, "workers").await;
+    set_windows(groups, windows(OPEN)).await;
+    let rf = run_finished(world, "workers").await;
     let status = assert_run_succeeded(rf, &manager);
     let last = status.last_run.expect("last run");
     assert_eq!((last.replaced, last.started), (3, pending.started));
     assert_eq!(status.pending_run, None);
-    assert_event(&world, "RefreshResumed").await;
-    let terminated = terminated_instances(&world).await;
+    assert_event(world, "RefreshResumed").await;
+    let terminated = terminated_instances(world).await;
     assert!(original.is_subset(&terminated), "{terminated:?}");
     assert_eq!(
         terminated.len(),
@@ -283,24 +250,19 @@ async fn a_run_whose_window_closes_with_scale_down_sets_itself_aside_across_a_re
 
 #[tokio::test]
 async fn worker_groups_under_a_limit_of_one_run_one_after_another_across_a_restart() {
-    let SteadyGroup {
-        world,
-        kops,
-        mut manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::workers("dc-workers")
+    let g = SteadyGroup::workers("dc-workers")
         .one_group_per_asg()
         .start()
         .await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let mut manager = g.manager;
+    let (world, kops) = (&g.world, &g.kops);
+    let original = all_instances(world, &kops.asgs).await;
     // Due together, far enough ahead for a loaded machine's manager to
     // see all three first (a one-off time seen after it never fires).
     let at = once_in(12);
     for i in 0..3 {
         schedule_refresh(
-            &world,
+            world,
             &format!("workers-{i}"),
             serde_json::json!({"schedule": at, "surplusNodes": 1}),
         )
@@ -336,34 +298,25 @@ async fn worker_groups_under_a_limit_of_one_run_one_after_another_across_a_resta
         .and_then(|s| s.operation);
     assert!(lock.is_none(), "a waiting group holds its lock: {lock:?}");
     // Killed while one runs and others wait: the restarted manager resumes.
-    manager.kill();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (restarted, _config2) = world.start_manager(&[]);
-    manager = restarted;
-    assert_one_after_another(&world, &manager, "workers").await;
+    let _config2 = restart_manager(world, &mut manager).await;
+    assert_one_after_another(world, &manager, "workers").await;
     // Each old node terminated once, and the slot given back.
-    let now_in_service = all_instances(&world, &kops.asgs).await;
+    let now_in_service = all_instances(world, &kops.asgs).await;
     assert!(now_in_service.is_disjoint(&original));
     // Given back by the step after the run's end (a run is recorded as
     // finished before its slot is released): soon, not at once.
-    support::windows::assert_slots_given_back(&world).await;
+    support::windows::assert_slots_given_back(world).await;
 }
 
 #[tokio::test]
 async fn a_refresh_leaves_protected_nodes_alone_and_says_why() {
-    let SteadyGroup {
-        world,
-        kops,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::workers("dc-protected")
+    let g = SteadyGroup::workers("dc-protected")
         .per_asg(2)
         .start()
         .await;
-    let original = all_instances(&world, &kops.asgs).await;
-    let mut names = node_names(&world, &original).await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
+    let mut names = node_names(world, &original).await;
     names.sort();
     assert_eq!(names.len(), 6);
     let (node_annotated, pod_annotated, cordoned, bare, free) =
@@ -388,7 +341,7 @@ async fn a_refresh_leaves_protected_nodes_alone_and_says_why() {
         .await
         .expect("cordon");
     // Controlled pods everywhere; one of them annotated; one bare pod.
-    pods_on(&world, &names).await;
+    pods_on(world, &names).await;
     let pods: Api<Pod> = world.api();
     let index = names
         .iter()
@@ -405,9 +358,9 @@ async fn a_refresh_leaves_protected_nodes_alone_and_says_why() {
         .await
         .expect("bare pod");
 
-    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
-    let rf = run_finished(&world, "workers").await;
-    let status = assert_run_succeeded(rf, &manager);
+    schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let rf = run_finished(world, "workers").await;
+    let status = assert_run_succeeded(rf, manager);
     assert_eq!(status.last_run.as_ref().map(|r| r.replaced), Some(2));
     let skipped: std::collections::BTreeMap<String, String> = status
         .skipped
@@ -420,7 +373,7 @@ async fn a_refresh_leaves_protected_nodes_alone_and_says_why() {
     assert!(skipped[cordoned].contains("cordoned by someone else"));
     assert!(skipped[bare].contains("has no controller"));
     // The protected nodes are still there, untouched; the foreign cordon kept.
-    let after = node_names(&world, &all_instances(&world, &kops.asgs).await).await;
+    let after = node_names(world, &all_instances(world, &kops.asgs).await).await;
     for name in [node_annotated, pod_annotated, cordoned, bare] {
         assert!(after.contains(name), "{name} was removed");
         let node = nodes.get(name).await.expect("node");
@@ -430,7 +383,7 @@ async fn a_refresh_leaves_protected_nodes_alone_and_says_why() {
     for name in free {
         assert!(!after.contains(name), "{name} was not replaced");
     }
-    assert_event(&world, "NodesSkipped").await;
+    assert_event(world, "NodesSkipped").await;
 }
 
 /// Groups `<prefix>-0..2` each replaced their one node, their runs one after
@@ -554,15 +507,9 @@ async fn the_replenisher_takes_back_an_unprotected_surplus_node_and_keeps_protec
 
 #[tokio::test]
 async fn the_surplus_a_refresh_removes_is_never_a_node_with_a_pod_no_controller_recreates() {
-    let SteadyGroup {
-        world,
-        kops,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::workers("dc-surplus-bare").start().await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let g = SteadyGroup::workers("dc-surplus-bare").start().await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
     // Whatever a user starts by hand (`kubectl run`) lands on the new
     // nodes: each new node, once Ready, gets a bare pod.
     let pods: Api<Pod> = world.api();
@@ -609,11 +556,11 @@ async fn the_surplus_a_refresh_removes_is_never_a_node_with_a_pod_no_controller_
             }
         })
     };
-    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
-    let rf = run_finished(&world, "workers").await;
+    schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let rf = run_finished(world, "workers").await;
     stop.cancel();
     let _ = placer.await;
-    let status = assert_run_succeeded(rf, &manager);
+    let status = assert_run_succeeded(rf, manager);
     assert_eq!(status.last_run.as_ref().map(|r| r.replaced), Some(3));
     let placed = placed.lock().expect("placed").clone();
     assert_eq!(placed.len(), 4, "a bare pod on each new node: {placed:?}");

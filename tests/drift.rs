@@ -465,7 +465,8 @@ async fn a_kops_rolling_update_that_terminates_first_is_not_answered_by_the_mana
 #[tokio::test]
 async fn a_kops_rolling_update_of_the_masters_gets_no_aws_mutation_from_the_manager() {
     use spot_node_manager::crd::nodegroup::GroupState;
-    use support::refresh::{SteadyGroup, all_instances};
+    use support::refresh::all_instances;
+    use support::steady::SteadyGroup;
     let g = SteadyGroup::masters("drift-kops-masters").start().await;
     let before = all_instances(&g.world, &g.kops.asgs).await;
     let layout = layout_of(&g.world, &g.kops.asgs).await;

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::refresh::*;
+use support::steady::*;
 use support::workload::{assert_web_ready, deploy_web, sample_web};
 use support::{World, assert_eventually};
 
@@ -41,19 +42,6 @@ async fn status_where(
     let groups: Api<spot_node_manager::crd::NodeGroup> = world.api();
     assert_eventually(what, RUN, || async {
         let status = groups.get("workers").await.ok()?.status?;
-        holds(&status).then_some(status)
-    })
-    .await
-}
-
-async fn refresher_where(
-    world: &World,
-    what: &str,
-    holds: impl Fn(&spot_node_manager::crd::RefresherStatus) -> bool,
-) -> spot_node_manager::crd::RefresherStatus {
-    let refreshers: Api<Refresher> = world.api();
-    assert_eventually(what, RUN, || async {
-        let status = refreshers.get("workers").await.ok()?.status?;
         holds(&status).then_some(status)
     })
     .await
@@ -108,11 +96,6 @@ impl Drop for Versions {
     }
 }
 
-/// An Event with `reason` was recorded in the world's namespace.
-async fn assert_event(world: &World, reason: &str) {
-    support::cluster::assert_events(world, &[reason]).await;
-}
-
 fn terminated(states: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<String> {
     let mut gone = states.get("terminated").cloned().unwrap_or_default();
     gone.extend(states.get("shutting-down").cloned().unwrap_or_default());
@@ -131,28 +114,22 @@ async fn settled(world: &World, asgs: &[String], before: &[(String, i32, Vec<Str
 
 #[tokio::test]
 async fn after_kops_update_cluster_the_drifted_nodes_are_rolled_within_the_budget() {
-    let SteadyGroup {
-        world,
-        kops,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("drift-roll").await;
-    deploy_web(&world, 3, 1).await;
-    assert_web_ready(&world, 3).await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let g = three_workers("drift-roll").await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
+    deploy_web(world, 3, 1).await;
+    assert_web_ready(world, 3).await;
+    let original = all_instances(world, &kops.asgs).await;
     let before = world.asg_snapshot(&kops.asgs).await;
-    drift_action(&world, "Replace").await;
-    let versions = Versions::watch(&world, &kops.asgs);
-    let nodes = sample(&world, &kops.asgs, 3);
-    let web = sample_web(&world);
+    drift_action(world, "Replace").await;
+    let versions = Versions::watch(world, &kops.asgs);
+    let nodes = sample(world, &kops.asgs, 3);
+    let web = sample_web(world);
 
     let updated = Instant::now();
-    assert_eq!(world.kops_update_cluster(&kops).await, [2, 2, 2]);
-    status_where(&world, "3 drifted", |s| s.drifted_nodes == Some(3)).await;
+    assert_eq!(world.kops_update_cluster(kops).await, [2, 2, 2]);
+    status_where(world, "3 drifted", |s| s.drifted_nodes == Some(3)).await;
     let detected = Instant::now();
-    let started = refresher_where(&world, "a drift roll started", |s| {
+    let started = refresher_where(world, "workers", "a drift roll started", |s| {
         s.run_start.is_some() || s.last_run.is_some()
     })
     .await;
@@ -167,10 +144,10 @@ async fn after_kops_update_cluster_the_drifted_nodes_are_rolled_within_the_budge
             .or(started.last_run.as_ref().and_then(|r| r.trigger)),
         Some(RunTrigger::Drift)
     );
-    let rf = run_finished(&world, "workers").await;
+    let rf = run_finished(world, "workers").await;
     let took = detected.elapsed();
     let (nodes, web) = (nodes.stop(), web.stop());
-    let status = assert_run_succeeded(rf, &manager);
+    let status = assert_run_succeeded(rf, manager);
     let last = status.last_run.clone().expect("last run");
     assert_eq!((last.replaced, last.trigger), (3, Some(RunTrigger::Drift)));
     eprintln!(
@@ -184,49 +161,46 @@ async fn after_kops_update_cluster_the_drifted_nodes_are_rolled_within_the_budge
     assert_eq!(nodes.min_ready, Some(3), "{nodes:?}");
     assert_eq!(nodes.max_desired, 5, "{nodes:?}");
     assert!(web.min_ready.is_some_and(|m| m >= 2), "{web:?}");
-    settled(&world, &kops.asgs, &before).await;
+    settled(world, &kops.asgs, &before).await;
     // Exactly the old nodes and the surplus terminated; what runs is on
     // version 2.
-    let gone = terminated(&instances_by_state(&world).await);
+    let gone = terminated(&instances_by_state(world).await);
     assert!(original.is_subset(&gone), "{gone:?}");
     assert_eq!(gone.len(), 4, "3 old nodes and the surplus: {gone:?}");
-    let now = all_instances(&world, &kops.asgs).await;
+    let now = all_instances(world, &kops.asgs).await;
     assert!(now.is_subset(&versions.of("2")), "{now:?}");
-    assert_event(&world, "DriftDetected").await;
-    assert_eq!(event_count(&world, "RefreshStarted").await, 1);
+    assert_event(world, "DriftDetected").await;
+    assert_eq!(event_count(world, "RefreshStarted").await, 1);
 }
 
 #[tokio::test]
 async fn a_newer_version_mid_roll_joins_it_and_no_node_launched_from_it_goes() {
-    let SteadyGroup {
-        world,
-        kops,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("drift-roll-newer").await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let g = three_workers("drift-roll-newer").await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
     let before = world.asg_snapshot(&kops.asgs).await;
-    pods_on(&world, &node_names(&world, &original).await).await;
-    drift_action(&world, "Replace").await;
-    let versions = Versions::watch(&world, &kops.asgs);
+    pods_on(world, &node_names(world, &original).await).await;
+    drift_action(world, "Replace").await;
+    let versions = Versions::watch(world, &kops.asgs);
 
-    world.kops_update_cluster(&kops).await;
-    refresher_where(&world, "the first node replaced", |s| s.replaced >= 1).await;
-    assert_eq!(world.kops_update_cluster(&kops).await, [3, 3, 3]);
-    let rf = run_finished(&world, "workers").await;
-    assert_run_succeeded(rf, &manager);
+    world.kops_update_cluster(kops).await;
+    refresher_where(world, "workers", "the first node replaced", |s| {
+        s.replaced >= 1
+    })
+    .await;
+    assert_eq!(world.kops_update_cluster(kops).await, [3, 3, 3]);
+    let rf = run_finished(world, "workers").await;
+    assert_run_succeeded(rf, manager);
     // The nodes of version 2 joined the roll or went as the surplus; if
     // the roll ended before the inventory saw version 3, a second roll
     // takes them.
-    settled(&world, &kops.asgs, &before).await;
-    let now = all_instances(&world, &kops.asgs).await;
+    settled(world, &kops.asgs, &before).await;
+    let now = all_instances(world, &kops.asgs).await;
     assert!(
         now.is_subset(&versions.of("3")),
         "every node on version 3: {now:?}"
     );
-    let gone = terminated(&instances_by_state(&world).await);
+    let gone = terminated(&instances_by_state(world).await);
     assert!(original.is_subset(&gone), "{gone:?}");
     assert!(
         versions.of("2").is_subset(&gone),
@@ -237,35 +211,32 @@ async fn a_newer_version_mid_roll_joins_it_and_no_node_launched_from_it_goes() {
         wasted.is_empty(),
         "terminated nodes launched from version 3: {wasted:?}"
     );
-    assert_event(&world, "DriftRollChanged").await;
+    assert_event(world, "DriftRollChanged").await;
 }
 
 #[tokio::test]
 async fn a_rollback_mid_roll_ends_it_and_keeps_the_old_nodes_not_yet_replaced() {
-    let SteadyGroup {
-        world,
-        kops,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("drift-roll-back").await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let g = three_workers("drift-roll-back").await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
     let before = world.asg_snapshot(&kops.asgs).await;
-    pods_on(&world, &node_names(&world, &original).await).await;
+    pods_on(world, &node_names(world, &original).await).await;
     // Each replacement takes a few seconds, so the rollback lands mid-roll.
     for asg in &kops.asgs {
         world.set_timing(asg, "launch-lag", 4.0).await;
     }
-    drift_action(&world, "Replace").await;
-    let versions = Versions::watch(&world, &kops.asgs);
+    drift_action(world, "Replace").await;
+    let versions = Versions::watch(world, &kops.asgs);
 
-    world.kops_update_cluster(&kops).await;
-    refresher_where(&world, "the first node replaced", |s| s.replaced >= 1).await;
-    world.pin_template_version(&kops, 1).await;
+    world.kops_update_cluster(kops).await;
+    refresher_where(world, "workers", "the first node replaced", |s| {
+        s.replaced >= 1
+    })
+    .await;
+    world.pin_template_version(kops, 1).await;
     // Once the inventory sees it, no old node is drifted any more: those
     // still in service then must stay.
-    let status = status_where(&world, "the old nodes no longer drifted", |s| {
+    let status = status_where(world, "the old nodes no longer drifted", |s| {
         s.nodes.iter().all(|n| {
             !(n.drifted.is_some()
                 && original.contains(n.instance_id.as_deref().unwrap_or_default()))
@@ -286,10 +257,11 @@ async fn a_rollback_mid_roll_ends_it_and_keeps_the_old_nodes_not_yet_replaced() 
             )
             .collect::<BTreeSet<String>>()
     };
-    let mut decided = decided_by(refresher_where(&world, "the refresher's status", |_| true).await);
+    let mut decided =
+        decided_by(refresher_where(world, "workers", "the refresher's status", |_| true).await);
     tokio::time::sleep(Duration::from_secs(3)).await;
     decided.extend(decided_by(
-        refresher_where(&world, "the refresher's status", |_| true).await,
+        refresher_where(world, "workers", "the refresher's status", |_| true).await,
     ));
     let kept: BTreeSet<String> = status
         .nodes
@@ -297,37 +269,31 @@ async fn a_rollback_mid_roll_ends_it_and_keeps_the_old_nodes_not_yet_replaced() 
         .filter_map(|n| n.instance_id.clone())
         .filter(|i| original.contains(i) && !decided.contains(i))
         .collect();
-    let rf = run_finished(&world, "workers").await;
-    assert_run_succeeded(rf, &manager);
-    settled(&world, &kops.asgs, &before).await;
-    let now = all_instances(&world, &kops.asgs).await;
+    let rf = run_finished(world, "workers").await;
+    assert_run_succeeded(rf, manager);
+    settled(world, &kops.asgs, &before).await;
+    let now = all_instances(world, &kops.asgs).await;
     assert!(!kept.is_empty(), "the rollback came after the roll's end");
     assert!(kept.is_subset(&now), "kept {kept:?}, in service {now:?}");
     assert!(
         now.is_subset(&versions.of("1")),
         "every node on version 1: {now:?}"
     );
-    let gone = terminated(&instances_by_state(&world).await);
+    let gone = terminated(&instances_by_state(world).await);
     assert!(
         versions.of("2").is_subset(&gone),
         "every node of version 2 gone"
     );
-    assert_event(&world, "DriftRollChanged").await;
+    assert_event(world, "DriftRollChanged").await;
 }
 
 #[tokio::test]
 async fn a_node_marked_needs_update_is_rolled_alone() {
-    let SteadyGroup {
-        world,
-        kops,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("drift-roll-marked").await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let g = three_workers("drift-roll-marked").await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
     let before = world.asg_snapshot(&kops.asgs).await;
-    drift_action(&world, "Replace").await;
+    drift_action(world, "Replace").await;
     let marked = world.asg_instances(&kops.asgs[1]).await.remove(0);
     let nodes: Api<Node> = Api::all(world.client.clone());
     let patch = serde_json::json!({"metadata": {"annotations": {"kops.k8s.io/needs-update": ""}}});
@@ -335,54 +301,35 @@ async fn a_node_marked_needs_update_is_rolled_alone() {
         .patch(&marked, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("annotate");
-    let rf = run_finished(&world, "workers").await;
-    let last = assert_run_succeeded(rf, &manager)
+    let rf = run_finished(world, "workers").await;
+    let last = assert_run_succeeded(rf, manager)
         .last_run
         .expect("last run");
     assert_eq!(last.replaced, 1);
-    settled(&world, &kops.asgs, &before).await;
-    let gone = terminated(&instances_by_state(&world).await);
+    settled(world, &kops.asgs, &before).await;
+    let gone = terminated(&instances_by_state(world).await);
     assert!(gone.contains(&marked), "{gone:?}");
     assert_eq!(gone.len(), 2, "the marked node and the surplus: {gone:?}");
-    let now = all_instances(&world, &kops.asgs).await;
+    let now = all_instances(world, &kops.asgs).await;
     let kept: BTreeSet<_> = original.iter().filter(|i| **i != marked).cloned().collect();
     assert!(kept.is_subset(&now), "{now:?}");
 }
 
 #[tokio::test]
 async fn a_manager_killed_mid_drift_roll_resumes_it_and_terminates_each_node_once() {
-    let SteadyGroup {
-        world,
-        kops,
-        mut manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("drift-roll-restart").await;
+    let g = three_workers("drift-roll-restart").await;
+    let mut manager = g.manager;
+    let (world, kops) = (&g.world, &g.kops);
     let before = world.asg_snapshot(&kops.asgs).await;
-    let original = all_instances(&world, &kops.asgs).await;
-    pods_on(&world, &node_names(&world, &original).await).await;
-    drift_action(&world, "Replace").await;
-    let sampler = sample(&world, &kops.asgs, 3);
-    world.kops_update_cluster(&kops).await;
+    let original = all_instances(world, &kops.asgs).await;
+    pods_on(world, &node_names(world, &original).await).await;
+    drift_action(world, "Replace").await;
+    let sampler = sample(world, &kops.asgs, 3);
+    world.kops_update_cluster(kops).await;
 
-    let mut configs = vec![];
-    for phase in [RefreshPhase::WaitingForReplacement, RefreshPhase::Draining] {
-        let seen = refresher_where(&world, &format!("phase {phase:?}"), |s| {
-            s.phase == phase && s.run_start.is_some()
-        })
-        .await;
-        manager.kill();
-        eprintln!(
-            "killed the manager in {phase:?} after {} replacement(s)",
-            seen.replaced
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let (restarted, config) = world.start_manager(&[]);
-        manager = restarted;
-        configs.push(config);
-    }
-    assert_taken_over_run_finished(&world, &kops.asgs, &manager, sampler, &original, &before).await;
+    let phases = [RefreshPhase::WaitingForReplacement, RefreshPhase::Draining];
+    let _configs = kill_at_phases(world, &mut manager, &phases, |_| true).await;
+    assert_taken_over_run_finished(world, &kops.asgs, &manager, sampler, &original, &before).await;
     let rf: Refresher = world
         .api::<Refresher>()
         .get("workers")
@@ -400,16 +347,9 @@ async fn a_manager_killed_mid_drift_roll_resumes_it_and_terminates_each_node_onc
 /// away and plays no part).
 #[tokio::test]
 async fn drifted_masters_are_rolled_one_at_a_time_without_surplus() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::masters("drift-roll-masters").start().await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let g = SteadyGroup::masters("drift-roll-masters").start().await;
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
     let before = world.asg_snapshot(&kops.asgs).await;
     groups
         .patch(
@@ -422,18 +362,18 @@ async fn drifted_masters_are_rolled_one_at_a_time_without_surplus() {
         )
         .await
         .expect("drift Replace");
-    let nodes = sample(&world, &kops.asgs, 3);
-    world.kops_update_cluster(&kops).await;
-    let rf = run_finished(&world, "masters").await;
+    let nodes = sample(world, &kops.asgs, 3);
+    world.kops_update_cluster(kops).await;
+    let rf = run_finished(world, "masters").await;
     let nodes = nodes.stop();
-    let last = assert_run_succeeded(rf, &manager)
+    let last = assert_run_succeeded(rf, manager)
         .last_run
         .expect("last run");
     assert_eq!((last.replaced, last.trigger), (3, Some(RunTrigger::Drift)));
     // One master out at a time, never an extra one.
     assert_eq!(nodes.min_ready, Some(2), "{nodes:?}");
     assert_eq!(nodes.max_desired, 3, "{nodes:?}");
-    layout_back(&world, &kops.asgs, &before).await;
-    let gone = terminated(&instances_by_state(&world).await);
+    layout_back(world, &kops.asgs, &before).await;
+    let gone = terminated(&instances_by_state(world).await);
     assert_eq!(gone, original, "exactly the old masters terminated");
 }

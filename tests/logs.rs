@@ -10,6 +10,7 @@ use serde_json::Value;
 use support::assert_eventually;
 use support::interruption::spot_warning;
 use support::refresh::*;
+use support::steady::*;
 
 fn json_lines(logs: &str) -> Vec<Value> {
     logs.lines()

@@ -10,6 +10,7 @@ use spot_node_manager::crd::{NodeGroup, Refresher, RefresherStatus};
 use std::time::{Duration, Instant};
 use support::assert_eventually;
 use support::refresh::*;
+use support::steady::*;
 use support::windows::*;
 
 /// Simulated spot shortage: the ASG's launches fail (see scripts/moto_server.py).
@@ -43,18 +44,11 @@ async fn set_aside(refreshers: &Api<Refresher>, groups: &Api<NodeGroup>) -> Refr
 
 #[tokio::test]
 async fn a_run_paused_past_its_pause_timeout_is_set_aside_and_resumes_in_the_next_window() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("pause-timeout").await;
+    let g = three_workers("pause-timeout").await;
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
     let before = world.asg_snapshot(&kops.asgs).await;
-    set_windows(&groups, windows(OPEN)).await;
-    close_the_window_mid_run(&world, &groups, serde_json::json!({"pauseTimeout": "20s"})).await;
+    set_windows(groups, windows(OPEN)).await;
+    close_the_window_mid_run(world, groups, serde_json::json!({"pauseTimeout": "20s"})).await;
     let refreshers: Api<Refresher> = world.api();
     let waiting = waiting_with_its_surplus(&refreshers).await;
     let paused = Instant::now();
@@ -66,7 +60,7 @@ async fn a_run_paused_past_its_pause_timeout_is_set_aside_and_resumes_in_the_nex
         "{:?}",
         waiting.message
     );
-    let aside = set_aside(&refreshers, &groups).await;
+    let aside = set_aside(&refreshers, groups).await;
     eprintln!(
         "figure: the run paused -> set aside {:.1}s (pauseTimeout 20s)",
         paused.elapsed().as_secs_f64()
@@ -77,37 +71,30 @@ async fn a_run_paused_past_its_pause_timeout_is_set_aside_and_resumes_in_the_nex
     );
     let pending = aside.pending_run.expect("the rest recorded");
     assert!(!pending.remaining.is_empty(), "{pending:?}");
-    assert_slots_given_back(&world).await;
-    support::cluster::assert_events(&world, &["RefreshSetAside"]).await;
+    assert_slots_given_back(world).await;
+    support::cluster::assert_events(world, &["RefreshSetAside"]).await;
 
     // The next window: the rest is replaced, the layout is back.
-    set_windows(&groups, windows(OPEN)).await;
-    let rf = run_finished(&world, "workers").await;
-    let status = assert_run_succeeded(rf, &manager);
+    set_windows(groups, windows(OPEN)).await;
+    let rf = run_finished(world, "workers").await;
+    let status = assert_run_succeeded(rf, manager);
     assert_eq!(status.last_run.map(|r| r.replaced), Some(3));
-    layout_back(&world, &kops.asgs, &before).await;
+    layout_back(world, &kops.asgs, &before).await;
 }
 
 #[tokio::test]
 async fn a_spot_loss_while_a_run_waits_is_replenished_at_once() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager: _manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("pause-loss").await;
-    set_windows(&groups, windows(OPEN)).await;
+    let g = three_workers("pause-loss").await;
+    let (world, kops, groups) = (&g.world, &g.kops, &g.groups);
+    set_windows(groups, windows(OPEN)).await;
     // A pause far longer than the test: only the loss sets the run aside.
-    close_the_window_mid_run(&world, &groups, serde_json::json!({"pauseTimeout": "1h"})).await;
+    close_the_window_mid_run(world, groups, serde_json::json!({"pauseTimeout": "1h"})).await;
     let refreshers: Api<Refresher> = world.api();
     waiting_with_its_surplus(&refreshers).await;
     // The node replaced before the wait leaves its ASG once its termination
     // completes: desired 3 + surplus 1 remain.
     assert_eventually("the replaced node gone", WAIT, || async {
-        (all_instances(&world, &kops.asgs).await.len() == 4).then_some(())
+        (all_instances(world, &kops.asgs).await.len() == 4).then_some(())
     })
     .await;
     // The ASG holding two nodes runs out of spot capacity and loses both:
@@ -126,9 +113,9 @@ async fn a_spot_loss_while_a_run_waits_is_replenished_at_once() {
         world.lose_instance(id).await;
     }
     let loss = Instant::now();
-    set_aside(&refreshers, &groups).await;
+    set_aside(&refreshers, groups).await;
     assert_eventually("Ready back at 3", Duration::from_secs(180), || async {
-        (ready_count(&groups, "workers").await? >= 3).then_some(())
+        (ready_count(groups, "workers").await? >= 3).then_some(())
     })
     .await;
     eprintln!(

@@ -11,6 +11,7 @@ use spot_node_manager::crd::Refresher;
 use spot_node_manager::crd::next::NextDisruption;
 use support::assert_eventually;
 use support::refresh::*;
+use support::steady::*;
 use support::windows::*;
 
 /// The nodes drained, in the order their drains started (the `DrainStarted`
@@ -30,21 +31,14 @@ async fn drained_in_order(world: &support::World) -> Vec<String> {
 
 #[tokio::test]
 async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_changes_nothing() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::workers("pv-refresh").per_asg(2).start().await;
-    let original = all_instances(&world, &kops.asgs).await;
-    let mut names = node_names(&world, &original).await;
+    let g = SteadyGroup::workers("pv-refresh").per_asg(2).start().await;
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
+    let mut names = node_names(world, &original).await;
     names.sort();
     assert_eq!(names.len(), 6);
     // A pod on every node; the one on the third node is do-not-disrupt.
-    pods_on(&world, &names).await;
+    pods_on(world, &names).await;
     let protected = names[2].clone();
     let pods: Api<Pod> = world.api();
     pods.patch(
@@ -59,11 +53,11 @@ async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_chang
     let opens_at = chrono::Utc::now() + chrono::Duration::seconds(60);
     let opens = chrono::DateTime::from_timestamp(opens_at.timestamp(), 0).expect("time");
     set_windows(
-        &groups,
+        groups,
         serde_json::json!([{"schedule": once_in(60), "duration": "1h"}]),
     )
     .await;
-    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
 
     // Said before: the Refresher's status, the group's NEXT column.
     let refreshers: Api<Refresher> = world.api();
@@ -124,8 +118,8 @@ async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_chang
 
     // The run: it starts when the window opens, drains the nodes in the
     // previewed order, and skips the protected one.
-    let rf = run_finished(&world, "workers").await;
-    let status = assert_run_succeeded(rf, &manager);
+    let rf = run_finished(world, "workers").await;
+    let status = assert_run_succeeded(rf, manager);
     let started = status.last_run.as_ref().expect("last run").started;
     assert!(
         // Not before it opens; and promptly (within 10 s: 3 s was seen
@@ -135,7 +129,7 @@ async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_chang
     );
     let skipped: Vec<String> = status.skipped.iter().map(|s| s.node.clone()).collect();
     assert_eq!(skipped, vec![protected.clone()]);
-    let drained: Vec<String> = drained_in_order(&world)
+    let drained: Vec<String> = drained_in_order(world)
         .await
         .into_iter()
         .filter(|n| names.contains(n))
@@ -150,20 +144,13 @@ async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_chang
 
 #[tokio::test]
 async fn preview_file_names_exactly_the_nodes_a_drift_roll_then_replaces() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::workers("pv-drift").start().await;
-    let original = all_instances(&world, &kops.asgs).await;
-    let names = node_names(&world, &original).await;
+    let g = SteadyGroup::workers("pv-drift").start().await;
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
+    let names = node_names(world, &original).await;
     // `kops update cluster` with `drift.action: Report` (the default): the
     // nodes are reported drifted, and stay.
-    world.kops_update_cluster(&kops).await;
+    world.kops_update_cluster(kops).await;
     assert_eventually("the drift reported", WAIT, || async {
         let status = groups.get("workers").await.ok()?.status?;
         (status.drifted_nodes == Some(3)).then_some(())
@@ -227,10 +214,10 @@ async fn preview_file_names_exactly_the_nodes_a_drift_roll_then_replaces() {
         )
         .await
         .expect("apply");
-    let rf = run_finished(&world, "workers").await;
-    let status = assert_run_succeeded(rf, &manager);
+    let rf = run_finished(world, "workers").await;
+    let status = assert_run_succeeded(rf, manager);
     assert_eq!(status.last_run.as_ref().map(|r| r.replaced), Some(3));
-    let drained: Vec<String> = drained_in_order(&world)
+    let drained: Vec<String> = drained_in_order(world)
         .await
         .into_iter()
         .filter(|n| names.contains(n))
@@ -240,24 +227,18 @@ async fn preview_file_names_exactly_the_nodes_a_drift_roll_then_replaces() {
 
 #[tokio::test]
 async fn a_budget_that_allows_no_disruption_is_named_before_the_run_starts() {
-    let SteadyGroup {
-        world,
-        kops,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::workers("pv-pdb").start().await;
-    let original = all_instances(&world, &kops.asgs).await;
-    let mut names = node_names(&world, &original).await;
+    let g = SteadyGroup::workers("pv-pdb").start().await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
+    let mut names = node_names(world, &original).await;
     names.sort();
     // The pod on the first node is governed by a budget that lets none go.
-    labelled_pods_on(&world, &names[..1], "db", &[("app", "protected")]).await;
-    pods_on(&world, &names[1..]).await;
-    support::cluster::create_pdb(&world, 1).await;
-    support::cluster::assert_pdb_allows(&world, 0).await;
+    labelled_pods_on(world, &names[..1], "db", &[("app", "protected")]).await;
+    pods_on(world, &names[1..]).await;
+    support::cluster::create_pdb(world, 1).await;
+    support::cluster::assert_pdb_allows(world, 0).await;
     schedule_refresh(
-        &world,
+        world,
         "workers",
         serde_json::json!({"schedule": once_in(40), "drainTimeout": "5s", "drainTimeoutAction": "Proceed"}),
     )
@@ -311,9 +292,9 @@ async fn a_budget_that_allows_no_disruption_is_named_before_the_run_starts() {
     assert_eq!(in_status, held[0].1);
     // The run then meets that budget on that node (and, with Proceed,
     // terminates it after drainTimeout).
-    let rf = run_finished(&world, "workers").await;
-    assert_run_succeeded(rf, &manager);
-    let blocked = events_with_reason(&world, "DrainBlocked").await;
+    let rf = run_finished(world, "workers").await;
+    assert_run_succeeded(rf, manager);
+    let blocked = events_with_reason(world, "DrainBlocked").await;
     assert!(
         blocked.iter().any(|e| e
             .note
@@ -347,13 +328,17 @@ async fn a_run_whose_surplus_cannot_be_added_is_previewed_as_skipped_and_is_skip
         held.starts_with(said).then_some(held)
     })
     .await;
-    let refreshers: Api<Refresher> = world.api();
-    let in_status = assert_eventually("the skip in status.next", WAIT, || async {
-        let status = refreshers.get("workers").await.ok()?.status?;
-        let held = status.next?.blocked_by?;
-        let before_it = status.run_start.is_none() && status.last_run.is_none();
-        (before_it && held.starts_with(said)).then_some(held)
-    })
+    let in_status = refresher_until(
+        world,
+        "workers",
+        "the skip in status.next",
+        WAIT,
+        |status| {
+            let held = status.next?.blocked_by?;
+            let before_it = status.run_start.is_none() && status.last_run.is_none();
+            (before_it && held.starts_with(said)).then_some(held)
+        },
+    )
     .await;
     assert_eq!(in_status, previewed);
     // Then, when due, it is skipped for that reason.

@@ -12,6 +12,7 @@ use kube::api::Api;
 use spot_node_manager::k8s::interruption_record::record_of;
 use support::assert_eventually;
 use support::refresh::*;
+use support::steady::*;
 
 #[tokio::test]
 async fn the_shipped_stack_delivers_aws_events_to_the_manager_and_keeps_failures() {

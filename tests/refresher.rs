@@ -10,33 +10,27 @@ use spot_node_manager::crd::{NodeGroup, Refresher};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use support::refresh::*;
+use support::steady::*;
 use support::{World, ZONES, assert_eventually};
 
 #[tokio::test]
 async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("rf-workers").await;
+    let g = three_workers("rf-workers").await;
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
     let before = world.asg_snapshot(&kops.asgs).await;
-    let original = all_instances(&world, &kops.asgs).await;
-    pods_on(&world, &node_names(&world, &original).await).await;
+    let original = all_instances(world, &kops.asgs).await;
+    pods_on(world, &node_names(world, &original).await).await;
     // Slow launches: desired stays above the instances for 2 s, then 2 s Pending.
     for asg in &kops.asgs {
         world.set_timing(asg, "launch-lag", 2.0).await;
         world.set_timing(asg, "pending-time", 2.0).await;
     }
-    let sampler = sample(&world, &kops.asgs, 3);
+    let sampler = sample(world, &kops.asgs, 3);
 
-    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
-    let rf = run_finished(&world, "workers").await;
+    schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let rf = run_finished(world, "workers").await;
     let samples = sampler.stop();
-    let status = assert_run_succeeded(rf, &manager);
+    let status = assert_run_succeeded(rf, manager);
     let last = status.last_run.clone().expect("last run");
     assert_eq!(last.replaced, 3);
     assert_eq!(status.phase, RefreshPhase::Idle);
@@ -61,11 +55,11 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
             .then_some(after)
     })
     .await;
-    let now_in_service = all_instances(&world, &kops.asgs).await;
+    let now_in_service = all_instances(world, &kops.asgs).await;
     assert!(now_in_service.is_disjoint(&original), "{after:?}");
     assert_eq!(desired_counts(&after), desired_counts(&before));
     assert!(after.iter().all(|(_, _, ids)| ids.len() == 1), "{after:?}");
-    let states = instances_by_state(&world).await;
+    let states = instances_by_state(world).await;
     let terminated = states.get("terminated").cloned().unwrap_or_default();
     assert!(original.is_subset(&terminated), "{states:?}");
     assert_eq!(terminated.len(), 4, "3 old nodes and 1 surplus: {states:?}");
@@ -94,7 +88,7 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
         terminated.len()
     );
     assert_eventually("3 Ready after the run", WAIT, || async {
-        (ready_count(&groups, "workers").await? == 3).then_some(())
+        (ready_count(groups, "workers").await? == 3).then_some(())
     })
     .await;
     // Drains evicted the pods; the lock is free again.
@@ -106,11 +100,11 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
             .items
             .is_empty()
     );
-    lock_released(&groups).await;
+    lock_released(groups).await;
 
     // Observable: Events, metrics, status.
     support::cluster::assert_events(
-        &world,
+        world,
         &[
             "RefreshStarted",
             "DrainStarted",
@@ -119,8 +113,8 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
         ],
     )
     .await;
-    let reasons = support::event_reasons(&world).await;
-    assert_eq!(event_count(&world, "NodeReplaced").await, 3, "{reasons:?}");
+    let reasons = support::event_reasons(world).await;
+    assert_eq!(event_count(world, "NodeReplaced").await, 3, "{reasons:?}");
     let metrics = manager.metrics().await.expect("metrics");
     assert!(
         metrics.contains("spot_node_manager_refresh_runs_total{result=\"Succeeded\"} 1"),
@@ -237,26 +231,19 @@ impl ControlPlaneSampler {
 
 #[tokio::test]
 async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups: _,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::masters("rf-masters").start().await;
-    let original = all_instances(&world, &kops.asgs).await;
-    let sampler = sample(&world, &kops.asgs, 3);
-    let control_plane = ControlPlaneSampler::start(&world, &original);
+    let g = SteadyGroup::masters("rf-masters").start().await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
+    let sampler = sample(world, &kops.asgs, 3);
+    let control_plane = ControlPlaneSampler::start(world, &original);
 
     schedule_refresh(
-        &world,
+        world,
         "masters",
         serde_json::json!({"masterSettleTime": "2s"}),
     )
     .await;
-    let rf = run_finished(&world, "masters").await;
+    let rf = run_finished(world, "masters").await;
     let samples = sampler.stop();
     // The next master is cordoned only once the previous replacement's
     // control-plane pods (kube-apiserver, etcd-manager) are Ready.
@@ -272,57 +259,40 @@ async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
             k
         );
     }
-    let last = assert_run_succeeded(rf, &manager)
+    let last = assert_run_succeeded(rf, manager)
         .last_run
         .expect("last run");
     assert_eq!(last.replaced, 3);
     // One master out at a time, never an extra one.
     assert_eq!(samples.min_ready, Some(2), "{samples:?}");
     assert_eq!(samples.max_desired, 3, "{samples:?}");
-    let now_in_service = all_instances(&world, &kops.asgs).await;
+    let now_in_service = all_instances(world, &kops.asgs).await;
     assert!(now_in_service.is_disjoint(&original));
-    let terminated = terminated_instances(&world).await;
+    let terminated = terminated_instances(world).await;
     assert_eq!(terminated, original, "exactly the old masters terminated");
 }
 
 #[tokio::test]
 async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups: _,
-        mut manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("rf-restart").await;
+    let g = three_workers("rf-restart").await;
+    let mut manager = g.manager;
+    let (world, kops) = (&g.world, &g.kops);
     let before = world.asg_snapshot(&kops.asgs).await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let original = all_instances(world, &kops.asgs).await;
     // Pods make each drain take two steps, so the Draining phase lasts.
-    pods_on(&world, &node_names(&world, &original).await).await;
-    let sampler = sample(&world, &kops.asgs, 3);
-    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    pods_on(world, &node_names(world, &original).await).await;
+    let sampler = sample(world, &kops.asgs, 3);
+    schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
 
     // Kill -9 at two different points of the run, restarting each time:
     // mid-pipeline the second time (a node draining, its replacement
     // launched ahead).
-    let mut configs = vec![];
-    let refreshers: Api<Refresher> = world.api();
-    for phase in [RefreshPhase::WaitingForReplacement, RefreshPhase::Draining] {
-        let seen = assert_eventually(&format!("phase {phase:?}"), RUN, || async {
-            let s = refreshers.get("workers").await.ok()?.status?;
-            let ahead = phase != RefreshPhase::Draining || !s.launched_ahead.is_empty();
-            (s.phase == phase && s.run_start.is_some() && ahead).then_some(s.replaced)
-        })
-        .await;
-        manager.kill();
-        eprintln!("killed the manager in {phase:?} after {seen} replacement(s)");
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let (restarted, config) = world.start_manager(&[]);
-        manager = restarted;
-        configs.push(config);
-    }
-    assert_taken_over_run_finished(&world, &kops.asgs, &manager, sampler, &original, &before).await;
+    let phases = [RefreshPhase::WaitingForReplacement, RefreshPhase::Draining];
+    let _configs = kill_at_phases(world, &mut manager, &phases, |s| {
+        s.phase != RefreshPhase::Draining || !s.launched_ahead.is_empty()
+    })
+    .await;
+    assert_taken_over_run_finished(world, &kops.asgs, &manager, sampler, &original, &before).await;
 }
 
 /// maxSurge 3 on three nodes: the manager is killed while nodes are
@@ -330,56 +300,39 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
 /// restarted one finishes the batch, terminating each node once.
 #[tokio::test]
 async fn a_manager_killed_mid_batch_resumes_it_and_terminates_each_node_once() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups: _,
-        mut manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("rf-restart-batch").await;
+    let g = three_workers("rf-restart-batch").await;
+    let mut manager = g.manager;
+    let (world, kops) = (&g.world, &g.kops);
     let before = world.asg_snapshot(&kops.asgs).await;
-    let original = all_instances(&world, &kops.asgs).await;
-    pods_on(&world, &node_names(&world, &original).await).await;
-    let sampler = sample(&world, &kops.asgs, 3);
+    let original = all_instances(world, &kops.asgs).await;
+    pods_on(world, &node_names(world, &original).await).await;
+    let sampler = sample(world, &kops.asgs, 3);
     schedule_refresh(
-        &world,
+        world,
         "workers",
         serde_json::json!({"surplusNodes": 1, "maxSurge": 3}),
     )
     .await;
-    let refreshers: Api<Refresher> = world.api();
-    let alongside = assert_eventually("nodes drained alongside", RUN, || async {
-        let s = refreshers.get("workers").await.ok()?.status?;
+    let alongside = refresher_until(world, "workers", "nodes drained alongside", RUN, |s| {
         (!s.alongside.is_empty()).then_some(s.alongside.len())
     })
     .await;
-    manager.kill();
-    eprintln!("killed the manager with {alongside} node(s) drained alongside");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (manager, _config) = world.start_manager(&[]);
-    assert_taken_over_run_finished(&world, &kops.asgs, &manager, sampler, &original, &before).await;
+    eprintln!("killing the manager with {alongside} node(s) drained alongside");
+    let _config = restart_manager(world, &mut manager).await;
+    assert_taken_over_run_finished(world, &kops.asgs, &manager, sampler, &original, &before).await;
 }
 
 #[tokio::test]
 async fn a_dry_run_refresh_plans_and_changes_nothing() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager: _manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::workers("rf-dry")
+    let g = SteadyGroup::workers("rf-dry")
         .zones(&ZONES[..2])
         .manager_args(&["--dry-run"])
         .start()
         .await;
+    let (world, kops, groups) = (&g.world, &g.kops, &g.groups);
     let before = world.asg_snapshot(&kops.asgs).await;
-    schedule_refresh(&world, "workers", serde_json::json!({})).await;
-    let rf = run_finished(&world, "workers").await;
+    schedule_refresh(world, "workers", serde_json::json!({})).await;
+    let rf = run_finished(world, "workers").await;
     let last = rf.status.and_then(|s| s.last_run).expect("last run");
     assert_eq!(last.result, RunResult::Skipped);
     let reason = last.reason.unwrap_or_default();
@@ -389,31 +342,24 @@ async fn a_dry_run_refresh_plans_and_changes_nothing() {
     let g = groups.get("workers").await.expect("group");
     assert_eq!(g.status.and_then(|s| s.operation), None, "no lock taken");
     // The Event follows the status write that ends the run.
-    assert_event(&world, "RefreshPlanned").await;
+    assert_event(world, "RefreshPlanned").await;
 }
 
 #[tokio::test]
 async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config: _config,
-        sim,
-        ..
-    } = three_workers("rf-fail").await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let g = three_workers("rf-fail").await;
+    let (world, kops, groups, manager, sim) = (&g.world, &g.kops, &g.groups, &g.manager, &g.sim);
+    let original = all_instances(world, &kops.asgs).await;
     // Pods make each drain take two steps, so the Draining phase lasts.
-    pods_on(&world, &node_names(&world, &original).await).await;
-    let sampler = sample(&world, &kops.asgs, 3);
+    pods_on(world, &node_names(world, &original).await).await;
+    let sampler = sample(world, &kops.asgs, 3);
     // The surplus and the first node's replacement, launched together, join;
     // the next replacement (launched as the first is validated) never does.
     // A limit set before the run, not a tag set once the first node is
     // replaced: by then the next replacement may have joined (seen in CI).
     sim.limit_joins(2);
     schedule_refresh(
-        &world,
+        world,
         "workers",
         // Long enough for the surplus at the emulator's own pace (launch
         // 1 s, Pending 2 s, then seen at the next describe, up to 5 s
@@ -422,7 +368,7 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
         serde_json::json!({"surplusNodes": 1, "readyTimeout": "45s"}),
     )
     .await;
-    let rf = run_finished(&world, "workers").await;
+    let rf = run_finished(world, "workers").await;
     let samples = sampler.stop();
     let status = rf.status.expect("status");
     let last = status.last_run.clone().expect("last run");
@@ -439,19 +385,19 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
     assert_eq!(samples.min_ready, Some(3), "{samples:?}");
     // The first node replaced, the second gone (its replacement never
     // came); the third is kept and schedulable.
-    let now_in_service = all_instances(&world, &kops.asgs).await;
+    let now_in_service = all_instances(world, &kops.asgs).await;
     let kept: Vec<String> = original.intersection(&now_in_service).cloned().collect();
     assert_eq!(kept.len(), 1, "{kept:?}");
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(world.client.clone());
-    for name in node_names(&world, &kept.iter().cloned().collect()).await {
+    for name in node_names(world, &kept.iter().cloned().collect()).await {
         let node = nodes.get(&name).await.expect("node");
         let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
         assert!(!cordoned, "{name} left cordoned");
     }
     // The lock is back for the replenisher; the failure is visible.
-    lock_released(&groups).await;
+    lock_released(groups).await;
     assert_eventually("a RefreshFailed Event", WAIT, || async {
-        (event_count(&world, "RefreshFailed").await >= 1).then_some(())
+        (event_count(world, "RefreshFailed").await >= 1).then_some(())
     })
     .await;
     let metrics = manager.metrics().await.expect("metrics");
@@ -470,15 +416,8 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
 #[tokio::test]
 async fn the_surplus_a_failed_run_leaves_is_taken_over_and_the_layout_comes_back() {
     use kube::api::{Patch, PatchParams};
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config: _config,
-        sim,
-        ..
-    } = three_workers("rf-left").await;
+    let g = three_workers("rf-left").await;
+    let (world, kops, groups, manager, sim) = (&g.world, &g.kops, &g.groups, &g.manager, &g.sim);
     let before = world.asg_snapshot(&kops.asgs).await;
     // Spot instance groups at min 0: a removal there lowers the count.
     for asg in &kops.asgs {
@@ -489,22 +428,20 @@ async fn the_surplus_a_failed_run_leaves_is_taken_over_and_the_layout_comes_back
         .patch("workers", &PatchParams::default(), &Patch::Merge(&spec))
         .await
         .expect("a short join timeout");
-    let original = all_instances(&world, &kops.asgs).await;
-    pods_on(&world, &node_names(&world, &original).await).await;
+    let original = all_instances(world, &kops.asgs).await;
+    pods_on(world, &node_names(world, &original).await).await;
     // The surplus joins; then the replacements up to the first outside the
     // surplus's ASG join, and that one never does. (A replacement that
     // never joins beside the surplus is taken back as the surplus itself:
     // nothing would be left for the replenisher.)
     sim.limit_joins(1);
     schedule_refresh(
-        &world,
+        world,
         "workers",
         serde_json::json!({"surplusNodes": 1, "readyTimeout": "45s"}),
     )
     .await;
-    let refreshers: Api<Refresher> = world.api();
-    let (planned, surplus_asg) = assert_eventually("the run's plan", WAIT, || async {
-        let s = refreshers.get("workers").await.ok()?.status?;
+    let (planned, surplus_asg) = refresher_until(world, "workers", "the run's plan", WAIT, |s| {
         let asg = s.surplus.first()?.auto_scaling_group.clone();
         (!s.planned_instances.is_empty()).then_some((s.planned_instances, asg))
     })
@@ -523,7 +460,7 @@ async fn the_surplus_a_failed_run_leaves_is_taken_over_and_the_layout_comes_back
         .iter()
         .any(|(asg, _, ids)| *asg == surplus_asg && ids.contains(second));
     sim.limit_joins(if beside { 2 } else { 1 });
-    let rf = run_finished(&world, "workers").await;
+    let rf = run_finished(world, "workers").await;
     let status = rf.status.expect("status");
     let last = status.last_run.clone().expect("last run");
     let reason = last.reason.clone().unwrap_or_default();
@@ -551,7 +488,7 @@ async fn the_surplus_a_failed_run_leaves_is_taken_over_and_the_layout_comes_back
     // The surplus taken over, the lowered ASG raised back, then the
     // surplus taken back where it was left.
     sim.limit_joins(usize::MAX);
-    layout_back(&world, &kops.asgs, &before).await;
+    layout_back(world, &kops.asgs, &before).await;
     assert_eventually(
         "the surplus taken over, nothing raised or lowered",
         RUN,
@@ -563,7 +500,7 @@ async fn the_surplus_a_failed_run_leaves_is_taken_over_and_the_layout_comes_back
     )
     .await;
     assert_eq!(
-        ready_count(&groups, "workers").await,
+        ready_count(groups, "workers").await,
         Some(3),
         "{}",
         manager.logs()
@@ -574,18 +511,11 @@ async fn the_surplus_a_failed_run_leaves_is_taken_over_and_the_layout_comes_back
 async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing() {
     use spot_node_manager::controllers::refresher::schedule::next_run;
     use spot_node_manager::crd::nodegroup::parse_schedule;
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::workers("rf-schedule")
+    let g = SteadyGroup::workers("rf-schedule")
         .zones(&ZONES[..1])
         .start()
         .await;
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
     // Daily at 02:30 in Tokyo: status shows that instant.
     let schedule = "30 2 * * *";
     let expected = next_run(
@@ -595,14 +525,12 @@ async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing(
     )
     .expect("a next run");
     schedule_refresh(
-        &world,
+        world,
         "workers",
         serde_json::json!({"schedule": schedule, "timeZone": "Asia/Tokyo"}),
     )
     .await;
-    let refreshers: Api<Refresher> = world.api();
-    assert_eventually("nextRun in status", WAIT, || async {
-        let s = refreshers.get("workers").await.ok()?.status?;
+    refresher_until(world, "workers", "nextRun in status", WAIT, |s| {
         (s.next_run == Some(expected) && s.phase == RefreshPhase::Idle).then_some(())
     })
     .await;
@@ -634,6 +562,7 @@ async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing(
                  "drainTimeoutAction": "Abort", "readyTimeout": "60s"}
     }))
     .expect("refresher");
+    let refreshers: Api<Refresher> = world.api();
     refreshers
         .create(&kube::api::PostParams::default(), &bad)
         .await
@@ -668,12 +597,7 @@ async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing(
         ran >= 2,
         "hand-made reconciled {ran} time(s) after two changes"
     );
-    let s = refreshers
-        .get("hand-made")
-        .await
-        .expect("rf")
-        .status
-        .expect("status");
+    let s = refresher_status(world, "hand-made").await;
     assert!(s.last_run.is_none() && s.run_start.is_none(), "{s:?}");
     assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
     let g = groups.get("workers").await.expect("group");
@@ -682,15 +606,8 @@ async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing(
 
 #[tokio::test]
 async fn a_run_is_skipped_while_an_asg_has_launch_suspended_naming_it() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups: _,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("rf-suspended").await;
+    let g = three_workers("rf-suspended").await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
     world
         .aws
         .autoscaling
@@ -702,8 +619,8 @@ async fn a_run_is_skipped_while_an_asg_has_launch_suspended_naming_it() {
         .expect("suspend Launch");
     let before = world.asg_snapshot(&kops.asgs).await;
 
-    schedule_refresh(&world, "workers", serde_json::json!({})).await;
-    let rf = run_finished(&world, "workers").await;
+    schedule_refresh(world, "workers", serde_json::json!({})).await;
+    let rf = run_finished(world, "workers").await;
     let status = rf.status.expect("status");
     let last = status.last_run.expect("last run");
     let expected = format!("{} has its Launch process suspended", kops.asgs[1]);
@@ -724,7 +641,7 @@ async fn a_run_is_skipped_while_an_asg_has_launch_suspended_naming_it() {
     assert_eq!(condition.message, expected);
     // The Event follows the status write that ends the run.
     assert_eventually("a RefreshSkipped Event", WAIT, || async {
-        (event_count(&world, "RefreshSkipped").await >= 1).then_some(())
+        (event_count(world, "RefreshSkipped").await >= 1).then_some(())
     })
     .await;
     // Nothing was touched.

@@ -353,9 +353,8 @@ async fn killed_between_the_recorded_termination_and_the_call_it_terminates_once
 async fn a_refresh_that_meets_a_node_dead_during_the_run_replaces_it_instead_of_aborting() {
     use spot_node_manager::crd::Refresher;
     use spot_node_manager::crd::refresher::RunResult;
-    use support::refresh::{
-        SteadyGroup, all_instances, node_names, pods_on, run_finished, schedule_refresh,
-    };
+    use support::refresh::{all_instances, node_names, pods_on, run_finished, schedule_refresh};
+    use support::steady::SteadyGroup;
     let steady = SteadyGroup::workers("repair-refresh").start().await;
     let (world, kops, groups) = (&steady.world, &steady.kops, &steady.groups);
     let patch = serde_json::json!({"spec": {"replenish": {"unhealthyTimeout": "20s"}}});

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use support::assert_eventually;
 use support::refresh::*;
+use support::steady::*;
 
 fn version_of(binary: &std::path::Path) -> String {
     let out = std::process::Command::new(binary)
@@ -37,24 +38,18 @@ async fn a_refresh_started_by_the_previous_release_is_finished_by_this_one() {
     );
     eprintln!("upgrading from {old_version} to {new_version}");
 
-    let SteadyGroup {
-        world,
-        kops,
-        groups: _,
-        mut manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::workers("upgrade")
+    let g = SteadyGroup::workers("upgrade")
         .manager_binary(&old)
         .start()
         .await;
+    let mut manager = g.manager;
+    let (world, kops) = (&g.world, &g.kops);
     let before = world.asg_snapshot(&kops.asgs).await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let original = all_instances(world, &kops.asgs).await;
     // Pods make each drain take two steps, so the run is caught mid-drain.
-    pods_on(&world, &node_names(&world, &original).await).await;
-    let sampler = sample(&world, &kops.asgs, 3);
-    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    pods_on(world, &node_names(world, &original).await).await;
+    let sampler = sample(world, &kops.asgs, 3);
+    schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
 
     // The old release: killed (as a Deployment's rollout would, at worst)
     // while draining a node after at least one replacement.
@@ -71,5 +66,5 @@ async fn a_refresh_started_by_the_previous_release_is_finished_by_this_one() {
 
     // This release takes over from status.
     let (manager, _new_config) = world.start_manager(&[]);
-    assert_taken_over_run_finished(&world, &kops.asgs, &manager, sampler, &original, &before).await;
+    assert_taken_over_run_finished(world, &kops.asgs, &manager, sampler, &original, &before).await;
 }

@@ -14,6 +14,7 @@ use spot_node_manager::crd::replenisher::ReplenishPhase;
 use spot_node_manager::crd::{NodeGroup, Refresher, Replenisher};
 use std::collections::BTreeSet;
 use support::refresh::*;
+use support::steady::*;
 use support::workload::{
     assert_web_ready, deploy_agent, deploy_web, nodes_with_ready_agent, ready_web_pods, sample_web,
 };
@@ -23,39 +24,33 @@ const REPLICAS: usize = 6;
 
 #[tokio::test]
 async fn a_refresh_keeps_the_workload_within_its_budget_and_moves_every_pod() {
-    let SteadyGroup {
-        world,
-        kops,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("wl-refresh").await;
-    let original = all_instances(&world, &kops.asgs).await;
-    let original_nodes = node_names(&world, &original).await;
-    deploy_web(&world, REPLICAS as i32, 1).await;
+    let g = three_workers("wl-refresh").await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
+    let original_nodes = node_names(world, &original).await;
+    deploy_web(world, REPLICAS as i32, 1).await;
     // A node agent on every node, from the real DaemonSet controller.
-    deploy_agent(&world).await;
+    deploy_agent(world).await;
     let original_set: BTreeSet<String> = original_nodes.iter().cloned().collect();
     assert_eventually("an agent on each node", WAIT, || async {
-        (nodes_with_ready_agent(&world).await == original_set).then_some(())
+        (nodes_with_ready_agent(world).await == original_set).then_some(())
     })
     .await;
     let before = assert_eventually("6 Ready pods spread over the nodes", WAIT, || async {
-        let ready = ready_web_pods(&world).await;
+        let ready = ready_web_pods(world).await;
         (ready.len() == REPLICAS).then_some(ready)
     })
     .await;
     // The budget is computed by the disruption controller before the run.
-    let sampler = sample_web(&world);
+    let sampler = sample_web(world);
 
-    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
-    let rf = run_finished(&world, "workers").await;
-    let status = assert_run_succeeded(rf, &manager);
+    schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let rf = run_finished(world, "workers").await;
+    let status = assert_run_succeeded(rf, manager);
     assert_eq!(status.last_run.map(|l| l.replaced), Some(3));
     // Every evicted pod is back, Ready, on a new node.
     let after = assert_eventually("6 Ready pods on the new nodes", WAIT, || async {
-        let ready = ready_web_pods(&world).await;
+        let ready = ready_web_pods(world).await;
         (ready.len() == REPLICAS && ready.iter().all(|(_, n)| !original_nodes.contains(n)))
             .then_some(ready)
     })
@@ -65,7 +60,7 @@ async fn a_refresh_keeps_the_workload_within_its_budget_and_moves_every_pod() {
     // timed out and failed the run), and the new nodes have theirs.
     let new_nodes: BTreeSet<String> = after.iter().map(|(_, n)| n.clone()).collect();
     assert_eventually("an agent on each new node", WAIT, || async {
-        let agents = nodes_with_ready_agent(&world).await;
+        let agents = nodes_with_ready_agent(world).await;
         new_nodes.is_subset(&agents).then_some(())
     })
     .await;
@@ -225,20 +220,13 @@ async fn refresh_given_up(world: &World) -> spot_node_manager::crd::refresher::R
 
 #[tokio::test]
 async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_evicted() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("wl-no-disruption").await;
+    let g = three_workers("wl-no-disruption").await;
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
     let before = world.asg_snapshot(&kops.asgs).await;
-    deploy_web(&world, REPLICAS as i32, 0).await;
-    let pods_before = assert_web_ready(&world, REPLICAS).await;
-    let sampler = sample_web(&world);
-    let last = refresh_given_up(&world).await;
+    deploy_web(world, REPLICAS as i32, 0).await;
+    let pods_before = assert_web_ready(world, REPLICAS).await;
+    let sampler = sample_web(world);
+    let last = refresh_given_up(world).await;
     let samples = sampler.stop();
     let reason = last.reason.unwrap_or_default();
     assert!(reason.contains("timed out"), "{reason}");
@@ -246,7 +234,7 @@ async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_e
     assert!(reason.contains("disruption budget web"), "{reason}");
     // Nothing evicted against the budget: the same pods, all Ready throughout.
     assert_eq!(samples.min_ready, Some(REPLICAS), "{samples:?}");
-    let pods_after = ready_web_pods(&world).await;
+    let pods_after = ready_web_pods(world).await;
     assert_eq!(pods_after, pods_before);
     // Cleanly: the node given up on is back in service, the surplus gone, the
     // layout as recorded, the lock free.
@@ -269,27 +257,21 @@ async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_e
         (back && cordoned.is_empty() && !locked).then_some(())
     })
     .await;
-    support::cluster::assert_events(&world, &["DrainBlocked"]).await;
+    support::cluster::assert_events(world, &["DrainBlocked"]).await;
     assert!(manager.child_alive(), "{}", manager.logs());
 }
 
 #[tokio::test]
 async fn an_operators_cordon_protects_its_node_from_a_refresh_and_stays() {
-    let SteadyGroup {
-        world,
-        kops,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("wl-their-cordon").await;
-    deploy_web(&world, REPLICAS as i32, 0).await;
-    assert_web_ready(&world, REPLICAS).await;
+    let g = three_workers("wl-their-cordon").await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
+    deploy_web(world, REPLICAS as i32, 0).await;
+    assert_web_ready(world, REPLICAS).await;
     // An operator cordons every node of the group (maintenance), with
     // kubectl's patch: whichever node the refresh drains first, its cordon
     // is theirs.
-    let original = all_instances(&world, &kops.asgs).await;
-    let names = node_names(&world, &original).await;
+    let original = all_instances(world, &kops.asgs).await;
+    let names = node_names(world, &original).await;
     let nodes: Api<Node> = Api::all(world.client.clone());
     for name in &names {
         nodes
@@ -303,11 +285,8 @@ async fn an_operators_cordon_protects_its_node_from_a_refresh_and_stays() {
     }
     // Their cordons protect the nodes (issue 28; a refresh used to drain
     // and terminate them): the run leaves all three alone and says why.
-    schedule_refresh(&world, "workers", serde_json::json!({"surplusNodes": 1})).await;
-    let status = run_finished(&world, "workers")
-        .await
-        .status
-        .expect("status");
+    schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
+    let status = run_finished(world, "workers").await.status.expect("status");
     let last = status.last_run.clone().expect("last run");
     assert_eq!(last.replaced, 0, "{last:?}");
     assert_eq!(status.skipped.len(), 3, "{:?}", status.skipped);
@@ -320,11 +299,11 @@ async fn an_operators_cordon_protects_its_node_from_a_refresh_and_stays() {
         status.skipped
     );
     // (Only the surplus node is drained, at the run's end.)
-    support::cluster::assert_events(&world, &["NodesSkipped"]).await;
+    support::cluster::assert_events(world, &["NodesSkipped"]).await;
     // The surplus is gone; the operator's nodes are all still cordoned, none
     // carrying our mark.
     assert_eventually("the surplus removed", WAIT, || async {
-        (all_instances(&world, &kops.asgs).await == original).then_some(())
+        (all_instances(world, &kops.asgs).await == original).then_some(())
     })
     .await;
     let mut cordoned = world.cordoned_nodes().await.expect("nodes");
@@ -346,20 +325,13 @@ async fn an_operators_cordon_protects_its_node_from_a_refresh_and_stays() {
 
 #[tokio::test]
 async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("wl-delete-mid-run").await;
+    let g = three_workers("wl-delete-mid-run").await;
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
     let before = world.asg_snapshot(&kops.asgs).await;
     // A budget that allows nothing holds the first drain: the run stays in
     // Draining, with an old node cordoned and the surplus up, until deleted.
-    deploy_web(&world, REPLICAS as i32, 0).await;
-    let pods_before = assert_web_ready(&world, REPLICAS).await;
+    deploy_web(world, REPLICAS as i32, 0).await;
+    let pods_before = assert_web_ready(world, REPLICAS).await;
     let group = groups.get("workers").await.expect("group");
     assert!(
         group
@@ -370,7 +342,7 @@ async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go()
         group.finalizers()
     );
     schedule_refresh(
-        &world,
+        world,
         "workers",
         serde_json::json!({"surplusNodes": 1, "drainTimeout": "10m"}),
     )
@@ -399,7 +371,7 @@ async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go()
         .expect("group")
         .resource_version()
         .expect("resourceVersion");
-    let deleting = record_deleting_messages(&groups, "workers", &from).await;
+    let deleting = record_deleting_messages(groups, "workers", &from).await;
     groups
         .delete("workers", &Default::default())
         .await
@@ -440,8 +412,8 @@ async fn deleting_the_group_mid_refresh_unwinds_the_run_before_its_children_go()
     )
     .await;
     // Nothing was evicted against the budget.
-    assert_eq!(ready_web_pods(&world).await, pods_before);
-    support::cluster::assert_events(&world, &["RefreshFailed"]).await;
+    assert_eq!(ready_web_pods(world).await, pods_before);
+    support::cluster::assert_events(world, &["RefreshFailed"]).await;
     assert!(
         manager.logs().contains("the NodeGroup is being deleted"),
         "{}",
@@ -484,23 +456,16 @@ async fn record_deleting_messages(
 
 #[tokio::test]
 async fn a_refresh_waits_for_the_pods_it_evicted_then_goes_on() {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers("wl-validate").await;
-    let original = all_instances(&world, &kops.asgs).await;
-    let original_nodes = node_names(&world, &original).await;
-    pin_a_pod_to_the_oldest_node(&world, &groups).await;
+    let g = three_workers("wl-validate").await;
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
+    let original = all_instances(world, &kops.asgs).await;
+    let original_nodes = node_names(world, &original).await;
+    pin_a_pod_to_the_oldest_node(world, groups).await;
     let nodes: Api<Node> = Api::all(world.client.clone());
     let pin = pin();
 
     schedule_refresh(
-        &world,
+        world,
         "workers",
         serde_json::json!({"surplusNodes": 1, "validationTimeout": "5m"}),
     )
@@ -522,7 +487,7 @@ async fn a_refresh_waits_for_the_pods_it_evicted_then_goes_on() {
         held.message
     );
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
-    let gone: BTreeSet<String> = terminated_instances(&world)
+    let gone: BTreeSet<String> = terminated_instances(world)
         .await
         .intersection(&original)
         .cloned()
@@ -537,7 +502,7 @@ async fn a_refresh_waits_for_the_pods_it_evicted_then_goes_on() {
     assert_eq!(status.replaced, 0, "{:?}", status.message);
     assert!(status.run_start.is_some());
     // Room for it on the new nodes: it runs there, and the run goes on.
-    for node in node_names(&world, &all_instances(&world, &kops.asgs).await).await {
+    for node in node_names(world, &all_instances(world, &kops.asgs).await).await {
         if !original_nodes.contains(&node) {
             nodes
                 .patch(&node, &PatchParams::default(), &pin)
@@ -545,8 +510,8 @@ async fn a_refresh_waits_for_the_pods_it_evicted_then_goes_on() {
                 .expect("label");
         }
     }
-    let rf = run_finished(&world, "workers").await;
-    let status = assert_run_succeeded(rf, &manager);
+    let rf = run_finished(world, "workers").await;
+    let status = assert_run_succeeded(rf, manager);
     assert_eq!(status.last_run.map(|r| r.replaced), Some(3));
 }
 
@@ -555,38 +520,32 @@ async fn a_refresh_waits_for_the_pods_it_evicted_then_goes_on() {
 /// Ready nor 11 of 12 pods, every old node gone once, the layout back.
 /// Returns the most old nodes seen cordoned (drained) at once.
 async fn a_refresh_with_max_surge(max_surge: i32) -> usize {
-    let SteadyGroup {
-        world,
-        kops,
-        manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = SteadyGroup::workers(&format!("wl-surge-{max_surge}"))
+    let g = SteadyGroup::workers(&format!("wl-surge-{max_surge}"))
         .per_asg(2)
         .start()
         .await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
     let before = world.asg_snapshot(&kops.asgs).await;
-    let original = all_instances(&world, &kops.asgs).await;
+    let original = all_instances(world, &kops.asgs).await;
     // Two pods per node; the budget lets one be unavailable at a time.
     let pods = 12;
-    deploy_web(&world, pods as i32, 1).await;
-    assert_web_ready(&world, pods).await;
-    let web = sample_web(&world);
-    let nodes = sample(&world, &kops.asgs, 6);
+    deploy_web(world, pods as i32, 1).await;
+    assert_web_ready(world, pods).await;
+    let web = sample_web(world);
+    let nodes = sample(world, &kops.asgs, 6);
     // The budget paces maxSurge drains one pod at a time, each waiting for
     // the pod before it to be Ready elsewhere: on a loaded machine that
     // outlasts the tests' usual 30 s drain timeout, which is not what is
     // tested here.
     schedule_refresh(
-        &world,
+        world,
         "workers",
         serde_json::json!({"surplusNodes": 1, "maxSurge": max_surge, "drainTimeout": "3m"}),
     )
     .await;
-    let rf = run_finished(&world, "workers").await;
+    let rf = run_finished(world, "workers").await;
     let (nodes, web) = (nodes.stop(), web.stop());
-    let last = assert_run_succeeded(rf, &manager)
+    let last = assert_run_succeeded(rf, manager)
         .last_run
         .expect("last run");
     assert_eq!(last.replaced, 6);
@@ -599,8 +558,8 @@ async fn a_refresh_with_max_surge(max_surge: i32) -> usize {
     assert!(web.min_ready.is_some_and(|m| m + 1 >= pods), "{web:?}");
     // Every old node gone, each once, with the surplus; nothing launched
     // ahead left behind: the layout is back.
-    layout_back(&world, &kops.asgs, &before).await;
-    let terminated = terminated_instances(&world).await;
+    layout_back(world, &kops.asgs, &before).await;
+    let terminated = terminated_instances(world).await;
     assert!(original.is_subset(&terminated), "{terminated:?}");
     assert_eq!(
         terminated.len(),
@@ -631,26 +590,19 @@ async fn a_refresh_with_max_surge_three_drains_nodes_at_once_and_keeps_a_one_at_
 /// run fails and keeps the old nodes left (`Abort`), or goes on with the
 /// next node and says so in a `ValidationTimedOut` Warning Event (`Proceed`).
 async fn a_validation_that_times_out(action: &str) -> (Refresher, World, BTreeSet<String>) {
-    let SteadyGroup {
-        world,
-        kops,
-        groups,
-        manager: _manager,
-        config: _config,
-        sim: _sim,
-        ..
-    } = three_workers(&format!("wl-timeout-{}", action.to_lowercase())).await;
-    let original = all_instances(&world, &kops.asgs).await;
-    pin_a_pod_to_the_oldest_node(&world, &groups).await;
+    let g = three_workers(&format!("wl-timeout-{}", action.to_lowercase())).await;
+    let (world, kops, groups) = (&g.world, &g.kops, &g.groups);
+    let original = all_instances(world, &kops.asgs).await;
+    pin_a_pod_to_the_oldest_node(world, groups).await;
     schedule_refresh(
-        &world,
+        world,
         "workers",
         serde_json::json!({"surplusNodes": 1, "validationTimeout": "10s",
                            "validationTimeoutAction": action}),
     )
     .await;
-    let rf = run_finished(&world, "workers").await;
-    (rf, world, original)
+    let rf = run_finished(world, "workers").await;
+    (rf, g.world, original)
 }
 
 #[tokio::test]

@@ -20,6 +20,7 @@ pub mod plane;
 pub mod proxy;
 pub mod refresh;
 pub mod sim;
+pub mod steady;
 pub mod timeline;
 pub mod windows;
 pub mod workload;

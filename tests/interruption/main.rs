@@ -27,6 +27,7 @@ use support::interruption::{
     interrupt, rebalance_recommendation, scheduled_event, spot_warning, state_change,
 };
 use support::refresh::*;
+use support::steady::*;
 use support::workload::{assert_web_ready, deploy_web, ready_web_pods, sample_web};
 
 /// How many of our taints `node` carries.
