@@ -137,14 +137,11 @@ async fn second_dead_master_waits_for_the_first_replacement(
     let world = World::new(test).await;
     let kops = world.kops_group("master", &ZONES, 1, &[]).await;
     let _sim = world.start_sim(MASTER_REGISTERS, FAST);
-    let groups: Api<NodeGroup> = world.api();
+    let _groups: Api<NodeGroup> = world.api();
     let mut names = vec![];
     for (name, indexes) in layout {
         let asgs: Vec<String> = indexes.iter().map(|i| kops.asgs[*i].clone()).collect();
-        groups
-            .create(&PostParams::default(), &group(name, "Master", &asgs))
-            .await
-            .expect("create");
+        world.create_group(&group(name, "Master", &asgs)).await;
         names.push((name.to_string(), asgs.len() as i32));
     }
     let (_manager, _config) = world.start_manager(&[]);
@@ -229,13 +226,9 @@ async fn a_repair_whose_node_comes_back_is_given_up_and_the_group_settles() {
     let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &group("workers", "Worker", &kops.asgs),
-        )
-        .await
-        .expect("create");
+    world
+        .create_group(&group("workers", "Worker", &kops.asgs))
+        .await;
     let (manager, _config) = world.start_manager(&[]);
     steady(&world, &[("workers".into(), 3)], Duration::from_secs(120)).await;
     let original = world.asg_snapshot(&kops.asgs).await;
@@ -375,17 +368,13 @@ const ETCD_JOINS: Duration = Duration::from_secs(75);
 /// Three Master groups of one (kops's per-zone instance groups), created
 /// with [`group`], steady, and every master's control-plane pods Ready.
 async fn three_master_groups(world: &World, asgs: &[String]) -> Vec<(String, i32)> {
-    let groups: Api<NodeGroup> = world.api();
+    let _groups: Api<NodeGroup> = world.api();
     let mut names = vec![];
     for (i, asg) in asgs.iter().enumerate() {
         let name = format!("master-{i}");
-        groups
-            .create(
-                &PostParams::default(),
-                &group(&name, "Master", std::slice::from_ref(asg)),
-            )
-            .await
-            .expect("create");
+        world
+            .create_group(&group(&name, "Master", std::slice::from_ref(asg)))
+            .await;
         names.push((name, 1));
     }
     names
@@ -610,11 +599,8 @@ async fn a_worker_groups_cooldown_does_not_hold_the_slot_a_dead_master_needs() {
     // Workers whose replenisher waits 10 minutes between two removals.
     let mut w = group("workers", "Worker", &workers.asgs);
     w.spec.replenish.cooldown = "10m".into();
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(&PostParams::default(), &w)
-        .await
-        .expect("create");
+    let _groups: Api<NodeGroup> = world.api();
+    world.create_group(&w).await;
     names.push(("workers".into(), 3));
     let (_manager, _config) = world.start_manager(&[]);
     steady(&world, &names, Duration::from_secs(180)).await;

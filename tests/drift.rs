@@ -8,7 +8,7 @@
 use snm_testkit as support;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use spot_node_manager::crd::NodeGroup;
 use spot_node_manager::crd::nodegroup::NodeGroupStatus;
 use std::collections::BTreeSet;
@@ -59,10 +59,7 @@ async fn started(test: &str) -> Started {
     let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
     let sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(&PostParams::default(), &workers(&kops.asgs))
-        .await
-        .expect("create");
+    world.create_group(&workers(&kops.asgs)).await;
     let (manager, config) = world.start_manager(&[]);
     let started = Started {
         world,

@@ -12,7 +12,7 @@
 use snm_testkit as support;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use spot_node_manager::crd::NodeGroup;
 use spot_node_manager::crd::nodegroup::GroupState;
 use std::time::{Duration, Instant};
@@ -114,10 +114,7 @@ impl Setup {
         }
         let _sim = world.start_sim(FAST, FAST);
         let groups: Api<NodeGroup> = world.api();
-        groups
-            .create(&PostParams::default(), &group(&kops.asgs, &fallback))
-            .await
-            .expect("create");
+        world.create_group(&group(&kops.asgs, &fallback)).await;
         Setup {
             world,
             kops,

@@ -52,13 +52,14 @@ async fn nodes_in_three_asgs_are_mapped_with_readiness_and_cordons() {
         .await;
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &worker_group("workers", &kops.asgs, 3, serde_json::json!({})),
-        )
-        .await
-        .expect("create group");
+    world
+        .create_group(&worker_group(
+            "workers",
+            &kops.asgs,
+            3,
+            serde_json::json!({}),
+        ))
+        .await;
     let (_manager, _config) = world.start_manager(&[]);
 
     let status = assert_eventually("3 nodes inventoried", WAIT, || async {
@@ -130,13 +131,9 @@ async fn never_joined_instances_and_bad_provider_ids_are_reported() {
     let mut asgs = joined.asgs.clone();
     asgs.extend(never.asgs.clone());
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &worker_group("workers", &asgs, 2, serde_json::json!({})),
-        )
-        .await
-        .expect("create group");
+    world
+        .create_group(&worker_group("workers", &asgs, 2, serde_json::json!({})))
+        .await;
     // A Node of this group whose providerID names no AWS instance.
     let nodes: Api<Node> = Api::all(world.client.clone());
     let bad_name = format!("{}-bad-provider", world.prefix());
@@ -206,25 +203,17 @@ async fn an_unknown_asg_degrades_only_its_group() {
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
     let typo = format!("{}-nodes-typo.example.com", world.prefix());
-    groups
-        .create(
-            &PostParams::default(),
-            &worker_group(
-                "broken",
-                std::slice::from_ref(&typo),
-                1,
-                serde_json::json!({}),
-            ),
-        )
-        .await
-        .expect("create broken");
-    groups
-        .create(
-            &PostParams::default(),
-            &worker_group("fine", &kops.asgs, 1, serde_json::json!({})),
-        )
-        .await
-        .expect("create fine");
+    world
+        .create_group(&worker_group(
+            "broken",
+            std::slice::from_ref(&typo),
+            1,
+            serde_json::json!({}),
+        ))
+        .await;
+    world
+        .create_group(&worker_group("fine", &kops.asgs, 1, serde_json::json!({})))
+        .await;
     let (manager, _config) = world.start_manager(&[]);
 
     let (degraded, reason, message) = assert_eventually("broken degraded", WAIT, || async {
@@ -278,10 +267,7 @@ async fn invalid_specs_are_reported_without_any_aws_mutation() {
         serde_json::json!({"refresh": {"schedule": "0 3 * * *", "surplusNodes": 1}}),
     );
     master.spec.role = spot_node_manager::crd::Role::Master;
-    groups
-        .create(&PostParams::default(), &master)
-        .await
-        .expect("create");
+    world.create_group(&master).await;
     let (manager, _config) = world.start_manager(&[]);
 
     let (valid, reason, message) = assert_eventually("bad-cron invalid", WAIT, || async {
@@ -344,13 +330,14 @@ async fn child_resources_follow_the_group_spec() {
     let world = World::new("inv-children").await;
     let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
     let groups: Api<NodeGroup> = world.api();
-    let created = groups
-        .create(
-            &PostParams::default(),
-            &worker_group("workers", &kops.asgs, 1, serde_json::json!({"refresh": {"schedule": "0 3 * * Mon", "timeZone": "Asia/Tokyo"}})),
-        )
-        .await
-        .expect("create");
+    let created = world
+        .create_group(&worker_group(
+            "workers",
+            &kops.asgs,
+            1,
+            serde_json::json!({"refresh": {"schedule": "0 3 * * Mon", "timeZone": "Asia/Tokyo"}}),
+        ))
+        .await;
     let uid = created.metadata.uid.clone().expect("uid");
     let (_manager, _config) = world.start_manager(&[]);
     let refreshers: Api<Refresher> = world.api();
@@ -411,10 +398,7 @@ async fn a_settled_group_status_is_not_rewritten_on_resync() {
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
     let group = worker_group("workers", &kops.asgs, 2, serde_json::json!({}));
-    groups
-        .create(&PostParams::default(), &group)
-        .await
-        .expect("create");
+    world.create_group(&group).await;
     let (manager, _config) = world.start_manager(&[]);
     assert_eventually("settled", WAIT, || async {
         (groups.get("workers").await.ok()?.status?.ready_nodes == Some(2)).then_some(())
@@ -452,18 +436,14 @@ async fn deleting_a_group_garbage_collects_its_children() {
     let world = World::new("inv-gc").await;
     let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &worker_group(
-                "workers",
-                &kops.asgs,
-                1,
-                serde_json::json!({"refresh": {"schedule": "0 3 * * Mon"}}),
-            ),
-        )
-        .await
-        .expect("create");
+    world
+        .create_group(&worker_group(
+            "workers",
+            &kops.asgs,
+            1,
+            serde_json::json!({"refresh": {"schedule": "0 3 * * Mon"}}),
+        ))
+        .await;
     let (manager, _config) = world.start_manager(&[]);
     let refreshers: Api<Refresher> = world.api();
     let replenishers: Api<Replenisher> = world.api();
@@ -493,13 +473,9 @@ async fn an_asg_named_by_two_groups_stops_both_until_one_lets_go() {
     let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &worker_group("first", &kops.asgs, 3, serde_json::json!({})),
-        )
-        .await
-        .expect("create");
+    world
+        .create_group(&worker_group("first", &kops.asgs, 3, serde_json::json!({})))
+        .await;
     let (manager, _config) = world.start_manager(&[]);
     assert_eventually("first valid with its replenisher", WAIT, || async {
         let (valid, _, _) = condition(&status_of(&groups, "first").await?, "SpecValid")?;
@@ -510,13 +486,14 @@ async fn an_asg_named_by_two_groups_stops_both_until_one_lets_go() {
     .await;
     // A second group claims one of first's ASGs (desired 2 over its 1 node:
     // a valid group would raise it).
-    groups
-        .create(
-            &PostParams::default(),
-            &worker_group("second", &kops.asgs[..1], 2, serde_json::json!({})),
-        )
-        .await
-        .expect("create");
+    world
+        .create_group(&worker_group(
+            "second",
+            &kops.asgs[..1],
+            2,
+            serde_json::json!({}),
+        ))
+        .await;
     for (name, other) in [("first", "second"), ("second", "first")] {
         let (valid, _, message) = assert_eventually("both in conflict", WAIT, || async {
             let c = condition(&status_of(&groups, name).await?, "SpecValid")?;
@@ -621,7 +598,6 @@ async fn kubectl_get_says_whether_a_group_is_ready_invalid_or_degraded() {
     // Its own ASG: one named by two groups would make both invalid.
     let other = world.kops_group("batch", &ZONES[..1], 1, &[]).await;
     let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
     let typo = format!("{}-nodes-typo.example.com", world.prefix());
     for group in [
         worker_group(
@@ -643,10 +619,7 @@ async fn kubectl_get_says_whether_a_group_is_ready_invalid_or_degraded() {
             serde_json::json!({}),
         ),
     ] {
-        groups
-            .create(&PostParams::default(), &group)
-            .await
-            .expect("create");
+        world.create_group(&group).await;
     }
     let (manager, _config) = world.start_manager(&[]);
     let (columns, rows) = assert_eventually("every group's state in the table", WAIT, || async {
@@ -716,13 +689,14 @@ async fn competing_asg_settings_are_reported_and_left_as_they_are() {
     let kops = world.kops_group("nodes", &ZONES[..2], 1, &[]).await;
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &worker_group("workers", &kops.asgs, 2, serde_json::json!({})),
-        )
-        .await
-        .expect("create");
+    world
+        .create_group(&worker_group(
+            "workers",
+            &kops.asgs,
+            2,
+            serde_json::json!({}),
+        ))
+        .await;
     let (a, b) = (kops.asgs[0].clone(), kops.asgs[1].clone());
     let autoscaling = &world.aws.autoscaling;
     autoscaling
@@ -842,13 +816,14 @@ async fn a_max_lowered_to_the_count_is_reported_as_no_room_and_left_as_it_is() {
     let kops = world.kops_group("nodes", &ZONES[..2], 1, &[]).await;
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &worker_group("workers", &kops.asgs, 2, serde_json::json!({})),
-        )
-        .await
-        .expect("create");
+    world
+        .create_group(&worker_group(
+            "workers",
+            &kops.asgs,
+            2,
+            serde_json::json!({}),
+        ))
+        .await;
     let (manager, _config) = world.start_manager(&[]);
     let room = |value: ConditionStatus| {
         let groups = groups.clone();
@@ -918,13 +893,14 @@ async fn kops_s_termination_handler_running_beside_the_manager_is_reported() {
     let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &worker_group("workers", &kops.asgs, 1, serde_json::json!({})),
-        )
-        .await
-        .expect("create");
+    world
+        .create_group(&worker_group(
+            "workers",
+            &kops.asgs,
+            1,
+            serde_json::json!({}),
+        ))
+        .await;
     // As kops's addon labels it, in queue mode.
     let deployments: Api<Deployment> = world.api();
     let labels = serde_json::json!({
@@ -1104,13 +1080,9 @@ struct Reported {
 async fn reported(world: &World, asgs: &[String], condition_type: &str) -> Reported {
     let sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &worker_group("workers", asgs, 1, serde_json::json!({})),
-        )
-        .await
-        .expect("create");
+    world
+        .create_group(&worker_group("workers", asgs, 1, serde_json::json!({})))
+        .await;
     let (manager, config) = world.start_manager(&[]);
     let (_, reason, message) = assert_eventually("reported", WAIT, || {
         let groups = groups.clone();

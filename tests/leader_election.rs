@@ -52,17 +52,14 @@ async fn holder(api: &Api<Lease>, name: &str) -> Option<String> {
 #[tokio::test]
 async fn exactly_one_of_two_replicas_leads_and_sigterm_hands_over() {
     let world = World::new("leader").await;
-    let groups: Api<NodeGroup> = world.api();
+    let _groups: Api<NodeGroup> = world.api();
     let group: NodeGroup = serde_json::from_value(serde_json::json!({
         "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
         "metadata": {"name": "workers"},
         "spec": {"role": "Worker", "autoScalingGroups": [{"name": "nodes-a"}], "desired": 1}
     }))
     .expect("group");
-    groups
-        .create(&PostParams::default(), &group)
-        .await
-        .expect("create group");
+    world.create_group(&group).await;
 
     let config = config_file(&world, "snm-leader");
     let a = start(&world, &config, "replica-a");
@@ -174,13 +171,9 @@ async fn a_leader_cut_off_from_the_apiserver_makes_no_aws_call_after_its_renew_d
     let world = World::new("leader-cut").await;
     let kops = world.kops_group("nodes", &support::ZONES, 1, &[]).await;
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &support::refresh::group("workers", "Worker", &kops.asgs, 3),
-        )
-        .await
-        .expect("create group");
+    world
+        .create_group(&support::refresh::group("workers", "Worker", &kops.asgs, 3))
+        .await;
     // Renew deadline 2 s, lease 6 s: each AWS operation is bounded by
     // 6 - 2 - 0.5 = 3.5 s, room for several failed attempts, so a call that
     // began as leader just before the deadline could go on retrying well
@@ -318,13 +311,9 @@ async fn a_drain_of_the_leaders_node_takes_its_pod_last_and_hands_leadership_ove
         .await;
     let _sim = world.start_sim(Duration::from_millis(200), Duration::from_millis(200));
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &support::refresh::group("workers", "Worker", &kops.asgs, 2),
-        )
-        .await
-        .expect("create group");
+    world
+        .create_group(&support::refresh::group("workers", "Worker", &kops.asgs, 2))
+        .await;
     let config = config_with(&world, "snm-own", "30s", "20s", "resyncInterval: 2s\n");
     let path = config.path().to_str().expect("utf-8");
     let ns = world.namespace.clone();

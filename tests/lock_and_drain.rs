@@ -51,10 +51,7 @@ async fn two_racing_holders_exactly_one_wins_the_lock() {
     let ctx = world.context(false).await;
     create_holders(&world).await;
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(&PostParams::default(), &group())
-        .await
-        .expect("create");
+    world.create_group(&group()).await;
     let seen = groups.get("workers").await.expect("get");
     let refresh = Holder {
         kind: OperationKind::Refresh,
@@ -135,10 +132,7 @@ async fn a_lock_held_by_a_deleted_holder_is_taken_over() {
     let world = World::new("lock-orphan").await;
     let ctx = world.context(false).await;
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(&PostParams::default(), &group())
-        .await
-        .expect("create");
+    world.create_group(&group()).await;
     let ghost = Holder {
         kind: OperationKind::Refresh,
         name: "deleted-refresher".into(),

@@ -78,13 +78,9 @@ async fn started(test: &str, name: &str, role: &str, extra: serde_json::Value) -
     let kops = world.kops_group(kops_role, &ZONES, 1, &[]).await;
     let sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &group(name, role, &kops.asgs, extra),
-        )
-        .await
-        .expect("create");
+    world
+        .create_group(&group(name, role, &kops.asgs, extra))
+        .await;
     let (manager, config) = world.start_manager(&[]);
     steady(&world, name, 3).await;
     Started {

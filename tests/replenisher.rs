@@ -108,10 +108,7 @@ async fn a_spot_loss_is_replaced_by_its_own_asg_and_the_manager_orders_nothing()
     let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(&PostParams::default(), &group(&kops.asgs, 3, "15m"))
-        .await
-        .expect("create");
+    world.create_group(&group(&kops.asgs, 3, "15m")).await;
     let (manager, _config) = world.start_manager(&[]);
     steady(&world, &groups, 3).await;
     let original = world.asg_snapshot(&kops.asgs).await;
@@ -188,10 +185,7 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
         }))
         .expect("selector"),
     );
-    groups
-        .create(&PostParams::default(), &own)
-        .await
-        .expect("create");
+    world.create_group(&own).await;
     // A resync far away: whatever happens within the test is driven by watches.
     let (manager, _config) = world.start_manager_with("resyncInterval: 10m\n", &[], &[]);
     steady(&world, &groups, 3).await;
@@ -383,10 +377,7 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
     })
     .await;
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(&PostParams::default(), &group(&asgs, 2, "8s"))
-        .await
-        .expect("create");
+    world.create_group(&group(&asgs, 2, "8s")).await;
     let (manager, _config) = world.start_manager(&[]);
 
     // The missing node is launched where instances join, without waiting
@@ -453,10 +444,7 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
     // Replenisher off until the pods are in place.
     let mut g = group(&kops.asgs, 1, "15m");
     g.spec.replenish.enabled = false;
-    groups
-        .create(&PostParams::default(), &g)
-        .await
-        .expect("create");
+    world.create_group(&g).await;
     let (manager, _config) = world.start_manager(&[]);
     assert_eventually("2 Ready", WAIT, || async {
         (ready_nodes(&groups).await? == 2).then_some(())
@@ -568,12 +556,8 @@ async fn dry_run_plans_and_logs_but_mutates_nothing() {
     let world = World::new("rp-dry").await;
     let kops = world.kops_group("nodes", &ZONES, 1, &[]).await;
     let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
     // One node short of the desired count: a real run would scale up.
-    groups
-        .create(&PostParams::default(), &group(&kops.asgs, 4, "15m"))
-        .await
-        .expect("create");
+    world.create_group(&group(&kops.asgs, 4, "15m")).await;
     let before = world.asg_snapshot(&kops.asgs).await;
     let (manager, _config) = world.start_manager(&["--dry-run"]);
     assert_eventually("a dry-run scale-up", WAIT, || async {

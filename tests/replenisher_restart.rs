@@ -8,7 +8,7 @@
 
 use snm_testkit as support;
 
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use spot_node_manager::crd::replenisher::ReplenishPhase;
 use spot_node_manager::crd::{NodeGroup, Replenisher};
 use std::time::Duration;
@@ -44,10 +44,7 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
     world.set_timing(&short, "capacity-retry", 3.0).await;
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(&PostParams::default(), &group(&kops.asgs))
-        .await
-        .expect("create");
+    world.create_group(&group(&kops.asgs)).await;
     assert_eventually("3 nodes", WAIT, || async {
         let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(world.client.clone());
         let n = nodes
@@ -143,11 +140,8 @@ async fn killed_after_recording_and_after_removing_a_never_joined_instance_it_re
     // suite's load (launch 1 s, Pending 2 s, then the kubelet): at 3 s that
     // instance was once overdue too, and removed in place of the recorded one.
     spec.spec.replenish.join_timeout = "8s".into();
-    let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(&PostParams::default(), &spec)
-        .await
-        .expect("create");
+    let _groups: Api<NodeGroup> = world.api();
+    world.create_group(&spec).await;
 
     // Killed right after recording the removal: the record survives.
     world

@@ -93,13 +93,9 @@ async fn replenishing_a_lost_node_and_scaling_back_in_keeps_the_workload_within_
     world.set_timing(&short, "capacity-retry", 5.0).await;
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
-    groups
-        .create(
-            &PostParams::default(),
-            &group("workers", "Worker", &kops.asgs, 3),
-        )
-        .await
-        .expect("create group");
+    world
+        .create_group(&group("workers", "Worker", &kops.asgs, 3))
+        .await;
     let (manager, _config) = world.start_manager(&[]);
     let replenishers: Api<Replenisher> = world.api();
     let steady = || async {

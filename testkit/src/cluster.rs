@@ -1,8 +1,22 @@
-//! Kubernetes objects tests put in a world: PodDisruptionBudgets, pods
-//! bound to a node; the Events recorded there.
+//! Kubernetes objects tests put in a world: NodeGroups, PodDisruptionBudgets,
+//! pods bound to a node; the Events recorded there.
 
 use crate::world::World;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+
+impl World {
+    /// Creates NodeGroup `group` in this world's namespace; as created.
+    pub async fn create_group(
+        &self,
+        group: &spot_node_manager::crd::NodeGroup,
+    ) -> spot_node_manager::crd::NodeGroup {
+        let groups: Api<spot_node_manager::crd::NodeGroup> = self.api();
+        groups
+            .create(&PostParams::default(), group)
+            .await
+            .expect("create the NodeGroup")
+    }
+}
 
 /// The `policy/v1beta1` PodDisruptionBudget API (the 1.20 apiserver has no v1).
 pub fn pdb_api(world: &World) -> Api<kube::api::DynamicObject> {
