@@ -33,6 +33,15 @@ async fn status_of(api: &Api<NodeGroup>, name: &str) -> Option<NodeGroupStatus> 
     api.get(name).await.ok()?.status
 }
 
+/// Condition `type_` of group `workers`, once it is `value`: (value, reason, message).
+async fn workers_condition(
+    groups: Api<NodeGroup>,
+    type_: &str,
+    value: ConditionStatus,
+) -> Option<(ConditionStatus, String, String)> {
+    condition(&status_of(&groups, "workers").await?, type_).filter(|(v, _, _)| *v == value)
+}
+
 fn condition(status: &NodeGroupStatus, type_: &str) -> Option<(ConditionStatus, String, String)> {
     find(&status.conditions, type_).map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
@@ -738,12 +747,12 @@ async fn competing_asg_settings_are_reported_and_left_as_they_are() {
         .await
         .expect("two zones");
     let (manager, _config) = world.start_manager(&[]);
-    let (value, reason, message) = assert_eventually("reported", WAIT, || async {
-        condition(
-            &status_of(&groups, "workers").await?,
+    let (value, reason, message) = assert_eventually("reported", WAIT, || {
+        workers_condition(
+            groups.clone(),
             "CompetingAsgSettings",
+            ConditionStatus::True,
         )
-        .filter(|(v, _, _)| *v == ConditionStatus::True)
     })
     .await;
     assert_eq!(
@@ -794,12 +803,12 @@ async fn competing_asg_settings_are_reported_and_left_as_they_are() {
         .send()
         .await
         .expect("suspend AZRebalance");
-    assert_eventually("cleared", WAIT, || async {
-        condition(
-            &status_of(&groups, "workers").await?,
+    assert_eventually("cleared", WAIT, || {
+        workers_condition(
+            groups.clone(),
             "CompetingAsgSettings",
+            ConditionStatus::False,
         )
-        .filter(|(v, _, _)| *v == ConditionStatus::False)
     })
     .await;
     assert!(manager.child_alive(), "{}", manager.logs());
@@ -825,13 +834,7 @@ async fn a_max_lowered_to_the_count_is_reported_as_no_room_and_left_as_it_is() {
         ))
         .await;
     let (manager, _config) = world.start_manager(&[]);
-    let room = |value: ConditionStatus| {
-        let groups = groups.clone();
-        async move {
-            condition(&status_of(&groups, "workers").await?, "NoRoomAboveDesired")
-                .filter(|(v, _, _)| *v == value)
-        }
-    };
+    let room = |value| workers_condition(groups.clone(), "NoRoomAboveDesired", value);
     // As the test kit's kops groups are: max 20 each.
     let (_, reason, message) =
         assert_eventually("room seen", WAIT, || room(ConditionStatus::False)).await;
@@ -929,16 +932,7 @@ async fn kops_s_termination_handler_running_beside_the_manager_is_reported() {
         .await
         .expect("create the handler");
     let (manager, _config) = world.start_manager(&[]);
-    let handler = |value: ConditionStatus| {
-        let groups = groups.clone();
-        async move {
-            condition(
-                &status_of(&groups, "workers").await?,
-                "OtherTerminationHandler",
-            )
-            .filter(|(v, _, _)| *v == value)
-        }
-    };
+    let handler = |value| workers_condition(groups.clone(), "OtherTerminationHandler", value);
     let (_, reason, message) = assert_eventually("the handler reported", WAIT, || {
         handler(ConditionStatus::True)
     })
@@ -1085,11 +1079,7 @@ async fn reported(world: &World, asgs: &[String], condition_type: &str) -> Repor
         .await;
     let (manager, config) = world.start_manager(&[]);
     let (_, reason, message) = assert_eventually("reported", WAIT, || {
-        let groups = groups.clone();
-        async move {
-            condition(&status_of(&groups, "workers").await?, condition_type)
-                .filter(|(v, _, _)| *v == ConditionStatus::True)
-        }
+        workers_condition(groups.clone(), condition_type, ConditionStatus::True)
     })
     .await;
     Reported {
