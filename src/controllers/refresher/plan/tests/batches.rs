@@ -259,10 +259,7 @@ fn nodes_join_a_batch_whose_first_node_drained_before_their_replacements_came_up
     // The first node drains and goes (the surplus holds its pods) while
     // the three replacements are still coming up.
     let lead = sim.status.current_target.clone().expect("target");
-    for _ in 0..5 {
-        sim.step(false);
-        sim.advance(1);
-    }
+    sim.steps(5, 1);
     assert!(sim.terminated.contains(&lead.instance_id));
     assert!(sim.status.alongside.is_empty());
     // Up: the next two join before the batch is validated.
@@ -283,7 +280,7 @@ fn nodes_join_a_batch_whose_first_node_drained_before_their_replacements_came_up
 #[test]
 fn a_rollback_while_nodes_are_drained_alongside_puts_them_back_in_service() {
     let mut sim = drifted_batch_group();
-    let old: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let old = sim.ids();
     let batch = up_to_a_drain_of(&mut sim, 3);
     assert_eq!(sim.original_cordoned(), 3);
     // Version 1 made current again: no old node is drifted any more.
@@ -317,10 +314,7 @@ fn a_rollback_after_the_first_node_went_puts_the_nodes_drained_alongside_back() 
     // The first node drains and goes while the replacements come up.
     up_to_the_launch_ahead(&mut sim);
     let lead = sim.status.current_target.clone().expect("target");
-    for _ in 0..10 {
-        sim.step(false);
-        sim.advance(1);
-    }
+    sim.steps(10, 1);
     assert!(sim.terminated.contains(&lead.instance_id));
     // Up: two join the batch, then version 1 is made current again.
     sim.all_join_and_ready();

@@ -163,7 +163,7 @@ fn a_run_whose_window_closes_with_scale_down_removes_its_surplus_and_resumes_in_
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     sim.on_window_close = OnWindowClose::ScaleDown;
     let layout = sim.layout();
-    let old: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let old = sim.ids();
     sim.window = WindowState::Open {
         closes: sim.now + chrono::Duration::hours(1),
     };
@@ -361,7 +361,7 @@ fn run_protecting(
     protect: impl Fn(&Sim) -> Vec<String>,
 ) -> (Sim, Vec<String>, BTreeSet<String>, String) {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
-    let original: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let original = sim.ids();
     let mut ever = BTreeSet::new();
     let mut message = String::new();
     for _ in 0..300 {

@@ -82,10 +82,7 @@ fn only_drifted_nodes_are_rolled() {
 fn drift_is_only_reported_without_replace() {
     let mut sim = drifted_group();
     sim.drift_replace = false;
-    for _ in 0..20 {
-        sim.step(false);
-        sim.advance(10);
-    }
+    sim.steps(20, 10);
     assert!(sim.terminated.is_empty());
     assert_eq!(sim.status.run_start, None);
     assert_eq!(sim.lock, LockState::Free);

@@ -6,7 +6,7 @@ use super::*;
 fn surplus_that_never_gets_ready_fails_the_run_and_is_removed() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     let layout = sim.layout();
-    let old: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let old = sim.ids();
     sim.step(false); // lock
     sim.step(false); // slot
     sim.step(false); // start, raise
@@ -14,10 +14,7 @@ fn surplus_that_never_gets_ready_fails_the_run_and_is_removed() {
     sim.step(false); // the first replacement launched with the surplus
     assert!(sim.asgs.iter().map(|a| a.desired).sum::<i32>() == 5);
     // The surplus never becomes Ready.
-    for _ in 0..20 {
-        sim.step(false);
-        sim.advance(60);
-    }
+    sim.steps(20, 60);
     let (result, reason) = sim.result().expect("ended");
     assert_eq!(result, RunResult::Failed);
     assert!(
@@ -53,10 +50,7 @@ fn surplus_that_cannot_launch_is_cancelled_without_terminating_anything() {
         a.launching = false;
     }
     sim.instances.retain(|i| i.ready);
-    for _ in 0..20 {
-        sim.step(false);
-        sim.advance(60);
-    }
+    sim.steps(20, 60);
     assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Failed));
     assert_eq!(sim.layout(), vec![("asg-0".into(), 1), ("asg-1".into(), 1)]);
     assert!(sim.terminated.is_empty());
@@ -66,7 +60,7 @@ fn surplus_that_cannot_launch_is_cancelled_without_terminating_anything() {
 fn a_replacement_that_never_gets_ready_fails_and_keeps_the_other_old_nodes() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     let layout = sim.layout();
-    let original: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let original = sim.ids();
     // Surplus Ready (in asg-0), the first old node (in asg-1) replaced;
     // its replacement never joins.
     sim.instances[1].launched -= chrono::Duration::days(1);
@@ -75,10 +69,7 @@ fn a_replacement_that_never_gets_ready_fails_and_keeps_the_other_old_nodes() {
     while sim.terminated.is_empty() {
         sim.step(false);
     }
-    for _ in 0..16 {
-        sim.step(false);
-        sim.advance(60);
-    }
+    sim.steps(16, 60);
     let reason = sim.status.failure.clone().unwrap_or_default();
     assert!(reason.contains("was not Ready within 15m"), "{reason}");
     assert_eq!(sim.status.phase, RefreshPhase::ScalingDown);
@@ -123,10 +114,7 @@ fn a_surplus_still_needed_after_a_failure_is_kept_and_the_run_ends() {
     while sim.terminated.is_empty() {
         sim.step(false);
     }
-    for _ in 0..40 {
-        sim.step(false);
-        sim.advance(60);
-    }
+    sim.steps(40, 60);
     let (result, reason) = sim.result().expect("ended");
     assert_eq!(result, RunResult::Failed);
     let reason = reason.unwrap_or_default();
@@ -173,7 +161,7 @@ fn a_drain_timeout_with_abort_ends_the_run_and_keeps_the_node() {
     let mut sim = stuck_first_drain(DrainTimeoutAction::Abort);
     let layout = sim.layout();
     let first = sim.instances[0].id.clone();
-    let old: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let old = sim.ids();
     for _ in 0..40 {
         sim.step(false);
         sim.all_join_and_ready();
@@ -299,10 +287,7 @@ fn a_node_marked_unhealthy_that_is_ready_again_is_drained_as_a_healthy_node() {
     assert_eq!(marked.since, sim.now, "its drain timeout runs from now");
     // Past the repair's 2-minute bound: still drained, never terminated.
     sim.advance(180);
-    for _ in 0..5 {
-        sim.step(false);
-        sim.advance(1);
-    }
+    sim.steps(5, 1);
     assert!(sim.terminated.is_empty(), "{:?}", sim.terminated);
     assert!(sim.status.failure.is_none(), "{:?}", sim.status.failure);
     // Past its drain timeout: drainTimeoutAction (Abort) decides, as for

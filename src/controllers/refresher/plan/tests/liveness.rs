@@ -43,10 +43,7 @@ proptest! {
             // The breaker stays open: within its pause timeout (1h) and a
             // few steps, the run holds neither the lock nor the slot.
             sim.breaker = Some("2 of 3 node(s) NotReady".into());
-            for _ in 0..70 {
-                sim.step(false);
-                sim.advance(60);
-            }
+            sim.steps(70, 60);
             prop_assert!(sim.status.run_start.is_none(), "still holding: {:?}", sim.status.message);
             prop_assert_eq!(sim.lock.clone(), LockState::Free, "{:?}", sim.status.message);
             prop_assert!(sim.slot != SlotState::Ours, "{:?}", sim.status.message);

@@ -165,10 +165,7 @@ fn a_master_run_is_set_aside_while_another_groups_master_is_down_and_resumes_aft
             why: DownWhy::NotReady,
         }],
     };
-    for _ in 0..50 {
-        sim.step(false);
-        sim.advance(1);
-    }
+    sim.steps(50, 1);
     assert_eq!(sim.terminated.len(), 1, "no second master down by our hand");
     assert!(sim.status.pending_run.is_some(), "set aside, not failed");
     assert_eq!(sim.status.run_start, None, "the lock and slot given back");
@@ -213,10 +210,7 @@ fn a_master_termination_recorded_before_a_restart_is_not_made_once_another_maste
     };
     let plan = sim.step(false);
     assert!(plan.message.contains("refusing"), "{}", plan.message);
-    for _ in 0..10 {
-        sim.step(false);
-        sim.advance(1);
-    }
+    sim.steps(10, 1);
     assert!(
         sim.terminated.is_empty(),
         "no second master down by our hand"

@@ -473,6 +473,19 @@ impl Sim {
         };
     }
 
+    /// `n` reconciles, `secs` apart.
+    fn steps(&mut self, n: usize, secs: i64) {
+        for _ in 0..n {
+            self.step(false);
+            self.advance(secs);
+        }
+    }
+
+    /// The instances' ids, as they are now.
+    fn ids(&self) -> Vec<String> {
+        self.instances.iter().map(|i| i.id.clone()).collect()
+    }
+
     fn advance(&mut self, secs: i64) {
         self.now += chrono::Duration::seconds(secs);
     }

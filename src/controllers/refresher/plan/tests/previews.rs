@@ -30,7 +30,7 @@ fn the_preview_of_a_due_run_says_its_start_order_and_skipped_node_and_the_run_do
     // Six workers, a day old; the daily run is due now; one node runs a
     // do-not-disrupt pod; the window opens in a minute.
     let mut sim = Sim::new(Role::Worker, 3, 2, 1);
-    let original: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let original = sim.ids();
     let protected_id = original[2].clone();
     let protected = Sim::node_name(&protected_id);
     sim.protected.insert(
@@ -59,10 +59,7 @@ fn the_preview_of_a_due_run_says_its_start_order_and_skipped_node_and_the_run_do
 
     // The run: it waits for the window, then does what the preview said.
     sim.window = windows(sim.now);
-    for _ in 0..3 {
-        sim.step(false);
-        sim.advance(20);
-    }
+    sim.steps(3, 20);
     assert_eq!(sim.status.run_start, None, "not before the window opens");
     sim.now = opens;
     sim.window = windows(sim.now);
@@ -91,7 +88,7 @@ fn the_preview_of_a_due_run_says_its_start_order_and_skipped_node_and_the_run_do
 #[test]
 fn a_run_under_way_is_previewed_by_the_nodes_it_has_left_in_the_order_it_takes_them() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
-    let original: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let original = sim.ids();
     // A node of the run dies: the run takes it first.
     sim.run_until(|s| s.status.phase == RefreshPhase::Draining);
     let first = sim
@@ -141,7 +138,7 @@ fn a_drift_roll_is_previewed_by_exactly_the_drifted_nodes_and_rolls_them() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     sim.status.next_run = Some(sim.now + chrono::Duration::days(1));
     // `kops update cluster`: every running node is on an old version.
-    let drifted: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let drifted = sim.ids();
     sim.version += 1;
     sim.drift_replace = true;
     let next = sim.preview(&|_| WindowState::Always).expect("coming");
@@ -179,7 +176,7 @@ fn nothing_to_come_is_no_preview_and_an_invalid_spec_says_so() {
 #[test]
 fn max_node_age_is_counted_at_the_runs_start_as_the_run_counts_it() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
-    let original: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let original = sim.ids();
     // Launched a day ago; replaced at 30 hours old; the run is in 12 hours.
     let start = sim.now + chrono::Duration::hours(12);
     sim.status.next_run = Some(start);
@@ -229,7 +226,7 @@ fn a_run_that_would_be_skipped_is_previewed_as_skipped_and_is_skipped() {
 #[test]
 fn a_scheduled_run_due_within_a_drift_backoff_is_previewed_first_and_runs_first() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
-    let original: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let original = sim.ids();
     sim.version += 1;
     sim.drift_replace = true;
     sim.status.last_run = Some(crate::crd::refresher::RunOutcome {

@@ -239,7 +239,7 @@ proptest! {
                 "raised beyond surplus and maxSurge: {:?}", sim.layout());
         }
         let started = sim.layouts.len();
-        let before_end: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+        let before_end = sim.ids();
         sim.run_to_end(500);
         prop_assert!(sim.status.run_start.is_none(), "run did not end: {:?}", sim.status);
         // A run that succeeded (and was under way) left none of the nodes it started with.
@@ -283,7 +283,7 @@ proptest! {
             false => OnWindowClose::Wait,
         };
         let desired = sim.desired;
-        let old: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+        let old = sim.ids();
         for e in events {
             sim.apply(e);
             prop_assert!(sim.original_cordoned() <= (max_surge as usize).max(1),

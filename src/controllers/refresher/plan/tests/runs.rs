@@ -47,7 +47,7 @@ fn a_plan_that_needs_no_observation_does_not_depend_on_it() {
 #[test]
 fn a_worker_refresh_replaces_every_node_and_restores_the_layout() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
-    let original: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+    let original = sim.ids();
     let layout = sim.layout();
     sim.run_to_end(200);
     assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));

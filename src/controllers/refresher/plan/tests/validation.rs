@@ -76,7 +76,7 @@ fn a_validation_that_times_out_fails_the_run_or_goes_on_as_configured() {
     for action in [DrainTimeoutAction::Abort, DrainTimeoutAction::Proceed] {
         let mut sim = Sim::new(Role::Worker, 3, 1, 1);
         let layout = sim.layout();
-        let old: Vec<String> = sim.instances.iter().map(|i| i.id.clone()).collect();
+        let old = sim.ids();
         if let Ok(s) = sim.settings.as_mut() {
             s.validation_timeout = Duration::from_secs(60);
             s.validation_timeout_action = action;
