@@ -2,6 +2,21 @@
 
 use super::*;
 
+/// Three workers, one per ASG, the oldest in asg-1: a run under way, its
+/// surplus in asg-0, until its first node (in asg-1) is terminated; the
+/// ids before the run.
+fn first_replaced_in_asg_1() -> (Sim, Vec<String>) {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    let original = sim.ids();
+    sim.instances[1].launched -= chrono::Duration::days(1);
+    sim.start_run();
+    sim.all_join_and_ready();
+    while sim.terminated.is_empty() {
+        sim.step(false);
+    }
+    (sim, original)
+}
+
 #[test]
 fn surplus_that_never_gets_ready_fails_the_run_and_is_removed() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
@@ -58,17 +73,10 @@ fn surplus_that_cannot_launch_is_cancelled_without_terminating_anything() {
 
 #[test]
 fn a_replacement_that_never_gets_ready_fails_and_keeps_the_other_old_nodes() {
-    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
-    let layout = sim.layout();
-    let original = sim.ids();
     // Surplus Ready (in asg-0), the first old node (in asg-1) replaced;
     // its replacement never joins.
-    sim.instances[1].launched -= chrono::Duration::days(1);
-    sim.start_run();
-    sim.all_join_and_ready();
-    while sim.terminated.is_empty() {
-        sim.step(false);
-    }
+    let layout = Sim::new(Role::Worker, 3, 1, 1).layout();
+    let (mut sim, original) = first_replaced_in_asg_1();
     sim.steps(16, 60);
     let reason = sim.status.failure.clone().unwrap_or_default();
     assert!(reason.contains("was not Ready within 15m"), "{reason}");
@@ -106,14 +114,7 @@ fn a_replacement_that_never_gets_ready_fails_and_keeps_the_other_old_nodes() {
 
 #[test]
 fn a_surplus_still_needed_after_a_failure_is_kept_and_the_run_ends() {
-    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
-    // The first target is in asg-1; the surplus goes to asg-0.
-    sim.instances[1].launched -= chrono::Duration::days(1);
-    sim.start_run();
-    sim.all_join_and_ready();
-    while sim.terminated.is_empty() {
-        sim.step(false);
-    }
+    let (mut sim, _) = first_replaced_in_asg_1();
     sim.steps(40, 60);
     let (result, reason) = sim.result().expect("ended");
     assert_eq!(result, RunResult::Failed);
@@ -354,14 +355,7 @@ fn a_surplus_node_kept_when_its_drain_is_given_up_is_left_to_the_replenisher() {
 /// replenisher to take back there once it is back, not elsewhere.
 #[test]
 fn a_surplus_in_an_asg_that_left_the_spec_is_left_by_the_runs_own_record() {
-    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
-    // The first target is in asg-1; the surplus goes to asg-0.
-    sim.instances[1].launched -= chrono::Duration::days(1);
-    sim.start_run();
-    sim.all_join_and_ready();
-    while sim.terminated.is_empty() {
-        sim.step(false);
-    }
+    let (mut sim, _) = first_replaced_in_asg_1();
     assert_eq!(sim.status.surplus[0].auto_scaling_group, "asg-0");
     // The user drops asg-0 from the NodeGroup; its instances run on.
     let gone = sim.asgs.remove(0);
