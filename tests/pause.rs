@@ -126,3 +126,68 @@ async fn a_spot_loss_while_a_run_waits_is_replenished_at_once() {
     let now = world.asg_instances(&short).await;
     assert!(now.iter().all(|id| !lost.contains(id)), "{now:?}");
 }
+
+/// Issue 54, hole 3: a run whose settings turn invalid midway (another
+/// NodeGroup names one of its ASGs) waited for good, keeping its lock, its
+/// slot and its surplus. It is now set aside once paused for its
+/// `pauseTimeout`, the lock and the slot given back; valid again, the rest
+/// is replaced and the layout comes back.
+#[tokio::test]
+async fn a_run_whose_spec_turns_invalid_midway_is_set_aside_past_its_pause_timeout() {
+    let g = three_workers("pause-invalid").await;
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let original = all_instances(world, &kops.asgs).await;
+    pods_on(world, &node_names(world, &original).await).await;
+    schedule_refresh(
+        world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "pauseTimeout": "20s"}),
+    )
+    .await;
+    refresher_where(world, "workers", "the run under way", |s| {
+        s.run_start.is_some()
+    })
+    .await;
+    // An ASG named by two NodeGroups makes both invalid.
+    world
+        .create_group(&group("other", "Worker", &kops.asgs[..1], 1))
+        .await;
+    let invalid = Instant::now();
+    let refreshers: Api<Refresher> = world.api();
+    let aside = set_aside(&refreshers, groups).await;
+    eprintln!(
+        "figure: spec invalid -> run set aside {:.1}s (pauseTimeout 20s)",
+        invalid.elapsed().as_secs_f64()
+    );
+    assert!(
+        invalid.elapsed() >= Duration::from_secs(10),
+        "set aside only once paused for its timeout"
+    );
+    assert!(aside.pending_run.is_some(), "{:?}", aside.message);
+    assert_slots_given_back(world).await;
+    support::cluster::assert_events(world, &["RefreshSetAside"]).await;
+
+    // Valid again: the rest of the run is replaced, the layout back.
+    let others: Api<NodeGroup> = world.api();
+    others
+        .delete("other", &Default::default())
+        .await
+        .expect("delete the other group");
+    assert_eventually("the set-aside run resumed and done", RUN, || async {
+        let s = refresher_status(world, "workers").await;
+        (s.pending_run.is_none() && s.run_start.is_none() && s.last_run.is_some()).then_some(())
+    })
+    .await;
+    let status = refresher_status(world, "workers").await;
+    assert_eq!(
+        status.last_run.as_ref().map(|r| r.result),
+        Some(spot_node_manager::crd::refresher::RunResult::Succeeded),
+        "{:?}\n{}",
+        status.last_run,
+        manager.logs()
+    );
+    layout_back(world, &kops.asgs, &before).await;
+    let terminated = terminated_instances(world).await;
+    assert!(original.is_subset(&terminated), "every old node replaced");
+}

@@ -693,3 +693,74 @@ async fn pin_a_pod_to_the_oldest_node(world: &World, groups: &Api<NodeGroup>) ->
     assert_eq!(on, first);
     first
 }
+
+/// Issue 54, hole 8: the ASG of the node a refresh is draining leaves the
+/// group's spec (the user drops it from the NodeGroup). The node is no
+/// longer the group's to terminate; it used to stay cordoned for good. It
+/// is given back, uncordoned and running, and the run goes on with the
+/// nodes still the group's.
+#[tokio::test]
+async fn a_node_whose_asg_leaves_the_spec_mid_drain_is_given_back_uncordoned() {
+    let g = three_workers("wl-asg-left").await;
+    let (world, kops, groups) = (&g.world, &g.kops, &g.groups);
+    let oldest = nodes_oldest_first(groups, "workers").await.remove(0);
+    // A budget that allows no eviction holds its drain.
+    support::cluster::create_pdb(world, 1).await;
+    labelled_pods_on(
+        world,
+        std::slice::from_ref(&oldest),
+        "held",
+        &[("app", "protected")],
+    )
+    .await;
+    support::cluster::assert_pdb_allows(world, 0).await;
+    schedule_refresh(
+        world,
+        "workers",
+        serde_json::json!({"surplusNodes": 1, "drainTimeout": "10m"}),
+    )
+    .await;
+    let target = refresher_until(world, "workers", "the oldest node draining", WAIT, |s| {
+        s.current_target
+            .filter(|t| t.node.as_deref() == Some(oldest.as_str()))
+    })
+    .await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let cordoned = |node: Node| node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+    assert_eventually("the oldest node cordoned", WAIT, || async {
+        cordoned(nodes.get(&oldest).await.ok()?).then_some(())
+    })
+    .await;
+    // The user drops its ASG, and its node from the count.
+    let rest: Vec<String> = kops
+        .asgs
+        .iter()
+        .filter(|a| **a != target.auto_scaling_group)
+        .cloned()
+        .collect();
+    let spec = serde_json::json!({"spec": {
+        "autoScalingGroups": rest.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
+        "desired": 2,
+    }});
+    groups
+        .patch("workers", &PatchParams::default(), &Patch::Merge(&spec))
+        .await
+        .expect("drop the ASG");
+    assert_eventually("the node given back uncordoned", WAIT, || async {
+        (!cordoned(nodes.get(&oldest).await.ok()?)).then_some(())
+    })
+    .await;
+    let rf = run_finished(world, "workers").await;
+    let status = rf.status.expect("status");
+    assert!(
+        !terminated_instances(world)
+            .await
+            .contains(&target.instance_id),
+        "not the group's to terminate any more: {:?}",
+        status.last_run
+    );
+    assert!(
+        !cordoned(nodes.get(&oldest).await.expect("the node")),
+        "still in service after the run"
+    );
+}

@@ -55,6 +55,8 @@ impl Protection {
 /// Everything but the group's ASG description, which a plan may take fresh.
 pub struct Seen {
     pub settings: std::result::Result<ResolvedRefresh, String>,
+    /// See `plan::Input::invalid_pause`.
+    pub invalid_pause: std::time::Duration,
     pub current: RefresherStatus,
     pub schedule_key: String,
     pub control_plane_ready: BTreeSet<String>,
@@ -90,6 +92,12 @@ impl Seen {
         let protections = protected_nodes(ctx, group, &current, protection).await?;
         Ok(Seen {
             settings: settings_of(rf, group),
+            invalid_pause: rf
+                .spec
+                .resolve()
+                .map_or(crate::crd::nodegroup::DEFAULT_PAUSE_TIMEOUT, |s| {
+                    s.pause_timeout
+                }),
             schedule_key: rf.spec.schedule_key(),
             control_plane_ready,
             slot,
@@ -117,6 +125,7 @@ impl Seen {
             group: observed.facts(described, self.suspended, self.now),
             dry_run: self.dry_run,
             settings: &self.settings,
+            invalid_pause: self.invalid_pause,
             schedule_key: &self.schedule_key,
             drift_replace: self.drift_replace,
             members,

@@ -635,6 +635,7 @@ impl World {
             group: self.facts(g, &seen, Who::Refresher),
             dry_run: false,
             settings: &settings,
+            invalid_pause: crate::crd::nodegroup::DEFAULT_PAUSE_TIMEOUT,
             schedule_key: SCHEDULE_KEY,
             drift_replace: true,
             members: &members,

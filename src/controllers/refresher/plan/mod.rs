@@ -67,6 +67,10 @@ pub struct Input<'a> {
     pub dry_run: bool,
     /// The Refresher's settings, or why they are invalid.
     pub settings: &'a Result<ResolvedRefresh, String>,
+    /// How long a run may pause while `settings` are invalid: the
+    /// Refresher's own `pauseTimeout` when that reads (another group naming
+    /// one of its ASGs leaves it valid), else the default.
+    pub invalid_pause: std::time::Duration,
     /// Identifies the schedule (see `RefresherSpec::schedule_key`).
     pub schedule_key: &'a str,
     /// `drift.action: Replace`: drifted nodes (`GroupNode::drifted`) are
@@ -298,13 +302,13 @@ impl Deciding<'_> {
             Err(problem) => {
                 // A run whose settings turned invalid (an edit, another
                 // group naming one of its ASGs) pauses like any other, and
-                // is set aside after the default pause timeout: its own
-                // `pauseTimeout` may be what is invalid.
+                // is set aside after its own pause timeout when that still
+                // reads, else the default.
                 if self.status.run_start.is_some() {
                     return self.pause(
                         format!("run paused: {problem}"),
                         IDLE,
-                        crate::crd::nodegroup::DEFAULT_PAUSE_TIMEOUT,
+                        self.input.invalid_pause,
                     );
                 }
                 self.status.phase = RefreshPhase::Blocked;

@@ -123,6 +123,7 @@ struct Sim {
     control_plane_down: BTreeSet<String>,
     /// Why the NodeGroup's spec is invalid, when it is.
     invalid_spec: Option<String>,
+    invalid_pause: std::time::Duration,
     /// Masters of other Master groups: their places, and those down.
     masters_elsewhere: crate::controllers::authority::ControlPlane,
     /// Drain steps taken per node: a drain finishes on step
@@ -192,6 +193,7 @@ impl Sim {
             dead: vec![],
             control_plane_down: BTreeSet::new(),
             invalid_spec: None,
+            invalid_pause: crate::crd::nodegroup::DEFAULT_PAUSE_TIMEOUT,
             masters_elsewhere: Default::default(),
             drain_steps: vec![],
             drain_length: 1,
@@ -343,6 +345,7 @@ impl Sim {
             },
             dry_run: self.dry_run,
             settings: &self.settings,
+            invalid_pause: self.invalid_pause,
             schedule_key: &self.key,
             drift_replace: self.drift_replace,
             members: &members,

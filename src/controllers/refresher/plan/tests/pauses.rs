@@ -219,6 +219,32 @@ fn a_run_whose_settings_turn_invalid_midway_is_set_aside_after_the_default_pause
     assert_eq!(plan.status.phase, RefreshPhase::Blocked, "{}", plan.message);
 }
 
+/// Another group naming one of its ASGs leaves the Refresher's own
+/// settings readable: its `pauseTimeout` (20 min here) bounds the pause,
+/// not the default hour.
+#[test]
+fn a_run_paused_by_an_asg_another_group_names_is_set_aside_after_its_own_pause_timeout() {
+    let mut sim = paused_midway(|sim| {
+        sim.settings = Err("another NodeGroup names asg-0 too".into());
+        sim.invalid_pause = std::time::Duration::from_secs(20 * 60);
+    });
+    sim.steps(1, 15 * 60);
+    assert_eq!(sim.lock, LockState::Ours, "paused, not yet set aside");
+    sim.steps(1, 10 * 60);
+    for _ in 0..3 {
+        sim.step(false);
+    }
+    assert_eq!(sim.lock, LockState::Free, "set aside after 20 min");
+    assert!(sim.status.pending_run.is_some(), "the rest recorded");
+    assert!(
+        sim.happenings.iter().any(
+            |h| matches!(h, Happening::SetAside { why: Some(w), .. } if w.contains("paused for over 20m"))
+        ),
+        "{:?}",
+        sim.happenings
+    );
+}
+
 #[test]
 fn a_paused_run_that_loses_a_node_is_set_aside_at_once_for_the_replenisher() {
     // Its first node replaced and validated: nothing of its own in flight.
