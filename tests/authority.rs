@@ -19,7 +19,7 @@
 use snm_testkit as support;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use spot_node_manager::crd::condition::ConditionStatus;
 use spot_node_manager::crd::nodegroup::GroupState;
 use spot_node_manager::crd::replenisher::ReplenishPhase;
@@ -110,20 +110,6 @@ async fn a_repaired_then_b_dies(
     killed_and_repaired(world, asg_a, a, "master A terminated by its repair", within).await;
     world.tag_asg(asg_b, DEAD_TAG, b).await;
     Instant::now()
-}
-
-/// How many instances AWS began terminating in `asgs`.
-async fn terminations_in(world: &World, asgs: &[String]) -> usize {
-    let mut n = 0;
-    for asg in asgs {
-        n += world
-            .activities(asg)
-            .await
-            .iter()
-            .filter(|(_, d)| d.starts_with("Terminating EC2 instance"))
-            .count();
-    }
-    n
 }
 
 /// Master A dies and is repaired; the moment A is terminated, master B
@@ -407,17 +393,13 @@ async fn a_second_dead_master_waits_for_the_first_replacements_etcd_not_its_node
     let kops = world.kops_group("master", &ZONES, 1, &[]).await;
     let _sim = world.start_sim_with(Duration::from_secs(5), FAST, ETCD_JOINS);
     let names = three_master_groups(&world, &kops.asgs).await;
-    let groups: Api<NodeGroup> = world.api();
     for (name, _) in &names {
-        let refresh = serde_json::json!({"spec": {"refresh": {
+        let refresh = serde_json::json!({"refresh": {
             // Never due in a test's time: only its masterSettleTime is used.
             "schedule": "0 0 1 1 *",
             "masterSettleTime": format!("{}s", SETTLE.as_secs()),
-        }}});
-        groups
-            .patch(name, &PatchParams::default(), &Patch::Merge(&refresh))
-            .await
-            .expect("settle time");
+        }});
+        world.patch_group(name, refresh).await;
     }
     let (_manager, _config) = world.start_manager(&[]);
     steady(&world, &names, Duration::from_secs(180)).await;
@@ -504,16 +486,7 @@ async fn a_dead_master_is_repaired_while_another_has(test: &str, notice: Notice)
     let names = three_master_groups(&world, &kops.asgs).await;
     let groups: Api<NodeGroup> = world.api();
     if let Notice::Rebalance = notice {
-        let patch =
-            serde_json::json!({"spec": {"interruption": {"onRebalanceRecommendation": "Replace"}}});
-        groups
-            .patch(
-                "master-2",
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(&patch),
-            )
-            .await
-            .expect("Replace");
+        world.patch_group("master-2", replace_on_rebalance()).await;
     }
     let queue = world.queue("interruptions").await;
     let (_manager, _config) =
@@ -618,7 +591,7 @@ async fn a_worker_groups_cooldown_does_not_hold_the_slot_a_dead_master_needs() {
         .send()
         .await
         .expect("raise by hand");
-    let removed_one = || async { (terminations_in(&world, &workers.asgs).await > 0).then_some(()) };
+    let removed_one = || async { (world.terminations_in(&workers.asgs).await > 0).then_some(()) };
     assert_eventually(
         "the first surplus worker removed",
         Duration::from_secs(180),
@@ -643,7 +616,7 @@ async fn a_worker_groups_cooldown_does_not_hold_the_slot_a_dead_master_needs() {
     );
     // Still within the workers' cooldown: their second surplus node stays.
     assert_eq!(
-        terminations_in(&world, &workers.asgs).await,
+        world.terminations_in(&workers.asgs).await,
         1,
         "the workers' cooldown was over: nothing proven"
     );
@@ -665,13 +638,7 @@ async fn a_master_at_risk_is_drained_only_once_the_other_masters_serve_etcd() {
     let etcd_joins = Duration::from_secs(30);
     let _sim = world.start_sim_with(Duration::from_secs(5), FAST, etcd_joins);
     let names = three_master_groups(&world, &kops.asgs).await;
-    let groups: Api<NodeGroup> = world.api();
-    let patch =
-        serde_json::json!({"spec": {"interruption": {"onRebalanceRecommendation": "Replace"}}});
-    groups
-        .patch("master-0", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("Replace");
+    world.patch_group("master-0", replace_on_rebalance()).await;
     let queue = world.queue("interruptions").await;
     let (manager, _config) = world.start_manager(&["--interruption-queue-url", queue.url.as_str()]);
     steady(&world, &names, Duration::from_secs(180)).await;
@@ -737,4 +704,9 @@ async fn a_master_at_risk_is_drained_only_once_the_other_masters_serve_etcd() {
     })
     .await;
     steady(&world, &names, Duration::from_secs(180)).await;
+}
+
+/// `spec.interruption.onRebalanceRecommendation: Replace`.
+fn replace_on_rebalance() -> serde_json::Value {
+    serde_json::json!({"interruption": {"onRebalanceRecommendation": "Replace"}})
 }

@@ -71,15 +71,7 @@ async fn a_short_asg_reports_its_newest_launch_failure_and_suspended_processes()
     let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
     let asg = &kops.asgs[0];
     world.tag_asg(asg, "snm.test/no-capacity", "true").await;
-    world
-        .aws
-        .autoscaling
-        .suspend_processes()
-        .auto_scaling_group_name(asg)
-        .scaling_processes("AZRebalance")
-        .send()
-        .await
-        .expect("suspend");
+    world.scaling_process(asg, "AZRebalance", false).await;
     let aws = cloud(&world);
     aws.set_desired_capacity(asg, 2).await.expect("raise");
     let failure = assert_eventually("a failed launch", Duration::from_secs(30), || async {

@@ -5,15 +5,16 @@
 
 use snm_testkit as support;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
 use spot_node_manager::crd::condition::{ConditionStatus, SCHEDULE_IN_WINDOW};
 use spot_node_manager::crd::{NodeGroup, Refresher};
 use std::time::Duration;
-use support::assert_eventually;
+use support::recorders::BarePods;
 use support::refresh::*;
 use support::steady::*;
 use support::windows::*;
+use support::{DO_NOT_DISRUPT, assert_eventually};
 
 #[tokio::test]
 async fn master_groups_with_the_same_schedule_never_replace_two_masters_at_once() {
@@ -24,8 +25,8 @@ async fn master_groups_with_the_same_schedule_never_replace_two_masters_at_once(
         .start()
         .await;
     let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
-    let original = all_instances(world, &kops.asgs).await;
-    let sampler = sample(world, &kops.asgs, 3);
+    let original = g.baseline().await.original;
+    let sampler = g.sample(3);
     // Due together, far enough ahead for a loaded machine's manager to
     // see all three first (a one-off time seen after it never fires).
     let at = once_in(12);
@@ -58,19 +59,7 @@ async fn a_refresh_due_outside_every_window_waits_and_starts_when_one_opens() {
     )
     .await;
     schedule_refresh(world, "workers", serde_json::json!({})).await;
-    let waiting = refresher_until(
-        world,
-        "workers",
-        "the due run to wait for the window",
-        WAIT,
-        |status| {
-            let message = status.message.clone().unwrap_or_default();
-            message
-                .contains("outside the maintenance windows")
-                .then_some(status)
-        },
-    )
-    .await;
+    let waiting = refresher_saying(world, "workers", "outside the maintenance windows").await;
     assert!(
         waiting
             .window
@@ -115,21 +104,10 @@ async fn a_refresh_due_outside_every_window_waits_and_starts_when_one_opens() {
 async fn a_run_whose_window_closes_waits_with_its_surplus_then_resumes() {
     let g = three_workers("dc-closes").await;
     let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
-    let before = world.asg_snapshot(&kops.asgs).await;
-    let original = all_instances(world, &kops.asgs).await;
+    let Baseline { before, original } = g.baseline().await;
     set_windows(groups, windows(OPEN)).await;
     close_the_window_mid_run(world, groups, serde_json::json!({})).await;
-    let waiting = refresher_until(
-        world,
-        "workers",
-        "the run to wait with its surplus",
-        WAIT,
-        |status| {
-            let message = status.message.clone().unwrap_or_default();
-            message.contains("keeping its surplus").then_some(status)
-        },
-    )
-    .await;
+    let waiting = refresher_saying(world, "workers", "keeping its surplus").await;
     assert!(waiting.run_start.is_some(), "{:?}", waiting.message);
     assert!((1..3).contains(&waiting.replaced), "{waiting:?}");
     // The node replaced just before the run began to wait leaves its ASG
@@ -141,7 +119,7 @@ async fn a_run_whose_window_closes_waits_with_its_surplus_then_resumes() {
     })
     .await;
     // It stays so: the surplus kept Ready, nothing else taken.
-    let sampler = sample(world, &kops.asgs, 3);
+    let sampler = g.sample(3);
     tokio::time::sleep(Duration::from_secs(8)).await;
     let samples = sampler.stop();
     assert_eq!(all_instances(world, &kops.asgs).await, held);
@@ -171,19 +149,13 @@ async fn a_run_whose_window_closes_waits_with_its_surplus_then_resumes() {
 #[tokio::test]
 async fn a_run_whose_window_closes_with_scale_down_sets_itself_aside_across_a_restart() {
     let g = three_workers("dc-set-aside").await;
+    let Baseline { before, original } = g.baseline().await;
     let mut manager = g.manager;
     let (world, kops, groups) = (&g.world, &g.kops, &g.groups);
-    let before = world.asg_snapshot(&kops.asgs).await;
-    let original = all_instances(world, &kops.asgs).await;
-    groups
-        .patch(
-            "workers",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"disruption": {
-                "windows": windows(OPEN), "onWindowClose": "ScaleDown"}}})),
-        )
-        .await
-        .expect("windows");
+    let disruption = serde_json::json!({"windows": windows(OPEN), "onWindowClose": "ScaleDown"});
+    world
+        .patch_group("workers", serde_json::json!({ "disruption": disruption }))
+        .await;
     close_the_window_mid_run(world, groups, serde_json::json!({})).await;
     let pending = refresher_until(
         world,
@@ -254,9 +226,9 @@ async fn worker_groups_under_a_limit_of_one_run_one_after_another_across_a_resta
         .one_group_per_asg()
         .start()
         .await;
+    let original = g.baseline().await.original;
     let mut manager = g.manager;
     let (world, kops) = (&g.world, &g.kops);
-    let original = all_instances(world, &kops.asgs).await;
     // Due together, far enough ahead for a loaded machine's manager to
     // see all three first (a one-off time seen after it never fires).
     let at = once_in(12);
@@ -289,10 +261,11 @@ async fn worker_groups_under_a_limit_of_one_run_one_after_another_across_a_resta
         (running == 1).then_some(waiting).flatten()
     })
     .await;
-    let groups: Api<NodeGroup> = world.api();
-    let lock = groups
+    let waiting_group = world
+        .api::<NodeGroup>()
         .get(&format!("workers-{waiting}"))
-        .await
+        .await;
+    let lock = waiting_group
         .expect("group")
         .status
         .and_then(|s| s.operation);
@@ -315,45 +288,24 @@ async fn a_refresh_leaves_protected_nodes_alone_and_says_why() {
         .start()
         .await;
     let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
-    let original = all_instances(world, &kops.asgs).await;
+    let original = g.baseline().await.original;
     let mut names = node_names(world, &original).await;
     names.sort();
     assert_eq!(names.len(), 6);
     let (node_annotated, pod_annotated, cordoned, bare, free) =
         (&names[0], &names[1], &names[2], &names[3], &names[4..]);
-    let nodes: Api<Node> = Api::all(world.client.clone());
-    let merge = |v: serde_json::Value| Patch::Merge(v);
-    nodes
-        .patch(
-            node_annotated,
-            &PatchParams::default(),
-            &merge(serde_json::json!({"metadata": {"annotations": {"nodemanager.dev/do-not-disrupt": "true"}}})),
-        )
-        .await
-        .expect("annotate node");
+    world
+        .annotate_node(node_annotated, DO_NOT_DISRUPT, Some("true"))
+        .await;
     // Cordoned by someone else (kubectl cordon).
-    nodes
-        .patch(
-            cordoned,
-            &PatchParams::default(),
-            &merge(serde_json::json!({"spec": {"unschedulable": true}})),
-        )
-        .await
-        .expect("cordon");
-    // Controlled pods everywhere; one of them annotated; one bare pod.
+    world.cordon(cordoned).await;
+    // Controlled pods everywhere; one of them annotated (app-1, on the
+    // second node); one bare pod.
     pods_on(world, &names).await;
+    world
+        .annotate_pod("app-1", DO_NOT_DISRUPT, Some("true"))
+        .await;
     let pods: Api<Pod> = world.api();
-    let index = names
-        .iter()
-        .position(|n| n == pod_annotated)
-        .expect("index");
-    pods.patch(
-        &format!("app-{index}"),
-        &PatchParams::default(),
-        &merge(serde_json::json!({"metadata": {"annotations": {"nodemanager.dev/do-not-disrupt": "true"}}})),
-    )
-    .await
-    .expect("annotate pod");
     pods.create(&Default::default(), &support::bound_pod("bare", bare, &[]))
         .await
         .expect("bare pod");
@@ -374,11 +326,10 @@ async fn a_refresh_leaves_protected_nodes_alone_and_says_why() {
     assert!(skipped[bare].contains("has no controller"));
     // The protected nodes are still there, untouched; the foreign cordon kept.
     let after = node_names(world, &all_instances(world, &kops.asgs).await).await;
+    let cordons = world.cordoned_nodes().await.expect("nodes");
     for name in [node_annotated, pod_annotated, cordoned, bare] {
         assert!(after.contains(name), "{name} was removed");
-        let node = nodes.get(name).await.expect("node");
-        let unschedulable = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
-        assert_eq!(unschedulable, name == cordoned, "{name}");
+        assert_eq!(cordons.contains(name), name == cordoned, "{name}");
     }
     for name in free {
         assert!(!after.contains(name), "{name} was not replaced");
@@ -414,65 +365,34 @@ async fn assert_one_after_another(
 #[tokio::test]
 async fn the_replenisher_takes_back_an_unprotected_surplus_node_and_keeps_protected_ones() {
     use spot_node_manager::crd::Replenisher;
-    let world = support::World::new("dc-rp-protected").await;
-    let kops = world
-        .kops_group("nodes", &support::ZONES[..1], 3, &[])
+    let g = SteadyGroup::workers("dc-rp-protected")
+        .zones(&support::ZONES[..1])
+        .per_asg(3)
+        .start()
         .await;
-    let asg = kops.asgs[0].clone();
+    let (world, groups) = (&g.world, &g.groups);
+    let asg = g.kops.asgs[0].clone();
     world.set_min(&asg, 1).await;
-    let fast = Duration::from_millis(300);
-    let _sim = world.start_sim(fast, fast);
-    let groups: Api<NodeGroup> = world.api();
-    let group: NodeGroup = serde_json::from_value(serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
-        "metadata": {"name": "workers"},
-        "spec": {"role": "Worker", "autoScalingGroups": [{"name": asg}], "desired": 3,
-                 "replenish": {"cooldown": "1s", "joinTimeout": "15m"}}
-    }))
-    .expect("group");
-    groups
-        .create(&Default::default(), &group)
-        .await
-        .expect("create");
-    let (_manager, _config) = world.start_manager(&[]);
-    assert_eventually("3 Ready", WAIT, || async {
-        (ready_count(&groups, "workers").await? == 3).then_some(())
-    })
-    .await;
+    let replenish = serde_json::json!({"cooldown": "1s", "joinTimeout": "15m"});
+    world
+        .patch_group("workers", serde_json::json!({ "replenish": replenish }))
+        .await;
     // Oldest first (launch time, then name): a scale-in prefers the newest,
     // so only the oldest is left unprotected.
-    let names = nodes_oldest_first(&groups, "workers").await;
+    let names = nodes_oldest_first(groups, "workers").await;
     assert_eq!(names.len(), 3);
-    let nodes: Api<Node> = Api::all(world.client.clone());
-    let protect = |value: Option<&'static str>| {
-        Patch::Merge(serde_json::json!({"metadata": {"annotations": {
-            "nodemanager.dev/do-not-disrupt": value}}}))
-    };
     let oldest = names[0].clone();
     for name in &names[1..] {
-        nodes
-            .patch(name, &PatchParams::default(), &protect(Some("true")))
-            .await
-            .expect("annotate");
+        world
+            .annotate_node(name, DO_NOT_DISRUPT, Some("true"))
+            .await;
     }
-    let set_desired = |n: i32| {
-        let groups = groups.clone();
-        async move {
-            groups
-                .patch(
-                    "workers",
-                    &PatchParams::default(),
-                    &Patch::Merge(serde_json::json!({"spec": {"desired": n}})),
-                )
-                .await
-                .expect("desired");
-        }
-    };
+    let set_desired = |n: i32| world.patch_group("workers", serde_json::json!({"desired": n}));
     // One surplus: the unprotected node goes.
     set_desired(2).await;
     let in_asg = || async {
         let ids = world.asg_instances(&asg).await.into_iter().collect();
-        let mut left = node_names(&world, &ids).await;
+        let mut left = node_names(world, &ids).await;
         left.sort();
         left
     };
@@ -495,10 +415,7 @@ async fn the_replenisher_takes_back_an_unprotected_surplus_node_and_keeps_protec
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(world.asg_instances(&asg).await.len(), 2, "nothing removed");
     // The protection lifted from one: it goes.
-    nodes
-        .patch(&names[1], &PatchParams::default(), &protect(None))
-        .await
-        .expect("unannotate");
+    world.annotate_node(&names[1], DO_NOT_DISRUPT, None).await;
     assert_eventually("the node no longer protected removed", WAIT, || async {
         (in_asg().await == vec![names[2].clone()]).then_some(())
     })
@@ -508,61 +425,17 @@ async fn the_replenisher_takes_back_an_unprotected_surplus_node_and_keeps_protec
 #[tokio::test]
 async fn the_surplus_a_refresh_removes_is_never_a_node_with_a_pod_no_controller_recreates() {
     let g = SteadyGroup::workers("dc-surplus-bare").start().await;
-    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
-    let original = all_instances(world, &kops.asgs).await;
+    let (world, manager) = (&g.world, &g.manager);
+    let original = g.baseline().await.original;
     // Whatever a user starts by hand (`kubectl run`) lands on the new
     // nodes: each new node, once Ready, gets a bare pod.
-    let pods: Api<Pod> = world.api();
-    let placed = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
-    let stop = tokio_util::sync::CancellationToken::new();
-    let placer = {
-        let (world_nodes, pods, placed, stop) = (
-            world.client.clone(),
-            pods.clone(),
-            placed.clone(),
-            stop.clone(),
-        );
-        let original = original.clone();
-        let ours = kube::api::ListParams::default().labels(&format!(
-            "{}={}",
-            support::sim::SIM_ACCOUNT_LABEL,
-            world.account
-        ));
-        tokio::spawn(async move {
-            let nodes: Api<Node> = Api::all(world_nodes);
-            while !stop.is_cancelled() {
-                let listed = nodes.list(&ours).await.map(|l| l.items).unwrap_or_default();
-                for node in listed {
-                    let Some(name) = node.metadata.name.clone() else {
-                        continue;
-                    };
-                    let instance = instance_of(&node).unwrap_or_default();
-                    if original.contains(&instance) || !is_ready(&node) {
-                        continue;
-                    }
-                    let pod = format!("bare-{name}");
-                    if placed.lock().expect("placed").contains(&pod) {
-                        continue;
-                    }
-                    if pods
-                        .create(&Default::default(), &support::bound_pod(&pod, &name, &[]))
-                        .await
-                        .is_ok()
-                    {
-                        placed.lock().expect("placed").insert(pod);
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
+    let placer = BarePods::on_new_nodes(world, &original);
     schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
     let rf = run_finished(world, "workers").await;
-    stop.cancel();
-    let _ = placer.await;
+    let placed = placer.stop();
     let status = assert_run_succeeded(rf, manager);
     assert_eq!(status.last_run.as_ref().map(|r| r.replaced), Some(3));
-    let placed = placed.lock().expect("placed").clone();
+    let pods: Api<Pod> = world.api();
     assert_eq!(placed.len(), 4, "a bare pod on each new node: {placed:?}");
     // Every bare pod is still there: the surplus was kept, not drained.
     for name in &placed {

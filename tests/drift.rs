@@ -7,8 +7,7 @@
 
 use snm_testkit as support;
 
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use spot_node_manager::crd::NodeGroup;
 use spot_node_manager::crd::nodegroup::NodeGroupStatus;
 use std::collections::BTreeSet;
@@ -20,17 +19,7 @@ const WAIT: Duration = Duration::from_secs(120);
 const FAST: Duration = Duration::from_millis(300);
 
 fn workers(asgs: &[String]) -> NodeGroup {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
-        "metadata": {"name": "workers"},
-        "spec": {
-            "role": "Worker",
-            "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
-            "desired": asgs.len(),
-            "replenish": {"cooldown": "1s", "joinTimeout": "15m"}
-        }
-    }))
-    .expect("group")
+    support::refresh::workers_joining_within(asgs, asgs.len() as i32, "15m")
 }
 
 /// (ASG, desired, instances) of each ASG: the layout.
@@ -160,17 +149,7 @@ impl Started {
     }
 
     async fn terminations(&self) -> usize {
-        let mut n = 0;
-        for asg in &self.kops.asgs {
-            n += self
-                .world
-                .activities(asg)
-                .await
-                .iter()
-                .filter(|(_, d)| d.starts_with("Terminating EC2 instance"))
-                .count();
-        }
-        n
+        self.world.terminations_in(&self.kops.asgs).await
     }
 
     /// The DriftDetected Events: (message, published more than once).
@@ -255,21 +234,11 @@ async fn a_node_marked_needs_update_by_kops_is_drifted_until_the_mark_goes() {
     let s = started("drift-needs-update").await;
     let before = s.instances().await;
     let marked = s.world.asg_instances(&s.kops.asgs[1]).await.remove(0);
-    let nodes: Api<Node> = Api::all(s.world.client.clone());
-    let annotate = |value: serde_json::Value| {
-        let nodes = nodes.clone();
-        let marked = marked.clone();
-        async move {
-            let patch = serde_json::json!({"metadata": {"annotations": {
-                "kops.k8s.io/needs-update": value
-            }}});
-            nodes
-                .patch(&marked, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .expect("annotate");
-        }
+    let annotate = |value| {
+        s.world
+            .annotate_node(&marked, "kops.k8s.io/needs-update", value)
     };
-    annotate(serde_json::json!("")).await;
+    annotate(Some("")).await;
     let status = s
         .status_where("the marked node drifted", |st| st.drifted_nodes == Some(1))
         .await;
@@ -283,7 +252,7 @@ async fn a_node_marked_needs_update_by_kops_is_drifted_until_the_mark_goes() {
         node.drifted.as_deref(),
         Some("annotation kops.k8s.io/needs-update")
     );
-    annotate(serde_json::Value::Null).await;
+    annotate(None).await;
     s.status_where("no node drifted", |st| st.drifted_nodes == Some(0))
         .await;
     assert_eq!(s.instances().await, before);
@@ -575,11 +544,8 @@ async fn a_kops_rolling_update_one_instance_group_after_another_is_not_joined_by
             st.state == Some(GroupState::ExternalUpdate)
         })
         .await;
-        let patch = serde_json::json!({"spec": {"drift": {"action": "Replace"}}});
-        s.groups
-            .patch("workers", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .expect("drift.action: Replace");
+        let drift = serde_json::json!({"drift": {"action": "Replace"}});
+        s.world.patch_group("workers", drift).await;
     };
     let (update, ()) = tokio::join!(
         s.world.kops_rolling_update(&s.kops, KopsSurge::Detach),

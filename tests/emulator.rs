@@ -263,13 +263,7 @@ async fn suspended_launch_and_standby_are_honoured() {
     let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
     let asg = &kops.asgs[0];
     let asg_api = &world.aws.autoscaling;
-    asg_api
-        .suspend_processes()
-        .auto_scaling_group_name(asg)
-        .scaling_processes("Launch")
-        .send()
-        .await
-        .expect("suspend");
+    world.scaling_process(asg, "Launch", false).await;
     asg_api
         .set_desired_capacity()
         .auto_scaling_group_name(asg)

@@ -11,7 +11,6 @@
 
 use snm_testkit as support;
 
-use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use spot_node_manager::crd::NodeGroup;
 use spot_node_manager::crd::nodegroup::GroupState;
@@ -153,12 +152,7 @@ async fn every_spot_asg_short_falls_back_for_the_missing_count_and_returns_to_sp
         world.tag_asg(asg, NO_CAPACITY, "true").await;
     }
     let lost = world.asg_instances(&kops.asgs[0]).await.remove(0);
-    world.lose_instance(&lost).await;
-    let nodes: Api<Node> = Api::all(world.client.clone());
-    assert_eventually("the lost node is gone", WAIT, || async {
-        nodes.get_opt(&lost).await.ok()?.is_none().then_some(())
-    })
-    .await;
+    world.lose_instance_and_its_node(&lost).await;
     let gone = Instant::now();
     // After `after` of every spot ASG short: the fallback, by one.
     assert_eventually("the fallback raised", WAIT, || async {
@@ -385,16 +379,8 @@ async fn a_worker_at_risk_on_spot_asgs_at_max_serves_on_and_nothing_falls_back()
         _sim,
     } = Setup::start("fallback-at-risk").await;
     world.set_max(&kops.asgs, 1).await;
-    groups
-        .patch(
-            "workers",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!(
-                {"spec": {"interruption": {"onRebalanceRecommendation": "Replace"}}}
-            )),
-        )
-        .await
-        .expect("Replace");
+    let replace = serde_json::json!({"interruption": {"onRebalanceRecommendation": "Replace"}});
+    world.patch_group("workers", replace).await;
     let queue = world.queue("interruptions").await;
     let (manager, _config) = world.start_manager_with(
         "resyncInterval: 5s\n",
@@ -429,15 +415,10 @@ async fn a_worker_at_risk_on_spot_asgs_at_max_serves_on_and_nothing_falls_back()
     assert_eq!(desired_of(&world, &fallback).await, 0, "an on-demand node");
     assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
     let replenishers: Api<Replenisher> = world.api();
-    let phase = replenishers
-        .get("workers")
-        .await
-        .expect("replenisher")
-        .status
-        .map(|s| s.phase);
+    let phase = world.replenisher_status("workers").await.phase;
     assert_eq!(
         phase,
-        Some(spot_node_manager::crd::replenisher::ReplenishPhase::Steady)
+        spot_node_manager::crd::replenisher::ReplenishPhase::Steady
     );
     assert_eventually("the replenisher says it serves on", WAIT, || async {
         let status = replenishers.get("workers").await.ok()?.status?;

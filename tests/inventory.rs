@@ -14,19 +14,7 @@ const WAIT: Duration = Duration::from_secs(60);
 const FAST: Duration = Duration::from_millis(300);
 
 fn worker_group(name: &str, asgs: &[String], desired: i32, extra: serde_json::Value) -> NodeGroup {
-    let mut spec = serde_json::json!({
-        "role": "Worker",
-        "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
-        "desired": desired,
-    });
-    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
-        spec.extend(extra.clone());
-    }
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
-        "metadata": {"name": name}, "spec": spec,
-    }))
-    .expect("group")
+    support::refresh::node_group(name, "Worker", asgs, desired, extra)
 }
 
 async fn status_of(api: &Api<NodeGroup>, name: &str) -> Option<NodeGroupStatus> {
@@ -103,16 +91,8 @@ async fn nodes_in_three_asgs_are_mapped_with_readiness_and_cordons() {
     assert_eq!(synced, ConditionStatus::True);
 
     // Cordon one node: the inventory says so.
-    let nodes: Api<Node> = Api::all(world.client.clone());
     let cordon_id = world.asg_instances(&kops.asgs[0]).await.remove(0);
-    nodes
-        .patch(
-            &cordon_id,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"unschedulable": true}})),
-        )
-        .await
-        .expect("cordon");
+    world.cordon(&cordon_id).await;
     assert_eventually("cordon reported", WAIT, || async {
         let s = status_of(&groups, "workers").await?;
         s.nodes
@@ -126,23 +106,12 @@ async fn nodes_in_three_asgs_are_mapped_with_readiness_and_cordons() {
 #[tokio::test]
 async fn never_joined_instances_and_bad_provider_ids_are_reported() {
     let world = World::new("inv-join").await;
-    let joined = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
-    let never = world
-        .kops_group(
-            "late",
-            &ZONES[1..2],
-            1,
-            &[(snm_testkit::sim::NEVER_JOIN_TAG, "true")],
-        )
-        .await;
-    let never_id = world.asg_instances(&never.asgs[0]).await.remove(0);
+    let layout = world.joined_and_never_joining().await;
+    let never_id = layout.first.clone();
     let _sim = world.start_sim(FAST, FAST);
-    let mut asgs = joined.asgs.clone();
-    asgs.extend(never.asgs.clone());
     let groups: Api<NodeGroup> = world.api();
-    world
-        .create_group(&worker_group("workers", &asgs, 2, serde_json::json!({})))
-        .await;
+    let group = worker_group("workers", &layout.asgs, 2, serde_json::json!({}));
+    world.create_group(&group).await;
     // A Node of this group whose providerID names no AWS instance.
     let nodes: Api<Node> = Api::all(world.client.clone());
     let bad_name = format!("{}-bad-provider", world.prefix());
@@ -155,7 +124,7 @@ async fn never_joined_instances_and_bad_provider_ids_are_reported() {
                     labels: Some(
                         [(
                             "kops.k8s.io/instancegroup".to_string(),
-                            joined.instance_groups[0].clone(),
+                            layout.joined_instance_group.clone(),
                         )]
                         .into(),
                     ),
@@ -179,7 +148,7 @@ async fn never_joined_instances_and_bad_provider_ids_are_reported() {
     .await;
     let late = &status.not_joined[0];
     assert_eq!(late.instance_id, never_id);
-    assert_eq!(late.auto_scaling_group, never.asgs[0]);
+    assert_eq!(late.auto_scaling_group, layout.late_asg);
     assert!(late.launch_time.is_some(), "launch time comes from EC2");
     let bad = status
         .nodes
@@ -200,7 +169,7 @@ async fn never_joined_instances_and_bad_provider_ids_are_reported() {
         .expect("good node");
     assert_eq!(
         good.auto_scaling_group.as_deref(),
-        Some(joined.asgs[0].as_str())
+        Some(layout.joined_asg.as_str())
     );
     let _ = nodes.delete(&bad_name, &Default::default()).await;
 }
@@ -338,7 +307,6 @@ async fn invalid_specs_are_reported_without_any_aws_mutation() {
 async fn child_resources_follow_the_group_spec() {
     let world = World::new("inv-children").await;
     let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
-    let groups: Api<NodeGroup> = world.api();
     let created = world
         .create_group(&worker_group(
             "workers",
@@ -373,12 +341,8 @@ async fn child_resources_follow_the_group_spec() {
     assert_eq!((rp.spec.desired, rp.spec.join_timeout.as_str()), (1, "15m"));
 
     // A spec change reaches the children.
-    let change =
-        serde_json::json!({"spec": {"desired": 2, "refresh": {"schedule": "0 5 * * Tue"}}});
-    groups
-        .patch("workers", &PatchParams::default(), &Patch::Merge(&change))
-        .await
-        .expect("patch");
+    let change = serde_json::json!({"desired": 2, "refresh": {"schedule": "0 5 * * Tue"}});
+    world.patch_group("workers", change).await;
     assert_eventually("children updated", WAIT, || async {
         let rf = refreshers.get("workers").await.ok()?;
         let rp = replenishers.get("workers").await.ok()?;
@@ -387,11 +351,8 @@ async fn child_resources_follow_the_group_spec() {
     .await;
 
     // Disabling removes them.
-    let disable = serde_json::json!({"spec": {"refresh": null, "replenish": {"enabled": false}}});
-    groups
-        .patch("workers", &PatchParams::default(), &Patch::Merge(&disable))
-        .await
-        .expect("patch");
+    let disable = serde_json::json!({"refresh": null, "replenish": {"enabled": false}});
+    world.patch_group("workers", disable).await;
     assert_eventually("children removed", WAIT, || async {
         let rf = refreshers.get_opt("workers").await.ok()?;
         let rp = replenishers.get_opt("workers").await.ok()?;
@@ -516,14 +477,9 @@ async fn an_asg_named_by_two_groups_stops_both_until_one_lets_go() {
     // first now asks for one more node: it must not act while in conflict.
     let before = world.asg_snapshot(&kops.asgs).await;
     let replenished_before = manager.reconciles_of("replenisher", "first");
-    groups
-        .patch(
-            "first",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"desired": 4}})),
-        )
-        .await
-        .expect("patch");
+    world
+        .patch_group("first", serde_json::json!({"desired": 4}))
+        .await;
     // Both groups are looked at again and again, first's replenisher sees
     // its group change, and nothing acts.
     manager
@@ -544,16 +500,8 @@ async fn an_asg_named_by_two_groups_stops_both_until_one_lets_go() {
         "no AWS mutation attempted:\n{metrics}"
     );
     // second lets go: first is valid again.
-    groups
-        .patch(
-            "second",
-            &PatchParams::default(),
-            &Patch::Merge(
-                serde_json::json!({"spec": {"autoScalingGroups": [{"name": "elsewhere"}]}}),
-            ),
-        )
-        .await
-        .expect("patch");
+    let elsewhere = serde_json::json!({"autoScalingGroups": [{"name": "elsewhere"}]});
+    world.patch_group("second", elsewhere).await;
     assert_eventually("first valid again", WAIT, || async {
         let (valid, _, _) = condition(&status_of(&groups, "first").await?, "SpecValid")?;
         (valid == ConditionStatus::True).then_some(())
@@ -796,13 +744,7 @@ async fn competing_asg_settings_are_reported_and_left_as_they_are() {
         .send()
         .await
         .expect("untag");
-    autoscaling
-        .suspend_processes()
-        .auto_scaling_group_name(&b)
-        .scaling_processes("AZRebalance")
-        .send()
-        .await
-        .expect("suspend AZRebalance");
+    world.scaling_process(&b, "AZRebalance", false).await;
     assert_eventually("cleared", WAIT, || {
         workers_condition(
             groups.clone(),

@@ -74,18 +74,13 @@ async fn exactly_one_of_two_replicas_leads_and_sigterm_hands_over() {
     // Sample for a while: never two leaders, and the Lease agrees. A
     // sample whose metrics cannot be read says nothing: most must be read,
     // or the check checked nothing.
-    let mut read = 0;
-    for _ in 0..15 {
-        if let Some((x, y)) = leaders(&a, &b).await {
-            assert!(!(x && y), "two leaders at once");
-            read += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(
-        read >= 10,
-        "only {read} of 15 samples read both replicas' metrics"
-    );
+    let every = Duration::from_millis(200);
+    support::sample_checked("both replicas' metrics", 15, 10, every, || async {
+        let (x, y) = leaders(&a, &b).await?;
+        assert!(!(x && y), "two leaders at once");
+        Some(())
+    })
+    .await;
     let (leader, follower, leader_id, follower_id) = if a_leads {
         (a, b, "replica-a", "replica-b")
     } else {

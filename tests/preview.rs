@@ -5,49 +5,25 @@
 
 use snm_testkit as support;
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams};
-use spot_node_manager::crd::Refresher;
 use spot_node_manager::crd::next::NextDisruption;
-use support::assert_eventually;
 use support::refresh::*;
 use support::steady::*;
 use support::windows::*;
-
-/// The nodes drained, in the order their drains started (the `DrainStarted`
-/// Events, one per node).
-async fn drained_in_order(world: &support::World) -> Vec<String> {
-    let mut events = events_with_reason(world, "DrainStarted").await;
-    events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
-    events
-        .iter()
-        .filter_map(|e| {
-            let note = e.note.as_deref()?;
-            let node = note.strip_prefix("draining ")?.split([':', ' ']).next()?;
-            Some(node.to_string())
-        })
-        .collect()
-}
+use support::{DO_NOT_DISRUPT, assert_eventually};
 
 #[tokio::test]
 async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_changes_nothing() {
     let g = SteadyGroup::workers("pv-refresh").per_asg(2).start().await;
-    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
-    let original = all_instances(world, &kops.asgs).await;
-    let mut names = node_names(world, &original).await;
+    let (world, groups, manager) = (&g.world, &g.groups, &g.manager);
+    let mut names = node_names(world, &g.baseline().await.original).await;
     names.sort();
     assert_eq!(names.len(), 6);
     // A pod on every node; the one on the third node is do-not-disrupt.
     pods_on(world, &names).await;
     let protected = names[2].clone();
-    let pods: Api<Pod> = world.api();
-    pods.patch(
-        "app-2",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"nodemanager.dev/do-not-disrupt": "true"}}})),
-    )
-    .await
-    .expect("annotate pod");
+    world
+        .annotate_pod("app-2", DO_NOT_DISRUPT, Some("true"))
+        .await;
     // A window that opens in a minute (once, to the second) and stays open;
     // the refresh is due before it.
     let opens_at = chrono::Utc::now() + chrono::Duration::seconds(60);
@@ -60,12 +36,12 @@ async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_chang
     schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
 
     // Said before: the Refresher's status, the group's NEXT column.
-    let refreshers: Api<Refresher> = world.api();
-    let next: NextDisruption = assert_eventually("the preview in status", WAIT, || async {
-        let next = refreshers.get("workers").await.ok()?.status?.next?;
-        (next.what == "refresh" && next.at.is_some() && next.total == 6).then_some(next)
-    })
-    .await;
+    let next: NextDisruption =
+        refresher_until(world, "workers", "the preview in status", WAIT, |s| {
+            let next = s.next?;
+            (next.what == "refresh" && next.at.is_some() && next.total == 6).then_some(next)
+        })
+        .await;
     let at = next.at.expect("a start");
     assert!(
         (at - opens).num_seconds().abs() <= 1,
@@ -95,12 +71,7 @@ async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_chang
         "the preview mutated AWS"
     );
     let ours = support::group_in(&answer, "workers").expect("the group");
-    let cli_order: Vec<String> = ours["next"]["nodes"]
-        .as_array()
-        .expect("nodes")
-        .iter()
-        .filter_map(|n| n["node"].as_str().map(str::to_string))
-        .collect();
+    let cli_order = previewed_nodes(&ours["next"]["nodes"]);
     assert_eq!(cli_order, order, "the subcommand says what the status says");
     let moved = ours["pods"].as_array().expect("pods");
     let on_protected = moved
@@ -146,14 +117,12 @@ async fn a_refresh_of_six_nodes_does_what_its_preview_said_and_the_preview_chang
 async fn preview_file_names_exactly_the_nodes_a_drift_roll_then_replaces() {
     let g = SteadyGroup::workers("pv-drift").start().await;
     let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
-    let original = all_instances(world, &kops.asgs).await;
-    let names = node_names(world, &original).await;
+    let names = node_names(world, &g.baseline().await.original).await;
     // `kops update cluster` with `drift.action: Report` (the default): the
     // nodes are reported drifted, and stay.
     world.kops_update_cluster(kops).await;
-    assert_eventually("the drift reported", WAIT, || async {
-        let status = groups.get("workers").await.ok()?.status?;
-        (status.drifted_nodes == Some(3)).then_some(())
+    g.status_where("workers", "the drift reported", |s| {
+        s.drifted_nodes == Some(3)
     })
     .await;
     // The spec the user is about to apply: `drift.action: Replace`.
@@ -182,12 +151,7 @@ async fn preview_file_names_exactly_the_nodes_a_drift_roll_then_replaces() {
         change.contains("would drift roll 3 node(s) now"),
         "{change}"
     );
-    let previewed: Vec<String> = with["next"]["nodes"]
-        .as_array()
-        .expect("nodes")
-        .iter()
-        .filter_map(|n| n["node"].as_str().map(str::to_string))
-        .collect();
+    let previewed = previewed_nodes(&with["next"]["nodes"]);
     let mut sorted = previewed.clone();
     sorted.sort();
     let mut expected = names.clone();
@@ -206,14 +170,8 @@ async fn preview_file_names_exactly_the_nodes_a_drift_roll_then_replaces() {
     );
 
     // Applied: the roll replaces exactly those, in that order.
-    groups
-        .patch(
-            "workers",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"drift": {"action": "Replace"}}})),
-        )
-        .await
-        .expect("apply");
+    let drift = serde_json::json!({"drift": {"action": "Replace"}});
+    world.patch_group("workers", drift).await;
     let rf = run_finished(world, "workers").await;
     let status = assert_run_succeeded(rf, manager);
     assert_eq!(status.last_run.as_ref().map(|r| r.replaced), Some(3));
@@ -228,9 +186,8 @@ async fn preview_file_names_exactly_the_nodes_a_drift_roll_then_replaces() {
 #[tokio::test]
 async fn a_budget_that_allows_no_disruption_is_named_before_the_run_starts() {
     let g = SteadyGroup::workers("pv-pdb").start().await;
-    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
-    let original = all_instances(world, &kops.asgs).await;
-    let mut names = node_names(world, &original).await;
+    let (world, manager) = (&g.world, &g.manager);
+    let mut names = node_names(world, &g.baseline().await.original).await;
     names.sort();
     // The pod on the first node is governed by a budget that lets none go.
     labelled_pods_on(world, &names[..1], "db", &[("app", "protected")]).await;
@@ -266,28 +223,26 @@ async fn a_budget_that_allows_no_disruption_is_named_before_the_run_starts() {
         "{}",
         held[0].1
     );
-    let refreshers: Api<Refresher> = world.api();
-    let status = refreshers
-        .get("workers")
-        .await
-        .expect("rf")
-        .status
-        .unwrap_or_default();
+    let status = refresher_status(world, "workers").await;
     assert!(status.run_start.is_none(), "said before the run starts");
     // The status says it too (the preview's own words on the same node),
     // before the run starts.
-    let in_status = assert_eventually("the budget in status.next", WAIT, || async {
-        let rf = refreshers.get("workers").await.ok()?;
-        let status = rf.status?;
-        let node = status
-            .next?
-            .nodes
-            .into_iter()
-            .find(|n| n.node == names[0])?;
-        let held = node.blocked_by?;
-        (status.run_start.is_none() && held.contains("/protected allows 0 disruptions now"))
-            .then_some(held)
-    })
+    let in_status = refresher_until(
+        world,
+        "workers",
+        "the budget in status.next",
+        WAIT,
+        |status| {
+            let node = status
+                .next?
+                .nodes
+                .into_iter()
+                .find(|n| n.node == names[0])?;
+            let held = node.blocked_by?;
+            (status.run_start.is_none() && held.contains("/protected allows 0 disruptions now"))
+                .then_some(held)
+        },
+    )
     .await;
     assert_eq!(in_status, held[0].1);
     // The run then meets that budget on that node (and, with Proceed,
@@ -343,13 +298,9 @@ async fn a_run_whose_surplus_cannot_be_added_is_previewed_as_skipped_and_is_skip
     assert_eq!(in_status, previewed);
     // Then, when due, it is skipped for that reason.
     let rf = run_finished(world, "workers").await;
-    let last = rf.status.and_then(|s| s.last_run).expect("the run");
-    assert_eq!(
-        last.result,
-        spot_node_manager::crd::refresher::RunResult::Skipped,
-        "{last:?}"
-    );
-    let reason = last.reason.unwrap_or_default();
+    let skipped = spot_node_manager::crd::refresher::RunResult::Skipped;
+    let last = assert_run_ended(rf, skipped, &steady.manager).last_run;
+    let reason = last.and_then(|l| l.reason).unwrap_or_default();
     assert!(reason.contains("cannot add 1 surplus node(s)"), "{reason}");
     assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
     let metrics = steady.manager.assert_metrics().await;

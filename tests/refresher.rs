@@ -3,29 +3,28 @@
 
 use snm_testkit as support;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
+use spot_node_manager::crd::Refresher;
+use spot_node_manager::crd::nodegroup::NodeGroupStatus;
 use spot_node_manager::crd::refresher::{RefreshPhase, RunResult};
-use spot_node_manager::crd::{NodeGroup, Refresher};
-use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use support::recorders::ControlPlaneSampler;
 use support::refresh::*;
 use support::steady::*;
-use support::{World, ZONES, assert_eventually};
+use support::{ZONES, assert_eventually};
 
 #[tokio::test]
 async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired() {
     let g = three_workers("rf-workers").await;
     let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
-    let before = world.asg_snapshot(&kops.asgs).await;
-    let original = all_instances(world, &kops.asgs).await;
-    pods_on(world, &node_names(world, &original).await).await;
+    let Baseline { before, original } = g.baseline_with_pods().await;
     // Slow launches: desired stays above the instances for 2 s, then 2 s Pending.
     for asg in &kops.asgs {
         world.set_timing(asg, "launch-lag", 2.0).await;
         world.set_timing(asg, "pending-time", 2.0).await;
     }
-    let sampler = sample(world, &kops.asgs, 3);
+    let sampler = g.sample(3);
 
     schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
     let rf = run_finished(world, "workers").await;
@@ -65,28 +64,7 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
     assert_eq!(terminated.len(), 4, "3 old nodes and 1 surplus: {states:?}");
     // AWS never chose a victim: every termination in the ASGs' activities is
     // one the manager asked for, by instance, and logged.
-    let logs = without_colours(&manager.logs());
-    let mut checked = 0;
-    for asg in &kops.asgs {
-        for (_, description) in world.activities(asg).await {
-            if let Some(id) = description.strip_prefix("Terminating EC2 instance: ") {
-                checked += 1;
-                assert!(
-                    logs.contains(&format!(
-                        "action=\"terminate_instance_in_auto_scaling_group\" object=instance/{id}"
-                    )),
-                    "{id} in {asg} was terminated without the manager choosing it"
-                );
-            }
-        }
-    }
-    // Each termination has its activity: none matched (the emulator's
-    // wording changed) would check nothing.
-    assert!(
-        checked >= terminated.len(),
-        "{checked} termination activities for {} terminated instances",
-        terminated.len()
-    );
+    assert_terminations_chosen(world, &kops.asgs, manager, terminated.len()).await;
     assert_eventually("3 Ready after the run", WAIT, || async {
         (ready_count(groups, "workers").await? == 3).then_some(())
     })
@@ -100,7 +78,7 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
             .items
             .is_empty()
     );
-    lock_released(groups).await;
+    g.lock_released("workers").await;
 
     // Observable: Events, metrics, status.
     support::cluster::assert_events(
@@ -115,126 +93,26 @@ async fn a_worker_group_is_refreshed_with_surplus_and_never_drops_below_desired(
     .await;
     let reasons = support::event_reasons(world).await;
     assert_eq!(event_count(world, "NodeReplaced").await, 3, "{reasons:?}");
-    let metrics = manager.metrics().await.expect("metrics");
-    assert!(
-        metrics.contains("spot_node_manager_refresh_runs_total{result=\"Succeeded\"} 1"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("spot_node_manager_node_replacement_duration_seconds_count 3"),
-        "{metrics}"
-    );
-}
-
-/// The log as plain text (the manager colours its fields).
-fn without_colours(log: &str) -> String {
-    let mut out = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-type FirstSeen = (BTreeMap<String, Instant>, BTreeMap<String, Instant>);
-
-/// When each original master was first seen cordoned (from a watch on the
-/// Nodes: every update arrives, even for a Node deleted right after its
-/// cordon, which polling can miss) and when each new master's control-plane
-/// pods were first all Ready (polled every 250 ms; the settle time between
-/// the two is seconds).
-struct ControlPlaneSampler {
-    times: std::sync::Arc<std::sync::Mutex<FirstSeen>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl ControlPlaneSampler {
-    fn start(world: &World, original: &BTreeSet<String>) -> ControlPlaneSampler {
-        use futures::StreamExt;
-        use kube::runtime::{WatchStreamExt, watcher};
-        let times: std::sync::Arc<std::sync::Mutex<FirstSeen>> = Default::default();
-        let nodes: Api<Node> = Api::all(world.client.clone());
-        let pods: Api<Pod> = Api::namespaced(world.client.clone(), "kube-system");
-        let selector = format!("{}={}", snm_testkit::sim::SIM_ACCOUNT_LABEL, world.account);
-        let cordons = {
-            let original = original.clone();
-            let out = times.clone();
-            let config = watcher::Config::default().labels(&selector);
-            tokio::spawn(async move {
-                let mut events = watcher(nodes, config)
-                    .default_backoff()
-                    .touched_objects()
-                    .boxed();
-                while let Some(event) = events.next().await {
-                    let Ok(node) = event else { continue };
-                    let name = node.metadata.name.clone().unwrap_or_default();
-                    let cordoned = node
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.unschedulable)
-                        .unwrap_or(false);
-                    if original.contains(&name) && cordoned {
-                        let now = Instant::now();
-                        out.lock().expect("times").0.entry(name).or_insert(now);
-                    }
-                }
-            })
-        };
-        let control_plane = {
-            let original = original.clone();
-            let out = times.clone();
-            tokio::spawn(async move {
-                loop {
-                    if let Ok(cp) = pods.list(&ListParams::default().labels(&selector)).await {
-                        let up =
-                            spot_node_manager::k8s::control_plane::nodes_with_ready_control_plane(
-                                &cp.items,
-                            );
-                        let now = Instant::now();
-                        let mut t = out.lock().expect("times");
-                        for name in up.into_iter().filter(|n| !original.contains(n)) {
-                            t.1.entry(name).or_insert(now);
-                        }
-                    }
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-            })
-        };
-        ControlPlaneSampler {
-            times,
-            tasks: vec![cordons, control_plane],
-        }
-    }
-
-    /// (cordon times of the old masters, control-plane Ready times of the
-    /// new ones), each sorted.
-    fn stop(self) -> (Vec<Instant>, Vec<Instant>) {
-        for task in &self.tasks {
-            task.abort();
-        }
-        let t = self.times.lock().expect("times");
-        let mut cordoned: Vec<Instant> = t.0.values().copied().collect();
-        let mut ready: Vec<Instant> = t.1.values().copied().collect();
-        cordoned.sort();
-        ready.sort();
-        (cordoned, ready)
-    }
+    manager
+        .assert_metric_values(&[
+            (
+                r#"spot_node_manager_refresh_runs_total{result="Succeeded"}"#,
+                1.0,
+            ),
+            (
+                "spot_node_manager_node_replacement_duration_seconds_count",
+                3.0,
+            ),
+        ])
+        .await;
 }
 
 #[tokio::test]
 async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
     let g = SteadyGroup::masters("rf-masters").start().await;
     let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
-    let original = all_instances(world, &kops.asgs).await;
-    let sampler = sample(world, &kops.asgs, 3);
+    let original = g.baseline().await.original;
+    let sampler = g.sample(3);
     let control_plane = ControlPlaneSampler::start(world, &original);
 
     schedule_refresh(
@@ -275,13 +153,11 @@ async fn a_master_group_is_refreshed_one_at_a_time_without_surplus() {
 #[tokio::test]
 async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
     let g = three_workers("rf-restart").await;
+    // Pods make each drain take two steps, so the Draining phase lasts.
+    let Baseline { before, original } = g.baseline_with_pods().await;
+    let sampler = g.sample(3);
     let mut manager = g.manager;
     let (world, kops) = (&g.world, &g.kops);
-    let before = world.asg_snapshot(&kops.asgs).await;
-    let original = all_instances(world, &kops.asgs).await;
-    // Pods make each drain take two steps, so the Draining phase lasts.
-    pods_on(world, &node_names(world, &original).await).await;
-    let sampler = sample(world, &kops.asgs, 3);
     schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
 
     // Kill -9 at two different points of the run, restarting each time:
@@ -301,12 +177,10 @@ async fn a_manager_killed_mid_refresh_resumes_and_terminates_each_node_once() {
 #[tokio::test]
 async fn a_manager_killed_mid_batch_resumes_it_and_terminates_each_node_once() {
     let g = three_workers("rf-restart-batch").await;
+    let Baseline { before, original } = g.baseline_with_pods().await;
+    let sampler = g.sample(3);
     let mut manager = g.manager;
     let (world, kops) = (&g.world, &g.kops);
-    let before = world.asg_snapshot(&kops.asgs).await;
-    let original = all_instances(world, &kops.asgs).await;
-    pods_on(world, &node_names(world, &original).await).await;
-    let sampler = sample(world, &kops.asgs, 3);
     schedule_refresh(
         world,
         "workers",
@@ -329,13 +203,12 @@ async fn a_dry_run_refresh_plans_and_changes_nothing() {
         .manager_args(&["--dry-run"])
         .start()
         .await;
-    let (world, kops, groups) = (&g.world, &g.kops, &g.groups);
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
     let before = world.asg_snapshot(&kops.asgs).await;
     schedule_refresh(world, "workers", serde_json::json!({})).await;
     let rf = run_finished(world, "workers").await;
-    let last = rf.status.and_then(|s| s.last_run).expect("last run");
-    assert_eq!(last.result, RunResult::Skipped);
-    let reason = last.reason.unwrap_or_default();
+    let last = assert_run_ended(rf, RunResult::Skipped, manager).last_run;
+    let reason = last.and_then(|l| l.reason).unwrap_or_default();
     assert!(reason.starts_with("dry run: would add 1 on"), "{reason}");
     assert!(reason.contains("replace 2 node(s)"), "{reason}");
     assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
@@ -348,11 +221,10 @@ async fn a_dry_run_refresh_plans_and_changes_nothing() {
 #[tokio::test]
 async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() {
     let g = three_workers("rf-fail").await;
-    let (world, kops, groups, manager, sim) = (&g.world, &g.kops, &g.groups, &g.manager, &g.sim);
-    let original = all_instances(world, &kops.asgs).await;
+    let (world, kops, manager, sim) = (&g.world, &g.kops, &g.manager, &g.sim);
     // Pods make each drain take two steps, so the Draining phase lasts.
-    pods_on(world, &node_names(world, &original).await).await;
-    let sampler = sample(world, &kops.asgs, 3);
+    let original = g.baseline_with_pods().await.original;
+    let sampler = g.sample(3);
     // The surplus and the first node's replacement, launched together, join;
     // the next replacement (launched as the first is validated) never does.
     // A limit set before the run, not a tag set once the first node is
@@ -370,14 +242,9 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
     .await;
     let rf = run_finished(world, "workers").await;
     let samples = sampler.stop();
-    let status = rf.status.expect("status");
-    let last = status.last_run.clone().expect("last run");
-    assert_eq!(
-        last.result,
-        RunResult::Failed,
-        "{last:?}\n{}",
-        manager.logs()
-    );
+    let last = assert_run_ended(rf, RunResult::Failed, manager)
+        .last_run
+        .expect("last run");
     let reason = last.reason.clone().unwrap_or_default();
     assert!(reason.contains("was not Ready within 45s"), "{reason}");
     assert_eq!(last.replaced, 1);
@@ -388,23 +255,19 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
     let now_in_service = all_instances(world, &kops.asgs).await;
     let kept: Vec<String> = original.intersection(&now_in_service).cloned().collect();
     assert_eq!(kept.len(), 1, "{kept:?}");
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(world.client.clone());
+    let cordoned = world.cordoned_nodes().await.expect("nodes");
     for name in node_names(world, &kept.iter().cloned().collect()).await {
-        let node = nodes.get(&name).await.expect("node");
-        let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
-        assert!(!cordoned, "{name} left cordoned");
+        assert!(!cordoned.contains(&name), "{name} left cordoned");
     }
     // The lock is back for the replenisher; the failure is visible.
-    lock_released(groups).await;
-    assert_eventually("a RefreshFailed Event", WAIT, || async {
-        (event_count(world, "RefreshFailed").await >= 1).then_some(())
-    })
-    .await;
-    let metrics = manager.metrics().await.expect("metrics");
-    assert!(
-        metrics.contains("spot_node_manager_refresh_runs_total{result=\"Failed\"} 1"),
-        "{metrics}"
-    );
+    g.lock_released("workers").await;
+    assert_event(world, "RefreshFailed").await;
+    manager
+        .assert_metric_values(&[(
+            r#"spot_node_manager_refresh_runs_total{result="Failed"}"#,
+            1.0,
+        )])
+        .await;
 }
 
 /// Found by the walk over every path (`controllers::walk`): a failed run
@@ -415,21 +278,17 @@ async fn a_replacement_that_never_joins_fails_the_run_and_keeps_the_old_nodes() 
 /// back (before, nothing owned it and the layout stayed off for good).
 #[tokio::test]
 async fn the_surplus_a_failed_run_leaves_is_taken_over_and_the_layout_comes_back() {
-    use kube::api::{Patch, PatchParams};
     let g = three_workers("rf-left").await;
     let (world, kops, groups, manager, sim) = (&g.world, &g.kops, &g.groups, &g.manager, &g.sim);
-    let before = world.asg_snapshot(&kops.asgs).await;
     // Spot instance groups at min 0: a removal there lowers the count.
     for asg in &kops.asgs {
         world.set_min(asg, 0).await;
     }
-    let spec = serde_json::json!({"spec": {"replenish": {"cooldown": "1s", "joinTimeout": "30s"}}});
-    groups
-        .patch("workers", &PatchParams::default(), &Patch::Merge(&spec))
-        .await
-        .expect("a short join timeout");
-    let original = all_instances(world, &kops.asgs).await;
-    pods_on(world, &node_names(world, &original).await).await;
+    let replenish = serde_json::json!({"cooldown": "1s", "joinTimeout": "30s"});
+    world
+        .patch_group("workers", serde_json::json!({ "replenish": replenish }))
+        .await;
+    let before = g.baseline_with_pods().await.before;
     // The surplus joins; then the replacements up to the first outside the
     // surplus's ASG join, and that one never does. (A replacement that
     // never joins beside the surplus is taken back as the surplus itself:
@@ -461,16 +320,9 @@ async fn the_surplus_a_failed_run_leaves_is_taken_over_and_the_layout_comes_back
         .any(|(asg, _, ids)| *asg == surplus_asg && ids.contains(second));
     sim.limit_joins(if beside { 2 } else { 1 });
     let rf = run_finished(world, "workers").await;
-    let status = rf.status.expect("status");
-    let last = status.last_run.clone().expect("last run");
-    let reason = last.reason.clone().unwrap_or_default();
-    assert_eq!(
-        last.result,
-        RunResult::Failed,
-        "{last:?}\n{}",
-        manager.logs()
-    );
-    assert!(reason.contains("surplus left in"), "{reason}");
+    let status = assert_run_ended(rf, RunResult::Failed, manager);
+    let reason = status.last_run.as_ref().and_then(|l| l.reason.clone());
+    assert!(reason.unwrap_or_default().contains("surplus left in"));
     let left = status.surplus_left.clone().expect("status.surplusLeft");
     // The replenisher removes the instance that never joined, with
     // decrement: its ASG lowered. Only then do launches join again (lifted
@@ -608,24 +460,15 @@ async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing(
 async fn a_run_is_skipped_while_an_asg_has_launch_suspended_naming_it() {
     let g = three_workers("rf-suspended").await;
     let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
-    world
-        .aws
-        .autoscaling
-        .suspend_processes()
-        .auto_scaling_group_name(&kops.asgs[1])
-        .scaling_processes("Launch")
-        .send()
-        .await
-        .expect("suspend Launch");
+    world.scaling_process(&kops.asgs[1], "Launch", false).await;
     let before = world.asg_snapshot(&kops.asgs).await;
 
     schedule_refresh(world, "workers", serde_json::json!({})).await;
     let rf = run_finished(world, "workers").await;
-    let status = rf.status.expect("status");
-    let last = status.last_run.expect("last run");
+    let status = assert_run_ended(rf, RunResult::Skipped, manager);
     let expected = format!("{} has its Launch process suspended", kops.asgs[1]);
-    assert_eq!(last.result, RunResult::Skipped);
-    assert_eq!(last.reason.as_deref(), Some(expected.as_str()));
+    let reason = status.last_run.as_ref().and_then(|l| l.reason.as_deref());
+    assert_eq!(reason, Some(expected.as_str()));
     let condition = status
         .conditions
         .iter()
@@ -640,10 +483,7 @@ async fn a_run_is_skipped_while_an_asg_has_launch_suspended_naming_it() {
     );
     assert_eq!(condition.message, expected);
     // The Event follows the status write that ends the run.
-    assert_eventually("a RefreshSkipped Event", WAIT, || async {
-        (event_count(world, "RefreshSkipped").await >= 1).then_some(())
-    })
-    .await;
+    assert_event(world, "RefreshSkipped").await;
     // Nothing was touched.
     assert_eq!(world.asg_snapshot(&kops.asgs).await, before);
     let metrics = manager.assert_metrics().await;
@@ -668,24 +508,23 @@ async fn with_most_nodes_not_ready_the_circuit_breaker_skips_the_refresh_until_t
             .await;
     }
     let breaker = |open: bool| {
-        let groups = steady.groups.clone();
-        async move {
-            let status = groups.get("workers").await.ok()?.status?;
-            let c = find(&status.conditions, "CircuitBreakerOpen")?;
-            let is_open = c.status == ConditionStatus::True;
-            (is_open == open).then(|| c.message.clone())
+        move |s: &NodeGroupStatus| {
+            let c = find(&s.conditions, "CircuitBreakerOpen");
+            c.is_some_and(|c| (c.status == ConditionStatus::True) == open)
         }
     };
-    let message = assert_eventually("the breaker open", WAIT, || breaker(true)).await;
-    assert!(message.contains("2 of 3"), "{message}");
-    assert_eventually("a TooManyNotReady Event", WAIT, || async {
-        (event_count(world, "TooManyNotReady").await >= 1).then_some(())
-    })
-    .await;
+    let open = steady.status_where("workers", "the breaker open", breaker(true));
+    let message = find(&open.await.conditions, "CircuitBreakerOpen").map(|c| c.message.clone());
+    assert!(
+        message.as_deref().is_some_and(|m| m.contains("2 of 3")),
+        "{message:?}"
+    );
+    assert_event(world, "TooManyNotReady").await;
     schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
     let rf = run_finished(world, "workers").await;
-    let outcome = rf.status.and_then(|s| s.last_run).expect("an outcome");
-    assert_eq!(outcome.result, RunResult::Skipped, "{outcome:?}");
+    let outcome = assert_run_ended(rf, RunResult::Skipped, &steady.manager)
+        .last_run
+        .expect("an outcome");
     assert!(
         outcome
             .reason
@@ -702,7 +541,9 @@ async fn with_most_nodes_not_ready_the_circuit_breaker_skips_the_refresh_until_t
     for (asg, _, _) in &before[..2] {
         world.tag_asg(asg, support::sim::NOT_READY_TAG, "").await;
     }
-    assert_eventually("the breaker closed", WAIT, || breaker(false)).await;
+    steady
+        .status_where("workers", "the breaker closed", breaker(false))
+        .await;
     let first = outcome.started;
     schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
     let rf = assert_eventually("the next run to end", RUN, || async {
@@ -713,14 +554,4 @@ async fn with_most_nodes_not_ready_the_circuit_breaker_skips_the_refresh_until_t
     .await;
     let status = assert_run_succeeded(rf, &steady.manager);
     assert!(status.last_run.is_some_and(|r| r.replaced == 3));
-}
-
-/// The group's lock given back: by a write that follows the status that
-/// ends the run, so it is waited for, not read once.
-async fn lock_released(groups: &Api<NodeGroup>) {
-    assert_eventually("the group's lock released", WAIT, || async {
-        let g = groups.get("workers").await.ok()?;
-        g.status?.operation.is_none().then_some(())
-    })
-    .await;
 }

@@ -23,22 +23,13 @@ const WAIT: Duration = Duration::from_secs(180);
 const FAST: Duration = Duration::from_millis(300);
 
 fn group(name: &str, role: &str, asgs: &[String], extra: serde_json::Value) -> NodeGroup {
-    let mut spec = serde_json::json!({
-        "role": role,
-        "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
-        "desired": asgs.len(),
-        "replenish": {"cooldown": "1s", "joinTimeout": "15m", "unhealthyTimeout": "20s"}
-    });
+    let replenish =
+        serde_json::json!({"cooldown": "1s", "joinTimeout": "15m", "unhealthyTimeout": "20s"});
+    let mut spec = serde_json::json!({ "replenish": replenish });
     if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
-        for (k, v) in extra {
-            spec.insert(k.clone(), v.clone());
-        }
+        spec.extend(extra.clone());
     }
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
-        "metadata": {"name": name}, "spec": spec,
-    }))
-    .expect("group")
+    support::refresh::node_group(name, role, asgs, asgs.len(), spec)
 }
 
 async fn steady(world: &World, name: &str, count: i32) {
@@ -316,14 +307,8 @@ async fn killed_between_the_recorded_termination_and_the_call_it_terminates_once
     world
         .assert_crashes_at("replenisher:terminate:persisted")
         .await;
-    let replenishers: Api<Replenisher> = world.api();
-    let recorded = replenishers
-        .get("workers")
-        .await
-        .expect("replenisher")
-        .status
-        .and_then(|s| s.scale_in)
-        .expect("the repair is recorded");
+    let recorded = world.replenisher_status("workers").await.scale_in;
+    let recorded = recorded.expect("the repair is recorded");
     assert!(recorded.repair && recorded.terminating.is_some() && recorded.node == dead);
     assert!(
         instances_of(world, &kops.asgs).await.contains(&dead),
@@ -352,16 +337,9 @@ async fn a_refresh_that_meets_a_node_dead_during_the_run_replaces_it_instead_of_
     use support::refresh::{all_instances, node_names, pods_on, run_finished, schedule_refresh};
     use support::steady::SteadyGroup;
     let steady = SteadyGroup::workers("repair-refresh").start().await;
-    let (world, kops, groups) = (&steady.world, &steady.kops, &steady.groups);
-    let patch = serde_json::json!({"spec": {"replenish": {"unhealthyTimeout": "20s"}}});
-    groups
-        .patch(
-            "workers",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
-        .expect("patch");
+    let (world, kops) = (&steady.world, &steady.kops);
+    let replenish = serde_json::json!({"replenish": {"unhealthyTimeout": "20s"}});
+    world.patch_group("workers", replenish).await;
     let original = all_instances(world, &kops.asgs).await;
     // Pods on every node: a dead kubelet never lets its pod go.
     pods_on(world, &node_names(world, &original).await).await;
@@ -420,17 +398,10 @@ async fn the_preview_says_when_a_dead_worker_is_repaired_and_it_is_then() {
     let at: chrono::DateTime<chrono::Utc> =
         serde_json::from_value(said["at"].clone()).expect("a time");
     assert!(said["heldBy"].is_null(), "{said}");
-    let since = groups
-        .get("workers")
-        .await
-        .expect("group")
-        .status
-        .and_then(|s| {
-            s.nodes
-                .into_iter()
-                .find(|n| n.name == dead)?
-                .unhealthy_since
-        })
+    let nodes = world.group_status("workers").await.nodes;
+    let since = nodes.into_iter().find(|n| n.name == dead);
+    let since = since
+        .and_then(|n| n.unhealthy_since)
         .expect("unhealthySince");
     assert_eq!(at, since + chrono::Duration::seconds(20));
     // The NodeGroup's NEXT says it too, from the Replenisher's own plan

@@ -20,17 +20,7 @@ const FAST: Duration = Duration::from_millis(300);
 const NO_CAPACITY: &str = "snm.test/no-capacity";
 
 fn group(asgs: &[String], desired: i32, join_timeout: &str) -> NodeGroup {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
-        "metadata": {"name": "workers"},
-        "spec": {
-            "role": "Worker",
-            "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
-            "desired": desired,
-            "replenish": {"cooldown": "1s", "joinTimeout": join_timeout}
-        }
-    }))
-    .expect("group")
+    support::refresh::workers_joining_within(asgs, desired, join_timeout)
 }
 
 async fn ready_nodes(groups: &Api<NodeGroup>) -> Option<i32> {
@@ -116,12 +106,7 @@ async fn a_spot_loss_is_replaced_by_its_own_asg_and_the_manager_orders_nothing()
 
     // EC2 reclaims one worker, without warning.
     let lost = world.asg_instances(&kops.asgs[0]).await.remove(0);
-    world.lose_instance(&lost).await;
-    let nodes: Api<Node> = Api::all(world.client.clone());
-    assert_eventually("the lost node is gone", WAIT, || async {
-        nodes.get_opt(&lost).await.ok()?.is_none().then_some(())
-    })
-    .await;
+    world.lose_instance_and_its_node(&lost).await;
     assert_eventually("a replacement in the same ASG, Ready", WAIT, || async {
         let ids = world.asg_instances(&kops.asgs[0]).await;
         (ids.len() == 1 && ids[0] != lost && ready_nodes(&groups).await? == 3).then_some(())
@@ -201,12 +186,7 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
     let lost = world.asg_instances(&short).await.remove(0);
     let loss = Instant::now();
     let calls_at_loss = aws_calls(&manager).await;
-    world.lose_instance(&lost).await;
-    let nodes: Api<Node> = Api::all(world.client.clone());
-    assert_eventually("the lost node is gone", WAIT, || async {
-        nodes.get_opt(&lost).await.ok()?.is_none().then_some(())
-    })
-    .await;
+    world.lose_instance_and_its_node(&lost).await;
     let node_gone = Instant::now();
 
     // One raise, on an ASG that can launch.
@@ -227,12 +207,7 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
     let short_per_min =
         (aws_calls(&manager).await - calls_at_loss) / (restored_at - loss).as_secs_f64() * 60.0;
     let replenishers: Api<Replenisher> = world.api();
-    let rp = replenishers
-        .get("workers")
-        .await
-        .expect("rp")
-        .status
-        .expect("status");
+    let rp = world.replenisher_status("workers").await;
     assert_eq!(
         rp.raised,
         vec![spot_node_manager::crd::replenisher::AsgCount {
@@ -340,13 +315,8 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
         "{metrics}"
     );
     support::cluster::assert_events(&world, &["ScaledUp", "DrainStarted", "ScaledDown"]).await;
-    let last = replenishers
-        .get("workers")
-        .await
-        .expect("rp")
-        .status
-        .and_then(|s| s.last_action)
-        .expect("last action in status");
+    let last = world.replenisher_status("workers").await.last_action;
+    let last = last.expect("last action in status");
     assert!(last.description.contains("removed"), "{}", last.description);
 }
 
@@ -364,6 +334,7 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
         late_asg,
         first,
         asgs,
+        ..
     } = world.joined_and_never_joining().await;
     let nodes: Api<Node> = Api::all(world.client.clone());
     let joined_id = world.asg_instances(&joined_asg).await.remove(0);
@@ -499,14 +470,8 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
     support::assert_pdb_allows(&world, 0).await;
 
     // Now let the replenisher act: one node too many.
-    groups
-        .patch(
-            "workers",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"replenish": {"enabled": true}}})),
-        )
-        .await
-        .expect("enable");
+    let enable = serde_json::json!({"replenish": {"enabled": true}});
+    world.patch_group("workers", enable).await;
     let replenishers: Api<Replenisher> = world.api();
     let target = assert_eventually("a scale-in target is being drained", WAIT, || async {
         replenishers.get("workers").await.ok()?.status?.scale_in
@@ -522,12 +487,7 @@ async fn a_pod_disruption_budget_holds_back_the_removal_of_a_surplus_node() {
         2,
         "not terminated while the budget refuses"
     );
-    let still = replenishers
-        .get("workers")
-        .await
-        .expect("rp")
-        .status
-        .and_then(|s| s.scale_in);
+    let still = world.replenisher_status("workers").await.scale_in;
     assert_eq!(
         still.as_ref().map(|t| &t.instance_id),
         Some(&target.instance_id),

@@ -19,17 +19,7 @@ const FAST: Duration = Duration::from_millis(300);
 const NO_CAPACITY: &str = "snm.test/no-capacity";
 
 fn group(asgs: &[String]) -> NodeGroup {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
-        "metadata": {"name": "workers"},
-        "spec": {
-            "role": "Worker",
-            "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
-            "desired": 3,
-            "replenish": {"cooldown": "1s", "joinTimeout": "15m"}
-        }
-    }))
-    .expect("group")
+    support::refresh::workers_joining_within(asgs, 3, "15m")
 }
 
 async fn ready_nodes(groups: &Api<NodeGroup>) -> Option<i32> {
@@ -106,18 +96,7 @@ async fn killed_after_each_persist_and_each_action_it_orders_once_and_restores_t
     })
     .await;
     // Exactly one instance was removed by scale-in: the raised ASG's extra.
-    let terminations: usize = {
-        let mut n = 0;
-        for asg in &kops.asgs {
-            n += world
-                .activities(asg)
-                .await
-                .iter()
-                .filter(|(_, d)| d.starts_with("Terminating EC2 instance"))
-                .count();
-        }
-        n
-    };
+    let terminations = world.terminations_in(&kops.asgs).await;
     assert_eq!(
         terminations, 2,
         "the lost instance (health check) and one surplus instance"
@@ -148,13 +127,8 @@ async fn killed_after_recording_and_after_removing_a_never_joined_instance_it_re
         .assert_crashes_at("replenisher:remove_not_joined:persisted")
         .await;
     let replenishers: Api<Replenisher> = world.api();
-    let recorded = replenishers
-        .get("workers")
-        .await
-        .expect("rp")
-        .status
-        .and_then(|s| s.cleanup)
-        .expect("the removal is recorded before the call");
+    let recorded = world.replenisher_status("workers").await.cleanup;
+    let recorded = recorded.expect("the removal is recorded before the call");
     assert_eq!(recorded.instance_id, first);
     assert!(!recorded.decrement, "no decrement at min");
     assert!(

@@ -116,12 +116,7 @@ async fn replenishing_a_lost_node_and_scaling_back_in_keeps_the_workload_within_
     // to protect), the replenisher launches elsewhere, the pods come back.
     world.tag_asg(&short, NO_CAPACITY, "true").await;
     let lost = world.asg_instances(&short).await.remove(0);
-    world.lose_instance(&lost).await;
-    let nodes: Api<Node> = Api::all(world.client.clone());
-    assert_eventually("the lost node is gone", WAIT, || async {
-        nodes.get_opt(&lost).await.ok()?.is_none().then_some(())
-    })
-    .await;
+    world.lose_instance_and_its_node(&lost).await;
     assert_eventually("3 Ready nodes and 6 Ready pods again", RUN, || async {
         (ready_count(&groups, "workers").await? == 3
             && ready_web_pods(&world).await.len() == REPLICAS)
@@ -133,14 +128,9 @@ async fn replenishing_a_lost_node_and_scaling_back_in_keeps_the_workload_within_
     // rollout, as a user's next deploy would), so the scale-in has pods to move.
     // First the node lifecycle controller must have lifted the new node's
     // not-ready taint (it looks every 5 s), or the scheduler passes it over.
-    let selector = format!("{}={}", support::sim::SIM_ACCOUNT_LABEL, world.account);
     assert_eventually("3 untainted nodes", WAIT, || async {
-        let list = nodes
-            .list(&kube::api::ListParams::default().labels(&selector))
-            .await
-            .ok()?;
+        let list = world.nodes().await?;
         let untainted = list
-            .items
             .iter()
             .filter(|n| {
                 n.spec
@@ -268,16 +258,8 @@ async fn an_operators_cordon_protects_its_node_from_a_refresh_and_stays() {
     // is theirs.
     let original = all_instances(world, &kops.asgs).await;
     let names = node_names(world, &original).await;
-    let nodes: Api<Node> = Api::all(world.client.clone());
     for name in &names {
-        nodes
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({"spec": {"unschedulable": true}})),
-            )
-            .await
-            .expect("operator's cordon");
+        world.cordon(name).await;
     }
     // Their cordons protect the nodes (issue 28; a refresh used to drain
     // and terminate them): the run leaves all three alone and says why.
@@ -307,6 +289,7 @@ async fn an_operators_cordon_protects_its_node_from_a_refresh_and_stays() {
     let mut expected = names.clone();
     expected.sort();
     assert_eq!(cordoned, expected, "the operator's cordons stay");
+    let nodes: Api<Node> = Api::all(world.client.clone());
     for name in &names {
         let node = nodes.get(name).await.expect("node");
         assert!(

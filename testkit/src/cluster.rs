@@ -16,6 +16,84 @@ impl World {
             .await
             .expect("create the NodeGroup")
     }
+
+    /// NodeGroup `name`'s status now (it must have one).
+    pub async fn group_status(&self, name: &str) -> spot_node_manager::crd::NodeGroupStatus {
+        let groups: Api<spot_node_manager::crd::NodeGroup> = self.api();
+        let group = groups.get(name).await;
+        let group = group.unwrap_or_else(|e| panic!("NodeGroup {name}: {e}"));
+        group
+            .status
+            .unwrap_or_else(|| panic!("NodeGroup {name} has no status"))
+    }
+
+    /// Replenisher `name`'s status now (it must have one).
+    pub async fn replenisher_status(
+        &self,
+        name: &str,
+    ) -> spot_node_manager::crd::replenisher::ReplenisherStatus {
+        let replenishers: Api<spot_node_manager::crd::Replenisher> = self.api();
+        let found = replenishers.get(name).await;
+        let found = found.unwrap_or_else(|e| panic!("Replenisher {name}: {e}"));
+        found
+            .status
+            .unwrap_or_else(|| panic!("Replenisher {name} has no status"))
+    }
+
+    /// Merges `spec` into NodeGroup `name`'s spec, as `kubectl patch
+    /// --type merge` would; the group as patched.
+    pub async fn patch_group(
+        &self,
+        name: &str,
+        spec: serde_json::Value,
+    ) -> spot_node_manager::crd::NodeGroup {
+        let groups: Api<spot_node_manager::crd::NodeGroup> = self.api();
+        let patch = serde_json::json!({ "spec": spec });
+        groups
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("patch NodeGroup {name} with {patch}: {e}"))
+    }
+
+    /// Merges `patch` into Node `name` (`kubectl patch node --type merge`).
+    pub async fn patch_node(&self, name: &str, patch: serde_json::Value) {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        nodes
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("patch Node {name} with {patch}: {e}"));
+    }
+
+    /// Merges `patch` into Pod `name` of this world's namespace.
+    pub async fn patch_pod(&self, name: &str, patch: serde_json::Value) {
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = self.api();
+        pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("patch Pod {name} with {patch}: {e}"));
+    }
+
+    /// Sets annotation `key` on Node `name` to `value`, or removes it (None).
+    pub async fn annotate_node(&self, name: &str, key: &str, value: Option<&str>) {
+        self.patch_node(name, annotation(key, value)).await;
+    }
+
+    /// Sets annotation `key` on Pod `name` to `value`, or removes it (None).
+    pub async fn annotate_pod(&self, name: &str, key: &str, value: Option<&str>) {
+        self.patch_pod(name, annotation(key, value)).await;
+    }
+
+    /// Cordons Node `name` as `kubectl cordon` does (someone else's cordon).
+    pub async fn cordon(&self, name: &str) {
+        self.patch_node(name, serde_json::json!({"spec": {"unschedulable": true}}))
+            .await;
+    }
+}
+
+/// The annotation that protects a node, or a pod's node, from disruption.
+pub const DO_NOT_DISRUPT: &str = "nodemanager.dev/do-not-disrupt";
+
+fn annotation(key: &str, value: Option<&str>) -> serde_json::Value {
+    serde_json::json!({"metadata": {"annotations": { key: value }}})
 }
 
 /// The `policy/v1beta1` PodDisruptionBudget API (the 1.20 apiserver has no v1).

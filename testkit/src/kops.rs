@@ -13,6 +13,8 @@ use std::time::Duration;
 /// See [`World::joined_and_never_joining`].
 pub struct NeverJoining {
     pub joined_asg: String,
+    /// The kops instance group of the joined ASG.
+    pub joined_instance_group: String,
     pub late_asg: String,
     /// The late ASG's instance, which never joins.
     pub first: String,
@@ -269,6 +271,7 @@ impl World {
         asgs.extend(late.asgs.clone());
         NeverJoining {
             joined_asg: joined.asgs[0].clone(),
+            joined_instance_group: joined.instance_groups[0].clone(),
             late_asg,
             first,
             asgs,
@@ -322,6 +325,31 @@ impl World {
             .expect("set min size");
     }
 
+    /// Suspends (`on` false) or resumes (`on` true) an ASG's scaling
+    /// `process` (Launch, Terminate, AZRebalance, …).
+    pub async fn scaling_process(&self, asg: &str, process: &str, on: bool) {
+        let api = &self.aws.autoscaling;
+        // The two calls differ in name only.
+        macro_rules! call {
+            ($op:ident) => {
+                api.$op()
+                    .auto_scaling_group_name(asg)
+                    .scaling_processes(process)
+                    .send()
+                    .await
+                    .err()
+                    .map(|e| format!("{e:?}"))
+            };
+        }
+        let failed = match on {
+            true => call!(resume_processes),
+            false => call!(suspend_processes),
+        };
+        if let Some(e) = failed {
+            panic!("{process} of {asg} (resume: {on}): {e}");
+        }
+    }
+
     /// Sets one of the emulator's timings for an ASG, in seconds (tags
     /// `snm.test/launch-lag`, `pending-time`, `health-check-delay`,
     /// `capacity-retry`, `terminating-time`; see scripts/moto_server.py).
@@ -340,6 +368,27 @@ impl World {
             .send()
             .await
             .expect("terminate instance through EC2");
+    }
+
+    /// [`World::lose_instance`], then waits until the simulated kubelet has
+    /// deleted its Node (named for the instance).
+    pub async fn lose_instance_and_its_node(&self, instance_id: &str) {
+        self.lose_instance(instance_id).await;
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> =
+            kube::Api::all(self.client.clone());
+        assert_eventually(
+            "the lost node is gone",
+            Duration::from_secs(120),
+            || async {
+                nodes
+                    .get_opt(instance_id)
+                    .await
+                    .ok()?
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
     }
 
     /// The ASG's scaling activities, newest first: (status, description).
@@ -362,6 +411,11 @@ impl World {
                 )
             })
             .collect()
+    }
+
+    /// How many instances AWS began terminating in `asgs`.
+    pub async fn terminations_in(&self, asgs: &[String]) -> usize {
+        self.terminations(asgs, "").await
     }
 
     /// How many times AWS began terminating `instance` in any of `asgs`

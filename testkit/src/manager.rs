@@ -126,6 +126,11 @@ impl ManagerProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The log as plain text (the manager colours its fields).
+    pub fn plain_logs(&self) -> String {
+        without_colours(&self.logs())
+    }
+
     /// Reconciles of `group` (a NodeGroup's name) by `controller` that have
     /// ended so far, from the manager's log (each ends with one line in its
     /// span).
@@ -215,6 +220,15 @@ impl ManagerProcess {
             "no manager metrics served:\n{body}"
         );
         body
+    }
+
+    /// Asserts each of `series` (name with labels, as exposed) has its
+    /// value in the metrics served now.
+    pub async fn assert_metric_values(&self, series: &[(&str, f64)]) {
+        let body = self.assert_metrics().await;
+        for (name, value) in series {
+            assert_eq!(metric(&body, name), Some(*value), "{name} in:\n{body}");
+        }
     }
 
     /// The value of the `spot_node_manager_leader` gauge.
@@ -415,6 +429,24 @@ pub fn group_in(answer: &serde_json::Value, name: &str) -> Option<serde_json::Va
         .cloned()
 }
 
+/// `log` without its ANSI colour sequences (ESC … m).
+pub fn without_colours(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod series_tests {
     use super::*;
@@ -427,5 +459,14 @@ mod series_tests {
         assert_eq!(series_label(line, "verb"), Some("PATCH"));
         assert_eq!(series_label(line, "source"), None);
         assert_eq!(series_value(line), 12.0);
+    }
+
+    #[test]
+    fn colours_are_taken_out_of_a_log_line() {
+        let coloured = "\u{1b}[2maction\u{1b}[0m=\"cordon\" object=node/n1";
+        assert_eq!(
+            without_colours(coloured),
+            "action=\"cordon\" object=node/n1"
+        );
     }
 }

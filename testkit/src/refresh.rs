@@ -16,18 +16,43 @@ pub const WAIT: Duration = Duration::from_secs(90);
 pub const RUN: Duration = Duration::from_secs(240);
 pub const FAST: Duration = Duration::from_millis(300);
 
+/// NodeGroup `name` over `asgs`, replenishing after a 1 s cooldown.
 pub fn group(name: &str, role: &str, asgs: &[String], desired: i32) -> NodeGroup {
+    let replenish = serde_json::json!({"replenish": {"cooldown": "1s"}});
+    node_group(name, role, asgs, desired, replenish)
+}
+
+/// NodeGroup `name` over `asgs` with `desired` nodes, and the fields of
+/// `extra` set in its spec (each replacing the field of that name).
+pub fn node_group(
+    name: &str,
+    role: &str,
+    asgs: &[String],
+    desired: impl Into<serde_json::Value>,
+    extra: serde_json::Value,
+) -> NodeGroup {
+    let asgs: Vec<_> = asgs
+        .iter()
+        .map(|a| serde_json::json!({"name": a}))
+        .collect();
+    let mut spec =
+        serde_json::json!({"role": role, "autoScalingGroups": asgs, "desired": desired.into()});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
     serde_json::from_value(serde_json::json!({
         "apiVersion": "nodemanager.dev/v1alpha1", "kind": "NodeGroup",
-        "metadata": {"name": name},
-        "spec": {
-            "role": role,
-            "autoScalingGroups": asgs.iter().map(|a| serde_json::json!({"name": a})).collect::<Vec<_>>(),
-            "desired": desired,
-            "replenish": {"cooldown": "1s"}
-        }
+        "metadata": {"name": name}, "spec": spec,
     }))
-    .expect("group")
+    .unwrap_or_else(|e| panic!("NodeGroup {name}: {e}"))
+}
+
+/// NodeGroup `workers` over `asgs` with `desired` nodes, replenishing
+/// after a 1 s cooldown, a launch given `join_timeout` to join.
+pub fn workers_joining_within(asgs: &[String], desired: i32, join_timeout: &str) -> NodeGroup {
+    let replenish =
+        serde_json::json!({"replenish": {"cooldown": "1s", "joinTimeout": join_timeout}});
+    node_group("workers", "Worker", asgs, desired, replenish)
 }
 
 /// A cron expression (with seconds and year) that fires once, `secs` from now.
@@ -476,4 +501,153 @@ pub async fn assert_taken_over_run_finished(
 /// (ASG, desired) of an `asg_snapshot`.
 pub fn desired_counts(snapshot: &[(String, i32, Vec<String>)]) -> Vec<(String, i32)> {
     snapshot.iter().map(|(n, d, _)| (n.clone(), *d)).collect()
+}
+
+/// The wording of the scaling activity AWS writes for each termination.
+const TERMINATING: &str = "Terminating EC2 instance: ";
+
+/// Checks that AWS chose no victim: every termination among the ASGs'
+/// scaling activity `descriptions` is one the manager asked for, by
+/// instance, in its `plain_log`; and that at least `terminated` were
+/// checked, one per instance terminated (an activity wording the check no
+/// longer recognises would otherwise check nothing). How many were checked.
+pub fn check_terminations_chosen(
+    descriptions: &[String],
+    plain_log: &str,
+    terminated: usize,
+) -> Result<usize, String> {
+    let mut checked = 0;
+    for id in descriptions
+        .iter()
+        .filter_map(|d| d.strip_prefix(TERMINATING))
+    {
+        checked += 1;
+        let asked =
+            format!("action=\"terminate_instance_in_auto_scaling_group\" object=instance/{id}");
+        if !plain_log.contains(&asked) {
+            return Err(format!(
+                "{id} was terminated without the manager choosing it"
+            ));
+        }
+    }
+    if checked < terminated {
+        return Err(format!(
+            "{checked} termination activities for {terminated} terminated instances"
+        ));
+    }
+    Ok(checked)
+}
+
+/// [`check_terminations_chosen`] on `asgs`' activities and `manager`'s log.
+pub async fn assert_terminations_chosen(
+    world: &World,
+    asgs: &[String],
+    manager: &super::ManagerProcess,
+    terminated: usize,
+) {
+    let mut descriptions = vec![];
+    for asg in asgs {
+        descriptions.extend(world.activities(asg).await.into_iter().map(|(_, d)| d));
+    }
+    if let Err(e) = check_terminations_chosen(&descriptions, &manager.plain_logs(), terminated) {
+        panic!("{e}");
+    }
+}
+
+/// The nodes drained, in the order their drains started (the `DrainStarted`
+/// Events, one per node).
+pub async fn drained_in_order(world: &World) -> Vec<String> {
+    let mut events = events_with_reason(world, "DrainStarted").await;
+    events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    events
+        .iter()
+        .filter_map(|e| drained_node(e.note.as_deref()?))
+        .collect()
+}
+
+/// The node a `DrainStarted` Event's note names ("draining <node>: …").
+fn drained_node(note: &str) -> Option<String> {
+    let node = note.strip_prefix("draining ")?.split([':', ' ']).next()?;
+    Some(node.to_string())
+}
+
+/// Instances terminated or on their way (shutting-down), of
+/// [`instances_by_state`].
+pub fn terminated_or_going(states: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<String> {
+    let mut gone = states.get("terminated").cloned().unwrap_or_default();
+    gone.extend(states.get("shutting-down").cloned().unwrap_or_default());
+    gone
+}
+
+/// The Refresher's status, asserting its last run ended with `result`
+/// (with the manager's log when it did not).
+pub fn assert_run_ended(
+    rf: Refresher,
+    result: spot_node_manager::crd::refresher::RunResult,
+    manager: &super::ManagerProcess,
+) -> spot_node_manager::crd::RefresherStatus {
+    let status = rf.status.expect("status");
+    let last = status.last_run.as_ref().expect("last run");
+    assert_eq!(last.result, result, "{last:?}\n{}", manager.logs());
+    status
+}
+
+/// The node names of a preview's `nodes` list (`next.nodes`), in order.
+pub fn previewed_nodes(nodes: &serde_json::Value) -> Vec<String> {
+    nodes
+        .as_array()
+        .expect("a list of nodes")
+        .iter()
+        .filter_map(|n| n["node"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn activities(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|id| format!("{TERMINATING}{id}")).collect()
+    }
+
+    const LOG: &str =
+        "INFO action=\"terminate_instance_in_auto_scaling_group\" object=instance/i-1\n";
+
+    #[test]
+    fn terminations_the_manager_asked_for_are_counted() {
+        assert_eq!(
+            check_terminations_chosen(&activities(&["i-1"]), LOG, 1),
+            Ok(1)
+        );
+    }
+
+    #[test]
+    fn a_termination_the_manager_did_not_ask_for_fails() {
+        let e = check_terminations_chosen(&activities(&["i-1", "i-2"]), LOG, 2);
+        assert_eq!(
+            e,
+            Err("i-2 was terminated without the manager choosing it".into())
+        );
+    }
+
+    /// An emulator whose wording changed used to pass by checking nothing.
+    #[test]
+    fn activities_in_another_wording_check_nothing_and_fail() {
+        let reworded = vec!["Instance i-1 terminated".to_string()];
+        let e = check_terminations_chosen(&reworded, LOG, 1);
+        assert_eq!(
+            e,
+            Err("0 termination activities for 1 terminated instances".into())
+        );
+    }
+
+    #[test]
+    fn a_drain_note_names_its_node() {
+        assert_eq!(
+            drained_node("draining ip-10-0-1-2: 3 pod(s)"),
+            Some("ip-10-0-1-2".into())
+        );
+        assert_eq!(drained_node("draining n1 (refresh)"), Some("n1".into()));
+        assert_eq!(drained_node("cordoned n1"), None);
+    }
 }

@@ -6,7 +6,9 @@
 use crate::refresh::{FAST, RUN, WAIT, group, ready_count};
 use crate::{World, assert_eventually};
 use kube::api::{Api, PostParams};
+use spot_node_manager::crd::nodegroup::NodeGroupStatus;
 use spot_node_manager::crd::{NodeGroup, Refresher, RefresherStatus};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// A group at its desired count of Ready nodes, with the manager running.
@@ -39,12 +41,64 @@ impl SteadyGroup {
         .await;
     }
 
+    /// The group as it is before a test acts (see [`Baseline`]).
+    pub async fn baseline(&self) -> Baseline {
+        Baseline {
+            before: self.world.asg_snapshot(&self.kops.asgs).await,
+            original: crate::refresh::all_instances(&self.world, &self.kops.asgs).await,
+        }
+    }
+
+    /// [`SteadyGroup::baseline`], with a controlled pod on every node, so
+    /// every drain has something to evict (and takes two steps).
+    pub async fn baseline_with_pods(&self) -> Baseline {
+        let baseline = self.baseline().await;
+        let names = crate::refresh::node_names(&self.world, &baseline.original).await;
+        crate::refresh::pods_on(&self.world, &names).await;
+        baseline
+    }
+
+    /// A sampler of Ready nodes and capacity over the group's ASGs, with
+    /// `baseline` instances outside a run.
+    pub fn sample(&self, baseline: i32) -> crate::refresh::Sampler {
+        crate::refresh::sample(&self.world, &self.kops.asgs, baseline)
+    }
+
+    /// Group `name`'s status once `holds` (within [`RUN`]).
+    pub async fn status_where(
+        &self,
+        name: &str,
+        what: &str,
+        holds: impl Fn(&NodeGroupStatus) -> bool,
+    ) -> NodeGroupStatus {
+        assert_eventually(what, RUN, || async {
+            let status = self.groups.get(name).await.ok()?.status?;
+            holds(&status).then_some(status)
+        })
+        .await
+    }
+
+    /// Waits until group `name`'s lock is given back: by a write that
+    /// follows the status that ends a run, so it is waited for, not read
+    /// once.
+    pub async fn lock_released(&self, name: &str) {
+        self.status_where(name, "the group's lock released", |s| s.operation.is_none())
+            .await;
+    }
+
     /// The interruption queue (built with `interruption_queue()`).
     pub fn queue(&self) -> &crate::interruption::TestQueue {
         self.queue
             .as_ref()
             .expect("built with interruption_queue()")
     }
+}
+
+/// A group before a test acts: each ASG's (name, desired count,
+/// instances), and every instance in service.
+pub struct Baseline {
+    pub before: Vec<(String, i32, Vec<String>)>,
+    pub original: BTreeSet<String>,
 }
 
 /// How to build a [`SteadyGroup`]: one Ready node per zone in each of the
@@ -330,4 +384,14 @@ pub async fn refresher_where(
     holds: impl Fn(&RefresherStatus) -> bool,
 ) -> RefresherStatus {
     refresher_until(world, name, what, RUN, |s| holds(&s).then_some(s)).await
+}
+
+/// Refresher `name`'s status once its message says `text` (within [`WAIT`]).
+pub async fn refresher_saying(world: &World, name: &str, text: &str) -> RefresherStatus {
+    let what = format!("the Refresher to say {text:?}");
+    refresher_until(world, name, &what, WAIT, |s| {
+        let says = s.message.as_deref().is_some_and(|m| m.contains(text));
+        says.then_some(s)
+    })
+    .await
 }

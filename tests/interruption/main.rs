@@ -100,14 +100,12 @@ async fn drain_ended(
 /// 48h lead judged by the default 1h, the nodes not cordoned for days).
 async fn set_interruption(steady: &SteadyGroup, interruption: serde_json::Value) {
     let patched = steady
-        .groups
-        .patch(
+        .world
+        .patch_group(
             "workers",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({"spec": {"interruption": interruption}})),
+            serde_json::json!({ "interruption": interruption }),
         )
-        .await
-        .expect("patch group");
+        .await;
     let generation = patched.metadata.generation;
     assert_eventually("the new settings synced", WAIT, || async {
         let group = steady.groups.get("workers").await.ok()?;
@@ -156,21 +154,8 @@ async fn since(
 
 /// Suspends or resumes an ASG's Launch process.
 async fn launch(world: &support::World, asg: &str, on: bool) {
-    let api = &world.aws.autoscaling;
-    if on {
-        api.resume_processes()
-            .auto_scaling_group_name(asg)
-            .scaling_processes("Launch")
-            .send()
-            .await
-            .expect("resume Launch");
-    } else {
-        api.suspend_processes()
-            .auto_scaling_group_name(asg)
-            .scaling_processes("Launch")
-            .send()
-            .await
-            .expect("suspend Launch");
+    world.scaling_process(asg, "Launch", on).await;
+    if !on {
         // A description the manager asked before the suspension may serve
         // its next decision for up to FRESH_ENOUGH (docs/operations.md):
         // the tests that count raises want the suspension seen.

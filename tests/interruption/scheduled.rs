@@ -81,14 +81,8 @@ async fn a_warning_that_arrives_after_its_deadline_still_evicts_and_says_it_came
     // Its pods were evicted (today's code recorded them all as left).
     assert_event(world, "InterruptionDrained").await;
     assert_eq!(event_count(world, "InterruptionDrainIncomplete").await, 0);
-    let last = steady
-        .groups
-        .get("workers")
-        .await
-        .expect("group")
-        .status
-        .and_then(|s| s.last_interruption)
-        .expect("last interruption");
+    let last = world.group_status("workers").await.last_interruption;
+    let last = last.expect("last interruption");
     assert_eq!(last.late, Some(true), "{last:?}");
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
 }
