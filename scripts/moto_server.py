@@ -52,6 +52,12 @@ API calls and gives it to a loop that runs like an ASG's own:
   AWS does. Calls with a stale token are refused with AWS's text. A heartbeat
   timeout below AWS's 30 s is accepted, as a time compression for tests (the
   same as the timing tags): our code only reads the timeout, never puts it.
+- Prices: DescribeSpotPriceHistory answers each asked instance type in
+  every zone of the region at the spot price a test set (`/_snm/price`),
+  else one default for every type and zone (moto answers $0.00001); the
+  Price List API's GetProducts (moto has none) answers the on-demand price
+  of an instance type and region in AWS's shape (a product and its terms,
+  JSON in a string), set the same way. A price set to nothing is unlisted.
 - Refusals, and counting at AWS's side: `/_snm/refuse` makes every request
   of an account wait, then refuses it with Throttling or ServiceUnavailable;
   `/_snm/deny` refuses one action of an account as IAM does when a policy
@@ -83,6 +89,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.core.responses import ActionResult, EmptyResult
 from moto.core.utils import utcnow
 from moto.moto_server import werkzeug_app
+from moto.ec2.responses import spot_instances as ec2_spot
 from moto.sqs import models as sqs_models
 
 NO_CAPACITY_TAG = "snm.test/no-capacity"
@@ -107,6 +114,23 @@ SHORTAGE_MESSAGE = (
 )
 CAPACITY_STATES = ("InService", "Pending")
 LOST_EC2_STATES = ("shutting-down", "terminated", "stopping", "stopped")
+
+# Prices (US dollars an hour) by account: spot by (type, zone), on demand
+# by (type, region). A type not set takes the default below; a price set to
+# None is unlisted.
+SPOT_PRICES: dict = {}
+ON_DEMAND_PRICES: dict = {}
+DEFAULT_ON_DEMAND = {
+    "m5.large": 0.096,
+    "m5a.large": 0.086,
+    "m6i.large": 0.096,
+    "t3.medium": 0.0416,
+    "t3a.medium": 0.0376,
+}
+# One spot price for every type and zone unless a test sets its own: pools
+# alike in price, so no test's pool order turns on a default (a test of the
+# price order sets the prices it compares). About a third of on demand.
+DEFAULT_SPOT = {t: 0.0330 for t in DEFAULT_ON_DEMAND}
 
 # One lock for the API and the groups' loop: moto's models are not thread-safe
 # and the loop changes them between requests, as AWS does.
@@ -721,6 +745,15 @@ def control(environ, start_response):
                 query.get("agent", ""),
             )
         body = b"{}"
+    elif environ["PATH_INFO"] == "/_snm/price":
+        price = float(query["price"]) if query.get("price") else None
+        if query.get("kind") == "on-demand":
+            key = (query.get("type", ""), query.get("region", ""))
+            ON_DEMAND_PRICES.setdefault(account, {})[key] = price
+        else:
+            key = (query.get("type", ""), query.get("zone", ""))
+            SPOT_PRICES.setdefault(account, {})[key] = price
+        body = b"{}"
     elif environ["PATH_INFO"] == "/_snm/attempts":
         body = json.dumps(ATTEMPTS.get(account, [])).encode()
     elif environ["PATH_INFO"] == "/_snm/actions":
@@ -731,6 +764,75 @@ def control(environ, start_response):
     start_response(
         "200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
     )
+    return [body]
+
+
+def spot_price_history(self):
+    """DescribeSpotPriceHistory: each asked type (every priced type when
+    none is asked) in every zone of the region, at its price now."""
+    types = self._get_param("InstanceTypes", []) or sorted(DEFAULT_SPOT)
+    wanted_zones = self._filters_from_querystring().get("availability-zone")
+    zones = [z.name for z in self.ec2_backend.describe_availability_zones()]
+    table = SPOT_PRICES.get(self.current_account, {})
+    stamp = utcnow().strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    history = []
+    for instance_type in types:
+        for zone in zones:
+            if wanted_zones and zone not in wanted_zones:
+                continue
+            price = table.get((instance_type, zone), DEFAULT_SPOT.get(instance_type))
+            if price is None:
+                continue
+            history.append({
+                "InstanceType": instance_type,
+                "ProductDescription": "Linux/UNIX",
+                "SpotPrice": f"{price:.6f}",
+                "AvailabilityZone": zone,
+                "Timestamp": stamp,
+            })
+    return ActionResult({"SpotPriceHistory": history})
+
+
+ec2_spot.SpotInstances.describe_spot_price_history = spot_price_history
+
+
+def price_list_products(environ, account: str, start_response):
+    """The Price List API's GetProducts (JSON 1.1): the on-demand Linux
+    product of the filtered instance type and region, as AWS writes it."""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    request = json.loads(environ["wsgi.input"].read(length) or b"{}")
+    terms = {f.get("Field"): f.get("Value") for f in request.get("Filters", [])}
+    instance_type, region = terms.get("instanceType", ""), terms.get("regionCode", "")
+    table = ON_DEMAND_PRICES.get(account, {})
+    price = table.get((instance_type, region), DEFAULT_ON_DEMAND.get(instance_type))
+    documents = []
+    if price is not None and request.get("ServiceCode") == "AmazonEC2":
+        sku = uuid.uuid4().hex[:16].upper()
+        documents.append(json.dumps({
+            "product": {
+                "productFamily": "Compute Instance",
+                "attributes": {"instanceType": instance_type, "regionCode": region,
+                               "operatingSystem": "Linux", "tenancy": "Shared",
+                               "preInstalledSw": "NA", "capacitystatus": "Used"},
+                "sku": sku,
+            },
+            "serviceCode": "AmazonEC2",
+            "terms": {"OnDemand": {f"{sku}.JRTCKXETXF": {
+                "offerTermCode": "JRTCKXETXF", "sku": sku,
+                "priceDimensions": {f"{sku}.JRTCKXETXF.6YS6EN2CT7": {
+                    "unit": "Hrs", "pricePerUnit": {"USD": f"{price:.10f}"},
+                    "description": f"${price} per On Demand Linux {instance_type} Instance Hour",
+                    "rateCode": f"{sku}.JRTCKXETXF.6YS6EN2CT7",
+                }},
+            }}},
+            "version": "20261101000000",
+        }))
+    body = json.dumps({"FormatVersion": "aws_v1", "PriceList": documents}).encode()
+    start_response("200 OK", [("Content-Type", "application/x-amz-json-1.1"),
+                              ("Content-Length", str(len(body)))])
     return [body]
 
 
@@ -748,6 +850,13 @@ def denied(action: str, start_response):
     """IAM's refusal of an action the caller's policy lacks, in the form
     of its service: EC2's UnauthorizedOperation (its `Response/Errors`
     document), Auto Scaling's AccessDenied."""
+    if action in JSON_ACTIONS:
+        body = json.dumps({"__type": "AccessDeniedException",
+                           "message": f"User is not authorized to perform: pricing:{action}"}).encode()
+        start_response("400 Bad Request", [("Content-Type", "application/x-amz-json-1.1"),
+                                           ("x-amzn-ErrorType", "AccessDeniedException"),
+                                           ("Content-Length", str(len(body)))])
+        return [body]
     if action in EC2_ACTIONS:
         body = (
             "<Response><Errors><Error><Code>UnauthorizedOperation</Code>"
@@ -765,7 +874,9 @@ def denied(action: str, start_response):
 
 
 # EC2 actions `/_snm/deny` answers in EC2's error form.
-EC2_ACTIONS = {"DescribeLaunchTemplates", "DescribeInstances"}
+EC2_ACTIONS = {"DescribeLaunchTemplates", "DescribeInstances", "DescribeSpotPriceHistory"}
+# Actions of JSON-protocol services (the Price List API) `/_snm/deny` answers.
+JSON_ACTIONS = {"GetProducts"}
 
 
 def query_action(environ) -> str:
@@ -815,9 +926,11 @@ def locked_dispatch(self, environ, start_response):
                 time.sleep(delay)  # without the lock: others go on
                 return refuse(error, start_response)
         if account in DENIED:
-            action = query_action(environ)
+            action = query_action(environ) or target.split(".")[-1]
             if action in DENIED[account]:
                 return denied(action, start_response)
+    if environ.get("HTTP_X_AMZ_TARGET", "").startswith("AWSPriceListService."):
+        return price_list_products(environ, account or DEFAULT_ACCOUNT_ID, start_response)
     with LOCK:
         return _dispatch(self, environ, start_response)
 

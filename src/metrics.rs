@@ -11,6 +11,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::time::Duration;
 
+mod cost;
 mod groups;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -98,6 +99,8 @@ pub struct Metrics {
     pub on_demand_seconds: Family<GroupLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
     pub group_state: Family<groups::StateLabels, Gauge>,
     pub group_condition: Family<groups::ConditionLabels, Gauge>,
+    pub group_cost_dollars: Family<cost::CostLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub group_instance_hours: Family<cost::CostLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// The reason each troubled condition's series carries now.
     troubles_set:
         std::sync::Mutex<std::collections::HashMap<(String, String, &'static str), String>>,
@@ -137,6 +140,8 @@ impl Default for Metrics {
             group_operation: Family::default(),
             group_state: Family::default(),
             group_condition: Family::default(),
+            group_cost_dollars: Family::default(),
+            group_instance_hours: Family::default(),
             troubles_set: Default::default(),
             group_fallback_nodes: Family::default(),
             on_demand_seconds: Family::default(),
@@ -215,6 +220,7 @@ impl Metrics {
         self.register_runs();
         self.register_controllers();
         self.register_group_state();
+        self.register_cost();
     }
 
     /// Refresh runs, drains and interruptions.
@@ -415,6 +421,7 @@ impl Metrics {
                 .set(i64::from(held == Some(&kind)));
         }
         self.group_state_observed(namespace, group, status);
+        self.cost_observed(namespace, group, status.cost.as_ref());
     }
 
     /// A deleted group's series go with it.
@@ -439,6 +446,7 @@ impl Metrics {
             });
         }
         self.group_state_forgotten(namespace, group);
+        self.cost_forgotten(namespace, group);
     }
 
     pub fn node_repair(&self, outcome: &'static str) {

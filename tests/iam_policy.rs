@@ -10,6 +10,7 @@ fn adapter_operations() -> BTreeSet<String> {
     let source: String = [
         include_str!("../src/cloud/aws.rs"),
         include_str!("../src/cloud/aws/extras.rs"),
+        include_str!("../src/cloud/aws/prices.rs"),
         include_str!("../src/cloud/sqs.rs"),
     ]
     .concat()
@@ -39,7 +40,8 @@ fn policy_actions() -> BTreeSet<String> {
 #[test]
 fn policy_matches_the_adapter_calls() {
     let service = |op: &str| match op {
-        "DescribeInstances" | "DescribeLaunchTemplates" => "ec2",
+        "DescribeInstances" | "DescribeLaunchTemplates" | "DescribeSpotPriceHistory" => "ec2",
+        "GetProducts" => "pricing",
         "ReceiveMessage" | "DeleteMessage" => "sqs",
         _ => "autoscaling",
     };
@@ -78,7 +80,10 @@ fn mutating_actions_are_limited_to_the_clusters_tagged_resources() {
             );
             continue;
         }
-        let mutating = actions.iter().any(|a| !a.contains(":Describe"));
+        // Reads: Describe* and Get* (the Price List's GetProducts).
+        let mutating = actions
+            .iter()
+            .any(|a| !(a.contains(":Describe") || a.contains(":Get")));
         if mutating {
             let tag = &statement["Condition"]["StringEquals"]["aws:ResourceTag/KubernetesCluster"];
             assert!(

@@ -3,6 +3,7 @@
 //! Throttling and 5xx are retried with backoff by the SDK's retry config.
 
 mod extras;
+mod prices;
 
 use super::{
     AsgDescription, AsgInstance, AwsClients, Cloud, CloudProvider, HookCall, HookCallKind,
@@ -22,6 +23,8 @@ const GROUP_PAGE: usize = 50;
 
 pub struct AwsCloud {
     clients: AwsClients,
+    /// The region its clients are for (the Price List is asked for it).
+    region: Option<String>,
     instance_page: usize,
     /// Counts every request, when set (the manager's; not the test tools').
     metrics: Option<Arc<crate::metrics::Metrics>>,
@@ -30,6 +33,7 @@ pub struct AwsCloud {
 impl AwsCloud {
     pub fn new(clients: AwsClients) -> Self {
         Self {
+            region: clients.ec2.config().region().map(|r| r.to_string()),
             clients,
             instance_page: INSTANCE_PAGE,
             metrics: None,
@@ -294,6 +298,14 @@ impl Cloud for AwsCloud {
 
     async fn warm_pool(&self, asg: &str) -> Result<Option<super::WarmPool>> {
         self.describe_warm_pool(asg).await
+    }
+
+    async fn spot_prices(&self, types: &[String]) -> Result<Vec<super::prices::SpotPrice>> {
+        self.describe_spot_prices(types).await
+    }
+
+    async fn on_demand_price(&self, instance_type: &str) -> Result<Option<f64>> {
+        self.get_on_demand_price(instance_type).await
     }
 
     async fn lifecycle_action(&self, call: &HookCall<'_>, step: HookCallKind) -> Result<bool> {

@@ -387,6 +387,14 @@ impl Cloud for CachedCloud {
         self.inner.warm_pool(asg).await
     }
 
+    async fn spot_prices(&self, types: &[String]) -> Result<Vec<super::prices::SpotPrice>> {
+        self.inner.spot_prices(types).await
+    }
+
+    async fn on_demand_price(&self, instance_type: &str) -> Result<Option<f64>> {
+        self.inner.on_demand_price(instance_type).await
+    }
+
     async fn lifecycle_action(&self, call: &HookCall<'_>, step: HookCallKind) -> Result<bool> {
         let result = self.inner.lifecycle_action(call, step).await;
         if step == HookCallKind::Continue {

@@ -18,6 +18,9 @@ struct State {
     /// Each ASG's own launch template (named `<asg>-template`), by name.
     templates: BTreeMap<String, TemplateVersions>,
     calls: BTreeMap<&'static str, usize>,
+    /// Spot prices (type, zone) and on-demand prices (type), as set.
+    spot_prices: BTreeMap<(String, String), f64>,
+    on_demand_prices: BTreeMap<String, f64>,
     next_errors: VecDeque<(&'static str, String)>,
     next_id: u64,
 }
@@ -34,6 +37,19 @@ impl FakeCloud {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the spot price of `instance_type` in `zone` (dollars an hour).
+    pub fn set_spot_price(&self, instance_type: &str, zone: &str, price: f64) {
+        let key = (instance_type.to_string(), zone.to_string());
+        self.lock().spot_prices.insert(key, price);
+    }
+
+    /// Sets the on-demand price of `instance_type` (dollars an hour).
+    pub fn set_on_demand_price(&self, instance_type: &str, price: f64) {
+        self.lock()
+            .on_demand_prices
+            .insert(instance_type.to_string(), price);
     }
 
     /// Adds an ASG with `instances` running spot instances launched at `launch_time`.
@@ -354,6 +370,25 @@ impl Cloud for FakeCloud {
     async fn terminate_hooks(&self, _asg: &str) -> Result<Vec<super::LifecycleHook>> {
         drop(self.enter("terminate_hooks")?);
         Ok(vec![])
+    }
+
+    async fn spot_prices(&self, types: &[String]) -> Result<Vec<super::prices::SpotPrice>> {
+        let state = self.enter("spot_prices")?;
+        Ok(state
+            .spot_prices
+            .iter()
+            .filter(|((t, _), _)| types.contains(t))
+            .map(|((t, z), p)| super::prices::SpotPrice {
+                instance_type: t.clone(),
+                zone: z.clone(),
+                dollars_per_hour: *p,
+            })
+            .collect())
+    }
+
+    async fn on_demand_price(&self, instance_type: &str) -> Result<Option<f64>> {
+        let state = self.enter("on_demand_price")?;
+        Ok(state.on_demand_prices.get(instance_type).copied())
     }
 
     /// No warm pools in this model.

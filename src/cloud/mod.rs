@@ -13,6 +13,7 @@ pub mod emulator;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fake;
 pub mod leader_fence;
+pub mod prices;
 pub mod sqs;
 
 use crate::Result;
@@ -260,6 +261,14 @@ pub trait Cloud: Send + Sync {
             .and_then(|h| h.heartbeat_timeout))
     }
 
+    /// The current spot prices of `types` (Linux) in every zone of this
+    /// cloud's region, in one paginated DescribeSpotPriceHistory.
+    async fn spot_prices(&self, types: &[String]) -> Result<Vec<prices::SpotPrice>>;
+    /// The on-demand price (US dollars an hour) of `instance_type` (Linux,
+    /// shared tenancy) in this cloud's region, from the Price List API;
+    /// None when it lists none.
+    async fn on_demand_price(&self, instance_type: &str) -> Result<Option<f64>>;
+
     /// Extends (heartbeat) or completes with CONTINUE the lifecycle action
     /// `token` holding `instance_id`. False when no such action is waiting
     /// any more (completed, timed out, or the instance gone).
@@ -324,6 +333,8 @@ pub trait CloudProvider: Send + Sync {
 pub struct AwsClients {
     pub autoscaling: aws_sdk_autoscaling::Client,
     pub ec2: aws_sdk_ec2::Client,
+    /// The Price List API, at the endpoint region that serves this region.
+    pub pricing: aws_sdk_pricing::Client,
 }
 
 /// How a throttled or failed AWS request is retried: within its step, with
@@ -385,6 +396,9 @@ impl AwsClients {
     fn build(sdk: &SdkConfig, emulator_account: Option<&str>, fencing: Option<&Fencing>) -> Self {
         let mut asg = aws_sdk_autoscaling::config::Builder::from(sdk);
         let mut ec2 = aws_sdk_ec2::config::Builder::from(sdk);
+        let region = sdk.region().map(|r| r.to_string()).unwrap_or_default();
+        let mut pricing = aws_sdk_pricing::config::Builder::from(sdk)
+            .region(aws_config::Region::new(prices::price_list_region(&region)));
         if let Some(f) = fencing {
             let timeouts = aws_config::timeout::TimeoutConfig::builder()
                 .operation_timeout(f.operation_timeout)
@@ -394,15 +408,19 @@ impl AwsClients {
                 .timeout_config(timeouts.clone());
             ec2 = ec2
                 .interceptor(leader_fence::LeaderFence(f.leadership.clone()))
+                .timeout_config(timeouts.clone());
+            pricing = pricing
+                .interceptor(leader_fence::LeaderFence(f.leadership.clone()))
                 .timeout_config(timeouts);
         }
         #[cfg(feature = "test-support")]
-        let (asg, ec2) = match emulator_account {
+        let (asg, ec2, pricing) = match emulator_account {
             Some(account) => (
                 asg.interceptor(emulator::EmulatorAccount(account.to_string())),
                 ec2.interceptor(emulator::EmulatorAccount(account.to_string())),
+                pricing.interceptor(emulator::EmulatorAccount(account.to_string())),
             ),
-            None => (asg, ec2),
+            None => (asg, ec2, pricing),
         };
         // Without the test-only feature the configuration refuses an account.
         #[cfg(not(feature = "test-support"))]
@@ -410,6 +428,7 @@ impl AwsClients {
         Self {
             autoscaling: aws_sdk_autoscaling::Client::from_conf(asg.build()),
             ec2: aws_sdk_ec2::Client::from_conf(ec2.build()),
+            pricing: aws_sdk_pricing::Client::from_conf(pricing.build()),
         }
     }
 }

@@ -24,6 +24,9 @@ pub struct FileConfig {
     pub dry_run: Option<bool>,
     /// Periodic re-sync of every group, on top of watch events. Default `1m`.
     pub resync_interval: Option<String>,
+    /// How often the inventory adds the instances' hours and dollars to a
+    /// group's cost record (`status.cost`). Default `5m`.
+    pub cost_interval: Option<String>,
     /// This replica's name in the Lease. Default: `POD_NAME`, else `<host>-<pid>`.
     pub identity: Option<String>,
     pub aws: FileAws,

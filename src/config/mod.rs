@@ -6,8 +6,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+mod checks;
 pub mod file;
 pub mod pod;
+use checks::{check_dns_label, check_dns_subdomain, interval_field, parse_duration_field};
 use file::read_file;
 pub use file::{
     FileAdmin, FileAws, FileConfig, FileInterruption, FileLeaderElection, FileLog, ForeignMessages,
@@ -165,6 +167,8 @@ pub struct Settings {
     pub namespace: Option<String>,
     pub dry_run: bool,
     pub resync_interval: Duration,
+    /// How often a group's cost record is accounted (status written).
+    pub cost_interval: Duration,
     pub identity: String,
     pub aws: AwsSettings,
     pub admin_address: SocketAddr,
@@ -248,10 +252,8 @@ impl Settings {
             &env,
             namespace.as_deref(),
         )?;
-        let resync_interval = parse_duration_field("resyncInterval", file.resync_interval, "1m")?;
-        if resync_interval < Duration::from_secs(1) {
-            return Err(ConfigError::new("resyncInterval", "must be at least 1s"));
-        }
+        let resync_interval = interval_field("resyncInterval", file.resync_interval, "1m")?;
+        let cost_interval = interval_field("costInterval", file.cost_interval, "5m")?;
         let aws = AwsSettings::resolve(args, file.aws)?;
         let identity = args
             .identity
@@ -299,6 +301,7 @@ impl Settings {
             namespace,
             dry_run: args.dry_run || file.dry_run.unwrap_or(false),
             resync_interval,
+            cost_interval,
             identity,
             aws,
             admin_address,
@@ -423,49 +426,6 @@ impl AwsSettings {
             ));
         }
         Ok(aws)
-    }
-}
-
-fn parse_duration_field(
-    field: &str,
-    value: Option<String>,
-    default: &str,
-) -> Result<Duration, ConfigError> {
-    let raw = value.unwrap_or_else(|| default.to_string());
-    duration::parse(&raw).map_err(|e| ConfigError::new(field, e.to_string()))
-}
-
-fn check_dns_label(field: &str, value: &str) -> Result<(), ConfigError> {
-    let ok = !value.is_empty()
-        && value.len() <= 63
-        && value
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !value.starts_with('-')
-        && !value.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(ConfigError::new(
-            field,
-            format!("{value:?} is not a valid name (lowercase letters, digits, '-', at most 63)"),
-        ))
-    }
-}
-
-fn check_dns_subdomain(field: &str, value: &str) -> Result<(), ConfigError> {
-    let ok = !value.is_empty()
-        && value.len() <= 253
-        && value
-            .split('.')
-            .all(|part| check_dns_label(field, part).is_ok());
-    if ok {
-        Ok(())
-    } else {
-        Err(ConfigError::new(
-            field,
-            format!("{value:?} is not a valid object name"),
-        ))
     }
 }
 

@@ -40,6 +40,12 @@ pub struct AsgView {
     /// Its recent record's events in the last 24 hours (the NodeGroup's
     /// `autoScalingGroups[].recent`): a raise elsewhere prefers the lowest.
     pub risk: u32,
+    /// Its spot price in millionths of a dollar an hour, when known (the
+    /// NodeGroup's `autoScalingGroups[].spotPrice`).
+    pub price: Option<u64>,
+    /// Its instance type's on-demand price, in millionths of a dollar an
+    /// hour, when known (`autoScalingGroups[].onDemandPrice`).
+    pub on_demand_price: Option<u64>,
 }
 
 impl AsgView {
@@ -106,6 +112,8 @@ impl From<&AsgDescription> for AsgView {
             suspended_processes: asg.suspended_processes.clone(),
             fallback: false,
             risk: 0,
+            price: None,
+            on_demand_price: None,
         };
         let reason = view.launch_problem(None);
         AsgView {
@@ -131,6 +139,8 @@ impl From<AsgView> for AutoScalingGroupStatus {
             launch_failure: v.launch_failure,
             suspended_processes: v.suspended_processes,
             fallback: v.fallback,
+            spot_price: v.price.map(|p| format!("{:.6}", p as f64 / 1e6)),
+            on_demand_price: v.on_demand_price.map(|p| format!("{:.6}", p as f64 / 1e6)),
             recent: vec![],
         }
     }

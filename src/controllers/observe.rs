@@ -153,6 +153,8 @@ impl ObservedGroup {
             .map(|a| AsgView {
                 fallback: spec.is_fallback(&a.name),
                 risk: self.risk_of(&a.name),
+                price: self.price_of(&a.name, |s| s.spot_price.as_deref()),
+                on_demand_price: self.price_of(&a.name, |s| s.on_demand_price.as_deref()),
                 ..AsgView::from(a)
             })
             .collect();
@@ -168,6 +170,22 @@ impl ObservedGroup {
             .iter()
             .find(|a| a.name == asg)
             .map_or(0, |a| u32::try_from(a.recent.len()).unwrap_or(u32::MAX))
+    }
+
+    /// A price of the ASG (`which`) as the inventory last read it, in
+    /// millionths of a dollar an hour.
+    fn price_of(
+        &self,
+        asg: &str,
+        which: impl Fn(&crate::crd::nodegroup::AutoScalingGroupStatus) -> Option<&str>,
+    ) -> Option<u64> {
+        let status = self
+            .group_status
+            .auto_scaling_groups
+            .iter()
+            .find(|a| a.name == asg)?;
+        let dollars: f64 = which(status)?.parse().ok()?;
+        (dollars.is_finite() && dollars >= 0.0).then(|| (dollars * 1e6).round() as u64)
     }
 
     /// A Master group that may take a master away (`needed`): looks at the

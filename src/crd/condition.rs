@@ -25,6 +25,9 @@ pub const NO_ROOM_ABOVE_DESIRED: &str = "NoRoomAboveDesired";
 /// NodeGroup: another termination handler (aws-node-termination-handler,
 /// which kops runs by default) answers the same notices in the cluster.
 pub const OTHER_TERMINATION_HANDLER: &str = "OtherTerminationHandler";
+/// NodeGroup: every price its cost record needs is known (False: which
+/// cannot be read, and why; the figures leave those hours unpriced).
+pub const COST_KNOWN: &str = "CostKnown";
 /// Refresher: the schedule and time zone parse.
 pub const SCHEDULE_VALID: &str = "ScheduleValid";
 /// Refresher: the outcome of the last run.

@@ -46,6 +46,7 @@ pub fn with_every_series() -> Metrics {
         None,
         chrono::DateTime::UNIX_EPOCH,
     );
+    status.cost = Some(Default::default());
     m.group_observed("ns", "workers", &status);
     m.leader.set(1);
     m.controller_restarts.inc();

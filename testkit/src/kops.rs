@@ -31,6 +31,8 @@ pub struct KopsGroup {
 }
 
 pub const ZONES: [&str; 3] = ["ap-northeast-1a", "ap-northeast-1c", "ap-northeast-1d"];
+/// The region every world's AWS is in.
+pub const REGION: &str = "ap-northeast-1";
 
 impl World {
     /// Sets each of `asgs`' MaxSize to `max` (kops's control-plane groups
@@ -651,6 +653,31 @@ impl World {
     /// policy that lacks it.
     pub async fn deny_aws_action(&self, action: &str) {
         let path = format!("/_snm/deny?account={}&action={action}", self.account);
+        let answered = crate::http_get(self.emulator_port(), &path).await;
+        assert!(matches!(answered, Some((200, _))), "{answered:?}");
+    }
+
+    /// Sets the emulator's spot price of `instance_type` in `zone` for this
+    /// world's account (dollars an hour; None: unlisted).
+    pub async fn set_spot_price(&self, instance_type: &str, zone: &str, price: Option<f64>) {
+        let price = price.map(|p| p.to_string()).unwrap_or_default();
+        let path = format!(
+            "/_snm/price?account={}&kind=spot&type={instance_type}&zone={zone}&price={price}",
+            self.account
+        );
+        let answered = crate::http_get(self.emulator_port(), &path).await;
+        assert!(matches!(answered, Some((200, _))), "{answered:?}");
+    }
+
+    /// Sets the Price List's on-demand price of `instance_type` in the
+    /// world's region for this world's account (None: unlisted).
+    pub async fn set_on_demand_price(&self, instance_type: &str, price: Option<f64>) {
+        let price = price.map(|p| p.to_string()).unwrap_or_default();
+        let path = format!(
+            "/_snm/price?account={}&kind=on-demand&type={instance_type}&region={}&price={price}",
+            self.account,
+            crate::REGION
+        );
         let answered = crate::http_get(self.emulator_port(), &path).await;
         assert!(matches!(answered, Some((200, _))), "{answered:?}");
     }

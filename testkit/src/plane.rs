@@ -127,7 +127,7 @@ pub fn fresh_account() -> String {
 pub fn aws_sdk_config() -> aws_config::SdkConfig {
     aws_config::SdkConfig::builder()
         .behavior_version(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new("ap-northeast-1"))
+        .region(aws_config::Region::new(crate::REGION))
         .endpoint_url(control_plane().moto_endpoint.clone())
         .credentials_provider(aws_sdk_ec2::config::SharedCredentialsProvider::new(
             aws_sdk_ec2::config::Credentials::new("testing", "testing", None, None, "tests"),

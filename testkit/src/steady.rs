@@ -120,6 +120,11 @@ pub struct SteadyGroupBuilder {
     resync: String,
     binary: Option<std::path::PathBuf>,
     split: bool,
+    /// Set in the emulator before the manager starts: spot prices (type,
+    /// zone), on-demand prices (type), AWS actions denied.
+    spot_prices: Vec<(String, String, f64)>,
+    on_demand_prices: Vec<(String, f64)>,
+    denied: Vec<String>,
 }
 
 impl SteadyGroup {
@@ -157,6 +162,9 @@ impl SteadyGroupBuilder {
             resync: "2s".into(),
             binary: None,
             split: false,
+            spot_prices: vec![],
+            on_demand_prices: vec![],
+            denied: vec![],
         }
     }
 
@@ -228,6 +236,29 @@ impl SteadyGroupBuilder {
         self
     }
 
+    /// The emulator's spot price of `instance_type` in `zone`, set before
+    /// the manager starts (it reads prices at most once an hour).
+    pub fn spot_price(mut self, instance_type: &str, zone: &str, price: f64) -> Self {
+        self.spot_prices
+            .push((instance_type.to_string(), zone.to_string(), price));
+        self
+    }
+
+    /// The Price List's on-demand price of `instance_type`, set before the
+    /// manager starts.
+    pub fn on_demand_price(mut self, instance_type: &str, price: f64) -> Self {
+        self.on_demand_prices
+            .push((instance_type.to_string(), price));
+        self
+    }
+
+    /// AWS `action` refused to the world's account (as IAM refuses an
+    /// action its policy lacks) before the manager starts.
+    pub fn deny(mut self, action: &str) -> Self {
+        self.denied.push(action.to_string());
+        self
+    }
+
     /// More of the manager's config file (YAML, after `resyncInterval`).
     pub fn manager_config(mut self, yaml: &str) -> Self {
         self.config.push_str(yaml);
@@ -238,6 +269,17 @@ impl SteadyGroupBuilder {
     /// the manager, and waits until all nodes are Ready.
     pub async fn start(self) -> SteadyGroup {
         let world = World::new(&self.test).await;
+        for (instance_type, zone, price) in &self.spot_prices {
+            world
+                .set_spot_price(instance_type, zone, Some(*price))
+                .await;
+        }
+        for (instance_type, price) in &self.on_demand_prices {
+            world.set_on_demand_price(instance_type, Some(*price)).await;
+        }
+        for action in &self.denied {
+            world.deny_aws_action(action).await;
+        }
         let kops = world
             .kops_group(self.kops_role, &self.zones, self.per_asg, &[])
             .await;

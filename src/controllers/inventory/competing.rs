@@ -89,6 +89,26 @@ pub fn set_competing(
     );
 }
 
+/// The warm pools of the group's ASGs, described at most an hour ago (none
+/// while one cannot be described: the condition then says nothing of them).
+pub async fn warm_pools(
+    described: &super::hourly::Hourly<Option<crate::cloud::WarmPool>>,
+    cloud: &dyn crate::cloud::Cloud,
+    group: &NodeGroup,
+) -> Vec<(String, crate::cloud::WarmPool)> {
+    let what = "warm pools (IAM: autoscaling:DescribeWarmPool)";
+    let found = described
+        .get(&group.spec.asg_names(), what, |asg| async move {
+            cloud.warm_pool(&asg).await
+        })
+        .await
+        .unwrap_or_default();
+    found
+        .into_iter()
+        .filter_map(|(asg, pool)| Some((asg, pool.as_ref().clone()?)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -50,6 +50,8 @@ pub(super) struct InventoryContext {
     pub(super) hooks: super::hourly::Hourly<Vec<crate::cloud::LifecycleHook>>,
     /// The ASGs' warm pools, described once an hour.
     pub(super) warm_pools: super::hourly::Hourly<Option<crate::cloud::WarmPool>>,
+    /// Spot and on-demand prices, read at most hourly and daily.
+    pub(super) prices: crate::cloud::prices::PriceBook,
 }
 
 pub(super) async fn reconcile(
@@ -220,9 +222,7 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
 
     let mut next = next;
     if let Ok(view) = &observed {
-        let pools = warm_pools(ictx, cloud.as_ref(), &group).await;
-        let asgs = (view.asgs.as_slice(), pools.as_slice());
-        super::competing::set_competing(&group, asgs, &mut next, now);
+        beside_the_description(ictx, cloud.as_ref(), &group, view, &mut next, now).await;
     }
     other_handlers(ictx, cloud.as_ref(), &group, &mut next, now).await;
     next.state = Some(plan::group_state(&group, &next, now));
@@ -253,6 +253,23 @@ async fn reconcile_inner(group: Arc<NodeGroup>, ictx: &InventoryContext) -> Resu
         sync_children(ctx, &group, &namespace, &name).await?;
     }
     Ok(Action::requeue(requeue))
+}
+
+/// What is judged of the described ASGs beside the inventory itself: the
+/// settings that compete (warm pools described hourly), the cost record.
+async fn beside_the_description(
+    ictx: &InventoryContext,
+    cloud: &dyn Cloud,
+    group: &NodeGroup,
+    view: &AwsView,
+    next: &mut NodeGroupStatus,
+    now: DateTime<Utc>,
+) {
+    let pools = super::competing::warm_pools(&ictx.warm_pools, cloud, group).await;
+    let asgs = (view.asgs.as_slice(), pools.as_slice());
+    super::competing::set_competing(group, asgs, next, now);
+    let (prices, every) = (&ictx.prices, ictx.ctx.settings.cost_interval);
+    super::cost::account_group(prices, cloud, group, view, next, every, now).await;
 }
 
 /// The OtherTerminationHandler condition on `next`, from a listing at
@@ -292,27 +309,6 @@ async fn other_handlers(
         next,
         now,
     );
-}
-
-/// The warm pools of the group's ASGs, described at most an hour ago (none
-/// while one cannot be described: the condition then says nothing of them).
-async fn warm_pools(
-    ictx: &InventoryContext,
-    cloud: &dyn Cloud,
-    group: &NodeGroup,
-) -> Vec<(String, crate::cloud::WarmPool)> {
-    let what = "warm pools (IAM: autoscaling:DescribeWarmPool)";
-    let found = ictx
-        .warm_pools
-        .get(&group.spec.asg_names(), what, |asg| async move {
-            cloud.warm_pool(&asg).await
-        })
-        .await
-        .unwrap_or_default();
-    found
-        .into_iter()
-        .filter_map(|(asg, pool)| Some((asg, pool.as_ref().clone()?)))
-        .collect()
 }
 
 /// A Warning Event for each problem the new status raises: the spec turned

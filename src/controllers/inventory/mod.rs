@@ -8,6 +8,7 @@ mod asg_health;
 pub mod children;
 pub mod competing;
 pub mod controller;
+pub mod cost;
 pub mod deletion;
 pub mod drift;
 pub mod external_update;

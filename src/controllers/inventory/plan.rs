@@ -183,6 +183,9 @@ pub fn inventory_status<N: NodeView>(
             let recent = super::asg_health::pool_record(&a.name, &view, before, &members, now);
             AutoScalingGroupStatus {
                 recent,
+                // Kept until the next reading of prices (the cost accounting).
+                spot_price: before.and_then(|p| p.spot_price.clone()),
+                on_demand_price: before.and_then(|p| p.on_demand_price.clone()),
                 ..view.into()
             }
         })

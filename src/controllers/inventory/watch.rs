@@ -77,6 +77,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
                 handlers: Default::default(),
                 hooks: Default::default(),
                 warm_pools: Default::default(),
+                prices: Default::default(),
             }),
         )
         .for_each(|result| async move {

@@ -50,6 +50,12 @@ use serde::{Deserialize, Serialize};
         priority = 1
     ),
     printcolumn(
+        name = "Savings",
+        type_ = "string",
+        json_path = ".status.cost.savings",
+        priority = 1
+    ),
+    printcolumn(
         name = "Last Interruption",
         type_ = "date",
         json_path = ".status.lastInterruption.noticed",
@@ -457,12 +463,14 @@ fn default_ready_timeout() -> String {
     "15m".into()
 }
 
+mod cost;
 mod disruption;
 mod fallback;
 mod pool;
 mod status;
 mod validation;
 
+pub use cost::*;
 pub use disruption::*;
 pub use fallback::*;
 pub use pool::*;

@@ -66,6 +66,10 @@ pub struct NodeGroupStatus {
     /// When the group's Refresher next runs, if a refresh is scheduled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_refresh: Option<DateTime<Utc>>,
+    /// What the group's instances cost and what spot saved, this month and
+    /// in all (docs/concepts/cost.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<super::CostRecord>,
     /// The next disruption the manager will make on its own in the group,
     /// in one line: the sooner of its Refresher's and its Replenisher's
     /// (their `status.next` has the detail).
@@ -363,6 +367,15 @@ pub struct AutoScalingGroupStatus {
     /// An on-demand fallback ASG (`spec.fallback`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fallback: bool,
+    /// The spot price of this pool, in US dollars an hour (the instance
+    /// type most of its instances run, in its zone), as last read: a raise
+    /// prefers the cheaper of two pools alike in record and size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot_price: Option<String>,
+    /// The on-demand price of the same instance type, in US dollars an hour
+    /// (what an hour of a fallback node costs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_demand_price: Option<String>,
     /// What happened to this pool over the last 24 hours (interruption
     /// warnings, rebalance recommendations, launch failures; at most 50):
     /// a raise elsewhere prefers the ASG with the fewest.

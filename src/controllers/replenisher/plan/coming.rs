@@ -321,6 +321,23 @@ fn voluntary(s: &Deciding, reason: Reason, n: &GroupNode) -> Option<NextNode> {
     })
 }
 
+/// What an hour of the nodes on the fallback costs, when every one's
+/// on-demand price is known: `; on demand meanwhile: $0.1920/h`.
+fn fallback_cost(s: &Deciding) -> String {
+    let price = |n: &&crate::controllers::group_view::GroupNode| {
+        let asg = n.asg.as_deref()?;
+        s.asgs.iter().find(|a| a.name == asg)?.on_demand_price
+    };
+    let prices: Option<Vec<u64>> = super::fallback::on_fallback(s).iter().map(price).collect();
+    match prices {
+        Some(p) if !p.is_empty() => format!(
+            "; on demand meanwhile: ${:.4}/h",
+            p.iter().sum::<u64>() as f64 / 1e6
+        ),
+        _ => String::new(),
+    }
+}
+
 /// Nodes on the on-demand fallback, back to spot once a spot ASG has
 /// launched for `returnAfter` (the soonest clock), in a window.
 fn back_to_spot(s: &Deciding) -> Option<Kind> {
@@ -339,8 +356,9 @@ fn back_to_spot(s: &Deciding) -> Option<Kind> {
     Some(Kind {
         what: "return to spot",
         why: format!(
-            "a spot ASG launching for {}",
-            crate::duration::format(settings.return_after)
+            "a spot ASG launching for {}{}",
+            crate::duration::format(settings.return_after),
+            fallback_cost(s)
         ),
         at: in_window(s, Reason::FallbackReturn, due),
         nodes,

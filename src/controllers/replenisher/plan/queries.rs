@@ -181,13 +181,24 @@ pub(super) fn on_the_way(s: &Deciding, asg: &AsgView) -> i32 {
 /// Spread: of the candidates below their max, the one with the best
 /// recent record (fewest interruptions, rebalance recommendations and
 /// launch failures in 24 hours), then the lowest desired count, then the
-/// name, gets the next one.
+/// lowest spot price, then the name, gets the next one. The count comes
+/// before the price so that several nodes still spread over the zones; the
+/// price decides between pools alike in record and size.
 pub(super) fn spread(candidates: &[AsgView]) -> Option<usize> {
-    candidates
-        .iter()
-        .enumerate()
-        .filter(|(_, a)| a.desired < a.max)
-        .min_by(|(_, a), (_, b)| (a.risk, a.desired, &a.name).cmp(&(b.risk, b.desired, &b.name)))
+    let open = || {
+        candidates
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.desired < a.max)
+    };
+    // Prices order the pools only when every one has a price: an unknown
+    // one is no reason to pass a pool over, nor to prefer it.
+    let priced = open().all(|(_, a)| a.price.is_some());
+    let price = |a: &AsgView| if priced { a.price } else { None };
+    open()
+        .min_by(|(_, a), (_, b)| {
+            (a.risk, a.desired, price(a), &a.name).cmp(&(b.risk, b.desired, price(b), &b.name))
+        })
         .map(|(i, _)| i)
 }
 

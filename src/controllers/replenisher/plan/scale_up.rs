@@ -81,7 +81,8 @@ pub(super) fn scale_up(s: &Deciding) -> Option<Plan> {
         added += spread_over(&mut candidates, short - added);
     }
     let changes = changes_from(s, &candidates);
-    let message = raise_message(s, added, &changes, &replacements);
+    let mut message = raise_message(s, added, &changes, &replacements);
+    message.push_str(&price_note(&raise_candidates(s), &changes));
     let mut status = s.status.clone();
     record_raise(&mut status, &changes, input.group.now, message.clone());
     status.replacing.extend(replacements);
@@ -150,6 +151,31 @@ fn raise_message(
             .collect::<Vec<_>>()
             .join(", ")
     )
+}
+
+/// Why a raise of one went where it did, when the spot price decided it:
+/// another pool alike in record and size, dearer. Empty otherwise.
+fn price_note(pools: &[AsgView], changes: &[DesiredChange]) -> String {
+    let [change] = changes else {
+        return String::new();
+    };
+    let Some(chosen) = pools.iter().find(|p| p.name == change.asg) else {
+        return String::new();
+    };
+    let dearer = pools
+        .iter()
+        .filter(|p| p.name != chosen.name && p.desired < p.max)
+        .filter(|p| (p.risk, p.desired) == (chosen.risk, chosen.desired))
+        .filter_map(|p| p.price)
+        .min();
+    match (chosen.price, dearer) {
+        (Some(own), Some(other)) if own < other => format!(
+            " (the lowest spot price of the pools alike in record and size: ${:.4}/h against ${:.4}/h)",
+            own as f64 / 1e6,
+            other as f64 / 1e6
+        ),
+        _ => String::new(),
+    }
 }
 
 /// Ready at desired, nothing on its way, and an ASG left below its count by

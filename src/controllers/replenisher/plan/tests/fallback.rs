@@ -395,3 +395,18 @@ fn the_return_is_said_in_status_next_for_when_it_comes() {
         "{next:?}"
     );
 }
+
+#[test]
+fn the_return_says_what_an_hour_of_the_fallback_costs_when_its_price_is_known() {
+    let mut s = spot_back_in_c();
+    s.status = at(&s, t0()).status;
+    let next = at(&s, t0() + seconds(60)).status.next.expect("next");
+    assert!(!next.why.contains("on demand meanwhile"), "{}", next.why);
+    s.asgs[3].on_demand_price = Some(96_000);
+    let next = at(&s, t0() + seconds(60)).status.next.expect("next");
+    assert!(
+        next.why.ends_with("; on demand meanwhile: $0.0960/h"),
+        "{}",
+        next.why
+    );
+}

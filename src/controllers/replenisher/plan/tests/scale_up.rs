@@ -153,3 +153,34 @@ fn a_raise_elsewhere_prefers_the_pool_with_the_best_recent_record() {
     s.asgs[1].risk = 0;
     assert_eq!(s.plan().command, raise("c"));
 }
+
+#[test]
+fn between_pools_alike_in_record_and_size_a_raise_prefers_the_cheaper_and_says_so() {
+    // Zone a short; c and d alike (record, one node each), d cheaper.
+    let mut s = Scenario::steady().shortage_in_a();
+    s.asgs[1].price = Some(34_000);
+    s.asgs[2].price = Some(31_000);
+    let p = s.plan();
+    let raise = |asg: &str| {
+        Command::SetDesired(vec![DesiredChange {
+            asg: asg.into(),
+            from: 1,
+            to: 2,
+        }])
+    };
+    assert_eq!(p.command, raise("d"), "{}", p.message);
+    assert!(
+        p.message.contains("$0.0310/h against $0.0340/h"),
+        "{}",
+        p.message
+    );
+    // The record comes first: a cheaper pool interrupted today loses.
+    s.asgs[2].risk = 1;
+    assert_eq!(s.plan().command, raise("c"));
+    // An unknown price orders nothing: by name again, and nothing said.
+    s.asgs[2].risk = 0;
+    s.asgs[1].price = None;
+    let p = s.plan();
+    assert_eq!(p.command, raise("c"), "{}", p.message);
+    assert!(!p.message.contains("spot price"), "{}", p.message);
+}

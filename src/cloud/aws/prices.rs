@@ -1,0 +1,108 @@
+//! Prices: spot prices from EC2's DescribeSpotPriceHistory, on-demand
+//! prices from the Price List API's GetProducts.
+
+use super::AwsCloud;
+use crate::Result;
+use crate::cloud::prices::{SpotPrice, on_demand_in_document};
+use aws_sdk_ec2::types::InstanceType;
+use aws_sdk_pricing::types::{Filter, FilterType};
+
+/// The Price List attributes of the instances a kops node runs as: Linux,
+/// shared tenancy, no pre-installed software, a price for a used instance.
+const LINUX_SHARED: [(&str, &str); 4] = [
+    ("operatingSystem", "Linux"),
+    ("tenancy", "Shared"),
+    ("preInstalledSw", "NA"),
+    ("capacitystatus", "Used"),
+];
+
+impl AwsCloud {
+    pub(super) async fn describe_spot_prices(&self, types: &[String]) -> Result<Vec<SpotPrice>> {
+        let mut prices = vec![];
+        // Asked as of now: the price in force in each zone, one per type.
+        let now = aws_sdk_ec2::primitives::DateTime::from(std::time::SystemTime::now());
+        let mut pages = self
+            .clients
+            .ec2
+            .describe_spot_price_history()
+            .set_instance_types(Some(
+                types
+                    .iter()
+                    .map(|t| InstanceType::from(t.as_str()))
+                    .collect(),
+            ))
+            .product_descriptions("Linux/UNIX")
+            .start_time(now)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            self.count("DescribeSpotPriceHistory");
+            let page = page.map_err(self.failed("DescribeSpotPriceHistory", types.join(",")))?;
+            for p in page.spot_price_history() {
+                let (Some(instance_type), Some(zone), Some(price)) =
+                    (p.instance_type(), p.availability_zone(), p.spot_price())
+                else {
+                    continue;
+                };
+                let Ok(dollars_per_hour) = price.parse::<f64>() else {
+                    continue;
+                };
+                let price = SpotPrice {
+                    instance_type: instance_type.as_str().to_string(),
+                    zone: zone.to_string(),
+                    dollars_per_hour,
+                };
+                // The newest first: keep one per type and zone.
+                if !prices.iter().any(|q: &SpotPrice| {
+                    q.instance_type == price.instance_type && q.zone == price.zone
+                }) {
+                    prices.push(price);
+                }
+            }
+        }
+        Ok(prices)
+    }
+
+    pub(super) async fn get_on_demand_price(&self, instance_type: &str) -> Result<Option<f64>> {
+        let region = self.region.clone().unwrap_or_default();
+        let term = |field: &str, value: &str| {
+            Filter::builder()
+                .r#type(FilterType::TermMatch)
+                .field(field)
+                .value(value)
+                .build()
+        };
+        let mut filters = vec![
+            term("instanceType", instance_type),
+            term("regionCode", &region),
+        ];
+        filters.extend(LINUX_SHARED.iter().map(|(f, v)| term(f, v)));
+        let filters = filters
+            .into_iter()
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| crate::Error::Config(format!("a Price List filter: {e}")))?;
+        self.count("GetProducts");
+        let out = self
+            .clients
+            .pricing
+            .get_products()
+            .service_code("AmazonEC2")
+            .format_version("aws_v1")
+            .set_filters(Some(filters))
+            .max_results(10)
+            .send()
+            .await
+            .map_err(self.failed("GetProducts", format!("{instance_type} in {region}")))?;
+        let mut found = None;
+        for document in out.price_list() {
+            let price = on_demand_in_document(document).map_err(|e| crate::Error::Aws {
+                operation: "GetProducts",
+                resource: format!("{instance_type} in {region}"),
+                code: None,
+                message: e,
+            })?;
+            found = found.or(price);
+        }
+        Ok(found)
+    }
+}

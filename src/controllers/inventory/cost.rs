@@ -1,0 +1,382 @@
+//! The group's cost record (`status.cost`), accounted at a sync once
+//! `costInterval` has passed since the last accounting (so a settled group's
+//! status is not rewritten at every resync): the instances seen running, the
+//! hours since then, at the prices AWS quotes now.
+
+use super::plan::AwsView;
+use crate::cloud::prices::{KnownPrices, PriceBook};
+use crate::cloud::{Cloud, Lifecycle};
+use crate::crd::NodeGroup;
+use crate::crd::condition::{COST_KNOWN, ConditionStatus, set_condition};
+use crate::crd::nodegroup::{CostFigures, CostRecord, NodeGroupStatus};
+use chrono::{DateTime, Utc};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// The longest time one accounting covers: a manager down for longer does
+/// not know which instances ran meanwhile, so the rest of the gap is left
+/// out rather than guessed.
+pub const MAX_GAP: Duration = Duration::from_secs(15 * 60);
+
+/// An instance billed now: its type, zone, and whether it is spot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Running {
+    pub instance_type: String,
+    pub zone: String,
+    pub spot: bool,
+}
+
+/// The instances of the group's ASGs that run (Pending, InService, or on
+/// their way out while still running). Spot or on demand as EC2 described
+/// the instance; an instance not described is taken as its ASG launches
+/// (the fallback ASGs on demand, the others spot).
+pub fn running(view: &AwsView, fallback_asgs: &BTreeSet<String>) -> Vec<Running> {
+    let mut out = vec![];
+    for asg in &view.asgs {
+        for i in &asg.instances {
+            let billed = i.is_active() || i.lifecycle_state.starts_with("Terminating");
+            let (Some(instance_type), Some(zone)) = (&i.instance_type, &i.availability_zone) else {
+                continue;
+            };
+            if !billed {
+                continue;
+            }
+            let described = view
+                .instances
+                .iter()
+                .find(|d| d.instance_id == i.instance_id);
+            let spot = match described {
+                Some(d) => d.lifecycle == Lifecycle::Spot,
+                None => !fallback_asgs.contains(&asg.name),
+            };
+            out.push(Running {
+                instance_type: instance_type.clone(),
+                zone: zone.clone(),
+                spot,
+            });
+        }
+    }
+    out
+}
+
+/// The instance types the running instances have: the prices to know.
+pub fn types_of(running: &[Running]) -> BTreeSet<String> {
+    running.iter().map(|r| r.instance_type.clone()).collect()
+}
+
+/// Pure: the record after accounting `running` at `prices` up to `now`.
+/// The first sync starts an empty record; a sync before `every` has
+/// passed leaves it as it is.
+pub fn account(
+    previous: Option<&CostRecord>,
+    running: &[Running],
+    prices: &KnownPrices,
+    now: DateTime<Utc>,
+    every: Duration,
+) -> CostRecord {
+    let month = now.format("%Y-%m").to_string();
+    let Some(previous) = previous else {
+        return CostRecord {
+            month,
+            since: now,
+            accounted_until: now,
+            ..Default::default()
+        };
+    };
+    let elapsed = (now - previous.accounted_until)
+        .to_std()
+        .unwrap_or_default();
+    if elapsed < every {
+        return previous.clone();
+    }
+    let hours = elapsed.min(MAX_GAP).as_secs_f64() / 3600.0;
+    let mut next = previous.clone();
+    if next.month != month {
+        // A new month: this accounting's hours are the new month's.
+        next.month = month;
+        next.this_month = CostFigures::default();
+    }
+    for instance in running {
+        add(&mut next.this_month, instance, hours, prices);
+        add(&mut next.total, instance, hours, prices);
+    }
+    next.accounted_until = now;
+    next.savings = savings_text(&next.this_month);
+    next
+}
+
+/// Adds one instance's `hours` to `figures`. Its dollars only when both
+/// its own price and its type's on-demand price are known: a saving made
+/// of half-priced hours would mislead.
+fn add(figures: &mut CostFigures, instance: &Running, hours: f64, prices: &KnownPrices) {
+    let on_demand = prices.on_demand.get(&instance.instance_type).copied();
+    let own = match instance.spot {
+        true => {
+            figures.spot_instance_hours += hours;
+            let key = (instance.instance_type.clone(), instance.zone.clone());
+            prices.spot.get(&key).copied()
+        }
+        false => {
+            figures.on_demand_instance_hours += hours;
+            on_demand
+        }
+    };
+    let (Some(own), Some(on_demand)) = (own, on_demand) else {
+        figures.unpriced_instance_hours += hours;
+        return;
+    };
+    match instance.spot {
+        true => figures.spot_dollars += hours * own,
+        false => figures.on_demand_dollars += hours * own,
+    }
+    figures.on_demand_equivalent_dollars += hours * on_demand;
+    figures.saving_dollars += hours * (on_demand - own);
+}
+
+/// `$12.34 (68%)`: the saving and its share of the on-demand equivalent.
+fn savings_text(f: &CostFigures) -> Option<String> {
+    (f.on_demand_equivalent_dollars > 0.0).then(|| {
+        let share = 100.0 * f.saving_dollars / f.on_demand_equivalent_dollars;
+        format!("${:.2} ({share:.0}%)", f.saving_dollars)
+    })
+}
+
+/// Each ASG's spot price on `next` (`autoScalingGroups[].spotPrice`): the
+/// price of the instance type most of its instances run, in their zone. An
+/// ASG with no instance keeps the price it had.
+pub fn set_pool_prices(next: &mut NodeGroupStatus, view: &AwsView, prices: &KnownPrices) {
+    for status in &mut next.auto_scaling_groups {
+        let Some(asg) = view.asgs.iter().find(|a| a.name == status.name) else {
+            continue;
+        };
+        let mut seen: std::collections::BTreeMap<(String, String), usize> = Default::default();
+        for i in asg.instances.iter().filter(|i| i.is_active()) {
+            if let (Some(t), Some(z)) = (&i.instance_type, &i.availability_zone) {
+                *seen.entry((t.clone(), z.clone())).or_default() += 1;
+            }
+        }
+        let Some(most) = seen.into_iter().max_by_key(|(_, n)| *n).map(|(key, _)| key) else {
+            continue;
+        };
+        if let Some(price) = prices.spot.get(&most) {
+            status.spot_price = Some(format!("{price:.6}"));
+        }
+        if let Some(price) = prices.on_demand.get(&most.0) {
+            status.on_demand_price = Some(format!("{price:.6}"));
+        }
+    }
+}
+
+/// The group's cost record and pool prices on `next`: its running
+/// instances' hours at the prices known (`prices` reads them at most
+/// hourly, spot, and daily, on demand).
+pub async fn account_group(
+    prices: &PriceBook,
+    cloud: &dyn Cloud,
+    group: &NodeGroup,
+    view: &AwsView,
+    next: &mut NodeGroupStatus,
+    every: Duration,
+    now: DateTime<Utc>,
+) {
+    let fallback: BTreeSet<String> = group
+        .spec
+        .fallback
+        .iter()
+        .flat_map(|f| f.auto_scaling_groups.iter().map(|a| a.name.clone()))
+        .collect();
+    let running = running(view, &fallback);
+    let region = group.spec.region.clone().unwrap_or_default();
+    let known = prices.prices(cloud, &region, &types_of(&running)).await;
+    let generation = group.metadata.generation;
+    set_cost(next, &running, &known, every, generation, now);
+    set_pool_prices(next, view, &known);
+}
+
+/// Sets the group's cost record and its `CostKnown` condition on `next`.
+pub fn set_cost(
+    next: &mut NodeGroupStatus,
+    running: &[Running],
+    prices: &KnownPrices,
+    every: Duration,
+    generation: Option<i64>,
+    now: DateTime<Utc>,
+) {
+    next.cost = Some(account(next.cost.as_ref(), running, prices, now, every));
+    let (status, reason, message) = match prices.unknown.is_empty() {
+        true => (
+            ConditionStatus::True,
+            "PricesKnown",
+            "every running instance's spot and on-demand price is known".to_string(),
+        ),
+        false => (
+            ConditionStatus::False,
+            "PricesUnknown",
+            format!(
+                "{}; their hours are counted, not priced",
+                prices.unknown.join("; ")
+            ),
+        ),
+    };
+    set_condition(
+        &mut next.conditions,
+        COST_KNOWN,
+        status,
+        reason,
+        message,
+        generation,
+        now,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    const EVERY: Duration = Duration::from_secs(300);
+
+    /// Equal to a billionth (sums of binary fractions are not exact).
+    fn near(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    fn at(day: u32, h: u32, m: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, day, h, m, 0)
+            .single()
+            .expect("a time")
+    }
+
+    fn spot(zone: &str) -> Running {
+        Running {
+            instance_type: "t3.medium".into(),
+            zone: zone.into(),
+            spot: true,
+        }
+    }
+
+    fn prices() -> KnownPrices {
+        let mut p = KnownPrices::default();
+        p.spot
+            .insert(("t3.medium".into(), "us-east-1a".into()), 0.0125);
+        p.spot
+            .insert(("t3.medium".into(), "us-east-1b".into()), 0.0150);
+        p.on_demand.insert("t3.medium".into(), 0.0416);
+        p
+    }
+
+    #[test]
+    fn hours_and_dollars_add_up_as_computed_by_hand() {
+        let start = account(None, &[], &prices(), at(28, 10, 0), EVERY);
+        assert_eq!(start.accounted_until, at(28, 10, 0));
+        let running = [spot("us-east-1a"), spot("us-east-1b")];
+        let mut record = start;
+        // Three accountings of 5 minutes each: a quarter of an hour.
+        for m in [5, 10, 15] {
+            record = account(Some(&record), &running, &prices(), at(28, 10, m), EVERY);
+        }
+        let f = &record.this_month;
+        assert!(near(f.spot_instance_hours, 0.5), "{f:?}");
+        // 0.25 h at 0.0125 + 0.25 h at 0.0150.
+        assert!(near(f.spot_dollars, 0.006875), "{f:?}");
+        assert!(near(f.on_demand_equivalent_dollars, 0.0208), "{f:?}");
+        assert!(near(f.saving_dollars, 0.013925), "{f:?}");
+        assert_eq!(record.total, record.this_month);
+        assert_eq!(record.savings.as_deref(), Some("$0.01 (67%)"));
+    }
+
+    #[test]
+    fn a_fallback_hour_is_priced_on_demand_and_saves_nothing() {
+        let start = account(None, &[], &prices(), at(28, 10, 0), EVERY);
+        let fallback = Running {
+            spot: false,
+            ..spot("us-east-1a")
+        };
+        let record = account(Some(&start), &[fallback], &prices(), at(28, 10, 15), EVERY);
+        let f = &record.this_month;
+        assert!(near(f.on_demand_instance_hours, 0.25) && near(f.on_demand_dollars, 0.0104));
+        assert!(near(f.saving_dollars, 0.0), "{f:?}");
+    }
+
+    #[test]
+    fn nothing_is_accounted_before_the_interval_and_a_long_gap_is_capped() {
+        let start = account(None, &[], &prices(), at(28, 10, 0), EVERY);
+        let soon = account(
+            Some(&start),
+            &[spot("us-east-1a")],
+            &prices(),
+            at(28, 10, 4),
+            EVERY,
+        );
+        assert_eq!(soon, start, "unchanged: nothing rewritten");
+        let later = account(
+            Some(&start),
+            &[spot("us-east-1a")],
+            &prices(),
+            at(28, 13, 0),
+            EVERY,
+        );
+        let hours = later.this_month.spot_instance_hours;
+        assert!(near(hours, 0.25), "15 minutes, not 3 hours: {hours}");
+        assert_eq!(later.accounted_until, at(28, 13, 0));
+    }
+
+    #[test]
+    fn an_unknown_price_counts_the_hours_and_no_dollars() {
+        let start = account(None, &[], &prices(), at(28, 10, 0), EVERY);
+        let elsewhere = spot("us-east-1c");
+        let record = account(Some(&start), &[elsewhere], &prices(), at(28, 10, 15), EVERY);
+        let f = &record.this_month;
+        assert!(near(f.spot_instance_hours, 0.25) && near(f.unpriced_instance_hours, 0.25));
+        assert_eq!((f.spot_dollars, f.saving_dollars), (0.0, 0.0));
+        assert_eq!(record.savings, None);
+    }
+
+    #[test]
+    fn a_new_month_starts_its_figures_and_keeps_the_total() {
+        let start = account(None, &[], &prices(), at(30, 23, 50), EVERY);
+        let record = account(
+            Some(&start),
+            &[spot("us-east-1a")],
+            &prices(),
+            at(30, 23, 59),
+            EVERY,
+        );
+        let december = Utc
+            .with_ymd_and_hms(2026, 12, 1, 0, 10, 0)
+            .single()
+            .expect("a time");
+        let next = account(
+            Some(&record),
+            &[spot("us-east-1a")],
+            &prices(),
+            december,
+            EVERY,
+        );
+        assert_eq!(next.month, "2026-12");
+        assert!(near(next.this_month.spot_instance_hours, 11.0 / 60.0));
+        assert!(near(next.total.spot_instance_hours, 20.0 / 60.0));
+    }
+
+    #[test]
+    fn the_condition_says_which_price_is_unknown_and_why() {
+        let mut status = NodeGroupStatus::default();
+        let mut p = prices();
+        p.unknown
+            .push("spot prices unreadable (ec2:DescribeSpotPriceHistory): denied".into());
+        set_cost(&mut status, &[], &p, EVERY, Some(1), at(28, 10, 0));
+        let c = crate::crd::condition::find(&status.conditions, COST_KNOWN).expect("condition");
+        assert_eq!(
+            (c.status.clone(), c.reason.as_str()),
+            (ConditionStatus::False, "PricesUnknown")
+        );
+        assert!(
+            c.message.contains("ec2:DescribeSpotPriceHistory"),
+            "{}",
+            c.message
+        );
+        set_cost(&mut status, &[], &prices(), EVERY, Some(1), at(28, 10, 5));
+        let c = crate::crd::condition::find(&status.conditions, COST_KNOWN).expect("condition");
+        assert_eq!(c.status, ConditionStatus::True);
+    }
+}

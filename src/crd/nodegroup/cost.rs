@@ -1,0 +1,55 @@
+//! What a group's instances cost, as the inventory accounts it: instance
+//! hours on spot and on demand, their dollars at the prices AWS quotes, what
+//! the same hours would have cost on demand, and the saving, for the
+//! current month and since the group began.
+
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The cost record of a group (docs/concepts/cost.md says how it is made
+/// and what it leaves out).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CostRecord {
+    /// The month `thisMonth` covers, as `YYYY-MM` in UTC.
+    pub month: String,
+    /// The current month's figures.
+    pub this_month: CostFigures,
+    /// Every month's figures, since `since`.
+    pub total: CostFigures,
+    /// When the record began.
+    pub since: DateTime<Utc>,
+    /// Up to when the instances have been accounted for.
+    pub accounted_until: DateTime<Utc>,
+    /// This month's saving in one line (the `SAVINGS` column of
+    /// `kubectl get ng -o wide`), e.g. `$12.34 (68%)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub savings: Option<String>,
+}
+
+/// Instance hours and what they cost, in US dollars.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CostFigures {
+    /// Hours of spot instances.
+    pub spot_instance_hours: f64,
+    /// Hours of on-demand instances (the fallback's).
+    pub on_demand_instance_hours: f64,
+    /// What the spot hours cost at the spot prices of their zone and type.
+    pub spot_dollars: f64,
+    /// What the on-demand hours cost at the on-demand price of their type.
+    pub on_demand_dollars: f64,
+    /// What every priced hour would have cost on demand.
+    pub on_demand_equivalent_dollars: f64,
+    /// `onDemandEquivalentDollars` less what the hours cost.
+    pub saving_dollars: f64,
+    /// Hours of instances whose price (spot or on demand) was unknown: in
+    /// the hours above, in none of the dollars.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unpriced_instance_hours: f64,
+}
+
+fn is_zero(hours: &f64) -> bool {
+    *hours == 0.0
+}

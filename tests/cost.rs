@@ -1,0 +1,188 @@
+//! What spot saves, end to end: prices set in the emulator (its
+//! DescribeSpotPriceHistory and Price List GetProducts), the group's cost
+//! record computed by hand from them, prices that cannot be read, and a
+//! raise that goes to the cheaper of two pools alike.
+
+use snm_testkit as support;
+
+use spot_node_manager::crd::condition::{COST_KNOWN, ConditionStatus, find};
+use spot_node_manager::crd::nodegroup::CostRecord;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use support::refresh::events_with_reason;
+use support::steady::SteadyGroup;
+use support::{ZONES, assert_eventually};
+
+const WAIT: Duration = Duration::from_secs(90);
+const TYPES: [&str; 2] = ["m5.large", "m5a.large"];
+
+/// Relative difference, for sums of binary fractions.
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * b.abs().max(1e-9)
+}
+
+#[tokio::test]
+async fn the_record_is_the_hours_run_at_the_prices_set_to_the_cent() {
+    // Each zone and type its own spot price; on demand per type.
+    let mut builder = SteadyGroup::workers("cost-record")
+        .manager_config("costInterval: 2s\n")
+        .on_demand_price("m5.large", 0.124)
+        .on_demand_price("m5a.large", 0.112);
+    for (z, zone) in ZONES.iter().enumerate() {
+        for (t, instance_type) in TYPES.iter().enumerate() {
+            let price = 0.030 + 0.002 * z as f64 + 0.001 * t as f64;
+            builder = builder.spot_price(instance_type, zone, price);
+        }
+    }
+    let g = builder.start().await;
+    let world = &g.world;
+    let record: CostRecord = assert_eventually("a few accountings", WAIT, || async {
+        let cost = world.group_status("workers").await.cost?;
+        let span = (cost.accounted_until - cost.since).num_milliseconds();
+        (span >= 6_000).then_some(cost)
+    })
+    .await;
+    // By hand: every node ran from the record's start to its last
+    // accounting, at its type's price in its zone.
+    let span = (record.accounted_until - record.since).to_std().expect("a span");
+    let hours = span.as_secs_f64() / 3600.0;
+    let spot: BTreeMap<(&str, &str), f64> = ZONES
+        .iter()
+        .enumerate()
+        .flat_map(|(z, zone)| {
+            TYPES.iter().enumerate().map(move |(t, instance_type)| {
+                (
+                    (*instance_type, *zone),
+                    0.030 + 0.002 * z as f64 + 0.001 * t as f64,
+                )
+            })
+        })
+        .collect();
+    let on_demand = BTreeMap::from([("m5.large", 0.124), ("m5a.large", 0.112)]);
+    let nodes = world.group_status("workers").await.nodes;
+    assert_eq!(nodes.len(), 3);
+    let (mut spot_per_hour, mut on_demand_per_hour) = (0.0, 0.0);
+    for node in &nodes {
+        let instance_type = node.instance_type.as_deref().expect("a type");
+        let zone = node.availability_zone.as_deref().expect("a zone");
+        spot_per_hour += spot[&(instance_type, zone)];
+        on_demand_per_hour += on_demand[instance_type];
+    }
+    let f = &record.this_month;
+    assert!(
+        close(f.spot_instance_hours, 3.0 * hours),
+        "{f:?} over {hours} h"
+    );
+    assert!(close(f.spot_dollars, spot_per_hour * hours), "{f:?}");
+    assert!(
+        close(f.on_demand_equivalent_dollars, on_demand_per_hour * hours),
+        "{f:?}"
+    );
+    let saving = (on_demand_per_hour - spot_per_hour) * hours;
+    assert!(close(f.saving_dollars, saving), "{f:?}");
+    assert_eq!(
+        (f.on_demand_instance_hours, f.unpriced_instance_hours),
+        (0.0, 0.0)
+    );
+    assert_eq!(record.total, record.this_month);
+    let share = 100.0 * saving / (on_demand_per_hour * hours);
+    let column = record.savings.clone().unwrap_or_default();
+    assert!(column.ends_with(&format!("({share:.0}%)")), "{column}");
+    // The prices as the pools' own, for the raise to weigh.
+    let asgs = world.group_status("workers").await.auto_scaling_groups;
+    assert!(asgs.iter().all(|a| a.spot_price.is_some()), "{asgs:?}");
+    let status = world.group_status("workers").await;
+    let known = find(&status.conditions, COST_KNOWN).expect("CostKnown");
+    assert_eq!(known.status, ConditionStatus::True, "{known:?}");
+    // The metrics say what the status says (as of the same accounting).
+    let metrics = g.manager.assert_metrics().await;
+    let series = |kind: &str| {
+        let name = format!(
+            "spot_node_manager_group_cost_dollars{{namespace=\"{}\",group=\"workers\",period=\"month\",kind=\"{kind}\"}}",
+            world.namespace
+        );
+        support::metric(&metrics, &name)
+    };
+    assert!(series("spot").is_some_and(|v| v > 0.0), "{metrics}");
+    assert!(series("saving").is_some_and(|v| v > 0.0), "{metrics}");
+}
+
+#[tokio::test]
+async fn with_prices_unreadable_operations_go_on_and_the_condition_says_why() {
+    let g = SteadyGroup::workers("cost-denied")
+        .manager_config("costInterval: 2s\n")
+        .deny("DescribeSpotPriceHistory")
+        .deny("GetProducts")
+        .start()
+        .await;
+    // Started, all three Ready: nothing waited on a price.
+    let world = &g.world;
+    let status = assert_eventually("hours counted, unpriced", WAIT, || async {
+        let status = world.group_status("workers").await;
+        let cost = status.cost.as_ref()?;
+        (cost.this_month.unpriced_instance_hours > 0.0).then_some(status)
+    })
+    .await;
+    let known = find(&status.conditions, COST_KNOWN).expect("CostKnown");
+    assert_eq!(
+        (known.status.clone(), known.reason.as_str()),
+        (ConditionStatus::False, "PricesUnknown")
+    );
+    assert!(
+        known.message.contains("ec2:DescribeSpotPriceHistory"),
+        "{}",
+        known.message
+    );
+    assert!(
+        known.message.contains("pricing:GetProducts"),
+        "{}",
+        known.message
+    );
+    let f = status.cost.expect("cost").this_month;
+    assert_eq!(f.spot_instance_hours, f.unpriced_instance_hours);
+    assert_eq!((f.spot_dollars, f.saving_dollars), (0.0, 0.0));
+    assert_eq!(status.ready_nodes, Some(3));
+}
+
+#[tokio::test]
+async fn of_two_pools_alike_a_raise_goes_to_the_cheaper_and_says_so() {
+    const NO_CAPACITY: &str = "snm.test/no-capacity";
+    // Zone a dear, c dearer than d: the pools c and d alike otherwise.
+    let mut builder = SteadyGroup::workers("cost-raise");
+    for instance_type in TYPES {
+        for (zone, price) in ZONES.iter().zip([0.050, 0.040, 0.030]) {
+            builder = builder.spot_price(instance_type, zone, price);
+        }
+    }
+    let g = builder.start().await;
+    let (world, kops) = (&g.world, &g.kops);
+    let (c, d) = (kops.asgs[1].clone(), kops.asgs[2].clone());
+    assert_eventually("the pools priced", WAIT, || async {
+        let asgs = world.group_status("workers").await.auto_scaling_groups;
+        let priced = |name: &str| {
+            asgs.iter()
+                .any(|a| a.name == name && a.spot_price.is_some())
+        };
+        (priced(&c) && priced(&d)).then_some(())
+    })
+    .await;
+    // Zone a out of capacity and its node reclaimed: the replacement goes
+    // elsewhere once a's own launch fails.
+    world.tag_asg(&kops.asgs[0], NO_CAPACITY, "true").await;
+    let lost = world.asg_instances(&kops.asgs[0]).await.remove(0);
+    world.lose_instance_and_its_node(&lost).await;
+    let said = assert_eventually("a raise in d, said", WAIT, || async {
+        let events = events_with_reason(world, "ScaledUp").await;
+        events
+            .iter()
+            .filter_map(|e| e.note.clone())
+            .find(|n| n.contains(&format!("{d} 1->2")))
+    })
+    .await;
+    assert!(
+        said.contains("lowest spot price") && said.contains("$0.0300/h against $0.0400/h"),
+        "{said}"
+    );
+    let c_desired = world.asg_snapshot(std::slice::from_ref(&c)).await[0].1;
+    assert_eq!(c_desired, 1, "the dearer pool not raised");
+}
