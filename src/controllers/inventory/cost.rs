@@ -218,14 +218,9 @@ pub fn set_cost(
             ),
         ),
     };
+    let conditions = &mut next.conditions;
     set_condition(
-        &mut next.conditions,
-        COST_KNOWN,
-        status,
-        reason,
-        message,
-        generation,
-        now,
+        conditions, COST_KNOWN, status, reason, message, generation, now,
     );
 }
 
@@ -253,6 +248,12 @@ mod tests {
             zone: zone.into(),
             spot: true,
         }
+    }
+
+    /// A record started at `start`, then accounted with `running` at `then`.
+    fn after(start: DateTime<Utc>, running: &[Running], then: DateTime<Utc>) -> CostRecord {
+        let started = account(None, &[], &prices(), start, EVERY);
+        account(Some(&started), running, &prices(), then, EVERY)
     }
 
     fn prices() -> KnownPrices {
@@ -287,12 +288,11 @@ mod tests {
 
     #[test]
     fn a_fallback_hour_is_priced_on_demand_and_saves_nothing() {
-        let start = account(None, &[], &prices(), at(28, 10, 0), EVERY);
         let fallback = Running {
             spot: false,
             ..spot("us-east-1a")
         };
-        let record = account(Some(&start), &[fallback], &prices(), at(28, 10, 15), EVERY);
+        let record = after(at(28, 10, 0), &[fallback], at(28, 10, 15));
         let f = &record.this_month;
         assert!(near(f.on_demand_instance_hours, 0.25) && near(f.on_demand_dollars, 0.0104));
         assert!(near(f.saving_dollars, 0.0), "{f:?}");
@@ -300,22 +300,10 @@ mod tests {
 
     #[test]
     fn nothing_is_accounted_before_the_interval_and_a_long_gap_is_capped() {
-        let start = account(None, &[], &prices(), at(28, 10, 0), EVERY);
-        let soon = account(
-            Some(&start),
-            &[spot("us-east-1a")],
-            &prices(),
-            at(28, 10, 4),
-            EVERY,
-        );
+        let start = after(at(28, 10, 0), &[], at(28, 10, 0));
+        let soon = after(at(28, 10, 0), &[spot("us-east-1a")], at(28, 10, 4));
         assert_eq!(soon, start, "unchanged: nothing rewritten");
-        let later = account(
-            Some(&start),
-            &[spot("us-east-1a")],
-            &prices(),
-            at(28, 13, 0),
-            EVERY,
-        );
+        let later = after(at(28, 10, 0), &[spot("us-east-1a")], at(28, 13, 0));
         let hours = later.this_month.spot_instance_hours;
         assert!(near(hours, 0.25), "15 minutes, not 3 hours: {hours}");
         assert_eq!(later.accounted_until, at(28, 13, 0));
@@ -323,9 +311,7 @@ mod tests {
 
     #[test]
     fn an_unknown_price_counts_the_hours_and_no_dollars() {
-        let start = account(None, &[], &prices(), at(28, 10, 0), EVERY);
-        let elsewhere = spot("us-east-1c");
-        let record = account(Some(&start), &[elsewhere], &prices(), at(28, 10, 15), EVERY);
+        let record = after(at(28, 10, 0), &[spot("us-east-1c")], at(28, 10, 15));
         let f = &record.this_month;
         assert!(near(f.spot_instance_hours, 0.25) && near(f.unpriced_instance_hours, 0.25));
         assert_eq!((f.spot_dollars, f.saving_dollars), (0.0, 0.0));
@@ -334,14 +320,7 @@ mod tests {
 
     #[test]
     fn a_new_month_starts_its_figures_and_keeps_the_total() {
-        let start = account(None, &[], &prices(), at(30, 23, 50), EVERY);
-        let record = account(
-            Some(&start),
-            &[spot("us-east-1a")],
-            &prices(),
-            at(30, 23, 59),
-            EVERY,
-        );
+        let record = after(at(30, 23, 50), &[spot("us-east-1a")], at(30, 23, 59));
         let december = Utc
             .with_ymd_and_hms(2026, 12, 1, 0, 10, 0)
             .single()
@@ -371,7 +350,7 @@ mod tests {
             (ConditionStatus::False, "PricesUnknown")
         );
         assert!(
-            c.message.contains("ec2:DescribeSpotPriceHistory"),
+            c.message.contains("DescribeSpotPriceHistory"),
             "{}",
             c.message
         );

@@ -134,6 +134,15 @@ fn cooldown_not_over_means_wait_until_it_is() {
     );
 }
 
+/// Raising `asg` from one node to two.
+fn raise(asg: &str) -> Command {
+    Command::SetDesired(vec![DesiredChange {
+        asg: asg.into(),
+        from: 1,
+        to: 2,
+    }])
+}
+
 #[test]
 fn a_raise_elsewhere_prefers_the_pool_with_the_best_recent_record() {
     // Zone a short; c was interrupted three times today, d not: d first,
@@ -141,13 +150,6 @@ fn a_raise_elsewhere_prefers_the_pool_with_the_best_recent_record() {
     let mut s = Scenario::steady().shortage_in_a();
     s.asgs[1].risk = 3;
     let p = s.plan();
-    let raise = |asg: &str| {
-        Command::SetDesired(vec![DesiredChange {
-            asg: asg.into(),
-            from: 1,
-            to: 2,
-        }])
-    };
     assert_eq!(p.command, raise("d"), "{}", p.message);
     // With equal records, the lowest desired count, then the name.
     s.asgs[1].risk = 0;
@@ -161,13 +163,6 @@ fn between_pools_alike_in_record_and_size_a_raise_prefers_the_cheaper_and_says_s
     s.asgs[1].price = Some(34_000);
     s.asgs[2].price = Some(31_000);
     let p = s.plan();
-    let raise = |asg: &str| {
-        Command::SetDesired(vec![DesiredChange {
-            asg: asg.into(),
-            from: 1,
-            to: 2,
-        }])
-    };
     assert_eq!(p.command, raise("d"), "{}", p.message);
     assert!(
         p.message.contains("$0.0310/h against $0.0340/h"),
