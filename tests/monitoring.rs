@@ -113,6 +113,9 @@ fn every_series_the_dashboard_queries_is_exported() {
         "node_repairs_total",
         "group_fallback_nodes",
         "on_demand_instance_seconds_total",
+        // Issue 57: what spot saves.
+        "group_cost_dollars",
+        "group_instance_hours",
     ] {
         assert!(all.contains(needed), "no panel shows {needed}");
     }
