@@ -93,7 +93,9 @@ async fn manager_with_3_ready(
     world: &World,
     groups: &Api<NodeGroup>,
 ) -> (support::ManagerProcess, tempfile::NamedTempFile) {
-    let started = world.start_manager_with("resyncInterval: 5s\n", &[], &[]);
+    // The cost record accounted every 2 s: a fallback's hours show at once.
+    let config = "resyncInterval: 5s\ncostInterval: 2s\n";
+    let started = world.start_manager_with(config, &[], &[]);
     assert_eventually("3 Ready on spot", WAIT, || async {
         let ready = groups.get("workers").await.ok()?.status?.ready_nodes?;
         (ready == 3).then_some(())
@@ -191,6 +193,17 @@ async fn every_spot_asg_short_falls_back_for_the_missing_count_and_returns_to_sp
     );
     let raised_events = events_with_reason(&world, "FallbackRaised").await;
     assert_eq!(raised_events.len(), 1, "{raised_events:?}");
+    // The fallback node's hours are priced at the on-demand rate (the
+    // emulator's m5.large, the fallback's type): it saves nothing.
+    let cost = assert_eventually("on-demand hours in the record", WAIT, || async {
+        let cost = world.group_status("workers").await.cost?;
+        (cost.this_month.on_demand_instance_hours > 0.0).then_some(cost)
+    })
+    .await;
+    let f = &cost.this_month;
+    let rate = f.on_demand_dollars / f.on_demand_instance_hours;
+    assert!((rate - 0.096).abs() < 1e-9, "{rate} an hour: {f:?}");
+    assert!(f.spot_instance_hours > 0.0, "{f:?}");
     // The shortage goes on: nothing more is launched anywhere.
     tokio::time::sleep(Duration::from_secs(15)).await;
     assert_eq!(desired_of(&world, &fallback).await, 1);

@@ -153,7 +153,8 @@ impl World {
                 (role_tag, "1".to_string()),
             ];
             tags.extend(extra_tags.iter().map(|(k, v)| (*k, v.to_string())));
-            self.aws
+            let create = self
+                .aws
                 .autoscaling
                 .create_auto_scaling_group()
                 .auto_scaling_group_name(&name)
@@ -162,8 +163,20 @@ impl World {
                 // surplus, however large the group (benchmarks go to 100).
                 .max_size(20.max(per_asg * 2))
                 .desired_capacity(per_asg)
-                .vpc_zone_identifier(self.default_subnet(zone).await)
-                .mixed_instances_policy(kops_policy(&template, "$Latest"))
+                .vpc_zone_identifier(self.default_subnet(zone).await);
+            // An on-demand kops instance group (role `ondemand...`) names its
+            // launch template alone: its instances run on demand. The others
+            // are kops's spot groups (a MixedInstancesPolicy).
+            let create = match role.starts_with("ondemand") {
+                true => create.launch_template(
+                    LaunchTemplateSpecification::builder()
+                        .launch_template_name(&template)
+                        .version("$Latest")
+                        .build(),
+                ),
+                false => create.mixed_instances_policy(kops_policy(&template, "$Latest")),
+            };
+            create
                 .set_tags(Some(
                     tags.iter()
                         .map(|(k, v)| {
