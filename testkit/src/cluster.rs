@@ -17,14 +17,29 @@ impl World {
             .expect("create the NodeGroup")
     }
 
+    /// The status of our custom resource `K` named `name` now (it must
+    /// have one).
+    pub async fn status_of<K>(&self, name: &str) -> K::Status
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + kube::core::object::HasStatus
+            + Clone
+            + k8s_openapi::serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+        K::Status: Clone,
+    {
+        let kind = K::kind(&Default::default()).to_string();
+        let found = self.api::<K>().get(name).await;
+        let found = found.unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
+        let status = found.status().cloned();
+        status.unwrap_or_else(|| panic!("{kind} {name} has no status"))
+    }
+
     /// NodeGroup `name`'s status now (it must have one).
     pub async fn group_status(&self, name: &str) -> spot_node_manager::crd::NodeGroupStatus {
-        let groups: Api<spot_node_manager::crd::NodeGroup> = self.api();
-        let group = groups.get(name).await;
-        let group = group.unwrap_or_else(|e| panic!("NodeGroup {name}: {e}"));
-        group
-            .status
-            .unwrap_or_else(|| panic!("NodeGroup {name} has no status"))
+        self.status_of::<spot_node_manager::crd::NodeGroup>(name)
+            .await
     }
 
     /// Replenisher `name`'s status now (it must have one).
@@ -32,12 +47,8 @@ impl World {
         &self,
         name: &str,
     ) -> spot_node_manager::crd::replenisher::ReplenisherStatus {
-        let replenishers: Api<spot_node_manager::crd::Replenisher> = self.api();
-        let found = replenishers.get(name).await;
-        let found = found.unwrap_or_else(|e| panic!("Replenisher {name}: {e}"));
-        found
-            .status
-            .unwrap_or_else(|| panic!("Replenisher {name} has no status"))
+        self.status_of::<spot_node_manager::crd::Replenisher>(name)
+            .await
     }
 
     /// Merges `spec` into NodeGroup `name`'s spec, as `kubectl patch
@@ -90,7 +101,7 @@ impl World {
 }
 
 /// The annotation that protects a node, or a pod's node, from disruption.
-pub const DO_NOT_DISRUPT: &str = "nodemanager.dev/do-not-disrupt";
+pub use spot_node_manager::crd::nodegroup::DO_NOT_DISRUPT;
 
 fn annotation(key: &str, value: Option<&str>) -> serde_json::Value {
     serde_json::json!({"metadata": {"annotations": { key: value }}})

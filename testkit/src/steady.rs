@@ -388,13 +388,7 @@ pub async fn restart_manager(
 
 /// Refresher `name`'s status now (it must have one).
 pub async fn refresher_status(world: &World, name: &str) -> RefresherStatus {
-    let refreshers: Api<Refresher> = world.api();
-    refreshers
-        .get(name)
-        .await
-        .expect("the Refresher")
-        .status
-        .expect("its status")
+    world.status_of::<Refresher>(name).await
 }
 
 /// Kills the manager (kill -9) once the run is in each of `phases` in turn

@@ -31,6 +31,13 @@ pub struct Running {
 /// the instance; an instance not described is taken as its ASG launches
 /// (the fallback ASGs on demand, the others spot).
 pub fn running(view: &AwsView, fallback_asgs: &BTreeSet<String>) -> Vec<Running> {
+    // Looked up once per instance: a scan each would be quadratic in the
+    // group's size at every sync.
+    let lifecycles: std::collections::HashMap<&str, Lifecycle> = view
+        .instances
+        .iter()
+        .map(|d| (d.instance_id.as_str(), d.lifecycle))
+        .collect();
     let mut out = vec![];
     for asg in &view.asgs {
         for i in &asg.instances {
@@ -41,12 +48,8 @@ pub fn running(view: &AwsView, fallback_asgs: &BTreeSet<String>) -> Vec<Running>
             if !billed {
                 continue;
             }
-            let described = view
-                .instances
-                .iter()
-                .find(|d| d.instance_id == i.instance_id);
-            let spot = match described {
-                Some(d) => d.lifecycle == Lifecycle::Spot,
+            let spot = match lifecycles.get(i.instance_id.as_str()) {
+                Some(lifecycle) => *lifecycle == Lifecycle::Spot,
                 None => !fallback_asgs.contains(&asg.name),
             };
             out.push(Running {
