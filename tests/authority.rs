@@ -710,3 +710,170 @@ async fn a_master_at_risk_is_drained_only_once_the_other_masters_serve_etcd() {
 fn replace_on_rebalance() -> serde_json::Value {
     serde_json::json!({"interruption": {"onRebalanceRecommendation": "Replace"}})
 }
+
+/// Issue 68, hole 1: a worker group's refresh waits on its protected
+/// nodes (every node annotated do-not-disrupt, `doNotDisruptTimeout` 24 h)
+/// holding the one disruption slot, and a master's kubelet dies. The
+/// master's repair needs no slot (the rule book: its master is down
+/// already, so the masters' rule serialises it with any other master's
+/// removal), so it is repaired at once, the worker run still waiting.
+/// At 170b89f the repair waited for the slot for the whole 24 h.
+#[tokio::test]
+async fn a_worker_run_waiting_on_protected_nodes_does_not_hold_back_a_dead_masters_repair() {
+    use support::DO_NOT_DISRUPT;
+    let world = World::new("authority-protected-wait").await;
+    let masters = world.kops_group("master", &ZONES, 1, &[]).await;
+    let workers = world.kops_group("nodes", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let mut names = three_master_groups(&world, &masters.asgs).await;
+    world
+        .create_group(&group("workers", "Worker", &workers.asgs))
+        .await;
+    names.push(("workers".into(), 3));
+    let (manager, _config) = world.start_manager(&[]);
+    steady(&world, &names, Duration::from_secs(180)).await;
+    control_planes_ready(&world, &masters.asgs, Duration::from_secs(60)).await;
+
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    for asg in &workers.asgs {
+        for id in world.asg_instances(asg).await {
+            if nodes.get_opt(&id).await.ok().flatten().is_some() {
+                world.annotate_node(&id, DO_NOT_DISRUPT, Some("true")).await;
+            }
+        }
+    }
+    support::refresh::schedule_refresh(&world, "workers", serde_json::json!({})).await;
+    support::steady::refresher_saying(&world, "workers", "waiting for protected node(s)").await;
+
+    let asg_a = masters.asgs[0].clone();
+    let a = world.asg_instances(&asg_a).await.remove(0);
+    let took = killed_and_repaired(
+        &world,
+        &asg_a,
+        &a,
+        "master A repaired while the workers' run waits on its protected nodes",
+        Duration::from_secs(240),
+    )
+    .await;
+    eprintln!(
+        "figure: master A dead -> terminated {:.1}s (a worker run waiting on protected nodes)",
+        took.as_secs_f64()
+    );
+    // The worker run still waits: nothing of it was proven otherwise.
+    let status = support::steady::refresher_saying(&world, "workers", "protected").await;
+    assert!(
+        status.run_start.is_some(),
+        "the worker run ended: {status:?}"
+    );
+    assert_eq!(
+        world.terminations_in(&workers.asgs).await,
+        0,
+        "a protected worker was terminated\n{}",
+        manager.logs()
+    );
+    steady(&world, &names[..3], Duration::from_secs(240)).await;
+}
+
+/// Issue 68, hole 4: a cluster whose masters show no control-plane pods
+/// (labelled otherwise, or not kops's). Masters are counted by Node Ready
+/// plus their settle time, the Replenisher says so (ControlPlaneCounted
+/// False, CountedByNode), and a dead master is repaired as before. At
+/// 170b89f every master stayed "joining" for good: the repair never came,
+/// and nothing said why.
+#[tokio::test]
+async fn masters_without_control_plane_pods_are_counted_by_node_and_a_dead_one_is_repaired() {
+    use spot_node_manager::crd::condition::CONTROL_PLANE_COUNTED;
+    let world = World::new("authority-no-pods").await;
+    let kops = world.kops_group("master", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim_configured(support::sim::SimConfig {
+        register_delay: FAST,
+        ready_delay: FAST,
+        control_plane_pods: false,
+        ..Default::default()
+    });
+    let names = three_master_groups(&world, &kops.asgs).await;
+    let (manager, _config) = world.start_manager(&[]);
+    steady(&world, &names, Duration::from_secs(180)).await;
+    let asg_a = kops.asgs[0].clone();
+    let a = world.asg_instances(&asg_a).await.remove(0);
+    let took = killed_and_repaired(
+        &world,
+        &asg_a,
+        &a,
+        "master A repaired, masters counted by Node",
+        Duration::from_secs(240),
+    )
+    .await;
+    eprintln!(
+        "figure: master A dead -> terminated {:.1}s (no control-plane pods)",
+        took.as_secs_f64()
+    );
+    let (status, reason, message) =
+        support::cluster::replenisher_condition(&world, "master-0", CONTROL_PLANE_COUNTED)
+            .await
+            .expect("the ControlPlaneCounted condition");
+    assert_eq!(
+        (status, reason.as_str()),
+        (ConditionStatus::False, "CountedByNode"),
+        "{message}"
+    );
+    assert!(message.contains("counted by Node Ready"), "{message}");
+    assert!(
+        manager
+            .plain_logs()
+            .contains("no master shows kops's control-plane pods"),
+        "nothing logged"
+    );
+    steady(&world, &names, Duration::from_secs(240)).await;
+}
+
+/// Issue 68, hole 4: a master whose control-plane pods never turn Ready (a
+/// crash-looping kube-apiserver) while the others serve is reported by
+/// name once its joinTimeout from launch has passed: its Replenisher's
+/// RepairAllowed False, reason ControlPlaneQuorumAtRisk (the alert that
+/// fires on it), not left "on its way". At 170b89f it stayed "joining" and
+/// nothing said so.
+#[tokio::test]
+async fn a_master_whose_control_plane_never_serves_is_reported_by_name() {
+    use support::sim::CONTROL_PLANE_DOWN_TAG;
+    let world = World::new("authority-not-serving").await;
+    let kops = world.kops_group("master", &ZONES, 1, &[]).await;
+    let asg_c = kops.asgs[2].clone();
+    world.tag_asg(&asg_c, CONTROL_PLANE_DOWN_TAG, "*").await;
+    let _sim = world.start_sim(FAST, FAST);
+    let names = three_master_groups(&world, &kops.asgs).await;
+    for (name, _) in &names {
+        let replenish = serde_json::json!({"replenish":
+            {"cooldown": "1s", "joinTimeout": "30s", "unhealthyTimeout": "20s"}});
+        world.patch_group(name, replenish).await;
+    }
+    let (manager, _config) = world.start_manager(&[]);
+    steady(&world, &names, Duration::from_secs(180)).await;
+    let c = world.asg_instances(&asg_c).await.pop().expect("master C");
+    let message = assert_eventually(
+        "master C reported as not serving",
+        Duration::from_secs(180),
+        || async {
+            match support::cluster::repair_allowed(&world, "master-2").await {
+                Some((ConditionStatus::False, reason, message))
+                    if reason == "ControlPlaneQuorumAtRisk" =>
+                {
+                    Some(message)
+                }
+                _ => None,
+            }
+        },
+    )
+    .await;
+    assert!(message.contains(&c), "C not named: {message}");
+    assert!(message.contains("do not serve"), "{message}");
+    // Nothing was taken away for it.
+    for asg in &kops.asgs {
+        assert_eq!(
+            world.asg_instances(asg).await.len(),
+            1,
+            "{asg}\n{}",
+            manager.logs()
+        );
+    }
+}

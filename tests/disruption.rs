@@ -452,3 +452,98 @@ async fn the_surplus_a_refresh_removes_is_never_a_node_with_a_pod_no_controller_
         "the run never said why its surplus stayed"
     );
 }
+
+/// Issue 68, hole 2: a removal already under way resumes with its rules
+/// asked again. The replenisher's scale-in of a surplus node is held by a
+/// budget; the group is suspended (lock and slot given back, the removal
+/// kept), the node is protected meanwhile, and the group resumed with the
+/// budget lifted. The resumed removal asks the rule book as a new one
+/// would: the node is protected, so it is given back (uncordoned, never
+/// terminated) and another surplus node goes instead. At 170b89f the
+/// resumed drain went on with the lock alone and terminated the protected
+/// node.
+#[tokio::test]
+async fn a_scale_in_resumed_after_a_suspend_asks_its_rules_again() {
+    use spot_node_manager::crd::Replenisher;
+    use spot_node_manager::crd::replenisher::ReplenishPhase;
+    let g = SteadyGroup::workers("dc-rp-resume")
+        .zones(&support::ZONES[..1])
+        .per_asg(3)
+        .start()
+        .await;
+    let (world, groups, manager) = (&g.world, &g.groups, &g.manager);
+    let asg = g.kops.asgs[0].clone();
+    world.set_min(&asg, 1).await;
+    let replenish = serde_json::json!({"cooldown": "1s", "joinTimeout": "15m"});
+    world
+        .patch_group("workers", serde_json::json!({ "replenish": replenish }))
+        .await;
+    let names = nodes_oldest_first(groups, "workers").await;
+    assert_eq!(names.len(), 3);
+    // A pod on every node that a budget holds: a drain waits.
+    labelled_pods_on(world, &names, "held", &[("app", "protected")]).await;
+    support::create_pdb(world, 3).await;
+    support::assert_pdb_allows(world, 0).await;
+    world
+        .patch_group("workers", serde_json::json!({"desired": 2}))
+        .await;
+    let replenishers: Api<Replenisher> = world.api();
+    let target = assert_eventually("a scale-in under way", WAIT, || async {
+        let status = replenishers.get("workers").await.ok()?.status?;
+        status.scale_in.map(|t| t.node)
+    })
+    .await;
+    let cordoned = world.cordoned_nodes().await.expect("nodes");
+    assert!(
+        cordoned.contains(&target),
+        "{target} not cordoned: {cordoned:?}"
+    );
+
+    world
+        .patch_group("workers", serde_json::json!({"suspend": true}))
+        .await;
+    assert_eventually("the replenisher paused", WAIT, || async {
+        let status = replenishers.get("workers").await.ok()?.status?;
+        (status.phase == ReplenishPhase::Paused && status.scale_in.is_some()).then_some(())
+    })
+    .await;
+    world
+        .annotate_node(&target, DO_NOT_DISRUPT, Some("true"))
+        .await;
+    world
+        .patch_group("workers", serde_json::json!({"suspend": false}))
+        .await;
+    // A drain would now finish.
+    support::set_min_available(world, 0).await;
+
+    let in_asg = || async {
+        let ids = world.asg_instances(&asg).await.into_iter().collect();
+        node_names(world, &ids).await
+    };
+    assert_eventually("another surplus node removed", WAIT, || async {
+        let left = in_asg().await;
+        (left.len() == 2).then_some(())
+    })
+    .await;
+    let left = in_asg().await;
+    assert!(
+        left.contains(&target),
+        "the protected node {target} was removed: {left:?}\n{}",
+        manager.logs()
+    );
+    let cordoned = world.cordoned_nodes().await.expect("nodes");
+    assert!(
+        !cordoned.contains(&target),
+        "{target} was not given back: {cordoned:?}"
+    );
+    let said: Vec<String> = events_with_reason(world, "ScaleInAbandoned")
+        .await
+        .into_iter()
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(
+        said.iter()
+            .any(|n| n.contains(&format!("removal of {target} put off")) && n.contains("protected")),
+        "the resumed removal never said why it was given back: {said:?}"
+    );
+}

@@ -353,7 +353,10 @@ impl<E: Effects> Run<'_, E> {
             let id = target.instance_id();
             let first = self.stored.is_none_or(|s| s.draining(id).is_none());
             let target = self.status.draining(id).unwrap_or(target).clone();
-            self.guard(Check::Drain(&target))?;
+            self.guard(Check::Drain {
+                target: &target,
+                begins: first,
+            })?;
             let step = (self.effects)
                 .drain_step(&target, &self.status, first, self.message)
                 .await?;

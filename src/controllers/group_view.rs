@@ -181,6 +181,19 @@ pub struct GroupFacts<'a> {
 }
 
 impl GroupFacts<'_> {
+    /// Why nothing of ours happens to the group now (the rule book's
+    /// `Stopped`): suspended, its spec invalid, or a kops rolling update
+    /// replacing its nodes.
+    pub fn stopped(&self) -> Option<&str> {
+        if self.suspended {
+            Some("the group is suspended")
+        } else if self.invalid_spec.is_some() {
+            Some("the NodeGroup spec is invalid")
+        } else {
+            self.external_update.as_deref()
+        }
+    }
+
     /// The group's ASG named `name`, as observed.
     pub fn asg(&self, name: &str) -> Option<&AsgView> {
         self.asgs.iter().find(|a| a.name == name)

@@ -26,6 +26,15 @@ impl WindowState {
         }
     }
 
+    /// As the rule book's check takes it (`authority::validate`).
+    pub fn for_rules(&self) -> crate::controllers::authority::validate::Window {
+        use crate::controllers::authority::validate::Window;
+        match self {
+            WindowState::Closed { opens } => Window::Closed { opens: *opens },
+            _ => Window::Open,
+        }
+    }
+
     pub fn is_open(&self) -> bool {
         !matches!(self, WindowState::Closed { .. })
     }

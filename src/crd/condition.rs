@@ -56,6 +56,10 @@ pub const REPLENISHED: &str = "Replenished";
 /// Replenisher: False while an unhealthy node is not repaired (the circuit
 /// breaker is open, repair is off, or a master waits for the others).
 pub const REPAIR_ALLOWED: &str = "RepairAllowed";
+/// Replenisher of a Master group: how the masters are counted (True, by
+/// kops's control-plane pods; False, reason `CountedByNode`, where no
+/// master shows any).
+pub const CONTROL_PLANE_COUNTED: &str = "ControlPlaneCounted";
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub enum ConditionStatus {

@@ -1,11 +1,14 @@
 //! kops's control plane on a master node: the static kube-apiserver and
 //! etcd-manager pods (mirror pods in kube-system, labelled `k8s-app`). A
-//! replaced master is only back once they are Ready.
+//! replaced master is only back once they are Ready. Where no master of
+//! the cluster shows any such pod (pods labelled otherwise, a cluster not
+//! made by kops), masters are counted by Node Ready instead, and the
+//! count says so ([`CountedBy::Nodes`]): never a silent stop.
 
 use crate::context::Context;
 use crate::{Error, Result};
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,9 +24,72 @@ pub const APP_LABEL: &str = "k8s-app";
 pub const REQUIRED_APPS: [&str; 2] = ["kube-apiserver", "etcd-manager-main"];
 pub const OPTIONAL_APPS: [&str; 1] = ["etcd-manager-events"];
 
-/// The nodes whose control-plane pods are all present and Ready, each
-/// with since when.
-pub async fn ready_nodes(ctx: &Context) -> Result<Serving> {
+/// How the masters' control planes were counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CountedBy {
+    /// By kops's control-plane pods (etcd-manager, kube-apiserver).
+    #[default]
+    Pods,
+    /// By Node Ready: no master of the cluster shows a control-plane pod.
+    Nodes,
+}
+
+/// The control planes of `masters` (Node names: every master of the
+/// cluster): serving by their control-plane pods, or, where none of them
+/// shows any, by Node Ready (each since its Ready condition turned: a
+/// settle time counts from it).
+pub async fn observe(ctx: &Context, masters: &BTreeSet<String>) -> Result<(Serving, CountedBy)> {
+    let pods = list_pods(ctx).await?;
+    if masters.is_empty() || shows_pods(&pods, masters) {
+        return Ok((ready_since(&pods), CountedBy::Pods));
+    }
+    let api = Api::<Node>::all(ctx.client.clone());
+    let mut nodes = vec![];
+    for name in masters {
+        if let Some(node) = api
+            .get_opt(name)
+            .await
+            .map_err(Error::kube(format!("get master node {name}")))?
+        {
+            nodes.push(node);
+        }
+    }
+    Ok((ready_by_node(&nodes), CountedBy::Nodes))
+}
+
+/// Pure: whether any of `masters` runs a control-plane pod, Ready or not.
+pub fn shows_pods(pods: &[Pod], masters: &BTreeSet<String>) -> bool {
+    pods.iter().any(|p| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some_and(|n| masters.contains(n))
+    })
+}
+
+/// Pure: the Ready nodes, each since its Ready condition last turned (a
+/// Node that does not say when counts from the earliest time).
+pub fn ready_by_node(nodes: &[Node]) -> Serving {
+    nodes
+        .iter()
+        .filter(|n| super::node::is_ready(n))
+        .filter_map(|n| {
+            let since = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+                .and_then(|c| c.last_transition_time.as_ref())
+                .and_then(|t| super::node::time_of(&t.0));
+            Some((
+                n.metadata.name.clone()?,
+                since.unwrap_or(DateTime::<Utc>::MIN_UTC),
+            ))
+        })
+        .collect()
+}
+
+async fn list_pods(ctx: &Context) -> Result<Vec<Pod>> {
     let apps: Vec<&str> = REQUIRED_APPS
         .iter()
         .chain(&OPTIONAL_APPS)
@@ -34,7 +100,7 @@ pub async fn ready_nodes(ctx: &Context) -> Result<Serving> {
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(Error::kube("list control-plane pods"))?;
-    Ok(ready_since(&pods.items))
+    Ok(pods.items)
 }
 
 /// Not being deleted, and its Ready condition True.
@@ -124,6 +190,32 @@ mod tests {
                 ..Default::default()
             }),
         }
+    }
+
+    #[test]
+    fn masters_without_control_plane_pods_are_counted_by_node_ready_since_its_turn() {
+        let pods = [pod("kube-apiserver", "elsewhere", true)];
+        let masters: BTreeSet<String> = ["m1".to_string(), "m2".to_string()].into();
+        assert!(!shows_pods(&pods, &masters), "another cluster's pod");
+        assert!(shows_pods(
+            &[pod("etcd-manager-main", "m2", false)],
+            &masters
+        ));
+        let node = |name: &str, ready: &str, at: &str| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "status": {"conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": at}]}
+            }))
+            .expect("node")
+        };
+        let serving = ready_by_node(&[
+            node("m1", "True", "2026-06-01T12:00:00Z"),
+            node("m2", "False", "2026-06-01T12:05:00Z"),
+        ]);
+        let at = "2026-06-01T12:00:00Z"
+            .parse::<DateTime<Utc>>()
+            .expect("time");
+        assert_eq!(serving, Serving::from([("m1".to_string(), at)]));
     }
 
     #[test]

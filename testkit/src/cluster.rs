@@ -231,12 +231,27 @@ pub async fn repair_allowed(
     String,
     String,
 )> {
+    replenisher_condition(
+        world,
+        name,
+        spot_node_manager::crd::condition::REPAIR_ALLOWED,
+    )
+    .await
+}
+
+/// Replenisher `name`'s condition of type `kind`: status, reason, message.
+pub async fn replenisher_condition(
+    world: &World,
+    name: &str,
+    kind: &str,
+) -> Option<(
+    spot_node_manager::crd::condition::ConditionStatus,
+    String,
+    String,
+)> {
     let replenishers: Api<spot_node_manager::crd::Replenisher> = world.api();
     let status = replenishers.get(name).await.ok()?.status?;
-    let c = status
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == spot_node_manager::crd::condition::REPAIR_ALLOWED)?;
+    let c = status.conditions.into_iter().find(|c| c.type_ == kind)?;
     Some((c.status, c.reason, c.message))
 }
 

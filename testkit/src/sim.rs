@@ -17,7 +17,10 @@
 //! nodes report NotReady: a kubelet alive but not ready) and [`DEAD_TAG`]
 //! (comma-separated instance ids whose kubelet is dead: no Lease renewal,
 //! no status, no pod ever run or let go; the node lifecycle controller
-//! marks the Node Unknown once its grace, 40 s, has passed). A test that
+//! marks the Node Unknown once its grace, 40 s, has passed), and
+//! [`CONTROL_PLANE_DOWN_TAG`] (comma-separated instance ids, or `*` for
+//! every instance of the ASG, of masters whose control-plane pods run but
+//! never turn Ready: a crash-looping kube-apiserver). A test that
 //! needs the Nth launch of an operation to be the first that never joins
 //! sets a [`JoinBudget`] before it starts (`SimGuard::limit_joins`).
 //!
@@ -42,6 +45,7 @@ use tracing::{debug, info, warn};
 pub const NEVER_JOIN_TAG: &str = "snm.test/never-join";
 pub const NOT_READY_TAG: &str = "snm.test/not-ready";
 pub const DEAD_TAG: &str = "snm.test/dead";
+pub const CONTROL_PLANE_DOWN_TAG: &str = "snm.test/control-plane-down";
 pub const SIM_ACCOUNT_LABEL: &str = "snm.test/sim-account";
 pub const MASTER_ROLE_TAG: &str = "k8s.io/role/master";
 
@@ -61,6 +65,9 @@ pub struct SimConfig {
     pub pod_ready_delay: Duration,
     /// A deleted pod takes its grace period to go, at most this long.
     pub max_termination_grace: Duration,
+    /// Masters run kops's control-plane mirror pods (false: a cluster
+    /// whose control plane shows none, as one not made by kops).
+    pub control_plane_pods: bool,
 }
 
 /// How often a Node's Lease is renewed, and for how long it holds: a
@@ -78,6 +85,7 @@ impl Default for SimConfig {
             control_plane_delay: Duration::from_secs(2),
             pod_ready_delay: Duration::from_secs(1),
             max_termination_grace: Duration::from_secs(2),
+            control_plane_pods: true,
         }
     }
 }
@@ -89,6 +97,7 @@ struct Member {
     never_join: bool,
     not_ready: bool,
     dead: bool,
+    control_plane_down: bool,
 }
 
 pub struct SimKubelet {
@@ -228,6 +237,7 @@ impl SimKubelet {
                         .unwrap_or_default()
                 };
                 let (not_ready, dead) = (listed(NOT_READY_TAG), listed(DEAD_TAG));
+                let down = listed(CONTROL_PLANE_DOWN_TAG);
                 for i in g.instances() {
                     let Some(id) = i.instance_id() else { continue };
                     members.insert(
@@ -238,6 +248,7 @@ impl SimKubelet {
                             never_join: tags.contains_key(NEVER_JOIN_TAG),
                             not_ready: not_ready.contains(id),
                             dead: dead.contains(id),
+                            control_plane_down: down.contains(id) || down.contains("*"),
                         },
                     );
                 }
@@ -344,9 +355,13 @@ impl SimKubelet {
                 let since = *self.ready_at.entry(id.to_string()).or_insert(now);
                 control_plane.insert(
                     id.to_string(),
-                    now.duration_since(since) >= self.config.control_plane_delay,
+                    now.duration_since(since) >= self.config.control_plane_delay
+                        && !member.control_plane_down,
                 );
             }
+        }
+        if !self.config.control_plane_pods {
+            control_plane.clear();
         }
         self.sync_control_plane(&control_plane).await?;
         // Pods on a dead kubelet's node neither run nor go.

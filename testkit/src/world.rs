@@ -110,17 +110,24 @@ impl World {
         ready_delay: Duration,
         control_plane_delay: Duration,
     ) -> SimGuard {
+        self.start_sim_configured(crate::sim::SimConfig {
+            register_delay,
+            ready_delay,
+            control_plane_delay,
+            ..Default::default()
+        })
+    }
+
+    /// A simulated kubelet as `config` says, for this world's account.
+    pub fn start_sim_configured(&self, config: crate::sim::SimConfig) -> SimGuard {
         let token = tokio_util::sync::CancellationToken::new();
         let sim = crate::sim::SimKubelet::new(
             self.client.clone(),
             self.aws.clone(),
             crate::sim::SimConfig {
-                register_delay,
-                ready_delay,
                 poll: Duration::from_millis(300),
                 account: self.account.clone(),
-                control_plane_delay,
-                ..Default::default()
+                ..config
             },
         );
         let joins = sim.join_budget();

@@ -32,6 +32,7 @@
 
 pub mod observe;
 pub mod rules;
+pub mod validate;
 
 pub use rules::Reason;
 
@@ -53,6 +54,14 @@ pub enum DownWhy {
     Settling { until: DateTime<Utc> },
     /// Its instance is leaving (terminating, or a loss imminent).
     Leaving,
+    /// Beyond its group's desired count, beside a master that serves (a
+    /// replacement launched before its predecessor left): not an etcd
+    /// member until the predecessor is gone.
+    Beside,
+    /// Its Node Ready, its control-plane pods missing or not Ready past its
+    /// group's `joinTimeout` from launch: nothing the manager does brings
+    /// it back.
+    NotServing,
 }
 
 /// A master of the cluster that is not Ready.
@@ -75,6 +84,10 @@ impl std::fmt::Display for MasterDown {
                 format!("control plane Ready, settling until {}", until.to_rfc3339())
             }
             DownWhy::Leaving => "leaving".to_string(),
+            DownWhy::Beside => "beside its predecessor, not an etcd member yet".to_string(),
+            DownWhy::NotServing => {
+                "Node Ready, control plane not serving past its joinTimeout".to_string()
+            }
         };
         match &self.instance {
             Some(id) => write!(f, "{id} of {} ({what})", self.group),
@@ -94,6 +107,8 @@ pub struct ControlPlane {
     pub ready: BTreeSet<String>,
     /// Every master that is not Ready, and why.
     pub down: Vec<MasterDown>,
+    /// By control-plane pods, or (no master shows any) by Node Ready.
+    pub counted_by: crate::k8s::control_plane::CountedBy,
 }
 
 impl ControlPlane {
@@ -224,13 +239,16 @@ pub fn decide(control_plane: Option<&ControlPlane>, request: &Request) -> Result
         return Ok(());
     }
     let ready = ready_besides + i32::from(cp.ready.contains(request.instance));
-    let on_its_way = down.iter().any(|d| d.why != DownWhy::NotReady);
+    // A master not serving past its joinTimeout is on no way back.
+    let stuck = |d: &MasterDown| matches!(d.why, DownWhy::NotReady | DownWhy::NotServing);
+    let on_its_way = down.iter().any(|d| !stuck(d));
+    let not_serving = down.iter().any(|d| d.why == DownWhy::NotServing);
     Err(Blocked::OtherMastersDown {
         instance: request.instance.into(),
         down,
         ready_besides,
         needed,
-        needs_user: !on_its_way && ready * 2 <= cp.expected,
+        needs_user: !on_its_way && (not_serving || ready * 2 <= cp.expected),
     })
 }
 

@@ -10,30 +10,66 @@ use crate::context::Context;
 use crate::controllers::group_view::Fate;
 use crate::crd::nodegroup::NodeInterruption;
 use crate::crd::{NodeGroup, Role};
-use crate::k8s::control_plane::Serving;
+use crate::k8s::control_plane::{CountedBy, Serving};
 use crate::{Error, Result};
 use chrono::{DateTime, Utc};
 use kube::api::{Api, ListParams};
+use std::collections::BTreeSet;
 
 /// The control plane of `namespace`'s Master groups, as AWS and the
 /// inventory see it now (one NodeGroup list; one ASG description per
 /// group, shared with the group's own controllers for a few seconds).
 pub async fn observe(ctx: &Context, namespace: &str) -> Result<ControlPlane> {
-    let groups = Api::<NodeGroup>::namespaced(ctx.client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::kube(format!("list NodeGroups in {namespace}")))?;
     let mut seen = vec![];
-    for group in groups.items {
-        if group.spec.role != Role::Master {
-            continue;
-        }
+    for group in master_groups(ctx, namespace).await? {
         let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
         let fresh = cloud.describe_groups(&group.spec.asg_names()).await?;
         seen.push((group, fresh));
     }
-    let serving = crate::k8s::control_plane::ready_nodes(ctx).await?;
-    Ok(control_plane_of(&seen, &serving, ctx.clock.now()))
+    let groups: Vec<&NodeGroup> = seen.iter().map(|(g, _)| g).collect();
+    let (serving, counted_by) = observe_serving(ctx, &groups).await?;
+    let mut cp = control_plane_of(&seen, &serving, ctx.clock.now());
+    cp.counted_by = counted_by;
+    Ok(cp)
+}
+
+/// The Master groups of `namespace`.
+async fn master_groups(ctx: &Context, namespace: &str) -> Result<Vec<NodeGroup>> {
+    let groups = Api::<NodeGroup>::namespaced(ctx.client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube(format!("list NodeGroups in {namespace}")))?;
+    Ok(groups
+        .items
+        .into_iter()
+        .filter(|g| g.spec.role == Role::Master)
+        .collect())
+}
+
+/// Which masters of `namespace`'s Master groups serve, and how they were
+/// counted (by control-plane pods, or by Node where no master shows any).
+pub async fn serving(ctx: &Context, namespace: &str) -> Result<(Serving, CountedBy)> {
+    let groups = master_groups(ctx, namespace).await?;
+    observe_serving(ctx, &groups.iter().collect::<Vec<_>>()).await
+}
+
+async fn observe_serving(ctx: &Context, groups: &[&NodeGroup]) -> Result<(Serving, CountedBy)> {
+    let masters: BTreeSet<String> = groups
+        .iter()
+        .flat_map(|g| g.status.iter().flat_map(|s| s.nodes.iter()))
+        .map(|n| n.name.clone())
+        .collect();
+    let (serving, counted_by) = crate::k8s::control_plane::observe(ctx, &masters).await?;
+    // Said when it changes, not at every look.
+    static BY_NODES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let by_nodes = counted_by == CountedBy::Nodes;
+    if BY_NODES.swap(by_nodes, std::sync::atomic::Ordering::Relaxed) != by_nodes && by_nodes {
+        tracing::warn!(
+            masters = masters.len(),
+            "no master shows kops's control-plane pods (kube-system pods labelled k8s-app=kube-apiserver or etcd-manager-main): masters are counted by Node Ready plus masterSettleTime"
+        );
+    }
+    Ok((serving, counted_by))
 }
 
 /// Whether the loss a notice announces is imminent at `now`: a spot
@@ -52,11 +88,18 @@ pub fn loss_imminent(notice: &NodeInterruption, now: DateTime<Utc>) -> bool {
 /// Pure: each Master group's masters by instance, counted as etcd counts
 /// them. A master is up while its instance is in service, its Node Ready,
 /// its control-plane pods (`serving`: the Nodes whose kube-apiserver and
-/// etcd-manager are Ready) Ready, and no loss imminent for it. A
-/// terminating instance, or one whose loss is imminent, is leaving; a Node
-/// Ready whose etcd has not joined yet is joining; a place the group's
-/// ASGs have not launched an instance for yet (its count above what is
-/// active or leaving) is launching.
+/// etcd-manager are Ready, or, counted by Node, the Ready Nodes) Ready for
+/// its group's settle time, and no loss imminent for it. A terminating
+/// instance, or one whose loss is imminent, is leaving; a Node Ready whose
+/// etcd has not joined yet is joining, and past its group's `joinTimeout`
+/// from launch not serving (reported by name; nothing brings it back
+/// without the user); a place the group's ASGs have not launched an
+/// instance for yet (its count above what is active or leaving) is
+/// launching. At most a group's desired count of its masters count as up:
+/// an instance beyond it (a replacement launched beside its predecessor)
+/// is not an etcd member while the predecessor is there (kops's
+/// etcd-manager gives it the predecessor's volume only once that one is
+/// gone), so the newest such are beside.
 pub fn control_plane_of(
     groups: &[(NodeGroup, Vec<AsgDescription>)],
     serving: &Serving,
@@ -64,7 +107,6 @@ pub fn control_plane_of(
 ) -> ControlPlane {
     let mut cp = ControlPlane::default();
     for (group, fresh) in groups {
-        use kube::ResourceExt;
         // None of its ASGs exists (a group naming one that was never made,
         // reported Degraded by its inventory): it has no master, and none
         // is on its way; counting its places as down would hold back every
@@ -72,62 +114,120 @@ pub fn control_plane_of(
         if fresh.is_empty() {
             continue;
         }
-        let name = group.name_any();
-        let settle = settle_time(group);
         cp.expected += group.spec.desired;
-        let nodes = group.status.as_ref().map(|s| s.nodes.as_slice());
-        let nodes = nodes.unwrap_or_default();
-        let mut counted = 0;
-        for instance in fresh.iter().flat_map(|a| &a.instances) {
-            let id = &instance.instance_id;
-            if !instance.is_active() && !instance.lifecycle_state.starts_with("Terminat") {
-                continue; // Standby, detached: not a master place.
+        let (up, down) = group_masters(group, fresh, serving, now);
+        cp.ready.extend(up);
+        cp.down.extend(down);
+    }
+    cp
+}
+
+/// One Master group's masters: the instances up, and those down (with the
+/// places not launched yet).
+fn group_masters(
+    group: &NodeGroup,
+    fresh: &[AsgDescription],
+    serving: &Serving,
+    now: DateTime<Utc>,
+) -> (Vec<String>, Vec<MasterDown>) {
+    use kube::ResourceExt;
+    let name = group.name_any();
+    let settle = settle_time(group);
+    let join = join_timeout(group);
+    let nodes = group.status.as_ref().map(|s| s.nodes.as_slice());
+    let nodes = nodes.unwrap_or_default();
+    let node_of = |id: &str| nodes.iter().find(|n| n.instance_id.as_deref() == Some(id));
+    let mut counted = 0;
+    // Each place's instance, with what it would be on its own.
+    let mut seen: Vec<(String, Result<(), DownWhy>)> = vec![];
+    for instance in fresh.iter().flat_map(|a| &a.instances) {
+        let id = &instance.instance_id;
+        if !instance.is_active() && !instance.lifecycle_state.starts_with("Terminat") {
+            continue; // Standby, detached: not a master place.
+        }
+        counted += 1;
+        let node = node_of(id);
+        let in_service = instance.is_in_service();
+        let state = match node {
+            _ if !instance.is_active() => Err(DownWhy::Leaving),
+            Some(n)
+                if n.interruption
+                    .as_ref()
+                    .is_some_and(|i| loss_imminent(i, now)) =>
+            {
+                Err(DownWhy::Leaving)
             }
-            counted += 1;
-            let node = nodes.iter().find(|n| n.instance_id.as_ref() == Some(id));
-            let in_service = instance.is_in_service();
-            let why = match node {
-                _ if !instance.is_active() => DownWhy::Leaving,
-                Some(n)
-                    if n.interruption
-                        .as_ref()
-                        .is_some_and(|i| loss_imminent(i, now)) =>
-                {
-                    DownWhy::Leaving
+            Some(n) if n.ready && in_service && serving.contains_key(&n.name) => {
+                // A settle time past what a date can hold (an invalid
+                // spec, reported by validation) never ends: no panic.
+                let until = serving
+                    .get(&n.name)
+                    .and_then(|since| since.checked_add_signed(settle))
+                    .unwrap_or(DateTime::<Utc>::MAX_UTC);
+                match now < until {
+                    true => Err(DownWhy::Settling { until }),
+                    false => Ok(()),
                 }
-                Some(n) if n.ready && in_service && serving.contains_key(&n.name) => {
-                    // A settle time past what a date can hold (an invalid
-                    // spec, reported by validation) never ends: no panic.
-                    let until = serving
-                        .get(&n.name)
-                        .and_then(|since| since.checked_add_signed(settle))
-                        .unwrap_or(DateTime::<Utc>::MAX_UTC);
-                    if now < until {
-                        DownWhy::Settling { until }
-                    } else {
-                        cp.ready.insert(id.clone());
-                        continue;
-                    }
+            }
+            Some(n) if n.ready && in_service => {
+                let stuck = n
+                    .launch_time
+                    .and_then(|t| t.checked_add_signed(join))
+                    .is_some_and(|t| now >= t);
+                match stuck {
+                    true => Err(DownWhy::NotServing),
+                    false => Err(DownWhy::Joining),
                 }
-                Some(n) if n.ready && in_service => DownWhy::Joining,
-                Some(_) if in_service => DownWhy::NotReady,
-                _ => DownWhy::Launching,
-            };
-            cp.down.push(MasterDown {
+            }
+            Some(_) if in_service => Err(DownWhy::NotReady),
+            _ => Err(DownWhy::Launching),
+        };
+        seen.push((id.clone(), state));
+    }
+    // Members first: the oldest instances not leaving, up to the count.
+    let launched = |id: &str| node_of(id).and_then(|n| n.launch_time);
+    let mut staying: Vec<&String> = seen
+        .iter()
+        .filter(|(_, s)| *s != Err(DownWhy::Leaving))
+        .map(|(id, _)| id)
+        .collect();
+    staying.sort_by_key(|id| (launched(id).is_none(), launched(id), id.to_string()));
+    let members: BTreeSet<&String> = staying
+        .into_iter()
+        .take(group.spec.desired.max(0) as usize)
+        .collect();
+    let mut up = vec![];
+    let mut down = vec![];
+    for (id, state) in &seen {
+        let state = match state {
+            Ok(()) if !members.contains(id) => Err(DownWhy::Beside),
+            other => *other,
+        };
+        match state {
+            Ok(()) => up.push(id.clone()),
+            Err(why) => down.push(MasterDown {
                 group: name.clone(),
                 instance: Some(id.clone()),
                 why,
-            });
-        }
-        for _ in counted..group.spec.desired {
-            cp.down.push(MasterDown {
-                group: name.clone(),
-                instance: None,
-                why: DownWhy::Launching,
-            });
+            }),
         }
     }
-    cp
+    for _ in counted..group.spec.desired {
+        down.push(MasterDown {
+            group: name.clone(),
+            instance: None,
+            why: DownWhy::Launching,
+        });
+    }
+    (up, down)
+}
+
+/// The group's `replenish.joinTimeout`, its default when it does not
+/// parse (reported by validation).
+fn join_timeout(group: &NodeGroup) -> chrono::Duration {
+    let set = crate::duration::parse(&group.spec.replenish.join_timeout).ok();
+    let join = set.unwrap_or(std::time::Duration::from_secs(900));
+    chrono::Duration::from_std(join).unwrap_or(chrono::Duration::MAX)
 }
 
 /// The group's `refresh.masterSettleTime`, its default without a refresh

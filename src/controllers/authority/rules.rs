@@ -1,10 +1,9 @@
-//! The rule book: which of the cluster-wide rules binds which reason the
-//! manager has to take a node away. One table, [`binding`]; every path
-//! asks it where it checks a rule (the masters' rule in
-//! [`super::decide`], a window, protection or the slot in its planner, the
-//! Ready floor in its guard; windows through `WindowState::seen_by`), so a
-//! row changed here
-//! changes what that path does. `docs/concepts/disruption.md` shows the
+//! The rule book: which of the rules binds which reason the manager has to
+//! take a node away. One table, [`binding`]; one function applies it,
+//! `super::validate::validate`, which the executor asks (through each
+//! path's guard) before every effect that takes capacity away, and the
+//! plans ask to choose; so a row changed here changes what every path
+//! does. `docs/concepts/disruption.md` shows the
 //! table as [`markdown`] renders it, and a test keeps the two the same.
 
 use crate::crd::Role;
@@ -96,9 +95,15 @@ impl Reason {
     }
 }
 
-/// The cluster-wide rules a disruption may have to keep.
+/// The rules a disruption may have to keep, in the order they are asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Rule {
+    /// Nothing of ours happens to a group that is suspended, whose spec is
+    /// invalid, or whose nodes a kops rolling update is replacing.
+    Stopped,
+    /// A worker group's circuit breaker (too much of it NotReady at once:
+    /// a partition or an AZ outage) is closed.
+    Breaker,
     /// A master goes only while the other masters that are up number at
     /// least the expected count less one (`super::decide`).
     Masters,
@@ -114,7 +119,9 @@ pub enum Rule {
 }
 
 impl Rule {
-    pub const ALL: [Rule; 5] = [
+    pub const ALL: [Rule; 7] = [
+        Rule::Stopped,
+        Rule::Breaker,
         Rule::Masters,
         Rule::Window,
         Rule::DoNotDisrupt,
@@ -124,6 +131,8 @@ impl Rule {
 
     fn title(self) -> &'static str {
         match self {
+            Rule::Stopped => "group not stopped",
+            Rule::Breaker => "breaker",
             Rule::Masters => "masters' rule",
             Rule::Window => "window",
             Rule::DoNotDisrupt => "do-not-disrupt",
@@ -143,31 +152,39 @@ pub enum Binding {
 /// The rule book. Voluntary reasons keep every rule; a repair keeps what
 /// protects the control plane, not a window; an interruption cannot stop
 /// its loss, but retiring a master before AWS takes it still asks the
-/// masters' rule. (A worker group's circuit breaker is not a rule of the
-/// cluster: it stops every termination of its own group but retirements.)
+/// masters' rule. Nothing of ours but an interruption's drain happens to a
+/// stopped group.
 pub fn binding(reason: Reason, rule: Rule) -> Binding {
     use Binding::{Binds, Free};
     use Reason as R;
     use Rule as U;
     match (reason, rule) {
+        (R::InterruptionDrain, _) => Free("AWS takes the node anyway"),
+        (_, U::Stopped) => Binds,
         (R::Refresh | R::DriftRoll | R::ScaleIn | R::AtRisk | R::FallbackReturn, _) => Binds,
         (R::RefreshSurplus, U::Window) => {
             Free("gives back the run's own raise, at a window's close too")
         }
-        // Held while another group's master is down, the run would keep the
-        // slot that master's repair needs; the Ready floor keeps the
-        // group's own count.
-        (R::RefreshSurplus, U::Masters) => Free("the run's own extra master, beyond the count"),
         (R::RefreshSurplus, _) => Binds,
-        (R::NeverJoined, U::Masters) => Binds,
+        (R::NeverJoined, U::Masters | U::Breaker) => Binds,
         (R::NeverJoined, _) => Free("no Node, nothing runs on it"),
         (R::WorkerRepair, U::Masters) => Free("a worker"),
+        (R::WorkerRepair, U::Breaker) => Binds,
+        (R::MasterRepair, U::Breaker) => {
+            Free("the masters' rule counts the cluster's masters instead")
+        }
         (R::WorkerRepair | R::MasterRepair, U::ReadyFloor) => {
             Free("a dead node counts for nothing")
         }
-        (R::MasterRepair, U::Masters | U::Slot) => Binds,
+        (R::MasterRepair, U::Masters) => Binds,
+        // Its master is down already: any other master's removal sees it
+        // down and waits (the masters' rule, on a fresh view before every
+        // effect), so no slot is needed to serialise them, and none held
+        // by another group's wait can hold a dead master back.
+        (R::MasterRepair, U::Slot) => {
+            Free("its master is down already; the masters' rule serialises")
+        }
         (R::WorkerRepair | R::MasterRepair, _) => Free("a dead kubelet does not wait"),
-        (R::InterruptionDrain, _) => Free("AWS takes the node anyway"),
         (R::Retirement, U::Masters) => Binds,
         (R::Retirement, _) => Free("AWS takes the node anyway"),
     }
@@ -247,8 +264,16 @@ mod tests {
         // repair never waits for a window.
         assert!(binds(Reason::Retirement, Rule::Masters));
         assert!(!binds(Reason::MasterRepair, Rule::Window));
-        assert!(binds(Reason::MasterRepair, Rule::Slot));
+        // A dead master is never held by another group's slot.
+        assert!(!binds(Reason::MasterRepair, Rule::Slot));
         assert!(!binds(Reason::WorkerRepair, Rule::Slot));
+        // A run's surplus master is an etcd member like any other.
+        assert!(binds(Reason::RefreshSurplus, Rule::Masters));
+        // A suspended group: nothing of ours but an interruption's drain.
+        for reason in Reason::ALL {
+            let expected = reason != Reason::InterruptionDrain;
+            assert_eq!(binds(reason, Rule::Stopped), expected, "{reason:?}");
+        }
     }
 
     #[test]

@@ -577,3 +577,84 @@ fn a_settle_time_past_what_a_date_holds_never_ends_and_does_not_panic() {
     let cp = seen_at(&groups, &serving(&groups, &[]), t0());
     assert!(ask(&cp, Reason::MasterRepair, "m-b").is_err(), "{cp:?}");
 }
+
+/// Issue 68, hole 3: a master at risk replaced first in its own ASG (max
+/// 2): the replacement beside it is not an etcd member while it is there,
+/// so it does not count as up. With master b dead, a may not go: only c
+/// would serve etcd.
+#[test]
+fn a_replacement_beside_its_predecessor_is_not_up_until_the_predecessor_is_gone() {
+    let mut groups = one_group_of_three();
+    groups[0].1[0]
+        .instances
+        .push(fresh("a", &[("m-a2", "InService")]).instances[0].clone());
+    if let Some(status) = groups[0].0.status.as_mut() {
+        for n in &mut status.nodes {
+            n.launch_time = Some(t0() - chrono::Duration::days(7));
+        }
+        let mut new = status_node("n-a2", "a", "m-a2");
+        new.ready = true;
+        new.launch_time = Some(t0() - chrono::Duration::hours(2));
+        status.nodes.push(new);
+    }
+    let cp = seen(&groups);
+    assert!(!cp.ready.contains("m-a2"), "{cp:?}");
+    assert!(
+        cp.down
+            .iter()
+            .any(|d| d.instance.as_deref() == Some("m-a2") && d.why == DownWhy::Beside),
+        "{cp:?}"
+    );
+    set_ready(&mut groups, "m-b", false);
+    let cp = seen(&groups);
+    let refused = ask(&cp, Reason::AtRisk, "m-a").expect_err("only c would serve etcd");
+    assert!(
+        refused.to_string().contains("beside its predecessor"),
+        "{refused}"
+    );
+    assert!(
+        !refused.needs_user(),
+        "a's replacement is on its way: {refused}"
+    );
+    // The predecessor gone: its replacement is the member, and serves.
+    set_ready(&mut groups, "m-b", true);
+    groups[0].1[0].instances.remove(0);
+    let cp = seen(&groups);
+    assert!(cp.ready.contains("m-a2"), "{cp:?}");
+    assert!(cp.whole(), "{cp:?}");
+}
+
+/// Issue 68, hole 4: a master whose Node is Ready and whose control-plane
+/// pods are not, past its group's joinTimeout from launch, is not on its
+/// way: it is not serving, and a removal it holds back says only the user
+/// can end it.
+#[test]
+fn a_master_not_serving_past_its_join_timeout_is_named_and_on_no_way_back() {
+    let mut groups = three_groups_of_one();
+    for (g, _) in groups.iter_mut() {
+        g.spec.replenish.join_timeout = "15m".into();
+        for n in g.status.iter_mut().flat_map(|s| s.nodes.iter_mut()) {
+            n.launch_time = Some(t0() - chrono::Duration::minutes(10));
+        }
+    }
+    let serving_but_c = serving(&groups, &["n-c"]);
+    let cp = seen_at(&groups, &serving_but_c, t0());
+    assert!(
+        cp.down
+            .iter()
+            .any(|d| d.instance.as_deref() == Some("m-c") && d.why == DownWhy::Joining),
+        "within its join timeout: joining, {cp:?}"
+    );
+    let later = t0() + chrono::Duration::minutes(6);
+    let cp = seen_at(&groups, &serving_but_c, later);
+    let down = cp
+        .down
+        .iter()
+        .find(|d| d.instance.as_deref() == Some("m-c"))
+        .expect("c down");
+    assert_eq!(down.why, DownWhy::NotServing);
+    assert!(down.to_string().contains("not serving"), "{down}");
+    let refused = ask(&cp, Reason::Refresh, "m-a").expect_err("c does not serve");
+    assert!(refused.needs_user(), "{refused}");
+    assert_eq!(refused.reason(), "ControlPlaneQuorumAtRisk");
+}

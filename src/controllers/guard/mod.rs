@@ -25,8 +25,12 @@ pub enum Check<'a, T> {
     /// Put a node back in service (a drain given up).
     GiveBack(&'a str),
     SetDesired(&'a [DesiredChange]),
-    /// A drain step on the target's node.
-    Drain(&'a T),
+    /// A drain step on the target's node; `begins`: its first (the
+    /// path did not hold the node before).
+    Drain {
+        target: &'a T,
+        begins: bool,
+    },
     /// The target's recorded termination (a repair, a scale-in, a
     /// refresh's replacement).
     Terminate(&'a T),
@@ -85,11 +89,6 @@ pub enum Refusal {
         desired: i32,
         recorded: Option<i32>,
     },
-    TooFewReady {
-        instance: String,
-        ready_besides: i32,
-        needed: i32,
-    },
     /// Removing a never-joined instance that a Node runs on after all.
     HasANode {
         instance: String,
@@ -107,13 +106,8 @@ pub enum Refusal {
         node: String,
         timeout: String,
     },
-    /// Repairing while the group's circuit breaker is open.
-    BreakerOpen {
-        instance: String,
-        why: String,
-    },
-    /// The disruption authority refuses (`controllers::authority`).
-    Authority(crate::controllers::authority::Blocked),
+    /// A rule of the rule book refuses (`authority::validate`).
+    Rule(crate::controllers::authority::validate::Refused),
     /// A mutation this path never makes (a refresher asked to retire).
     NotThisPath {
         what: String,
@@ -167,14 +161,6 @@ impl std::fmt::Display for Refusal {
                 f,
                 "remove {instance} from {asg}: desired {desired} is not above the recorded {recorded:?}"
             ),
-            Refusal::TooFewReady {
-                instance,
-                ready_besides,
-                needed,
-            } => write!(
-                f,
-                "terminate {instance}: {ready_besides} other Ready node(s), {needed} needed"
-            ),
             Refusal::HasANode { instance } => write!(f, "remove {instance}: a Node runs on it"),
             Refusal::DecrementAtMin { instance, asg } => {
                 write!(f, "remove {instance} with decrement: {asg} is at its min")
@@ -188,11 +174,7 @@ impl std::fmt::Display for Refusal {
                 f,
                 "repair {node}: it is not NotReady for over the unhealthy timeout ({timeout})"
             ),
-            Refusal::BreakerOpen { instance, why } => write!(
-                f,
-                "terminate {instance}: the circuit breaker is open ({why})"
-            ),
-            Refusal::Authority(blocked) => write!(f, "{blocked}"),
+            Refusal::Rule(refused) => write!(f, "{refused}"),
         }
     }
 }
@@ -213,14 +195,12 @@ impl Refusal {
             Refusal::NotPlanned { .. } => "refused_not_planned",
             Refusal::TerminationNotRecorded { .. } => "refused_termination_not_recorded",
             Refusal::NotAboveRecordedCount { .. } => "refused_not_above_recorded_count",
-            Refusal::TooFewReady { .. } => "refused_too_few_ready",
             Refusal::HasANode { .. } => "refused_has_a_node",
             Refusal::DecrementAtMin { .. } => "refused_decrement_at_min",
             Refusal::NotReclaimed { .. } => "refused_not_reclaimed",
             Refusal::NotUnhealthy { .. } => "refused_not_unhealthy",
-            Refusal::BreakerOpen { .. } => "refused_breaker_open",
             Refusal::NotThisPath { .. } => "refused_not_this_path",
-            Refusal::Authority(blocked) => blocked.check(),
+            Refusal::Rule(refused) => refused.check(),
         }
     }
 }
@@ -341,23 +321,24 @@ pub fn desired_changes(
 mod tests {
     use super::*;
     use crate::controllers::authority::Blocked;
+    use crate::controllers::authority::validate::Refused;
 
     #[test]
     fn a_refusal_stays_typed_in_the_errors_category() {
-        let refused: Error = Refusal::TooFewReady {
+        let refused: Error = Refusal::Rule(Refused::Floor {
             instance: "i-1".into(),
             ready_besides: 1,
             needed: 2,
-        }
+        })
         .into();
         assert_eq!(refused.category(), "refused_too_few_ready");
         assert_eq!(
             refused.to_string(),
-            "refusing to terminate i-1: 1 other Ready node(s), 2 needed"
+            "refusing to terminate i-1: 1 other Ready node(s), 2 needed; until 2 other Ready node(s)"
         );
-        let blocked: Error = Refusal::Authority(Blocked::ControlPlaneUnobserved {
+        let blocked: Error = Refusal::Rule(Refused::Masters(Blocked::ControlPlaneUnobserved {
             instance: "m-a".into(),
-        })
+        }))
         .into();
         assert_eq!(blocked.category(), "refused_control_plane_unobserved");
         assert!(!blocked.is_expected_contention());

@@ -4,10 +4,10 @@
 //! (`controllers::guard`).
 
 use crate::cloud::AsgDescription;
-use crate::controllers::authority::ControlPlane;
+use crate::controllers::authority::validate::{Disruption, Floor, Scene, validate};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::{Refusal, active_member, desired_changes, groups_asg};
-use crate::controllers::refresher::plan::{GroupNode, authority, removal, surplus_of};
+use crate::controllers::refresher::plan::{GroupNode, reason_of, removal, surplus_of};
 use crate::crd::refresher::{RefreshTarget, TargetPurpose};
 use crate::crd::{NodeGroup, RefresherStatus};
 
@@ -21,8 +21,9 @@ pub struct Guard<'a> {
     pub fresh: &'a [AsgDescription],
     pub nodes: &'a [GroupNode],
     pub status: &'a RefresherStatus,
-    /// Masters: the cluster's control plane, when looked at.
-    pub control_plane: Option<&'a ControlPlane>,
+    /// What the rule book's check sees (the control plane, windows,
+    /// protection, the slot, the breaker, a stop).
+    pub scene: Scene<'a>,
 }
 
 /// A mutation the executor is about to make, as the refresher's guard
@@ -35,7 +36,7 @@ impl Guard<'_> {
         match check {
             Check::GiveBack(node) => self.gives_back(node),
             Check::SetDesired(changes) => self.set_desired(changes),
-            Check::Drain(target) => self.drain(target),
+            Check::Drain { target, begins } => self.drain(target, begins),
             Check::Terminate(target) => self.terminate(target),
             Check::NotJoined(t) => Err(Refusal::NotThisPath {
                 what: format!("remove never-joined {}", t.instance_id),
@@ -107,21 +108,30 @@ impl Guard<'_> {
         Ok(())
     }
 
-    /// The disruption authority allows replacing the target's node (a
-    /// master: only while every other master of the cluster is Ready).
-    fn authority(&self, t: &RefreshTarget) -> Result<(), Refusal> {
-        let role = self.group.spec.role;
-        authority(t, self.status.trigger, role, self.control_plane).map_err(Refusal::Authority)
+    /// The rule book allows the target's next step for the run's reason
+    /// (`in_hand`: its drain has begun; `floor`: what a termination
+    /// leaves, None for a drain step, which takes no node yet).
+    fn rules(&self, t: &RefreshTarget, in_hand: bool, floor: Option<Floor>) -> Result<(), Refusal> {
+        let d = Disruption {
+            reason: reason_of(t, self.status.trigger),
+            instance: &t.instance_id,
+            node: t.node.as_deref(),
+            in_hand,
+            dead: t.unhealthy,
+            floor,
+        };
+        validate(&d, &self.scene).map_err(Refusal::Rule)
     }
 
-    pub fn drain(&self, t: &RefreshTarget) -> Result<(), Refusal> {
+    /// A drain step: the rules but the floor, which the termination keeps
+    /// (nodes drained alongside a surge are judged one by one then).
+    pub fn drain(&self, t: &RefreshTarget, begins: bool) -> Result<(), Refusal> {
         self.target(t)?;
-        self.authority(t)
+        self.rules(t, !begins, None)
     }
 
     pub fn terminate(&self, t: &RefreshTarget) -> Result<(), Refusal> {
         self.target(t)?;
-        self.authority(t)?;
         if t.terminated.is_none() {
             return Err(Refusal::TerminationNotRecorded {
                 instance: t.instance_id.clone(),
@@ -157,24 +167,25 @@ impl Guard<'_> {
             self.nodes,
             (self.group.spec.desired, surplus),
         );
-        if !r.safe {
-            return Err(Refusal::TooFewReady {
-                instance: t.instance_id.clone(),
-                ready_besides: r.ready_besides,
-                needed: r.needed,
-            });
-        }
-        Ok(())
+        let floor = Floor {
+            ready_besides: r.ready_besides,
+            needed: r.needed,
+            kept: r.safe,
+        };
+        self.rules(t, true, Some(floor))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::authority::validate::Refused;
     use crate::controllers::group_view::group_nodes;
     use crate::controllers::group_view::tests::{fresh, status_node};
     use crate::crd::NodeGroupStatus;
+    use crate::crd::Role;
     use crate::crd::refresher::AsgDesired;
+    use crate::k8s::disruption_slot::SlotState;
     use chrono::{TimeZone, Utc};
 
     /// A worker group of 3 over ASGs a and b: i-1, i-2 in a (a raised by one
@@ -245,12 +256,17 @@ mod tests {
                 &self.fresh,
                 chrono::Utc::now(),
             );
+            let (protected, slot) = (Default::default(), SlotState::Ours);
             f(&Guard {
                 group: &self.group,
                 fresh: &self.fresh,
                 nodes: &nodes,
                 status: &self.status,
-                control_plane: None,
+                scene: crate::controllers::authority::validate::tests::open_scene(
+                    Role::Worker,
+                    &protected,
+                    &slot,
+                ),
             })
         }
     }
@@ -294,7 +310,7 @@ mod tests {
             instance: "i-9".into(),
         });
         assert_eq!(case.check(|g| g.terminate(&t)), not_planned);
-        assert_eq!(case.check(|g| g.drain(&t)), not_planned);
+        assert_eq!(case.check(|g| g.drain(&t, true)), not_planned);
     }
 
     #[test]
@@ -320,11 +336,11 @@ mod tests {
         let t = target("i-1", "a", "n1", TargetPurpose::Replace);
         assert_eq!(
             case.check(|g| g.terminate(&t)),
-            Err(Refusal::TooFewReady {
+            Err(Refusal::Rule(Refused::Floor {
                 instance: "i-1".into(),
                 ready_besides: 2,
                 needed: 3
-            })
+            }))
         );
     }
 

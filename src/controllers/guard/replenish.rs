@@ -3,22 +3,23 @@
 //! describe just before it is made.
 
 use crate::cloud::AsgDescription;
-use crate::controllers::authority::rules::{self, Rule};
-use crate::controllers::authority::{self, ControlPlane, Reason, Request};
+use crate::controllers::authority::validate::{Disruption, Floor, Scene, validate};
+use crate::controllers::authority::{ControlPlane, Reason};
 use crate::controllers::group_view::{DesiredChange, Fate, group_nodes};
 use crate::controllers::guard::{Refusal, desired_changes, removable};
 use crate::crd::replenisher::ScaleInTarget;
-use crate::crd::{NodeGroup, ReplenisherStatus, Role};
+use crate::crd::{NodeGroup, ReplenisherStatus};
 
 /// The replenisher's mutations re-checked on one reconcile's observations:
-/// the group (spec and inventory), its ASGs as just described, the control
-/// plane (masters), and now.
+/// the group (spec and inventory), its ASGs as just described, the rule
+/// book's scene (the control plane, windows, protection, the slot, the
+/// breaker, a stop), and now.
 #[derive(Clone, Copy)]
 pub struct Guard<'a> {
     pub group: &'a NodeGroup,
     pub status: &'a crate::crd::NodeGroupStatus,
     pub fresh: &'a [AsgDescription],
-    pub control_plane: Option<&'a ControlPlane>,
+    pub scene: Scene<'a>,
     pub now: chrono::DateTime<chrono::Utc>,
 }
 
@@ -30,25 +31,36 @@ impl Guard<'_> {
     /// The check for `check`: the executor asks it before each mutation,
     /// with the Replenisher's status as it records the mutation.
     pub fn check(&self, recorded: &ReplenisherStatus, check: Check) -> Result<(), Refusal> {
-        let (group, status, fresh, cp, now) = (
-            self.group,
-            self.status,
-            self.fresh,
-            self.control_plane,
-            self.now,
-        );
+        let (group, status, fresh, scene, now) =
+            (self.group, self.status, self.fresh, &self.scene, self.now);
         match check {
             Check::GiveBack(node) => gives_back(group, recorded, node),
             Check::SetDesired(changes) => scale_up(group, fresh, changes),
-            Check::NotJoined(target) => not_joined(group, fresh, target, cp),
+            Check::NotJoined(target) => not_joined(group, fresh, target, scene),
             // A drain step is a removal begun: checked as its termination
             // will be, so a removal the rules refuse now is not driven on.
-            Check::Drain(t) | Check::Terminate(t) if t.repair => {
-                repair(group, status, fresh, t, cp, now)
+            Check::Drain { target, begins } => {
+                removal(group, status, fresh, target, scene, now, !begins)
             }
-            Check::Drain(t) | Check::Terminate(t) => scale_in(group, status, fresh, t, cp, now),
-            Check::Retire(r) => retire(group, status, fresh, r, cp, now),
+            Check::Terminate(t) => removal(group, status, fresh, t, scene, now, true),
+            Check::Retire(r) => retire(group, status, fresh, r, scene, now),
         }
+    }
+}
+
+/// A repair or a scale-in: the step `in_hand` once its drain has begun.
+fn removal(
+    group: &NodeGroup,
+    status: &crate::crd::NodeGroupStatus,
+    fresh: &[AsgDescription],
+    target: &ScaleInTarget,
+    scene: &Scene,
+    now: chrono::DateTime<chrono::Utc>,
+    in_hand: bool,
+) -> Result<(), Refusal> {
+    match target.repair {
+        true => repair(group, status, fresh, target, scene, now),
+        false => scale_in(group, status, fresh, target, scene, now, in_hand),
     }
 }
 
@@ -92,12 +104,13 @@ pub fn scale_up(
 }
 
 /// Safety: the instance is active in that ASG of this group, no Node runs on
-/// it, and a decrement keeps the ASG at or above its min.
+/// it, a decrement keeps the ASG at or above its min, and the rule book
+/// allows it.
 pub fn not_joined(
     group: &NodeGroup,
     fresh: &[AsgDescription],
     target: &crate::crd::replenisher::CleanupTarget,
-    control_plane: Option<&ControlPlane>,
+    scene: &Scene,
 ) -> Result<(), Refusal> {
     removable(
         group,
@@ -105,12 +118,6 @@ pub fn not_joined(
         &target.auto_scaling_group,
         &target.instance_id,
         target.decrement,
-    )?;
-    authority(
-        group,
-        control_plane,
-        Reason::NeverJoined,
-        &target.instance_id,
     )?;
     let has_node = group.status.as_ref().is_some_and(|s| {
         s.nodes
@@ -122,7 +129,15 @@ pub fn not_joined(
             instance: target.instance_id.clone(),
         });
     }
-    Ok(())
+    let d = Disruption {
+        reason: Reason::NeverJoined,
+        instance: &target.instance_id,
+        node: None,
+        in_hand: true,
+        dead: false,
+        floor: None,
+    };
+    validate(&d, scene).map_err(Refusal::Rule)
 }
 
 /// Why the replenisher removes a target that is no repair, in the rule
@@ -148,16 +163,35 @@ pub fn scale_in_reason(
     }
 }
 
+/// The Ready floor of removing `instance`: the group's desired count of
+/// Ready nodes besides it.
+fn floor(
+    group: &NodeGroup,
+    status: &crate::crd::NodeGroupStatus,
+    fresh: &[AsgDescription],
+    instance: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Floor {
+    let nodes = group_nodes(&status.nodes, fresh, now);
+    let ready = |n: &&crate::controllers::group_view::GroupNode| n.ready;
+    let is =
+        |n: &&crate::controllers::group_view::GroupNode| n.instance_id.as_deref() == Some(instance);
+    let ready_besides = nodes.iter().filter(ready).filter(|n| !is(n)).count() as i32;
+    Floor::of(ready_besides, group.spec.desired)
+}
+
 /// Safety: the target is active in its ASG, above min when the termination
-/// decrements, and removing it keeps Ready >= desired (where the rule book
-/// binds the floor to its reason).
+/// decrements, and the rule book allows its removal for its reason (the
+/// Ready floor, the slot, the window for a removal not yet in hand,
+/// protection, the masters' rule, the breaker, a stop).
 pub fn scale_in(
     group: &NodeGroup,
     status: &crate::crd::NodeGroupStatus,
     fresh: &[AsgDescription],
     target: &ScaleInTarget,
-    control_plane: Option<&ControlPlane>,
+    scene: &Scene,
     now: chrono::DateTime<chrono::Utc>,
+    in_hand: bool,
 ) -> Result<(), Refusal> {
     removable(
         group,
@@ -166,42 +200,37 @@ pub fn scale_in(
         &target.instance_id,
         target.decrement,
     )?;
-    let reason = scale_in_reason(group, status, target);
-    authority(group, control_plane, reason, &target.instance_id)?;
-    let ready_besides = group_nodes(&status.nodes, fresh, now)
-        .iter()
-        .filter(|n| n.ready && n.instance_id.as_deref() != Some(target.instance_id.as_str()))
-        .count() as i32;
-    if rules::binds(reason, Rule::ReadyFloor) && ready_besides < group.spec.desired {
-        return Err(Refusal::TooFewReady {
-            instance: target.instance_id.clone(),
-            ready_besides,
-            needed: group.spec.desired,
-        });
-    }
-    Ok(())
+    let d = Disruption {
+        reason: scale_in_reason(group, status, target),
+        instance: &target.instance_id,
+        node: Some(&target.node),
+        in_hand,
+        dead: false,
+        floor: Some(floor(group, status, fresh, &target.instance_id, now)),
+    };
+    validate(&d, scene).map_err(Refusal::Rule)
 }
 
-/// The disruption authority's answer for taking `instance` away for
-/// `reason`.
-pub fn authority(
+/// The masters' rule's answer alone for taking `instance` away for
+/// `reason` (a plan choosing among masters).
+pub fn masters_rule(
     group: &NodeGroup,
     control_plane: Option<&ControlPlane>,
     reason: Reason,
     instance: &str,
-) -> Result<(), Refusal> {
-    let request = Request {
+) -> Result<(), crate::controllers::authority::Blocked> {
+    let request = crate::controllers::authority::Request {
         reason,
         role: group.spec.role,
         instance,
     };
-    authority::decide(control_plane, &request).map_err(Refusal::Authority)
+    crate::controllers::authority::decide(control_plane, &request)
 }
 
 /// Safety for a repair: the target is active in that ASG of the group (above
 /// min when the termination decrements), its node is still NotReady for
 /// longer than the unhealthy timeout per the inventory, is not leaving on
-/// an interruption notice, and the authority allows it: a worker while the
+/// an interruption notice, and the rule book allows it: a worker while the
 /// group's circuit breaker is closed, a master while every other master of
 /// the cluster is Ready (counted across every Master group, which replaces
 /// the group's breaker: one dead master of a group of one is 100% of it).
@@ -211,7 +240,7 @@ pub fn repair(
     status: &crate::crd::NodeGroupStatus,
     fresh: &[AsgDescription],
     target: &ScaleInTarget,
-    control_plane: Option<&ControlPlane>,
+    scene: &Scene,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), Refusal> {
     removable(
@@ -221,16 +250,15 @@ pub fn repair(
         &target.instance_id,
         target.decrement,
     )?;
-    let reason = Reason::repair(group.spec.role);
-    authority(group, control_plane, reason, &target.instance_id)?;
-    if let Some(why) = group.breaker_open()
-        && group.spec.role != Role::Master
-    {
-        return Err(Refusal::BreakerOpen {
-            instance: target.instance_id.clone(),
-            why,
-        });
-    }
+    let d = Disruption {
+        reason: Reason::repair(group.spec.role),
+        instance: &target.instance_id,
+        node: Some(&target.node),
+        in_hand: true,
+        dead: true,
+        floor: None,
+    };
+    validate(&d, scene).map_err(Refusal::Rule)?;
     let timeout = group.spec.replenish.unhealthy_timeout();
     let unhealthy = status.nodes.iter().any(|n| {
         n.name == target.node
@@ -252,14 +280,14 @@ pub fn repair(
 /// Safety: an interrupted instance is terminated only while it is active in
 /// that ASG of the group, its node records a notice in force that AWS
 /// reclaims it (spot interruption, scheduled change from its drain start), a decrement keeps the ASG at or
-/// above its min, and the authority allows it (a master: while the other
-/// masters are up).
+/// above its min, and the rule book allows it (a master: while the other
+/// masters are up; not while the group is stopped).
 pub fn retire(
     group: &NodeGroup,
     status: &crate::crd::NodeGroupStatus,
     fresh: &[AsgDescription],
     r: &crate::crd::replenisher::Retirement,
-    control_plane: Option<&ControlPlane>,
+    scene: &Scene,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), Refusal> {
     removable(
@@ -269,7 +297,15 @@ pub fn retire(
         &r.instance_id,
         r.decrement,
     )?;
-    authority(group, control_plane, Reason::Retirement, &r.instance_id)?;
+    let d = Disruption {
+        reason: Reason::Retirement,
+        instance: &r.instance_id,
+        node: Some(&r.node),
+        in_hand: true,
+        dead: false,
+        floor: None,
+    };
+    validate(&d, scene).map_err(Refusal::Rule)?;
     let reclaimed = status.nodes.iter().any(|n| {
         n.instance_id.as_deref() == Some(r.instance_id.as_str())
             && n.interruption
@@ -288,9 +324,33 @@ pub fn retire(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::authority::validate::Refused;
+    use crate::controllers::authority::validate::tests::open_scene;
     use crate::controllers::group_view::tests::{fresh, status_node};
     use crate::controllers::inventory::plan::tests::{group, t0};
+    use crate::crd::Role;
     use crate::crd::replenisher::CleanupTarget;
+    use crate::k8s::disruption_slot::SlotState;
+    use std::collections::BTreeMap;
+
+    const NONE: BTreeMap<String, String> = BTreeMap::new();
+    const OURS: SlotState = SlotState::Ours;
+
+    /// Every rule open, a worker's.
+    fn open() -> Scene<'static> {
+        static PROTECTED: BTreeMap<String, String> = NONE;
+        static SLOT: SlotState = OURS;
+        open_scene(Role::Worker, &PROTECTED, &SLOT)
+    }
+
+    /// A master's, the control plane as given.
+    fn masters(cp: Option<&ControlPlane>) -> Scene<'_> {
+        Scene {
+            role: Role::Master,
+            control_plane: cp,
+            ..open()
+        }
+    }
 
     /// Group of ASGs a (i-1, i-2 with nodes n1, n2; i-9 never joined) and b
     /// (i-3 with n3), desired 2; a sits above its min of 1, b at its min.
@@ -395,7 +455,7 @@ mod tests {
     #[test]
     fn only_an_active_instance_without_a_node_is_removed_and_decremented_only_above_min() {
         let c = Case::new();
-        let check = |t: &CleanupTarget| not_joined(&c.group, &c.fresh, t, None);
+        let check = |t: &CleanupTarget| not_joined(&c.group, &c.fresh, t, &open());
         assert_eq!(check(&cleanup("i-9", "a", true)), Ok(()));
         assert_eq!(
             check(&cleanup("i-1", "a", false)),
@@ -417,7 +477,7 @@ mod tests {
                 &at_min.group,
                 &at_min.fresh,
                 &cleanup("i-9", "a", true),
-                None
+                &open()
             ),
             Err(Refusal::DecrementAtMin {
                 instance: "i-9".into(),
@@ -429,7 +489,7 @@ mod tests {
                 &at_min.group,
                 &at_min.fresh,
                 &cleanup("i-9", "a", false),
-                None
+                &open()
             ),
             Ok(()),
             "at min, removed without decrement: the ASG replaces it"
@@ -439,7 +499,8 @@ mod tests {
     #[test]
     fn a_scale_in_keeps_ready_at_desired_and_its_asg_at_min() {
         let c = Case::new();
-        let check = |t: &ScaleInTarget| scale_in(&c.group, c.status(), &c.fresh, t, None, t0());
+        let check =
+            |t: &ScaleInTarget| scale_in(&c.group, c.status(), &c.fresh, t, &open(), t0(), true);
         assert_eq!(check(&target("n2", "i-2", "a")), Ok(()));
         assert_eq!(
             check(&target("n3", "i-3", "b")),
@@ -458,14 +519,15 @@ mod tests {
                 short.status(),
                 &short.fresh,
                 &target("n2", "i-2", "a"),
-                None,
-                t0()
+                &open(),
+                t0(),
+                true
             ),
-            Err(Refusal::TooFewReady {
+            Err(Refusal::Rule(Refused::Floor {
                 instance: "i-2".into(),
                 ready_besides: 1,
                 needed: 2
-            })
+            }))
         );
     }
 
@@ -492,7 +554,7 @@ mod tests {
             drained: None,
         };
         let check =
-            |c: &Case, r: &Retirement| retire(&c.group, c.status(), &c.fresh, r, None, t0());
+            |c: &Case, r: &Retirement| retire(&c.group, c.status(), &c.fresh, r, &open(), t0());
         assert_eq!(
             check(&c, &retirement("i-2", "a", true)),
             Err(Refusal::NotReclaimed {
@@ -554,11 +616,13 @@ mod tests {
             since: t0(),
             desired_before: None,
         };
-        let unobserved = retire(&c.group, c.status(), &c.fresh, &r, None, t0());
+        let unobserved = retire(&c.group, c.status(), &c.fresh, &r, &masters(None), t0());
         assert!(
             matches!(
                 unobserved,
-                Err(Refusal::Authority(Blocked::ControlPlaneUnobserved { .. }))
+                Err(Refusal::Rule(Refused::Masters(
+                    Blocked::ControlPlaneUnobserved { .. }
+                )))
             ),
             "{unobserved:?}"
         );
@@ -574,16 +638,24 @@ mod tests {
                     why: DownWhy::NotReady,
                 })
                 .collect(),
+            ..Default::default()
         };
-        let refused = retire(&c.group, c.status(), &c.fresh, &r, Some(&short), t0());
+        let refused = retire(
+            &c.group,
+            c.status(),
+            &c.fresh,
+            &r,
+            &masters(Some(&short)),
+            t0(),
+        );
         assert!(
             matches!(
                 &refused,
-                Err(Refusal::Authority(Blocked::OtherMastersDown {
+                Err(Refusal::Rule(Refused::Masters(Blocked::OtherMastersDown {
                     ready_besides: 1,
                     needed: 2,
                     ..
-                }))
+                })))
             ),
             "{refused:?}"
         );
@@ -591,9 +663,17 @@ mod tests {
             expected: 3,
             ready: ["i-1", "i-2"].iter().map(|s| s.to_string()).collect(),
             down: vec![],
+            ..Default::default()
         };
         assert_eq!(
-            retire(&c.group, c.status(), &c.fresh, &r, Some(&whole), t0()),
+            retire(
+                &c.group,
+                c.status(),
+                &c.fresh,
+                &r,
+                &masters(Some(&whole)),
+                t0()
+            ),
             Ok(())
         );
     }

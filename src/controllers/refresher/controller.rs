@@ -8,6 +8,7 @@
 use crate::Result;
 use crate::cloud::AsgDescription;
 use crate::context::Context;
+use crate::controllers::authority::validate::Scene;
 use crate::controllers::aws_mutations::set_desired_capacities;
 use crate::controllers::execute::{Done, Drained, Effects, Planned, Removal, Taken, execute};
 use crate::controllers::group_view::DesiredChange;
@@ -103,6 +104,13 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         described = observed.describe_fresh(now).await?;
         plan = plan_for(&described);
     }
+    // The rule book's scene for the executor's check, as the plan saw it.
+    let stopped = seen
+        .input(&observed, &described, &[])
+        .group
+        .stopped()
+        .map(str::to_string);
+    let breaker = observed.group.breaker_open();
     let DescribedAsgs { fresh, asgs, nodes } = described;
     let ObservedGroup {
         namespace,
@@ -134,7 +142,15 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         fresh: &fresh,
         nodes: &nodes,
         cloud: cloud.as_ref(),
-        control_plane: control_plane.as_ref(),
+        scene: Scene {
+            role: group.spec.role,
+            control_plane: control_plane.as_ref(),
+            window: seen.window.for_rules(),
+            protected: &seen.protected,
+            slot: &seen.slot,
+            breaker: breaker.as_deref(),
+            stopped: stopped.as_deref(),
+        },
         happenings: &plan.happenings,
         now,
     };
@@ -157,7 +173,8 @@ struct Cluster<'a> {
     fresh: &'a [AsgDescription],
     nodes: &'a [refresh_plan::GroupNode],
     cloud: &'a dyn crate::cloud::Cloud,
-    control_plane: Option<&'a crate::controllers::authority::ControlPlane>,
+    /// What the rule book's check sees.
+    scene: Scene<'a>,
     /// What the plan starts, told once its status is stored.
     happenings: &'a [Happening],
     now: DateTime<Utc>,
@@ -170,7 +187,7 @@ impl Cluster<'_> {
             fresh: self.fresh,
             nodes: self.nodes,
             status,
-            control_plane: self.control_plane,
+            scene: self.scene,
         }
     }
 }

@@ -87,7 +87,7 @@ impl Seen {
         // Invalid: the group is invalid too, and no run steps, so the
         // defaults are never acted on.
         let disruption = group.spec.resolved_disruption().unwrap_or_default();
-        let control_plane_ready = control_plane_ready(ctx, group, &current).await?;
+        let control_plane_ready = control_plane_ready(ctx, rf, group, &current).await?;
         let slot = slots.observe().await?;
         let protections = protected_nodes(ctx, group, &current, protection).await?;
         Ok(Seen {
@@ -285,19 +285,22 @@ async fn unsettled_workloads(
     crate::k8s::workloads::observe_unsettled(ctx, &moved).await
 }
 
-/// Masters between replacements: which nodes' control planes are up.
+/// Masters between replacements: which nodes' control planes are up
+/// (counted by Node where no master of the cluster shows control-plane
+/// pods).
 async fn control_plane_ready(
     ctx: &Context,
+    rf: &Refresher,
     group: &NodeGroup,
     current: &RefresherStatus,
 ) -> Result<BTreeSet<String>> {
+    use kube::ResourceExt;
     if group.spec.role == crate::crd::Role::Master
         && current.phase == crate::crd::refresher::RefreshPhase::WaitingForReplacement
     {
-        return Ok(crate::k8s::control_plane::ready_nodes(ctx)
-            .await?
-            .into_keys()
-            .collect());
+        let namespace = rf.namespace().unwrap_or_default();
+        let (serving, _) = crate::controllers::authority::observe::serving(ctx, &namespace).await?;
+        return Ok(serving.into_keys().collect());
     }
     Ok(Default::default())
 }

@@ -4,6 +4,7 @@
 
 use super::effects::Cluster;
 use crate::context::Context;
+use crate::controllers::authority::validate::Scene;
 use crate::controllers::execute::{Planned, execute};
 use crate::controllers::group_view::{Fate, LockState};
 use crate::controllers::guard::replenish::Guard;
@@ -71,7 +72,8 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         };
     let now = ctx.clock.now();
     let current = rp.status.clone().unwrap_or_default();
-    let needed = may_take_a_node(&observed.group_status, &current);
+    let needed = may_take_a_node(&observed.group_status, &current)
+        || a_master_not_serving(ctx, &observed, now).await?;
     observed.observe_control_plane(ctx, needed).await?;
     let not_joined: Vec<NotJoinedView> = observed
         .group_status
@@ -82,7 +84,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     let mut described = observed.describe(now).await?;
     let slots = Slots::of_replenisher(ctx, &rp, observed.group.spec.role);
     let surplus_left = surplus_left(ctx, &rp).await?;
-    let (protected, slot) = voluntary(ctx, &observed, &described, &slots, now).await?;
+    let (protected, slot) = voluntary(ctx, &observed, &described, &slots, &current, now).await?;
     let plan_for = |described: &DescribedAsgs| {
         let group = &observed.group;
         let active = active_instances(described);
@@ -110,6 +112,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         described = observed.describe_fresh(now).await?;
         plan = plan_for(&described);
     }
+    let rules = RuleParts::of(&observed, &described, now);
     let fresh = described.fresh;
     let ObservedGroup {
         namespace,
@@ -125,13 +128,8 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
 
     let mut status = plan.status.clone();
     status.observed_generation = rp.metadata.generation;
-    set_replenished(&mut status, &plan.message, rp.metadata.generation, now);
-    let newly_blocked = set_repair_allowed(
-        &mut status,
-        plan.repair_held.as_ref(),
-        rp.metadata.generation,
-        now,
-    );
+    let cp = observed_control_plane.as_ref();
+    let newly_blocked = set_conditions(&mut status, &plan, cp, rp.metadata.generation, now);
     let held = plan.repair_held.as_ref().map(|h| h.reason);
     ctx.metrics.repair_held(&namespace, &group.name_any(), held);
     let mut cluster = Cluster {
@@ -142,7 +140,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
             group: &group,
             status: &group_status,
             fresh: &fresh,
-            control_plane: observed_control_plane.as_ref(),
+            scene: rules.scene(group.spec.role, cp, &protected, &slot),
             now,
         },
         group_ref: group.object_ref(&()),
@@ -155,6 +153,47 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
     let planned = Planned::of(&plan.command, status, &plan.message, plan.requeue);
     let requeue = execute(&mut cluster, rp.status.as_ref(), planned, now).await?;
     Ok(Action::requeue(requeue))
+}
+
+/// The owned parts of the rule book's scene for the executor's check, as
+/// the plan saw them.
+struct RuleParts {
+    stopped: Option<String>,
+    window: crate::controllers::window::WindowState,
+    breaker: Option<String>,
+}
+
+impl RuleParts {
+    fn of(
+        observed: &ObservedGroup,
+        described: &DescribedAsgs,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> RuleParts {
+        let facts = observed.facts(described, false, now);
+        RuleParts {
+            stopped: facts.stopped().map(str::to_string),
+            window: crate::controllers::window::group_window(&observed.group, now),
+            breaker: observed.group.breaker_open(),
+        }
+    }
+
+    fn scene<'a>(
+        &'a self,
+        role: crate::crd::Role,
+        control_plane: Option<&'a crate::controllers::authority::ControlPlane>,
+        protected: &'a BTreeMap<String, String>,
+        slot: &'a SlotState,
+    ) -> Scene<'a> {
+        Scene {
+            role,
+            control_plane,
+            window: self.window.for_rules(),
+            protected,
+            slot,
+            breaker: self.breaker.as_deref(),
+            stopped: self.stopped.as_deref(),
+        }
+    }
 }
 
 /// What the group's last refresh run left above its counts (its
@@ -195,16 +234,57 @@ fn may_take_a_node(group: &crate::crd::NodeGroupStatus, current: &ReplenisherSta
         || !current.retiring.is_empty()
 }
 
+/// A Master group whose Ready master has no serving control plane past its
+/// join timeout (Kubernetes reads only: the Master groups and kops's
+/// pods): the whole control plane is then looked at, so the master is
+/// reported by name (RepairAllowed) though nothing is to be taken away.
+async fn a_master_not_serving(
+    ctx: &Context,
+    observed: &ObservedGroup,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<bool> {
+    let group = &observed.group;
+    if group.spec.role != crate::crd::Role::Master {
+        return Ok(false);
+    }
+    let join = join_timeout_of(group);
+    let overdue = |n: &&crate::crd::nodegroup::NodeStatus| {
+        n.ready
+            && n.launch_time
+                .is_some_and(|t| now >= crate::controllers::group_view::after(t, join))
+    };
+    let candidates: Vec<&str> = observed
+        .group_status
+        .nodes
+        .iter()
+        .filter(overdue)
+        .map(|n| n.name.as_str())
+        .collect();
+    if candidates.is_empty() {
+        return Ok(false);
+    }
+    let namespace = group.namespace().unwrap_or_default();
+    let (serving, _) = crate::controllers::authority::observe::serving(ctx, &namespace).await?;
+    Ok(candidates.iter().any(|n| !serving.contains_key(*n)))
+}
+
+/// The group's `replenish.joinTimeout`; the default when invalid.
+fn join_timeout_of(group: &crate::crd::NodeGroup) -> Duration {
+    duration::parse(&group.spec.replenish.join_timeout).unwrap_or(Duration::from_secs(900))
+}
+
 /// What a voluntary removal needs to know. The nodes it could take that
 /// are protected (with why): the Ready nodes while there are more than
-/// desired (a scale-in), and nodes at risk; and the disruption slot.
-/// Neither is looked at while another operation holds the group (the
-/// replenisher then acts on nothing) or no removal could happen.
+/// desired (a scale-in), nodes at risk, and a removal's node under way;
+/// and the disruption slot. Neither is looked at while another operation
+/// holds the group (the replenisher then acts on nothing) or no removal
+/// could happen and none is under way.
 async fn voluntary(
     ctx: &Context,
     observed: &ObservedGroup,
     described: &DescribedAsgs,
     slots: &Slots<'_>,
+    current: &ReplenisherStatus,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<(BTreeMap<String, String>, SlotState)> {
     let facts = observed.facts(described, false, now);
@@ -212,18 +292,16 @@ async fn voluntary(
         return Ok((BTreeMap::new(), SlotState::Free));
     }
     let surplus = facts.nodes.iter().filter(|n| n.ready).count() as i32 > facts.desired;
-    let names: BTreeSet<String> = facts
+    let mut names: BTreeSet<String> = facts
         .nodes
         .iter()
         .filter(|n| (surplus && n.ready) || n.fate == Some(Fate::AtRisk))
         .map(|n| n.name.clone())
         .collect();
-    // A master repair holds a slot too.
-    let master_repair =
-        facts.role == crate::crd::Role::Master && facts.nodes.iter().any(|n| facts.unhealthy(n));
+    names.extend(current.scale_in.iter().map(|t| t.node.clone()));
     // A slot held when no removal could happen is given back with the lock
     // (ReleaseLock releases both), so it need not be looked at then.
-    let slot = match names.is_empty() && !master_repair {
+    let slot = match names.is_empty() {
         true => SlotState::Free,
         false => slots.observe().await?,
     };
@@ -268,6 +346,55 @@ fn set_repair_allowed<'a>(
         now,
     );
     newly
+}
+
+/// The Replenisher's conditions for `plan`; what newly blocks repairs, if
+/// anything (see [`set_repair_allowed`]).
+fn set_conditions<'a>(
+    status: &mut ReplenisherStatus,
+    plan: &'a replenish_plan::Plan,
+    control_plane: Option<&crate::controllers::authority::ControlPlane>,
+    generation: Option<i64>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<&'a RepairHeld> {
+    set_replenished(status, &plan.message, generation, now);
+    let newly_blocked = set_repair_allowed(status, plan.repair_held.as_ref(), generation, now);
+    if let Some(cp) = control_plane {
+        set_control_plane_counted(status, cp.counted_by, generation, now);
+    }
+    newly_blocked
+}
+
+/// The ControlPlaneCounted condition of a Master group's Replenisher, set
+/// whenever the control plane was looked at: how the masters were counted.
+fn set_control_plane_counted(
+    status: &mut ReplenisherStatus,
+    by: crate::k8s::control_plane::CountedBy,
+    generation: Option<i64>,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    use crate::k8s::control_plane::CountedBy;
+    let (condition, reason, message) = match by {
+        CountedBy::Pods => (
+            ConditionStatus::True,
+            "ByControlPlanePods",
+            "masters are counted as etcd counts them: by kops's control-plane pods (kube-apiserver, etcd-manager) Ready",
+        ),
+        CountedBy::Nodes => (
+            ConditionStatus::False,
+            "CountedByNode",
+            "no master shows kops's control-plane pods (kube-system pods labelled k8s-app=kube-apiserver, etcd-manager-main): masters are counted by Node Ready plus masterSettleTime, which cannot see an etcd member that has not joined",
+        ),
+    };
+    set_condition(
+        &mut status.conditions,
+        crate::crd::condition::CONTROL_PLANE_COUNTED,
+        condition,
+        reason,
+        message,
+        generation,
+        now,
+    );
 }
 
 /// Refusals the user must hear of (an Event, once per episode): nothing the

@@ -6,9 +6,9 @@ use crate::controllers::authority::rules::Reason;
 use crate::controllers::execute::{self as executor, Drained, Effects, Removal, Taken};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::{Check, Refusal};
+use crate::crd::ReplenisherStatus;
 use crate::crd::refresher::{RefreshTarget, RefresherStatus, TargetPurpose};
 use crate::crd::replenisher::ScaleInTarget;
-use crate::crd::{ReplenisherStatus, Role};
 use crate::k8s::drain::DrainProgress;
 use std::time::Duration;
 
@@ -27,12 +27,12 @@ impl Effects for AsReplenisher<'_> {
         self.0.guarded.borrow_mut().extend(asked(&check));
         let seen = self.0.observe(self.1);
         let status = seen.group.status.clone().unwrap_or_default();
+        let parts = self.0.scene_parts(self.1, Who::Replenisher);
         Guard {
             group: &seen.group,
             status: &status,
             fresh: &seen.described,
-            control_plane: (self.0.groups[self.1].role == Role::Master)
-                .then_some(&seen.control_plane),
+            scene: parts.scene(self.0, &seen),
             now: self.0.now,
         }
         .check(recorded, check)
@@ -236,7 +236,7 @@ fn asked<T: executor::Target>(check: &Check<'_, T>) -> Vec<String> {
     match check {
         Check::GiveBack(node) => vec![node.to_string()],
         Check::SetDesired(changes) => changes.iter().map(|c| format!("asg:{}", c.asg)).collect(),
-        Check::Drain(t) | Check::Terminate(t) => vec![t.instance_id().to_string()],
+        Check::Drain { target: t, .. } | Check::Terminate(t) => vec![t.instance_id().to_string()],
         Check::NotJoined(c) => vec![c.instance_id.clone()],
         Check::Retire(r) => vec![r.instance_id.clone()],
     }
@@ -271,13 +271,13 @@ impl Effects for AsRefresher<'_> {
         use crate::controllers::guard::refresh::Guard;
         self.0.guarded.borrow_mut().extend(asked(&check));
         let seen = self.0.observe(self.1);
+        let parts = self.0.scene_parts(self.1, Who::Refresher);
         Guard {
             group: &seen.group,
             fresh: &seen.described,
             nodes: &seen.nodes,
             status,
-            control_plane: (self.0.groups[self.1].role == Role::Master)
-                .then_some(&seen.control_plane),
+            scene: parts.scene(self.0, &seen),
         }
         .check(check)
     }

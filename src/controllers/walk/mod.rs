@@ -38,6 +38,7 @@ use crate::cloud::AsgDescription;
 use crate::controllers::authority::ControlPlane;
 use crate::controllers::authority::observe::control_plane_of;
 use crate::controllers::authority::rules::{Reason, Rule, binds};
+use crate::controllers::authority::validate::Scene;
 use crate::controllers::execute::{self as executor, Planned};
 use crate::controllers::group_view::tests::{block_on, fresh, sim_group, status_node};
 use crate::controllers::group_view::{
@@ -264,6 +265,28 @@ struct Seen {
     nodes: Vec<GroupNode>,
     asgs: Vec<AsgView>,
     control_plane: ControlPlane,
+}
+
+/// The owned parts of the rule book's scene of one group and path.
+struct SceneParts {
+    role: Role,
+    window: WindowState,
+    slot: SlotState,
+    stopped: Option<String>,
+}
+
+impl SceneParts {
+    fn scene<'a>(&'a self, world: &'a World, seen: &'a Seen) -> Scene<'a> {
+        Scene {
+            role: self.role,
+            control_plane: (self.role == Role::Master).then_some(&seen.control_plane),
+            window: self.window.for_rules(),
+            protected: &world.protected,
+            slot: &self.slot,
+            breaker: None,
+            stopped: self.stopped.as_deref(),
+        }
+    }
 }
 
 impl World {
@@ -506,6 +529,18 @@ impl World {
             (Some((o, w)), _) => SlotState::Full(format!("{w:?} sim/{}", self.groups[o].name)),
             (None, true) => SlotState::Full("Refresh other/nodes".into()),
             (None, false) => SlotState::Free,
+        }
+    }
+
+    /// What the rule book's check sees of group `g` from `me`'s side, as
+    /// its plans are told it.
+    fn scene_parts(&self, g: usize, me: Who) -> SceneParts {
+        let grp = &self.groups[g];
+        SceneParts {
+            role: grp.role,
+            window: self.window(),
+            slot: self.slot_for(g, me),
+            stopped: grp.invalid.then(|| "the NodeGroup spec is invalid".into()),
         }
     }
 

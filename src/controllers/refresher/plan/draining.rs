@@ -192,6 +192,47 @@ impl Deciding<'_> {
         None
     }
 
+    /// A node in hand (the current target, or one drained alongside) that
+    /// turned protected before its termination was recorded (a
+    /// do-not-disrupt mark, someone else's cordon): the rule book's check
+    /// would refuse its next step, so it is given back and left alone, as
+    /// one protected when the run chose would be: a node to replace is
+    /// skipped (reported), a surplus node kept. A dead node is held by no
+    /// protection.
+    fn turned_protected(&mut self) -> Option<Decision> {
+        let group = &self.input.group;
+        let dead = |t: &RefreshTarget| {
+            t.unhealthy
+                || group
+                    .node_of(&t.instance_id)
+                    .is_some_and(|n| group.unhealthy(n))
+        };
+        let (target, why) = self.status.batch().find_map(|t| {
+            let reason = super::termination::reason_of(t, self.status.trigger);
+            let protected = rules::protected(reason, self.input.protected);
+            let why = protected.get(t.node.as_deref()?)?.clone();
+            (t.terminated.is_none() && !dead(t)).then(|| (t.clone(), why))
+        })?;
+        let label = target.node.clone().unwrap_or(target.instance_id.clone());
+        if target.purpose == TargetPurpose::RemoveSurplus {
+            return Some(self.give_up(&target, format!("{label} turned protected ({why})")));
+        }
+        self.leave_batch(&target.instance_id);
+        self.status
+            .skipped
+            .push(crate::crd::refresher::SkippedNode {
+                node: label.clone(),
+                instance_id: target.instance_id.clone(),
+                reason: why.clone(),
+            });
+        self.happenings
+            .push(Happening::NodesSkipped(vec![(label.clone(), why.clone())]));
+        Some(Decision::back_in_service(
+            target,
+            format!("{label} turned protected ({why}): given back and skipped"),
+        ))
+    }
+
     /// A target that is no longer the run's to terminate: its ASG left the
     /// group's spec mid-drain (its node, cordoned by us, still runs: it is
     /// given back), or it left its ASG by other means (a spot interruption).
@@ -230,6 +271,9 @@ impl Deciding<'_> {
             .clone()
             .unwrap_or_else(|| target.instance_id.clone());
         if let Some(step) = self.no_longer_ours(&target, &label) {
+            return step;
+        }
+        if let Some(step) = self.turned_protected() {
             return step;
         }
         if let Some(blocked) = self.refused(&target) {

@@ -57,7 +57,7 @@ use std::time::Duration;
 pub use crate::controllers::group_view::{GroupFacts, GroupNode, Member};
 pub use idle::{blocking_processes, needs_observation};
 pub use preview::preview;
-pub use termination::{Removal, after_drain, authority, removal};
+pub use termination::{Removal, after_drain, authority, reason_of, removal};
 
 #[derive(Clone)]
 pub struct Input<'a> {

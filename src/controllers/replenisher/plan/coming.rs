@@ -7,6 +7,7 @@
 use super::queries::{leaves_through_us, replacement};
 use super::scale_in::{choose_victim, protected_surplus};
 use super::{Deciding, Plan, SlotState};
+use crate::controllers::authority::rules::{self, Rule};
 use crate::controllers::authority::{self, Reason, Request};
 use crate::controllers::group_view::{Fate, GroupFacts, GroupNode, LockState, after};
 use crate::controllers::window::WindowState;
@@ -81,7 +82,9 @@ fn held_by(group: &GroupFacts, instance: &str, slot: &SlotState) -> Option<Strin
                 .err()
                 .map(|b| b.to_string())
                 .or_else(|| match slot {
-                    SlotState::Full(why) => Some(format!("waiting for a disruption slot: {why}")),
+                    SlotState::Full(why) if rules::binds(Reason::MasterRepair, Rule::Slot) => {
+                        Some(format!("waiting for a disruption slot: {why}"))
+                    }
                     _ => None,
                 })
         }

@@ -193,7 +193,15 @@ fn next_deadline(input: &Input, status: &ReplenisherStatus) -> Option<DateTime<U
     // A notice comes into force, or a rebalance recommendation's hold ends
     // (the node counts as Ready again).
     let fates = input.group.nodes.iter().filter_map(|n| n.fate_changes);
+    // A master's control plane not serving by then is reported by name.
+    let masters_join = input
+        .group
+        .nodes
+        .iter()
+        .filter(|n| input.group.role == crate::crd::Role::Master && n.ready)
+        .filter_map(|n| Some(after(n.launch_time?, input.join_timeout)));
     joins
+        .chain(masters_join)
         .chain(retries)
         .chain(retirements)
         .chain(fates)

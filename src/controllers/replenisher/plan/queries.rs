@@ -2,6 +2,7 @@
 //! (no stage imports another's helpers).
 
 use super::Deciding;
+use crate::controllers::authority::validate::{Disruption, Floor, Refused, Scene, validate};
 use crate::controllers::authority::{self, Blocked, Reason, Request, rules};
 use crate::controllers::group_view::{AsgView, DesiredChange, Fate, GroupNode};
 use crate::crd::Role;
@@ -114,6 +115,26 @@ pub(super) fn authority_for(s: &Deciding, reason: Reason, node: &GroupNode) -> R
         instance: node.instance_id.as_deref().unwrap_or_default(),
     };
     authority::decide(s.input.group.control_plane, &request)
+}
+
+/// Why the replenisher removes `target` (no repair), in the rule book's
+/// terms: a node at risk, the on-demand fallback's node, or a surplus.
+pub(super) fn removal_reason(s: &Deciding, target: &ScaleInTarget) -> Reason {
+    let at_risk = s
+        .input
+        .group
+        .node_of(&target.instance_id)
+        .is_some_and(|n| n.fate == Some(Fate::AtRisk));
+    if at_risk {
+        Reason::AtRisk
+    } else if s
+        .asg(&target.auto_scaling_group)
+        .is_some_and(|a| a.fallback)
+    {
+        Reason::FallbackReturn
+    } else {
+        Reason::ScaleIn
+    }
 }
 
 /// A repair under way that must not be finished: its node is no longer
@@ -232,6 +253,43 @@ pub(super) fn changes_from(s: &Deciding, candidates: &[AsgView]) -> Vec<DesiredC
 }
 
 impl Deciding<'_> {
+    /// The rule book's scene as this plan sees it: what the executor's
+    /// check will see, so the plan chooses by the same rules.
+    pub(super) fn scene(&self) -> Scene<'_> {
+        let group = &self.input.group;
+        Scene {
+            role: group.role,
+            control_plane: group.control_plane,
+            window: self.input.window.for_rules(),
+            protected: self.input.protected,
+            slot: &self.input.slot,
+            breaker: group.breaker.as_deref(),
+            stopped: group.stopped(),
+        }
+    }
+
+    /// Whether the rule book lets a removal of `target` (no repair) take
+    /// its next step: `in_hand` once its drain has begun with the slot.
+    pub(super) fn validate_removal(
+        &self,
+        target: &ScaleInTarget,
+        in_hand: bool,
+    ) -> Result<(), Refused> {
+        let group = &self.input.group;
+        let node = group.node_of(&target.instance_id);
+        let target_ready = node.is_some_and(|n| n.ready);
+        let ready_besides = self.ready - i32::from(target_ready);
+        let d = Disruption {
+            reason: removal_reason(self, target),
+            instance: &target.instance_id,
+            node: Some(&target.node),
+            in_hand,
+            dead: false,
+            floor: Some(Floor::of(ready_besides, group.desired)),
+        };
+        validate(&d, &self.scene())
+    }
+
     /// The maintenance windows as `reason` sees them (the rule book).
     pub(super) fn window(&self, reason: Reason) -> crate::controllers::window::WindowState {
         self.input.window.seen_by(reason)

@@ -127,8 +127,41 @@ pub struct RepairHeld {
     pub nodes: Vec<String>,
 }
 
-/// Why unhealthy nodes are not being repaired now, if any wait.
+/// Why unhealthy nodes are not being repaired now, if any wait; first, a
+/// master of this group whose control plane does not serve past its join
+/// timeout (nothing the manager does brings it back, and every master
+/// operation of the cluster waits on it): said by name, as the quorum at
+/// risk.
 pub(super) fn repair_held(s: &Deciding) -> Option<RepairHeld> {
+    not_serving(s).or_else(|| unhealthy_held(s))
+}
+
+/// This group's masters whose Node is Ready and control plane not serving
+/// past their join timeout.
+fn not_serving(s: &Deciding) -> Option<RepairHeld> {
+    let group = &s.input.group;
+    let cp = group.control_plane?;
+    let nodes: Vec<String> = cp
+        .down
+        .iter()
+        .filter(|d| d.why == crate::controllers::authority::DownWhy::NotServing)
+        .filter_map(|d| group.node_of(d.instance.as_deref()?))
+        .map(|n| n.name.clone())
+        .collect();
+    if nodes.is_empty() {
+        return None;
+    }
+    Some(RepairHeld {
+        reason: "ControlPlaneQuorumAtRisk",
+        message: format!(
+            "master(s) {} do not serve: Node Ready, kops's control-plane pods (kube-apiserver, etcd-manager) missing or not Ready past joinTimeout; no master is taken away meanwhile: look at those nodes",
+            nodes.join(", ")
+        ),
+        nodes,
+    })
+}
+
+fn unhealthy_held(s: &Deciding) -> Option<RepairHeld> {
     let waiting: Vec<String> = unhealthy(s)
         .into_iter()
         .filter(|n| s.status.scale_in.as_ref().is_none_or(|t| t.node != n.name))

@@ -2,10 +2,11 @@
 //! abandoned; too many Ready nodes (after a shortage, the raise taken back)
 //! start a scale-in of one chosen node.
 
-use super::queries::ready_in;
+use super::queries::{ready_in, removal_reason};
 use super::{Batch, Command, Deciding, Plan, SCALE_IN_DRAIN_TIMEOUT, SlotState};
 use crate::controllers::authority::Reason;
 use crate::controllers::authority::rules::{self, Rule};
+use crate::controllers::authority::validate::Refused;
 use crate::controllers::group_view::GroupNode;
 use crate::controllers::group_view::LockState;
 use crate::controllers::group_view::after;
@@ -41,12 +42,6 @@ pub(super) fn scale_in_in_progress(s: &Deciding) -> Option<Plan> {
             Duration::ZERO,
         ));
     }
-    let target_ready = input
-        .group
-        .nodes
-        .iter()
-        .any(|n| n.instance_id.as_deref() == Some(&target.instance_id) && n.ready);
-    let ready_without = s.ready - i32::from(target_ready);
     let phase = match target.repair {
         true => ReplenishPhase::Repairing,
         false => ReplenishPhase::ScalingDown,
@@ -57,22 +52,29 @@ pub(super) fn scale_in_in_progress(s: &Deciding) -> Option<Plan> {
     // authority refuses it now (another master went down meanwhile).
     let abandon = if target.repair {
         super::queries::repair_given_up(s, &target)
-    } else if ready_without < input.group.desired {
-        Some(format!(
-            "removing {} would leave {ready_without} Ready node(s), below {}",
-            target.node, input.group.desired
-        ))
     } else if target.terminating.is_none()
         && input.group.now >= after(target.since, SCALE_IN_DRAIN_TIMEOUT)
     {
         Some(format!("drain of {} timed out", target.node))
-    } else if target.terminating.is_none() {
-        // A master whose removal the masters' rule refuses now (another
-        // went down, or a replacement's etcd is still settling): given
-        // back, lock and slot with it, and chosen again once allowed.
-        masters_refuse(s, &target)
     } else {
-        None
+        // The rule book, asked as the executor will ask it before the next
+        // step. In hand while the slot it began with is still held; one
+        // resumed after a stop gave the slot back (a suspend, a kops
+        // rolling update, the breaker) begins again: its window, its
+        // protection and a slot are asked anew, and it is given back, lock
+        // and slot with it, when any refuses (chosen again once allowed).
+        let in_hand = input.slot == SlotState::Ours;
+        match s.validate_removal(&target, in_hand) {
+            Ok(()) => None,
+            Err(Refused::NoSlot { .. }) if input.slot == SlotState::Free => {
+                let what = format!("resume the removal of {}", target.node);
+                return slot_for(s, removal_reason(s, &target), &what, phase);
+            }
+            Err(refused) => Some(format!(
+                "removal of {} put off: refusing to {refused}",
+                target.node
+            )),
+        }
     };
     if let Some(reason) = abandon {
         let action = Command::GiveBack {

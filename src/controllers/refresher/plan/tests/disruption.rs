@@ -501,3 +501,50 @@ fn a_target_whose_asg_left_the_spec_mid_drain_is_given_back() {
         "nor cordoned again"
     );
 }
+
+/// Issue 68: a node in hand that turns protected mid-drain (a
+/// do-not-disrupt mark added while its pods move) is given back and
+/// skipped: the rule book's check refuses its next step, and the run goes
+/// on without it instead of asking again and again.
+#[test]
+fn a_node_that_turns_protected_mid_drain_is_given_back_and_skipped() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    let mut in_hand = None;
+    for _ in 0..100 {
+        let plan = sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+        if let Command::Drain(batch) = &plan.command {
+            in_hand = batch.first.node.clone();
+            break;
+        }
+    }
+    let node = in_hand.expect("a drain began");
+    let id = sim
+        .ids()
+        .into_iter()
+        .find(|id| Sim::node_name(id) == node)
+        .expect("its instance");
+    sim.stuck.push(node.clone());
+    sim.protected
+        .insert(node.clone(), "the Node is annotated".into());
+    let plan = sim.step(false);
+    assert!(
+        matches!(&plan.command, Command::GiveBack { target, .. } if target.node.as_ref() == Some(&node)),
+        "{:?}: {}",
+        plan.command,
+        plan.message
+    );
+    assert!(
+        plan.message.contains("turned protected"),
+        "{}",
+        plan.message
+    );
+    sim.stuck.clear();
+    sim.run_to_end(400);
+    let (result, _) = sim.result().expect("ended");
+    assert_eq!(result, RunResult::Succeeded);
+    assert!(!sim.terminated.contains(&id), "{node} was terminated");
+    assert_eq!(sim.status.skipped.len(), 1, "{:?}", sim.status.skipped);
+    assert_eq!(sim.status.skipped[0].node, node);
+}

@@ -149,6 +149,7 @@ fn a_master_run_is_set_aside_while_another_groups_master_is_down_and_resumes_aft
         expected: 2,
         ready: ["i-x".to_string(), "i-y".to_string()].into(),
         down: vec![],
+        ..Default::default()
     };
     sim.masters_elsewhere = ready_elsewhere.clone();
     // The first master replaced, then i-y's kubelet dies.
@@ -164,6 +165,7 @@ fn a_master_run_is_set_aside_while_another_groups_master_is_down_and_resumes_aft
             instance: Some("i-y".into()),
             why: DownWhy::NotReady,
         }],
+        ..Default::default()
     };
     sim.steps(50, 1);
     assert_eq!(sim.terminated.len(), 1, "no second master down by our hand");
@@ -207,6 +209,7 @@ fn a_master_termination_recorded_before_a_restart_is_not_made_once_another_maste
             instance: Some("i-y".into()),
             why: DownWhy::NotReady,
         }],
+        ..Default::default()
     };
     let plan = sim.step(false);
     assert!(plan.message.contains("refusing"), "{}", plan.message);

@@ -473,6 +473,7 @@ impl Sim {
                 }],
                 false => vec![],
             },
+            ..Default::default()
         };
     }
 

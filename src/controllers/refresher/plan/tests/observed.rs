@@ -54,12 +54,22 @@ impl Sim {
         let (group, described) = self.observed();
         let (_, _, nodes) = self.views();
         let control_plane = self.control_plane(&nodes);
+        // The rule book's scene as the plan is told it.
+        let stopped = self.with_input(|i| i.group.stopped().map(str::to_string));
         Guard {
             group: &group,
             fresh: &described,
             nodes: &nodes,
             status,
-            control_plane: (self.role == Role::Master).then_some(&control_plane),
+            scene: crate::controllers::authority::validate::Scene {
+                role: self.role,
+                control_plane: (self.role == Role::Master).then_some(&control_plane),
+                window: self.window.for_rules(),
+                protected: &self.protected,
+                slot: &self.slot,
+                breaker: self.breaker.as_deref(),
+                stopped: stopped.as_deref(),
+            },
         }
         .check(check)
     }

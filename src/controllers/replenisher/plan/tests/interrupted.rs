@@ -612,6 +612,7 @@ fn masters_settling(s: &Scenario, ready: &[&str]) -> crate::controllers::authori
                 },
             })
             .collect(),
+        ..Default::default()
     }
 }
 

@@ -268,11 +268,24 @@ fn a_repair_to_come_says_what_holds_the_group_and_the_slot_and_the_plan_waits_fo
     dead(&mut slotless);
     slotless.control_plane = Some(slotless.control_plane_view());
     slotless.slot = Some(SlotState::Full("1 of 1 held, by ns/masters-b".into()));
+    // Issue 68: a master's repair needs no slot (the rule book): one held
+    // elsewhere holds nothing back, and the repair begins.
+    assert_eq!(
+        held(&slotless),
+        None,
+        "a slot held elsewhere held a dead master"
+    );
+    let p = slotless.plan_with(COOLDOWN, JOIN, t0());
+    assert!(
+        matches!(p.command, Command::Drain(_)),
+        "{:?}: {}",
+        p.command,
+        p.message
+    );
     for (s, says) in [
         (&suspended, "suspended"),
         (&rolling, "kops rolling-update"),
         (&locked, "Refresh workers"),
-        (&slotless, "waiting for a disruption slot"),
     ] {
         let why = held(s).unwrap_or_else(|| panic!("{says}: nothing said"));
         assert!(why.contains(says), "{says}: {why}");

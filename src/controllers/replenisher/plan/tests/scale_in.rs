@@ -265,3 +265,66 @@ fn a_scale_in_whose_asg_left_the_spec_gives_its_node_back() {
         "{reason}"
     );
 }
+
+/// Issue 68, hole 2: a scale-in under way when its group was stopped (the
+/// lock and slot given back, the record kept) resumes asking the rule book
+/// as a new one would: a slot first, and given back when the window has
+/// closed or its node turned protected meanwhile. In hand (the slot still
+/// ours), a window closing does not leave it half-drained.
+#[test]
+fn a_scale_in_resumed_without_its_slot_asks_the_rules_again() {
+    let target = ScaleInTarget {
+        node: "nc2".into(),
+        instance_id: "i-nc2".into(),
+        auto_scaling_group: "c".into(),
+        since: t0(),
+        terminating: None,
+        decrement: true,
+        repair: false,
+    };
+    let resumed = |slot: SlotState| {
+        let mut s = Scenario::steady().surplus_in_c();
+        s.status.scale_in = Some(target.clone());
+        s.slot = Some(slot);
+        s
+    };
+    // Resumed with no slot: it takes one before any drain step.
+    let p = resumed(SlotState::Free).plan();
+    assert_eq!(p.command, Command::TakeSlot, "{}", p.message);
+    assert_eq!(p.status.scale_in.as_ref(), Some(&target), "kept meanwhile");
+    // Another group holds the slots: given back, not drained.
+    let p = resumed(SlotState::Full("Refresh ns/other".into())).plan();
+    assert!(
+        matches!(&p.command, Command::GiveBack { target: t, .. } if t.node == "nc2"),
+        "{:?}",
+        p.command
+    );
+    assert!(p.message.contains("Refresh ns/other"), "{}", p.message);
+    // Its node turned protected while stopped: given back, saying why.
+    let mut s = resumed(SlotState::Free);
+    s.protected
+        .insert("nc2".into(), "do-not-disrupt (the Node)".into());
+    let p = s.plan();
+    assert!(
+        matches!(&p.command, Command::GiveBack { reason, .. } if reason.contains("protected")),
+        "{:?}",
+        p.command
+    );
+    // Every window closed meanwhile: given back too.
+    let mut s = resumed(SlotState::Free);
+    s.window = crate::controllers::window::WindowState::Closed { opens: None };
+    assert!(matches!(s.plan().command, Command::GiveBack { .. }));
+    // In hand, the slot ours: the window closing does not stop its drain.
+    let mut s = resumed(SlotState::Ours);
+    s.window = crate::controllers::window::WindowState::Closed { opens: None };
+    assert!(
+        matches!(s.plan().command, Command::Drain(_)),
+        "{:?}",
+        s.plan().command
+    );
+    // In hand and protected meanwhile: given back.
+    let mut s = resumed(SlotState::Ours);
+    s.protected
+        .insert("nc2".into(), "cordoned by someone else".into());
+    assert!(matches!(s.plan().command, Command::GiveBack { .. }));
+}
