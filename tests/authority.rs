@@ -726,9 +726,10 @@ async fn a_worker_run_waiting_on_protected_nodes_does_not_hold_back_a_dead_maste
     let workers = world.kops_group("nodes", &ZONES, 1, &[]).await;
     let _sim = world.start_sim(FAST, FAST);
     let mut names = three_master_groups(&world, &masters.asgs).await;
-    world
-        .create_group(&group("workers", "Worker", &workers.asgs))
-        .await;
+    let mut w = group("workers", "Worker", &workers.asgs);
+    // The run waits for protected nodes a day (the default leaves them).
+    w.spec.disruption.do_not_disrupt_timeout = Some("24h".into());
+    world.create_group(&w).await;
     names.push(("workers".into(), 3));
     let (manager, _config) = world.start_manager(&[]);
     steady(&world, &names, Duration::from_secs(180)).await;

@@ -547,3 +547,50 @@ async fn a_scale_in_resumed_after_a_suspend_asks_its_rules_again() {
         "the resumed removal never said why it was given back: {said:?}"
     );
 }
+
+/// Issue 68, hole 7: a due run waiting for its window meets a blocker
+/// that passes before the window opens (a node NotReady for a while). It
+/// is not skipped: it starts when the window opens, as its preview says.
+/// At 170b89f the blocker skipped it for good.
+#[tokio::test]
+async fn a_due_run_waiting_for_its_window_is_not_skipped_by_a_passing_blocker() {
+    use support::sim::NOT_READY_TAG;
+    let g = three_workers("dc-window-blip").await;
+    let (world, kops, groups, manager) = (&g.world, &g.kops, &g.groups, &g.manager);
+    set_windows(
+        groups,
+        serde_json::json!([{"schedule": "0 0 1 1 *", "duration": "1m"}]),
+    )
+    .await;
+    schedule_refresh(world, "workers", serde_json::json!({})).await;
+    refresher_saying(world, "workers", "outside the maintenance windows").await;
+    // A node NotReady while the run waits, seen by the manager, then back.
+    let asg = kops.asgs[0].clone();
+    let sick = world.asg_instances(&asg).await.remove(0);
+    world.tag_asg(&asg, NOT_READY_TAG, &sick).await;
+    assert_eventually("the group sees 2 of 3 Ready", WAIT, || async {
+        (ready_count(groups, "workers").await? == 2).then_some(())
+    })
+    .await;
+    // A few reconciles with the blocker in place.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    world.tag_asg(&asg, NOT_READY_TAG, "").await;
+    assert_eventually("3 Ready again", WAIT, || async {
+        (ready_count(groups, "workers").await? == 3).then_some(())
+    })
+    .await;
+    let status = refresher_status(world, "workers").await;
+    assert!(
+        status.last_run.is_none(),
+        "the due run was skipped: {:?}",
+        status.last_run
+    );
+    set_windows(
+        groups,
+        serde_json::json!([{"schedule": "* * * * *", "duration": "1h"}]),
+    )
+    .await;
+    let rf = run_finished(world, "workers").await;
+    let status = assert_run_succeeded(rf, manager);
+    assert_eq!(status.last_run.map(|r| r.replaced), Some(3));
+}

@@ -61,11 +61,16 @@ impl Deciding<'_> {
             let message = format!("due; waiting: {why}");
             return Some(Decision::act(self.release_if_ours(), message, SOON));
         }
-        if let Some(why) = self.start_blocker() {
-            return Some(self.skip(why, settings));
-        }
+        // Outside every window the run waits for the next one, whatever
+        // else holds it now: a blocker that passes before the window opens
+        // (a spot loss replaced, a node NotReady for a minute) does not
+        // skip it, as its preview says; blockers are judged when it may
+        // start.
         if let Some(step) = self.outside_windows("due") {
             return Some(step);
+        }
+        if let Some(why) = self.start_blocker() {
+            return Some(self.skip(why, settings));
         }
         let planned = targets(input, settings.max_node_age);
         if planned.is_empty() {

@@ -97,6 +97,38 @@ fn a_due_run_outside_every_window_waits_for_one_and_is_not_skipped() {
     assert!(sim.status.run_start.is_some(), "{:?}", sim.status.message);
 }
 
+/// Issue 68, hole 7: a due run waiting for its window is not skipped by a
+/// blocker met during the wait that passes before the window opens (a
+/// node NotReady for a while): blockers are judged when it may start, as
+/// its preview says it starts when the window opens.
+#[test]
+fn a_due_run_waiting_for_its_window_is_not_skipped_by_a_blocker_that_passes_meanwhile() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.window = night(120, sim.now);
+    let node = Sim::node_name(&sim.instances[0].id);
+    sim.dead.push(node);
+    let plan = sim.step(false);
+    assert_eq!(
+        plan.status.phase,
+        RefreshPhase::WaitingForWindow,
+        "{}",
+        plan.message
+    );
+    assert!(plan.status.last_run.is_none(), "skipped: {}", plan.message);
+    assert!(plan.status.next_run.is_some(), "the due run forgotten");
+    // It passes; the window opens: the run starts.
+    sim.dead.clear();
+    sim.advance(7200);
+    sim.window = WindowState::Open {
+        closes: sim.now + chrono::Duration::hours(4),
+    };
+    assert_eq!(sim.step(false).command, Command::TakeLock);
+    assert_eq!(sim.step(false).command, Command::TakeSlot);
+    sim.step(false);
+    assert!(sim.status.run_start.is_some(), "{:?}", sim.status.message);
+    assert!(sim.status.last_run.is_none(), "{:?}", sim.status.last_run);
+}
+
 #[test]
 fn a_run_whose_window_closes_finishes_the_node_in_hand_then_waits_with_its_surplus() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
