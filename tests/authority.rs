@@ -878,3 +878,110 @@ async fn a_master_whose_control_plane_never_serves_is_reported_by_name() {
         );
     }
 }
+
+/// Issue 68, hole 3: master A at risk is replaced first in its own ASG (max
+/// 2), its removal held by a closed window; master B dies and is repaired.
+/// A's replacement beside it is not an etcd member while A is there, so
+/// once the window opens A is drained only when B's replacement serves
+/// etcd. At 170b89f the replacement counted as up and A was drained while
+/// only C served.
+#[tokio::test]
+async fn a_master_beside_its_replacement_waits_for_another_dead_masters_replacement() {
+    use support::interruption::rebalance_recommendation;
+    let world = World::new("authority-beside").await;
+    let kops = world.kops_group("master", &ZONES, 1, &[]).await;
+    let etcd_joins = Duration::from_secs(30);
+    let _sim = world.start_sim_with(Duration::from_secs(5), FAST, etcd_joins);
+    let names = three_master_groups(&world, &kops.asgs).await;
+    let closed = serde_json::json!([{"schedule": "0 0 1 1 *", "duration": "1m"}]);
+    let mut spec = replace_on_rebalance();
+    spec["disruption"] = serde_json::json!({ "windows": closed });
+    world.patch_group("master-0", spec).await;
+    let queue = world.queue("interruptions").await;
+    let (manager, _config) = world.start_manager(&["--interruption-queue-url", queue.url.as_str()]);
+    steady(&world, &names, Duration::from_secs(180)).await;
+    control_planes_ready(&world, &kops.asgs, etcd_joins * 3).await;
+    let (asg_a, asg_b) = (kops.asgs[0].clone(), kops.asgs[1].clone());
+    let a = world.asg_instances(&asg_a).await.remove(0);
+    let b = world.asg_instances(&asg_b).await.remove(0);
+
+    // A at risk: its replacement launched beside it, serving; A kept.
+    queue
+        .send(&rebalance_recommendation(&a, chrono::Utc::now()))
+        .await;
+    let a2 = assert_eventually(
+        "A's replacement serving beside it",
+        Duration::from_secs(180),
+        || async {
+            let beside = world
+                .asg_instances(&asg_a)
+                .await
+                .into_iter()
+                .find(|id| *id != a)?;
+            support::cluster::control_plane_ready_since(&world, &beside).await?;
+            Some(beside)
+        },
+    )
+    .await;
+    assert!(world.asg_instances(&asg_a).await.contains(&a), "A removed");
+    // B dies and is repaired (A and C serve).
+    killed_and_repaired(
+        &world,
+        &asg_b,
+        &b,
+        "master B terminated by its repair",
+        Duration::from_secs(180),
+    )
+    .await;
+    // The window opens for A's removal.
+    let open = serde_json::json!([{"schedule": "* * * * *", "duration": "1h"}]);
+    world
+        .patch_group(
+            "master-0",
+            serde_json::json!({"disruption": {"windows": open}}),
+        )
+        .await;
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let opened = Instant::now();
+    let b_etcd_at_cordon = loop {
+        assert!(
+            opened.elapsed() < Duration::from_secs(240),
+            "master A never drained\n{}",
+            manager.logs()
+        );
+        let cordoned = nodes
+            .get_opt(&a)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|n| n.spec?.unschedulable)
+            .unwrap_or(false);
+        if cordoned || world.terminations(std::slice::from_ref(&asg_a), &a).await > 0 {
+            let replacement = world
+                .asg_instances(&asg_b)
+                .await
+                .into_iter()
+                .find(|id| *id != b);
+            break match replacement {
+                Some(r) => support::cluster::control_plane_ready_since(&world, &r).await,
+                None => None,
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    eprintln!(
+        "figure: window open -> A drained {:.1}s; B's replacement's etcd joined {b_etcd_at_cordon:?}; A's replacement {a2}",
+        opened.elapsed().as_secs_f64()
+    );
+    assert!(
+        b_etcd_at_cordon.is_some(),
+        "master A drained while B's replacement's etcd was still joining (only C served; {a2} beside A is no member)\n{}",
+        manager.logs()
+    );
+    assert_eventually("A removed, its ASG back at 1", WAIT_MASTERS, || async {
+        let left = world.asg_instances(&asg_a).await;
+        (!left.contains(&a) && left.len() == 1).then_some(())
+    })
+    .await;
+    steady(&world, &names, Duration::from_secs(180)).await;
+}

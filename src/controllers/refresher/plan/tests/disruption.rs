@@ -580,3 +580,56 @@ fn a_node_that_turns_protected_mid_drain_is_given_back_and_skipped() {
     assert_eq!(sim.status.skipped.len(), 1, "{:?}", sim.status.skipped);
     assert_eq!(sim.status.skipped[0].node, node);
 }
+
+/// Issue 68, nothing held while a path waits: a run whose window closes
+/// finishes the node in hand, then waits with its lock, its surplus and
+/// its place, but gives the manager-wide slot back (a dead master or
+/// another group's run may need it meanwhile). When the window opens it
+/// takes the slot again before acting, and waits (paused) while another
+/// holds it.
+#[test]
+fn a_run_waiting_for_its_window_gives_the_slot_back_and_takes_it_again_to_go_on() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.window = WindowState::Open {
+        closes: sim.now + chrono::Duration::hours(1),
+    };
+    for _ in 0..20 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        if sim.status.phase == RefreshPhase::Draining {
+            break;
+        }
+    }
+    sim.window = night(600, sim.now);
+    let mut released = 0;
+    for _ in 0..30 {
+        let plan = sim.step(false);
+        released += usize::from(plan.command == Command::ReleaseSlot);
+        sim.all_join_and_ready();
+        sim.advance(5);
+    }
+    assert_eq!(released, 1, "given back once");
+    assert_eq!(sim.slot, SlotState::Free, "{:?}", sim.status.message);
+    assert_eq!(sim.lock, LockState::Ours, "the run keeps its lock");
+    assert!(sim.status.run_start.is_some());
+    assert!(!sim.status.surplus.is_empty(), "surplus kept");
+    assert_eq!(sim.status.replaced, 1);
+    // Another group takes the slot; the window opens: the run waits.
+    sim.slot = SlotState::Full("Refresh ns/other".into());
+    sim.window = WindowState::Open {
+        closes: sim.now + chrono::Duration::hours(4),
+    };
+    let plan = sim.step(false);
+    assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
+    assert!(
+        plan.message.contains("Refresh ns/other"),
+        "{}",
+        plan.message
+    );
+    // Free again: taken before any step, then the run ends.
+    sim.slot = SlotState::Free;
+    assert_eq!(sim.step(false).command, Command::TakeSlot);
+    sim.run_to_end(300);
+    assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
+    assert_eq!(sim.status.last_run.map(|r| r.replaced), Some(3));
+}
