@@ -15,9 +15,9 @@ use crate::crd::nodegroup::ResolvedRefresh;
 use std::time::Duration;
 
 impl Deciding<'_> {
-    /// Nothing held while a run waits on time: a run in progress that
-    /// waits on a window, protected nodes or a pause, with no node in
-    /// hand, gives the manager-wide slot back (keeping its lock, its place
+    /// Nothing held while a run waits on time: a worker group's run in
+    /// progress that waits on a window, protected nodes or a pause, with no
+    /// node in hand, gives the manager-wide slot back (keeping its lock, its place
     /// and its surplus), so a path elsewhere is not held up by it; and a
     /// run that acts again without the slot takes it first (the decision's
     /// records are made again then, on what is seen).
@@ -29,14 +29,24 @@ impl Deciding<'_> {
             decided.command.mutates() && !matches!(decided.command, Command::GiveBack { .. });
         let in_hand = self.status.batch().any(|t| t.terminated.is_none());
         match &self.input.slot {
-            SlotState::Ours if self.waits_on_time && !acts && !in_hand => Decision::act(
-                Command::ReleaseSlot,
-                format!(
-                    "{}; the disruption slot given back meanwhile",
-                    decided.message
-                ),
-                SOON.min(decided.requeue),
-            ),
+            // A Master group's run keeps it: one Master group's run at a
+            // time (a dead master's repair needs no slot, so none waits on
+            // it).
+            SlotState::Ours
+                if self.waits_on_time
+                    && !acts
+                    && !in_hand
+                    && self.input.group.role == crate::crd::Role::Worker =>
+            {
+                Decision::act(
+                    Command::ReleaseSlot,
+                    format!(
+                        "{}; the disruption slot given back meanwhile",
+                        decided.message
+                    ),
+                    SOON.min(decided.requeue),
+                )
+            }
             SlotState::Free if acts => {
                 self.status = self.input.status.clone();
                 self.happenings.clear();
