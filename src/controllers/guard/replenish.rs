@@ -3,8 +3,8 @@
 //! describe just before it is made.
 
 use crate::cloud::AsgDescription;
+use crate::controllers::authority::Reason;
 use crate::controllers::authority::validate::{Disruption, Floor, Scene, validate};
-use crate::controllers::authority::{ControlPlane, Reason};
 use crate::controllers::group_view::{DesiredChange, Fate, group_nodes};
 use crate::controllers::guard::{Refusal, desired_changes, removable};
 use crate::crd::replenisher::ScaleInTarget;
@@ -211,22 +211,6 @@ pub fn scale_in(
     validate(&d, scene).map_err(Refusal::Rule)
 }
 
-/// The masters' rule's answer alone for taking `instance` away for
-/// `reason` (a plan choosing among masters).
-pub fn masters_rule(
-    group: &NodeGroup,
-    control_plane: Option<&ControlPlane>,
-    reason: Reason,
-    instance: &str,
-) -> Result<(), crate::controllers::authority::Blocked> {
-    let request = crate::controllers::authority::Request {
-        reason,
-        role: group.spec.role,
-        instance,
-    };
-    crate::controllers::authority::decide(control_plane, &request)
-}
-
 /// Safety for a repair: the target is active in that ASG of the group (above
 /// min when the termination decrements), its node is still NotReady for
 /// longer than the unhealthy timeout per the inventory, is not leaving on
@@ -324,6 +308,7 @@ pub fn retire(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::authority::ControlPlane;
     use crate::controllers::authority::validate::Refused;
     use crate::controllers::authority::validate::tests::open_scene;
     use crate::controllers::group_view::tests::{fresh, status_node};
