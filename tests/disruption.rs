@@ -493,11 +493,15 @@ async fn a_scale_in_resumed_after_a_suspend_asks_its_rules_again() {
         status.scale_in.map(|t| t.node)
     })
     .await;
-    let cordoned = world.cordoned_nodes().await.expect("nodes");
-    assert!(
-        cordoned.contains(&target),
-        "{target} not cordoned: {cordoned:?}"
-    );
+    // Recorded first, then cordoned by its first drain step.
+    assert_eventually("the target cordoned", WAIT, || async {
+        world
+            .cordoned_nodes()
+            .await?
+            .contains(&target)
+            .then_some(())
+    })
+    .await;
 
     world
         .patch_group("workers", serde_json::json!({"suspend": true}))
