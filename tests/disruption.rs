@@ -514,21 +514,29 @@ async fn a_scale_in_resumed_after_a_suspend_asks_its_rules_again() {
     world
         .annotate_node(&target, DO_NOT_DISRUPT, Some("true"))
         .await;
+    // A drain would now finish (the budget's status recomputed first: a
+    // drain still held would wait out its 10-minute timeout).
+    support::set_min_available(world, 0).await;
+    support::assert_pdb_allows(world, 3).await;
     world
         .patch_group("workers", serde_json::json!({"suspend": false}))
         .await;
-    // A drain would now finish.
-    support::set_min_available(world, 0).await;
 
     let in_asg = || async {
         let ids = world.asg_instances(&asg).await.into_iter().collect();
         node_names(world, &ids).await
     };
-    assert_eventually("another surplus node removed", WAIT, || async {
-        let left = in_asg().await;
-        (left.len() == 2).then_some(())
+    let removed = tokio::time::timeout(WAIT, async {
+        while in_asg().await.len() != 2 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     })
     .await;
+    assert!(
+        removed.is_ok(),
+        "another surplus node never removed\n{}",
+        manager.logs()
+    );
     let left = in_asg().await;
     assert!(
         left.contains(&target),

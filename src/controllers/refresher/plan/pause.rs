@@ -6,8 +6,6 @@
 //! rules. A paused run whose group has fewer Ready nodes than desired (a
 //! spot loss while it waits) is set aside at once, so the replenisher can
 //! replace them: Ready never stays below desired because a run waits.
-//! While it waits on time with nothing in hand it keeps its lock, its place
-//! and its surplus, not the manager-wide slot (`slot_for_step`).
 
 use super::{Command, Deciding, Decision, Happening, IDLE, LOCK_RETRY, SOON, SlotState};
 use crate::controllers::group_view::{LockState, after, until};
@@ -15,52 +13,6 @@ use crate::crd::nodegroup::ResolvedRefresh;
 use std::time::Duration;
 
 impl Deciding<'_> {
-    /// Nothing held while a run waits on time: a worker group's run in
-    /// progress that waits on a window, protected nodes or a pause, with no
-    /// node in hand, gives the manager-wide slot back (keeping its lock, its place
-    /// and its surplus), so a path elsewhere is not held up by it; and a
-    /// run that acts again without the slot takes it first (the decision's
-    /// records are made again then, on what is seen).
-    pub(super) fn slot_for_step(&mut self, decided: Decision) -> Decision {
-        if self.input.status.run_start.is_none() || self.status.run_start.is_none() {
-            return decided;
-        }
-        let acts =
-            decided.command.mutates() && !matches!(decided.command, Command::GiveBack { .. });
-        let in_hand = self.status.batch().any(|t| t.terminated.is_none());
-        match &self.input.slot {
-            // A Master group's run keeps it: one Master group's run at a
-            // time (a dead master's repair needs no slot, so none waits on
-            // it).
-            SlotState::Ours
-                if self.waits_on_time
-                    && !acts
-                    && !in_hand
-                    && self.input.group.role == crate::crd::Role::Worker =>
-            {
-                Decision::act(
-                    Command::ReleaseSlot,
-                    format!(
-                        "{}; the disruption slot given back meanwhile",
-                        decided.message
-                    ),
-                    SOON.min(decided.requeue),
-                )
-            }
-            SlotState::Free if acts => {
-                self.status = self.input.status.clone();
-                self.happenings.clear();
-                self.paused = self.status.paused_since.is_some();
-                Decision::act(
-                    Command::TakeSlot,
-                    format!("retaking a disruption slot to go on: {}", decided.message),
-                    Duration::ZERO,
-                )
-            }
-            _ => decided,
-        }
-    }
-
     /// A run in progress that may not step now (the group suspended or its
     /// spec invalid, a kops rolling update, the breaker open, the slots
     /// full, the lock another's), or the lock to take back. None: it steps.
@@ -86,9 +38,15 @@ impl Deciding<'_> {
             (format!("waiting for a disruption slot: {why}"), LOCK_RETRY)
         } else {
             match &input.group.lock {
-                // The slot given back while the run waited on time is
-                // taken again when it acts (`slot_for_step`), not to wait.
-                LockState::Ours => return None,
+                LockState::Ours if input.slot == SlotState::Ours => return None,
+                // The lock first, then the slot (one order for every path).
+                LockState::Ours => {
+                    return Some(Decision::act(
+                        Command::TakeSlot,
+                        "retaking a disruption slot",
+                        Duration::ZERO,
+                    ));
+                }
                 LockState::Free => {
                     return Some(Decision::act(
                         Command::TakeLock,
@@ -133,7 +91,6 @@ impl Deciding<'_> {
             let timeout = crate::duration::format(timeout);
             return self.set_aside_paused(format!("paused for over {timeout} ({why})"));
         }
-        self.waits_on_time = true;
         Decision::wait(
             format!("{why}; set aside at {} if still paused", limit.to_rfc3339()),
             requeue.min(until(now, limit)),
