@@ -736,13 +736,16 @@ async fn a_worker_run_waiting_on_protected_nodes_does_not_hold_back_a_dead_maste
     control_planes_ready(&world, &masters.asgs, Duration::from_secs(60)).await;
 
     let nodes: Api<Node> = Api::all(world.client.clone());
+    let mut annotated = 0;
     for asg in &workers.asgs {
         for id in world.asg_instances(asg).await {
             if nodes.get_opt(&id).await.ok().flatten().is_some() {
                 world.annotate_node(&id, DO_NOT_DISRUPT, Some("true")).await;
+                annotated += 1;
             }
         }
     }
+    assert_eq!(annotated, 3, "every worker protected");
     support::refresh::schedule_refresh(&world, "workers", serde_json::json!({})).await;
     support::steady::refresher_saying(&world, "workers", "waiting for protected node(s)").await;
 

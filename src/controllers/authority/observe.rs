@@ -97,9 +97,13 @@ pub fn loss_imminent(notice: &NodeInterruption, now: DateTime<Utc>) -> bool {
 /// instance for yet (its count above what is active or leaving) is
 /// launching. At most a group's desired count of its masters count as up:
 /// an instance beyond it (a replacement launched beside its predecessor)
-/// is not an etcd member while the predecessor is there (kops's
-/// etcd-manager gives it the predecessor's volume only once that one is
-/// gone), so the newest such are beside.
+/// is not an etcd member while the predecessor is there, so the newest
+/// such are beside. (kops keeps each etcd member's data on one EBS volume
+/// per master place, tagged `k8s.io/etcd/main: <member>/<members>`: kops's
+/// docs, "Backing up etcd", and its Terraform output's `ebs.tf`. A volume
+/// attaches to one instance at a time, so a second instance in the place
+/// has no member until the first lets the volume go: our inference, not
+/// a documented etcd-manager behaviour.)
 pub fn control_plane_of(
     groups: &[(NodeGroup, Vec<AsgDescription>)],
     serving: &Serving,

@@ -579,7 +579,10 @@ fn a_settle_time_past_what_a_date_holds_never_ends_and_does_not_panic() {
 }
 
 /// Issue 68, hole 3: a master at risk replaced first in its own ASG (max
-/// 2): the replacement beside it is not an etcd member while it is there,
+/// 2): the replacement beside it is not an etcd member while it is there
+/// (kops keeps each member on one EBS volume per master place, tagged
+/// `k8s.io/etcd/main: a/a,b,c`: kops's docs "Backing up etcd" and its
+/// Terraform output `ebs.tf`; an EBS volume attaches to one instance),
 /// so it does not count as up. With master b dead, a may not go: only c
 /// would serve etcd.
 #[test]
