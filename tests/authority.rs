@@ -660,34 +660,8 @@ async fn a_master_at_risk_is_drained_only_once_the_other_masters_serve_etcd() {
         .send(&rebalance_recommendation(&a, chrono::Utc::now()))
         .await;
     // Until A is first cordoned: B's replacement must serve etcd.
-    let nodes: Api<Node> = Api::all(world.client.clone());
     let sent = Instant::now();
-    let b_etcd_at_cordon = loop {
-        assert!(
-            sent.elapsed() < Duration::from_secs(240),
-            "master A never drained\n{}",
-            manager.logs()
-        );
-        let cordoned = nodes
-            .get_opt(&a)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|n| n.spec?.unschedulable)
-            .unwrap_or(false);
-        if cordoned || world.terminations(std::slice::from_ref(&asg_a), &a).await > 0 {
-            let replacement = world
-                .asg_instances(&asg_b)
-                .await
-                .into_iter()
-                .find(|id| *id != b);
-            break match replacement {
-                Some(r) => support::cluster::control_plane_ready_since(&world, &r).await,
-                None => None,
-            };
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let b_etcd_at_cordon = etcd_at_first_drain(&world, &manager, (&asg_a, &a), (&asg_b, &b)).await;
     eprintln!(
         "figure: recommendation -> A drained {:.1}s; B's replacement's etcd joined {b_etcd_at_cordon:?}",
         sent.elapsed().as_secs_f64()
@@ -704,6 +678,45 @@ async fn a_master_at_risk_is_drained_only_once_the_other_masters_serve_etcd() {
     })
     .await;
     steady(&world, &names, Duration::from_secs(180)).await;
+}
+
+/// Waits (at most 240 s) until master `a` is first cordoned or terminated;
+/// then since when the replacement of dead master `b` (in `asg_b`) has
+/// served etcd, None while it does not yet.
+async fn etcd_at_first_drain(
+    world: &World,
+    manager: &support::ManagerProcess,
+    (asg_a, a): (&str, &str),
+    (asg_b, b): (&str, &str),
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "master A never drained\n{}",
+            manager.logs()
+        );
+        let cordoned = nodes
+            .get_opt(a)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|n| n.spec?.unschedulable)
+            .unwrap_or(false);
+        if cordoned || world.terminations(&[asg_a.to_string()], a).await > 0 {
+            let replacement = world
+                .asg_instances(asg_b)
+                .await
+                .into_iter()
+                .find(|id| id != b);
+            return match replacement {
+                Some(r) => support::cluster::control_plane_ready_since(world, &r).await,
+                None => None,
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }
 
 /// `spec.interruption.onRebalanceRecommendation: Replace`.
@@ -944,34 +957,8 @@ async fn a_master_beside_its_replacement_waits_for_another_dead_masters_replacem
             serde_json::json!({"disruption": {"windows": open}}),
         )
         .await;
-    let nodes: Api<Node> = Api::all(world.client.clone());
     let opened = Instant::now();
-    let b_etcd_at_cordon = loop {
-        assert!(
-            opened.elapsed() < Duration::from_secs(240),
-            "master A never drained\n{}",
-            manager.logs()
-        );
-        let cordoned = nodes
-            .get_opt(&a)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|n| n.spec?.unschedulable)
-            .unwrap_or(false);
-        if cordoned || world.terminations(std::slice::from_ref(&asg_a), &a).await > 0 {
-            let replacement = world
-                .asg_instances(&asg_b)
-                .await
-                .into_iter()
-                .find(|id| *id != b);
-            break match replacement {
-                Some(r) => support::cluster::control_plane_ready_since(&world, &r).await,
-                None => None,
-            };
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let b_etcd_at_cordon = etcd_at_first_drain(&world, &manager, (&asg_a, &a), (&asg_b, &b)).await;
     eprintln!(
         "figure: window open -> A drained {:.1}s; B's replacement's etcd joined {b_etcd_at_cordon:?}; A's replacement {a2}",
         opened.elapsed().as_secs_f64()
