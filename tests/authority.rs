@@ -975,3 +975,79 @@ async fn a_master_beside_its_replacement_waits_for_another_dead_masters_replacem
     .await;
     steady(&world, &names, Duration::from_secs(180)).await;
 }
+
+/// Issue 68, hole 5: master C's NodeGroup names an ASG that does not
+/// describe (its old name, as a group written before kops renamed its
+/// masters' groups would), so the groups alone count two masters. C's
+/// kubelet dies, then A's: A's repair waits while C's Node, labelled
+/// control plane and in no Master group's ASGs, is down, and says so by
+/// C's instance, as the quorum at risk (two of three down, nothing of
+/// ours on its way back); once C is back, A is repaired. At `170b89f` the
+/// groups counted two masters, B up, and A was terminated.
+#[tokio::test]
+async fn a_dead_master_no_group_describes_holds_back_another_masters_repair() {
+    let world = World::new("authority-unlisted").await;
+    let kops = world.kops_group("master", &ZONES, 1, &[]).await;
+    let _sim = world.start_sim(Duration::from_secs(2), FAST);
+    let mut names = vec![];
+    for (i, asg) in kops.asgs.iter().enumerate() {
+        let name = format!("master-{i}");
+        let named = match i {
+            2 => asg.replace("-control-plane-", "-master-"),
+            _ => asg.clone(),
+        };
+        world
+            .create_group(&group(&name, "Master", std::slice::from_ref(&named)))
+            .await;
+        if i < 2 {
+            names.push((name, 1));
+        }
+    }
+    let (manager, _config) = world.start_manager(&[]);
+    steady(&world, &names, WAIT_MASTERS).await;
+    control_planes_ready(&world, &kops.asgs, WAIT_MASTERS).await;
+    let (asg_a, asg_c) = (kops.asgs[0].clone(), kops.asgs[2].clone());
+    let a = world.asg_instances(&asg_a).await.remove(0);
+    let c = world.asg_instances(&asg_c).await.remove(0);
+
+    world.tag_asg(&asg_c, DEAD_TAG, &c).await;
+    assert_eventually("C's Node NotReady", WAIT_MASTERS, || async {
+        (!node_ready(&world, &c).await).then_some(())
+    })
+    .await;
+    world.tag_asg(&asg_a, DEAD_TAG, &a).await;
+    let message = assert_eventually(
+        "A's repair refused for C, named as no group's",
+        WAIT_MASTERS,
+        || async {
+            let (status, reason, message) =
+                support::cluster::repair_allowed(&world, "master-0").await?;
+            (status == ConditionStatus::False
+                && reason == "ControlPlaneQuorumAtRisk"
+                && message.contains(&c))
+            .then_some(message)
+        },
+    )
+    .await;
+    assert!(
+        message.contains("a control-plane Node in no Master group's ASGs"),
+        "{message}"
+    );
+    // It holds: A is not terminated while C is down.
+    let held = Instant::now();
+    while held.elapsed() < Duration::from_secs(30) {
+        assert_eq!(
+            world.terminations(std::slice::from_ref(&asg_a), &a).await,
+            0,
+            "master A repaired while master C, which no group describes, was down: two etcd members down\n{}",
+            manager.plain_logs()
+        );
+        tokio::time::sleep(FAST).await;
+    }
+    world.untag_asg(&asg_c, DEAD_TAG, &c).await;
+    assert_eventually("A repaired once C is back", WAIT_MASTERS * 2, || async {
+        (world.terminations(std::slice::from_ref(&asg_a), &a).await > 0).then_some(())
+    })
+    .await;
+    steady(&world, &names, Duration::from_secs(300)).await;
+}

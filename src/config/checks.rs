@@ -59,3 +59,57 @@ pub(super) fn check_dns_subdomain(field: &str, value: &str) -> Result<(), Config
         ))
     }
 }
+
+/// A Kubernetes label selector's shape (`key`, `!key`, `key=value`,
+/// `key!=value`, `key in (a,b)`, `key notin (a,b)`, comma-separated), so a
+/// typo is said at start rather than at the first master decision.
+pub(super) fn check_label_selector(selector: &str) -> Result<(), String> {
+    let key_ok = |k: &str| {
+        !k.is_empty()
+            && k.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))
+    };
+    let value_ok = |v: &str| {
+        v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    };
+    let mut terms = vec![];
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in selector.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                terms.push(&selector[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&selector[start..]);
+    for term in terms.iter().map(|t| t.trim()) {
+        let ok = if let Some(key) = term.strip_prefix('!') {
+            key_ok(key.trim())
+        } else if let Some((key, rest)) = term.split_once(" in ").or(term.split_once(" notin ")) {
+            let rest = rest.trim();
+            key_ok(key.trim())
+                && rest.starts_with('(')
+                && rest.ends_with(')')
+                && rest[1..rest.len() - 1]
+                    .split(',')
+                    .all(|v| value_ok(v.trim()))
+        } else if let Some((key, value)) =
+            ["!=", "==", "="].iter().find_map(|op| term.split_once(op))
+        {
+            key_ok(key.trim()) && value_ok(value.trim())
+        } else {
+            key_ok(term)
+        };
+        if !ok {
+            return Err(format!(
+                "{term:?} in {selector:?} is not a label selector term (key, !key, key=value, key!=value, key in (a,b))"
+            ));
+        }
+    }
+    Ok(())
+}

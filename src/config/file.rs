@@ -35,6 +35,23 @@ pub struct FileConfig {
     pub log: FileLog,
     pub interruption: FileInterruption,
     pub disruption: FileDisruption,
+    pub control_plane: FileControlPlane,
+}
+
+/// How the masters are found beyond the Master groups' ASGs.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct FileControlPlane {
+    /// A label selector added to kops's control-plane labels
+    /// (`node-role.kubernetes.io/control-plane`, or `.../master`) when the
+    /// masters' rule cross-checks its count against the cluster's
+    /// control-plane Nodes: a Node so labelled whose instance no Master
+    /// group's ASGs hold (an ASG kops renamed, a group nobody wrote) counts
+    /// as a master of the cluster, up or down. Set it only when the
+    /// cluster's control-plane Nodes are not all this manager's, e.g.
+    /// `example.com/cluster=prod`. Default: none (every
+    /// control-plane Node of the cluster).
+    pub node_selector: Option<String>,
 }
 
 /// Voluntary disruption, manager-wide.

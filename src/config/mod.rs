@@ -140,6 +140,11 @@ pub struct RunArgs {
     /// whatever this says. File: `disruption.maxConcurrent`.
     #[arg(long)]
     pub max_concurrent_disruptions: Option<u32>,
+    /// A label selector narrowing the control-plane Nodes the masters'
+    /// rule counts beyond the Master groups' ASGs (default: every
+    /// control-plane Node). File: `controlPlane.nodeSelector`.
+    #[arg(long, env = "SNM_CONTROL_PLANE_NODE_SELECTOR")]
+    pub control_plane_node_selector: Option<String>,
 }
 
 /// A configuration error naming the field and the problem.
@@ -181,6 +186,8 @@ pub struct Settings {
     /// The pod this replica runs in (`POD_NAMESPACE`/`POD_NAME`, from the
     /// downward API): a drain of its node takes it last.
     pub own_pod: Option<OwnPod>,
+    /// Narrows the control-plane Nodes the masters' rule cross-checks.
+    pub control_plane_node_selector: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -293,9 +300,18 @@ impl Settings {
             ));
         }
         let own_pod = OwnPod::from_env(&env);
+        let control_plane_node_selector = args
+            .control_plane_node_selector
+            .clone()
+            .or(file.control_plane.node_selector);
+        if let Some(selector) = &control_plane_node_selector {
+            checks::check_label_selector(selector)
+                .map_err(|e| ConfigError::new("controlPlane.nodeSelector", e))?;
+        }
         Ok(Settings {
             max_concurrent_disruptions,
             own_pod,
+            control_plane_node_selector,
             kubeconfig: args.kubeconfig.clone().or(file.kubeconfig),
             in_cluster: args.in_cluster,
             namespace,
@@ -550,6 +566,32 @@ mod tests {
         assert!(!s.leader_election.enabled);
         assert_eq!(s.log_format, LogFormat::Json);
         assert_eq!(s.admin_address.port(), 9999);
+    }
+
+    #[test]
+    fn a_control_plane_node_selector_is_checked_at_start() {
+        let s = resolve(&RunArgs::default(), "").expect("defaults");
+        assert_eq!(s.control_plane_node_selector, None);
+        for good in [
+            "kops.k8s.io/cluster=example.com",
+            "a=b,!c,d!=e, f in (g, h),i notin (j)",
+            "snm.test/account",
+        ] {
+            let file = format!("controlPlane:\n  nodeSelector: {good:?}\n");
+            let s = resolve(&RunArgs::default(), &file).expect(good);
+            assert_eq!(s.control_plane_node_selector.as_deref(), Some(good));
+        }
+        for bad in ["", "a=b,,c", "a b", "a in b", "a=(b"] {
+            let file = format!("controlPlane:\n  nodeSelector: {bad:?}\n");
+            let err = resolve(&RunArgs::default(), &file).expect_err(bad);
+            assert_eq!(err.field, "controlPlane.nodeSelector", "{bad}");
+        }
+        let args = RunArgs {
+            control_plane_node_selector: Some("x=y".into()),
+            ..Default::default()
+        };
+        let s = resolve(&args, "controlPlane:\n  nodeSelector: a=b\n").expect("flag");
+        assert_eq!(s.control_plane_node_selector.as_deref(), Some("x=y"));
     }
 
     #[test]

@@ -89,6 +89,49 @@ pub fn ready_by_node(nodes: &[Node]) -> Serving {
         .collect()
 }
 
+/// A Node labelled as kops labels its masters, as the masters' rule
+/// cross-checks the Master groups' count against it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MasterNode {
+    pub name: String,
+    /// From its providerID (None: it does not say).
+    pub instance: Option<String>,
+    pub ready: bool,
+}
+
+/// The cluster's Nodes labelled `node-role.kubernetes.io/control-plane` or
+/// `node-role.kubernetes.io/master` (kops's two labels for a master,
+/// `crd::labels`), narrowed by the `controlPlane.nodeSelector` setting.
+pub async fn master_nodes(ctx: &Context) -> Result<Vec<MasterNode>> {
+    use crate::crd::labels::{CONTROL_PLANE_LABEL, LEGACY_MASTER_LABEL};
+    use crate::k8s::node::NodeView;
+    let api = Api::<Node>::all(ctx.client.clone());
+    let extra = ctx.settings.control_plane_node_selector.as_deref();
+    let mut found: BTreeMap<String, MasterNode> = BTreeMap::new();
+    for label in [CONTROL_PLANE_LABEL, LEGACY_MASTER_LABEL] {
+        let selector = match extra {
+            Some(extra) => format!("{label},{extra}"),
+            None => label.to_string(),
+        };
+        let nodes = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(Error::kube(format!(
+                "list control-plane Nodes ({selector})"
+            )))?;
+        for node in nodes.items {
+            let name = node.node_name().to_string();
+            let seen = MasterNode {
+                instance: node.instance_id(),
+                ready: node.ready(),
+                name: name.clone(),
+            };
+            found.insert(name, seen);
+        }
+    }
+    Ok(found.into_values().collect())
+}
+
 async fn list_pods(ctx: &Context) -> Result<Vec<Pod>> {
     let apps: Vec<&str> = REQUIRED_APPS
         .iter()

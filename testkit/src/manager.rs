@@ -96,6 +96,10 @@ impl ManagerProcess {
             .args(["--aws-endpoint", &control_plane().moto_endpoint])
             .args(["--aws-emulator-account", &world.account])
             .args(extra_args)
+            .env(
+                "SNM_CONTROL_PLANE_NODE_SELECTOR",
+                world.master_node_selector(),
+            )
             .env("AWS_ACCESS_KEY_ID", "testing")
             .env("AWS_SECRET_ACCESS_KEY", "testing")
             .env("RUST_LOG", "spot_node_manager=debug,info")
@@ -392,6 +396,10 @@ impl World {
             .args(["--aws-emulator-account", &self.account])
             .args(["-o", "json"])
             .args(extra)
+            .env(
+                "SNM_CONTROL_PLANE_NODE_SELECTOR",
+                self.master_node_selector(),
+            )
             .env("AWS_ACCESS_KEY_ID", "testing")
             .env("AWS_SECRET_ACCESS_KEY", "testing")
             .env_remove("RUST_LOG");

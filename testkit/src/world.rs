@@ -195,6 +195,13 @@ impl Drop for SimGuard {
 }
 
 impl World {
+    /// The control-plane Nodes of this world alone: Nodes are the shared
+    /// apiserver's, and another test's masters are none of this world's
+    /// (the manager's `controlPlane.nodeSelector`).
+    pub fn master_node_selector(&self) -> String {
+        format!("{}={}", crate::sim::SIM_ACCOUNT_LABEL, self.account)
+    }
+
     /// A controller Context against this world (leader election off).
     pub async fn context(
         &self,
@@ -209,6 +216,7 @@ impl World {
         settings.kubeconfig = Some(self.kubeconfig().to_path_buf());
         settings.namespace = Some(self.namespace.clone());
         settings.dry_run = dry_run;
+        settings.control_plane_node_selector = Some(self.master_node_selector());
         let eviction_client = spot_node_manager::manager::kube_client_without_retry(&settings)
             .await
             .expect("eviction client");

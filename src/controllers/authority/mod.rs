@@ -62,6 +62,11 @@ pub enum DownWhy {
     /// group's `joinTimeout` from launch: nothing the manager does brings
     /// it back.
     NotServing,
+    /// A control-plane Node no Master group's described ASGs hold (an ASG
+    /// kops renamed that a group names by its old name, a group nobody
+    /// wrote), its Node or control plane not Ready: nothing of ours
+    /// replaces it.
+    Unlisted,
 }
 
 /// A master of the cluster that is not Ready.
@@ -88,8 +93,13 @@ impl std::fmt::Display for MasterDown {
             DownWhy::NotServing => {
                 "Node Ready, control plane not serving past its joinTimeout".to_string()
             }
+            DownWhy::Unlisted => {
+                "a control-plane Node in no Master group's ASGs, not up: write or fix its NodeGroup"
+                    .to_string()
+            }
         };
         match &self.instance {
+            Some(id) if self.why == DownWhy::Unlisted => write!(f, "{id} ({what})"),
             Some(id) => write!(f, "{id} of {} ({what})", self.group),
             None => write!(f, "a master of {} not launched yet", self.group),
         }
@@ -240,7 +250,12 @@ pub fn decide(control_plane: Option<&ControlPlane>, request: &Request) -> Result
     }
     let ready = ready_besides + i32::from(cp.ready.contains(request.instance));
     // A master not serving past its joinTimeout is on no way back.
-    let stuck = |d: &MasterDown| matches!(d.why, DownWhy::NotReady | DownWhy::NotServing);
+    let stuck = |d: &MasterDown| {
+        matches!(
+            d.why,
+            DownWhy::NotReady | DownWhy::NotServing | DownWhy::Unlisted
+        )
+    };
     let on_its_way = down.iter().any(|d| !stuck(d));
     let not_serving = down.iter().any(|d| d.why == DownWhy::NotServing);
     Err(Blocked::OtherMastersDown {

@@ -10,7 +10,7 @@ use crate::context::Context;
 use crate::controllers::group_view::Fate;
 use crate::crd::nodegroup::NodeInterruption;
 use crate::crd::{NodeGroup, Role};
-use crate::k8s::control_plane::{CountedBy, Serving};
+use crate::k8s::control_plane::{CountedBy, MasterNode, Serving};
 use crate::{Error, Result};
 use chrono::{DateTime, Utc};
 use kube::api::{Api, ListParams};
@@ -27,10 +27,73 @@ pub async fn observe(ctx: &Context, namespace: &str) -> Result<ControlPlane> {
         seen.push((group, fresh));
     }
     let groups: Vec<&NodeGroup> = seen.iter().map(|(g, _)| g).collect();
-    let (serving, counted_by) = observe_serving(ctx, &groups).await?;
-    let mut cp = control_plane_of(&seen, &serving, ctx.clock.now());
+    let unlisted = unlisted_of(&seen, &crate::k8s::control_plane::master_nodes(ctx).await?);
+    let extra: BTreeSet<String> = unlisted.iter().map(|n| n.name.clone()).collect();
+    let (serving, counted_by) = observe_serving(ctx, &groups, extra).await?;
+    let now = ctx.clock.now();
+    let mut cp = control_plane_of(&seen, &serving, now);
+    count_unlisted(&mut cp, &unlisted, &serving, now);
     cp.counted_by = counted_by;
     Ok(cp)
+}
+
+/// Pure: the control-plane Nodes whose instance no described ASG of the
+/// Master groups holds, and whose name no group's inventory lists.
+pub fn unlisted_of(
+    groups: &[(NodeGroup, Vec<AsgDescription>)],
+    nodes: &[MasterNode],
+) -> Vec<MasterNode> {
+    let instances: BTreeSet<&str> = groups
+        .iter()
+        .flat_map(|(_, fresh)| fresh.iter().flat_map(|a| &a.instances))
+        .map(|i| i.instance_id.as_str())
+        .collect();
+    let names: BTreeSet<&str> = groups
+        .iter()
+        .flat_map(|(g, _)| g.status.iter().flat_map(|s| s.nodes.iter()))
+        .map(|n| n.name.as_str())
+        .collect();
+    nodes
+        .iter()
+        .filter(|n| !names.contains(n.name.as_str()))
+        .filter(|n| n.instance.as_deref().is_none_or(|i| !instances.contains(i)))
+        .cloned()
+        .collect()
+}
+
+/// Pure: the count cross-checked against the cluster's control-plane
+/// Nodes. Each Node the groups do not hold ([`unlisted_of`]) is a master
+/// of the cluster (etcd counts it whatever our NodeGroups say): one more
+/// expected, up when its Node is Ready and its control plane has served
+/// for the default `masterSettleTime`, else down
+/// ([`DownWhy::Unlisted`]). One more up and expected leaves every
+/// decision as it was, one more down makes each stricter: the cross-check
+/// never lets more go than the groups' count alone.
+pub fn count_unlisted(
+    cp: &mut ControlPlane,
+    unlisted: &[MasterNode],
+    serving: &Serving,
+    now: DateTime<Utc>,
+) {
+    let settle = chrono::Duration::from_std(crate::crd::nodegroup::DEFAULT_MASTER_SETTLE_TIME)
+        .unwrap_or(chrono::Duration::MAX);
+    for node in unlisted {
+        let id = node.instance.clone().unwrap_or_else(|| node.name.clone());
+        cp.expected += 1;
+        let settled = serving
+            .get(&node.name)
+            .and_then(|since| since.checked_add_signed(settle))
+            .is_some_and(|until| now >= until);
+        if node.ready && settled {
+            cp.ready.insert(id);
+        } else {
+            cp.down.push(MasterDown {
+                group: String::new(),
+                instance: Some(id),
+                why: DownWhy::Unlisted,
+            });
+        }
+    }
 }
 
 /// The Master groups of `namespace`.
@@ -50,15 +113,21 @@ async fn master_groups(ctx: &Context, namespace: &str) -> Result<Vec<NodeGroup>>
 /// counted (by control-plane pods, or by Node where no master shows any).
 pub async fn serving(ctx: &Context, namespace: &str) -> Result<(Serving, CountedBy)> {
     let groups = master_groups(ctx, namespace).await?;
-    observe_serving(ctx, &groups.iter().collect::<Vec<_>>()).await
+    observe_serving(ctx, &groups.iter().collect::<Vec<_>>(), BTreeSet::new()).await
 }
 
-async fn observe_serving(ctx: &Context, groups: &[&NodeGroup]) -> Result<(Serving, CountedBy)> {
-    let masters: BTreeSet<String> = groups
+/// `extra`: masters the groups do not list (see [`unlisted_of`]).
+async fn observe_serving(
+    ctx: &Context,
+    groups: &[&NodeGroup],
+    extra: BTreeSet<String>,
+) -> Result<(Serving, CountedBy)> {
+    let mut masters: BTreeSet<String> = groups
         .iter()
         .flat_map(|g| g.status.iter().flat_map(|s| s.nodes.iter()))
         .map(|n| n.name.clone())
         .collect();
+    masters.extend(extra);
     let (serving, counted_by) = crate::k8s::control_plane::observe(ctx, &masters).await?;
     // Said when it changes, not at every look.
     static BY_NODES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

@@ -661,3 +661,123 @@ fn a_master_not_serving_past_its_join_timeout_is_named_and_on_no_way_back() {
     assert!(refused.needs_user(), "{refused}");
     assert_eq!(refused.reason(), "ControlPlaneQuorumAtRisk");
 }
+
+/// Hole 5: master-c's group names an ASG kops renamed (nothing describes),
+/// so the groups alone count two masters; its Node, labelled control
+/// plane, is in no described ASG.
+fn with_a_renamed_asg(ready: bool) -> (Groups, Vec<crate::k8s::control_plane::MasterNode>) {
+    let mut groups = three_groups_of_one();
+    groups[2].1.clear();
+    if let Some(s) = groups[2].0.status.as_mut() {
+        s.nodes.clear();
+    }
+    let node = |name: &str, id: &str, ready| crate::k8s::control_plane::MasterNode {
+        name: name.into(),
+        instance: Some(id.into()),
+        ready,
+    };
+    let nodes = vec![
+        node("n-a", "m-a", true),
+        node("n-b", "m-b", true),
+        node("n-c", "m-c", ready),
+    ];
+    (groups, nodes)
+}
+
+fn cross_checked(groups: &Groups, nodes: &[crate::k8s::control_plane::MasterNode]) -> ControlPlane {
+    let unlisted = super::observe::unlisted_of(groups, nodes);
+    let mut serving = serving(groups, &[]);
+    for n in &unlisted {
+        serving.insert(n.name.clone(), t0() - chrono::Duration::hours(1));
+    }
+    let mut cp = seen_at(groups, &serving, t0());
+    super::observe::count_unlisted(&mut cp, &unlisted, &serving, t0());
+    cp
+}
+
+#[test]
+fn a_control_plane_node_no_group_holds_counts_as_a_master_up_or_down() {
+    // The groups alone: two masters expected, two up, so one may go while
+    // the third (etcd's member all the same) is dead: the hole.
+    let (groups, nodes) = with_a_renamed_asg(false);
+    assert_eq!(seen(&groups).expected, 2);
+    assert_eq!(ask(&seen(&groups), Reason::Refresh, "m-a"), Ok(()));
+
+    // Cross-checked: the dead Node is a master down, named, and holds
+    // every other master back.
+    let cp = cross_checked(&groups, &nodes);
+    assert_eq!(cp.expected, 3);
+    let refused = ask(&cp, Reason::Refresh, "m-a").expect_err("a master down");
+    let said = refused.to_string();
+    assert!(
+        said.contains("m-c (a control-plane Node in no Master group's ASGs"),
+        "{said}"
+    );
+    assert!(!refused.needs_user(), "two of three up: no quorum at risk");
+    assert_eq!(refused.reason(), "OtherMastersNotReady");
+    assert_eq!(
+        ask(&cp, Reason::MasterRepair, "m-a").map_err(|e| e.reason()),
+        Err("OtherMastersNotReady")
+    );
+
+    // Up, it counts on both sides: the decision is the groups' own.
+    let (groups, nodes) = with_a_renamed_asg(true);
+    let cp = cross_checked(&groups, &nodes);
+    assert_eq!((cp.expected, cp.ready.len()), (3, 3));
+    assert!(cp.whole(), "{cp:?}");
+    assert_eq!(ask(&cp, Reason::Refresh, "m-a"), Ok(()));
+}
+
+#[test]
+fn an_unlisted_master_counts_only_once_its_control_plane_has_settled() {
+    let (groups, nodes) = with_a_renamed_asg(true);
+    let unlisted = super::observe::unlisted_of(&groups, &nodes);
+    let mut serving = serving(&groups, &[]);
+    let counted = |serving: &crate::k8s::control_plane::Serving| {
+        let mut cp = seen_at(&groups, serving, t0());
+        super::observe::count_unlisted(&mut cp, &unlisted, serving, t0());
+        cp
+    };
+    // Its Node Ready, no control-plane pod Ready on it: down.
+    let cp = counted(&serving);
+    assert_eq!(cp.down.len(), 1, "{cp:?}");
+    assert!(ask(&cp, Reason::Refresh, "m-a").is_err());
+    // Ready a minute ago: settling (the default settle time is longer).
+    serving.insert("n-c".into(), t0() - chrono::Duration::minutes(1));
+    let cp = counted(&serving);
+    assert_eq!(cp.down.len(), 1, "{cp:?}");
+    assert!(ask(&cp, Reason::Refresh, "m-a").is_err());
+    // Settled: up.
+    serving.insert("n-c".into(), t0() - chrono::Duration::hours(1));
+    assert!(counted(&serving).whole());
+}
+
+#[test]
+fn nodes_the_groups_hold_are_not_unlisted() {
+    // Held by a described ASG, or listed by name in a group's inventory
+    // (a Node whose providerID says nothing), or neither.
+    let groups = three_groups_of_one();
+    let node = |name: &str, id: Option<&str>| crate::k8s::control_plane::MasterNode {
+        name: name.into(),
+        instance: id.map(Into::into),
+        ready: true,
+    };
+    let nodes = vec![
+        node("n-a", Some("m-a")),
+        node("n-b", None),
+        node("x", Some("m-x")),
+        node("y", None),
+    ];
+    let unlisted: Vec<String> = super::observe::unlisted_of(&groups, &nodes)
+        .into_iter()
+        .map(|n| n.name)
+        .collect();
+    assert_eq!(unlisted, ["x", "y"]);
+    // A group naming an ASG that was never made, with no Node of its own:
+    // no master counted for it, as before.
+    let mut groups = three_groups_of_one();
+    groups.push((masters("typo", &["nope"], &[]), vec![]));
+    let cp = cross_checked(&groups, &[node("n-a", Some("m-a"))]);
+    assert_eq!(cp.expected, 3);
+    assert!(cp.whole(), "{cp:?}");
+}

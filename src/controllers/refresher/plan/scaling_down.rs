@@ -272,11 +272,14 @@ impl Deciding<'_> {
             return Err(NoVictim::TooFewReady);
         }
         // A drifted one first (launched before a rollback), so what stays
-        // is on the template its ASG launches now.
+        // is on the template its ASG launches now. Masters: the newest,
+        // drifted or not: the older is the place's etcd member (it holds
+        // the place's volume), the newer beside it is none
+        // (`authority::observe::control_plane_of`), so taking the newer
+        // takes no member down.
+        let drift_first = input.group.role == crate::crd::Role::Worker;
         free.iter()
-            .max_by(|(_, a), (_, b)| {
-                (a.drifted, a.launch_time, &a.name).cmp(&(b.drifted, b.launch_time, &b.name))
-            })
+            .max_by_key(|(_, n)| (drift_first && n.drifted, n.launch_time, &n.name))
             .map(|(m, n)| target(m, Some(n)))
             .ok_or(NoVictim::TooFewReady)
     }

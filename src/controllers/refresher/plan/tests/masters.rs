@@ -221,3 +221,37 @@ fn a_master_termination_recorded_before_a_restart_is_not_made_once_another_maste
     assert!(sim.status.pending_run.is_some(), "the run set aside");
     assert_eq!(sim.lock, LockState::Free);
 }
+
+/// Hole 6: a master ASG raised during a run (by its user) holds two
+/// masters at the run's end. The one beside, launched second, is no etcd
+/// member (`authority::observe::control_plane_of`): the run takes it back,
+/// even when the member is the drifted one (a template changed mid-run),
+/// where a worker's surplus would be the drifted node.
+#[test]
+fn a_master_runs_surplus_is_the_newer_master_of_its_place_drifted_or_not() {
+    let mut sim = Sim::new(Role::Master, 3, 1, 0);
+    sim.start_run();
+    sim.asgs[0].desired = 2;
+    let now = sim.now;
+    sim.launch(now);
+    sim.all_join_and_ready();
+    let beside = sim
+        .instances
+        .last()
+        .map(|i| i.id.clone())
+        .expect("launched");
+    sim.version = 2;
+    sim.run_masters_until(600, |s| s.status.last_run.is_some());
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    let in_asg0: Vec<&Instance> = sim
+        .instances
+        .iter()
+        .filter(|i| i.asg == "asg-0" && !sim.terminated.contains(&i.id))
+        .collect();
+    assert_eq!(in_asg0.len(), 1, "{:?}", sim.terminated);
+    // What stays in asg-0 is the master that was there first: the one
+    // beside the original when the run began.
+    assert_eq!(in_asg0[0].id, beside, "terminated: {:?}", sim.terminated);
+    assert_ne!(in_asg0[0].version, sim.version, "the drifted one stays");
+    assert_eq!(sim.layout()[0], ("asg-0".to_string(), 1));
+}
