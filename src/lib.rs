@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod mutation;
 pub mod preview;
 pub mod reference;
+pub mod schedule;
 pub mod telemetry;
 
 pub use error::{Error, Result};

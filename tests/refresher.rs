@@ -361,8 +361,8 @@ async fn the_surplus_a_failed_run_leaves_is_taken_over_and_the_layout_comes_back
 
 #[tokio::test]
 async fn the_next_run_is_shown_in_its_zone_and_an_invalid_schedule_runs_nothing() {
-    use spot_node_manager::controllers::refresher::schedule::next_run;
     use spot_node_manager::crd::nodegroup::parse_schedule;
+    use spot_node_manager::schedule::next_run;
     let g = SteadyGroup::workers("rf-schedule")
         .zones(&ZONES[..1])
         .start()

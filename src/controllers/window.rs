@@ -2,8 +2,8 @@
 //! (or take its next node) at an instant, and until when. Pure.
 
 use crate::controllers::authority::{Reason, rules};
-use crate::controllers::refresher::schedule::{last_run, next_run};
 use crate::crd::nodegroup::ResolvedDisruption;
+use crate::schedule::{last_run, next_run};
 use chrono::{DateTime, Utc};
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -474,3 +474,11 @@ impl RefresherSpec {
         }
     }
 }
+
+/// The surplus a run added to `asg`.
+pub fn surplus_of(surplus: &[AsgDesired], asg: &str) -> i32 {
+    surplus
+        .iter()
+        .find(|s| s.auto_scaling_group == asg)
+        .map_or(0, |s| s.desired)
+}

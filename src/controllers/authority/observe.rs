@@ -7,8 +7,7 @@
 use super::{ControlPlane, DownWhy, MasterDown};
 use crate::cloud::AsgDescription;
 use crate::context::Context;
-use crate::controllers::group_view::Fate;
-use crate::crd::nodegroup::NodeInterruption;
+use crate::crd::nodegroup::{NodeInterruption, NoticeClass};
 use crate::crd::{NodeGroup, Role};
 use crate::k8s::control_plane::{CountedBy, MasterNode, Serving};
 use crate::{Error, Result};
@@ -148,10 +147,7 @@ async fn observe_serving(
 /// the master serves etcd like any other, and a dead master elsewhere may
 /// be repaired. A rebalance recommendation is a risk, not a loss.
 pub fn loss_imminent(notice: &NodeInterruption, now: DateTime<Utc>) -> bool {
-    match Fate::of(notice) {
-        Fate::AtRisk => false,
-        Fate::Lost | Fate::Reclaimed { .. } => notice.in_force(now),
-    }
+    notice.class() != NoticeClass::RebalanceRecommendation && notice.in_force(now)
 }
 
 /// Pure: each Master group's masters by instance, counted as etcd counts

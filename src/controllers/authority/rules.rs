@@ -7,6 +7,7 @@
 //! table as [`markdown`] renders it, and a test keeps the two the same.
 
 use crate::crd::Role;
+use crate::crd::refresher::{RefreshTarget, RunTrigger, TargetPurpose};
 use std::collections::BTreeMap;
 
 /// Every reason the manager takes a node away.
@@ -187,6 +188,23 @@ pub fn binding(reason: Reason, rule: Rule) -> Binding {
         (R::WorkerRepair | R::MasterRepair, _) => Free("a dead kubelet does not wait"),
         (R::Retirement, U::Masters) => Binds,
         (R::Retirement, _) => Free("AWS takes the node anyway"),
+    }
+}
+
+/// Why a run takes a target away, in the rule book's terms.
+pub fn reason_of(target: &RefreshTarget, trigger: Option<RunTrigger>) -> Reason {
+    match (target.purpose, trigger) {
+        (TargetPurpose::RemoveSurplus, _) => Reason::RefreshSurplus,
+        (TargetPurpose::Replace, Some(RunTrigger::Drift)) => Reason::DriftRoll,
+        (TargetPurpose::Replace, _) => Reason::Refresh,
+    }
+}
+
+/// Why a run started by `trigger` replaces nodes, in the rule book's terms.
+pub fn run_reason(trigger: Option<RunTrigger>) -> Reason {
+    match trigger {
+        Some(RunTrigger::Drift) => Reason::DriftRoll,
+        _ => Reason::Refresh,
     }
 }
 

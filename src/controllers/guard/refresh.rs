@@ -4,11 +4,12 @@
 //! (`controllers::guard`).
 
 use crate::cloud::AsgDescription;
+use crate::controllers::authority::rules::{self, Rule, reason_of};
 use crate::controllers::authority::validate::{Disruption, Floor, Scene, validate};
 use crate::controllers::group_view::DesiredChange;
+use crate::controllers::group_view::GroupNode;
 use crate::controllers::guard::{Refusal, active_member, desired_changes, groups_asg};
-use crate::controllers::refresher::plan::{GroupNode, reason_of, removal, surplus_of};
-use crate::crd::refresher::{RefreshTarget, TargetPurpose};
+use crate::crd::refresher::{RefreshTarget, RunTrigger, TargetPurpose, surplus_of};
 use crate::crd::{NodeGroup, RefresherStatus};
 
 /// Re-checks each mutation against fresh observations before it is made:
@@ -480,5 +481,56 @@ mod tests {
                 node: "someone-elses".into()
             })
         );
+    }
+}
+
+/// Whether the group can spare a target, by the Ready nodes besides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Removal {
+    pub safe: bool,
+    pub ready_besides: i32,
+    pub needed: i32,
+}
+
+/// The one rule for removing a target, used by the plan and re-checked by the
+/// reconcile before the termination: replacing an old node keeps Ready at
+/// desired + surplus - 1 (workers with surplus: never below desired; without
+/// surplus, masters: every other node Ready), and never below desired when
+/// its replacement was launched ahead; removing surplus keeps Ready at
+/// desired, and removing one that is not Ready costs no Ready node. Safe
+/// whatever the count when the rule book frees the run's reason
+/// (`trigger`) of the Ready floor.
+pub fn removal(
+    target: &RefreshTarget,
+    trigger: Option<RunTrigger>,
+    nodes: &[GroupNode],
+    (desired, surplus): (i32, i32),
+) -> Removal {
+    let id = Some(target.instance_id.as_str());
+    let ready_besides = nodes
+        .iter()
+        .filter(|n| n.ready && n.instance_id.as_deref() != id)
+        .count() as i32;
+    let target_ready = nodes
+        .iter()
+        .any(|n| n.ready && n.instance_id.as_deref() == id);
+    let (safe, needed) = match target.purpose {
+        // Its replacement launched ahead: never below desired (without
+        // surplus, the replacement must be Ready first).
+        TargetPurpose::Replace if target.launched_ahead.is_some() => {
+            let needed = desired + (surplus - 1).max(0);
+            (ready_besides >= needed, needed)
+        }
+        TargetPurpose::Replace => {
+            let needed = desired + surplus - 1;
+            (ready_besides >= needed, needed)
+        }
+        TargetPurpose::RemoveSurplus => (!target_ready || ready_besides >= desired, desired),
+    };
+    let floor = rules::binds(reason_of(target, trigger), Rule::ReadyFloor);
+    Removal {
+        safe: safe || !floor,
+        ready_besides,
+        needed,
     }
 }

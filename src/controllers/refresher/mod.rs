@@ -1,5 +1,5 @@
 //! The refresher, one per group: cron-scheduled rolling replacement
-//! (`schedule`: the next run in a time zone; `plan`: the pure state machine,
+//! (`crate::schedule`: the next run in a time zone; `plan`: the pure state machine,
 //! one module per phase; `execute`: the order a step is carried out in; `report`: its Events
 //! and metrics;
 //! `controller`: observe, decide, then execute against the cluster and AWS).
@@ -11,7 +11,6 @@ pub mod plan;
 mod reconcile_tests;
 mod record;
 mod report;
-pub mod schedule;
 pub mod seen;
 
 pub use controller::{CONTROLLER, run};

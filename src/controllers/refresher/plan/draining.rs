@@ -2,7 +2,7 @@
 //! target is drained, held while the group cannot spare it, or given up;
 //! once drained, its termination is recorded before it is made.
 
-use super::termination::run_reason;
+use super::run_reason;
 use super::{Deciding, Decision, GroupNode, Happening, Input, Next, OnWindowClose, Removal, SOON};
 use crate::controllers::authority::Reason;
 use crate::controllers::authority::rules;
@@ -208,7 +208,7 @@ impl Deciding<'_> {
                     .is_some_and(|n| group.unhealthy(n))
         };
         let (target, why) = self.status.batch().find_map(|t| {
-            let reason = super::termination::reason_of(t, self.status.trigger);
+            let reason = super::reason_of(t, self.status.trigger);
             let protected = rules::protected(reason, self.input.protected);
             let why = protected.get(t.node.as_deref()?)?.clone();
             (t.terminated.is_none() && !dead(t)).then(|| (t.clone(), why))

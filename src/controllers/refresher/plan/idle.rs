@@ -5,11 +5,11 @@ use super::targets::{drifted_targets, targets};
 use super::{Deciding, Decision, Happening, IDLE, LOCK_RETRY, SOON, SlotState, surplus_of};
 use crate::controllers::authority::Reason;
 use crate::controllers::group_view::{AsgView, LockState, after, until};
-use crate::controllers::refresher::schedule::next_run;
 use crate::crd::Role;
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::RefresherStatus;
 use crate::crd::refresher::{AsgDesired, RefreshPhase, RunOutcome, RunResult, RunTrigger};
+use crate::schedule::next_run;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 

@@ -47,17 +47,20 @@ pub use crate::controllers::window::WindowState;
 pub use crate::crd::nodegroup::OnWindowClose;
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{
-    AsgDesired, RefreshPhase, RefreshTarget, RefresherStatus, RunResult, RunTrigger, TargetPurpose,
+    RefreshPhase, RefreshTarget, RefresherStatus, RunResult, RunTrigger, TargetPurpose,
 };
 pub use crate::k8s::disruption_slot::SlotState;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+pub use crate::controllers::authority::rules::{reason_of, run_reason};
 pub use crate::controllers::group_view::{GroupFacts, GroupNode, Member};
+pub use crate::controllers::guard::refresh::{Removal, removal};
+pub(crate) use crate::crd::refresher::surplus_of;
 pub use idle::{blocking_processes, needs_observation};
 pub use preview::preview;
-pub use termination::{Removal, after_drain, authority, reason_of, removal};
+pub use termination::{after_drain, authority};
 
 #[derive(Clone)]
 pub struct Input<'a> {
@@ -292,7 +295,7 @@ struct Deciding<'a> {
 impl Deciding<'_> {
     /// The windows as the run's reason sees them (the rule book).
     fn run_window(&self) -> crate::controllers::window::WindowState {
-        let reason = termination::run_reason(self.status.trigger);
+        let reason = run_reason(self.status.trigger);
         self.input.window.seen_by(reason)
     }
 
@@ -444,14 +447,6 @@ impl Deciding<'_> {
             .or(self.status.run_start)
             .unwrap_or(self.input.group.now)
     }
-}
-
-/// The surplus a run added to `asg`.
-pub(crate) fn surplus_of(surplus: &[AsgDesired], asg: &str) -> i32 {
-    surplus
-        .iter()
-        .find(|s| s.auto_scaling_group == asg)
-        .map_or(0, |s| s.desired)
 }
 
 fn describe_changes(changes: &[DesiredChange]) -> String {

@@ -1,9 +1,8 @@
 //! When a target may go, and its termination: recorded in the status
 //! before it is made, retried after a restart only while still safe.
 
-use super::{Command, Deciding, Decision, GroupNode, SOON};
-use crate::controllers::authority::rules::{self, Rule};
-use crate::controllers::authority::{self, Blocked, ControlPlane, Reason, Request};
+use super::{Command, Deciding, Decision, Removal, SOON, reason_of, removal};
+use crate::controllers::authority::{self, Blocked, ControlPlane, Request};
 use crate::crd::Role;
 use crate::crd::refresher::RefresherStatus;
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, RunTrigger, TargetPurpose};
@@ -82,74 +81,6 @@ pub fn authority(
         instance: &target.instance_id,
     };
     authority::decide(control_plane, &request)
-}
-
-/// Why a run takes a target away, in the rule book's terms.
-pub fn reason_of(target: &RefreshTarget, trigger: Option<RunTrigger>) -> Reason {
-    match (target.purpose, trigger) {
-        (TargetPurpose::RemoveSurplus, _) => Reason::RefreshSurplus,
-        (TargetPurpose::Replace, Some(RunTrigger::Drift)) => Reason::DriftRoll,
-        (TargetPurpose::Replace, _) => Reason::Refresh,
-    }
-}
-
-/// Why a run started by `trigger` replaces nodes, in the rule book's terms.
-pub fn run_reason(trigger: Option<RunTrigger>) -> Reason {
-    match trigger {
-        Some(RunTrigger::Drift) => Reason::DriftRoll,
-        _ => Reason::Refresh,
-    }
-}
-
-/// Whether the group can spare a target, by the Ready nodes besides it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Removal {
-    pub safe: bool,
-    pub ready_besides: i32,
-    pub needed: i32,
-}
-
-/// The one rule for removing a target, used by the plan and re-checked by the
-/// reconcile before the termination: replacing an old node keeps Ready at
-/// desired + surplus - 1 (workers with surplus: never below desired; without
-/// surplus, masters: every other node Ready), and never below desired when
-/// its replacement was launched ahead; removing surplus keeps Ready at
-/// desired, and removing one that is not Ready costs no Ready node. Safe
-/// whatever the count when the rule book frees the run's reason
-/// (`trigger`) of the Ready floor.
-pub fn removal(
-    target: &RefreshTarget,
-    trigger: Option<RunTrigger>,
-    nodes: &[GroupNode],
-    (desired, surplus): (i32, i32),
-) -> Removal {
-    let id = Some(target.instance_id.as_str());
-    let ready_besides = nodes
-        .iter()
-        .filter(|n| n.ready && n.instance_id.as_deref() != id)
-        .count() as i32;
-    let target_ready = nodes
-        .iter()
-        .any(|n| n.ready && n.instance_id.as_deref() == id);
-    let (safe, needed) = match target.purpose {
-        // Its replacement launched ahead: never below desired (without
-        // surplus, the replacement must be Ready first).
-        TargetPurpose::Replace if target.launched_ahead.is_some() => {
-            let needed = desired + (surplus - 1).max(0);
-            (ready_besides >= needed, needed)
-        }
-        TargetPurpose::Replace => {
-            let needed = desired + surplus - 1;
-            (ready_besides >= needed, needed)
-        }
-        TargetPurpose::RemoveSurplus => (!target_ready || ready_besides >= desired, desired),
-    };
-    let floor = rules::binds(reason_of(target, trigger), Rule::ReadyFloor);
-    Removal {
-        safe: safe || !floor,
-        ready_besides,
-        needed,
-    }
 }
 
 /// The drain of a target of the batch (the current one, or one drained
