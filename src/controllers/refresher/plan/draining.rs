@@ -295,6 +295,9 @@ impl Deciding<'_> {
         if !safe && let Some(step) = self.unhealthy_first(&target, &label) {
             return step;
         }
+        if !safe && let Some(step) = self.surplus_down_first(&target, &label) {
+            return step;
+        }
         if !safe {
             // Waiting for Ready nodes elsewhere, bounded like a replacement.
             let deadline = after(drain_deadline, settings.ready_timeout);

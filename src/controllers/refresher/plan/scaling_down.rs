@@ -230,7 +230,8 @@ impl Deciding<'_> {
 
     /// Which instance of `asg` goes: one that never joined, else one that is
     /// not Ready, else the newest drifted Ready node, else the newest Ready
-    /// node (it carries the fewest pods). A protected node never goes (this
+    /// node (it carries the fewest pods); for masters, the newest Ready one,
+    /// drifted or not (the one beside its place's etcd member). A protected node never goes (this
     /// is a voluntary removal): a pod with no controller that moved onto
     /// the surplus would be lost.
     fn surplus_victim(&self, asg: &str, active: &[&Member]) -> Result<RefreshTarget, NoVictim> {
@@ -262,14 +263,14 @@ impl Deciding<'_> {
                 None => free.push((*m, n)),
             }
         }
+        // A master not Ready too: it is down already, so taking it costs
+        // the control plane nothing, and the masters' rule (which binds a
+        // run's surplus) refuses it while another master is down.
         if let Some((m, n)) = free.iter().find(|(_, n)| !n.ready) {
             return Ok(target(m, Some(n)));
         }
         if free.is_empty() && !protected.is_empty() {
             return Err(NoVictim::Protected(protected));
-        }
-        if self.ready() - 1 < input.group.desired {
-            return Err(NoVictim::TooFewReady);
         }
         // A drifted one first (launched before a rollback), so what stays
         // is on the template its ASG launches now. Masters: the newest,
@@ -277,11 +278,45 @@ impl Deciding<'_> {
         // the place's volume), the newer beside it is none
         // (`authority::observe::control_plane_of`), so taking the newer
         // takes no member down.
-        let drift_first = input.group.role == crate::crd::Role::Worker;
+        if self.ready() - 1 < input.group.desired {
+            return Err(NoVictim::TooFewReady);
+        }
+        let worker = input.group.role == crate::crd::Role::Worker;
         free.iter()
-            .max_by_key(|(_, n)| (drift_first && n.drifted, n.launch_time, &n.name))
+            .max_by_key(|(_, n)| (worker && n.drifted, n.launch_time, &n.name))
             .map(|(m, n)| target(m, Some(n)))
             .ok_or(NoVictim::TooFewReady)
+    }
+
+    /// A Ready surplus target the Ready floor holds because another node
+    /// of its ASG went down since it was chosen: given back, so the choice
+    /// is made again and the one down goes first (it costs no Ready node).
+    /// Held instead, the run would wait for a node only a repair brings
+    /// back, and the repair waits for the run's lock.
+    pub(super) fn surplus_down_first(
+        &mut self,
+        target: &RefreshTarget,
+        label: &str,
+    ) -> Option<Decision> {
+        let group = &self.input.group;
+        let ready = |id: &str| group.node_of(id).is_some_and(|n| n.ready);
+        if target.purpose != TargetPurpose::RemoveSurplus || !ready(&target.instance_id) {
+            return None;
+        }
+        let protected = rules::protected(Reason::RefreshSurplus, self.input.protected);
+        let down = self
+            .input
+            .members
+            .iter()
+            .filter(|m| m.asg == target.auto_scaling_group && m.instance_id != target.instance_id)
+            .filter_map(|m| group.node_of(&m.instance_id))
+            .find(|n| !n.ready && !protected.contains_key(&n.name))?;
+        let message = format!(
+            "{} went down: removing it as the surplus of {} instead of {label}",
+            down.name, target.auto_scaling_group
+        );
+        self.status.current_target = None;
+        Some(Decision::back_in_service(target.clone(), message))
     }
 
     fn finish_run(&mut self, settings: &ResolvedRefresh, leftover: Option<String>) -> Decision {

@@ -255,3 +255,42 @@ fn a_master_runs_surplus_is_the_newer_master_of_its_place_drifted_or_not() {
     assert_ne!(in_asg0[0].version, sim.version, "the drifted one stays");
     assert_eq!(sim.layout()[0], ("asg-0".to_string(), 1));
 }
+
+/// The same place, its older master's kubelet dying once the run has
+/// chosen the one beside as its surplus: the Ready floor holds that choice,
+/// so it is given back and made again. The dead master is down already, so
+/// it goes (the masters' rule permitting: no other master is down), and
+/// the one beside stays to take the place. Held instead, the run waited
+/// for a node only a repair brings back, the repair for the run's lock.
+#[test]
+fn a_master_runs_surplus_is_its_places_notready_master_first() {
+    let mut sim = Sim::new(Role::Master, 3, 1, 0);
+    sim.start_run();
+    sim.asgs[0].desired = 2;
+    let now = sim.now;
+    sim.launch(now);
+    sim.all_join_and_ready();
+    let older = sim
+        .instances
+        .last()
+        .map(|i| i.id.clone())
+        .expect("launched");
+    sim.run_masters_until(600, |s| s.status.replaced >= 3);
+    sim.dead.push(Sim::node_name(&older));
+    sim.run_masters_until(600, |s| s.status.last_run.is_some());
+    assert_eq!(
+        sim.result(),
+        Some((RunResult::Succeeded, None)),
+        "{:?} {:?} older {older} terminated {:?} dead {:?} instances {:?}",
+        sim.status.phase,
+        sim.status.message,
+        sim.terminated,
+        sim.dead,
+        sim.instances
+            .iter()
+            .map(|i| (&i.id, &i.asg, i.ready))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(sim.terminated.last(), Some(&older), "{:?}", sim.terminated);
+    assert_eq!(sim.layout()[0], ("asg-0".to_string(), 1));
+}
