@@ -197,6 +197,13 @@ pub struct ScaleInTarget {
     /// `REPAIR_DRAIN_TIMEOUT`), then terminated; never abandoned.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub repair: bool,
+    /// Why it is removed, in the rule book's terms: a reason's label
+    /// (`scale_in`, `at_risk`, `fallback_return`, `worker_repair`,
+    /// `master_repair`). Decided once, when it is chosen; the executor's
+    /// check before each of its steps asks that reason's rules. A record
+    /// written before this field gets it on its next step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 fn yes() -> bool {

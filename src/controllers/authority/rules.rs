@@ -61,6 +61,12 @@ impl Reason {
         }
     }
 
+    /// The reason a label names (`label`'s inverse), for a reason carried
+    /// in a status.
+    pub fn from_label(label: &str) -> Option<Reason> {
+        Reason::ALL.into_iter().find(|r| r.label() == label)
+    }
+
     /// For logs, messages and metric labels: a fixed set.
     pub fn label(self) -> &'static str {
         match self {
@@ -325,5 +331,39 @@ mod tests {
         assert!(!spliced.contains("old table"));
         assert_eq!(splice(&spliced), Some(spliced.clone()), "idempotent");
         assert_eq!(splice("no markers"), None);
+    }
+
+    #[test]
+    fn a_carried_reason_reads_back_and_a_legacy_removal_is_checked_as_strictly() {
+        for r in Reason::ALL {
+            assert_eq!(Reason::from_label(r.label()), Some(r));
+        }
+        assert_eq!(Reason::from_label("nonsense"), None);
+        // A replenisher record without a reason is checked as a scale-in:
+        // no weaker than the node at risk or the fallback's return it may
+        // have been, whose rules are the same.
+        for alike in [Reason::AtRisk, Reason::FallbackReturn] {
+            for rule in Rule::ALL {
+                assert_eq!(
+                    binds(alike, rule),
+                    binds(Reason::ScaleIn, rule),
+                    "{alike:?} {rule:?}"
+                );
+            }
+        }
+        let mut target = crate::crd::replenisher::ScaleInTarget {
+            node: "n".into(),
+            instance_id: "i".into(),
+            auto_scaling_group: "a".into(),
+            since: chrono::DateTime::<chrono::Utc>::MIN_UTC,
+            terminating: None,
+            decrement: true,
+            repair: false,
+            reason: None,
+        };
+        let read = crate::controllers::guard::replenish::scale_in_reason;
+        assert_eq!(read(&target), Reason::ScaleIn);
+        target.reason = Some("fallback_return".into());
+        assert_eq!(read(&target), Reason::FallbackReturn);
     }
 }

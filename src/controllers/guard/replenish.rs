@@ -140,27 +140,17 @@ pub fn not_joined(
     validate(&d, scene).map_err(Refusal::Rule)
 }
 
-/// Why the replenisher removes a target that is no repair, in the rule
-/// book's terms: a node at risk, the on-demand fallback's node, or a
-/// surplus after a shortage.
-pub fn scale_in_reason(
-    group: &NodeGroup,
-    status: &crate::crd::NodeGroupStatus,
-    target: &ScaleInTarget,
-) -> Reason {
-    let at_risk = status.nodes.iter().any(|n| {
-        n.name == target.node
-            && n.interruption
-                .as_ref()
-                .is_some_and(|i| Fate::of(i) == Fate::AtRisk)
-    });
-    if at_risk {
-        Reason::AtRisk
-    } else if group.spec.is_fallback(&target.auto_scaling_group) {
-        Reason::FallbackReturn
-    } else {
-        Reason::ScaleIn
-    }
+/// Why the replenisher removes a target that is no repair: the reason it
+/// carries (decided once by the plan). A record without one (written
+/// before reasons were carried; the plan gives it one on its next step)
+/// is checked as a scale-in, whose rules are those of a node at risk and
+/// of the fallback's return (the rule book binds all three alike).
+pub fn scale_in_reason(target: &ScaleInTarget) -> Reason {
+    target
+        .reason
+        .as_deref()
+        .and_then(Reason::from_label)
+        .unwrap_or(Reason::ScaleIn)
 }
 
 /// The Ready floor of removing `instance`: the group's desired count of
@@ -201,7 +191,7 @@ pub fn scale_in(
         target.decrement,
     )?;
     let d = Disruption {
-        reason: scale_in_reason(group, status, target),
+        reason: scale_in_reason(target),
         instance: &target.instance_id,
         node: Some(&target.node),
         in_hand,
@@ -405,6 +395,7 @@ mod tests {
             terminating: None,
             decrement: true,
             repair: false,
+            reason: None,
         }
     }
 

@@ -89,18 +89,18 @@ pub fn set_competing(
     );
 }
 
-/// The warm pools of the group's ASGs, described at most an hour ago (none
+/// The warm pools of the group's ASGs that exist (`asgs`, as described:
+/// an ASG that does not exist has no warm pool to ask about, and the
+/// inventory reports it already), described at most an hour ago (none
 /// while one cannot be described: the condition then says nothing of them).
 pub async fn warm_pools(
     described: &super::hourly::Hourly<Option<crate::cloud::WarmPool>>,
     cloud: &dyn crate::cloud::Cloud,
-    group: &NodeGroup,
+    asgs: &[String],
 ) -> Vec<(String, crate::cloud::WarmPool)> {
     let what = "warm pools (IAM: autoscaling:DescribeWarmPool)";
     let found = described
-        .get(&group.spec.asg_names(), what, |asg| async move {
-            cloud.warm_pool(&asg).await
-        })
+        .get(asgs, what, |asg| async move { cloud.warm_pool(&asg).await })
         .await
         .unwrap_or_default();
     found

@@ -265,7 +265,8 @@ async fn beside_the_description(
     next: &mut NodeGroupStatus,
     now: DateTime<Utc>,
 ) {
-    let pools = super::competing::warm_pools(&ictx.warm_pools, cloud, group).await;
+    let existing: Vec<String> = view.asgs.iter().map(|a| a.name.clone()).collect();
+    let pools = super::competing::warm_pools(&ictx.warm_pools, cloud, &existing).await;
     let asgs = (view.asgs.as_slice(), pools.as_slice());
     super::competing::set_competing(group, asgs, next, now);
     let (prices, every) = (&ictx.prices, ictx.ctx.settings.cost_interval);

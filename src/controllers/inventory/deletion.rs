@@ -175,6 +175,7 @@ mod tests {
                 terminating: None,
                 decrement: true,
                 repair: false,
+                reason: None,
             }),
             ..Default::default()
         };

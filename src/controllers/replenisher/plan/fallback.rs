@@ -215,6 +215,7 @@ pub(super) fn return_to_spot(s: &Deciding) -> Option<Plan> {
         terminating: None,
         decrement: asg.desired > asg.min,
         repair: false,
+        reason: Some(Reason::FallbackReturn.label().into()),
     };
     let message = format!(
         "{ready}/{desired} Ready, spot launching again: returning {} from the on-demand {}",

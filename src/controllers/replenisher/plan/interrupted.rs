@@ -152,6 +152,7 @@ pub(super) fn remove_at_risk(s: &Deciding) -> Option<Plan> {
         since: s.input.group.now,
         terminating: None,
         repair: false,
+        reason: Some(Reason::AtRisk.label().into()),
     };
     let message = format!(
         "{} at risk of interruption, its replacement Ready: removing it from {}",

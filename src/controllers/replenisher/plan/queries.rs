@@ -117,9 +117,20 @@ pub(super) fn authority_for(s: &Deciding, reason: Reason, node: &GroupNode) -> R
     authority::decide(s.input.group.control_plane, &request)
 }
 
+/// Why `target` is removed: the reason it carries, decided when it was
+/// chosen; one not carried yet (being chosen, or recorded before reasons
+/// were carried) from what it is.
+pub(super) fn reason_of(s: &Deciding, target: &ScaleInTarget) -> Reason {
+    let carried = target.reason.as_deref().and_then(Reason::from_label);
+    carried.unwrap_or_else(|| match target.repair {
+        true => Reason::repair(s.input.group.role),
+        false => removal_reason(s, target),
+    })
+}
+
 /// Why the replenisher removes `target` (no repair), in the rule book's
 /// terms: a node at risk, the on-demand fallback's node, or a surplus.
-pub(super) fn removal_reason(s: &Deciding, target: &ScaleInTarget) -> Reason {
+fn removal_reason(s: &Deciding, target: &ScaleInTarget) -> Reason {
     let at_risk = s
         .input
         .group
@@ -280,7 +291,7 @@ impl Deciding<'_> {
         let target_ready = node.is_some_and(|n| n.ready);
         let ready_besides = self.ready - i32::from(target_ready);
         let d = Disruption {
-            reason: removal_reason(self, target),
+            reason: reason_of(self, target),
             instance: &target.instance_id,
             node: Some(&target.node),
             in_hand,

@@ -115,6 +115,7 @@ fn target(s: &Deciding, node: &GroupNode, decrement: bool) -> Option<ScaleInTarg
         terminating: None,
         decrement,
         repair: true,
+        reason: Some(Reason::repair(s.input.group.role).label().into()),
     })
 }
 

@@ -2,7 +2,7 @@
 //! abandoned; too many Ready nodes (after a shortage, the raise taken back)
 //! start a scale-in of one chosen node.
 
-use super::queries::{ready_in, removal_reason};
+use super::queries::{ready_in, reason_of};
 use super::{Batch, Command, Deciding, Plan, SCALE_IN_DRAIN_TIMEOUT, SlotState};
 use crate::controllers::authority::Reason;
 use crate::controllers::authority::rules::{self, Rule};
@@ -16,9 +16,14 @@ use std::time::Duration;
 /// A scale-in in progress goes on (drain, then the recorded termination), or
 /// is abandoned.
 pub(super) fn scale_in_in_progress(s: &Deciding) -> Option<Plan> {
-    let target = s.status.scale_in.clone()?;
+    let mut target = s.status.scale_in.clone()?;
     let input = s.input;
     let mut status = s.status.clone();
+    if target.reason.is_none() {
+        // Recorded before reasons were carried: decided now, kept.
+        target.reason = Some(reason_of(s, &target).label().into());
+        status.scale_in = Some(target.clone());
+    }
     if s.asg(&target.auto_scaling_group).is_none() {
         // Its ASG left the spec (or `spec.fallback` went) mid-removal: the
         // instance is no longer ours to terminate, but its node still runs,
@@ -68,7 +73,7 @@ pub(super) fn scale_in_in_progress(s: &Deciding) -> Option<Plan> {
             Ok(()) => None,
             Err(Refused::NoSlot { .. }) if input.slot == SlotState::Free => {
                 let what = format!("resume the removal of {}", target.node);
-                return slot_for(s, removal_reason(s, &target), &what, phase);
+                return slot_for(s, reason_of(s, &target), &what, phase);
             }
             Err(refused) => Some(format!(
                 "removal of {} put off: refusing to {refused}",
@@ -178,7 +183,10 @@ pub(super) fn scale_in(s: &Deciding) -> Option<Plan> {
 }
 
 /// Records the target (before its first eviction) and drains it.
-pub(super) fn start_scale_in(s: &Deciding, target: ScaleInTarget, message: String) -> Plan {
+pub(super) fn start_scale_in(s: &Deciding, mut target: ScaleInTarget, message: String) -> Plan {
+    // Its reason decided once, here, and carried to every step.
+    let reason = reason_of(s, &target);
+    target.reason = Some(reason.label().into());
     let mut status = s.status.clone();
     status.scale_in = Some(target.clone());
     let phase = match target.repair {
@@ -259,6 +267,7 @@ pub(super) fn choose_victim(s: &Deciding, spare_protected: bool) -> Option<Scale
         terminating: None,
         decrement: true,
         repair: false,
+        reason: None,
     })
 }
 

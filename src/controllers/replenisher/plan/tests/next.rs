@@ -87,6 +87,7 @@ fn a_repair_under_way_says_so_with_its_node() {
         terminating: None,
         decrement: true,
         repair: true,
+        reason: None,
     });
     let next = next_of(&s, t0());
     assert!(next.under_way);

@@ -96,6 +96,7 @@ pub(super) fn arb_state() -> impl Strategy<Value = Scenario> {
                         terminating: None,
                         decrement: true,
                         repair: false,
+                        reason: None,
                     });
                 }
                 Scenario {

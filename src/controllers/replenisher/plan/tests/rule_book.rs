@@ -58,6 +58,8 @@ fn started(s: &Scenario) -> Option<(ScaleInTarget, Reason)> {
         return None;
     }
     let reason = reason_of(s, &target);
+    // Decided once, by the plan, and carried on the target to every step.
+    assert_eq!(target.reason.as_deref(), Some(reason.label()), "{s:?}");
     Some((target, reason))
 }
 

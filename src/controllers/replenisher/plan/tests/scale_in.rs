@@ -51,6 +51,7 @@ fn a_scale_in_that_would_drop_below_desired_is_abandoned() {
         terminating: None,
         decrement: true,
         repair: false,
+        reason: None,
     });
     assert!(matches!(s.plan().command, Command::GiveBack { .. }));
 }
@@ -72,6 +73,7 @@ fn a_group_being_deleted_gives_a_scale_in_back_and_then_the_lock() {
         terminating: None,
         decrement: true,
         repair: false,
+        reason: None,
     };
     s.status.scale_in = Some(target.clone());
     let p = s.plan();
@@ -110,6 +112,7 @@ fn a_scale_in_drain_that_takes_too_long_is_abandoned() {
         terminating: None,
         decrement: true,
         repair: false,
+        reason: None,
     });
     let p = s.plan();
     assert!(
@@ -281,6 +284,7 @@ fn a_scale_in_resumed_without_its_slot_asks_the_rules_again() {
         terminating: None,
         decrement: true,
         repair: false,
+        reason: None,
     };
     let resumed = |slot: SlotState| {
         let mut s = Scenario::steady().surplus_in_c();
@@ -327,4 +331,30 @@ fn a_scale_in_resumed_without_its_slot_asks_the_rules_again() {
     s.protected
         .insert("nc2".into(), "cordoned by someone else".into());
     assert!(matches!(s.plan().command, Command::GiveBack { .. }));
+}
+
+/// A removal's reason is decided once, when it is chosen, and carried; a
+/// record written before reasons were carried gets one on its next step,
+/// kept in the status the step is recorded with.
+#[test]
+fn a_scale_in_recorded_without_a_reason_gets_one_on_its_next_step() {
+    let mut s = Scenario::steady().surplus_in_c();
+    s.status.scale_in = Some(ScaleInTarget {
+        node: "nc2".into(),
+        instance_id: "i-nc2".into(),
+        auto_scaling_group: "c".into(),
+        since: t0(),
+        terminating: None,
+        decrement: true,
+        repair: false,
+        reason: None,
+    });
+    s.slot = Some(SlotState::Ours);
+    let p = s.plan();
+    let Command::Drain(Batch { first, .. }) = &p.command else {
+        panic!("expected a drain step: {:?} {}", p.command, p.message);
+    };
+    assert_eq!(first.reason.as_deref(), Some("scale_in"));
+    let recorded = p.status.scale_in.as_ref().and_then(|t| t.reason.as_deref());
+    assert_eq!(recorded, Some("scale_in"));
 }
