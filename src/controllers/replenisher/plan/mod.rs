@@ -368,19 +368,24 @@ fn plan_inner(input: &Input) -> Plan {
     plan.repair_held = repair_held(&stage);
     plan.status.next = coming::next(&stage, &plan);
     // A master waiting for another group's master is not woken when that
-    // one comes back (another group's status): it looks again soon.
-    if plan
-        .repair_held
-        .as_ref()
-        .is_some_and(|h| h.reason == "OtherMastersNotReady")
-    {
-        plan.requeue = plan.requeue.min(AUTHORITY_RECHECK);
+    // one comes back (another group's status, or a control-plane Node no
+    // group lists): it looks again soon; with the quorum at risk, only the
+    // user brings them back, and it looks again less often.
+    let recheck = match plan.repair_held.as_ref().map(|h| h.reason) {
+        Some("OtherMastersNotReady") => Some(AUTHORITY_RECHECK),
+        Some("ControlPlaneQuorumAtRisk") => Some(QUORUM_RECHECK),
+        _ => None,
+    };
+    if let Some(recheck) = recheck {
+        plan.requeue = plan.requeue.min(recheck);
     }
     plan
 }
 
 /// How soon a master repair the authority holds back is looked at again.
 const AUTHORITY_RECHECK: Duration = Duration::from_secs(10);
+/// The same, while the quorum is at risk (left to the user).
+const QUORUM_RECHECK: Duration = Duration::from_secs(30);
 
 /// The circuit breaker is open: nothing is terminated (records of
 /// terminations under way are kept for later), but an interrupted node AWS

@@ -342,6 +342,18 @@ fn two_dead_masters_of_three_are_left_to_the_user_and_the_condition_says_so() {
     let held = p.repair_held.expect("the condition says why");
     assert_eq!(held.reason, "ControlPlaneQuorumAtRisk");
     assert!(held.message.contains("by hand"), "{}", held.message);
+    // The user's fix (the other master back) wakes nothing of this
+    // group: with nothing of its own to hold, it looks again all the same.
+    let mut s = dead_master_of_one(&[("i-mb", DownWhy::NotReady)]);
+    s.lock = LockState::Free;
+    s.slot = Some(SlotState::Free);
+    let p = s.plan();
+    assert_eq!(p.command, Command::Nothing, "{}", p.message);
+    assert!(
+        p.requeue <= Duration::from_secs(30),
+        "looked at again: {:?}",
+        p.requeue
+    );
 }
 
 /// Issue 68, hole 1: a master's repair needs no disruption slot (its
