@@ -222,6 +222,20 @@ fn a_master_termination_recorded_before_a_restart_is_not_made_once_another_maste
     assert_eq!(sim.lock, LockState::Free);
 }
 
+/// A master run of three ASGs whose first ASG its user raised to two as
+/// the run began, the master launched for it Ready: the run, and that
+/// master.
+fn raised_mid_run() -> (Sim, String) {
+    let mut sim = Sim::new(Role::Master, 3, 1, 0);
+    sim.start_run();
+    sim.asgs[0].desired = 2;
+    let now = sim.now;
+    sim.launch(now);
+    sim.all_join_and_ready();
+    let launched = sim.instances.last().map(|i| i.id.clone());
+    (sim, launched.expect("launched"))
+}
+
 /// Hole 6: a master ASG raised during a run (by its user) holds two
 /// masters at the run's end. The one beside, launched second, is no etcd
 /// member (`authority::observe::control_plane_of`): the run takes it back,
@@ -229,17 +243,7 @@ fn a_master_termination_recorded_before_a_restart_is_not_made_once_another_maste
 /// where a worker's surplus would be the drifted node.
 #[test]
 fn a_master_runs_surplus_is_the_newer_master_of_its_place_drifted_or_not() {
-    let mut sim = Sim::new(Role::Master, 3, 1, 0);
-    sim.start_run();
-    sim.asgs[0].desired = 2;
-    let now = sim.now;
-    sim.launch(now);
-    sim.all_join_and_ready();
-    let beside = sim
-        .instances
-        .last()
-        .map(|i| i.id.clone())
-        .expect("launched");
+    let (mut sim, beside) = raised_mid_run();
     sim.version = 2;
     sim.run_masters_until(600, |s| s.status.last_run.is_some());
     assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
@@ -264,17 +268,7 @@ fn a_master_runs_surplus_is_the_newer_master_of_its_place_drifted_or_not() {
 /// for a node only a repair brings back, the repair for the run's lock.
 #[test]
 fn a_master_runs_surplus_is_its_places_notready_master_first() {
-    let mut sim = Sim::new(Role::Master, 3, 1, 0);
-    sim.start_run();
-    sim.asgs[0].desired = 2;
-    let now = sim.now;
-    sim.launch(now);
-    sim.all_join_and_ready();
-    let older = sim
-        .instances
-        .last()
-        .map(|i| i.id.clone())
-        .expect("launched");
+    let (mut sim, older) = raised_mid_run();
     sim.run_masters_until(600, |s| s.status.replaced >= 3);
     sim.dead.push(Sim::node_name(&older));
     sim.run_masters_until(600, |s| s.status.last_run.is_some());
