@@ -672,12 +672,7 @@ async fn a_master_at_risk_is_drained_only_once_the_other_masters_serve_etcd() {
         manager.logs()
     );
     // Then removed, its raise taken back: one master per ASG again.
-    assert_eventually("A removed, its ASG back at 1", WAIT_MASTERS, || async {
-        let left = world.asg_instances(&asg_a).await;
-        (!left.contains(&a) && left.len() == 1).then_some(())
-    })
-    .await;
-    steady(&world, &names, Duration::from_secs(180)).await;
+    removed_one_per_asg_again(&world, (&asg_a, &a), &names).await;
 }
 
 /// Waits (at most 240 s) until master `a` is first cordoned or terminated;
@@ -720,6 +715,21 @@ async fn etcd_at_first_drain(
 }
 
 /// `spec.interruption.onRebalanceRecommendation: Replace`.
+/// Master A removed (its raise taken back: one master per ASG again), and
+/// every group steady.
+async fn removed_one_per_asg_again(
+    world: &World,
+    (asg_a, a): (&str, &str),
+    names: &[(String, i32)],
+) {
+    assert_eventually("A removed, its ASG back at 1", WAIT_MASTERS, || async {
+        let left = world.asg_instances(asg_a).await;
+        (!left.iter().any(|id| id == a) && left.len() == 1).then_some(())
+    })
+    .await;
+    steady(world, names, Duration::from_secs(180)).await;
+}
+
 fn replace_on_rebalance() -> serde_json::Value {
     serde_json::json!({"interruption": {"onRebalanceRecommendation": "Replace"}})
 }
@@ -968,12 +978,7 @@ async fn a_master_beside_its_replacement_waits_for_another_dead_masters_replacem
         "master A drained while B's replacement's etcd was still joining (only C served; {a2} beside A is no member)\n{}",
         manager.logs()
     );
-    assert_eventually("A removed, its ASG back at 1", WAIT_MASTERS, || async {
-        let left = world.asg_instances(&asg_a).await;
-        (!left.contains(&a) && left.len() == 1).then_some(())
-    })
-    .await;
-    steady(&world, &names, Duration::from_secs(180)).await;
+    removed_one_per_asg_again(&world, (&asg_a, &a), &names).await;
 }
 
 /// Issue 68, hole 5: master C's NodeGroup names an ASG that does not
@@ -1034,8 +1039,9 @@ async fn a_dead_master_no_group_describes_holds_back_another_masters_repair() {
         "{message}"
     );
     // It holds: A is not terminated while C is down.
-    let held = Instant::now();
+    let (held, mut looked) = (Instant::now(), 0);
     while held.elapsed() < Duration::from_secs(30) {
+        looked += 1;
         assert_eq!(
             world.terminations(std::slice::from_ref(&asg_a), &a).await,
             0,
@@ -1044,6 +1050,11 @@ async fn a_dead_master_no_group_describes_holds_back_another_masters_repair() {
         );
         tokio::time::sleep(FAST).await;
     }
+    // A look every FAST (300 ms) or so: the hold was watched, not assumed.
+    assert!(
+        looked >= 20,
+        "A's terminations looked at only {looked} times in 30 s"
+    );
     world.untag_asg(&asg_c, DEAD_TAG, &c).await;
     assert_eventually("A repaired once C is back", WAIT_MASTERS * 2, || async {
         (world.terminations(std::slice::from_ref(&asg_a), &a).await > 0).then_some(())

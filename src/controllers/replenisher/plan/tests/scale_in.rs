@@ -37,22 +37,28 @@ fn after_a_shortage_the_surplus_is_taken_back_from_the_raised_asg() {
     );
 }
 
+/// A scale-in of `nc2` (in `c`) recorded since `since`, its reason not
+/// carried yet.
+fn nc2_removal(since: chrono::DateTime<chrono::Utc>) -> ScaleInTarget {
+    ScaleInTarget {
+        node: "nc2".into(),
+        instance_id: "i-nc2".into(),
+        auto_scaling_group: "c".into(),
+        since,
+        terminating: None,
+        decrement: true,
+        repair: false,
+        reason: None,
+    }
+}
+
 #[test]
 fn a_scale_in_that_would_drop_below_desired_is_abandoned() {
     let mut s = Scenario::steady();
     s.asgs[1] = asg("c", 2, 2, 3);
     s.nodes.push(node("nc2", "c", true, 5));
     s.nodes[0].ready = false; // a node went NotReady meanwhile
-    s.status.scale_in = Some(ScaleInTarget {
-        node: "nc2".into(),
-        instance_id: "i-nc2".into(),
-        auto_scaling_group: "c".into(),
-        since: t0(),
-        terminating: None,
-        decrement: true,
-        repair: false,
-        reason: None,
-    });
+    s.status.scale_in = Some(nc2_removal(t0()));
     assert!(matches!(s.plan().command, Command::GiveBack { .. }));
 }
 
@@ -65,16 +71,7 @@ fn a_group_being_deleted_gives_a_scale_in_back_and_then_the_lock() {
     let idle = s.plan();
     assert_eq!(idle.command, Command::ReleaseLock, "{}", idle.message);
     assert!(idle.status.scale_in.is_none(), "no scale-in starts");
-    let target = ScaleInTarget {
-        node: "nc2".into(),
-        instance_id: "i-nc2".into(),
-        auto_scaling_group: "c".into(),
-        since: t0(),
-        terminating: None,
-        decrement: true,
-        repair: false,
-        reason: None,
-    };
+    let target = nc2_removal(t0());
     s.status.scale_in = Some(target.clone());
     let p = s.plan();
     assert!(
@@ -104,16 +101,7 @@ fn a_scale_in_drain_that_takes_too_long_is_abandoned() {
     let mut s = Scenario::steady();
     s.asgs[1] = asg("c", 2, 2, 3);
     s.nodes.push(node("nc2", "c", true, 5));
-    s.status.scale_in = Some(ScaleInTarget {
-        node: "nc2".into(),
-        instance_id: "i-nc2".into(),
-        auto_scaling_group: "c".into(),
-        since: t0() - chrono::Duration::minutes(11),
-        terminating: None,
-        decrement: true,
-        repair: false,
-        reason: None,
-    });
+    s.status.scale_in = Some(nc2_removal(t0() - chrono::Duration::minutes(11)));
     let p = s.plan();
     assert!(
         matches!(&p.command, Command::GiveBack { reason, .. } if reason.contains("timed out")),
@@ -276,16 +264,7 @@ fn a_scale_in_whose_asg_left_the_spec_gives_its_node_back() {
 /// ours), a window closing does not leave it half-drained.
 #[test]
 fn a_scale_in_resumed_without_its_slot_asks_the_rules_again() {
-    let target = ScaleInTarget {
-        node: "nc2".into(),
-        instance_id: "i-nc2".into(),
-        auto_scaling_group: "c".into(),
-        since: t0(),
-        terminating: None,
-        decrement: true,
-        repair: false,
-        reason: None,
-    };
+    let target = nc2_removal(t0());
     let resumed = |slot: SlotState| {
         let mut s = Scenario::steady().surplus_in_c();
         s.status.scale_in = Some(target.clone());
@@ -339,16 +318,7 @@ fn a_scale_in_resumed_without_its_slot_asks_the_rules_again() {
 #[test]
 fn a_scale_in_recorded_without_a_reason_gets_one_on_its_next_step() {
     let mut s = Scenario::steady().surplus_in_c();
-    s.status.scale_in = Some(ScaleInTarget {
-        node: "nc2".into(),
-        instance_id: "i-nc2".into(),
-        auto_scaling_group: "c".into(),
-        since: t0(),
-        terminating: None,
-        decrement: true,
-        repair: false,
-        reason: None,
-    });
+    s.status.scale_in = Some(nc2_removal(t0()));
     s.slot = Some(SlotState::Ours);
     let p = s.plan();
     let Command::Drain(Batch { first, .. }) = &p.command else {
