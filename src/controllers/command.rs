@@ -21,6 +21,10 @@ pub enum Command<T> {
     /// Take a manager-wide disruption slot, the lock held, before a
     /// voluntary removal.
     TakeSlot,
+    /// Give back the disruption slot, keeping the lock: a run that waits on
+    /// time with nothing in hand keeps its place and its surplus, not the
+    /// slot another path may need meanwhile.
+    ReleaseSlot,
     /// Set ASGs' desired counts (a raise, a surplus, a layout back),
     /// recorded in status first.
     SetDesired(Vec<DesiredChange>),
@@ -49,7 +53,7 @@ impl<T> Command<T> {
     pub fn mutates(&self) -> bool {
         !matches!(
             self,
-            Command::Nothing | Command::TakeLock | Command::ReleaseLock
+            Command::Nothing | Command::TakeLock | Command::ReleaseLock | Command::ReleaseSlot
         )
     }
 

@@ -258,6 +258,10 @@ impl<E: Effects> Run<'_, E> {
                     false => Duration::from_secs(1),
                 };
             }
+            Command::ReleaseSlot => {
+                self.persist("release_slot").await?;
+                self.effects.release_slot().await?;
+            }
             Command::ReleaseLock => {
                 self.persist("release_lock").await?;
                 // The slot first: it is only ever held with the lock, so a

@@ -173,6 +173,12 @@ impl MockApi {
                 Some(o) => (StatusCode::OK, o),
                 None => not_found(),
             },
+            // A replace of a served object (the slots' Lease given back)
+            // succeeds; its answer is the object as served.
+            ("PUT", None) => match object(path) {
+                Some(o) => (StatusCode::OK, o),
+                None => not_found(),
+            },
             ("POST", None) if path.ends_with("/events") => {
                 (StatusCode::CREATED, serde_json::json!({}))
             }

@@ -186,3 +186,94 @@ impl BarePods {
         self.placed.lock().expect("placed").clone()
     }
 }
+
+/// What [`Cordons`] saw: every new cordon of a Node of the ASGs, and the
+/// most Nodes out at once at any of them.
+#[derive(Debug, Default, Clone)]
+pub struct CordonsSeen {
+    /// New cordons seen (a Node turning unschedulable).
+    pub cordons: usize,
+    /// The most Nodes cordoned at once whose instance was still in service
+    /// (InService or Pending in one of the ASGs) when one more was cordoned.
+    pub most_out: usize,
+    /// The Nodes out at that moment.
+    pub out_at_most: Vec<String>,
+}
+
+/// Nodes out at once, measured at each cordon: a watch on the Nodes (every
+/// update arrives, so no cordon is missed however short its drain, which
+/// polling can miss), and at each new cordon a describe of the ASGs, so a
+/// Node whose instance is already terminating (its Node not yet deleted)
+/// is not counted as out. A drain overlapping another is seen unless the
+/// other's termination falls between the cordon and the describe (ms).
+pub struct Cordons {
+    seen: Arc<Mutex<CordonsSeen>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Cordons {
+    pub fn watch(world: &World, asgs: &[String]) -> Cordons {
+        let seen: Arc<Mutex<CordonsSeen>> = Arc::default();
+        let nodes: Api<Node> = Api::all(world.client.clone());
+        let cloud = AwsCloud::new(world.aws.clone());
+        let config =
+            watcher::Config::default().labels(&format!("{SIM_ACCOUNT_LABEL}={}", world.account));
+        let (asgs, out) = (asgs.to_vec(), seen.clone());
+        let task = tokio::spawn(async move {
+            // Node name -> its instance, for the Nodes cordoned now.
+            let mut cordoned: BTreeMap<String, String> = BTreeMap::new();
+            let mut events = watcher(nodes, config).default_backoff().boxed();
+            while let Some(event) = events.next().await {
+                let touched = match event {
+                    Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => node,
+                    Ok(watcher::Event::Delete(node)) => {
+                        cordoned.remove(&node.metadata.name.unwrap_or_default());
+                        continue;
+                    }
+                    _ => continue,
+                };
+                let name = touched.metadata.name.clone().unwrap_or_default();
+                let now_cordoned =
+                    touched.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+                if !now_cordoned {
+                    cordoned.remove(&name);
+                    continue;
+                }
+                let fresh = !cordoned.contains_key(&name);
+                cordoned.insert(name, instance_of(&touched).unwrap_or_default());
+                if !fresh {
+                    continue;
+                }
+                let Ok(described) = cloud.describe_groups(&asgs).await else {
+                    continue;
+                };
+                let in_service: BTreeSet<&str> = described
+                    .iter()
+                    .flat_map(|a| a.instances.iter())
+                    .filter(|i| {
+                        i.lifecycle_state == "InService" || i.lifecycle_state.starts_with("Pending")
+                    })
+                    .map(|i| i.instance_id.as_str())
+                    .collect();
+                let out_now: Vec<String> = cordoned
+                    .iter()
+                    .filter(|(_, instance)| in_service.contains(instance.as_str()))
+                    .map(|(node, _)| node.clone())
+                    .collect();
+                let mut seen = out.lock().expect("cordons");
+                seen.cordons += 1;
+                if out_now.len() > seen.most_out {
+                    seen.most_out = out_now.len();
+                    seen.out_at_most = out_now;
+                }
+            }
+        });
+        Cordons { seen, task }
+    }
+
+    /// Stops watching; what was seen.
+    pub fn stop(self) -> CordonsSeen {
+        self.task.abort();
+        self.seen.lock().expect("cordons").clone()
+    }
+}

@@ -233,12 +233,14 @@ pub fn plan(input: &Input) -> Plan {
         status: input.status.clone(),
         happenings: vec![],
         paused: false,
+        waits_on_time: false,
     };
+    let decided = planner.decide();
     let Decision {
         command,
         message,
         requeue,
-    } = planner.decide();
+    } = planner.slot_for_step(decided);
     if !planner.paused {
         // A run that steps (or none at all) is not paused.
         planner.status.paused_since = None;
@@ -290,6 +292,9 @@ struct Deciding<'a> {
     happenings: Vec<Happening>,
     /// This step waits in a pause (`pause`): its start is kept.
     paused: bool,
+    /// This step waits on time (a window, protected nodes, a pause), with
+    /// nothing in hand: the manager-wide slot need not be held for it.
+    waits_on_time: bool,
 }
 
 impl Deciding<'_> {

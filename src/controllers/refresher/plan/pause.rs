@@ -6,6 +6,8 @@
 //! rules. A paused run whose group has fewer Ready nodes than desired (a
 //! spot loss while it waits) is set aside at once, so the replenisher can
 //! replace them: Ready never stays below desired because a run waits.
+//! While it waits on time with nothing in hand it keeps its lock, its place
+//! and its surplus, not the manager-wide slot (`slot_for_step`).
 
 use super::{Command, Deciding, Decision, Happening, IDLE, LOCK_RETRY, SOON, SlotState};
 use crate::controllers::group_view::{LockState, after, until};
@@ -13,9 +15,70 @@ use crate::crd::nodegroup::ResolvedRefresh;
 use std::time::Duration;
 
 impl Deciding<'_> {
+    /// Nothing held while a run waits on time: a run in progress that
+    /// waits on a window, protected nodes or a pause, at a quiet point (no
+    /// node in its batch: none in hand, none terminated whose replacement
+    /// is still coming), gives the manager-wide slot back, keeping its
+    /// lock, its place and its surplus, so a path elsewhere is not held up
+    /// by it; and a run that acts again without the slot takes it first
+    /// (the decision's records are made again then, on what is seen). The
+    /// slot so bounds disruptions, not runs: two runs may be under way at
+    /// once, never two groups' nodes out at once beyond the limit. Master
+    /// groups too: the slot still refuses a second Master group at every
+    /// take, and the masters' rule serialises master removals.
+    pub(super) fn slot_for_step(&mut self, decided: Decision) -> Decision {
+        if self.input.status.run_start.is_none() || self.status.run_start.is_none() {
+            return decided;
+        }
+        let acts =
+            decided.command.mutates() && !matches!(decided.command, Command::GiveBack { .. });
+        let quiet = self.status.batch().next().is_none();
+        let input = self.input;
+        match &input.slot {
+            SlotState::Ours if self.waits_on_time && !acts && quiet => Decision::act(
+                Command::ReleaseSlot,
+                format!(
+                    "{}; the disruption slot given back meanwhile",
+                    decided.message
+                ),
+                SOON.min(decided.requeue),
+            ),
+            SlotState::Free if acts => {
+                self.undecide();
+                Decision::act(
+                    Command::TakeSlot,
+                    format!("retaking a disruption slot to go on: {}", decided.message),
+                    Duration::ZERO,
+                )
+            }
+            // Paused only when it would act: a run waiting on time without
+            // the slot says what it waits for, and its pause clock does not
+            // run because others hold the slots.
+            SlotState::Full(why) if acts => {
+                self.undecide();
+                let timeout = match input.settings {
+                    Ok(settings) => settings.pause_timeout,
+                    Err(_) => input.invalid_pause,
+                };
+                let why = format!("run paused: waiting for a disruption slot: {why}");
+                self.pause(why, LOCK_RETRY, timeout)
+            }
+            _ => decided,
+        }
+    }
+
+    /// Forgets what this step decided (its records and happenings): it is
+    /// made again, on what is seen then, once the slot is ours.
+    fn undecide(&mut self) {
+        self.status = self.input.status.clone();
+        self.happenings.clear();
+        self.paused = self.status.paused_since.is_some();
+    }
+
     /// A run in progress that may not step now (the group suspended or its
-    /// spec invalid, a kops rolling update, the breaker open, the slots
-    /// full, the lock another's), or the lock to take back. None: it steps.
+    /// spec invalid, a kops rolling update, the breaker open, the lock
+    /// another's), or the lock to take back. None: it steps (and waits for
+    /// the slot only if the step acts: `slot_for_step`).
     pub(super) fn paused(&mut self, settings: &ResolvedRefresh) -> Option<Decision> {
         let input = self.input;
         if input.dry_run {
@@ -34,19 +97,11 @@ impl Deciding<'_> {
             (why.clone(), IDLE)
         } else if let Some(why) = &input.group.breaker {
             (format!("circuit breaker open: {why}"), IDLE)
-        } else if let SlotState::Full(why) = &input.slot {
-            (format!("waiting for a disruption slot: {why}"), LOCK_RETRY)
         } else {
             match &input.group.lock {
-                LockState::Ours if input.slot == SlotState::Ours => return None,
-                // The lock first, then the slot (one order for every path).
-                LockState::Ours => {
-                    return Some(Decision::act(
-                        Command::TakeSlot,
-                        "retaking a disruption slot",
-                        Duration::ZERO,
-                    ));
-                }
+                // The slot given back while the run waited on time is
+                // taken again when it acts (`slot_for_step`), not to wait.
+                LockState::Ours => return None,
                 LockState::Free => {
                     return Some(Decision::act(
                         Command::TakeLock,
@@ -91,6 +146,7 @@ impl Deciding<'_> {
             let timeout = crate::duration::format(timeout);
             return self.set_aside_paused(format!("paused for over {timeout} ({why})"));
         }
+        self.waits_on_time = true;
         Decision::wait(
             format!("{why}; set aside at {} if still paused", limit.to_rfc3339()),
             requeue.min(until(now, limit)),

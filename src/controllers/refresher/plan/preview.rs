@@ -27,6 +27,7 @@ pub fn preview(
         status: input.status.clone(),
         happenings: vec![],
         paused: false,
+        waits_on_time: false,
     };
     let settings = match input.settings {
         Ok(s) => s,

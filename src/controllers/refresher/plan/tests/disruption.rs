@@ -1,5 +1,5 @@
-//! Disruption controls: the manager-wide slot a run holds from its start to
-//! its end, and maintenance windows.
+//! Disruption controls: the manager-wide slot (held for a run's disruptions,
+//! given back at its quiet waits) and maintenance windows.
 
 use super::*;
 
@@ -579,4 +579,163 @@ fn a_node_that_turns_protected_mid_drain_is_given_back_and_skipped() {
     assert!(!sim.terminated.contains(&id), "{node} was terminated");
     assert_eq!(sim.status.skipped.len(), 1, "{:?}", sim.status.skipped);
     assert_eq!(sim.status.skipped[0].node, node);
+}
+
+/// Issue 68, nothing held while a path waits: a run whose window closes
+/// finishes the node in hand, then waits with its lock, its surplus and
+/// its place, but gives the manager-wide slot back (a dead master or
+/// another group's run may need it meanwhile). When the window opens it
+/// takes the slot again before acting, and waits (paused) while another
+/// holds it.
+#[test]
+fn a_run_waiting_for_its_window_gives_the_slot_back_and_takes_it_again_to_go_on() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.window = WindowState::Open {
+        closes: sim.now + chrono::Duration::hours(1),
+    };
+    for _ in 0..20 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        if sim.status.phase == RefreshPhase::Draining {
+            break;
+        }
+    }
+    sim.window = night(600, sim.now);
+    let mut released = 0;
+    for _ in 0..30 {
+        let plan = sim.step(false);
+        released += usize::from(plan.command == Command::ReleaseSlot);
+        sim.all_join_and_ready();
+        sim.advance(5);
+    }
+    assert_eq!(released, 1, "given back once");
+    assert_eq!(sim.slot, SlotState::Free, "{:?}", sim.status.message);
+    assert_eq!(sim.lock, LockState::Ours, "the run keeps its lock");
+    assert!(sim.status.run_start.is_some());
+    assert!(!sim.status.surplus.is_empty(), "surplus kept");
+    assert_eq!(sim.status.replaced, 1);
+    // Another group takes the slot; the window opens: the run waits.
+    sim.slot = SlotState::Full("Refresh ns/other".into());
+    sim.window = WindowState::Open {
+        closes: sim.now + chrono::Duration::hours(4),
+    };
+    let plan = sim.step(false);
+    assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
+    assert!(
+        plan.message.contains("Refresh ns/other"),
+        "{}",
+        plan.message
+    );
+    // Free again: taken before any step, then the run ends.
+    sim.slot = SlotState::Free;
+    assert_eq!(sim.step(false).command, Command::TakeSlot);
+    sim.run_to_end(300);
+    assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
+    assert_eq!(sim.status.last_run.map(|r| r.replaced), Some(3));
+}
+
+/// The slot bounds disruptions, not runs, and a run gives it back only at a
+/// quiet point: a master run paused (its group suspended) while its
+/// terminated master's replacement is still coming keeps the slot (a
+/// master is out), and gives it back once the replacement has joined and
+/// left its batch, a Master group's run as a worker's.
+#[test]
+fn a_run_keeps_the_slot_while_its_terminated_nodes_replacement_is_coming() {
+    let mut sim = Sim::new(Role::Master, 3, 1, 0);
+    sim.window = WindowState::Open {
+        closes: sim.now + chrono::Duration::hours(1),
+    };
+    for _ in 0..40 {
+        if !sim.terminated.is_empty() {
+            break;
+        }
+        sim.step(false);
+        sim.advance(1);
+    }
+    assert_eq!(sim.terminated.len(), 1, "{:?}", sim.status.message);
+    sim.suspended = true;
+    for _ in 0..30 {
+        let plan = sim.step(false);
+        assert!(plan.message.contains("suspended"), "{}", plan.message);
+        assert_ne!(plan.command, Command::ReleaseSlot, "{}", plan.message);
+        sim.advance(5);
+    }
+    assert_eq!(sim.slot, SlotState::Ours, "{:?}", sim.status.message);
+    assert!(sim.status.batch().next().is_some());
+    // Joined while suspended: the paused run does not step, so the
+    // replacement stays in its batch and the slot with it.
+    sim.all_join_and_ready();
+    sim.steps(5, 5);
+    assert_eq!(sim.slot, SlotState::Ours);
+    // Resumed with its window closed: the replacement leaves the batch, and
+    // the run, waiting for its window at a quiet point, gives the slot back.
+    sim.suspended = false;
+    sim.window = night(600, sim.now);
+    let mut released = 0;
+    for _ in 0..40 {
+        let plan = sim.step(false);
+        if plan.command == Command::ReleaseSlot {
+            released += 1;
+            assert!(sim.status.batch().next().is_none(), "{:?}", sim.status);
+        }
+        sim.advance(5);
+    }
+    assert_eq!(released, 1, "{:?}", sim.status.message);
+    assert_eq!(sim.slot, SlotState::Free);
+    assert_eq!(sim.lock, LockState::Ours, "the run keeps its lock");
+    assert_eq!(sim.status.replaced, 1);
+}
+
+/// A run waiting on a protected node, its slot given back, while another
+/// group holds every slot: it says what it waits for (the protected node,
+/// not the slot), and no pause clock runs, so it is not set aside past
+/// `pauseTimeout` for a slot it does not need yet. Once the node is free,
+/// it waits for the slot (paused from then), then takes it and goes on.
+#[test]
+fn a_run_waiting_on_time_without_its_slot_is_not_paused_for_it_until_it_acts() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.do_not_disrupt_timeout = Duration::from_secs(48 * 3600);
+    let first = sim.instances[0].id.clone();
+    let node = Sim::node_name(&first);
+    sim.protected
+        .insert(node.clone(), "the Node is annotated".into());
+    for _ in 0..200 {
+        let plan = sim.step(false);
+        sim.all_join_and_ready();
+        sim.advance(1);
+        if plan.command == Command::ReleaseSlot {
+            break;
+        }
+    }
+    assert_eq!(sim.slot, SlotState::Free, "{:?}", sim.status.message);
+    assert_eq!(sim.status.replaced, 2);
+    sim.slot = SlotState::Full("Refresh ns/other".into());
+    // A day: past the default pause timeout (1 h) many times over.
+    for _ in 0..24 {
+        let plan = sim.step(false);
+        assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
+        assert!(
+            plan.message.contains("waiting for protected node(s)"),
+            "{}",
+            plan.message
+        );
+        assert_eq!(plan.status.paused_since, None);
+        sim.advance(3600);
+    }
+    assert!(sim.status.run_start.is_some(), "set aside");
+    sim.protected.clear();
+    let plan = sim.step(false);
+    assert!(
+        plan.message
+            .contains("waiting for a disruption slot: Refresh ns/other"),
+        "{}",
+        plan.message
+    );
+    assert!(plan.status.paused_since.is_some());
+    assert!(plan.status.current_target.is_none(), "chose nothing yet");
+    sim.slot = SlotState::Free;
+    assert_eq!(sim.step(false).command, Command::TakeSlot);
+    sim.run_to_end(300);
+    assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
+    assert_eq!(sim.status.last_run.map(|r| r.replaced), Some(3));
 }
