@@ -735,8 +735,9 @@ fn replace_on_rebalance() -> serde_json::Value {
 }
 
 /// Issue 68, hole 1: a worker group's refresh waits on its protected
-/// nodes (every node annotated do-not-disrupt, `doNotDisruptTimeout` 24 h)
-/// holding the one disruption slot, and a master's kubelet dies. The
+/// nodes (every node annotated do-not-disrupt, `doNotDisruptTimeout` 24 h;
+/// at 170b89f it held the one disruption slot meanwhile, which since item 3
+/// it gives back), and a master's kubelet dies. The
 /// master's repair needs no slot (the rule book: its master is down
 /// already, so the masters' rule serialises it with any other master's
 /// removal), so it is repaired at once, the worker run still waiting.

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use spot_node_manager::crd::condition::{ConditionStatus, SCHEDULE_IN_WINDOW};
 use spot_node_manager::crd::{NodeGroup, Refresher};
+use std::collections::BTreeSet;
 use std::time::Duration;
 use support::recorders::{BarePods, Cordons};
 use support::refresh::*;
@@ -683,4 +684,120 @@ async fn a_run_waiting_on_a_protected_node_lets_another_groups_run_go() {
     assert!(seen.cordons >= 2, "{seen:?}");
     assert_eq!(seen.most_out, 1, "two groups' nodes out at once: {seen:?}");
     support::windows::assert_slots_given_back(world).await;
+}
+
+/// Issue 68, hole 6: a run's surplus removal asks the masters' rule, and a
+/// master run's surplus is the newest master of its place (no etcd
+/// member). A Master group over three ASGs is refreshed; as the run
+/// begins its user raises the first ASG to two (a master beside, X) and
+/// runs `kops update cluster`, so X is the drifted one and the run's own
+/// replacement there the newer. Once the last master is terminated, the
+/// second place's new master (B') stops serving (its control-plane pods
+/// not Ready; its Node Ready, so no Ready floor holds anything). While
+/// B' is down no master of the first ASG is terminated; once it serves
+/// again, the surplus goes and the layout is back. At 170b89f the run took
+/// X, the drifted etcd member, while B' was down: two of three members out.
+#[tokio::test]
+async fn a_master_runs_surplus_waits_while_another_master_is_down() {
+    use support::sim::CONTROL_PLANE_DOWN_TAG;
+    let g = SteadyGroup::masters("dc-master-surplus").start().await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
+    let original = g.baseline().await.original;
+    let in_service = |asg: String| async move {
+        world
+            .asg_members(&asg)
+            .await
+            .into_iter()
+            .filter(|(_, s)| s == "InService" || s.starts_with("Pending"))
+            .map(|(id, _)| id)
+            .collect::<BTreeSet<String>>()
+    };
+    schedule_refresh(
+        world,
+        "masters",
+        serde_json::json!({"masterSettleTime": "20s"}),
+    )
+    .await;
+    refresher_until(world, "masters", "the run started", WAIT, |s| {
+        s.run_start.map(|_| ())
+    })
+    .await;
+    world
+        .aws
+        .autoscaling
+        .update_auto_scaling_group()
+        .auto_scaling_group_name(&kops.asgs[0])
+        .max_size(2)
+        .desired_capacity(2)
+        .send()
+        .await
+        .expect("raise the first master ASG");
+    let x = assert_eventually("a master beside in the first ASG", WAIT, || async {
+        let ids = in_service(kops.asgs[0].clone()).await;
+        ids.difference(&original).next().cloned()
+    })
+    .await;
+    world.kops_update_cluster(kops).await;
+
+    // The third master's termination recorded: B' has served and settled.
+    refresher_until(world, "masters", "the third master terminated", RUN, |s| {
+        let t = s.current_target.as_ref()?;
+        (t.auto_scaling_group == kops.asgs[2] && t.terminated.is_some()).then_some(())
+    })
+    .await;
+    let b_new = in_service(kops.asgs[1].clone())
+        .await
+        .difference(&original)
+        .next()
+        .cloned()
+        .expect("the second place's new master");
+    world
+        .tag_asg(&kops.asgs[1], CONTROL_PLANE_DOWN_TAG, &b_new)
+        .await;
+    let first_place = in_service(kops.asgs[0].clone()).await;
+    assert_eq!(first_place.len(), 2, "{first_place:?}");
+    assert!(first_place.contains(&x));
+
+    // Held: the third place's new master serves and settles meanwhile, so
+    // the run reaches its surplus; nothing of the first place goes.
+    let held_from = std::time::Instant::now();
+    let mut looks = 0;
+    let mut c_settled = false;
+    let mut named = false;
+    while held_from.elapsed() < Duration::from_secs(90) {
+        let now_there = in_service(kops.asgs[0].clone()).await;
+        assert_eq!(
+            now_there,
+            first_place,
+            "a master of the first place went while B' ({b_new}) was down\n{}",
+            manager.logs()
+        );
+        looks += 1;
+        let says = refresher_status(world, "masters").await.message;
+        named |= says.is_some_and(|m| m.contains(&b_new));
+        if let Some(c_new) = in_service(kops.asgs[2].clone())
+            .await
+            .difference(&original)
+            .next()
+        {
+            let since = support::cluster::control_plane_ready_since(world, c_new).await;
+            c_settled |=
+                since.is_some_and(|t| chrono::Utc::now() - t > chrono::Duration::seconds(25));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(looks >= 60, "looked {looks} times");
+    assert!(c_settled, "the third place's new master never settled");
+    assert!(named, "the Refresher never said it waits for {b_new}");
+
+    world
+        .tag_asg(&kops.asgs[1], CONTROL_PLANE_DOWN_TAG, "")
+        .await;
+    assert_eventually("the surplus removed, the layout back", RUN, || async {
+        (in_service(kops.asgs[0].clone()).await.len() == 1).then_some(())
+    })
+    .await;
+    let asgs = world.asg_snapshot(&kops.asgs).await;
+    let counts: Vec<i32> = desired_counts(&asgs).into_iter().map(|(_, d)| d).collect();
+    assert_eq!(counts, vec![1, 1, 1], "{asgs:?}");
 }

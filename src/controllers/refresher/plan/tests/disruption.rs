@@ -9,6 +9,21 @@ fn night(opens_in_minutes: i64, now: DateTime<Utc>) -> WindowState {
     }
 }
 
+/// Steps a run, its window open for an hour, up to its first node being
+/// drained.
+fn draining_in_an_open_window(sim: &mut Sim) {
+    sim.window = WindowState::Open {
+        closes: sim.now + chrono::Duration::hours(1),
+    };
+    for _ in 0..20 {
+        sim.step(false);
+        sim.all_join_and_ready();
+        if sim.status.phase == RefreshPhase::Draining {
+            break;
+        }
+    }
+}
+
 #[test]
 fn a_due_run_waits_for_a_slot_held_elsewhere_without_taking_the_lock_then_starts() {
     let mut sim = Sim::new(Role::Master, 3, 1, 0);
@@ -133,17 +148,7 @@ fn a_due_run_waiting_for_its_window_is_not_skipped_by_a_blocker_that_passes_mean
 fn a_run_whose_window_closes_finishes_the_node_in_hand_then_waits_with_its_surplus() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     let layout = sim.layout();
-    sim.window = WindowState::Open {
-        closes: sim.now + chrono::Duration::hours(1),
-    };
-    // Up to the first node being drained.
-    for _ in 0..20 {
-        sim.step(false);
-        sim.all_join_and_ready();
-        if sim.status.phase == RefreshPhase::Draining {
-            break;
-        }
-    }
+    draining_in_an_open_window(&mut sim);
     let in_hand = sim.status.current_target.clone().expect("a node in hand");
     sim.window = night(600, sim.now);
     // The node in hand is finished: drained, terminated, replaced.
@@ -590,16 +595,7 @@ fn a_node_that_turns_protected_mid_drain_is_given_back_and_skipped() {
 #[test]
 fn a_run_waiting_for_its_window_gives_the_slot_back_and_takes_it_again_to_go_on() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
-    sim.window = WindowState::Open {
-        closes: sim.now + chrono::Duration::hours(1),
-    };
-    for _ in 0..20 {
-        sim.step(false);
-        sim.all_join_and_ready();
-        if sim.status.phase == RefreshPhase::Draining {
-            break;
-        }
-    }
+    draining_in_an_open_window(&mut sim);
     sim.window = night(600, sim.now);
     let mut released = 0;
     for _ in 0..30 {
