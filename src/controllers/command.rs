@@ -6,9 +6,43 @@
 //! then acts.
 //! `T` is the controller's record of a node it takes away (a refresh
 //! target, a scale-in target): what it drains, terminates or gives back.
+//! Each mutation a command makes is one [`Effect`]: what the guard checks
+//! before it, what the path's effects make (a removal), and what is told
+//! after it, in one description.
 
 use crate::controllers::group_view::DesiredChange;
 use crate::crd::replenisher::{CleanupTarget, Retirement};
+
+/// One mutation a command makes, described once for every stage: the
+/// guard checks it before it is made, the path's effects make it (a
+/// removal: `Terminate`, `NotJoined`, `Retire`), and it is told (Events,
+/// metrics) once made, with the status after it.
+#[derive(Debug)]
+pub enum Effect<'a, T> {
+    /// A node put back in service (a drain given up, a run set aside), and
+    /// why.
+    GiveBack { target: &'a T, reason: &'a str },
+    /// ASGs' desired counts set (a raise, a surplus, a layout back).
+    SetDesired(&'a [DesiredChange]),
+    /// A drain step on the target's node; `begins`: its first (the path did
+    /// not hold the node before).
+    Drain { target: &'a T, begins: bool },
+    /// The target's recorded termination (a repair, a scale-in, a refresh's
+    /// replacement or surplus).
+    Terminate(&'a T),
+    /// The recorded removal of an instance that never joined.
+    NotJoined(&'a CleanupTarget),
+    /// Interrupted instances terminated once replaced.
+    Retire(&'a [Retirement]),
+}
+
+// By hand: a derive would ask `T: Copy` of what is only borrowed.
+impl<T> Clone for Effect<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Effect<'_, T> {}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command<T> {

@@ -24,9 +24,9 @@
 //!   back before the lock: a slot is only ever held with its lock.
 
 use crate::Result;
-use crate::controllers::command::{Batch, Command};
+use crate::controllers::command::{Batch, Command, Effect};
 use crate::controllers::group_view::DesiredChange;
-use crate::controllers::guard::{Check, Refusal};
+use crate::controllers::guard::Refusal;
 use crate::crd::replenisher::{CleanupTarget, Retirement};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -85,39 +85,6 @@ pub trait Record: Clone + PartialEq {
     fn lock_held_elsewhere(&mut self) {}
 }
 
-/// An instance about to be terminated, and why.
-#[derive(Debug)]
-pub enum Removal<'a, T> {
-    Target(&'a T),
-    NotJoined(&'a CleanupTarget),
-    Retiring(&'a Retirement),
-}
-
-/// What a command did, told to the effects (Events, metrics) with the
-/// status after it.
-#[derive(Debug)]
-pub enum Done<'a, T> {
-    Raised(&'a [DesiredChange]),
-    Terminated(&'a T),
-    GaveBack(&'a T, &'a str),
-    RemovedNotJoined(&'a CleanupTarget),
-    Retired,
-}
-
-// By hand: a derive would ask `T: Copy` of what is only borrowed.
-impl<T> Clone for Removal<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for Removal<'_, T> {}
-impl<T> Clone for Done<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for Done<'_, T> {}
-
 type TargetOf<E> = <<E as Effects>::Record as Record>::Target;
 
 /// What carrying out a command needs from the world. Each mutation gets the
@@ -127,8 +94,11 @@ pub trait Effects {
     type Record: Record;
     /// The guard's answer for a mutation recorded by `status`, on this
     /// reconcile's observations.
-    fn guard(&self, status: &Self::Record, check: Check<'_, TargetOf<Self>>)
-    -> Result<(), Refusal>;
+    fn guard(
+        &self,
+        status: &Self::Record,
+        effect: Effect<'_, TargetOf<Self>>,
+    ) -> Result<(), Refusal>;
     /// Whether mutations are only logged (nothing is made).
     fn dry_run(&self) -> bool {
         false
@@ -165,16 +135,22 @@ pub trait Effects {
         first: bool,
         why: &str,
     ) -> crate::Result<Drained>;
-    /// Terminates an instance whose termination `status` records; whether
-    /// it was made.
+    /// Terminates the instance of a removal (`Terminate`, `NotJoined`, one
+    /// `Retire`) whose termination `status` records; whether it was made.
     async fn terminate(
         &mut self,
-        removal: Removal<'_, TargetOf<Self>>,
+        removal: Effect<'_, TargetOf<Self>>,
         status: &Self::Record,
     ) -> crate::Result<bool>;
     async fn uncordon(&mut self, node: &str, status: &Self::Record) -> crate::Result<()>;
-    /// What a command did (Events, metrics); `why` is the plan's message.
-    async fn done(&mut self, _done: Done<'_, TargetOf<Self>>, _status: &Self::Record, _why: &str) {}
+    /// What a command made (Events, metrics); `why` is the plan's message.
+    async fn done(
+        &mut self,
+        _done: Effect<'_, TargetOf<Self>>,
+        _status: &Self::Record,
+        _why: &str,
+    ) {
+    }
 }
 
 /// One planned command with the status that records it.
@@ -273,7 +249,7 @@ impl<E: Effects> Run<'_, E> {
             Command::SetDesired(changes) => self.set_desired(changes).await?,
             Command::Drain(batch) => self.drain(batch).await?,
             Command::Terminate(target) => {
-                self.guard(Check::Terminate(target))?;
+                self.guard(Effect::Terminate(target))?;
                 self.terminate(target).await?;
             }
             Command::RemoveNotJoined(target) => self.remove_not_joined(target).await?,
@@ -283,8 +259,8 @@ impl<E: Effects> Run<'_, E> {
         Ok(())
     }
 
-    fn guard(&self, check: Check<'_, TargetOf<E>>) -> crate::Result<()> {
-        Ok(self.effects.guard(&self.status, check)?)
+    fn guard(&self, effect: Effect<'_, TargetOf<E>>) -> crate::Result<()> {
+        Ok(self.effects.guard(&self.status, effect)?)
     }
 
     /// Writes the status when it differs from what was written last.
@@ -315,14 +291,14 @@ impl<E: Effects> Run<'_, E> {
         self.effects.reached(&format!("{path}:{command}:acted"))
     }
 
-    async fn done(&mut self, done: Done<'_, TargetOf<E>>) -> crate::Result<()> {
+    async fn done(&mut self, done: Effect<'_, TargetOf<E>>) -> crate::Result<()> {
         self.write().await?;
         self.effects.done(done, &self.status, self.message).await;
         Ok(())
     }
 
     async fn set_desired(&mut self, changes: &[DesiredChange]) -> crate::Result<()> {
-        self.guard(Check::SetDesired(changes))?;
+        self.guard(Effect::SetDesired(changes))?;
         if self.effects.dry_run() {
             // Nothing will be made: record nothing as done, not even
             // between this write and the next.
@@ -335,7 +311,7 @@ impl<E: Effects> Run<'_, E> {
         self.acted("set_desired")?;
         self.status.raised(made);
         if made {
-            self.done(Done::Raised(changes)).await?;
+            self.done(Effect::SetDesired(changes)).await?;
         }
         Ok(())
     }
@@ -357,7 +333,7 @@ impl<E: Effects> Run<'_, E> {
             let id = target.instance_id();
             let first = self.stored.is_none_or(|s| s.draining(id).is_none());
             let target = self.status.draining(id).unwrap_or(target).clone();
-            self.guard(Check::Drain {
+            self.guard(Effect::Drain {
                 target: &target,
                 begins: first,
             })?;
@@ -382,7 +358,7 @@ impl<E: Effects> Run<'_, E> {
         // and never picks another node for the same step.
         let mut after = self.status.clone();
         if let Some(target) = after.drained(&id, self.now) {
-            self.effects.guard(&after, Check::Terminate(&target))?;
+            self.effects.guard(&after, Effect::Terminate(&target))?;
             self.status = after;
             self.terminate(&target).await?;
             self.requeue = Duration::from_millis(500);
@@ -392,21 +368,21 @@ impl<E: Effects> Run<'_, E> {
 
     /// A recorded termination: written, then made, then marked done.
     async fn terminate(&mut self, target: &TargetOf<E>) -> crate::Result<()> {
-        if self.remove("terminate", Removal::Target(target)).await? {
+        if self.remove("terminate", Effect::Terminate(target)).await? {
             self.status.terminated(target);
-            self.done(Done::Terminated(target)).await?;
+            self.done(Effect::Terminate(target)).await?;
         }
         Ok(())
     }
 
     async fn remove_not_joined(&mut self, target: &CleanupTarget) -> crate::Result<()> {
-        self.guard(Check::NotJoined(target))?;
+        self.guard(Effect::NotJoined(target))?;
         if self
-            .remove("remove_not_joined", Removal::NotJoined(target))
+            .remove("remove_not_joined", Effect::NotJoined(target))
             .await?
         {
             self.status.removed_not_joined();
-            self.done(Done::RemovedNotJoined(target)).await?;
+            self.done(Effect::NotJoined(target)).await?;
         }
         Ok(())
     }
@@ -415,7 +391,7 @@ impl<E: Effects> Run<'_, E> {
     async fn remove(
         &mut self,
         command: &str,
-        removal: Removal<'_, TargetOf<E>>,
+        removal: Effect<'_, TargetOf<E>>,
     ) -> crate::Result<bool> {
         self.persist(command).await?;
         let made = self.effects.terminate(removal, &self.status).await?;
@@ -424,24 +400,24 @@ impl<E: Effects> Run<'_, E> {
     }
 
     async fn retire(&mut self, retiring: &[Retirement]) -> crate::Result<()> {
-        for r in retiring {
-            self.guard(Check::Retire(r))?;
-        }
+        self.guard(Effect::Retire(retiring))?;
         self.persist("retire").await?;
         let mut retired = vec![];
         for r in retiring {
+            let one = std::slice::from_ref(r);
             if self
                 .effects
-                .terminate(Removal::Retiring(r), &self.status)
+                .terminate(Effect::Retire(one), &self.status)
                 .await?
             {
-                retired.push(r.instance_id.clone());
+                retired.push(r.clone());
             }
         }
         self.acted("retire")?;
         if !retired.is_empty() {
-            self.status.retired(&retired);
-            self.done(Done::Retired).await?;
+            let ids: Vec<String> = retired.iter().map(|r| r.instance_id.clone()).collect();
+            self.status.retired(&ids);
+            self.done(Effect::Retire(&retired)).await?;
         }
         Ok(())
     }
@@ -453,11 +429,12 @@ impl<E: Effects> Run<'_, E> {
             // Checked against the status before this step: a target given
             // back is still recorded there (its ASG may have left the spec).
             let before = self.stored.unwrap_or(&self.status);
-            self.effects.guard(before, Check::GiveBack(node))?;
+            self.effects
+                .guard(before, Effect::GiveBack { target, reason })?;
             self.effects.uncordon(node, before).await?;
         }
         self.status.given_back(target, reason, self.now);
         self.persist("give_back").await?;
-        self.done(Done::GaveBack(target, reason)).await
+        self.done(Effect::GiveBack { target, reason }).await
     }
 }

@@ -15,30 +15,6 @@ use crate::Error;
 use crate::cloud::AsgDescription;
 use crate::controllers::group_view::DesiredChange;
 use crate::crd::NodeGroup;
-use crate::crd::replenisher::{CleanupTarget, Retirement};
-
-/// A mutation the executor is about to make, as a guard checks it: one
-/// vocabulary for every path. `T` is the path's record of a node it takes
-/// away (a refresh target, a scale-in target).
-#[derive(Debug, Clone, Copy)]
-pub enum Check<'a, T> {
-    /// Put a node back in service (a drain given up).
-    GiveBack(&'a str),
-    SetDesired(&'a [DesiredChange]),
-    /// A drain step on the target's node; `begins`: its first (the
-    /// path did not hold the node before).
-    Drain {
-        target: &'a T,
-        begins: bool,
-    },
-    /// The target's recorded termination (a repair, a scale-in, a
-    /// refresh's replacement).
-    Terminate(&'a T),
-    /// The recorded removal of an instance that never joined.
-    NotJoined(&'a CleanupTarget),
-    /// An interrupted instance terminated once replaced.
-    Retire(&'a Retirement),
-}
 
 /// The check that refused a mutation, with what it saw.
 #[derive(Debug, Clone, PartialEq, Eq)]

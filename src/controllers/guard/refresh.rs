@@ -29,21 +29,24 @@ pub struct Guard<'a> {
 
 /// A mutation the executor is about to make, as the refresher's guard
 /// checks it.
-pub type Check<'a> = super::Check<'a, RefreshTarget>;
+pub type Effect<'a> = crate::controllers::command::Effect<'a, RefreshTarget>;
 
 impl Guard<'_> {
-    /// The check for `check`: the executor asks it before each mutation.
-    pub fn check(&self, check: Check) -> Result<(), Refusal> {
-        match check {
-            Check::GiveBack(node) => self.gives_back(node),
-            Check::SetDesired(changes) => self.set_desired(changes),
-            Check::Drain { target, begins } => self.drain(target, begins),
-            Check::Terminate(target) => self.terminate(target),
-            Check::NotJoined(t) => Err(Refusal::NotThisPath {
+    /// The check for `effect`: the executor asks it before each mutation.
+    pub fn check(&self, effect: Effect) -> Result<(), Refusal> {
+        match effect {
+            Effect::GiveBack { target, .. } => match target.node.as_deref() {
+                Some(node) => self.gives_back(node),
+                None => Ok(()),
+            },
+            Effect::SetDesired(changes) => self.set_desired(changes),
+            Effect::Drain { target, begins } => self.drain(target, begins),
+            Effect::Terminate(target) => self.terminate(target),
+            Effect::NotJoined(t) => Err(Refusal::NotThisPath {
                 what: format!("remove never-joined {}", t.instance_id),
             }),
-            Check::Retire(r) => Err(Refusal::NotThisPath {
-                what: format!("retire {}", r.instance_id),
+            Effect::Retire(retiring) => Err(Refusal::NotThisPath {
+                what: format!("retire {} instance(s)", retiring.len()),
             }),
         }
     }

@@ -25,25 +25,27 @@ pub struct Guard<'a> {
 
 /// A mutation the executor is about to make, as the replenisher's guard
 /// checks it.
-pub type Check<'a> = super::Check<'a, ScaleInTarget>;
+pub type Effect<'a> = crate::controllers::command::Effect<'a, ScaleInTarget>;
 
 impl Guard<'_> {
-    /// The check for `check`: the executor asks it before each mutation,
+    /// The check for `effect`: the executor asks it before each mutation,
     /// with the Replenisher's status as it records the mutation.
-    pub fn check(&self, recorded: &ReplenisherStatus, check: Check) -> Result<(), Refusal> {
+    pub fn check(&self, recorded: &ReplenisherStatus, effect: Effect) -> Result<(), Refusal> {
         let (group, status, fresh, scene, now) =
             (self.group, self.status, self.fresh, &self.scene, self.now);
-        match check {
-            Check::GiveBack(node) => gives_back(group, recorded, node),
-            Check::SetDesired(changes) => scale_up(group, fresh, changes),
-            Check::NotJoined(target) => not_joined(group, fresh, target, scene),
+        match effect {
+            Effect::GiveBack { target, .. } => gives_back(group, recorded, &target.node),
+            Effect::SetDesired(changes) => scale_up(group, fresh, changes),
+            Effect::NotJoined(target) => not_joined(group, fresh, target, scene),
             // A drain step is a removal begun: checked as its termination
             // will be, so a removal the rules refuse now is not driven on.
-            Check::Drain { target, begins } => {
+            Effect::Drain { target, begins } => {
                 removal(group, status, fresh, target, scene, now, !begins)
             }
-            Check::Terminate(t) => removal(group, status, fresh, t, scene, now, true),
-            Check::Retire(r) => retire(group, status, fresh, r, scene, now),
+            Effect::Terminate(t) => removal(group, status, fresh, t, scene, now, true),
+            Effect::Retire(retiring) => retiring
+                .iter()
+                .try_for_each(|r| retire(group, status, fresh, r, scene, now)),
         }
     }
 }

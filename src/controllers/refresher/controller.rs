@@ -10,9 +10,9 @@ use crate::cloud::AsgDescription;
 use crate::context::Context;
 use crate::controllers::authority::validate::Scene;
 use crate::controllers::aws_mutations::set_desired_capacities;
-use crate::controllers::execute::{Done, Drained, Effects, Planned, Removal, Taken, execute};
+use crate::controllers::execute::{Drained, Effects, Planned, Taken, execute};
 use crate::controllers::group_view::DesiredChange;
-use crate::controllers::guard::refresh::{Check, Guard};
+use crate::controllers::guard::refresh::{Effect, Guard};
 use crate::controllers::observe::{DescribedAsgs, Observation, ObservedGroup, observe_group};
 use crate::controllers::refresher::plan::{self as refresh_plan, Happening, Member};
 use crate::controllers::refresher::seen::{Protection, Seen};
@@ -198,9 +198,9 @@ impl Effects for Cluster<'_> {
     fn guard(
         &self,
         status: &RefresherStatus,
-        check: Check<'_>,
+        effect: Effect<'_>,
     ) -> std::result::Result<(), crate::controllers::guard::Refusal> {
-        self.guard(status).check(check)
+        self.guard(status).check(effect)
     }
 
     fn dry_run(&self) -> bool {
@@ -317,21 +317,17 @@ impl Effects for Cluster<'_> {
         })
     }
 
-    async fn terminate(
-        &mut self,
-        removal: Removal<'_, RefreshTarget>,
-        _: &RefresherStatus,
-    ) -> Result<bool> {
+    async fn terminate(&mut self, removal: Effect<'_>, _: &RefresherStatus) -> Result<bool> {
         match removal {
-            Removal::Target(target) => terminate(self.ctx, self.cloud, target).await,
-            Removal::NotJoined(_) | Removal::Retiring(_) => Err(crate::Error::InvalidObject(
-                format!("{removal:?}: not a refresher removal"),
-            )),
+            Effect::Terminate(target) => terminate(self.ctx, self.cloud, target).await,
+            _ => Err(crate::Error::InvalidObject(format!(
+                "{removal:?}: not a refresher removal"
+            ))),
         }
     }
 
-    async fn done(&mut self, done: Done<'_, RefreshTarget>, _: &RefresherStatus, _: &str) {
-        let Done::Terminated(target) = done else {
+    async fn done(&mut self, done: Effect<'_>, _: &RefresherStatus, _: &str) {
+        let Effect::Terminate(target) = done else {
             return;
         };
         if let (true, Some(node)) = (target.unhealthy, &target.node) {

@@ -8,10 +8,10 @@ use crate::Result;
 use crate::cloud::Cloud;
 use crate::context::Context;
 use crate::controllers::aws_mutations::{set_desired_capacities, terminate_in_group};
-use crate::controllers::execute::{Done, Drained, Effects, Removal, Taken};
+use crate::controllers::execute::{Drained, Effects, Taken};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::Refusal;
-use crate::controllers::guard::replenish::{Check, Guard};
+use crate::controllers::guard::replenish::{Effect, Guard};
 use crate::crd::replenisher::ScaleInTarget;
 use crate::crd::{Replenisher, ReplenisherStatus};
 use crate::events::Reason;
@@ -60,8 +60,8 @@ impl Cluster<'_> {
 impl Effects for Cluster<'_> {
     type Record = ReplenisherStatus;
 
-    fn guard(&self, status: &ReplenisherStatus, check: Check<'_>) -> Result<(), Refusal> {
-        self.guard.check(status, check)
+    fn guard(&self, status: &ReplenisherStatus, effect: Effect<'_>) -> Result<(), Refusal> {
+        self.guard.check(status, effect)
     }
 
     fn dry_run(&self) -> bool {
@@ -154,10 +154,14 @@ impl Effects for Cluster<'_> {
 
     async fn terminate(
         &mut self,
-        removal: Removal<'_, ScaleInTarget>,
+        removal: Effect<'_>,
         _: &ReplenisherStatus,
     ) -> crate::Result<bool> {
-        let (instance, decrement, why) = removal_of(&removal);
+        let Some((instance, decrement, why)) = removal_of(&removal) else {
+            return Err(crate::Error::InvalidObject(format!(
+                "{removal:?}: not a removal of one instance"
+            )));
+        };
         let applied = terminate_in_group(self.ctx, self.cloud, instance, decrement, why).await?;
         Ok(applied.performed().is_some())
     }
@@ -166,7 +170,7 @@ impl Effects for Cluster<'_> {
         uncordon(self.ctx, node, "scale-in abandoned").await
     }
 
-    async fn done(&mut self, done: Done<'_, ScaleInTarget>, status: &ReplenisherStatus, why: &str) {
+    async fn done(&mut self, done: Effect<'_>, status: &ReplenisherStatus, why: &str) {
         for (node, kind, reason, message) in told(&self.guard.group.spec, done, status, why) {
             match node {
                 Some(node) => self.node_event(&node, kind, reason, message).await,
@@ -178,8 +182,8 @@ impl Effects for Cluster<'_> {
             }
         }
         match done {
-            Done::Terminated(t) if t.repair => self.ctx.metrics.node_repair("repaired"),
-            Done::GaveBack(_, reason) if reason.contains("timed out") => {
+            Effect::Terminate(t) if t.repair => self.ctx.metrics.node_repair("repaired"),
+            Effect::GiveBack { reason, .. } if reason.contains("timed out") => {
                 self.ctx.metrics.drain("timed_out")
             }
             _ => {}

@@ -1,7 +1,7 @@
 //! What the replenisher tells of what its commands did: the Events each
 //! outcome gets (pure), and what a removal says to AWS.
 
-use crate::controllers::execute::{Done, Removal};
+use crate::controllers::command::Effect;
 use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after};
 use crate::crd::replenisher::ScaleInTarget;
 use crate::crd::{NodeGroupSpec, ReplenisherStatus};
@@ -21,10 +21,11 @@ pub fn drained(target: &ScaleInTarget, progress: &DrainProgress, now: DateTime<U
     progress.done_for(target.repair) || effort_over
 }
 
-/// The instance a removal terminates, with decrement or not, and why.
-pub fn removal_of<'a>(removal: &Removal<'a, ScaleInTarget>) -> (&'a str, bool, String) {
-    match *removal {
-        Removal::Target(t) => (
+/// The instance a removal terminates, with decrement or not, and why; None
+/// for an effect that is no removal of one instance.
+pub fn removal_of<'a>(removal: &Effect<'a, ScaleInTarget>) -> Option<(&'a str, bool, String)> {
+    Some(match *removal {
+        Effect::Terminate(t) => (
             &t.instance_id,
             t.decrement,
             format!(
@@ -34,12 +35,12 @@ pub fn removal_of<'a>(removal: &Removal<'a, ScaleInTarget>) -> (&'a str, bool, S
                 t.node
             ),
         ),
-        Removal::NotJoined(c) => (
+        Effect::NotJoined(c) => (
             &c.instance_id,
             c.decrement,
             format!("{}: {}", c.auto_scaling_group, c.reason),
         ),
-        Removal::Retiring(r) => (
+        Effect::Retire([r]) => (
             &r.instance_id,
             r.decrement,
             format!(
@@ -49,14 +50,18 @@ pub fn removal_of<'a>(removal: &Removal<'a, ScaleInTarget>) -> (&'a str, bool, S
                 if r.decrement { ", decrement" } else { "" }
             ),
         ),
-    }
+        Effect::Retire(_)
+        | Effect::GiveBack { .. }
+        | Effect::SetDesired(_)
+        | Effect::Drain { .. } => return None,
+    })
 }
 
 /// The Events `done` gets, with the status after it and the plan's
 /// message `why`.
 pub fn told(
     spec: &NodeGroupSpec,
-    done: Done<'_, ScaleInTarget>,
+    done: Effect<'_, ScaleInTarget>,
     status: &ReplenisherStatus,
     why: &str,
 ) -> Vec<Told> {
@@ -66,14 +71,14 @@ pub fn told(
     };
     let mut told = vec![];
     match done {
-        Done::Raised(changes) => {
+        Effect::SetDesired(changes) => {
             let (kind, reason) = match changes.iter().any(|c| spec.is_fallback(&c.asg)) {
                 true => (EventType::Warning, Reason::FallbackRaised),
                 false => (EventType::Normal, Reason::ScaledUp),
             };
             told.push((None, kind, reason, why.to_string()));
         }
-        Done::RemovedNotJoined(target) => {
+        Effect::NotJoined(target) => {
             let (kind, reason) = (EventType::Warning, Reason::RemovedNotJoined);
             told.push((None, kind, reason, why.to_string()));
             let again = status
@@ -90,7 +95,7 @@ pub fn told(
                 told.push((None, kind, Reason::NotJoinedAgain, message));
             }
         }
-        Done::Terminated(target) => {
+        Effect::Terminate(target) => {
             if spec.is_fallback(&target.auto_scaling_group) {
                 let message = format!(
                     "{} ({}) returned from the on-demand {}: its spot replacement is Ready",
@@ -118,11 +123,11 @@ pub fn told(
                 told.push((None, EventType::Normal, Reason::ScaledDown, last_action()));
             }
         }
-        Done::Retired => {
+        Effect::Retire(_) => {
             let reason = Reason::InterruptedNodeRemoved;
             told.push((None, EventType::Normal, reason, last_action()));
         }
-        Done::GaveBack(target, reason) => {
+        Effect::GiveBack { target, reason } => {
             // A repair given up is good news when its node came back.
             let (kind, event_reason) = match target.repair {
                 true => (EventType::Normal, Reason::RepairAbandoned),
@@ -131,6 +136,8 @@ pub fn told(
             let node = Some(target.node.clone());
             told.push((node, kind, event_reason, reason.to_string()));
         }
+        // A drain step is told by the drain itself.
+        Effect::Drain { .. } => {}
     }
     told
 }

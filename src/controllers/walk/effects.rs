@@ -3,9 +3,10 @@
 
 use super::{Who, World, node_name};
 use crate::controllers::authority::rules::Reason;
-use crate::controllers::execute::{self as executor, Drained, Effects, Removal, Taken};
+use crate::controllers::command::Effect;
+use crate::controllers::execute::{self as executor, Drained, Effects, Taken};
 use crate::controllers::group_view::DesiredChange;
-use crate::controllers::guard::{Check, Refusal};
+use crate::controllers::guard::Refusal;
 use crate::crd::ReplenisherStatus;
 use crate::crd::refresher::{RefreshTarget, RefresherStatus, TargetPurpose};
 use crate::crd::replenisher::ScaleInTarget;
@@ -21,7 +22,7 @@ impl Effects for AsReplenisher<'_> {
     fn guard(
         &self,
         recorded: &ReplenisherStatus,
-        check: Check<'_, ScaleInTarget>,
+        check: Effect<'_, ScaleInTarget>,
     ) -> Result<(), Refusal> {
         use crate::controllers::guard::replenish::Guard;
         self.0.guarded.borrow_mut().extend(asked(&check));
@@ -135,7 +136,7 @@ impl Effects for AsReplenisher<'_> {
 
     async fn terminate(
         &mut self,
-        removal: Removal<'_, ScaleInTarget>,
+        removal: Effect<'_, ScaleInTarget>,
         status: &ReplenisherStatus,
     ) -> crate::Result<bool> {
         let (w, g) = (&mut *self.0, self.1);
@@ -146,7 +147,7 @@ impl Effects for AsReplenisher<'_> {
         w.assert_holds(g, Who::Replenisher, "a termination");
         let s = &w.groups[g].replenisher;
         let (id, decrement, kind) = match removal {
-            Removal::Target(t) => {
+            Effect::Terminate(t) => {
                 let recorded = s
                     .scale_in
                     .as_ref()
@@ -164,7 +165,7 @@ impl Effects for AsReplenisher<'_> {
                 };
                 (t.instance_id.clone(), t.decrement, kind)
             }
-            Removal::NotJoined(c) => {
+            Effect::NotJoined(c) => {
                 assert!(
                     s.cleanup
                         .as_ref()
@@ -174,7 +175,7 @@ impl Effects for AsReplenisher<'_> {
                 );
                 (c.instance_id.clone(), c.decrement, "never joined")
             }
-            Removal::Retiring(r) => {
+            Effect::Retire([r]) => {
                 assert!(
                     s.retiring.iter().any(|x| x.instance_id == r.instance_id),
                     "{} retired before its record: {s:?}",
@@ -182,6 +183,7 @@ impl Effects for AsReplenisher<'_> {
                 );
                 (r.instance_id.clone(), r.decrement, "retirement")
             }
+            other => panic!("not a removal of one instance: {other:?}"),
         };
         w.assert_guarded(&id);
         w.terminate(g, Who::Replenisher, kind, &id, decrement);
@@ -232,13 +234,15 @@ impl World {
 }
 
 /// What a guard was asked about, as the walk's effects look it up.
-fn asked<T: executor::Target>(check: &Check<'_, T>) -> Vec<String> {
+fn asked<T: executor::Target>(check: &Effect<'_, T>) -> Vec<String> {
     match check {
-        Check::GiveBack(node) => vec![node.to_string()],
-        Check::SetDesired(changes) => changes.iter().map(|c| format!("asg:{}", c.asg)).collect(),
-        Check::Drain { target: t, .. } | Check::Terminate(t) => vec![t.instance_id().to_string()],
-        Check::NotJoined(c) => vec![c.instance_id.clone()],
-        Check::Retire(r) => vec![r.instance_id.clone()],
+        Effect::GiveBack { target, .. } => target.node().map(str::to_string).into_iter().collect(),
+        Effect::SetDesired(changes) => changes.iter().map(|c| format!("asg:{}", c.asg)).collect(),
+        Effect::Drain { target: t, .. } | Effect::Terminate(t) => {
+            vec![t.instance_id().to_string()]
+        }
+        Effect::NotJoined(c) => vec![c.instance_id.clone()],
+        Effect::Retire(retiring) => retiring.iter().map(|r| r.instance_id.clone()).collect(),
     }
 }
 
@@ -266,7 +270,7 @@ impl Effects for AsRefresher<'_> {
     fn guard(
         &self,
         status: &RefresherStatus,
-        check: Check<'_, RefreshTarget>,
+        check: Effect<'_, RefreshTarget>,
     ) -> Result<(), Refusal> {
         use crate::controllers::guard::refresh::Guard;
         self.0.guarded.borrow_mut().extend(asked(&check));
@@ -376,10 +380,10 @@ impl Effects for AsRefresher<'_> {
 
     async fn terminate(
         &mut self,
-        removal: Removal<'_, RefreshTarget>,
+        removal: Effect<'_, RefreshTarget>,
         status: &RefresherStatus,
     ) -> crate::Result<bool> {
-        let Removal::Target(target) = removal else {
+        let Effect::Terminate(target) = removal else {
             panic!("a refresher removes only its targets: {removal:?}");
         };
         self.assert_recorded(status, "a termination");

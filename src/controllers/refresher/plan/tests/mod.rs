@@ -15,7 +15,7 @@ mod surge;
 mod validation;
 
 use super::*;
-use crate::controllers::execute::{Drained, Effects, Planned, Removal, Taken, execute};
+use crate::controllers::execute::{Drained, Effects, Planned, Taken, execute};
 use crate::controllers::group_view::AsgView;
 use crate::controllers::group_view::DesiredChange;
 use crate::crd::Role;
@@ -649,7 +649,7 @@ impl Effects for Sim {
     fn guard(
         &self,
         status: &RefresherStatus,
-        check: crate::controllers::guard::refresh::Check<'_>,
+        check: crate::controllers::guard::refresh::Effect<'_>,
     ) -> Result<(), crate::controllers::guard::Refusal> {
         self.real_guard(status, check)
     }
@@ -782,10 +782,10 @@ impl Effects for Sim {
 
     async fn terminate(
         &mut self,
-        removal: Removal<'_, RefreshTarget>,
+        removal: crate::controllers::guard::refresh::Effect<'_>,
         status: &RefresherStatus,
     ) -> crate::Result<bool> {
-        let Removal::Target(target) = removal else {
+        let crate::controllers::command::Effect::Terminate(target) = removal else {
             panic!("a refresher removes only its targets: {removal:?}");
         };
         self.assert_persisted_and_locked(status);

@@ -5,7 +5,7 @@ use super::*;
 use crate::cloud::AsgDescription;
 use crate::controllers::group_view::tests::{fresh, sim_group, status_node};
 use crate::controllers::guard::Refusal;
-use crate::controllers::guard::refresh::{Check, Guard};
+use crate::controllers::guard::refresh::{Effect, Guard};
 use crate::crd::{NodeGroup, NodeGroupStatus};
 
 impl Sim {
@@ -50,7 +50,11 @@ impl Sim {
     }
 
     /// The real guard's answer for `check`, recorded by `status`.
-    pub(super) fn real_guard(&self, status: &RefresherStatus, check: Check) -> Result<(), Refusal> {
+    pub(super) fn real_guard(
+        &self,
+        status: &RefresherStatus,
+        check: Effect,
+    ) -> Result<(), Refusal> {
         let (group, described) = self.observed();
         let (_, _, nodes) = self.views();
         let control_plane = self.control_plane(&nodes);
