@@ -191,6 +191,45 @@ pub fn control_plane_of(
     cp
 }
 
+/// The etcd members among a Master group's instances (`seen`, with what
+/// each would be on its own): the oldest not leaving. Where the group has
+/// one master per ASG (kops's layout: a place per zone, its etcd volume
+/// mounted by one instance), each ASG's oldest is its place's member, and
+/// a second instance of an ASG is beside it whatever its age; otherwise
+/// the group's oldest, up to its desired count.
+fn members<'a>(
+    group: &NodeGroup,
+    fresh: &[AsgDescription],
+    seen: &'a [(String, Result<(), DownWhy>)],
+    launched: impl Fn(&str) -> Option<DateTime<Utc>>,
+) -> BTreeSet<&'a String> {
+    let oldest_first = |ids: &mut Vec<&'a String>| {
+        ids.sort_by_key(|id| (launched(id).is_none(), launched(id), id.to_string()));
+    };
+    let staying = |asg: Option<&AsgDescription>| -> Vec<&'a String> {
+        seen.iter()
+            .filter(|(_, s)| *s != Err(DownWhy::Leaving))
+            .map(|(id, _)| id)
+            .filter(|id| asg.is_none_or(|a| a.instances.iter().any(|i| i.instance_id == **id)))
+            .collect()
+    };
+    if !fresh.is_empty() && fresh.len() == group.spec.desired.max(0) as usize {
+        return fresh
+            .iter()
+            .filter_map(|asg| {
+                let mut ids = staying(Some(asg));
+                oldest_first(&mut ids);
+                ids.into_iter().next()
+            })
+            .collect();
+    }
+    let mut ids = staying(None);
+    oldest_first(&mut ids);
+    ids.into_iter()
+        .take(group.spec.desired.max(0) as usize)
+        .collect()
+}
+
 /// One Master group's masters: the instances up, and those down (with the
 /// places not launched yet).
 fn group_masters(
@@ -253,18 +292,9 @@ fn group_masters(
         };
         seen.push((id.clone(), state));
     }
-    // Members first: the oldest instances not leaving, up to the count.
-    let launched = |id: &str| node_of(id).and_then(|n| n.launch_time);
-    let mut staying: Vec<&String> = seen
-        .iter()
-        .filter(|(_, s)| *s != Err(DownWhy::Leaving))
-        .map(|(id, _)| id)
-        .collect();
-    staying.sort_by_key(|id| (launched(id).is_none(), launched(id), id.to_string()));
-    let members: BTreeSet<&String> = staying
-        .into_iter()
-        .take(group.spec.desired.max(0) as usize)
-        .collect();
+    let members = members(group, fresh, &seen, |id| {
+        node_of(id).and_then(|n| n.launch_time)
+    });
     let mut up = vec![];
     let mut down = vec![];
     for (id, state) in &seen {

@@ -627,6 +627,50 @@ fn a_replacement_beside_its_predecessor_is_not_up_until_the_predecessor_is_gone(
     assert!(cp.whole(), "{cp:?}");
 }
 
+/// Hole 3, one Master group over three ASGs (one master place each): the
+/// member of a place is its ASG's oldest instance, not the group's oldest
+/// three. Master a has a second instance beside it (a2, launched two hours
+/// ago); b was replaced an hour ago (b2, newer than a2). b2 is b's place's
+/// member and serves; a2 is beside a. Counted group-wide, a2 was a member
+/// and b2 beside: with b2 down, c could go while only a served etcd.
+#[test]
+fn in_one_group_over_three_asgs_each_asgs_oldest_master_is_its_places_member() {
+    let mut groups = one_group_of_three();
+    let launched = |id: &str, hours: i64| {
+        let mut node = status_node(&format!("n-{id}"), &id[2..3], id);
+        node.ready = true;
+        node.launch_time = Some(t0() - chrono::Duration::hours(hours));
+        node
+    };
+    groups[0].1[0]
+        .instances
+        .push(fresh("a", &[("m-a2", "InService")]).instances[0].clone());
+    groups[0].1[1].instances = fresh("b", &[("m-b2", "InService")]).instances;
+    if let Some(status) = groups[0].0.status.as_mut() {
+        status.nodes.retain(|n| n.name != "n-b");
+        for n in &mut status.nodes {
+            n.launch_time = Some(t0() - chrono::Duration::days(7));
+        }
+        status.nodes.push(launched("m-a2", 2));
+        status.nodes.push(launched("m-b2", 1));
+    }
+    let cp = seen(&groups);
+    assert!(cp.ready.contains("m-b2"), "{cp:?}");
+    assert!(!cp.ready.contains("m-a2"), "{cp:?}");
+    assert!(
+        cp.down
+            .iter()
+            .any(|d| d.instance.as_deref() == Some("m-a2") && d.why == DownWhy::Beside),
+        "{cp:?}"
+    );
+    set_ready(&mut groups, "m-b2", false);
+    let cp = seen(&groups);
+    assert!(
+        ask(&cp, Reason::Refresh, "m-c").is_err(),
+        "only a would serve etcd: {cp:?}"
+    );
+}
+
 /// Issue 68, hole 4: a master whose Node is Ready and whose control-plane
 /// pods are not, past its group's joinTimeout from launch, is not on its
 /// way: it is not serving, and a removal it holds back says only the user
