@@ -133,6 +133,16 @@ fn three_groups_of_one() -> Vec<(NodeGroup, Vec<AsgDescription>)> {
         .collect()
 }
 
+/// `id` is counted down as beside its place's member.
+fn assert_beside(cp: &ControlPlane, id: &str) {
+    assert!(
+        cp.down
+            .iter()
+            .any(|d| d.instance.as_deref() == Some(id) && d.why == DownWhy::Beside),
+        "{cp:?}"
+    );
+}
+
 fn set_ready(groups: &mut [(NodeGroup, Vec<AsgDescription>)], id: &str, ready: bool) {
     for (g, _) in groups.iter_mut() {
         for n in g.status.iter_mut().flat_map(|s| s.nodes.iter_mut()) {
@@ -602,12 +612,7 @@ fn a_replacement_beside_its_predecessor_is_not_up_until_the_predecessor_is_gone(
     }
     let cp = seen(&groups);
     assert!(!cp.ready.contains("m-a2"), "{cp:?}");
-    assert!(
-        cp.down
-            .iter()
-            .any(|d| d.instance.as_deref() == Some("m-a2") && d.why == DownWhy::Beside),
-        "{cp:?}"
-    );
+    assert_beside(&cp, "m-a2");
     set_ready(&mut groups, "m-b", false);
     let cp = seen(&groups);
     let refused = ask(&cp, Reason::AtRisk, "m-a").expect_err("only c would serve etcd");
@@ -657,12 +662,7 @@ fn in_one_group_over_three_asgs_each_asgs_oldest_master_is_its_places_member() {
     let cp = seen(&groups);
     assert!(cp.ready.contains("m-b2"), "{cp:?}");
     assert!(!cp.ready.contains("m-a2"), "{cp:?}");
-    assert!(
-        cp.down
-            .iter()
-            .any(|d| d.instance.as_deref() == Some("m-a2") && d.why == DownWhy::Beside),
-        "{cp:?}"
-    );
+    assert_beside(&cp, "m-a2");
     set_ready(&mut groups, "m-b2", false);
     let cp = seen(&groups);
     assert!(
