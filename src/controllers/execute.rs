@@ -73,8 +73,8 @@ pub trait Record: Clone + PartialEq {
     fn blocked(&mut self, _instance: &str, _by: &str) {}
     /// A raise made, or (dry-run, refused) not.
     fn raised(&mut self, _made: bool) {}
-    /// A recorded termination made.
-    fn terminated(&mut self, _target: &Self::Target) {}
+    /// A recorded termination made, at `now`.
+    fn terminated(&mut self, _target: &Self::Target, _now: DateTime<Utc>) {}
     /// A target's node given back (uncordoned), for `reason`.
     fn given_back(&mut self, _target: &Self::Target, _reason: &str, _now: DateTime<Utc>) {}
     /// A never-joined instance removed.
@@ -108,21 +108,33 @@ pub trait Effects {
     fn reached(&mut self, point: &str) -> crate::Result<()>;
     /// The plan's status is stored: what it starts is told.
     async fn announce(&mut self) {}
-    async fn take_lock(&mut self) -> crate::Result<Taken>;
+    /// (A path that never takes the lock, the interruption drainer,
+    /// refuses: the defaults below refuse what a path does not make.)
+    async fn take_lock(&mut self) -> crate::Result<Taken> {
+        not_this_path("take a group's lock")
+    }
     /// Takes a manager-wide disruption slot, the lock held; false when
     /// none is free.
-    async fn take_slot(&mut self) -> crate::Result<bool>;
+    async fn take_slot(&mut self) -> crate::Result<bool> {
+        not_this_path("take a disruption slot")
+    }
     /// Gives back the disruption slot if ours.
-    async fn release_slot(&mut self) -> crate::Result<()>;
+    async fn release_slot(&mut self) -> crate::Result<()> {
+        Ok(())
+    }
     /// Gives back the group's lock if ours.
-    async fn release_lock(&mut self) -> crate::Result<()>;
+    async fn release_lock(&mut self) -> crate::Result<()> {
+        Ok(())
+    }
     /// Whether the changes were made (not in dry-run).
     async fn set_desired(
         &mut self,
-        changes: &[DesiredChange],
-        status: &Self::Record,
-        why: &str,
-    ) -> crate::Result<bool>;
+        _changes: &[DesiredChange],
+        _status: &Self::Record,
+        _why: &str,
+    ) -> crate::Result<bool> {
+        not_this_path("set a desired count")
+    }
     /// The controllers of the pods a drain of `target`'s node moves now.
     async fn workloads_on(&mut self, _target: &TargetOf<Self>) -> crate::Result<Vec<String>> {
         Ok(vec![])
@@ -142,7 +154,9 @@ pub trait Effects {
         removal: Effect<'_, TargetOf<Self>>,
         status: &Self::Record,
     ) -> crate::Result<bool>;
-    async fn uncordon(&mut self, node: &str, status: &Self::Record) -> crate::Result<()>;
+    async fn uncordon(&mut self, _node: &str, _status: &Self::Record) -> crate::Result<()> {
+        not_this_path("uncordon")
+    }
     /// What a command made (Events, metrics); `why` is the plan's message.
     async fn done(
         &mut self,
@@ -151,6 +165,14 @@ pub trait Effects {
         _why: &str,
     ) {
     }
+}
+
+/// A step a path never plans, refused rather than made.
+fn not_this_path<T>(what: &str) -> crate::Result<T> {
+    Err(Refusal::NotThisPath {
+        what: what.to_string(),
+    }
+    .into())
 }
 
 /// One planned command with the status that records it.
@@ -369,7 +391,7 @@ impl<E: Effects> Run<'_, E> {
     /// A recorded termination: written, then made, then marked done.
     async fn terminate(&mut self, target: &TargetOf<E>) -> crate::Result<()> {
         if self.remove("terminate", Effect::Terminate(target)).await? {
-            self.status.terminated(target);
+            self.status.terminated(target, self.now);
             self.done(Effect::Terminate(target)).await?;
         }
         Ok(())

@@ -281,3 +281,85 @@ async fn a_lifecycle_action_on_an_instance_that_never_joined_is_completed_at_onc
     assert_event(world, "LifecycleActionCompleted").await;
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
 }
+
+/// Persist, then act, for the drain's end: a manager killed once the end
+/// is recorded on the Node and before the lifecycle action it lets go is
+/// completed (`interruption-drain:terminate:persisted`, the one executor's
+/// crash point between the two) leaves the instance held; the next manager
+/// completes the action, once, and does not tell the drain again.
+#[tokio::test]
+async fn a_manager_killed_between_a_drains_end_and_its_lifecycle_completion_completes_it_once() {
+    let mut steady = SteadyGroup::workers("int-hook-kill")
+        .interruption_queue()
+        .start()
+        .await;
+    steady.manager.kill();
+    let (world, kops, queue) = (&steady.world, &steady.kops, steady.queue());
+    let flags = ["--interruption-queue-url", queue.url.as_str()];
+    let config = "resyncInterval: 2s\n";
+    let point = "interruption-drain:terminate:persisted";
+    let (mut first, _c1) = world.start_manager_with(config, &flags, &[("SNM_CRASH_AT", point)]);
+    let before = world.asg_snapshot(&kops.asgs).await;
+    let victim = before[0].2[0].clone();
+    let asg = asg_of(&before, &victim);
+    // A heartbeat timeout long enough for a restart: the completion must be
+    // the next manager's, not the hook's timeout.
+    world
+        .terminate_hook(&asg, "kops-nth-lifecycle-hook", queue, 120)
+        .await;
+    world.terminate_through_asg(&victim).await;
+    assert_eventually("a crash once the drain's end is recorded", WAIT, || async {
+        (!first.child_alive()).then_some(())
+    })
+    .await;
+    assert!(
+        first.logs().contains(&format!("crash point {point}")),
+        "{}",
+        first.logs()
+    );
+    first.kill();
+    let nodes: Api<Node> = Api::all(world.client.clone());
+    let node = marked(&nodes, &victim).await.expect("still marked");
+    let record = record_of(&node).expect("record");
+    assert!(
+        record.drained.is_some(),
+        "the end recorded first: {record:?}"
+    );
+    assert_eq!(
+        record.lifecycle.as_ref().map(|a| a.completed),
+        Some(None),
+        "not completed before the crash: {record:?}"
+    );
+    assert_eq!(
+        world.lifecycle_state(&asg, &victim).await.as_deref(),
+        Some("Terminating:Wait"),
+        "held: the action is not completed"
+    );
+    // Told once, before the completion's crash point.
+    assert_eventually("the drain's end told", WAIT, || async {
+        (event_count(world, "InterruptionDrained").await == 1).then_some(())
+    })
+    .await;
+    let (second, _c2) = world.start_manager_with(config, &flags, &[]);
+    assert_eventually("completed: the held instance gone", WAIT, || async {
+        world
+            .lifecycle_state(&asg, &victim)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_event(world, "LifecycleActionCompleted").await;
+    let metrics = second.assert_metrics().await;
+    assert_eq!(
+        support::performed(&metrics, "complete_lifecycle_action"),
+        1,
+        "{metrics}"
+    );
+    assert_eq!(
+        event_count(world, "InterruptionDrained").await,
+        1,
+        "the drain's end told twice"
+    );
+    assert!(second.child_alive(), "{}", second.logs());
+}

@@ -196,13 +196,14 @@ impl std::fmt::Display for Refused {
 pub fn validate(d: &Disruption, scene: &Scene) -> Result<(), Refused> {
     for rule in Rule::ALL {
         if binds(d.reason, rule) {
-            check(rule, d, scene)?;
+            check_one(rule, d, scene)?;
         }
     }
     Ok(())
 }
 
-fn check(rule: Rule, d: &Disruption, scene: &Scene) -> Result<(), Refused> {
+/// One rule's answer, whether or not the table binds it to `d`'s reason.
+pub(crate) fn check_one(rule: Rule, d: &Disruption, scene: &Scene) -> Result<(), Refused> {
     let instance = || d.instance.to_string();
     match rule {
         Rule::Stopped => match scene.stopped {

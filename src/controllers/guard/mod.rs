@@ -77,6 +77,12 @@ pub enum Refusal {
     NotReclaimed {
         instance: String,
     },
+    /// An interruption drain's effect on a node that does not carry, read
+    /// afresh, a loss of ours whose drain is under way (`why` says which).
+    NotLeaving {
+        node: String,
+        why: String,
+    },
     /// Repairing a node that is Ready, or not NotReady for long enough.
     NotUnhealthy {
         node: String,
@@ -146,6 +152,9 @@ impl std::fmt::Display for Refusal {
                 f,
                 "terminate {instance}: its node carries no spot interruption or scheduled change"
             ),
+            Refusal::NotLeaving { node, why } => {
+                write!(f, "drain node {node} for its interruption: {why}")
+            }
             Refusal::NotUnhealthy { node, timeout } => write!(
                 f,
                 "repair {node}: it is not NotReady for over the unhealthy timeout ({timeout})"
@@ -174,6 +183,7 @@ impl Refusal {
             Refusal::HasANode { .. } => "refused_has_a_node",
             Refusal::DecrementAtMin { .. } => "refused_decrement_at_min",
             Refusal::NotReclaimed { .. } => "refused_not_reclaimed",
+            Refusal::NotLeaving { .. } => "refused_not_leaving",
             Refusal::NotUnhealthy { .. } => "refused_not_unhealthy",
             Refusal::NotThisPath { .. } => "refused_not_this_path",
             Refusal::Rule(refused) => refused.check(),

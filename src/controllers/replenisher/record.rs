@@ -39,7 +39,7 @@ impl Record for ReplenisherStatus {
         }
     }
 
-    fn terminated(&mut self, target: &ScaleInTarget) {
+    fn terminated(&mut self, target: &ScaleInTarget, _: DateTime<Utc>) {
         replenish_plan::finish_scale_in(self, target);
     }
 
