@@ -54,9 +54,9 @@ pub enum DownWhy {
     Settling { until: DateTime<Utc> },
     /// Its instance is leaving (terminating, or a loss imminent).
     Leaving,
-    /// Beyond its group's desired count, beside a master that serves (a
-    /// replacement launched before its predecessor left): not an etcd
-    /// member until the predecessor is gone.
+    /// Beside another master of its place (a replacement launched before
+    /// its predecessor left, the predecessor serving or leaving): not an
+    /// etcd member until the predecessor is gone.
     Beside,
     /// Its Node Ready, its control-plane pods missing or not Ready past its
     /// group's `joinTimeout` from launch: nothing the manager does brings

@@ -162,8 +162,8 @@ pub fn loss_imminent(notice: &NodeInterruption, now: DateTime<Utc>) -> bool {
 /// instance for yet (its count above what is active or leaving) is
 /// launching. At most a group's desired count of its masters count as up:
 /// an instance beyond it (a replacement launched beside its predecessor)
-/// is not an etcd member while the predecessor is there, so the newest
-/// such are beside. (kops keeps each etcd member's data on one EBS volume
+/// is not an etcd member while the predecessor is there, leaving or not,
+/// so the newest such are beside. (kops keeps each etcd member's data on one EBS volume
 /// per master place, tagged `k8s.io/etcd/main: <member>/<members>`: kops's
 /// docs, "Backing up etcd", and its Terraform output's `ebs.tf`. A volume
 /// attaches to one instance at a time, so a second instance in the place
@@ -195,7 +195,8 @@ pub fn control_plane_of(
 /// each would be on its own): the oldest not leaving. Where the group has
 /// one master per ASG (kops's layout: a place per zone, its etcd volume
 /// mounted by one instance), each ASG's oldest is its place's member, and
-/// a second instance of an ASG is beside it whatever its age; otherwise
+/// a second instance of an ASG is beside it whatever its age, and beside
+/// its predecessor until that one is gone ([`handing_over`]); otherwise
 /// the group's oldest, up to its desired count.
 fn members<'a>(
     group: &NodeGroup,
@@ -216,6 +217,7 @@ fn members<'a>(
     if !fresh.is_empty() && fresh.len() == group.spec.desired.max(0) as usize {
         return fresh
             .iter()
+            .filter(|asg| !handing_over(asg, seen))
             .filter_map(|asg| {
                 let mut ids = staying(Some(asg));
                 oldest_first(&mut ids);
@@ -228,6 +230,18 @@ fn members<'a>(
     ids.into_iter()
         .take(group.spec.desired.max(0) as usize)
         .collect()
+}
+
+/// Pure: a place whose ASG still holds a leaving instance (its member
+/// terminating, or its loss imminent) is handing over: the etcd volume is
+/// the leaving instance's until it is gone, so no newcomer of the place is
+/// a member yet, however Ready its pods (kops points each kube-apiserver at
+/// the etcd on its own machine, `--etcd-servers=https://127.0.0.1:4001`:
+/// kops's `pkg/model/components/apiserver.go`).
+fn handing_over(asg: &AsgDescription, seen: &[(String, Result<(), DownWhy>)]) -> bool {
+    seen.iter().any(|(id, state)| {
+        *state == Err(DownWhy::Leaving) && asg.instances.iter().any(|i| i.instance_id == *id)
+    })
 }
 
 /// One Master group's masters: the instances up, and those down (with the

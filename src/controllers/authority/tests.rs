@@ -315,18 +315,37 @@ fn an_extra_master_instance_that_never_joined_may_be_removed_while_the_rest_are_
     assert_eq!(ask(&cp, Reason::Refresh, "m-b"), Ok(()));
 }
 
+/// A place hands over only once its predecessor is gone: while the old
+/// master of a place is still in its ASG (terminating, its machine still
+/// holding the place's etcd volume), its Ready replacement is no member,
+/// however Ready its pods; kops points each kube-apiserver at the etcd on
+/// its own machine (`--etcd-servers=https://127.0.0.1:4001`, kops's
+/// `pkg/model/components/apiserver.go`), and the volume attaches to one
+/// instance at a time. Gone, the replacement is the place's member.
 #[test]
-fn an_old_master_still_terminating_beside_its_ready_replacement_holds_nothing_back() {
-    let mut groups = one_group_of_three();
-    replaced(&mut groups, "m-a", Some("m-a2"));
-    if let Some(status) = groups[0].0.status.as_mut() {
-        let mut new = status_node("n-a2", "a", "m-a2");
-        new.ready = true;
-        status.nodes.push(new);
+fn a_replacement_beside_its_terminating_predecessor_counts_only_once_the_predecessor_is_gone() {
+    for mut groups in [one_group_of_three(), three_groups_of_one()] {
+        replaced(&mut groups, "m-a", Some("m-a2"));
+        if let Some(status) = groups[0].0.status.as_mut() {
+            let mut new = status_node("n-a2", "a", "m-a2");
+            new.ready = true;
+            status.nodes.push(new);
+        }
+        groups[0].1[0].instances[1].lifecycle_state = "InService".into();
+        let cp = seen(&groups);
+        assert!(
+            cp.down
+                .iter()
+                .any(|d| d.instance.as_deref() == Some("m-a2") && d.why == DownWhy::Beside),
+            "{cp:?}"
+        );
+        let refused = ask(&cp, Reason::Refresh, "m-b").expect_err("m-a's place is handing over");
+        assert!(!refused.needs_user(), "on its way: {refused:?}");
+        // The predecessor gone: its replacement is the place's member.
+        groups[0].1[0].instances.retain(|i| i.instance_id != "m-a");
+        let cp = seen(&groups);
+        assert_eq!(ask(&cp, Reason::Refresh, "m-b"), Ok(()), "{cp:?}");
     }
-    groups[0].1[0].instances[1].lifecycle_state = "InService".into();
-    let cp = seen(&groups);
-    assert_eq!(ask(&cp, Reason::Refresh, "m-b"), Ok(()), "{cp:?}");
 }
 
 /// For the plans' scenarios: the control plane of one Master group whose
@@ -412,7 +431,10 @@ fn a_replaced_master_whose_node_is_ready_is_down_until_its_control_plane_pods_ar
         // A refresh of m-c waits as well; the cluster is not whole.
         assert!(ask(&joining, Reason::Refresh, "m-c").is_err());
         assert!(!joining.whole());
-        // Its etcd joined: m-b may go.
+        // Its predecessor gone and its etcd joined: m-b may go.
+        for asg in groups[a].1.iter_mut() {
+            asg.instances.retain(|i| i.instance_id != "m-a");
+        }
         let joined = seen_at(&groups, &serving(&groups, &[]), t0());
         assert_eq!(
             ask(&joined, Reason::MasterRepair, "m-b"),
