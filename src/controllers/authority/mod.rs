@@ -249,11 +249,13 @@ pub fn decide(control_plane: Option<&ControlPlane>, request: &Request) -> Result
         return Ok(());
     }
     let ready = ready_besides + i32::from(cp.ready.contains(request.instance));
-    // A master not serving past its joinTimeout is on no way back.
+    // A master not serving past its joinTimeout is on no way back; nor is
+    // an instance beside a member (it brings back no place: a place that
+    // hands over shows its leaving predecessor, on its way).
     let stuck = |d: &MasterDown| {
         matches!(
             d.why,
-            DownWhy::NotReady | DownWhy::NotServing | DownWhy::Unlisted
+            DownWhy::NotReady | DownWhy::NotServing | DownWhy::Unlisted | DownWhy::Beside
         )
     };
     let on_its_way = down.iter().any(|d| !stuck(d));

@@ -313,7 +313,13 @@ fn group_masters(
     let mut down = vec![];
     for (id, state) in &seen {
         let state = match state {
-            Ok(()) if !members.contains(id) => Err(DownWhy::Beside),
+            // Not its place's member: whatever its pods show, it serves no
+            // etcd until its place is its (neither stuck nor settling).
+            Ok(()) | Err(DownWhy::Joining | DownWhy::NotServing | DownWhy::Settling { .. })
+                if !members.contains(id) =>
+            {
+                Err(DownWhy::Beside)
+            }
             other => *other,
         };
         match state {

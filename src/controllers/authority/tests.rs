@@ -407,6 +407,10 @@ fn a_replaced_master_whose_node_is_ready_is_down_until_its_control_plane_pods_ar
         if let Some(status) = groups[a].0.status.as_mut() {
             status.nodes.push(status_node("n-a2", "a", "m-a2"));
         }
+        // Its predecessor gone (until then its place hands over: beside).
+        for asg in groups[a].1.iter_mut() {
+            asg.instances.retain(|i| i.instance_id != "m-a");
+        }
         set_ready(&mut groups, "m-b", false);
         let joining = seen_at(&groups, &serving(&groups, &["n-a2"]), t0());
         assert!(!joining.ready.contains("m-a2"), "{joining:?}");
@@ -431,10 +435,7 @@ fn a_replaced_master_whose_node_is_ready_is_down_until_its_control_plane_pods_ar
         // A refresh of m-c waits as well; the cluster is not whole.
         assert!(ask(&joining, Reason::Refresh, "m-c").is_err());
         assert!(!joining.whole());
-        // Its predecessor gone and its etcd joined: m-b may go.
-        for asg in groups[a].1.iter_mut() {
-            asg.instances.retain(|i| i.instance_id != "m-a");
-        }
+        // Its etcd joined: m-b may go.
         let joined = seen_at(&groups, &serving(&groups, &[]), t0());
         assert_eq!(
             ask(&joined, Reason::MasterRepair, "m-b"),
@@ -652,6 +653,49 @@ fn a_replacement_beside_its_predecessor_is_not_up_until_the_predecessor_is_gone(
     let cp = seen(&groups);
     assert!(cp.ready.contains("m-a2"), "{cp:?}");
     assert!(cp.whole(), "{cp:?}");
+}
+
+/// An instance beside its place's member has no etcd of its own, so in a
+/// kops cluster its kube-apiserver (pointed at the etcd on its own machine)
+/// never turns Ready while it waits: past its `joinTimeout` it is beside,
+/// on its way, not a master "not serving" that only the user can bring
+/// back; the member, crash-looping the same way, is.
+#[test]
+fn a_replacement_waiting_beside_its_member_without_ready_pods_is_beside_not_stuck() {
+    let mut groups = one_group_of_three();
+    groups[0].1[0]
+        .instances
+        .push(fresh("a", &[("m-a2", "InService")]).instances[0].clone());
+    if let Some(status) = groups[0].0.status.as_mut() {
+        for n in &mut status.nodes {
+            n.launch_time = Some(t0() - chrono::Duration::days(7));
+        }
+        let mut new = status_node("n-a2", "a", "m-a2");
+        new.ready = true;
+        new.launch_time = Some(t0() - chrono::Duration::hours(2));
+        status.nodes.push(new);
+    }
+    let cp = seen_at(&groups, &serving(&groups, &["n-a2"]), t0());
+    assert_beside(&cp, "m-a2");
+    set_ready(&mut groups, "m-b", false);
+    let cp = seen_at(&groups, &serving(&groups, &["n-a2"]), t0());
+    let refused = ask(&cp, Reason::MasterRepair, "m-b");
+    assert_eq!(refused, Ok(()), "two members serve: {cp:?}");
+    // c dies too: one member serves, and the one beside a brings back no
+    // place: the user is needed, not a wait.
+    set_ready(&mut groups, "m-c", false);
+    let cp = seen_at(&groups, &serving(&groups, &["n-a2"]), t0());
+    let refused = ask(&cp, Reason::MasterRepair, "m-b").expect_err("etcd at 1 of 3");
+    assert!(refused.needs_user(), "{refused}");
+    set_ready(&mut groups, "m-c", true);
+    // The member itself without Ready pods past its joinTimeout is stuck.
+    let cp = seen_at(&groups, &serving(&groups, &["n-a2", "n-a"]), t0());
+    assert!(
+        cp.down
+            .iter()
+            .any(|d| d.instance.as_deref() == Some("m-a") && d.why == DownWhy::NotServing),
+        "{cp:?}"
+    );
 }
 
 /// Hole 3, one Master group over three ASGs (one master place each): the

@@ -7,8 +7,10 @@
 //! three, or kops's per-zone layout: three Master groups of one ASG each
 //! (kops's `control-plane-<zone>` instance groups) beside a Worker group,
 //! so the masters' rule is kept across groups.
-//! Kubelets die and come back, masters' control planes (etcd) turn Ready
-//! a while after their Node, ASGs lose capacity, launches never join, spot
+//! Kubelets die and come back, a master place's etcd member is the one
+//! instance holding its volume (its control plane Ready a while after it
+//! takes it; an instance beside it, or beside its leaving predecessor,
+//! serves nothing), ASGs lose capacity, launches never join, spot
 //! warnings, rebalance recommendations and retirements scheduled hours
 //! ahead arrive, windows open and close, nodes are protected, another group
 //! holds the slot, runs fall due, templates change (every group at once,
@@ -60,7 +62,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 const TICK: chrono::Duration = chrono::Duration::seconds(30);
-/// A master's control-plane pods (etcd) turn Ready this long after its Node.
+/// A master's control-plane pods (etcd) turn Ready this long after it
+/// takes its place's volume.
 const ETCD_LAG: chrono::Duration = chrono::Duration::seconds(90);
 const PAUSE_TIMEOUT: Duration = Duration::from_secs(3600);
 const SCHEDULE_KEY: &str = "yearly";
@@ -386,7 +389,6 @@ impl World {
         }
         self.instances.retain(|i| !taken(i));
         for g in &mut self.groups {
-            let master = g.role == Role::Master;
             for a in &mut g.asgs {
                 let active = self.instances.iter().filter(|i| i.asg == a.name).count() as i32;
                 assert!(
@@ -407,12 +409,56 @@ impl World {
                         launched: now,
                         joins,
                         dead_since: None,
-                        etcd_from: joins.filter(|_| master).map(|t| t + ETCD_LAG),
+                        // Set once it holds its place's volume (`etcd`).
+                        etcd_from: None,
                         cordoned: false,
                         drain_steps: 0,
                         notice: None,
                         version: self.version,
                     });
+                }
+            }
+        }
+        self.etcd();
+    }
+
+    /// kops's etcd, a member per master place: each master ASG's etcd
+    /// volume is held by one instance at a time, its holder until that one
+    /// is gone (a leaving holder, terminating or its loss imminent, still
+    /// holds it), then the oldest joined instance of the ASG, whose
+    /// control-plane pods turn Ready `ETCD_LAG` after it takes the volume.
+    /// Any other instance of the place (beside its member, or beside its
+    /// leaving predecessor) serves nothing: kops points its kube-apiserver
+    /// at the etcd on its own machine.
+    fn etcd(&mut self) {
+        let now = self.now;
+        let asgs: Vec<String> = self
+            .groups
+            .iter()
+            .filter(|g| g.role == Role::Master)
+            .flat_map(|g| g.asgs.iter().map(|a| a.name.clone()))
+            .collect();
+        for asg in asgs {
+            let place = |i: &&mut Instance| i.asg == asg;
+            let holder = self
+                .instances
+                .iter()
+                .filter(|i| i.asg == asg && i.etcd_from.is_some())
+                .min_by_key(|i| (i.launched, i.id.clone()))
+                .map(|i| i.id.clone());
+            let holder = holder.or_else(|| {
+                self.instances
+                    .iter()
+                    .filter(|i| i.asg == asg && i.joined(now))
+                    .min_by_key(|i| (i.launched, i.id.clone()))
+                    .map(|i| i.id.clone())
+            });
+            for i in self.instances.iter_mut().filter(place) {
+                match holder.as_deref() == Some(i.id.as_str()) {
+                    true => {
+                        i.etcd_from.get_or_insert(now + ETCD_LAG);
+                    }
+                    false => i.etcd_from = None,
                 }
             }
         }
