@@ -210,7 +210,8 @@ pub struct RefresherStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedNode>,
     /// Since when the run has had only protected nodes left to replace
-    /// (it waits for them up to `disruption.doNotDisruptTimeout`).
+    /// (it waits for them up to `disruption.doNotDisruptTimeout`, at most
+    /// the refresh's `pauseTimeout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protected_since: Option<DateTime<Utc>>,
     /// The rest of a run whose maintenance window closed, with

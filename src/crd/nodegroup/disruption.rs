@@ -26,7 +26,9 @@ pub struct DisruptionSpec {
     pub time_zone: Option<String>,
     /// How long a run waits for a node that is protected (a do-not-disrupt
     /// pod or Node, a foreign cordon, a pod nothing would recreate) before it
-    /// skips it; at most 24h. Default `0s`: skipped at once, and reported.
+    /// skips it; at most 24h, and waited for at most the refresh's
+    /// `pauseTimeout` (the run keeps its group's lock while it waits).
+    /// Default `0s`: skipped at once, and reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub do_not_disrupt_timeout: Option<String>,
     /// Evict pods that no controller would recreate (what `kubectl drain

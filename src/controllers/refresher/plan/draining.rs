@@ -161,7 +161,7 @@ impl Deciding<'_> {
     fn wait_for_protected(&mut self, protected: Vec<(String, String, String)>) -> Option<Decision> {
         let now = self.input.group.now;
         let since = *self.status.protected_since.get_or_insert(now);
-        let until_t = after(since, self.input.do_not_disrupt_timeout);
+        let until_t = after(since, self.protected_wait());
         if now < until_t {
             self.waits_on_time = true;
             let list: Vec<String> = protected

@@ -298,6 +298,17 @@ struct Deciding<'a> {
 }
 
 impl Deciding<'_> {
+    /// How long a run waits for protected nodes before it skips them:
+    /// `doNotDisruptTimeout`, at most its `pauseTimeout` (it keeps its
+    /// group's lock meanwhile, and no wait on time holds it longer).
+    pub(super) fn protected_wait(&self) -> Duration {
+        let pause = match self.input.settings {
+            Ok(s) => s.pause_timeout,
+            Err(_) => crate::crd::nodegroup::DEFAULT_PAUSE_TIMEOUT,
+        };
+        self.input.do_not_disrupt_timeout.min(pause)
+    }
+
     /// The windows as the run's reason sees them (the rule book).
     fn run_window(&self) -> crate::controllers::window::WindowState {
         let reason = run_reason(self.status.trigger);

@@ -284,10 +284,10 @@ impl Deciding<'_> {
         }
     }
 
-    /// Protected nodes, taken last: waited for up to `doNotDisruptTimeout`,
-    /// then skipped.
+    /// Protected nodes, taken last: waited for up to `doNotDisruptTimeout`
+    /// (at most `pauseTimeout`), then skipped.
     fn protected_nodes(&self, protected: Vec<(String, String, String)>) -> Vec<NextNode> {
-        let wait = self.input.do_not_disrupt_timeout;
+        let wait = self.protected_wait();
         let then = match wait.is_zero() {
             true => "skipped".to_string(),
             false => format!(

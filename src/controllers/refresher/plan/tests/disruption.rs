@@ -369,6 +369,48 @@ fn a_run_waits_for_a_protected_node_up_to_its_timeout_and_takes_it_once_free() {
     assert!(sim.status.skipped.is_empty());
 }
 
+/// A run keeps its group's lock while it waits for a protected node, so
+/// it waits no longer than its `pauseTimeout`, whatever
+/// `doNotDisruptTimeout` says: past it the node is skipped (reported), and
+/// the run goes on.
+#[test]
+fn a_run_waits_for_a_protected_node_no_longer_than_its_pause_timeout() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.do_not_disrupt_timeout = Duration::from_secs(24 * 3600);
+    let first = sim.instances[0].id.clone();
+    let node = Sim::node_name(&first);
+    sim.protected
+        .insert(node.clone(), "the Node is annotated".into());
+    let (mut waiting, mut skipped) = (None, None);
+    for _ in 0..400 {
+        let plan = sim.step(false);
+        sim.all_join_and_ready();
+        if waiting.is_none() && plan.message.contains("waiting for protected node(s)") {
+            waiting = Some(sim.now);
+        }
+        let skip = |h: &Happening| matches!(h, Happening::NodesSkipped(_));
+        if skipped.is_none() && sim.happenings.iter().any(skip) {
+            skipped = Some(sim.now);
+        }
+        if waiting.is_some() && sim.status.run_start.is_none() {
+            break;
+        }
+        sim.advance(60);
+    }
+    let waiting = waiting.expect("it waited for the protected node");
+    assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
+    assert_eq!(sim.status.last_run.map(|r| r.replaced), Some(2));
+    assert!(
+        !sim.terminated.contains(&first),
+        "protected: never replaced"
+    );
+    let waited = skipped.map(|t| t - waiting);
+    assert!(
+        waited.is_some_and(|w| w <= chrono::Duration::minutes(62)),
+        "skipped after {waited:?}, the pause timeout is 1 h"
+    );
+}
+
 #[test]
 fn a_protected_node_that_died_is_replaced_as_a_repair() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
@@ -691,6 +733,10 @@ fn a_run_keeps_the_slot_while_its_terminated_nodes_replacement_is_coming() {
 fn a_run_waiting_on_time_without_its_slot_is_not_paused_for_it_until_it_acts() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     sim.do_not_disrupt_timeout = Duration::from_secs(48 * 3600);
+    // Its lock held as long as it waits for the node: allowed that long.
+    if let Ok(s) = sim.settings.as_mut() {
+        s.pause_timeout = Duration::from_secs(48 * 3600);
+    }
     let first = sim.instances[0].id.clone();
     let node = Sim::node_name(&first);
     sim.protected
@@ -706,7 +752,7 @@ fn a_run_waiting_on_time_without_its_slot_is_not_paused_for_it_until_it_acts() {
     assert_eq!(sim.slot, SlotState::Free, "{:?}", sim.status.message);
     assert_eq!(sim.status.replaced, 2);
     sim.slot = SlotState::Full("Refresh ns/other".into());
-    // A day: past the default pause timeout (1 h) many times over.
+    // A day: past the pause clock's default (1 h) many times over.
     for _ in 0..24 {
         let plan = sim.step(false);
         assert_eq!(plan.command, Command::Nothing, "{}", plan.message);
