@@ -143,6 +143,25 @@ fn assert_beside(cp: &ControlPlane, id: &str) {
     );
 }
 
+/// One group over three ASGs, its masters a week old, and m-a2 (Node
+/// Ready, launched two hours ago) beside m-a in a's ASG.
+fn a2_beside_a() -> Groups {
+    let mut groups = one_group_of_three();
+    groups[0].1[0]
+        .instances
+        .push(fresh("a", &[("m-a2", "InService")]).instances[0].clone());
+    if let Some(status) = groups[0].0.status.as_mut() {
+        for n in &mut status.nodes {
+            n.launch_time = Some(t0() - chrono::Duration::days(7));
+        }
+        let mut new = status_node("n-a2", "a", "m-a2");
+        new.ready = true;
+        new.launch_time = Some(t0() - chrono::Duration::hours(2));
+        status.nodes.push(new);
+    }
+    groups
+}
+
 fn set_ready(groups: &mut [(NodeGroup, Vec<AsgDescription>)], id: &str, ready: bool) {
     for (g, _) in groups.iter_mut() {
         for n in g.status.iter_mut().flat_map(|s| s.nodes.iter_mut()) {
@@ -620,19 +639,7 @@ fn a_settle_time_past_what_a_date_holds_never_ends_and_does_not_panic() {
 /// would serve etcd.
 #[test]
 fn a_replacement_beside_its_predecessor_is_not_up_until_the_predecessor_is_gone() {
-    let mut groups = one_group_of_three();
-    groups[0].1[0]
-        .instances
-        .push(fresh("a", &[("m-a2", "InService")]).instances[0].clone());
-    if let Some(status) = groups[0].0.status.as_mut() {
-        for n in &mut status.nodes {
-            n.launch_time = Some(t0() - chrono::Duration::days(7));
-        }
-        let mut new = status_node("n-a2", "a", "m-a2");
-        new.ready = true;
-        new.launch_time = Some(t0() - chrono::Duration::hours(2));
-        status.nodes.push(new);
-    }
+    let mut groups = a2_beside_a();
     let cp = seen(&groups);
     assert!(!cp.ready.contains("m-a2"), "{cp:?}");
     assert_beside(&cp, "m-a2");
@@ -662,19 +669,7 @@ fn a_replacement_beside_its_predecessor_is_not_up_until_the_predecessor_is_gone(
 /// back; the member, crash-looping the same way, is.
 #[test]
 fn a_replacement_waiting_beside_its_member_without_ready_pods_is_beside_not_stuck() {
-    let mut groups = one_group_of_three();
-    groups[0].1[0]
-        .instances
-        .push(fresh("a", &[("m-a2", "InService")]).instances[0].clone());
-    if let Some(status) = groups[0].0.status.as_mut() {
-        for n in &mut status.nodes {
-            n.launch_time = Some(t0() - chrono::Duration::days(7));
-        }
-        let mut new = status_node("n-a2", "a", "m-a2");
-        new.ready = true;
-        new.launch_time = Some(t0() - chrono::Duration::hours(2));
-        status.nodes.push(new);
-    }
+    let mut groups = a2_beside_a();
     let cp = seen_at(&groups, &serving(&groups, &["n-a2"]), t0());
     assert_beside(&cp, "m-a2");
     set_ready(&mut groups, "m-b", false);
