@@ -168,7 +168,7 @@ pub trait Effects {
 }
 
 /// A step a path never plans, refused rather than made.
-fn not_this_path<T>(what: &str) -> crate::Result<T> {
+pub(crate) fn not_this_path<T>(what: &str) -> crate::Result<T> {
     Err(Refusal::NotThisPath {
         what: what.to_string(),
     }

@@ -68,14 +68,7 @@ async fn an_asg_terminate_lifecycle_action_is_drained_kept_waiting_by_heartbeats
     })
     .await;
     // Then the action is completed and the ASG lets the instance go.
-    assert_eventually("completed: the held instance gone", WAIT, || async {
-        world
-            .lifecycle_state(&asg, &victim)
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    assert_released(world, &asg, &victim, "completed: the held instance gone").await;
     assert_settled(&steady, &before, &original, std::slice::from_ref(&victim)).await;
     assert_eventually(
         "the notices deleted (and the hook's test)",
@@ -256,14 +249,7 @@ async fn a_lifecycle_action_on_an_instance_that_never_joined_is_completed_at_onc
         .terminate_hook(&asg, "kops-nth-lifecycle-hook", queue, 600)
         .await;
     world.terminate_through_asg(&late).await;
-    assert_eventually("held, then completed and gone", WAIT, || async {
-        world
-            .lifecycle_state(&asg, &late)
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    assert_released(world, &asg, &late, "held, then completed and gone").await;
     assert_eventually("the notices deleted", WAIT, || async {
         (queue.remaining().await == 0).then_some(())
     })
@@ -341,14 +327,7 @@ async fn a_manager_killed_between_a_drains_end_and_its_lifecycle_completion_comp
     })
     .await;
     let (second, _c2) = world.start_manager_with(config, &flags, &[]);
-    assert_eventually("completed: the held instance gone", WAIT, || async {
-        world
-            .lifecycle_state(&asg, &victim)
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    assert_released(world, &asg, &victim, "completed: the held instance gone").await;
     assert_event(world, "LifecycleActionCompleted").await;
     let metrics = second.assert_metrics().await;
     assert_eq!(

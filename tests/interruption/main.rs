@@ -93,6 +93,19 @@ async fn drain_ended(
         .flatten()
 }
 
+/// Waits until the ASG no longer holds `instance` in a lifecycle state:
+/// its terminate lifecycle action completed (or timed out) and it is gone.
+async fn assert_released(world: &support::World, asg: &str, instance: &str, what: &str) {
+    assert_eventually(what, WAIT, || async {
+        world
+            .lifecycle_state(asg, instance)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
 /// Sets the group's `spec.interruption`.
 /// Sets the group's `spec.interruption` and returns once the manager has
 /// synced that generation (its status says so): a notice sent at once

@@ -8,7 +8,7 @@ use super::plan::{Interrupted, Mark};
 use crate::cloud::HookCallKind;
 use crate::context::Context;
 use crate::controllers::command::Effect;
-use crate::controllers::execute::{Drained, Effects};
+use crate::controllers::execute::{Drained, Effects, not_this_path};
 use crate::controllers::guard::Refusal;
 use crate::events::Reason;
 use crate::k8s::drain::drain_step_within;
@@ -137,10 +137,7 @@ impl Effects for Drainer<'_> {
     /// Whether an action was completed.
     async fn terminate(&mut self, removal: Effect<'_, Interrupted>, status: &Mark) -> Result<bool> {
         let Effect::Terminate(target) = removal else {
-            return Err(Refusal::NotThisPath {
-                what: format!("{removal:?}"),
-            }
-            .into());
+            return not_this_path(&format!("{removal:?}"));
         };
         let Some(action) = status
             .record
