@@ -344,6 +344,21 @@ impl<E: Effects> Run<'_, E> {
         // The targets are in the status: written before the first eviction,
         // with the workloads this step may evict (a refresh's validation
         // waits for their pods).
+        //
+        // Each step is put to the guard before that write, as well as
+        // before it is made: a first step refused (outside a window, a
+        // protected node) must leave no record, or the next pass would take
+        // the recorded target for a drain in hand, which a window no longer
+        // gates.
+        let first =
+            |stored: Option<&E::Record>, id: &str| stored.is_none_or(|s| s.draining(id).is_none());
+        for target in batch.iter() {
+            let id = target.instance_id();
+            self.guard(Effect::Drain {
+                target: self.status.draining(id).unwrap_or(target),
+                begins: first(self.stored, id),
+            })?;
+        }
         for target in batch.iter() {
             let moving = self.effects.workloads_on(target).await?;
             self.status.moving(target.instance_id(), &moving);
@@ -353,7 +368,7 @@ impl<E: Effects> Run<'_, E> {
         let mut drained: Option<String> = None;
         for target in batch.iter() {
             let id = target.instance_id();
-            let first = self.stored.is_none_or(|s| s.draining(id).is_none());
+            let first = first(self.stored, id);
             let target = self.status.draining(id).unwrap_or(target).clone();
             self.guard(Effect::Drain {
                 target: &target,

@@ -3,12 +3,13 @@
 //! `run(ctx, shutdown)`: `inventory`, `replenisher`, `refresher`,
 //! `interruption` (the SQS receiver and the drainer of marked nodes). What
 //! they share: `authority` (whether a node may be taken away, asked by
-//! every path), `group_view` (the group as their plans see it), `observe`
+//! every path), `book` (the rule book as the plans read it), `group_view` (the group as their plans see it), `observe`
 //! (what they look at), `guard` (the safety refusals), `aws_mutations` (through the mutation gate),
 //! and `runtime` (retry policy, spans, the per-group runner).
 
 pub mod authority;
 pub mod aws_mutations;
+pub mod book;
 pub mod command;
 pub mod execute;
 pub mod group_view;

@@ -10,6 +10,7 @@ use crate::cloud::AsgDescription;
 use crate::context::Context;
 use crate::controllers::authority::validate::Scene;
 use crate::controllers::aws_mutations::set_desired_capacities;
+use crate::controllers::book::Book;
 use crate::controllers::execute::{Drained, Effects, Planned, Taken, execute};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::refresh::{Effect, Guard};
@@ -131,6 +132,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     let (settings, schedule_key) = (&seen.settings, &seen.schedule_key);
     set_conditions(&mut status, &rf, settings, schedule_key, &asgs, now);
     set_window_condition(&mut status, &rf, settings, &group, now);
+    let book = Book::new(seen.window.clone(), &seen.protected, seen.slot.clone());
     let mut cluster = Cluster {
         ctx,
         slots: &slots,
@@ -142,15 +144,12 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         fresh: &fresh,
         nodes: &nodes,
         cloud: cloud.as_ref(),
-        scene: Scene {
-            role: group.spec.role,
-            control_plane: control_plane.as_ref(),
-            window: seen.window.for_rules(),
-            protected: &seen.protected,
-            slot: &seen.slot,
-            breaker: breaker.as_deref(),
-            stopped: stopped.as_deref(),
-        },
+        scene: book.scene(
+            group.spec.role,
+            control_plane.as_ref(),
+            breaker.as_deref(),
+            stopped.as_deref(),
+        ),
         happenings: &plan.happenings,
         now,
     };

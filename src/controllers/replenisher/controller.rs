@@ -5,6 +5,7 @@
 use super::effects::Cluster;
 use crate::context::Context;
 use crate::controllers::authority::validate::Scene;
+use crate::controllers::book::Book;
 use crate::controllers::execute::{Planned, execute};
 use crate::controllers::group_view::{Fate, LockState};
 use crate::controllers::guard::replenish::Guard;
@@ -96,9 +97,11 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
             join_timeout: join_timeout(&rp),
             not_joined: &not_joined,
             active: &active,
-            window: crate::controllers::window::group_window(group, now),
-            protected: &protected,
-            slot: slot.clone(),
+            rules: Book::new(
+                crate::controllers::window::group_window(group, now),
+                &protected,
+                slot.clone(),
+            ),
             status: &current,
             fallback: group.spec.fallback.as_ref().map(|f| f.resolve()),
             surplus_left: surplus_left.as_ref(),
@@ -112,7 +115,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         described = observed.describe_fresh(now).await?;
         plan = plan_for(&described);
     }
-    let rules = RuleParts::of(&observed, &described, now);
+    let rules = RuleParts::of(&observed, &described, (&protected, &slot), now);
     let fresh = described.fresh;
     let ObservedGroup {
         namespace,
@@ -140,7 +143,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
             group: &group,
             status: &group_status,
             fresh: &fresh,
-            scene: rules.scene(group.spec.role, cp, &protected, &slot),
+            scene: rules.scene(group.spec.role, cp),
             now,
         },
         group_ref: group.object_ref(&()),
@@ -157,22 +160,24 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
 
 /// The owned parts of the rule book's scene for the executor's check, as
 /// the plan saw them.
-struct RuleParts {
+struct RuleParts<'p> {
     stopped: Option<String>,
-    window: crate::controllers::window::WindowState,
+    book: Book<'p>,
     breaker: Option<String>,
 }
 
-impl RuleParts {
+impl<'p> RuleParts<'p> {
     fn of(
         observed: &ObservedGroup,
         described: &DescribedAsgs,
+        (protected, slot): (&'p BTreeMap<String, String>, &SlotState),
         now: chrono::DateTime<chrono::Utc>,
-    ) -> RuleParts {
+    ) -> RuleParts<'p> {
         let facts = observed.facts(described, false, now);
+        let window = crate::controllers::window::group_window(&observed.group, now);
         RuleParts {
             stopped: facts.stopped().map(str::to_string),
-            window: crate::controllers::window::group_window(&observed.group, now),
+            book: Book::new(window, protected, slot.clone()),
             breaker: observed.group.breaker_open(),
         }
     }
@@ -181,18 +186,13 @@ impl RuleParts {
         &'a self,
         role: crate::crd::Role,
         control_plane: Option<&'a crate::controllers::authority::ControlPlane>,
-        protected: &'a BTreeMap<String, String>,
-        slot: &'a SlotState,
     ) -> Scene<'a> {
-        Scene {
+        self.book.scene(
             role,
             control_plane,
-            window: self.window.for_rules(),
-            protected,
-            slot,
-            breaker: self.breaker.as_deref(),
-            stopped: self.stopped.as_deref(),
-        }
+            self.breaker.as_deref(),
+            self.stopped.as_deref(),
+        )
     }
 }
 

@@ -33,7 +33,7 @@ impl Effects for AsReplenisher<'_> {
             group: &seen.group,
             status: &status,
             fresh: &seen.described,
-            scene: parts.scene(self.0, &seen),
+            scene: parts.scene(&seen),
             now: self.0.now,
         }
         .check(recorded, check)
@@ -281,7 +281,7 @@ impl Effects for AsRefresher<'_> {
             fresh: &seen.described,
             nodes: &seen.nodes,
             status,
-            scene: parts.scene(self.0, &seen),
+            scene: parts.scene(&seen),
         }
         .check(check)
     }

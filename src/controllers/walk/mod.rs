@@ -227,7 +227,14 @@ struct World {
     seen: BTreeMap<&'static str, u32>,
     last: String,
     trace: bool,
+    /// The plans are told every window open and no node protected: the
+    /// executor's check, on the world as it is, is the only gate for those
+    /// rules (`blind_plans_are_held_by_the_executors_check_alone`).
+    blind: bool,
 }
+
+/// What a blind plan is told is protected.
+static NOTHING_PROTECTED: BTreeMap<String, String> = BTreeMap::new();
 
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 3, 2, 9, 0, 0)
@@ -271,24 +278,20 @@ struct Seen {
 }
 
 /// The owned parts of the rule book's scene of one group and path.
-struct SceneParts {
+struct SceneParts<'w> {
     role: Role,
-    window: WindowState,
-    slot: SlotState,
+    book: crate::controllers::book::Book<'w>,
     stopped: Option<String>,
 }
 
-impl SceneParts {
-    fn scene<'a>(&'a self, world: &'a World, seen: &'a Seen) -> Scene<'a> {
-        Scene {
-            role: self.role,
-            control_plane: (self.role == Role::Master).then_some(&seen.control_plane),
-            window: self.window.for_rules(),
-            protected: &world.protected,
-            slot: &self.slot,
-            breaker: None,
-            stopped: self.stopped.as_deref(),
-        }
+impl SceneParts<'_> {
+    fn scene<'a>(&'a self, seen: &'a Seen) -> Scene<'a> {
+        self.book.scene(
+            self.role,
+            (self.role == Role::Master).then_some(&seen.control_plane),
+            None,
+            self.stopped.as_deref(),
+        )
     }
 }
 
@@ -338,6 +341,7 @@ impl World {
             seen: BTreeMap::new(),
             last: String::new(),
             trace: false,
+            blind: false,
         };
         w.aws();
         // The first masters have run for a while: etcd long settled.
@@ -580,13 +584,28 @@ impl World {
 
     /// What the rule book's check sees of group `g` from `me`'s side, as
     /// its plans are told it.
-    fn scene_parts(&self, g: usize, me: Who) -> SceneParts {
+    fn scene_parts(&self, g: usize, me: Who) -> SceneParts<'_> {
         let grp = &self.groups[g];
         SceneParts {
             role: grp.role,
-            window: self.window(),
-            slot: self.slot_for(g, me),
+            book: crate::controllers::book::Book::new(
+                self.window(),
+                &self.protected,
+                self.slot_for(g, me),
+            ),
             stopped: grp.invalid.then(|| "the NodeGroup spec is invalid".into()),
+        }
+    }
+
+    /// The rule book as `me`'s plan of group `g` is told it: as it is, or
+    /// blind to windows and protection.
+    fn plans_book(&self, g: usize, me: Who) -> crate::controllers::book::Book<'_> {
+        let slot = self.slot_for(g, me);
+        match self.blind {
+            true => {
+                crate::controllers::book::Book::new(WindowState::Always, &NOTHING_PROTECTED, slot)
+            }
+            false => crate::controllers::book::Book::new(self.window(), &self.protected, slot),
         }
     }
 
@@ -664,9 +683,7 @@ impl World {
             join_timeout: Duration::from_secs(900),
             not_joined: &not_joined,
             active: &active,
-            window: self.window(),
-            protected: &self.protected,
-            slot: self.slot_for(g, Who::Replenisher),
+            rules: self.plans_book(g, Who::Replenisher),
             status: &stored,
             fallback: None,
             surplus_left: self.groups[g].refresher.surplus_left.as_ref(),
@@ -721,9 +738,7 @@ impl World {
             drift_replace: true,
             members: &members,
             control_plane_ready: &control_plane_ready,
-            slot: self.slot_for(g, Who::Refresher),
-            window: self.window(),
-            protected: &self.protected,
+            rules: self.plans_book(g, Who::Refresher),
             do_not_disrupt_timeout: Duration::from_secs(1800),
             on_window_close: self.on_window_close,
             unsettled: &unsettled,
@@ -758,8 +773,17 @@ impl World {
     }
 
     /// Died at a crash point: nothing after it happened. Any other error is
-    /// a guard refusing what its plan planned on the same observations.
-    fn judge(&self, error: Option<crate::Error>, command: &str) {
+    /// a guard refusing what its plan planned on the same observations,
+    /// but for a blind plan's window or protection, which the guard alone
+    /// keeps.
+    fn judge(&mut self, error: Option<crate::Error>, command: &str) {
+        if let Some(crate::Error::Refused { check, .. }) = &error
+            && self.blind
+            && ["refused_window_closed", "refused_protected"].contains(check)
+        {
+            self.see(check);
+            return;
+        }
         if let Some(e) = error {
             assert!(
                 e.to_string().contains("crashed at"),

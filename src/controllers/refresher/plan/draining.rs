@@ -5,7 +5,6 @@
 use super::run_reason;
 use super::{Deciding, Decision, GroupNode, Happening, Input, Next, OnWindowClose, Removal, SOON};
 use crate::controllers::authority::Reason;
-use crate::controllers::authority::rules;
 use crate::controllers::group_view::{REPAIR_DRAIN_TIMEOUT, after, until};
 use crate::crd::nodegroup::{DrainTimeoutAction, ResolvedRefresh};
 use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
@@ -210,7 +209,7 @@ impl Deciding<'_> {
         };
         let (target, why) = self.status.batch().find_map(|t| {
             let reason = super::reason_of(t, self.status.trigger);
-            let protected = rules::protected(reason, self.input.protected);
+            let protected = self.input.rules.protected(reason);
             let why = protected.get(t.node.as_deref()?)?.clone();
             (t.terminated.is_none() && !dead(t)).then(|| (t.clone(), why))
         })?;
@@ -473,7 +472,7 @@ pub(super) fn take_order<'a>(
     reason: Reason,
     mut planned: Vec<&'a String>,
 ) -> Order<'a> {
-    let protection = rules::protected(reason, input.protected);
+    let protection = input.rules.protected(reason);
     let node_of = |id: &str| input.group.node_of(id);
     planned.sort_by_key(|id| !node_of(id).is_some_and(|n| input.group.unhealthy(n)));
     let mut protected = vec![];

@@ -138,7 +138,7 @@ impl Deciding<'_> {
         if let Some(why) = self.start_blocker() {
             return wait(why);
         }
-        if let Some(why) = self.input.window.seen_by(Reason::DriftRoll).closed_reason() {
+        if let Some(why) = self.input.rules.window(Reason::DriftRoll).closed_reason() {
             self.status.phase = RefreshPhase::WaitingForWindow;
             return wait(why);
         }
@@ -164,7 +164,7 @@ impl Deciding<'_> {
     /// (not skipped: it starts when the window opens). Releases a slot or
     /// lock taken just before the window closed.
     pub(super) fn outside_windows(&mut self, why: &str) -> Option<Decision> {
-        let window = self.input.window.seen_by(Reason::Refresh);
+        let window = self.input.rules.window(Reason::Refresh);
         let reason = window.closed_reason()?;
         self.status.phase = RefreshPhase::WaitingForWindow;
         let requeue = window.recheck_in(self.input.group.now);
@@ -240,7 +240,7 @@ impl Deciding<'_> {
     /// path); a wait for either holds neither.
     pub(super) fn lock_to_start(&mut self, why: &str) -> Option<Decision> {
         let lock = &self.input.group.lock;
-        match &self.input.slot {
+        match self.input.rules.slot() {
             // Looked at before the lock is taken: a group waiting for a
             // slot must not hold its lock meanwhile (that would stall its
             // replenisher), so a lock taken in a race is given back.
@@ -263,13 +263,15 @@ impl Deciding<'_> {
             // A slot held without the lock (a restart between the two, a
             // lock lost): given back while the lock is held elsewhere,
             // which may be for long (another group's repair may need it).
-            LockState::Other(holder) if self.input.slot == SlotState::Ours => Some(Decision::act(
-                super::Command::ReleaseLock,
-                format!(
-                    "{why}; the group's lock is held by {holder}: giving the disruption slot back while waiting"
-                ),
-                LOCK_RETRY,
-            )),
+            LockState::Other(holder) if *self.input.rules.slot() == SlotState::Ours => {
+                Some(Decision::act(
+                    super::Command::ReleaseLock,
+                    format!(
+                        "{why}; the group's lock is held by {holder}: giving the disruption slot back while waiting"
+                    ),
+                    LOCK_RETRY,
+                ))
+            }
             LockState::Other(holder) => Some(Decision::wait(
                 format!("{why}; waiting for the group's lock, held by {holder}"),
                 LOCK_RETRY,
@@ -279,7 +281,7 @@ impl Deciding<'_> {
                 format!("{why}; taking the group's lock"),
                 Duration::ZERO,
             )),
-            LockState::Ours if self.input.slot != SlotState::Ours => Some(Decision::act(
+            LockState::Ours if *self.input.rules.slot() != SlotState::Ours => Some(Decision::act(
                 super::Command::TakeSlot,
                 format!("{why}; taking a disruption slot"),
                 Duration::ZERO,

@@ -42,6 +42,7 @@ mod termination;
 #[cfg(test)]
 mod tests;
 
+pub use crate::controllers::book::{Book, SlotState};
 use crate::controllers::group_view::{DesiredChange, LockState};
 pub use crate::controllers::window::WindowState;
 pub use crate::crd::nodegroup::OnWindowClose;
@@ -49,7 +50,6 @@ use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{
     RefreshPhase, RefreshTarget, RefresherStatus, RunResult, RunTrigger, TargetPurpose,
 };
-pub use crate::k8s::disruption_slot::SlotState;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -83,16 +83,13 @@ pub struct Input<'a> {
     /// Masters: the nodes whose control-plane pods (kube-apiserver,
     /// etcd-manager) are all Ready. Looked at only between replacements.
     pub control_plane_ready: &'a BTreeSet<String>,
-    /// The manager-wide disruption slot a run holds from its start to its
-    /// end (see `k8s::disruption_slot`).
-    pub slot: SlotState,
-    /// The group's maintenance windows now: a run starts, and takes its
-    /// next node, only while one is open.
-    pub window: WindowState,
-    /// Planned nodes protected from voluntary disruption now, with why
-    /// (`k8s::protection`): taken last, waited for at most
-    /// `do_not_disrupt_timeout`, then skipped.
-    pub protected: &'a std::collections::BTreeMap<String, String>,
+    /// The group's maintenance windows now (a run starts, and takes its
+    /// next node, only while one is open), the nodes protected from
+    /// voluntary disruption (taken last, waited for at most
+    /// `do_not_disrupt_timeout`, then skipped) and the manager-wide
+    /// disruption slot a run holds while it acts: read only through the
+    /// rule book.
+    pub rules: Book<'a>,
     pub do_not_disrupt_timeout: Duration,
     /// A run whose window closes with nodes left: wait with the surplus, or
     /// remove it and resume in the next window (`status.pendingRun`).
@@ -310,9 +307,8 @@ impl Deciding<'_> {
     }
 
     /// The windows as the run's reason sees them (the rule book).
-    fn run_window(&self) -> crate::controllers::window::WindowState {
-        let reason = run_reason(self.status.trigger);
-        self.input.window.seen_by(reason)
+    fn run_window(&self) -> WindowState {
+        self.input.rules.window(run_reason(self.status.trigger))
     }
 
     fn decide(&mut self) -> Decision {
@@ -411,7 +407,7 @@ impl Deciding<'_> {
     }
 
     fn release_if_ours(&self) -> Command {
-        if self.input.group.lock == LockState::Ours || self.input.slot == SlotState::Ours {
+        if self.input.group.lock == LockState::Ours || *self.input.rules.slot() == SlotState::Ours {
             Command::ReleaseLock
         } else {
             Command::Nothing

@@ -34,7 +34,7 @@ impl Deciding<'_> {
             decided.command.mutates() && !matches!(decided.command, Command::GiveBack { .. });
         let quiet = self.status.batch().next().is_none();
         let input = self.input;
-        match &input.slot {
+        match input.rules.slot() {
             SlotState::Ours if self.waits_on_time && !acts && quiet => Decision::act(
                 Command::ReleaseSlot,
                 format!(

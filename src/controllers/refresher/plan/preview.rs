@@ -8,7 +8,7 @@
 use super::draining::take_order;
 use super::set_aside::CONTROL_PLANE_UNOBSERVED;
 use super::targets::{drifted_targets, targets};
-use super::{Deciding, Input, LockState, SlotState, WindowState};
+use super::{Book, Deciding, Input, LockState, SlotState, WindowState};
 use crate::controllers::authority::Reason;
 use crate::crd::next::{LISTED_NODES, NextDisruption, NextNode};
 use crate::crd::nodegroup::ResolvedRefresh;
@@ -127,7 +127,11 @@ impl Deciding<'_> {
             self.schedule_next(settings);
         }
         let coming = self.what_comes(settings)?;
-        let (at, window_blocks) = match window_at(coming.from) {
+        let reason = match coming.what {
+            "drift roll" => Reason::DriftRoll,
+            _ => Reason::Refresh,
+        };
+        let (at, window_blocks) = match Book::seen_by(window_at(coming.from), reason) {
             WindowState::Closed { opens: Some(t) } => (t, None),
             WindowState::Closed { opens: None } => (
                 coming.from,
@@ -145,10 +149,6 @@ impl Deciding<'_> {
                 targets(&later, settings.max_node_age)
             }
             _ => coming.targets,
-        };
-        let reason = match coming.what {
-            "drift roll" => Reason::DriftRoll,
-            _ => Reason::Refresh,
         };
         let (upcoming, protected) = take_order(input, reason, targets.iter().collect());
         let mut nodes: Vec<NextNode> = upcoming
@@ -275,7 +275,7 @@ impl Deciding<'_> {
         if let Some(why) = self.surplus_to_add(settings).1 {
             return Some(skipped(why));
         }
-        if let SlotState::Full(holders) = &self.input.slot {
+        if let SlotState::Full(holders) = self.input.rules.slot() {
             return Some(format!("the disruption slots are held: {holders}"));
         }
         match &self.input.group.lock {

@@ -5,7 +5,7 @@
 use super::{
     Command, Deciding, Decision, GroupNode, Happening, Member, SOON, describe_changes, surplus_of,
 };
-use crate::controllers::authority::{Reason, rules};
+use crate::controllers::authority::Reason;
 use crate::controllers::group_view::{DesiredChange, after, until};
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::SurplusLeft;
@@ -258,7 +258,7 @@ impl Deciding<'_> {
             let Some(n) = node_of(&m.instance_id) else {
                 continue;
             };
-            match rules::protected(Reason::RefreshSurplus, input.protected).get(&n.name) {
+            match input.rules.protected(Reason::RefreshSurplus).get(&n.name) {
                 Some(why) => protected.push(format!("{} ({why})", n.name)),
                 None => free.push((*m, n)),
             }
@@ -303,7 +303,7 @@ impl Deciding<'_> {
         if target.purpose != TargetPurpose::RemoveSurplus || !ready(&target.instance_id) {
             return None;
         }
-        let protected = rules::protected(Reason::RefreshSurplus, self.input.protected);
+        let protected = self.input.rules.protected(Reason::RefreshSurplus);
         let down = self
             .input
             .members

@@ -101,9 +101,9 @@ impl Deciding<'_> {
     /// result (the run is not over), the lock and slot are given back.
     pub(super) fn end_leg(&mut self) -> Decision {
         let remaining = self.close_leg();
-        let opens = self.input.window.opens();
+        let opens = self.run_window().opens();
         // Set aside in an open window: the authority stopped it.
-        let why = match self.input.window.closed_reason() {
+        let why = match self.run_window().closed_reason() {
             Some(_) => None,
             None => self
                 .control_plane_not_whole()

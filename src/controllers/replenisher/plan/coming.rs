@@ -266,7 +266,7 @@ fn never_joined(s: &Deciding) -> Option<Kind> {
 fn repairs(s: &Deciding) -> Option<Kind> {
     let input = s.input;
     let active: Vec<String> = input.active.iter().cloned().collect();
-    let repairs = repairs_to_come(&input.group, &active, &input.slot);
+    let repairs = repairs_to_come(&input.group, &active, input.rules.slot());
     let first = repairs.first()?;
     Some(Kind {
         what: "repair",

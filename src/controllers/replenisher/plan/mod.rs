@@ -93,18 +93,14 @@ pub struct Input<'a> {
     pub not_joined: &'a [NotJoinedView],
     /// Instances that count as capacity in the group's ASGs (fresh describe).
     pub active: &'a BTreeSet<String>,
-    /// The group's maintenance windows now: the scale-in back to the
-    /// original layout and the removal of a node at risk (a rebalance
-    /// recommendation) wait for one. Repairs and interruptions do not.
-    pub window: crate::controllers::window::WindowState,
-    /// Nodes protected from voluntary disruption, with why
-    /// (`k8s::protection`): the scale-in never picks one, a node at risk
-    /// that is one is kept. Looked at only when either could happen.
-    pub protected: &'a std::collections::BTreeMap<String, String>,
-    /// The manager-wide disruption slot a voluntary removal (a surplus
-    /// node, a node at risk) holds, with the lock (`k8s::disruption_slot`).
-    /// Looked at only when the lock is ours or a removal could happen.
-    pub slot: SlotState,
+    /// The group's maintenance windows now (the scale-in back to the
+    /// original layout and the removal of a node at risk wait for one;
+    /// repairs and interruptions do not), the nodes protected from
+    /// voluntary disruption (the scale-in never picks one, a node at risk
+    /// that is one is kept; looked at only when either could happen) and
+    /// the manager-wide disruption slot a voluntary removal holds with the
+    /// lock: read only through the rule book.
+    pub rules: Book<'a>,
     pub status: &'a ReplenisherStatus,
     /// `spec.fallback`, resolved; None: no on-demand fallback.
     pub fallback: Option<crate::crd::nodegroup::ResolvedFallback>,
@@ -132,8 +128,8 @@ pub struct Plan {
     pub repair_held: Option<RepairHeld>,
 }
 
+pub use crate::controllers::book::{Book, SlotState};
 use crate::controllers::group_view::{IDLE, SOON};
-pub use crate::k8s::disruption_slot::SlotState;
 
 pub fn plan(input: &Input) -> Plan {
     let mut plan = plan_inner(input);
@@ -243,7 +239,7 @@ impl Deciding<'_> {
 
     /// Not acting: give the lock (and a slot) back if we hold it, say why.
     fn idle(&self, status: ReplenisherStatus, phase: ReplenishPhase, message: String) -> Plan {
-        if self.input.group.lock == LockState::Ours || self.input.slot == SlotState::Ours {
+        if self.input.group.lock == LockState::Ours || *self.input.rules.slot() == SlotState::Ours {
             self.finish(status, phase, Command::ReleaseLock, message, SOON)
         } else {
             self.finish(status, phase, Command::Nothing, message, IDLE)
@@ -295,7 +291,8 @@ impl Deciding<'_> {
     /// meanwhile (a dead master elsewhere, a refresh); they are taken again
     /// when this acts. Only between steps: nothing is in hand.
     fn wait_on_time(&self, message: String, requeue: Duration) -> Plan {
-        let holds = self.input.group.lock == LockState::Ours || self.input.slot == SlotState::Ours;
+        let holds =
+            self.input.group.lock == LockState::Ours || *self.input.rules.slot() == SlotState::Ours;
         let command = match holds {
             true => Command::ReleaseLock,
             false => Command::Nothing,

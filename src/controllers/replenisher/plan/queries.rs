@@ -3,7 +3,7 @@
 
 use super::Deciding;
 use crate::controllers::authority::validate::{Disruption, Floor, Refused, Scene, validate};
-use crate::controllers::authority::{self, Blocked, Reason, Request, rules};
+use crate::controllers::authority::{self, Blocked, Reason, Request};
 use crate::controllers::group_view::{AsgView, DesiredChange, Fate, GroupNode};
 use crate::crd::Role;
 use crate::crd::replenisher::Replacement;
@@ -268,15 +268,12 @@ impl Deciding<'_> {
     /// check will see, so the plan chooses by the same rules.
     pub(super) fn scene(&self) -> Scene<'_> {
         let group = &self.input.group;
-        Scene {
-            role: group.role,
-            control_plane: group.control_plane,
-            window: self.input.window.for_rules(),
-            protected: self.input.protected,
-            slot: &self.input.slot,
-            breaker: group.breaker.as_deref(),
-            stopped: group.stopped(),
-        }
+        self.input.rules.scene(
+            group.role,
+            group.control_plane,
+            group.breaker.as_deref(),
+            group.stopped(),
+        )
     }
 
     /// Whether the rule book lets a removal of `target` (no repair) take
@@ -303,7 +300,7 @@ impl Deciding<'_> {
 
     /// The maintenance windows as `reason` sees them (the rule book).
     pub(super) fn window(&self, reason: Reason) -> crate::controllers::window::WindowState {
-        self.input.window.seen_by(reason)
+        self.input.rules.window(reason)
     }
 
     /// The protected nodes, and why, as `reason` sees them (the rule book).
@@ -311,6 +308,6 @@ impl Deciding<'_> {
         &self,
         reason: Reason,
     ) -> std::borrow::Cow<'_, std::collections::BTreeMap<String, String>> {
-        rules::protected(reason, self.input.protected)
+        self.input.rules.protected(reason)
     }
 }

@@ -68,10 +68,10 @@ pub(super) fn scale_in_in_progress(s: &Deciding) -> Option<Plan> {
         // rolling update, the breaker) begins again: its window, its
         // protection and a slot are asked anew, and it is given back, lock
         // and slot with it, when any refuses (chosen again once allowed).
-        let in_hand = input.slot == SlotState::Ours;
+        let in_hand = *input.rules.slot() == SlotState::Ours;
         match s.validate_removal(&target, in_hand) {
             Ok(()) => None,
-            Err(Refused::NoSlot { .. }) if input.slot == SlotState::Free => {
+            Err(Refused::NoSlot { .. }) if *input.rules.slot() == SlotState::Free => {
                 let what = format!("resume the removal of {}", target.node);
                 return slot_for(s, reason_of(s, &target), &what, phase);
             }
@@ -285,7 +285,7 @@ pub(super) fn slot_for(
     if !rules::binds(reason, Rule::Slot) {
         return None;
     }
-    match &s.input.slot {
+    match s.input.rules.slot() {
         SlotState::Ours => None,
         SlotState::Free => Some(s.act(
             s.status.clone(),

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::cloud::AsgDescription;
+use crate::controllers::book::Book;
 use crate::controllers::group_view::tests::{fresh, sim_group, status_node};
 use crate::controllers::guard::Refusal;
 use crate::controllers::guard::refresh::{Effect, Guard};
@@ -60,20 +61,18 @@ impl Sim {
         let control_plane = self.control_plane(&nodes);
         // The rule book's scene as the plan is told it.
         let stopped = self.with_input(|i| i.group.stopped().map(str::to_string));
+        let book = Book::new(self.window.clone(), &self.protected, self.slot.clone());
         Guard {
             group: &group,
             fresh: &described,
             nodes: &nodes,
             status,
-            scene: crate::controllers::authority::validate::Scene {
-                role: self.role,
-                control_plane: (self.role == Role::Master).then_some(&control_plane),
-                window: self.window.for_rules(),
-                protected: &self.protected,
-                slot: &self.slot,
-                breaker: self.breaker.as_deref(),
-                stopped: stopped.as_deref(),
-            },
+            scene: book.scene(
+                self.role,
+                (self.role == Role::Master).then_some(&control_plane),
+                self.breaker.as_deref(),
+                stopped.as_deref(),
+            ),
         }
         .check(check)
     }

@@ -251,7 +251,7 @@ fn a_repair_to_come_says_what_holds_the_group_and_the_slot_and_the_plan_waits_fo
         let active: Vec<String> = s.active().into_iter().collect();
         let set = s.active();
         let input = input_of(s, &set);
-        let repairs = repairs_to_come(&input.group, &active, &input.slot);
+        let repairs = repairs_to_come(&input.group, &active, input.rules.slot());
         assert_eq!(repairs.len(), 1, "{repairs:?}");
         repairs[0].held_by.clone()
     };
