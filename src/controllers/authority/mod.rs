@@ -122,9 +122,14 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// Every master of the cluster is Ready (a master run may start).
+    /// Every master of the cluster is Ready (a master run may start). An
+    /// instance beside a serving member (a master ASG its user raised)
+    /// takes nothing from it: its place is served, and in kops it turns no
+    /// control-plane pod Ready while it waits, maybe for good. One beside a
+    /// leaving predecessor comes with that predecessor, which is down.
     pub fn whole(&self) -> bool {
-        self.down.is_empty() && self.ready.len() as i32 >= self.expected
+        self.down.iter().all(|d| d.why == DownWhy::Beside)
+            && self.ready.len() as i32 >= self.expected
     }
 }
 

@@ -693,6 +693,27 @@ fn a_replacement_waiting_beside_its_member_without_ready_pods_is_beside_not_stuc
     );
 }
 
+/// A master beside a serving member (its ASG raised by its user) takes
+/// nothing from a whole control plane: every place is served. Before, it
+/// was "down", so no master run ever started ("not every master of the
+/// cluster is Ready") while it stood there, which in kops is for good.
+#[test]
+fn a_master_beside_a_serving_member_leaves_the_control_plane_whole() {
+    let mut groups = a2_beside_a();
+    let cp = seen_at(&groups, &serving(&groups, &["n-a2"]), t0());
+    assert_beside(&cp, "m-a2");
+    assert!(cp.whole(), "{cp:?}");
+    // A member down is not whole, with or without one beside.
+    set_ready(&mut groups, "m-b", false);
+    let cp = seen_at(&groups, &serving(&groups, &["n-a2"]), t0());
+    assert!(!cp.whole(), "{cp:?}");
+    // Nor is a place handing over: its predecessor leaving.
+    set_ready(&mut groups, "m-b", true);
+    groups[0].1[0].instances[0].lifecycle_state = "Terminating".into();
+    let cp = seen_at(&groups, &serving(&groups, &[]), t0());
+    assert!(!cp.whole(), "{cp:?}");
+}
+
 /// Hole 3, one Master group over three ASGs (one master place each): the
 /// member of a place is its ASG's oldest instance, not the group's oldest
 /// three. Master a has a second instance beside it (a2, launched two hours

@@ -165,11 +165,25 @@ impl Deciding<'_> {
         if input.group.role != Role::Master {
             return Ok(None);
         }
+        // A master beside its place's etcd member (an ASG its user raised,
+        // a replacement waiting for its predecessor to go) shows no Ready
+        // control-plane pods until it takes the place's volume, which may
+        // be never: it is not waited for.
+        let beside = |n: &&crate::controllers::group_view::GroupNode| {
+            input.group.control_plane.is_some_and(|cp| {
+                cp.down.iter().any(|d| {
+                    d.why == crate::controllers::authority::DownWhy::Beside
+                        && n.instance_id.is_some()
+                        && d.instance == n.instance_id
+                })
+            })
+        };
         let mut waiting_for: Vec<&str> = input
             .group
             .nodes
             .iter()
             .filter(|n| n.ready && !input.control_plane_ready.contains(&n.name))
+            .filter(|n| !beside(n))
             .map(|n| n.name.as_str())
             .collect();
         waiting_for.sort();

@@ -121,6 +121,10 @@ struct Sim {
     dead: Vec<String>,
     /// Masters whose control-plane pods are not Ready.
     control_plane_down: BTreeSet<String>,
+    /// Masters as kops runs them: each ASG's first instance still there
+    /// holds its place's etcd volume; one beside it is no member, shows no
+    /// Ready control-plane pods and is counted `Beside`.
+    etcd_places: bool,
     /// Why the NodeGroup's spec is invalid, when it is.
     invalid_spec: Option<String>,
     invalid_pause: std::time::Duration,
@@ -192,6 +196,7 @@ impl Sim {
             stuck: vec![],
             dead: vec![],
             control_plane_down: BTreeSet::new(),
+            etcd_places: false,
             invalid_spec: None,
             invalid_pause: crate::crd::nodegroup::DEFAULT_PAUSE_TIMEOUT,
             masters_elsewhere: Default::default(),
@@ -302,6 +307,17 @@ impl Sim {
     /// The cluster's masters: this group's, and those elsewhere.
     fn control_plane(&self, nodes: &[GroupNode]) -> crate::controllers::authority::ControlPlane {
         let mut control_plane = crate::controllers::authority::tests::of_nodes(self.desired, nodes);
+        for id in self.beside() {
+            if control_plane.ready.remove(&id) {
+                control_plane
+                    .down
+                    .push(crate::controllers::authority::MasterDown {
+                        group: "masters".into(),
+                        instance: Some(id),
+                        why: crate::controllers::authority::DownWhy::Beside,
+                    });
+            }
+        }
         let elsewhere = &self.masters_elsewhere;
         control_plane.expected += elsewhere.expected;
         control_plane.ready.extend(elsewhere.ready.iter().cloned());
@@ -317,13 +333,27 @@ impl Sim {
         self.with_input(|input| preview(input, window_at))
     }
 
+    /// With `etcd_places`: the instances beside their place's member.
+    fn beside(&self) -> Vec<String> {
+        if !self.etcd_places {
+            return vec![];
+        }
+        let mut first_of = BTreeSet::new();
+        self.instances
+            .iter()
+            .filter(|i| !first_of.insert(i.asg.clone()))
+            .map(|i| i.id.clone())
+            .collect()
+    }
+
     /// `f` on the plan's input as the reconcile would observe this group.
     fn with_input<R>(&self, f: impl FnOnce(&Input) -> R) -> R {
         let (asgs, members, nodes) = self.views();
+        let beside: Vec<String> = self.beside().iter().map(|id| Sim::node_name(id)).collect();
         let control_plane_ready: BTreeSet<String> = nodes
             .iter()
             .map(|n| n.name.clone())
-            .filter(|n| !self.control_plane_down.contains(n))
+            .filter(|n| !self.control_plane_down.contains(n) && !beside.contains(n))
             .collect();
         let control_plane = self.control_plane(&nodes);
         f(&Input {
