@@ -132,3 +132,85 @@ async fn a_master_runs_the_static_control_plane_pods_ready_after_a_delay() {
     })
     .await;
 }
+
+/// kops runs one etcd place per master ASG, its volume attached to one
+/// instance at a time (kops's `pkg/model` gives each master instance group
+/// its own EBS volumes, `k8s.io/etcd/main: a/a,b,c`; etcd-manager mounts a
+/// place's volume before it starts etcd, and kube-apiserver reads the etcd
+/// on its own machine, `--etcd-servers=https://127.0.0.1:4001` in
+/// `pkg/model/components/apiserver.go`). A master beside the holder (its
+/// ASG raised) runs its control-plane pods, never Ready; once the holder
+/// is gone it takes the volume and its pods turn Ready.
+#[tokio::test]
+async fn a_master_beside_its_places_volume_holder_serves_only_once_the_holder_is_gone() {
+    use spot_node_manager::k8s::control_plane::{NAMESPACE, nodes_with_ready_control_plane};
+    let world = World::new("sim-volumes").await;
+    let kops = world.kops_group("master", &ZONES[..1], 1, &[]).await;
+    let asg = kops.asgs[0].clone();
+    let holder = world.asg_instances(&asg).await.remove(0);
+    let _sim = world.start_sim_configured(snm_testkit::sim::SimConfig {
+        register_delay: FAST,
+        ready_delay: FAST,
+        etcd_volumes: true,
+        ..Default::default()
+    });
+    let pods: Api<Pod> = Api::namespaced(world.client.clone(), NAMESPACE);
+    let selector = format!("{}={}", snm_testkit::sim::SIM_ACCOUNT_LABEL, world.account);
+    let list = || async {
+        pods.list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+    };
+    assert_eventually("the holder serves", WAIT, || async {
+        nodes_with_ready_control_plane(&list().await)
+            .contains(&holder)
+            .then_some(())
+    })
+    .await;
+    world
+        .aws
+        .autoscaling
+        .update_auto_scaling_group()
+        .auto_scaling_group_name(&asg)
+        .max_size(2)
+        .desired_capacity(2)
+        .send()
+        .await
+        .expect("raise the master ASG");
+    let beside = assert_eventually("a master beside, its pods running", WAIT, || async {
+        let ids = world.asg_instances(&asg).await;
+        let beside = ids.into_iter().find(|id| *id != holder)?;
+        let on_it = list()
+            .await
+            .into_iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&*beside))
+            .count();
+        (on_it == 2).then_some(beside)
+    })
+    .await;
+    // Well past the control-plane delay (2 s): still not Ready, every look.
+    let mut looks = 0;
+    for _ in 0..20 {
+        let ready = nodes_with_ready_control_plane(&list().await);
+        assert!(ready.contains(&holder), "the holder keeps serving");
+        assert!(
+            !ready.contains(&beside),
+            "{beside} beside its place's holder serves"
+        );
+        looks += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(looks, 20);
+    world.lose_instance(&holder).await;
+    assert_eventually(
+        "the one beside takes the volume and serves",
+        WAIT,
+        || async {
+            nodes_with_ready_control_plane(&list().await)
+                .contains(&beside)
+                .then_some(())
+        },
+    )
+    .await;
+}
