@@ -782,7 +782,9 @@ async fn a_master_runs_surplus_waits_while_another_master_is_down() {
     let mut looks = 0;
     let mut c_settled = false;
     let mut named = false;
-    while held_from.elapsed() < Duration::from_secs(90) {
+    // At least 90 s and at least 60 looks, however slow each look is on a
+    // loaded machine (the suite runs three test binaries at once).
+    while held_from.elapsed() < Duration::from_secs(90) || looks < 60 {
         assert_eq!(
             world.terminations(p_asg, &a_new).await,
             0,
@@ -799,7 +801,6 @@ async fn a_master_runs_surplus_waits_while_another_master_is_down() {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    assert!(looks >= 60, "looked {looks} times");
     assert!(c_settled, "the last place's new master never settled");
     assert!(named, "the Refresher never said it waits for {b_new}");
 

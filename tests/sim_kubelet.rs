@@ -80,19 +80,12 @@ async fn nodes_register_with_kops_labels_and_leave_with_their_instance() {
 
 #[tokio::test]
 async fn a_master_runs_the_static_control_plane_pods_ready_after_a_delay() {
-    use spot_node_manager::k8s::control_plane::{NAMESPACE, nodes_with_ready_control_plane};
+    use spot_node_manager::k8s::control_plane::nodes_with_ready_control_plane;
     let world = World::new("sim-masters").await;
     let kops = world.kops_group("master", &ZONES[..1], 1, &[]).await;
     let id = world.asg_instances(&kops.asgs[0]).await.remove(0);
     let _sim = world.start_sim(FAST, FAST);
-    let pods: Api<Pod> = Api::namespaced(world.client.clone(), NAMESPACE);
-    let selector = format!("{}={}", snm_testkit::sim::SIM_ACCOUNT_LABEL, world.account);
-    let list = || async {
-        pods.list(&kube::api::ListParams::default().labels(&selector))
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
-    };
+    let list = || control_plane_pods(&world);
     // Created with the node, not Ready at first (the delay is 2 s).
     let created = assert_eventually("control-plane pods", WAIT, || async {
         let items = list().await;
@@ -143,7 +136,7 @@ async fn a_master_runs_the_static_control_plane_pods_ready_after_a_delay() {
 /// is gone it takes the volume and its pods turn Ready.
 #[tokio::test]
 async fn a_master_beside_its_places_volume_holder_serves_only_once_the_holder_is_gone() {
-    use spot_node_manager::k8s::control_plane::{NAMESPACE, nodes_with_ready_control_plane};
+    use spot_node_manager::k8s::control_plane::nodes_with_ready_control_plane;
     let world = World::new("sim-volumes").await;
     let kops = world.kops_group("master", &ZONES[..1], 1, &[]).await;
     let asg = kops.asgs[0].clone();
@@ -154,14 +147,7 @@ async fn a_master_beside_its_places_volume_holder_serves_only_once_the_holder_is
         etcd_volumes: true,
         ..Default::default()
     });
-    let pods: Api<Pod> = Api::namespaced(world.client.clone(), NAMESPACE);
-    let selector = format!("{}={}", snm_testkit::sim::SIM_ACCOUNT_LABEL, world.account);
-    let list = || async {
-        pods.list(&kube::api::ListParams::default().labels(&selector))
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default()
-    };
+    let list = || control_plane_pods(&world);
     assert_eventually("the holder serves", WAIT, || async {
         nodes_with_ready_control_plane(&list().await)
             .contains(&holder)
@@ -213,4 +199,17 @@ async fn a_master_beside_its_places_volume_holder_serves_only_once_the_holder_is
         },
     )
     .await;
+}
+
+/// The control-plane mirror pods this test's simulated kubelet runs.
+async fn control_plane_pods(world: &World) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(
+        world.client.clone(),
+        spot_node_manager::k8s::control_plane::NAMESPACE,
+    );
+    let selector = format!("{}={}", snm_testkit::sim::SIM_ACCOUNT_LABEL, world.account);
+    pods.list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
 }
