@@ -359,6 +359,8 @@ impl<E: Effects> Run<'_, E> {
                 begins: first(self.stored, id),
             })?;
         }
+        // The guard is pure on this reconcile's observations: its answer
+        // stands for the steps below, made on the same ones.
         for target in batch.iter() {
             let moving = self.effects.workloads_on(target).await?;
             self.status.moving(target.instance_id(), &moving);
@@ -370,10 +372,6 @@ impl<E: Effects> Run<'_, E> {
             let id = target.instance_id();
             let first = first(self.stored, id);
             let target = self.status.draining(id).unwrap_or(target).clone();
-            self.guard(Effect::Drain {
-                target: &target,
-                begins: first,
-            })?;
             let step = (self.effects)
                 .drain_step(&target, &self.status, first, self.message)
                 .await?;

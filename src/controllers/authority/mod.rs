@@ -131,6 +131,13 @@ impl ControlPlane {
         self.down.iter().all(|d| d.why == DownWhy::Beside)
             && self.ready.len() as i32 >= self.expected
     }
+
+    /// `instance` waits beside its place's etcd member (`DownWhy::Beside`).
+    pub fn beside(&self, instance: &str) -> bool {
+        self.down
+            .iter()
+            .any(|d| d.why == DownWhy::Beside && d.instance.as_deref() == Some(instance))
+    }
 }
 
 /// A path asks to take `instance` (of a group of `role`) away.

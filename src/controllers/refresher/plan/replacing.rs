@@ -170,13 +170,10 @@ impl Deciding<'_> {
         // control-plane pods until it takes the place's volume, which may
         // be never: it is not waited for.
         let beside = |n: &&crate::controllers::group_view::GroupNode| {
-            input.group.control_plane.is_some_and(|cp| {
-                cp.down.iter().any(|d| {
-                    d.why == crate::controllers::authority::DownWhy::Beside
-                        && n.instance_id.is_some()
-                        && d.instance == n.instance_id
-                })
-            })
+            let cp = input.group.control_plane;
+            n.instance_id
+                .as_deref()
+                .is_some_and(|id| cp.is_some_and(|cp| cp.beside(id)))
         };
         let mut waiting_for: Vec<&str> = input
             .group
