@@ -910,15 +910,37 @@ async fn a_master_whose_control_plane_never_serves_is_reported_by_name() {
 /// 2), its removal held by a closed window; master B dies and is repaired.
 /// A's replacement beside it is not an etcd member while A is there, so
 /// once the window opens A is drained only when B's replacement serves
-/// etcd. At 170b89f the replacement counted as up and A was drained while
-/// only C served.
+/// etcd. Played on a control plane whose master beside its place's member
+/// shows its pods Ready (one that is not kops's: nothing ties its pods to
+/// a volume), so only the per-place count keeps it from counting as up. At
+/// 170b89f the replacement counted as up and A was drained while only C
+/// served.
 #[tokio::test]
 async fn a_master_beside_its_replacement_waits_for_another_dead_masters_replacement() {
+    beside_its_replacement("authority-beside", false).await;
+}
+
+/// Hole 3 as kops runs masters: A's replacement waits for A's etcd volume
+/// and shows no Ready control-plane pod until A is gone. Nothing of ours
+/// may wait for it to serve first (it never would): A is drained once B's
+/// replacement serves, and A's replacement takes the volume then.
+#[tokio::test]
+async fn a_master_beside_its_replacement_waiting_for_the_volume_is_never_waited_for() {
+    beside_its_replacement("authority-beside-kops", true).await;
+}
+
+async fn beside_its_replacement(test: &str, etcd_volumes: bool) {
     use support::interruption::rebalance_recommendation;
-    let world = World::new("authority-beside").await;
+    let world = World::new(test).await;
     let kops = world.kops_group("master", &ZONES, 1, &[]).await;
     let etcd_joins = Duration::from_secs(30);
-    let _sim = world.start_sim_with(Duration::from_secs(5), FAST, etcd_joins);
+    let _sim = world.start_sim_configured(support::sim::SimConfig {
+        register_delay: Duration::from_secs(5),
+        ready_delay: FAST,
+        control_plane_delay: etcd_joins,
+        etcd_volumes,
+        ..Default::default()
+    });
     let names = three_master_groups(&world, &kops.asgs).await;
     let closed = serde_json::json!([{"schedule": "0 0 1 1 *", "duration": "1m"}]);
     let mut spec = replace_on_rebalance();
@@ -932,12 +954,14 @@ async fn a_master_beside_its_replacement_waits_for_another_dead_masters_replacem
     let a = world.asg_instances(&asg_a).await.remove(0);
     let b = world.asg_instances(&asg_b).await.remove(0);
 
-    // A at risk: its replacement launched beside it, serving; A kept.
+    // A at risk: its replacement launched beside it, its Node Ready; A
+    // kept. Its control plane serves only where nothing ties it to A's
+    // etcd volume.
     queue
         .send(&rebalance_recommendation(&a, chrono::Utc::now()))
         .await;
     let a2 = assert_eventually(
-        "A's replacement serving beside it",
+        "A's replacement beside it, its Node Ready (its control plane serving, unless kops's)",
         Duration::from_secs(180),
         || async {
             let beside = world
@@ -945,11 +969,24 @@ async fn a_master_beside_its_replacement_waits_for_another_dead_masters_replacem
                 .await
                 .into_iter()
                 .find(|id| *id != a)?;
-            support::cluster::control_plane_ready_since(&world, &beside).await?;
-            Some(beside)
+            let serving = support::cluster::control_plane_ready_since(&world, &beside)
+                .await
+                .is_some();
+            (node_ready(&world, &beside).await && serving != etcd_volumes).then_some(beside)
         },
     )
     .await;
+    if etcd_volumes {
+        // Held a while: it does not serve while A holds the volume.
+        for _ in 0..10 {
+            assert_eq!(
+                support::cluster::control_plane_ready_since(&world, &a2).await,
+                None,
+                "{a2} serves beside A, which holds its place's etcd volume"
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
     assert!(world.asg_instances(&asg_a).await.contains(&a), "A removed");
     // B dies and is repaired (A and C serve).
     killed_and_repaired(
@@ -980,6 +1017,16 @@ async fn a_master_beside_its_replacement_waits_for_another_dead_masters_replacem
         manager.logs()
     );
     removed_one_per_asg_again(&world, (&asg_a, &a), &names).await;
+    assert_eventually(
+        "A's replacement serving once A is gone",
+        Duration::from_secs(180),
+        || async {
+            support::cluster::control_plane_ready_since(&world, &a2)
+                .await
+                .map(|_| ())
+        },
+    )
+    .await;
 }
 
 /// Issue 68, hole 5: master C's NodeGroup names an ASG that does not

@@ -688,22 +688,45 @@ async fn a_run_waiting_on_a_protected_node_lets_another_groups_run_go() {
 
 /// Issue 68, hole 6: a run's surplus removal asks the masters' rule, and a
 /// master run's surplus is the newest master of its place (no etcd
-/// member). A Master group over three ASGs is refreshed. Once the run has
-/// replaced its first master (place P: the new one, A', is P's etcd
-/// member), `kops update cluster` runs and the user raises P to two: the
-/// master launched beside (X) is current and A' drifted. Once the last
-/// planned master is terminated, the new master of the third place (B')
-/// stops serving (its control-plane pods not Ready; its Node Ready, so no
-/// Ready floor holds anything). While B' is down A' is never terminated
-/// (X, no member, may go: etcd loses nothing); once B' serves again the
-/// layout is back with A' kept. This does not tell 170b89f apart: there
-/// too the run took X (A' was not seen drifted in this world; 188 s, it
-/// passes); the unit tests in refresher/plan/tests/masters.rs pin the
-/// choice (drifted first at 170b89f, the newest of its place now).
+/// member), never a NotReady or drifted one first. A Master group over
+/// three ASGs is refreshed. Once the run has replaced its first master
+/// (place P: the new one, A', is P's etcd member), `kops update cluster`
+/// runs and the user raises P to two: the master launched beside (X) is
+/// current and A' drifted; X never serves while A' holds P's etcd volume.
+/// Once the last planned master is terminated, the new master of the third
+/// place (B') stops serving (its control-plane pods not Ready; its Node
+/// Ready, so no Ready floor holds anything) and A' turns NotReady (its
+/// Node only: its etcd may well serve on). While B' is down A' is never
+/// terminated (X, no member, may go: etcd loses nothing); A' comes back,
+/// then B', and the layout is back with A' kept. At 170b89f the surplus
+/// took a NotReady master first, free of the masters' rule: A' (shown by
+/// the variant below, where X serves; here 170b89f's run waits for X's
+/// control plane and never reaches its last master).
 #[tokio::test]
 async fn a_master_runs_surplus_waits_while_another_master_is_down() {
-    use support::sim::CONTROL_PLANE_DOWN_TAG;
-    let g = SteadyGroup::masters("dc-master-surplus").start().await;
+    master_surplus_while_another_is_down("dc-master-surplus", true).await;
+}
+
+/// Hole 6 where X serves beside A' (a control plane that is not kops's: no
+/// etcd volume per place). At 170b89f this is where the hole shows: the
+/// run's surplus removal took A', NotReady, and terminated it while B' was
+/// down ("P's member ... went while B' ... was down"; session 48's note).
+/// On kops's plane 170b89f fails before: its run never reaches its last
+/// master.
+#[tokio::test]
+async fn a_master_runs_surplus_waits_while_another_master_is_down_where_x_serves() {
+    master_surplus_while_another_is_down("dc-master-surplus-kind", false).await;
+}
+
+async fn master_surplus_while_another_is_down(test: &str, etcd_volumes: bool) {
+    use support::sim::{CONTROL_PLANE_DOWN_TAG, NOT_READY_TAG};
+    let builder = SteadyGroup::masters(test);
+    let g = match etcd_volumes {
+        true => builder,
+        false => builder.without_etcd_volumes(),
+    }
+    .start()
+    .await;
     let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
     let original = g.baseline().await.original;
     let in_service = |asg: String| async move {
@@ -774,6 +797,7 @@ async fn a_master_runs_surplus_waits_while_another_master_is_down() {
     world
         .tag_asg(&down_place, CONTROL_PLANE_DOWN_TAG, &b_new)
         .await;
+    world.tag_asg(&p, NOT_READY_TAG, &a_new).await;
 
     // Held: the last place's new master serves and settles meanwhile, so
     // the run reaches its surplus; P's member does not go.
@@ -793,7 +817,7 @@ async fn a_master_runs_surplus_waits_while_another_master_is_down() {
         );
         looks += 1;
         let says = refresher_status(world, "masters").await.message;
-        named |= says.is_some_and(|m| m.contains(&b_new));
+        named |= says.is_some_and(|m| m.contains(&b_new) || m.contains(&a_new));
         if let Some(c_new) = new_in(last.clone(), vec![a_new.clone(), beside.clone()]).await {
             let since = support::cluster::control_plane_ready_since(world, &c_new).await;
             c_settled |=
@@ -802,8 +826,23 @@ async fn a_master_runs_surplus_waits_while_another_master_is_down() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(c_settled, "the last place's new master never settled");
-    assert!(named, "the Refresher never said it waits for {b_new}");
+    assert!(
+        named,
+        "the Refresher never said it waits for {b_new} or {a_new}"
+    );
 
+    // A' back first (its repair, if planned, is given up), then B'.
+    world.tag_asg(&p, NOT_READY_TAG, "").await;
+    assert_eventually("A' Ready again", WAIT, || async {
+        world
+            .nodes()
+            .await?
+            .into_iter()
+            .find(|n| n.metadata.name.as_deref() == Some(a_new.as_str()))
+            .filter(spot_node_manager::k8s::node::is_ready)
+            .map(|_| ())
+    })
+    .await;
     world.tag_asg(&down_place, CONTROL_PLANE_DOWN_TAG, "").await;
     assert_eventually("the surplus removed, the layout back", RUN, || async {
         (in_service(p.clone()).await.len() == 1).then_some(())

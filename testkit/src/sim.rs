@@ -73,9 +73,8 @@ pub struct SimConfig {
     /// instance stops running, then the ASG's longest-joined master). An
     /// instance beside the holder runs its control-plane pods, never Ready
     /// (etcd-manager waits for the volume; kube-apiserver reads the etcd
-    /// on its own machine). Off by default for now: turned on, three
-    /// master tests of tests/authority.rs fail (session 47's note); a test
-    /// turns it on with `World::start_sim_configured`.
+    /// on its own machine). On by default, as kops runs masters; off
+    /// only for a test of a control plane that is not kops's.
     pub etcd_volumes: bool,
 }
 
@@ -95,7 +94,7 @@ impl Default for SimConfig {
             pod_ready_delay: Duration::from_secs(1),
             max_termination_grace: Duration::from_secs(2),
             control_plane_pods: true,
-            etcd_volumes: false,
+            etcd_volumes: true,
         }
     }
 }

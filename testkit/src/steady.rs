@@ -125,6 +125,7 @@ pub struct SteadyGroupBuilder {
     spot_prices: Vec<(String, String, f64)>,
     on_demand_prices: Vec<(String, f64)>,
     denied: Vec<String>,
+    etcd_volumes: bool,
 }
 
 impl SteadyGroup {
@@ -165,7 +166,16 @@ impl SteadyGroupBuilder {
             spot_prices: vec![],
             on_demand_prices: vec![],
             denied: vec![],
+            etcd_volumes: true,
         }
+    }
+
+    /// Masters whose control plane is not tied to an etcd volume per place
+    /// (`SimConfig::etcd_volumes` off): a master beside its place's member
+    /// serves too, as on a control plane that is not kops's.
+    pub fn without_etcd_volumes(mut self) -> Self {
+        self.etcd_volumes = false;
+        self
     }
 
     /// One NodeGroup per ASG, named `<name>-<i>` (kops's one master
@@ -283,7 +293,13 @@ impl SteadyGroupBuilder {
         let kops = world
             .kops_group(self.kops_role, &self.zones, self.per_asg, &[])
             .await;
-        let sim = world.start_sim(self.delays.0, self.delays.1);
+        let sim = world.start_sim_configured(crate::sim::SimConfig {
+            register_delay: self.delays.0,
+            ready_delay: self.delays.1,
+            control_plane_delay: Duration::from_secs(2),
+            etcd_volumes: self.etcd_volumes,
+            ..Default::default()
+        });
         let groups: Api<NodeGroup> = world.api();
         let desired = self.per_asg * self.zones.len() as i32;
         let mut names = vec![];
