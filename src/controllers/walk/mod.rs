@@ -1,7 +1,8 @@
 //! Every path on one cluster: the refresher (scheduled runs and drift rolls)
 //! and the replenisher (raises, repairs, scale-in, removals of instances
-//! that never joined, retirements of interrupted nodes) of every group
-//! reconcile every 30 s, each through its own executor and its real guard,
+//! that never joined, retirements of interrupted nodes) of every group, and
+//! the interruption drainer of every node marked with a loss (`drainer`),
+//! reconcile every 30 s, each through the one executor and its real guard,
 //! sharing each group's lock and the manager's one disruption slot. A
 //! cluster is one Worker group over three ASGs, one Master group over
 //! three, or kops's per-zone layout: three Master groups of one ASG each
@@ -33,6 +34,7 @@
 //! ASG left the spec while a path held counts in it; 4 of 2048 such worlds
 //! end with it off.)
 
+mod drainer;
 mod effects;
 mod run;
 
@@ -99,6 +101,10 @@ struct Instance {
     cordoned: bool,
     drain_steps: u32,
     notice: Option<NodeInterruption>,
+    /// The interruption mark on its Node (the receiver's record, the
+    /// drainer's status), and whether the mark's taint is on.
+    mark: Option<crate::k8s::interruption_record::Record>,
+    tainted: bool,
     /// The launch template version it was launched from.
     version: i64,
 }
@@ -418,6 +424,8 @@ impl World {
                         cordoned: false,
                         drain_steps: 0,
                         notice: None,
+                        mark: None,
+                        tainted: false,
                         version: self.version,
                     });
                 }
@@ -1021,6 +1029,7 @@ impl World {
                 grp.idle_since = grp.lock.map(|_| self.now);
             }
         }
+        self.reconcile_drainers();
         self.check_holds();
         self.now += TICK;
     }

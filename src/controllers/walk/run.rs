@@ -53,7 +53,7 @@ impl World {
             }
             5..=7 => {
                 if let Some(&i) = live.get(pick(live.len())) {
-                    self.instances[i].notice = Some(notice(op % 16, now));
+                    self.receive(i, notice(op % 16, now));
                 }
             }
             8 => self.window_open = !self.window_open,

@@ -11,7 +11,7 @@
 //! read afresh. Heartbeats, which keep a lifecycle action waiting and take
 //! nothing away, are sent before the plan.
 
-mod check;
+pub(crate) mod check;
 mod effects;
 pub mod plan;
 
