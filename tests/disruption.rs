@@ -720,13 +720,10 @@ async fn a_master_runs_surplus_waits_while_another_master_is_down_where_x_serves
 
 async fn master_surplus_while_another_is_down(test: &str, etcd_volumes: bool) {
     use support::sim::{CONTROL_PLANE_DOWN_TAG, NOT_READY_TAG};
-    let builder = SteadyGroup::masters(test);
-    let g = match etcd_volumes {
-        true => builder,
-        false => builder.without_etcd_volumes(),
-    }
-    .start()
-    .await;
+    let g = SteadyGroup::masters(test)
+        .etcd_volumes(etcd_volumes)
+        .start()
+        .await;
     let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
     let original = g.baseline().await.original;
     let in_service = |asg: String| async move {

@@ -136,6 +136,19 @@ pub const LATE_DRAIN: chrono::Duration = chrono::Duration::seconds(10);
 pub const AT_RISK: &str = "rebalance_recommendation";
 
 impl Record {
+    /// The notice as a NodeGroup's status shows it (the inventory's view).
+    pub fn interruption(&self) -> crate::crd::nodegroup::NodeInterruption {
+        crate::crd::nodegroup::NodeInterruption {
+            kind: self.kind.clone(),
+            noticed: self.noticed,
+            deadline: self.deadline,
+            loss_at: self.loss_at,
+            drain_from: self.drain_from,
+            late: self.late,
+            drained: self.drained,
+        }
+    }
+
     /// The node will be lost (anything but a rebalance recommendation).
     pub fn is_loss(&self) -> bool {
         self.kind != AT_RISK

@@ -170,11 +170,11 @@ impl SteadyGroupBuilder {
         }
     }
 
-    /// Masters whose control plane is not tied to an etcd volume per place
-    /// (`SimConfig::etcd_volumes` off): a master beside its place's member
-    /// serves too, as on a control plane that is not kops's.
-    pub fn without_etcd_volumes(mut self) -> Self {
-        self.etcd_volumes = false;
+    /// Masters tied to an etcd volume per place, as kops runs them (the
+    /// default), or not (`SimConfig::etcd_volumes`): then a master beside
+    /// its place's member serves too, as on a control plane not kops's.
+    pub fn etcd_volumes(mut self, on: bool) -> Self {
+        self.etcd_volumes = on;
         self
     }
 
@@ -296,7 +296,6 @@ impl SteadyGroupBuilder {
         let sim = world.start_sim_configured(crate::sim::SimConfig {
             register_delay: self.delays.0,
             ready_delay: self.delays.1,
-            control_plane_delay: Duration::from_secs(2),
             etcd_volumes: self.etcd_volumes,
             ..Default::default()
         });

@@ -7,8 +7,8 @@ use crate::controllers::group_view::AsgView;
 use crate::crd::condition::{ConditionStatus, set_condition};
 use crate::crd::labels::INSTANCE_GROUP_LABEL;
 use crate::crd::nodegroup::{
-    AutoScalingGroupStatus, GroupState, LastInterruption, NodeInterruption, NodeStatus,
-    NotJoinedInstance, OperationKind,
+    AutoScalingGroupStatus, GroupState, LastInterruption, NodeStatus, NotJoinedInstance,
+    OperationKind,
 };
 use crate::crd::{NodeGroup, NodeGroupStatus};
 use chrono::{DateTime, Utc};
@@ -240,15 +240,7 @@ fn member_status<N: NodeView>(
     let instance = instance_id.as_deref().and_then(|id| instances.get(id));
     let interruption = crate::k8s::interruption_record::record_of(node)
         .filter(|r| instance_id.as_deref() == Some(r.instance_id.as_str()))
-        .map(|r| NodeInterruption {
-            kind: r.kind,
-            noticed: r.noticed,
-            deadline: r.deadline,
-            loss_at: r.loss_at,
-            drain_from: r.drain_from,
-            late: r.late,
-            drained: r.drained,
-        });
+        .map(|r| r.interruption());
     let marked = node.annotation(drift::NEEDS_UPDATE_ANNOTATION).is_some();
     let drifted = drift::of_node(marked, instance_id.as_deref(), drift_of);
     NodeStatus {

@@ -24,7 +24,6 @@ use crate::crd::labels::{
     CONTROL_PLANE_LABEL, EXCLUDE_FROM_LOAD_BALANCERS, INTERRUPTED_LABEL, INTERRUPTED_TAINT,
     INTERRUPTION_ANNOTATION,
 };
-use crate::crd::nodegroup::NodeInterruption;
 use crate::k8s::interruption_record::{Record, mark_patch, record_of};
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -35,31 +34,9 @@ use std::time::Duration;
 const EVICTION_STEPS: u32 = 2;
 
 impl World {
-    /// A notice received for instance `i`: the node marked as the receiver
-    /// marks it, and the inventory shows the notice.
-    pub(super) fn receive(&mut self, i: usize, notice: NodeInterruption) {
-        let record = Record {
-            kind: notice.kind.clone(),
-            instance_id: self.instances[i].id.clone(),
-            noticed: notice.noticed,
-            deadline: notice.deadline,
-            loss_at: notice.loss_at,
-            drain_from: notice.drain_from,
-            late: None,
-            group: None,
-            drained: None,
-            pods_left: None,
-            lifecycle: None,
-            scope: None,
-        };
-        self.instances[i].notice = Some(notice);
-        let id = self.instances[i].id.clone();
-        self.mark(&id, &record);
-    }
-
     /// `id`'s node marked for `record` (the receiver's at receipt, the
     /// drainer's cordon at its drain start): whether anything changed.
-    fn mark(&mut self, id: &str, record: &Record) -> bool {
+    pub(super) fn mark(&mut self, id: &str, record: &Record) -> bool {
         let Some(node) = self.node_of(id) else {
             return false;
         };
@@ -214,13 +191,9 @@ impl Effects for AsDrainer<'_> {
     }
 
     async fn write_status(&mut self, status: &Mark) -> crate::Result<()> {
-        let id = status.on.instance_id.clone();
-        if let Some(i) = self.0.instances.iter_mut().find(|i| i.id == id) {
+        let id = &status.on.instance_id;
+        if let Some(i) = self.0.instances.iter_mut().find(|i| i.id == *id) {
             i.mark = Some(status.record.clone());
-            // The inventory shows the drain's end as the node records it.
-            if let Some(notice) = i.notice.as_mut() {
-                notice.drained = status.record.drained;
-            }
         }
         Ok(())
     }

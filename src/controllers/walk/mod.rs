@@ -100,7 +100,6 @@ struct Instance {
     etcd_from: Option<DateTime<Utc>>,
     cordoned: bool,
     drain_steps: u32,
-    notice: Option<NodeInterruption>,
     /// The interruption mark on its Node (the receiver's record, the
     /// drainer's status), and whether the mark's taint is on.
     mark: Option<crate::k8s::interruption_record::Record>,
@@ -118,9 +117,14 @@ impl Instance {
         self.joined(now) && self.dead_since.is_none()
     }
 
+    /// Its notice, as the inventory shows it from the mark.
+    fn notice(&self) -> Option<NodeInterruption> {
+        self.mark.as_ref().map(|m| m.interruption())
+    }
+
     /// Ready and staying: no notice in force.
     fn serving(&self, now: DateTime<Utc>) -> bool {
-        self.ready(now) && self.notice.as_ref().is_none_or(|n| !n.in_force(now))
+        self.ready(now) && self.notice().is_none_or(|n| !n.in_force(now))
     }
 
     /// A master serving etcd: its control-plane pods Ready, and AWS not
@@ -129,9 +133,8 @@ impl Instance {
         self.ready(now)
             && self.etcd_from.is_some_and(|t| now >= t)
             && self
-                .notice
-                .as_ref()
-                .is_none_or(|n| !crate::controllers::authority::observe::loss_imminent(n, now))
+                .notice()
+                .is_none_or(|n| !crate::controllers::authority::observe::loss_imminent(&n, now))
     }
 }
 
@@ -389,9 +392,9 @@ impl World {
     fn aws(&mut self) {
         let now = self.now;
         let taken = |i: &Instance| {
-            i.notice
+            i.mark
                 .as_ref()
-                .and_then(|n| n.loss_at)
+                .and_then(|m| m.loss_at)
                 .is_some_and(|t| now >= t)
         };
         if self.instances.iter().any(taken) {
@@ -423,7 +426,6 @@ impl World {
                         etcd_from: None,
                         cordoned: false,
                         drain_steps: 0,
-                        notice: None,
                         mark: None,
                         tainted: false,
                         version: self.version,
@@ -508,7 +510,7 @@ impl World {
                 unhealthy_since: i.dead_since,
                 launch_time: Some(i.launched),
                 unschedulable: i.cordoned,
-                interruption: i.notice.clone(),
+                interruption: i.notice(),
                 drifted: (i.version != self.version).then(|| "template".to_string()),
                 ..status_node(&node_name(&i.id), &i.asg, &i.id)
             })

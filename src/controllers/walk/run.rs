@@ -2,7 +2,8 @@
 
 use super::{Crash, ETCD_LAG, Layout, SCHEDULE_KEY, TICK, World, node_name};
 use crate::crd::Role;
-use crate::crd::nodegroup::{NodeInterruption, OnWindowClose};
+use crate::crd::nodegroup::OnWindowClose;
+use crate::k8s::interruption_record::Record;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
@@ -13,7 +14,7 @@ impl World {
         let g = usize::from(arg >> 4) % self.groups.len();
         let now = self.now;
         let live: Vec<usize> = (0..self.instances.len())
-            .filter(|&i| self.instances[i].ready(now) && self.instances[i].notice.is_none())
+            .filter(|&i| self.instances[i].ready(now) && self.instances[i].mark.is_none())
             .collect();
         let asgs: Vec<(usize, usize)> = (0..self.groups.len())
             .flat_map(|g| (0..self.groups[g].asgs.len()).map(move |a| (g, a)))
@@ -53,7 +54,8 @@ impl World {
             }
             5..=7 => {
                 if let Some(&i) = live.get(pick(live.len())) {
-                    self.receive(i, notice(op % 16, now));
+                    let id = self.instances[i].id.clone();
+                    self.mark(&id, &notice(op % 16, &id, now));
                 }
             }
             8 => self.window_open = !self.window_open,
@@ -179,8 +181,8 @@ impl World {
 
 /// A spot warning (AWS takes the instance 2 min later), a rebalance
 /// recommendation, or a retirement scheduled 3 h ahead (drained from 30 min
-/// before).
-fn notice(op: u8, now: DateTime<Utc>) -> NodeInterruption {
+/// before), for `instance`.
+fn notice(op: u8, instance: &str, now: DateTime<Utc>) -> Record {
     let (kind, loss_at, drain_from) = match op {
         5 => (
             "spot_interruption",
@@ -197,14 +199,19 @@ fn notice(op: u8, now: DateTime<Utc>) -> NodeInterruption {
             )
         }
     };
-    NodeInterruption {
+    Record {
         kind: kind.into(),
+        instance_id: instance.into(),
         noticed: now,
         deadline: loss_at.unwrap_or(now) - chrono::Duration::seconds(60),
         loss_at,
         drain_from,
         late: None,
+        group: None,
         drained: None,
+        pods_left: None,
+        lifecycle: None,
+        scope: None,
     }
 }
 
