@@ -145,25 +145,54 @@ const VETERAN_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
 /// A test's limit on how many more instances join: set before an operation
 /// starts, it decides exactly which launch is the first never to join (a
 /// tag set once something is seen races the next launch's registration).
+/// An instance is charged once, at its first try: a registration that
+/// failed, or that the apiserver made but answered with an error (a
+/// timeout on a loaded machine), is tried again at no cost, and never lets
+/// one more instance join than the test allowed.
 #[derive(Clone, Default)]
-pub struct JoinBudget(std::sync::Arc<std::sync::Mutex<Option<usize>>>);
+pub struct JoinBudget(std::sync::Arc<std::sync::Mutex<Budget>>);
+
+#[derive(Default)]
+struct Budget {
+    /// How many more may join; None: no limit.
+    left: Option<usize>,
+    /// Instances charged already.
+    admitted: BTreeSet<String>,
+}
 
 impl JoinBudget {
+    fn budget(&self) -> std::sync::MutexGuard<'_, Budget> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// From now on, at most `n` more instances register; the rest never do.
     pub fn limit(&self, n: usize) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(n);
+        self.budget().left = Some(n);
     }
 
-    fn allows_one(&self) -> bool {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) != Some(0)
-    }
-
-    /// Counts a registration done (after it succeeded: one refused by the
-    /// apiserver is tried again and must not cost twice).
-    fn spend_one(&self) {
-        if let Some(n) = self.0.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-            *n = n.saturating_sub(1);
+    /// `n` more instances may register than the limit allows now, however
+    /// many of those it allowed have registered meanwhile (no limit: none
+    /// is set). A test that learns how many must join only once an
+    /// operation is under way adds them without racing the joins.
+    pub fn allow(&self, n: usize) {
+        if let Some(left) = self.budget().left.as_mut() {
+            *left += n;
         }
+    }
+
+    /// Whether `instance` may try to register, charging it the first time.
+    fn admit(&self, instance: &str) -> bool {
+        let mut budget = self.budget();
+        if budget.admitted.contains(instance) {
+            return true;
+        }
+        match budget.left.as_mut() {
+            Some(0) => return false,
+            Some(left) => *left -= 1,
+            None => {}
+        }
+        budget.admitted.insert(instance.to_string());
+        true
     }
 }
 
@@ -350,12 +379,11 @@ impl SimKubelet {
             }
             let zone = instance.availability_zone.clone().unwrap_or_default();
             if !existing.contains_key(*id) {
-                if !self.joins.allows_one() {
+                if !self.joins.admit(id) {
                     continue;
                 }
                 self.register(id, &zone, instance.instance_type.as_deref(), member)
                     .await?;
-                self.joins.spend_one();
                 self.registered_at.insert(id.to_string(), now);
             }
             let registered = *self.registered_at.entry(id.to_string()).or_insert(now);
@@ -757,4 +785,43 @@ fn pod_status(pod: &Pod, ready: bool) -> serde_json::Value {
             {"type": "Ready", "status": flag, "lastTransitionTime": now},
         ],
     }})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JoinBudget;
+
+    fn joins(budget: &JoinBudget, ids: &[&str]) -> usize {
+        ids.iter().filter(|id| budget.admit(id)).count()
+    }
+
+    #[test]
+    fn more_joins_allowed_add_to_what_is_left_not_to_what_was_set() {
+        let budget = JoinBudget::default();
+        budget.allow(1);
+        assert_eq!(joins(&budget, &["a", "b", "c"]), 3, "no limit: all join");
+        budget.limit(1);
+        assert_eq!(joins(&budget, &["d"]), 1);
+        // The one allowed has joined; two more may, whenever they come.
+        budget.allow(2);
+        assert_eq!(joins(&budget, &["e", "f", "g", "h"]), 2);
+        budget.limit(1);
+        budget.allow(2);
+        assert_eq!(
+            joins(&budget, &["i", "j", "k", "l"]),
+            3,
+            "one left, two more"
+        );
+    }
+
+    #[test]
+    fn a_registration_tried_again_is_not_charged_twice_nor_lets_another_in() {
+        let budget = JoinBudget::default();
+        budget.limit(1);
+        assert!(budget.admit("a"));
+        // Its registration failed, or was made but answered with an error:
+        // tried again, it is admitted; no other instance is.
+        assert!(budget.admit("a"));
+        assert!(!budget.admit("b"));
+    }
 }

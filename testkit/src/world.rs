@@ -185,6 +185,12 @@ impl SimGuard {
     pub fn limit_joins(&self, n: usize) {
         self.joins.limit(n);
     }
+
+    /// `n` more instances join than the limit allows now
+    /// (`JoinBudget::allow`).
+    pub fn allow_joins(&self, n: usize) {
+        self.joins.allow(n);
+    }
 }
 
 impl Drop for SimGuard {
