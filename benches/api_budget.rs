@@ -95,8 +95,10 @@ impl Rate {
     }
 
     fn breakdown(&self) -> String {
+        // Operations not called in the window (exported at 0) are left out.
         self.per_op
             .iter()
+            .filter(|(_, v)| **v > 0.0)
             .map(|(op, v)| format!("{op} {v:.1}"))
             .collect::<Vec<_>>()
             .join(", ")

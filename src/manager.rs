@@ -292,6 +292,8 @@ async fn lead_while_elected(
         if !task.is_finished() {
             let _ = task.await;
         }
+        // Once they are stopped: none writes a group's series again.
+        metrics.groups_unled();
         if crashed {
             // A crash after a long healthy stretch starts the count afresh.
             if term_started.elapsed() >= HEALTHY_STRETCH {

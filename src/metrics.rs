@@ -169,9 +169,36 @@ impl Default for Metrics {
             controller_restarts: Counter::default(),
         };
         metrics.register();
+        metrics.zero_what_alerts_count();
         metrics
     }
 }
+
+/// Every AWS operation the manager calls (`AwsCloud`, the queue): each
+/// one's error series exists at 0 from the start (a test checks the list
+/// against the calls in `src/cloud`).
+pub const AWS_OPERATIONS: [&str; 14] = [
+    "CompleteLifecycleAction",
+    "DeleteMessage",
+    "DescribeAutoScalingGroups",
+    "DescribeInstances",
+    "DescribeLaunchTemplates",
+    "DescribeLifecycleHooks",
+    "DescribeScalingActivities",
+    "DescribeSpotPriceHistory",
+    "DescribeWarmPool",
+    "GetProducts",
+    "ReceiveMessage",
+    "RecordLifecycleActionHeartbeat",
+    "SetDesiredCapacity",
+    "TerminateInstanceInAutoScalingGroup",
+];
+
+/// The kinds an AWS request fails by (`Metrics::aws_call_failed`).
+const AWS_ERROR_KINDS: [&str; 3] = ["throttled", "refused", "no_response"];
+
+/// A refresh run's results (`refresh_runs_total`).
+const RUN_RESULTS: [&str; 3] = ["Succeeded", "Failed", "Skipped"];
 
 impl Metrics {
     /// Registers every series with its name and help, by concern.
@@ -305,6 +332,57 @@ impl Metrics {
 }
 
 impl Metrics {
+    /// The counters the alerts read, at 0 from the start: a counter that
+    /// came into being at its first increment shows no `increase()` for
+    /// it, so the first failure after each start would never fire.
+    fn zero_what_alerts_count(&self) {
+        for result in RUN_RESULTS {
+            let _ = self.refresh_runs.get_or_create(&RunLabels { result });
+        }
+        let kinds = crate::crd::nodegroup::NoticeClass::ALL
+            .map(|c| c.label())
+            .into_iter()
+            .chain([crate::crd::nodegroup::NoticeClass::Unknown.label()]);
+        for kind in kinds {
+            let outcome = "failed";
+            let _ = self
+                .interruption_messages
+                .get_or_create(&InterruptionLabels { kind, outcome });
+        }
+        for operation in AWS_OPERATIONS {
+            let _ = self.aws_calls.get_or_create(&AwsCallLabels { operation });
+            for kind in AWS_ERROR_KINDS {
+                let _ = self
+                    .aws_call_errors
+                    .get_or_create(&AwsErrorLabels { operation, kind });
+            }
+        }
+    }
+
+    /// Leadership lost: the per-group series go (the new leader's are the
+    /// ones that move; a follower's last values kept would be read beside
+    /// them, a stale Ready count hiding a group below desired).
+    pub fn groups_unled(&self) {
+        self.group_ready_nodes.clear();
+        self.group_desired_nodes.clear();
+        self.group_drifted_nodes.clear();
+        self.group_operation.clear();
+        self.group_fallback_nodes.clear();
+        self.on_demand_seconds.clear();
+        self.group_state.clear();
+        self.group_condition.clear();
+        self.group_cost_dollars.clear();
+        self.group_instance_hours.clear();
+        self.troubles_set
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.fallback_counted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
     /// Creates a controller's series at zero so they are scraped before its
     /// first reconcile.
     pub fn register_controller(&self, controller: &'static str) {
@@ -540,6 +618,89 @@ mod tests {
                 r#"spot_node_manager_reconcile_duration_seconds_count{controller="inventory"} 2"#
             ),
             "{text}"
+        );
+    }
+
+    /// The first failure after a start fires its alert: `increase()` sees
+    /// 0 then 1, because each counter an alert reads is scraped at 0 before
+    /// anything has failed (the promtool cases in tests/fixtures/
+    /// alerts_test.yaml start from there).
+    #[test]
+    fn what_the_alerts_count_is_at_zero_from_the_start() {
+        let text = Metrics::default().encode();
+        for line in [
+            r#"spot_node_manager_refresh_runs_total{result="Failed"} 0"#,
+            r#"spot_node_manager_refresh_runs_total{result="Succeeded"} 0"#,
+            r#"spot_node_manager_interruption_messages_total{kind="spot_interruption",outcome="failed"} 0"#,
+            r#"spot_node_manager_interruption_messages_total{kind="unknown",outcome="failed"} 0"#,
+            r#"spot_node_manager_aws_call_errors_total{operation="SetDesiredCapacity",kind="refused"} 0"#,
+            r#"spot_node_manager_aws_calls_total{operation="SetDesiredCapacity"} 0"#,
+        ] {
+            assert!(text.contains(line), "no {line} in:\n{text}");
+        }
+    }
+
+    /// Every operation `src/cloud` counts is in `AWS_OPERATIONS`: a call
+    /// added without it would have no zero to rise from.
+    #[test]
+    fn every_aws_operation_called_is_zeroed_from_the_start() {
+        fn sources(dir: &std::path::Path, out: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).expect("a source folder") {
+                let path = entry.expect("an entry").path();
+                if path.is_dir() {
+                    sources(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(std::fs::read_to_string(&path).expect("a source file"));
+                }
+            }
+        }
+        let mut files = vec![];
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cloud");
+        sources(&dir, &mut files);
+        let mut called = std::collections::BTreeSet::new();
+        for source in &files {
+            for call in ["count(\"", "failed(\"", "aws_call(\""] {
+                for (at, _) in source.match_indices(call) {
+                    let rest = &source[at + call.len()..];
+                    let name = rest.split('"').next().unwrap_or_default();
+                    called.insert(name.to_string());
+                }
+            }
+        }
+        assert!(called.len() >= 10, "the scan found the calls: {called:?}");
+        let zeroed: std::collections::BTreeSet<String> =
+            AWS_OPERATIONS.iter().map(|o| o.to_string()).collect();
+        assert_eq!(called, zeroed);
+    }
+
+    /// A replica that lost the lease exports no group's series (its last
+    /// values would be read beside the leader's), and keeps the rest.
+    #[test]
+    fn a_replica_that_stops_leading_exports_no_group_series() {
+        let m = Metrics::default();
+        let status = crate::crd::NodeGroupStatus {
+            ready_nodes: Some(3),
+            desired_nodes: Some(3),
+            ..Default::default()
+        };
+        m.group_observed("ns", "workers", &status);
+        m.leader.set(1);
+        assert!(m.encode().contains(r#"group="workers""#));
+        m.leader.set(0);
+        m.groups_unled();
+        let text = m.encode();
+        assert!(!text.contains("group="), "{text}");
+        assert!(text.contains("spot_node_manager_leader 0"), "{text}");
+        assert!(
+            text.contains(r#"spot_node_manager_refresh_runs_total{result="Failed"} 0"#),
+            "{text}"
+        );
+        // Leading again, the groups come back as the inventory counts them.
+        m.group_observed("ns", "workers", &status);
+        assert!(
+            m.encode().contains(
+                r#"spot_node_manager_group_ready_nodes{namespace="ns",group="workers"} 3"#
+            )
         );
     }
 }

@@ -238,7 +238,8 @@ pub enum NoticeClass {
 }
 
 impl NoticeClass {
-    const ALL: [NoticeClass; 6] = [
+    /// Every kind this version knows (not `Unknown`).
+    pub const ALL: [NoticeClass; 6] = [
         NoticeClass::SpotInterruption,
         NoticeClass::RebalanceRecommendation,
         NoticeClass::StateChange,
