@@ -195,10 +195,10 @@ pub const AWS_OPERATIONS: [&str; 14] = [
 ];
 
 /// The kinds an AWS request fails by (`Metrics::aws_call_failed`).
-const AWS_ERROR_KINDS: [&str; 3] = ["throttled", "refused", "no_response"];
-
-/// A refresh run's results (`refresh_runs_total`).
-const RUN_RESULTS: [&str; 3] = ["Succeeded", "Failed", "Skipped"];
+const THROTTLED: &str = "throttled";
+const REFUSED: &str = "refused";
+const NO_RESPONSE: &str = "no_response";
+const AWS_ERROR_KINDS: [&str; 3] = [THROTTLED, REFUSED, NO_RESPONSE];
 
 impl Metrics {
     /// Registers every series with its name and help, by concern.
@@ -336,7 +336,8 @@ impl Metrics {
     /// came into being at its first increment shows no `increase()` for
     /// it, so the first failure after each start would never fire.
     fn zero_what_alerts_count(&self) {
-        for result in RUN_RESULTS {
+        for result in crate::crd::refresher::RunResult::ALL {
+            let result = result.label();
             let _ = self.refresh_runs.get_or_create(&RunLabels { result });
         }
         let kinds = crate::crd::nodegroup::NoticeClass::ALL
@@ -361,26 +362,20 @@ impl Metrics {
 
     /// Leadership lost: the per-group series go (the new leader's are the
     /// ones that move; a follower's last values kept would be read beside
-    /// them, a stale Ready count hiding a group below desired).
+    /// them, a stale Ready count hiding a group below desired). Each group
+    /// observed is forgotten as a deleted one is: every observation stamps
+    /// its fallback clock, so those are the groups exported.
     pub fn groups_unled(&self) {
-        self.group_ready_nodes.clear();
-        self.group_desired_nodes.clear();
-        self.group_drifted_nodes.clear();
-        self.group_operation.clear();
-        self.group_fallback_nodes.clear();
-        self.on_demand_seconds.clear();
-        self.group_state.clear();
-        self.group_condition.clear();
-        self.group_cost_dollars.clear();
-        self.group_instance_hours.clear();
-        self.troubles_set
+        let observed: Vec<GroupLabels> = self
+            .fallback_counted
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clear();
-        self.fallback_counted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+            .keys()
+            .cloned()
+            .collect();
+        for group in observed {
+            self.group_forgotten(&group.namespace, &group.group);
+        }
     }
 
     /// Creates a controller's series at zero so they are scraped before its
@@ -422,7 +417,8 @@ impl Metrics {
         self.interruption_age.observe(age.as_secs_f64());
     }
 
-    pub fn refresh_run(&self, result: &'static str) {
+    pub fn refresh_run(&self, result: crate::crd::refresher::RunResult) {
+        let result = result.label();
         self.refresh_runs.get_or_create(&RunLabels { result }).inc();
     }
 
@@ -435,9 +431,9 @@ impl Metrics {
     /// A failed AWS request, by what kind of failure it was.
     pub fn aws_call_failed(&self, operation: &'static str, code: Option<&str>) {
         let kind = match code {
-            _ if crate::error::is_aws_throttling(code) => "throttled",
-            Some(_) => "refused",
-            None => "no_response",
+            _ if crate::error::is_aws_throttling(code) => THROTTLED,
+            Some(_) => REFUSED,
+            None => NO_RESPONSE,
         };
         self.aws_call_errors
             .get_or_create(&AwsErrorLabels { operation, kind })
@@ -477,10 +473,11 @@ impl Metrics {
         // The instances counted now ran since the last count (at most a
         // resync ago): the on-demand seconds, as far as the inventory sees.
         let now = std::time::Instant::now();
-        let last = match self.fallback_counted.lock() {
-            Ok(mut counted) => counted.insert(labels.clone(), now),
-            Err(_) => None,
-        };
+        let last = self
+            .fallback_counted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(labels.clone(), now);
         let seconds = last.map_or(0.0, |t| now.duration_since(t).as_secs_f64());
         self.on_demand_seconds
             .get_or_create(&labels)
@@ -513,9 +510,10 @@ impl Metrics {
         self.group_drifted_nodes.remove(&labels);
         self.group_fallback_nodes.remove(&labels);
         self.on_demand_seconds.remove(&labels);
-        if let Ok(mut counted) = self.fallback_counted.lock() {
-            counted.remove(&labels);
-        }
+        self.fallback_counted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&labels);
         for operation in ["refresh", "replenish"] {
             self.group_operation.remove(&OperationLabels {
                 namespace: namespace.to_string(),

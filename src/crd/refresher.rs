@@ -380,6 +380,19 @@ pub enum RunResult {
     Skipped,
 }
 
+impl RunResult {
+    pub const ALL: [RunResult; 3] = [RunResult::Succeeded, RunResult::Failed, RunResult::Skipped];
+
+    /// As status, Events and metrics write it.
+    pub const fn label(self) -> &'static str {
+        match self {
+            RunResult::Succeeded => "Succeeded",
+            RunResult::Failed => "Failed",
+            RunResult::Skipped => "Skipped",
+        }
+    }
+}
+
 /// What started a run.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum RunTrigger {

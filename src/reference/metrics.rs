@@ -18,7 +18,7 @@ pub fn with_every_series() -> Metrics {
     m.aws_call_failed("DescribeAutoScalingGroups", Some("Throttling"));
     m.drain("started");
     m.node_repair("repaired");
-    m.refresh_run("Succeeded");
+    m.refresh_run(crate::crd::refresher::RunResult::Succeeded);
     m.refresh_runs_started.inc();
     m.node_replacement_duration.observe(60.0);
     m.refresh_run_duration

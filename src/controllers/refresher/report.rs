@@ -38,7 +38,7 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
                 drift_changed(joined, left),
             ),
             Happening::Skipped(why) => {
-                ctx.metrics.refresh_run("Skipped");
+                ctx.metrics.refresh_run(RunResult::Skipped);
                 (EventType::Normal, Reason::RefreshSkipped, why.clone())
             }
             Happening::SetAside {
@@ -57,7 +57,7 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
                 nodes_skipped(nodes),
             ),
             Happening::Planned(what) => {
-                ctx.metrics.refresh_run("Skipped");
+                ctx.metrics.refresh_run(RunResult::Skipped);
                 (EventType::Normal, Reason::RefreshPlanned, what.clone())
             }
             Happening::Replaced { node, took } => {
@@ -89,12 +89,12 @@ pub(super) async fn report(ctx: &Context, group: &ObjectReference, happenings: &
                 replaced,
                 took,
             } => {
-                let (label, type_) = match result {
-                    RunResult::Succeeded => ("Succeeded", EventType::Normal),
-                    RunResult::Failed => ("Failed", EventType::Warning),
-                    RunResult::Skipped => ("Skipped", EventType::Normal),
+                let label = result.label();
+                let type_ = match result {
+                    RunResult::Failed => EventType::Warning,
+                    RunResult::Succeeded | RunResult::Skipped => EventType::Normal,
                 };
-                ctx.metrics.refresh_run(label);
+                ctx.metrics.refresh_run(*result);
                 ctx.metrics
                     .refresh_run_duration
                     .get_or_create(&RunLabels { result: label })
