@@ -286,14 +286,9 @@ async fn repairs_seen_by(
         &me,
     )
     .await?;
-    let role = observed.group.spec.role;
-    let slot = match role {
-        crate::crd::Role::Master => Slots::of_replenisher(ctx, rp, role).observe().await?,
-        crate::crd::Role::Worker => crate::k8s::disruption_slot::SlotState::Free,
-    };
     let mut facts = observed.facts(described, false, ctx.clock.now());
     facts.lock = lock;
-    Ok(repairs_to_come(&facts, active, &slot))
+    Ok(repairs_to_come(&facts, active))
 }
 
 /// The answer for people.

@@ -17,6 +17,10 @@ pub use crate::k8s::disruption_slot::SlotState;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+/// A slot this path holds, for a scene to point at once the executor has
+/// taken one (`execute::Effects::take_slot`).
+pub static TAKEN: SlotState = SlotState::Ours;
+
 /// The group's windows, protected nodes and the manager-wide slot, held
 /// where no plan reads them raw.
 #[derive(Debug, Clone)]
@@ -59,16 +63,43 @@ impl<'a> Book<'a> {
         rules::protected(reason, self.protected)
     }
 
-    /// The slot as this path holds it: what a plan takes or gives back
-    /// (the executor's protocol). Whether a disruption may go without one
-    /// is the table's, asked through [`Book::scene`].
-    pub fn slot(&self) -> &SlotState {
-        &self.slot
+    /// Who holds every slot this path could take, when none is free: a
+    /// plan's choice to wait rather than begin what the executor would
+    /// refuse (the executor takes a free slot itself, before the effect
+    /// that needs one).
+    pub fn slots_full(&self) -> Option<&str> {
+        match &self.slot {
+            SlotState::Full(holders) => Some(holders),
+            SlotState::Ours | SlotState::Free => None,
+        }
+    }
+
+    /// Whether this path holds a slot: for a plan only to give it back
+    /// with the lock (a release takes nothing away), or to tell a removal
+    /// still in hand from one resumed after a stop gave it back.
+    pub fn holds_slot(&self) -> bool {
+        self.slot == SlotState::Ours
+    }
+
+    /// The scene a plan chooses on: the executor's, but a free slot seen
+    /// as taken, since the executor takes it before the effect that needs
+    /// it. A slot the others hold refuses as it will in the executor.
+    pub fn scene_to_choose<'s>(
+        &'s self,
+        role: Role,
+        control_plane: Option<&'s ControlPlane>,
+        breaker: Option<&'s str>,
+        stopped: Option<&'s str>,
+    ) -> Scene<'s> {
+        let mut scene = self.scene(role, control_plane, breaker, stopped);
+        if self.slot == SlotState::Free {
+            scene.slot = &TAKEN;
+        }
+        scene
     }
 
     /// The scene the one check judges on, these parts with the group's:
-    /// what the plans ask `validate` on, and what each guard is given from
-    /// its own fresh view.
+    /// what each guard is given from its own fresh view.
     pub fn scene<'s>(
         &'s self,
         role: Role,

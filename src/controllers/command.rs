@@ -47,18 +47,12 @@ impl<T> Copy for Effect<'_, T> {}
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command<T> {
     Nothing,
-    /// Take the group's lock (before any disruption slot).
+    /// Take the group's lock (before any disruption slot: the executor
+    /// takes one itself for an effect the rule book binds to it).
     TakeLock,
     /// Give back the disruption slot, then the group's lock, whichever is
     /// ours.
     ReleaseLock,
-    /// Take a manager-wide disruption slot, the lock held, before a
-    /// voluntary removal.
-    TakeSlot,
-    /// Give back the disruption slot, keeping the lock: a run that waits on
-    /// time with nothing in hand keeps its place and its surplus, not the
-    /// slot another path may need meanwhile.
-    ReleaseSlot,
     /// Set ASGs' desired counts (a raise, a surplus, a layout back),
     /// recorded in status first.
     SetDesired(Vec<DesiredChange>),
@@ -87,7 +81,7 @@ impl<T> Command<T> {
     pub fn mutates(&self) -> bool {
         !matches!(
             self,
-            Command::Nothing | Command::TakeLock | Command::ReleaseLock | Command::ReleaseSlot
+            Command::Nothing | Command::TakeLock | Command::ReleaseLock
         )
     }
 

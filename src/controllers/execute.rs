@@ -20,10 +20,15 @@
 //!   wait for the next step, judged then on fresh counts;
 //! - every mutation is re-checked by the guard first, with the status that
 //!   records it: the executor asks, so no effects can forget to;
-//! - the group's lock is taken before a disruption slot, and the slot given
-//!   back before the lock: a slot is only ever held with its lock.
+//! - the manager-wide disruption slot is the executor's own protocol, not
+//!   a plan's step: an effect the guard refuses only for want of a slot
+//!   takes a free one (the group's lock held) and is asked again; once the
+//!   status records nothing in hand (`Record::in_hand`), a slot held is
+//!   given back, so a path waiting on time holds none; the slot is given
+//!   back before the lock: it is only ever held with its lock.
 
 use crate::Result;
+use crate::controllers::authority::validate::Refused;
 use crate::controllers::command::{Batch, Command, Effect};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::Refusal;
@@ -83,6 +88,12 @@ pub trait Record: Clone + PartialEq {
     fn retired(&mut self, _instances: &[String]) {}
     /// The group's lock is held by the group's other controller.
     fn lock_held_elsewhere(&mut self) {}
+    /// Whether a disruption the slot bounds is under way (a node being
+    /// drained, or terminated and not yet replaced): the slot it took is
+    /// kept. Otherwise a slot held is given back after the command.
+    fn in_hand(&self) -> bool {
+        false
+    }
 }
 
 type TargetOf<E> = <<E as Effects>::Record as Record>::Target;
@@ -114,9 +125,14 @@ pub trait Effects {
         not_this_path("take a group's lock")
     }
     /// Takes a manager-wide disruption slot, the lock held; false when
-    /// none is free.
+    /// none is free. Once taken, the guard sees it this path's.
     async fn take_slot(&mut self) -> crate::Result<bool> {
         not_this_path("take a disruption slot")
+    }
+    /// Whether this path holds a disruption slot (as observed, or taken by
+    /// this command).
+    fn holds_slot(&self) -> bool {
+        false
     }
     /// Gives back the disruption slot if ours.
     async fn release_slot(&mut self) -> crate::Result<()> {
@@ -218,9 +234,40 @@ pub async fn execute<E: Effects>(
         requeue: planned.requeue,
         now,
     };
-    run.carry_out(planned.command).await?;
-    run.write().await?;
+    let carried = run.carry_out(planned.command).await;
+    match &carried {
+        Ok(()) => {
+            // The status the command leaves, written before a slot goes.
+            run.write().await?;
+            run.give_back_idle_slot(planned.command).await?;
+        }
+        // A refusal made nothing: what is in hand is what was recorded.
+        Err(crate::Error::Refused { .. }) => run.give_back_idle_slot(planned.command).await?,
+        // A crash point, an API failure: the next pass finds the slot held
+        // and decides again.
+        Err(_) => {}
+    }
+    carried?;
     Ok(run.requeue.max(Duration::from_millis(100)))
+}
+
+/// The guard's answer for `effect`, recorded by `status`, with the slot as
+/// the executor's protocol: a refusal only for want of a slot while one is
+/// free takes it (the lock held: every disruption is planned under it) and
+/// asks again; a slot the others hold is refused as the guard said.
+async fn check<E: Effects>(
+    effects: &mut E,
+    status: &E::Record,
+    effect: Effect<'_, TargetOf<E>>,
+) -> crate::Result<()> {
+    let answer = effects.guard(status, effect);
+    let wants_slot = matches!(answer, Err(Refusal::Rule(Refused::NoSlot { .. })));
+    if wants_slot && !effects.holds_slot() && effects.take_slot().await? {
+        return Ok(effects.guard(status, effect)?);
+    }
+    // A slot another path took since this pass looked is refused as the
+    // guard saw it.
+    Ok(answer?)
 }
 
 struct Run<'a, E: Effects> {
@@ -249,17 +296,6 @@ impl<E: Effects> Run<'_, E> {
                     }
                 };
             }
-            Command::TakeSlot => {
-                self.persist("take_slot").await?;
-                self.requeue = match self.effects.take_slot().await? {
-                    true => Duration::from_millis(100),
-                    false => Duration::from_secs(1),
-                };
-            }
-            Command::ReleaseSlot => {
-                self.persist("release_slot").await?;
-                self.effects.release_slot().await?;
-            }
             Command::ReleaseLock => {
                 self.persist("release_lock").await?;
                 // The slot first: it is only ever held with the lock, so a
@@ -271,7 +307,7 @@ impl<E: Effects> Run<'_, E> {
             Command::SetDesired(changes) => self.set_desired(changes).await?,
             Command::Drain(batch) => self.drain(batch).await?,
             Command::Terminate(target) => {
-                self.guard(Effect::Terminate(target))?;
+                self.guard(Effect::Terminate(target)).await?;
                 self.terminate(target).await?;
             }
             Command::RemoveNotJoined(target) => self.remove_not_joined(target).await?,
@@ -281,8 +317,22 @@ impl<E: Effects> Run<'_, E> {
         Ok(())
     }
 
-    fn guard(&self, effect: Effect<'_, TargetOf<E>>) -> crate::Result<()> {
-        Ok(self.effects.guard(&self.status, effect)?)
+    async fn guard(&mut self, effect: Effect<'_, TargetOf<E>>) -> crate::Result<()> {
+        check(self.effects, &self.status, effect).await
+    }
+
+    /// Nothing in hand as recorded after the command (a path waiting on
+    /// time, between disruptions, or done): a slot held is given back, so
+    /// no wait holds one another path needs. The next effect that needs one
+    /// takes it again.
+    async fn give_back_idle_slot(&mut self, command: &Command<TargetOf<E>>) -> crate::Result<()> {
+        if matches!(command, Command::ReleaseLock) || !self.effects.holds_slot() {
+            return Ok(());
+        }
+        if !self.written.as_ref().is_some_and(Record::in_hand) {
+            self.effects.release_slot().await?;
+        }
+        Ok(())
     }
 
     /// Writes the status when it differs from what was written last.
@@ -320,7 +370,7 @@ impl<E: Effects> Run<'_, E> {
     }
 
     async fn set_desired(&mut self, changes: &[DesiredChange]) -> crate::Result<()> {
-        self.guard(Effect::SetDesired(changes))?;
+        self.guard(Effect::SetDesired(changes)).await?;
         if self.effects.dry_run() {
             // Nothing will be made: record nothing as done, not even
             // between this write and the next.
@@ -354,10 +404,11 @@ impl<E: Effects> Run<'_, E> {
             |stored: Option<&E::Record>, id: &str| stored.is_none_or(|s| s.draining(id).is_none());
         for target in batch.iter() {
             let id = target.instance_id();
-            self.guard(Effect::Drain {
+            let effect = Effect::Drain {
                 target: self.status.draining(id).unwrap_or(target),
                 begins: first(self.stored, id),
-            })?;
+            };
+            check(self.effects, &self.status, effect).await?;
         }
         // The guard is pure on this reconcile's observations: its answer
         // stands for the steps below, made on the same ones.
@@ -393,7 +444,7 @@ impl<E: Effects> Run<'_, E> {
         // and never picks another node for the same step.
         let mut after = self.status.clone();
         if let Some(target) = after.drained(&id, self.now) {
-            self.effects.guard(&after, Effect::Terminate(&target))?;
+            check(self.effects, &after, Effect::Terminate(&target)).await?;
             self.status = after;
             self.terminate(&target).await?;
             self.requeue = Duration::from_millis(500);
@@ -411,7 +462,7 @@ impl<E: Effects> Run<'_, E> {
     }
 
     async fn remove_not_joined(&mut self, target: &CleanupTarget) -> crate::Result<()> {
-        self.guard(Effect::NotJoined(target))?;
+        self.guard(Effect::NotJoined(target)).await?;
         if self
             .remove("remove_not_joined", Effect::NotJoined(target))
             .await?
@@ -435,7 +486,7 @@ impl<E: Effects> Run<'_, E> {
     }
 
     async fn retire(&mut self, retiring: &[Retirement]) -> crate::Result<()> {
-        self.guard(Effect::Retire(retiring))?;
+        self.guard(Effect::Retire(retiring)).await?;
         self.persist("retire").await?;
         let mut retired = vec![];
         for r in retiring {
@@ -464,8 +515,7 @@ impl<E: Effects> Run<'_, E> {
             // Checked against the status before this step: a target given
             // back is still recorded there (its ASG may have left the spec).
             let before = self.stored.unwrap_or(&self.status);
-            self.effects
-                .guard(before, Effect::GiveBack { target, reason })?;
+            check(self.effects, before, Effect::GiveBack { target, reason }).await?;
             self.effects.uncordon(node, before).await?;
         }
         self.status.given_back(target, reason, self.now);
@@ -473,3 +523,6 @@ impl<E: Effects> Run<'_, E> {
         self.done(Effect::GiveBack { target, reason }).await
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -22,7 +22,7 @@ use crate::crd::nodegroup::OperationKind;
 use crate::crd::refresher::{RefreshTarget, TargetPurpose};
 use crate::crd::{NodeGroup, Refresher, RefresherStatus};
 use crate::events::Reason;
-use crate::k8s::disruption_slot::Slots;
+use crate::k8s::disruption_slot::{SlotState, Slots};
 use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
 use crate::k8s::lock::{self, Acquired, Holder};
 use chrono::{DateTime, Utc};
@@ -237,7 +237,15 @@ impl Effects for Cluster<'_> {
     }
 
     async fn take_slot(&mut self) -> Result<bool> {
-        self.slots.take(self.now).await
+        let taken = self.slots.take(self.now).await?;
+        if taken {
+            self.scene.slot = &crate::controllers::book::TAKEN;
+        }
+        Ok(taken)
+    }
+
+    fn holds_slot(&self) -> bool {
+        *self.scene.slot == SlotState::Ours
     }
 
     async fn release_slot(&mut self) -> Result<()> {

@@ -42,6 +42,13 @@ impl Record for RefresherStatus {
         target.workloads.sort();
     }
 
+    /// A run's batch (a node being drained, or terminated and not yet
+    /// replaced, a surplus node being removed) keeps its slot; between
+    /// nodes, and while it waits on time with none, the slot goes back.
+    fn in_hand(&self) -> bool {
+        self.run_start.is_some() && self.batch().next().is_some()
+    }
+
     fn blocked(&mut self, instance: &str, by: &str) {
         if let Some(t) = self.batch_member_mut(instance)
             && t.blocked_by.as_deref() != Some(by)

@@ -95,7 +95,15 @@ impl Effects for Cluster<'_> {
     }
 
     async fn take_slot(&mut self) -> crate::Result<bool> {
-        self.slots.take(self.guard.now).await
+        let taken = self.slots.take(self.guard.now).await?;
+        if taken {
+            self.guard.scene.slot = &crate::controllers::book::TAKEN;
+        }
+        Ok(taken)
+    }
+
+    fn holds_slot(&self) -> bool {
+        *self.guard.scene.slot == crate::controllers::book::SlotState::Ours
     }
 
     async fn release_slot(&mut self) -> crate::Result<()> {

@@ -32,6 +32,12 @@ impl Record for ReplenisherStatus {
         replenish_plan::record_termination(self, now)
     }
 
+    /// A removal recorded (a scale-in, an at-risk node, a fallback
+    /// return, a repair) keeps its slot until it is done or given back.
+    fn in_hand(&self) -> bool {
+        self.scale_in.is_some()
+    }
+
     fn raised(&mut self, made: bool) {
         match made {
             true => replenish_plan::raise_landed(self),

@@ -56,6 +56,10 @@ impl Effects for AsReplenisher<'_> {
         Ok(self.0.take_slot(self.1, Who::Replenisher))
     }
 
+    fn holds_slot(&self) -> bool {
+        self.0.slot == Some((self.1, Who::Replenisher))
+    }
+
     async fn release_slot(&mut self) -> crate::Result<()> {
         self.0.release_slot(self.1, Who::Replenisher);
         Ok(())
@@ -256,6 +260,12 @@ impl AsRefresher<'_> {
             "{what} before the status recording it was stored"
         );
         self.0.assert_holds(self.1, Who::Refresher, what);
+    }
+
+    /// A node taken away (a drain step, a termination): recorded, under
+    /// the lock, and with the slot, which the executor takes itself.
+    fn assert_disrupts(&self, status: &RefresherStatus, what: &str) {
+        self.assert_recorded(status, what);
         assert_eq!(
             self.0.slot,
             Some((self.1, Who::Refresher)),
@@ -309,6 +319,10 @@ impl Effects for AsRefresher<'_> {
         Ok(self.0.take_slot(self.1, Who::Refresher))
     }
 
+    fn holds_slot(&self) -> bool {
+        self.0.slot == Some((self.1, Who::Refresher))
+    }
+
     async fn release_slot(&mut self) -> crate::Result<()> {
         self.0.release_slot(self.1, Who::Refresher);
         Ok(())
@@ -345,7 +359,7 @@ impl Effects for AsRefresher<'_> {
         first: bool,
         _: &str,
     ) -> crate::Result<Drained> {
-        self.assert_recorded(status, "a drain");
+        self.assert_disrupts(status, "a drain");
         self.0.assert_guarded(&target.instance_id);
         let node = target
             .node
@@ -386,7 +400,7 @@ impl Effects for AsRefresher<'_> {
         let Effect::Terminate(target) = removal else {
             panic!("a refresher removes only its targets: {removal:?}");
         };
-        self.assert_recorded(status, "a termination");
+        self.assert_disrupts(status, "a termination");
         self.0.assert_guarded(&target.instance_id);
         assert!(
             target.terminated.is_some(),

@@ -162,7 +162,6 @@ impl Deciding<'_> {
         let since = *self.status.protected_since.get_or_insert(now);
         let until_t = after(since, self.protected_wait());
         if now < until_t {
-            self.waits_on_time = true;
             let list: Vec<String> = protected
                 .iter()
                 .map(|(node, _, why)| format!("{node} ({why})"))

@@ -2,7 +2,7 @@
 //! (with the reason), or start one and record what it will do.
 
 use super::targets::{drifted_targets, targets};
-use super::{Deciding, Decision, Happening, IDLE, LOCK_RETRY, SOON, SlotState, surplus_of};
+use super::{Deciding, Decision, Happening, IDLE, LOCK_RETRY, SOON, surplus_of};
 use crate::controllers::authority::Reason;
 use crate::controllers::group_view::{AsgView, LockState, after, until};
 use crate::crd::Role;
@@ -235,43 +235,40 @@ impl Deciding<'_> {
         (surplus, short)
     }
 
-    /// A run may start (`why`): Some(step) until the group's lock and a
-    /// disruption slot are ours, taken in that order (one order for every
-    /// path); a wait for either holds neither.
+    /// A run may start (`why`): Some(step) until the group's lock is ours.
+    /// It does not start while every disruption slot is held by others: it
+    /// would raise its surplus only to wait. The executor takes a slot
+    /// itself before the first node goes (one order for every path: the
+    /// lock, then the slot); a wait for either holds neither.
     pub(super) fn lock_to_start(&mut self, why: &str) -> Option<Decision> {
         let lock = &self.input.group.lock;
-        match self.input.rules.slot() {
-            // Looked at before the lock is taken: a group waiting for a
-            // slot must not hold its lock meanwhile (that would stall its
-            // replenisher), so a lock taken in a race is given back.
-            SlotState::Full(holders) => {
-                self.status.phase = RefreshPhase::WaitingForSlot;
-                let waiting = format!("{why}; waiting for a disruption slot: {holders}");
-                return Some(match lock {
-                    LockState::Ours => Decision::act(
-                        super::Command::ReleaseLock,
-                        format!("{waiting}: giving the group's lock back meanwhile"),
-                        LOCK_RETRY,
-                    ),
-                    _ => Decision::wait(waiting, LOCK_RETRY),
-                });
-            }
-            SlotState::Ours | SlotState::Free => {}
+        // Looked at before the lock is taken: a group waiting for a slot
+        // must not hold its lock meanwhile (that would stall its
+        // replenisher), so a lock taken in a race is given back.
+        if let Some(holders) = self.input.rules.slots_full() {
+            self.status.phase = RefreshPhase::WaitingForSlot;
+            let waiting = format!("{why}; waiting for a disruption slot: {holders}");
+            return Some(match lock {
+                LockState::Ours => Decision::act(
+                    super::Command::ReleaseLock,
+                    format!("{waiting}: giving the group's lock back meanwhile"),
+                    LOCK_RETRY,
+                ),
+                _ => Decision::wait(waiting, LOCK_RETRY),
+            });
         }
         self.status.phase = RefreshPhase::WaitingForLock;
         match lock {
             // A slot held without the lock (a restart between the two, a
             // lock lost): given back while the lock is held elsewhere,
             // which may be for long (another group's repair may need it).
-            LockState::Other(holder) if *self.input.rules.slot() == SlotState::Ours => {
-                Some(Decision::act(
-                    super::Command::ReleaseLock,
-                    format!(
-                        "{why}; the group's lock is held by {holder}: giving the disruption slot back while waiting"
-                    ),
-                    LOCK_RETRY,
-                ))
-            }
+            LockState::Other(holder) if self.input.rules.holds_slot() => Some(Decision::act(
+                super::Command::ReleaseLock,
+                format!(
+                    "{why}; the group's lock is held by {holder}: giving the disruption slot back while waiting"
+                ),
+                LOCK_RETRY,
+            )),
             LockState::Other(holder) => Some(Decision::wait(
                 format!("{why}; waiting for the group's lock, held by {holder}"),
                 LOCK_RETRY,
@@ -279,11 +276,6 @@ impl Deciding<'_> {
             LockState::Free => Some(Decision::act(
                 super::Command::TakeLock,
                 format!("{why}; taking the group's lock"),
-                Duration::ZERO,
-            )),
-            LockState::Ours if *self.input.rules.slot() != SlotState::Ours => Some(Decision::act(
-                super::Command::TakeSlot,
-                format!("{why}; taking a disruption slot"),
                 Duration::ZERO,
             )),
             LockState::Ours => None,

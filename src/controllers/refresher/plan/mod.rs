@@ -230,7 +230,6 @@ pub fn plan(input: &Input) -> Plan {
         status: input.status.clone(),
         happenings: vec![],
         paused: false,
-        waits_on_time: false,
     };
     let decided = planner.decide();
     let Decision {
@@ -289,9 +288,6 @@ struct Deciding<'a> {
     happenings: Vec<Happening>,
     /// This step waits in a pause (`pause`): its start is kept.
     paused: bool,
-    /// This step waits on time (a window, protected nodes, a pause), with
-    /// nothing in hand: the manager-wide slot need not be held for it.
-    waits_on_time: bool,
 }
 
 impl Deciding<'_> {
@@ -407,7 +403,7 @@ impl Deciding<'_> {
     }
 
     fn release_if_ours(&self) -> Command {
-        if self.input.group.lock == LockState::Ours || *self.input.rules.slot() == SlotState::Ours {
+        if self.input.group.lock == LockState::Ours || self.input.rules.holds_slot() {
             Command::ReleaseLock
         } else {
             Command::Nothing

@@ -7,54 +7,37 @@
 //! spot loss while it waits) is set aside at once, so the replenisher can
 //! replace them: Ready never stays below desired because a run waits.
 //! While it waits on time with nothing in hand it keeps its lock, its place
-//! and its surplus, not the manager-wide slot (`slot_for_step`).
+//! and its surplus, not the manager-wide slot: the executor gives a slot
+//! back whenever nothing is in hand, and takes one before the next drain.
 
-use super::{Command, Deciding, Decision, Happening, IDLE, LOCK_RETRY, SOON, SlotState};
+use super::{Command, Deciding, Decision, Happening, IDLE, LOCK_RETRY, SOON};
 use crate::controllers::group_view::{LockState, after, until};
 use crate::crd::nodegroup::ResolvedRefresh;
 use std::time::Duration;
 
 impl Deciding<'_> {
-    /// Nothing held while a run waits on time: a run in progress that
-    /// waits on a window, protected nodes or a pause, at a quiet point (no
-    /// node in its batch: none in hand, none terminated whose replacement
-    /// is still coming), gives the manager-wide slot back, keeping its
-    /// lock, its place and its surplus, so a path elsewhere is not held up
-    /// by it; and a run that acts again without the slot takes it first
-    /// (the decision's records are made again then, on what is seen). The
-    /// slot so bounds disruptions, not runs: two runs may be under way at
-    /// once, never two groups' nodes out at once beyond the limit. Master
-    /// groups too: the slot still refuses a second Master group at every
-    /// take, and the masters' rule serialises master removals.
+    /// A run's step that acts while every disruption slot is held by
+    /// others waits, paused, instead of being made (and, for a node taken
+    /// away, refused): the executor takes a free slot itself before the effect,
+    /// and gives it back whenever nothing is in hand, so a run waiting on
+    /// time holds none. The slot so bounds disruptions, not runs: two runs
+    /// may be under way at once, never two groups' nodes out at once
+    /// beyond the limit. Master groups too: the slot still refuses a second
+    /// Master group at every take, and the masters' rule serialises master
+    /// removals. Paused only when it would act: a run waiting on time
+    /// without the slot says what it waits for, and its pause clock does
+    /// not run because others hold the slots.
     pub(super) fn slot_for_step(&mut self, decided: Decision) -> Decision {
         if self.input.status.run_start.is_none() || self.status.run_start.is_none() {
             return decided;
         }
+        // Any step of its own, not only a node's: a run does not raise or
+        // lower its surplus while it could take no node away.
         let acts =
             decided.command.mutates() && !matches!(decided.command, Command::GiveBack { .. });
-        let quiet = self.status.batch().next().is_none();
         let input = self.input;
-        match input.rules.slot() {
-            SlotState::Ours if self.waits_on_time && !acts && quiet => Decision::act(
-                Command::ReleaseSlot,
-                format!(
-                    "{}; the disruption slot given back meanwhile",
-                    decided.message
-                ),
-                SOON.min(decided.requeue),
-            ),
-            SlotState::Free if acts => {
-                self.undecide();
-                Decision::act(
-                    Command::TakeSlot,
-                    format!("retaking a disruption slot to go on: {}", decided.message),
-                    Duration::ZERO,
-                )
-            }
-            // Paused only when it would act: a run waiting on time without
-            // the slot says what it waits for, and its pause clock does not
-            // run because others hold the slots.
-            SlotState::Full(why) if acts => {
+        match input.rules.slots_full() {
+            Some(why) if acts => {
                 self.undecide();
                 let timeout = match input.settings {
                     Ok(settings) => settings.pause_timeout,
@@ -68,7 +51,7 @@ impl Deciding<'_> {
     }
 
     /// Forgets what this step decided (its records and happenings): it is
-    /// made again, on what is seen then, once the slot is ours.
+    /// made again, on what is seen then, once a slot is free.
     fn undecide(&mut self) {
         self.status = self.input.status.clone();
         self.happenings.clear();
@@ -100,7 +83,7 @@ impl Deciding<'_> {
         } else {
             match &input.group.lock {
                 // The slot given back while the run waited on time is
-                // taken again when it acts (`slot_for_step`), not to wait.
+                // taken again by the executor when it acts, not to wait.
                 LockState::Ours => return None,
                 LockState::Free => {
                     return Some(Decision::act(
@@ -146,7 +129,6 @@ impl Deciding<'_> {
             let timeout = crate::duration::format(timeout);
             return self.set_aside_paused(format!("paused for over {timeout} ({why})"));
         }
-        self.waits_on_time = true;
         Decision::wait(
             format!("{why}; set aside at {} if still paused", limit.to_rfc3339()),
             requeue.min(until(now, limit)),

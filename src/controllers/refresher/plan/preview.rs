@@ -8,7 +8,7 @@
 use super::draining::take_order;
 use super::set_aside::CONTROL_PLANE_UNOBSERVED;
 use super::targets::{drifted_targets, targets};
-use super::{Book, Deciding, Input, LockState, SlotState, WindowState};
+use super::{Book, Deciding, Input, LockState, WindowState};
 use crate::controllers::authority::Reason;
 use crate::crd::next::{LISTED_NODES, NextDisruption, NextNode};
 use crate::crd::nodegroup::ResolvedRefresh;
@@ -27,7 +27,6 @@ pub fn preview(
         status: input.status.clone(),
         happenings: vec![],
         paused: false,
-        waits_on_time: false,
     };
     let settings = match input.settings {
         Ok(s) => s,
@@ -275,7 +274,7 @@ impl Deciding<'_> {
         if let Some(why) = self.surplus_to_add(settings).1 {
             return Some(skipped(why));
         }
-        if let SlotState::Full(holders) = self.input.rules.slot() {
+        if let Some(holders) = self.input.rules.slots_full() {
             return Some(format!("the disruption slots are held: {holders}"));
         }
         match &self.input.group.lock {

@@ -6,8 +6,7 @@
 
 use super::queries::{leaves_through_us, replacement};
 use super::scale_in::{choose_victim, protected_surplus};
-use super::{Deciding, Plan, SlotState};
-use crate::controllers::authority::rules::{self, Rule};
+use super::{Deciding, Plan};
 use crate::controllers::authority::{self, Reason, Request};
 use crate::controllers::group_view::{Fate, GroupFacts, GroupNode, LockState, after};
 use crate::controllers::window::WindowState;
@@ -33,13 +32,9 @@ pub struct ComingRepair {
 /// The group's repairs to come, each with what would hold it now (the
 /// group held as a whole, then the repair's own rules); `active`: the
 /// instances in service in the group's ASGs (a node on another is not the
-/// group's to repair); `slot`: the replenisher's disruption slot (a master
-/// repair holds one).
-pub fn repairs_to_come(
-    group: &GroupFacts,
-    active: &[String],
-    slot: &SlotState,
-) -> Vec<ComingRepair> {
+/// group's to repair). No repair waits for a disruption slot (the rule
+/// book: a dead kubelet does not wait, the masters' rule serialises).
+pub fn repairs_to_come(group: &GroupFacts, active: &[String]) -> Vec<ComingRepair> {
     let mut coming: Vec<ComingRepair> = group
         .nodes
         .iter()
@@ -49,7 +44,7 @@ pub fn repairs_to_come(
             let at = group.unhealthy_at(n)?;
             Some(ComingRepair {
                 node: n.name.clone(),
-                held_by: group_held(group).or_else(|| held_by(group, &id, slot)),
+                held_by: group_held(group).or_else(|| held_by(group, &id)),
                 instance_id: id,
                 at,
             })
@@ -60,7 +55,7 @@ pub fn repairs_to_come(
 }
 
 /// What holds a repair of `instance` now, as the repair stages check it.
-fn held_by(group: &GroupFacts, instance: &str, slot: &SlotState) -> Option<String> {
+fn held_by(group: &GroupFacts, instance: &str) -> Option<String> {
     if !group.repair {
         return Some(
             "repair is off (replenish.repair: false): a worker gets a replacement, the node is kept"
@@ -81,12 +76,6 @@ fn held_by(group: &GroupFacts, instance: &str, slot: &SlotState) -> Option<Strin
             authority::decide(group.control_plane, &request)
                 .err()
                 .map(|b| b.to_string())
-                .or_else(|| match slot {
-                    SlotState::Full(why) if rules::binds(Reason::MasterRepair, Rule::Slot) => {
-                        Some(format!("waiting for a disruption slot: {why}"))
-                    }
-                    _ => None,
-                })
         }
     }
 }
@@ -266,7 +255,7 @@ fn never_joined(s: &Deciding) -> Option<Kind> {
 fn repairs(s: &Deciding) -> Option<Kind> {
     let input = s.input;
     let active: Vec<String> = input.active.iter().cloned().collect();
-    let repairs = repairs_to_come(&input.group, &active, input.rules.slot());
+    let repairs = repairs_to_come(&input.group, &active);
     let first = repairs.first()?;
     Some(Kind {
         what: "repair",

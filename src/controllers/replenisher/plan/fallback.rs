@@ -9,7 +9,7 @@
 
 use super::queries::{changes_from, on_the_way, spread, spread_over};
 use super::records::record_raise;
-use super::scale_in::{PROTECTED_RETRY, slot_for, start_scale_in};
+use super::scale_in::{PROTECTED_RETRY, start_scale_in, wait_for_slot};
 use super::{Command, Deciding, Plan};
 use crate::controllers::authority::Reason;
 use crate::controllers::group_view::{AsgView, DesiredChange, GroupNode, IDLE, after, until};
@@ -221,8 +221,7 @@ pub(super) fn return_to_spot(s: &Deciding) -> Option<Plan> {
         "{ready}/{desired} Ready, spot launching again: returning {} from the on-demand {}",
         target.node, target.auto_scaling_group
     );
-    let phase = ReplenishPhase::ScalingDown;
-    if let Some(plan) = slot_for(s, Reason::FallbackReturn, &message, phase) {
+    if let Some(plan) = wait_for_slot(s, Reason::FallbackReturn, &message) {
         return Some(plan);
     }
     Some(start_scale_in(s, target, message))

@@ -23,7 +23,7 @@ use crate::crd::Role;
 /// even if the end of its drain was never recorded.
 pub(super) const RETIRE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 use super::queries::{authority_for, leaves_through_us, replacement};
-use super::scale_in::{PROTECTED_RETRY, slot_for, start_scale_in};
+use super::scale_in::{PROTECTED_RETRY, start_scale_in, wait_for_slot};
 use super::{Command, Deciding, Plan};
 use crate::controllers::authority::Reason;
 use crate::controllers::group_view::{Fate, GroupNode, SOON};
@@ -158,7 +158,7 @@ pub(super) fn remove_at_risk(s: &Deciding) -> Option<Plan> {
         "{} at risk of interruption, its replacement Ready: removing it from {}",
         target.node, target.auto_scaling_group
     );
-    if let Some(plan) = slot_for(s, Reason::AtRisk, &message, ReplenishPhase::ScalingDown) {
+    if let Some(plan) = wait_for_slot(s, Reason::AtRisk, &message) {
         return Some(plan);
     }
     Some(start_scale_in(s, target, message))

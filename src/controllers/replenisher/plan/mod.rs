@@ -239,7 +239,7 @@ impl Deciding<'_> {
 
     /// Not acting: give the lock (and a slot) back if we hold it, say why.
     fn idle(&self, status: ReplenisherStatus, phase: ReplenishPhase, message: String) -> Plan {
-        if self.input.group.lock == LockState::Ours || *self.input.rules.slot() == SlotState::Ours {
+        if self.input.group.lock == LockState::Ours || self.input.rules.holds_slot() {
             self.finish(status, phase, Command::ReleaseLock, message, SOON)
         } else {
             self.finish(status, phase, Command::Nothing, message, IDLE)
@@ -291,8 +291,7 @@ impl Deciding<'_> {
     /// meanwhile (a dead master elsewhere, a refresh); they are taken again
     /// when this acts. Only between steps: nothing is in hand.
     fn wait_on_time(&self, message: String, requeue: Duration) -> Plan {
-        let holds =
-            self.input.group.lock == LockState::Ours || *self.input.rules.slot() == SlotState::Ours;
+        let holds = self.input.group.lock == LockState::Ours || self.input.rules.holds_slot();
         let command = match holds {
             true => Command::ReleaseLock,
             false => Command::Nothing,

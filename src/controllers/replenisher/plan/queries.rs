@@ -265,10 +265,11 @@ pub(super) fn changes_from(s: &Deciding, candidates: &[AsgView]) -> Vec<DesiredC
 
 impl Deciding<'_> {
     /// The rule book's scene as this plan sees it: what the executor's
-    /// check will see, so the plan chooses by the same rules.
+    /// check will see (a free slot taken by the executor first), so the
+    /// plan chooses by the same rules.
     pub(super) fn scene(&self) -> Scene<'_> {
         let group = &self.input.group;
-        self.input.rules.scene(
+        self.input.rules.scene_to_choose(
             group.role,
             group.control_plane,
             group.breaker.as_deref(),

@@ -24,12 +24,12 @@
 //! cluster), and refuses while another master is down.
 
 use super::queries::{authority, on_the_way, raise_candidates, replacement, unhealthy};
-use super::scale_in::{slot_for, start_scale_in};
+use super::scale_in::{start_scale_in, wait_for_slot};
 use super::{Deciding, Plan};
 use crate::controllers::authority::Reason;
 use crate::controllers::group_view::GroupNode;
 use crate::crd::Role;
-use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
+use crate::crd::replenisher::ScaleInTarget;
 
 /// Before any raise: an unhealthy master, or an unhealthy worker no ASG can
 /// replace, is repaired in place (terminated without decrement).
@@ -67,11 +67,11 @@ pub(super) fn repair_in_place(s: &Deciding) -> Option<Plan> {
             target.auto_scaling_group
         ),
     };
-    // A master repair is a disruption of the control plane like any other:
-    // it holds the manager-wide slot (the rule book), so no other Master
-    // group acts at once; a worker's does not wait for one.
+    // Whether a repair waits for a disruption slot is the rule book's
+    // (today neither a master's nor a worker's does: a dead kubelet does
+    // not wait, and the masters' rule serialises masters).
     let reason = Reason::repair(s.input.group.role);
-    if let Some(plan) = slot_for(s, reason, &message, ReplenishPhase::Repairing) {
+    if let Some(plan) = wait_for_slot(s, reason, &message) {
         return Some(plan);
     }
     Some(start_scale_in(s, target, message))

@@ -3,10 +3,9 @@
 //! start a scale-in of one chosen node.
 
 use super::queries::{ready_in, reason_of};
-use super::{Batch, Command, Deciding, Plan, SCALE_IN_DRAIN_TIMEOUT, SlotState};
+use super::{Batch, Command, Deciding, Plan, SCALE_IN_DRAIN_TIMEOUT};
 use crate::controllers::authority::Reason;
 use crate::controllers::authority::rules::{self, Rule};
-use crate::controllers::authority::validate::Refused;
 use crate::controllers::group_view::GroupNode;
 use crate::controllers::group_view::LockState;
 use crate::controllers::group_view::after;
@@ -66,15 +65,12 @@ pub(super) fn scale_in_in_progress(s: &Deciding) -> Option<Plan> {
         // step. In hand while the slot it began with is still held; one
         // resumed after a stop gave the slot back (a suspend, a kops
         // rolling update, the breaker) begins again: its window, its
-        // protection and a slot are asked anew, and it is given back, lock
-        // and slot with it, when any refuses (chosen again once allowed).
-        let in_hand = *input.rules.slot() == SlotState::Ours;
+        // protection and a slot are asked anew (a free one the executor
+        // takes), and it is given back, lock and slot with it, when any
+        // refuses (chosen again once allowed).
+        let in_hand = input.rules.holds_slot();
         match s.validate_removal(&target, in_hand) {
             Ok(()) => None,
-            Err(Refused::NoSlot { .. }) if *input.rules.slot() == SlotState::Free => {
-                let what = format!("resume the removal of {}", target.node);
-                return slot_for(s, reason_of(s, &target), &what, phase);
-            }
             Err(refused) => Some(format!(
                 "removal of {} put off: refusing to {refused}",
                 target.node
@@ -176,7 +172,7 @@ pub(super) fn scale_in(s: &Deciding) -> Option<Plan> {
         "{}/{} Ready: removing {} from {}",
         s.ready, input.group.desired, target.node, target.auto_scaling_group
     );
-    if let Some(plan) = slot_for(s, Reason::ScaleIn, &message, ReplenishPhase::ScalingDown) {
+    if let Some(plan) = wait_for_slot(s, Reason::ScaleIn, &message) {
         return Some(plan);
     }
     Some(start_scale_in(s, target, message))
@@ -274,41 +270,28 @@ pub(super) fn choose_victim(s: &Deciding, spare_protected: bool) -> Option<Scale
 /// A removal waiting for a disruption slot asks again this often.
 const SLOT_RETRY: Duration = Duration::from_secs(5);
 
-/// A removal (`what`) for a reason the rule book binds to the slot needs
-/// a manager-wide disruption slot: Some(plan) until it holds one.
-pub(super) fn slot_for(
-    s: &Deciding,
-    reason: Reason,
-    what: &str,
-    phase: ReplenishPhase,
-) -> Option<Plan> {
+/// A removal (`what`) for a reason the rule book binds to the slot waits,
+/// rather than begins, while every disruption slot is held by others: the
+/// executor would refuse its first step. Some(plan) while it waits. A free
+/// slot is taken by the executor itself, before the first drain step.
+pub(super) fn wait_for_slot(s: &Deciding, reason: Reason, what: &str) -> Option<Plan> {
     if !rules::binds(reason, Rule::Slot) {
         return None;
     }
-    match s.input.rules.slot() {
-        SlotState::Ours => None,
-        SlotState::Free => Some(s.act(
-            s.status.clone(),
-            phase,
-            Command::TakeSlot,
-            format!("taking a disruption slot to: {what}"),
-        )),
-        // Waiting without the lock: the slot's holder may be this
-        // group's refresher, waiting for the lock (a hold-and-wait).
-        SlotState::Full(why) => {
-            let message = format!("{what}: waiting for a disruption slot: {why}");
-            let command = match s.input.group.lock {
-                LockState::Ours => Command::ReleaseLock,
-                _ => Command::Nothing,
-            };
-            let status = s.status.clone();
-            Some(s.finish(
-                status,
-                ReplenishPhase::Waiting,
-                command,
-                message,
-                SLOT_RETRY,
-            ))
-        }
-    }
+    let why = s.input.rules.slots_full()?;
+    // Waiting without the lock: the slot's holder may be this group's
+    // refresher, waiting for the lock (a hold-and-wait).
+    let message = format!("{what}: waiting for a disruption slot: {why}");
+    let command = match s.input.group.lock {
+        LockState::Ours => Command::ReleaseLock,
+        _ => Command::Nothing,
+    };
+    let status = s.status.clone();
+    Some(s.finish(
+        status,
+        ReplenishPhase::Waiting,
+        command,
+        message,
+        SLOT_RETRY,
+    ))
 }

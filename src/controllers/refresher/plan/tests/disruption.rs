@@ -48,12 +48,14 @@ fn a_due_run_waits_for_a_slot_held_elsewhere_without_taking_the_lock_then_starts
         "the group's lock is not held while waiting"
     );
     sim.slot = SlotState::Free;
-    // The lock first, then the slot: one order for every path.
+    // The lock first; the slot is the executor's, taken before the first
+    // node goes (one order for every path).
     assert_eq!(sim.step(false).command, Command::TakeLock);
-    assert_eq!(sim.step(false).command, Command::TakeSlot);
-    assert_eq!(sim.slot, SlotState::Ours);
+    sim.step(false);
+    assert!(sim.status.run_start.is_some(), "{:?}", sim.status.message);
     sim.run_to_end(300);
     assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
+    assert!(sim.slot_takes > 0, "no node taken away with a slot");
     assert_eq!(sim.slot, SlotState::Free, "released at the end of the run");
 }
 
@@ -79,9 +81,11 @@ fn a_run_that_finds_its_slot_taken_pauses_without_acting() {
             .all(|a| *a == Command::Nothing)
     );
     assert_eq!(sim.status.run_start, before.run_start);
-    // Free again (the other group's run ended): retaken, and the run goes on.
+    // Free again (the other group's run ended): the run goes on, the
+    // executor taking the slot before its first drain step.
     sim.slot = SlotState::Free;
-    assert_eq!(sim.step(false).command, Command::TakeSlot);
+    sim.steps_until_a_drain();
+    assert_eq!(sim.slot, SlotState::Ours, "taken by the executor to drain");
     sim.run_to_end(300);
     assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
 }
@@ -107,7 +111,6 @@ fn a_due_run_outside_every_window_waits_for_one_and_is_not_skipped() {
         closes: sim.now + chrono::Duration::hours(4),
     };
     assert_eq!(sim.step(false).command, Command::TakeLock);
-    assert_eq!(sim.step(false).command, Command::TakeSlot);
     sim.step(false);
     assert!(sim.status.run_start.is_some(), "{:?}", sim.status.message);
 }
@@ -138,7 +141,6 @@ fn a_due_run_waiting_for_its_window_is_not_skipped_by_a_blocker_that_passes_mean
         closes: sim.now + chrono::Duration::hours(4),
     };
     assert_eq!(sim.step(false).command, Command::TakeLock);
-    assert_eq!(sim.step(false).command, Command::TakeSlot);
     sim.step(false);
     assert!(sim.status.run_start.is_some(), "{:?}", sim.status.message);
     assert!(sim.status.last_run.is_none(), "{:?}", sim.status.last_run);
@@ -639,14 +641,13 @@ fn a_run_waiting_for_its_window_gives_the_slot_back_and_takes_it_again_to_go_on(
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     draining_in_an_open_window(&mut sim);
     sim.window = night(600, sim.now);
-    let mut released = 0;
+    let gives = sim.slot_gives;
     for _ in 0..30 {
-        let plan = sim.step(false);
-        released += usize::from(plan.command == Command::ReleaseSlot);
+        sim.step(false);
         sim.all_join_and_ready();
         sim.advance(5);
     }
-    assert_eq!(released, 1, "given back once");
+    assert_eq!(sim.slot_gives - gives, 1, "given back once");
     assert_eq!(sim.slot, SlotState::Free, "{:?}", sim.status.message);
     assert_eq!(sim.lock, LockState::Ours, "the run keeps its lock");
     assert!(sim.status.run_start.is_some());
@@ -664,9 +665,11 @@ fn a_run_waiting_for_its_window_gives_the_slot_back_and_takes_it_again_to_go_on(
         "{}",
         plan.message
     );
-    // Free again: taken before any step, then the run ends.
+    // Free again: taken by the executor before the first drain step, then
+    // the run ends.
     sim.slot = SlotState::Free;
-    assert_eq!(sim.step(false).command, Command::TakeSlot);
+    sim.steps_until_a_drain();
+    assert_eq!(sim.slot, SlotState::Ours, "taken by the executor to drain");
     sim.run_to_end(300);
     assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
     assert_eq!(sim.status.last_run.map(|r| r.replaced), Some(3));
@@ -695,7 +698,7 @@ fn a_run_keeps_the_slot_while_its_terminated_nodes_replacement_is_coming() {
     for _ in 0..30 {
         let plan = sim.step(false);
         assert!(plan.message.contains("suspended"), "{}", plan.message);
-        assert_ne!(plan.command, Command::ReleaseSlot, "{}", plan.message);
+        assert_eq!(sim.slot, SlotState::Ours, "{}", plan.message);
         sim.advance(5);
     }
     assert_eq!(sim.slot, SlotState::Ours, "{:?}", sim.status.message);
@@ -709,16 +712,16 @@ fn a_run_keeps_the_slot_while_its_terminated_nodes_replacement_is_coming() {
     // the run, waiting for its window at a quiet point, gives the slot back.
     sim.suspended = false;
     sim.window = night(600, sim.now);
-    let mut released = 0;
+    let gives = sim.slot_gives;
     for _ in 0..40 {
-        let plan = sim.step(false);
-        if plan.command == Command::ReleaseSlot {
-            released += 1;
+        let held = sim.slot == SlotState::Ours;
+        sim.step(false);
+        if held && sim.slot != SlotState::Ours {
             assert!(sim.status.batch().next().is_none(), "{:?}", sim.status);
         }
         sim.advance(5);
     }
-    assert_eq!(released, 1, "{:?}", sim.status.message);
+    assert_eq!(sim.slot_gives - gives, 1, "{:?}", sim.status.message);
     assert_eq!(sim.slot, SlotState::Free);
     assert_eq!(sim.lock, LockState::Ours, "the run keeps its lock");
     assert_eq!(sim.status.replaced, 1);
@@ -742,10 +745,11 @@ fn a_run_waiting_on_time_without_its_slot_is_not_paused_for_it_until_it_acts() {
     sim.protected
         .insert(node.clone(), "the Node is annotated".into());
     for _ in 0..200 {
-        let plan = sim.step(false);
+        let gives = sim.slot_gives;
+        sim.step(false);
         sim.all_join_and_ready();
         sim.advance(1);
-        if plan.command == Command::ReleaseSlot {
+        if sim.slot_gives > gives {
             break;
         }
     }
@@ -776,7 +780,8 @@ fn a_run_waiting_on_time_without_its_slot_is_not_paused_for_it_until_it_acts() {
     assert!(plan.status.paused_since.is_some());
     assert!(plan.status.current_target.is_none(), "chose nothing yet");
     sim.slot = SlotState::Free;
-    assert_eq!(sim.step(false).command, Command::TakeSlot);
+    sim.steps_until_a_drain();
+    assert_eq!(sim.slot, SlotState::Ours, "taken by the executor to drain");
     sim.run_to_end(300);
     assert_eq!(sim.result().map(|r| r.0), Some(RunResult::Succeeded));
     assert_eq!(sim.status.last_run.map(|r| r.replaced), Some(3));

@@ -23,7 +23,6 @@ fn surplus_that_never_gets_ready_fails_the_run_and_is_removed() {
     let layout = sim.layout();
     let old = sim.ids();
     sim.step(false); // lock
-    sim.step(false); // slot
     sim.step(false); // start, raise
     assert!(sim.asgs.iter().map(|a| a.desired).sum::<i32>() == 4);
     sim.step(false); // the first replacement launched with the surplus

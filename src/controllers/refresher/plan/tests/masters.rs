@@ -117,7 +117,6 @@ fn a_master_is_not_terminated_while_another_master_is_not_ready() {
     let first = Sim::node_name(&sim.instances[0].id);
     sim.stuck = vec![first.clone()];
     sim.step(false); // lock
-    sim.step(false); // slot
     let plan = sim.step(false); // start, first drain step
     assert!(matches!(plan.command, Command::Drain(_)));
     // Another master goes down while the first is drained.

@@ -101,6 +101,9 @@ struct Sim {
     lock: LockState,
     /// The manager-wide disruption slot.
     slot: SlotState,
+    /// Slots the executor took and gave back (not by a ReleaseLock).
+    slot_takes: usize,
+    slot_gives: usize,
     /// The maintenance windows.
     window: WindowState,
     /// Protected nodes (by node name), and how long a run waits for them.
@@ -186,6 +189,8 @@ impl Sim {
             },
             lock: LockState::Free,
             slot: SlotState::Free,
+            slot_takes: 0,
+            slot_gives: 0,
             window: WindowState::Always,
             protected: Default::default(),
             do_not_disrupt_timeout: Duration::ZERO,
@@ -577,6 +582,19 @@ impl Sim {
         }
     }
 
+    /// Steps (its replacements launched ahead, joined) until one drains.
+    fn steps_until_a_drain(&mut self) {
+        for _ in 0..10 {
+            let plan = self.step(false);
+            if matches!(plan.command, Command::Drain(_)) {
+                return;
+            }
+            self.all_join_and_ready();
+            self.advance(1);
+        }
+        panic!("no drain: {:?}", self.status.message);
+    }
+
     fn original_cordoned(&self) -> usize {
         self.instances
             .iter()
@@ -664,10 +682,15 @@ impl Sim {
     fn assert_persisted_and_locked(&self, status: &RefresherStatus) {
         assert_eq!(&self.status, status, "acted before persisting its status");
         assert_eq!(self.lock, LockState::Ours, "mutation without the lock");
+    }
+
+    /// A node taken away (a drain step, a termination): with a slot too.
+    fn assert_disruption_allowed(&self, status: &RefresherStatus) {
+        self.assert_persisted_and_locked(status);
         assert_eq!(
             self.slot,
             SlotState::Ours,
-            "mutation without a disruption slot"
+            "a node taken away without a disruption slot"
         );
     }
 }
@@ -734,17 +757,23 @@ impl Effects for Sim {
 
     async fn take_slot(&mut self) -> crate::Result<bool> {
         assert_eq!(self.lock, LockState::Ours, "took a slot without the lock");
-        assert!(
-            !matches!(self.slot, SlotState::Full(_)),
-            "took a slot that is not free"
-        );
+        if matches!(self.slot, SlotState::Full(_)) {
+            return Ok(false);
+        }
         self.slot = SlotState::Ours;
+        self.slot_takes += 1;
         Ok(true)
+    }
+
+    fn holds_slot(&self) -> bool {
+        self.slot == SlotState::Ours
     }
 
     async fn release_slot(&mut self) -> crate::Result<()> {
         if self.slot == SlotState::Ours {
             self.slot = SlotState::Free;
+            let by_lock = matches!(self.actions.last(), Some(Command::ReleaseLock));
+            self.slot_gives += usize::from(!by_lock);
         }
         Ok(())
     }
@@ -786,7 +815,7 @@ impl Effects for Sim {
         _: bool,
         _: &str,
     ) -> crate::Result<Drained> {
-        self.assert_persisted_and_locked(status);
+        self.assert_disruption_allowed(status);
         let node = target.node.clone().expect("drain of a node");
         let inst = self
             .instances
@@ -820,7 +849,7 @@ impl Effects for Sim {
         let crate::controllers::command::Effect::Terminate(target) = removal else {
             panic!("a refresher removes only its targets: {removal:?}");
         };
-        self.assert_persisted_and_locked(status);
+        self.assert_disruption_allowed(status);
         assert!(
             target.terminated.is_some(),
             "termination not recorded first"

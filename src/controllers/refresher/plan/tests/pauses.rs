@@ -350,8 +350,9 @@ fn a_master_run_waiting_for_its_own_replacement_is_not_set_aside_as_short() {
     assert_eq!(sim.status.last_run.as_ref().map(|r| r.replaced), Some(1));
 }
 
-/// A paused run does nothing to nodes or AWS: it waits, and (issue 68) the
-/// first such step gives the manager-wide slot back, keeping its lock.
+/// A paused run does nothing to nodes or AWS: it waits (and, issue 68, the
+/// executor gives the manager-wide slot back once nothing is in hand,
+/// keeping its lock).
 fn holds_still(command: &Command) -> bool {
-    matches!(command, Command::Nothing | Command::ReleaseSlot)
+    matches!(command, Command::Nothing)
 }

@@ -83,7 +83,6 @@ fn the_first_replacement_is_launched_with_the_surplus_not_after_it() {
     let mut sim = Sim::new(Role::Worker, 2, 2, 1);
     let start = sim.layout();
     sim.step(false); // lock
-    sim.step(false); // slot
     sim.step(false); // the surplus raised
     assert_eq!(sim.asgs.iter().map(|a| a.desired).sum::<i32>(), 5);
     // The surplus is not Ready yet: the first node's replacement is raised

@@ -27,10 +27,7 @@ fn starts(s: &Scenario, now: DateTime<Utc>) -> bool {
     let p = s.plan_with(COOLDOWN, JOIN, now);
     matches!(
         p.command,
-        Command::SetDesired(_)
-            | Command::TakeSlot
-            | Command::Drain(_)
-            | Command::RemoveNotJoined(_)
+        Command::SetDesired(_) | Command::Drain(_) | Command::RemoveNotJoined(_)
     )
 }
 
@@ -251,7 +248,7 @@ fn a_repair_to_come_says_what_holds_the_group_and_the_slot_and_the_plan_waits_fo
         let active: Vec<String> = s.active().into_iter().collect();
         let set = s.active();
         let input = input_of(s, &set);
-        let repairs = repairs_to_come(&input.group, &active, input.rules.slot());
+        let repairs = repairs_to_come(&input.group, &active);
         assert_eq!(repairs.len(), 1, "{repairs:?}");
         repairs[0].held_by.clone()
     };
@@ -292,10 +289,7 @@ fn a_repair_to_come_says_what_holds_the_group_and_the_slot_and_the_plan_waits_fo
         assert!(why.contains(says), "{says}: {why}");
         let p = s.plan_with(COOLDOWN, JOIN, t0());
         assert!(
-            !matches!(
-                p.command,
-                Command::SetDesired(_) | Command::Drain(_) | Command::TakeSlot
-            ),
+            !matches!(p.command, Command::SetDesired(_) | Command::Drain(_)),
             "{says}: {:?}: {}",
             p.command,
             p.message

@@ -415,8 +415,7 @@ fn a_repair_whose_node_is_ready_again_is_given_up_before_or_after_its_terminatio
     let p = after.plan_with(Duration::ZERO, Duration::from_secs(900), t0() + minutes(1));
     assert!(after.status.scale_in.is_none());
     assert!(
-        matches!(p.command, Command::Drain(ref t) if !t.repair && t.node == "na2")
-            || matches!(p.command, Command::TakeSlot),
+        matches!(p.command, Command::Drain(ref t) if !t.repair && t.node == "na2"),
         "the surplus goes: {:?}: {}",
         p.command,
         p.message

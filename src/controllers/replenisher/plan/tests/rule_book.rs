@@ -77,8 +77,10 @@ fn keeps_its_rules(s: &Scenario, target: &ScaleInTarget, reason: Reason) -> Resu
     if rules::binds(reason, Rule::DoNotDisrupt) && s.protected.contains_key(&target.node) {
         return why("do-not-disrupt");
     }
-    // None: held with the lock, as a removal that took it.
-    if rules::binds(reason, Rule::Slot) && !matches!(s.slot, None | Some(SlotState::Ours)) {
+    // Held, or free: the executor takes a free one before the first step
+    // (and refuses without one); the plan begins none while others hold
+    // them all.
+    if rules::binds(reason, Rule::Slot) && matches!(s.slot, Some(SlotState::Full(_))) {
         return why("the slot");
     }
     let ready_besides = s
