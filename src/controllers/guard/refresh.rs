@@ -5,12 +5,13 @@
 
 use crate::cloud::AsgDescription;
 use crate::controllers::authority::rules::{self, Rule, reason_of};
-use crate::controllers::authority::validate::{Disruption, Floor, Scene, validate};
+use crate::controllers::authority::validate::{Disruption, Floor, Refused, Scene, validate};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::group_view::GroupNode;
 use crate::controllers::guard::{Refusal, active_member, desired_changes, groups_asg};
 use crate::crd::refresher::{RefreshTarget, RunTrigger, TargetPurpose, surplus_of};
 use crate::crd::{NodeGroup, RefresherStatus};
+use crate::k8s::disruption_slot::SlotState;
 
 /// Re-checks each mutation against fresh observations before it is made:
 /// only the group's ASGs and instances, never above max, never lowering an
@@ -60,7 +61,32 @@ impl Guard<'_> {
             return Err(Refusal::OutsideARun);
         }
         crate::controllers::guard::no_fallback_raise(self.group, changes)?;
-        desired_changes(self.group, self.fresh, changes)
+        desired_changes(self.group, self.fresh, changes)?;
+        if changes.iter().any(|c| c.to > c.from) {
+            self.raise_holds_a_slot(changes)?;
+        }
+        Ok(())
+    }
+
+    /// A run's raise (its surplus, a replacement launched ahead) is the
+    /// first part of its disruption: it is made holding a slot, as the
+    /// rule book binds the run's reason, so two runs do not both pay for
+    /// surplus while only one of them may take nodes away. (Lowering gives
+    /// back what the run raised, and needs none.)
+    fn raise_holds_a_slot(&self, changes: &[DesiredChange]) -> Result<(), Refusal> {
+        let reason = rules::run_reason(self.status.trigger);
+        if !rules::binds(reason, Rule::Slot) || *self.scene.slot == SlotState::Ours {
+            return Ok(());
+        }
+        let why = match self.scene.slot {
+            SlotState::Full(holders) => holders.clone(),
+            _ => "none taken".into(),
+        };
+        let asgs: Vec<&str> = changes.iter().map(|c| c.asg.as_str()).collect();
+        Err(Refusal::Rule(Refused::NoSlot {
+            instance: format!("raise {}", asgs.join(", ")),
+            why,
+        }))
     }
 
     pub fn owns_node(&self, node: &str) -> Result<(), Refusal> {
@@ -255,12 +281,21 @@ mod tests {
         }
 
         fn check<T>(&self, f: impl FnOnce(&Guard) -> Result<T, Refusal>) -> Result<T, Refusal> {
+            self.check_with(SlotState::Ours, f)
+        }
+
+        /// The check with the slot as `slot` (this path's side).
+        fn check_with<T>(
+            &self,
+            slot: SlotState,
+            f: impl FnOnce(&Guard) -> Result<T, Refusal>,
+        ) -> Result<T, Refusal> {
             let nodes = group_nodes(
                 &self.group.status.as_ref().expect("status").nodes,
                 &self.fresh,
                 chrono::Utc::now(),
             );
-            let (protected, slot) = (Default::default(), SlotState::Ours);
+            let protected = Default::default();
             f(&Guard {
                 group: &self.group,
                 fresh: &self.fresh,
@@ -472,6 +507,27 @@ mod tests {
             case.check(|g| g.set_desired(&[change("c", 1, 2)])),
             Err(Refusal::NotTheGroupsAsg { asg: "c".into() })
         );
+    }
+
+    /// A run raises (its surplus, a replacement ahead) holding a slot, as
+    /// its reason binds it, so two runs do not both pay for surplus while
+    /// one may act; the executor takes a free one on this refusal. Giving
+    /// back what it raised needs none.
+    #[test]
+    fn a_runs_raise_holds_a_slot_and_its_lowering_needs_none() {
+        let mut case = Case::new();
+        for slot in [SlotState::Free, SlotState::Full("Refresh ns/other".into())] {
+            let refused = case.check_with(slot.clone(), |g| g.set_desired(&[change("b", 2, 3)]));
+            assert!(
+                matches!(refused, Err(Refusal::Rule(Refused::NoSlot { .. }))),
+                "{slot:?}: {refused:?}"
+            );
+        }
+        assert!(case.check(|g| g.set_desired(&[change("b", 2, 3)])).is_ok());
+        // b raised to 3 with two instances in service: lowered back freely.
+        case.fresh[1].desired = 3;
+        let lowered = case.check_with(SlotState::Free, |g| g.set_desired(&[change("b", 3, 2)]));
+        assert_eq!(lowered, Ok(()));
     }
 
     #[test]

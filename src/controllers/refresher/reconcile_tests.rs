@@ -124,10 +124,6 @@ async fn it_observes_then_persists_the_step_then_acts() {
             "GET /api/v1/nodes".to_string(),
             "GET /api/v1/pods".to_string(),
             format!("PATCH {}/status", path("refreshers", "workers")),
-            // Nothing in hand (a surplus raised, no node taken yet): the
-            // executor gives the slot back once the status is written.
-            format!("GET {}", slots_path()),
-            format!("PUT {}", slots_path()),
         ],
         "observe (the Refresher, its group, the slot, what protects its nodes), then persist"
     );

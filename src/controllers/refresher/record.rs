@@ -42,11 +42,14 @@ impl Record for RefresherStatus {
         target.workloads.sort();
     }
 
-    /// A run's batch (a node being drained, or terminated and not yet
-    /// replaced, a surplus node being removed) keeps its slot; between
-    /// nodes, and while it waits on time with none, the slot goes back.
+    /// A run under way keeps the slot it took (at its raise or its first
+    /// drain) from node to node; while it waits on time (paused: a window,
+    /// a stop, the lock; or waiting for protected nodes) with no node in
+    /// its batch (none being drained, none terminated and not yet
+    /// replaced), the slot goes back, its lock, surplus and place kept.
     fn in_hand(&self) -> bool {
-        self.run_start.is_some() && self.batch().next().is_some()
+        let waits_on_time = self.paused_since.is_some() || self.protected_since.is_some();
+        self.run_start.is_some() && (self.batch().next().is_some() || !waits_on_time)
     }
 
     fn blocked(&mut self, instance: &str, by: &str) {

@@ -260,12 +260,7 @@ impl AsRefresher<'_> {
             "{what} before the status recording it was stored"
         );
         self.0.assert_holds(self.1, Who::Refresher, what);
-    }
-
-    /// A node taken away (a drain step, a termination): recorded, under
-    /// the lock, and with the slot, which the executor takes itself.
-    fn assert_disrupts(&self, status: &RefresherStatus, what: &str) {
-        self.assert_recorded(status, what);
+        // The slot too, which the executor takes itself.
         assert_eq!(
             self.0.slot,
             Some((self.1, Who::Refresher)),
@@ -359,7 +354,7 @@ impl Effects for AsRefresher<'_> {
         first: bool,
         _: &str,
     ) -> crate::Result<Drained> {
-        self.assert_disrupts(status, "a drain");
+        self.assert_recorded(status, "a drain");
         self.0.assert_guarded(&target.instance_id);
         let node = target
             .node
@@ -400,7 +395,7 @@ impl Effects for AsRefresher<'_> {
         let Effect::Terminate(target) = removal else {
             panic!("a refresher removes only its targets: {removal:?}");
         };
-        self.assert_disrupts(status, "a termination");
+        self.assert_recorded(status, "a termination");
         self.0.assert_guarded(&target.instance_id);
         assert!(
             target.terminated.is_some(),

@@ -678,19 +678,15 @@ use crate::controllers::group_view::tests::block_on;
 
 impl Sim {
     /// Persist, then act: a mutation comes after the status recording it is
-    /// stored, and only under the group's lock.
+    /// stored, and only under the group's lock and a slot (which the
+    /// executor takes itself).
     fn assert_persisted_and_locked(&self, status: &RefresherStatus) {
         assert_eq!(&self.status, status, "acted before persisting its status");
         assert_eq!(self.lock, LockState::Ours, "mutation without the lock");
-    }
-
-    /// A node taken away (a drain step, a termination): with a slot too.
-    fn assert_disruption_allowed(&self, status: &RefresherStatus) {
-        self.assert_persisted_and_locked(status);
         assert_eq!(
             self.slot,
             SlotState::Ours,
-            "a node taken away without a disruption slot"
+            "mutation without a disruption slot"
         );
     }
 }
@@ -815,7 +811,7 @@ impl Effects for Sim {
         _: bool,
         _: &str,
     ) -> crate::Result<Drained> {
-        self.assert_disruption_allowed(status);
+        self.assert_persisted_and_locked(status);
         let node = target.node.clone().expect("drain of a node");
         let inst = self
             .instances
@@ -849,7 +845,7 @@ impl Effects for Sim {
         let crate::controllers::command::Effect::Terminate(target) = removal else {
             panic!("a refresher removes only its targets: {removal:?}");
         };
-        self.assert_disruption_allowed(status);
+        self.assert_persisted_and_locked(status);
         assert!(
             target.terminated.is_some(),
             "termination not recorded first"
