@@ -15,8 +15,9 @@ use crate::crd::replenisher::{CleanupTarget, Retirement};
 
 /// One mutation a command makes, described once for every stage: the
 /// guard checks it before it is made, the path's effects make it (a
-/// removal: `Terminate`, `NotJoined`, `Retire`), and it is told (Events,
-/// metrics) once made, with the status after it.
+/// removal: `Terminate`, `NotJoined`, `Retire`), the path's status records
+/// it made (`execute::Record::made`), and it is told (Events, metrics)
+/// with the status after it.
 #[derive(Debug)]
 pub enum Effect<'a, T> {
     /// A node put back in service (a drain given up, a run set aside), and

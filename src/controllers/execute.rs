@@ -76,16 +76,14 @@ pub trait Record: Clone + PartialEq {
     fn moving(&mut self, _instance: &str, _workloads: &[String]) {}
     /// What refused an eviction from `instance`'s node in this step.
     fn blocked(&mut self, _instance: &str, _by: &str) {}
-    /// A raise made, or (dry-run, refused) not.
-    fn raised(&mut self, _made: bool) {}
-    /// A recorded termination made, at `now`.
-    fn terminated(&mut self, _target: &Self::Target, _now: DateTime<Utc>) {}
-    /// A target's node given back (uncordoned), for `reason`.
-    fn given_back(&mut self, _target: &Self::Target, _reason: &str, _now: DateTime<Utc>) {}
-    /// A never-joined instance removed.
-    fn removed_not_joined(&mut self) {}
-    /// Interrupted instances retired.
-    fn retired(&mut self, _instances: &[String]) {}
+    /// What a mutation made writes (a raise landed, a termination done, a
+    /// node given back, a never-joined instance removed, instances
+    /// retired), at `now`: the effect as the guard checked it and as it is
+    /// told, one description for the three.
+    fn made(&mut self, _effect: Effect<'_, Self::Target>, _now: DateTime<Utc>) {}
+    /// A raise not made (dry-run, or AWS made none): nothing recorded as
+    /// done, not even between a write and the next.
+    fn not_made(&mut self, _effect: Effect<'_, Self::Target>) {}
     /// The group's lock is held by the group's other controller.
     fn lock_held_elsewhere(&mut self) {}
     /// Whether a disruption the slot bounds is under way (a node being
@@ -369,21 +367,27 @@ impl<E: Effects> Run<'_, E> {
         Ok(())
     }
 
+    /// A mutation made: recorded in the status, written, then told.
+    async fn made(&mut self, effect: Effect<'_, TargetOf<E>>) -> crate::Result<()> {
+        self.status.made(effect, self.now);
+        self.done(effect).await
+    }
+
     async fn set_desired(&mut self, changes: &[DesiredChange]) -> crate::Result<()> {
         self.guard(Effect::SetDesired(changes)).await?;
         if self.effects.dry_run() {
             // Nothing will be made: record nothing as done, not even
             // between this write and the next.
-            self.status.raised(false);
+            self.status.not_made(Effect::SetDesired(changes));
         }
         self.persist("set_desired").await?;
         let made = (self.effects)
             .set_desired(changes, &self.status, self.message)
             .await?;
         self.acted("set_desired")?;
-        self.status.raised(made);
-        if made {
-            self.done(Effect::SetDesired(changes)).await?;
+        match made {
+            true => self.made(Effect::SetDesired(changes)).await?,
+            false => self.status.not_made(Effect::SetDesired(changes)),
         }
         Ok(())
     }
@@ -455,8 +459,7 @@ impl<E: Effects> Run<'_, E> {
     /// A recorded termination: written, then made, then marked done.
     async fn terminate(&mut self, target: &TargetOf<E>) -> crate::Result<()> {
         if self.remove("terminate", Effect::Terminate(target)).await? {
-            self.status.terminated(target, self.now);
-            self.done(Effect::Terminate(target)).await?;
+            self.made(Effect::Terminate(target)).await?;
         }
         Ok(())
     }
@@ -467,8 +470,7 @@ impl<E: Effects> Run<'_, E> {
             .remove("remove_not_joined", Effect::NotJoined(target))
             .await?
         {
-            self.status.removed_not_joined();
-            self.done(Effect::NotJoined(target)).await?;
+            self.made(Effect::NotJoined(target)).await?;
         }
         Ok(())
     }
@@ -501,9 +503,7 @@ impl<E: Effects> Run<'_, E> {
         }
         self.acted("retire")?;
         if !retired.is_empty() {
-            let ids: Vec<String> = retired.iter().map(|r| r.instance_id.clone()).collect();
-            self.status.retired(&ids);
-            self.done(Effect::Retire(&retired)).await?;
+            self.made(Effect::Retire(&retired)).await?;
         }
         Ok(())
     }
@@ -518,7 +518,7 @@ impl<E: Effects> Run<'_, E> {
             check(self.effects, before, Effect::GiveBack { target, reason }).await?;
             self.effects.uncordon(node, before).await?;
         }
-        self.status.given_back(target, reason, self.now);
+        (self.status).made(Effect::GiveBack { target, reason }, self.now);
         self.persist("give_back").await?;
         self.done(Effect::GiveBack { target, reason }).await
     }

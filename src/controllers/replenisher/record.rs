@@ -4,6 +4,7 @@
 //! a cleanup or a retirement done).
 
 use super::plan as replenish_plan;
+use crate::controllers::command::Effect;
 use crate::controllers::execute::{Record, Target};
 use crate::crd::ReplenisherStatus;
 use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
@@ -38,27 +39,25 @@ impl Record for ReplenisherStatus {
         self.scale_in.is_some()
     }
 
-    fn raised(&mut self, made: bool) {
-        match made {
-            true => replenish_plan::raise_landed(self),
-            false => replenish_plan::raise_not_made(self),
+    fn made(&mut self, effect: Effect<'_, ScaleInTarget>, now: DateTime<Utc>) {
+        match effect {
+            Effect::SetDesired(_) => replenish_plan::raise_landed(self),
+            Effect::Terminate(target) => replenish_plan::finish_scale_in(self, target),
+            Effect::GiveBack { reason, .. } => replenish_plan::abandon_scale_in(self, reason, now),
+            Effect::NotJoined(_) => replenish_plan::finish_cleanup(self),
+            Effect::Retire(retired) => {
+                let ids: Vec<String> = retired.iter().map(|r| r.instance_id.clone()).collect();
+                replenish_plan::finish_retiring(self, &ids);
+            }
+            // A drain step's outcome is `drained`'s.
+            Effect::Drain { .. } => {}
         }
     }
 
-    fn terminated(&mut self, target: &ScaleInTarget, _: DateTime<Utc>) {
-        replenish_plan::finish_scale_in(self, target);
-    }
-
-    fn given_back(&mut self, _: &ScaleInTarget, reason: &str, now: DateTime<Utc>) {
-        replenish_plan::abandon_scale_in(self, reason, now);
-    }
-
-    fn removed_not_joined(&mut self) {
-        replenish_plan::finish_cleanup(self);
-    }
-
-    fn retired(&mut self, instances: &[String]) {
-        replenish_plan::finish_retiring(self, instances);
+    fn not_made(&mut self, effect: Effect<'_, ScaleInTarget>) {
+        if let Effect::SetDesired(_) = effect {
+            replenish_plan::raise_not_made(self);
+        }
     }
 
     fn lock_held_elsewhere(&mut self) {

@@ -4,7 +4,7 @@
 //! the executor writes it before each effect, and its guard
 //! (`super::check`) asks it, and the rule book, before each.
 
-use crate::controllers::command::{Batch, Command};
+use crate::controllers::command::{Batch, Command, Effect};
 use crate::controllers::execute::{self, Target};
 use crate::k8s::interruption_record::Record;
 use chrono::{DateTime, Utc};
@@ -128,8 +128,10 @@ impl execute::Record for Mark {
         Some(self.on.clone())
     }
 
-    fn terminated(&mut self, _: &Interrupted, now: DateTime<Utc>) {
-        if let Some(action) = self.record.lifecycle.as_mut() {
+    fn made(&mut self, effect: Effect<'_, Interrupted>, now: DateTime<Utc>) {
+        if let Effect::Terminate(_) = effect
+            && let Some(action) = self.record.lifecycle.as_mut()
+        {
             action.completed.get_or_insert(now);
         }
     }
@@ -309,7 +311,7 @@ pub(super) mod tests {
         );
         assert_eq!(after.drained("i-1", now), None, "ended once");
         assert_eq!(after.clone().drained("i-2", now), None, "another instance");
-        after.terminated(&mark.on, now);
+        after.made(Effect::Terminate(&mark.on), now);
         assert_eq!(after.record.lifecycle.and_then(|a| a.completed), Some(now));
 
         // The deadline records what is left; the completion follows.
