@@ -190,3 +190,166 @@ async fn the_manager_speaks_http2_to_the_apiserver() {
         }
     }
 }
+
+/// `kubectl <args>` against the test apiserver, off the async runtime; its
+/// output when it fails.
+async fn kubectl(world: &World, args: &[&str]) -> Result<String, String> {
+    let kubeconfig = world.kubeconfig().to_path_buf();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(&args)
+            .output()
+            .map_err(|e| format!("run kubectl: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        match out.status.success() {
+            true => Ok(text),
+            false => Err(format!("kubectl {}: {text}", args.join(" "))),
+        }
+    })
+    .await
+    .expect("kubectl task")
+}
+
+/// A running group with a refresh schedule: its NodeGroup, Refresher and
+/// Replenisher, its finalizer on.
+async fn a_group_with_its_finalizer(name: &str) -> support::steady::SteadyGroup {
+    use kube::ResourceExt;
+    let g = support::steady::SteadyGroup::workers(name).start().await;
+    let spec = serde_json::json!({"spec": {"refresh": {"schedule": "0 4 * * Mon"}}});
+    g.groups
+        .patch("workers", &PatchParams::default(), &Patch::Merge(&spec))
+        .await
+        .expect("a refresh schedule");
+    let refreshers: Api<spot_node_manager::crd::Refresher> = g.world.api();
+    let replenishers: Api<spot_node_manager::crd::Replenisher> = g.world.api();
+    assert_eventually("the finalizer on, both children made", WAIT, || async {
+        let group = g.groups.get("workers").await.ok()?;
+        let on = group
+            .finalizers()
+            .iter()
+            .any(|f| f == spot_node_manager::crd::labels::FINALIZER);
+        let children = refreshers.get_opt("workers").await.ok()?.is_some()
+            && replenishers.get_opt("workers").await.ok()?.is_some();
+        (on && children).then_some(())
+    })
+    .await;
+    g
+}
+
+/// Issue 69: operations.md's uninstall, in its order, on the real
+/// apiserver: the NodeGroups deleted while the manager runs (it releases
+/// their finalizers), then the manager and its namespace, leave no group,
+/// child or namespace hanging. (`kubectl delete -k` also deletes the CRDs,
+/// which this shared apiserver's other tests use: the namespace stands for
+/// it here.) Done the other way round, the group and the namespace hang
+/// until the finalizer is removed by hand, as the page says.
+#[tokio::test]
+async fn the_uninstall_order_leaves_no_group_child_or_namespace_hanging() {
+    let mut g = a_group_with_its_finalizer("uninstall").await;
+    let ns = g.world.namespace.clone();
+    // Step 1, as the page gives it (its namespace is the world's here).
+    kubectl(
+        &g.world,
+        &[
+            "delete",
+            "nodegroups",
+            "--all",
+            "-n",
+            &ns,
+            "--wait",
+            "--timeout=120s",
+        ],
+    )
+    .await
+    .expect("the NodeGroups deleted while the manager runs");
+    // Their children follow (the garbage collector), within seconds.
+    assert_eventually(
+        "no NodeGroup, Refresher or Replenisher left",
+        WAIT,
+        || async {
+            let left = kubectl(
+                &g.world,
+                &[
+                    "get",
+                    "nodegroups,refreshers,replenishers",
+                    "-n",
+                    &ns,
+                    "-o",
+                    "name",
+                ],
+            )
+            .await
+            .ok()?;
+            left.trim().is_empty().then_some(())
+        },
+    )
+    .await;
+    // Step 2: the manager goes, then its namespace, at once.
+    g.manager.terminate();
+    kubectl(
+        &g.world,
+        &["delete", "namespace", &ns, "--wait", "--timeout=120s"],
+    )
+    .await
+    .expect("the namespace deleted without hanging");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(g.world.client.clone());
+    assert!(namespaces.get_opt(&ns).await.expect("get").is_none());
+
+    // The wrong order: the manager first. The group keeps its finalizer,
+    // and it and the namespace hang.
+    let mut g = a_group_with_its_finalizer("uninstall-wrong").await;
+    let ns = g.world.namespace.clone();
+    g.manager.terminate();
+    kubectl(&g.world, &["delete", "namespace", &ns, "--wait=false"])
+        .await
+        .expect("delete the namespace");
+    let hanging = kubectl(
+        &g.world,
+        &[
+            "delete",
+            "nodegroups",
+            "--all",
+            "-n",
+            &ns,
+            "--wait",
+            "--timeout=10s",
+        ],
+    )
+    .await;
+    assert!(
+        hanging.is_err(),
+        "a group whose manager is gone went: {hanging:?}"
+    );
+    let group = g.groups.get("workers").await.expect("the group hangs");
+    assert!(group.metadata.deletion_timestamp.is_some());
+    assert!(
+        namespaces.get_opt(&ns).await.expect("get").is_some(),
+        "namespace gone"
+    );
+    // The page's way out: the finalizer removed by hand.
+    kubectl(
+        &g.world,
+        &[
+            "patch",
+            "nodegroup/workers",
+            "-n",
+            &ns,
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+        ],
+    )
+    .await
+    .expect("the finalizer removed");
+    assert_eventually(
+        "the group, its children and the namespace gone",
+        WAIT,
+        || async { namespaces.get_opt(&ns).await.ok()?.is_none().then_some(()) },
+    )
+    .await;
+}
