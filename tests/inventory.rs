@@ -911,6 +911,93 @@ async fn kops_s_termination_handler_running_beside_the_manager_is_reported() {
     assert!(manager.child_alive(), "{}", manager.logs());
 }
 
+/// Issue 69: kops's cluster-autoscaler addon (`spec.clusterAutoscaler`)
+/// names the ASGs it scales with `--nodes=<min>:<max>:<ig>.<cluster>` in
+/// its container's command, with no discovery tag (kops's
+/// upup/models/cloudup/resources/addons/cluster-autoscaler.addons.k8s.io/
+/// k8s-1.15.yaml.template, read at 268927e2): one naming the group's ASG
+/// is reported in CompetingAsgSettings, with a Warning Event, and the
+/// condition clears once it goes. Nothing of it is changed.
+#[tokio::test]
+async fn kops_s_cluster_autoscaler_naming_the_groups_asg_is_reported() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let world = World::new("inv-ca").await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    world
+        .create_group(&worker_group(
+            "workers",
+            &kops.asgs,
+            1,
+            serde_json::json!({}),
+        ))
+        .await;
+    // As kops's addon labels and runs it (an instance group of another
+    // group named too: not this one's concern).
+    let deployments: Api<Deployment> = world.api();
+    let labels = serde_json::json!({
+        "app.kubernetes.io/name": "cluster-autoscaler",
+        "k8s-app": "cluster-autoscaler",
+    });
+    let command = vec![
+        "./cluster-autoscaler".to_string(),
+        "--cloud-provider=aws".to_string(),
+        format!("--nodes=1:5:{}", kops.asgs[0]),
+        "--nodes=0:3:gpu.example.com".to_string(),
+    ];
+    let ca: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "cluster-autoscaler", "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "cluster-autoscaler"}},
+            "template": {
+                "metadata": {"labels": {"app": "cluster-autoscaler"}},
+                "spec": {
+                    "nodeSelector": {"snm.test/none": "none"},
+                    "containers": [{"name": "cluster-autoscaler",
+                                    "image": "registry.invalid/ca", "command": command}],
+                },
+            },
+        },
+    }))
+    .expect("deployment");
+    deployments
+        .create(&PostParams::default(), &ca)
+        .await
+        .expect("create the autoscaler");
+    let (manager, _config) = world.start_manager(&[]);
+    let competing = |value| workers_condition(groups.clone(), "CompetingAsgSettings", value);
+    let (_, reason, message) = assert_eventually("the autoscaler reported", WAIT, || {
+        competing(ConditionStatus::True)
+    })
+    .await;
+    assert_eq!(reason, "SettingsCompete", "{message}");
+    let namespace = world.namespace.clone();
+    for said in [
+        format!(
+            "cluster-autoscaler (Deployment {namespace}/cluster-autoscaler) scales {} (--nodes)",
+            kops.asgs[0]
+        ),
+        "spec.autoscale: false".to_string(),
+    ] {
+        assert!(message.contains(&said), "{said}: {message}");
+    }
+    assert!(!message.contains("gpu.example.com"), "{message}");
+    support::refresh::assert_event(&world, "SettingsCompete").await;
+    // The user takes the group's instance groups from it (here: the addon
+    // goes): cleared within a listing's minute.
+    deployments
+        .delete("cluster-autoscaler", &Default::default())
+        .await
+        .expect("delete the autoscaler");
+    assert_eventually("cleared", Duration::from_secs(150), || {
+        competing(ConditionStatus::False)
+    })
+    .await;
+    assert!(manager.child_alive(), "{}", manager.logs());
+}
+
 /// Issue 55: a terminate lifecycle hook kops left on an ASG when its own
 /// handler was turned off (EventBridge only, no target of its own), while
 /// the manager has no interruption queue, is reported in

@@ -62,19 +62,25 @@ pub fn competing(
     found
 }
 
-/// Sets the condition on `status` from `asgs` and their warm pools.
+/// Sets the condition on `status` from `asgs`, their warm pools, and the
+/// cluster-autoscalers running (`autoscalers`).
 pub fn set_competing(
     group: &NodeGroup,
     (asgs, warm_pools): (&[AsgDescription], &[(String, WarmPool)]),
+    autoscalers: &[super::autoscalers::Autoscaler],
     status: &mut NodeGroupStatus,
     now: DateTime<Utc>,
 ) {
-    let found = competing(group, asgs, warm_pools);
+    let mut found = competing(group, asgs, warm_pools);
+    found.extend(super::autoscalers::competing(
+        &group.spec.asg_names(),
+        autoscalers,
+    ));
     let (value, reason, message) = match found.is_empty() {
         true => (
             ConditionStatus::False,
             "None",
-            "no ASG setting replaces or removes instances behind the manager".to_string(),
+            "no ASG setting or cluster-autoscaler replaces, removes or rescales instances behind the manager".to_string(),
         ),
         false => (ConditionStatus::True, "SettingsCompete", found.join("; ")),
     };
@@ -177,7 +183,7 @@ mod tests {
             found[4]
         );
         let mut status = NodeGroupStatus::default();
-        set_competing(&group(), (&[], &[]), &mut status, chrono::Utc::now());
+        set_competing(&group(), (&[], &[]), &[], &mut status, chrono::Utc::now());
         let c = crate::crd::condition::find(&status.conditions, COMPETING_ASG_SETTINGS)
             .expect("condition");
         assert_eq!(c.status, ConditionStatus::False);

@@ -46,6 +46,8 @@ pub(super) struct InventoryContext {
     pub(super) facts: InstanceFacts,
     /// Another termination handler in the cluster, listed once a minute.
     pub(super) handlers: super::handlers::Seen,
+    /// A cluster-autoscaler naming ASGs, listed once a minute.
+    pub(super) autoscalers: super::autoscalers::Seen,
     /// The ASGs' terminate lifecycle hooks, described once an hour.
     pub(super) hooks: super::hourly::Hourly<Vec<crate::cloud::LifecycleHook>>,
     /// The ASGs' warm pools, described once an hour.
@@ -267,10 +269,22 @@ async fn beside_the_description(
 ) {
     let existing: Vec<String> = view.asgs.iter().map(|a| a.name.clone()).collect();
     let pools = super::competing::warm_pools(&ictx.warm_pools, cloud, &existing).await;
+    let autoscalers = ictx
+        .autoscalers
+        .get(&ictx.ctx.client, listing_scope(&ictx.ctx));
+    let autoscalers = autoscalers.await.unwrap_or_default();
     let asgs = (view.asgs.as_slice(), pools.as_slice());
-    super::competing::set_competing(group, asgs, next, now);
+    super::competing::set_competing(group, asgs, &autoscalers, next, now);
     let (prices, every) = (&ictx.prices, ictx.ctx.settings.cost_interval);
     super::cost::account_group(prices, cloud, group, view, next, every, now).await;
+}
+
+/// Where another controller's Deployments are looked for: the whole
+/// cluster; against the emulator (tests share one apiserver) only the
+/// manager's own namespace, since another test's is not this one's (only a
+/// test build accepts an emulator account).
+fn listing_scope(ctx: &Context) -> Option<&str> {
+    (ctx.settings.aws.emulator_account.as_ref()).and(ctx.settings.namespace.as_deref())
 }
 
 /// The OtherTerminationHandler condition on `next`, from a listing at
@@ -283,11 +297,7 @@ async fn other_handlers(
     now: chrono::DateTime<chrono::Utc>,
 ) {
     let ctx = &ictx.ctx;
-    // Against the emulator (tests share one apiserver) only the manager's
-    // own namespace: another test's handler is not this one's (only a test
-    // build accepts an emulator account).
-    let scope = (ctx.settings.aws.emulator_account.as_ref()).and(ctx.settings.namespace.as_deref());
-    let found = ictx.handlers.get(&ctx.client, scope).await;
+    let found = ictx.handlers.get(&ctx.client, listing_scope(ctx)).await;
     let what = "lifecycle hooks (IAM: autoscaling:DescribeLifecycleHooks)";
     let hooks = ictx
         .hooks

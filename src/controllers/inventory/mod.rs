@@ -5,6 +5,7 @@
 //! spec's validation against other groups in `validation`.
 
 mod asg_health;
+pub mod autoscalers;
 pub mod children;
 pub mod competing;
 pub mod controller;

@@ -75,6 +75,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
                 nodes_ready,
                 facts: InstanceFacts::for_resync(ctx_resync),
                 handlers: Default::default(),
+                autoscalers: Default::default(),
                 hooks: Default::default(),
                 warm_pools: Default::default(),
                 prices: Default::default(),
