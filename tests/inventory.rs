@@ -884,6 +884,10 @@ async fn kops_s_termination_handler_running_beside_the_manager_is_reported() {
     for said in [
         format!("Deployment {namespace}/aws-node-termination-handler (queue mode)"),
         "spec.nodeTerminationHandler.enabled: false".to_string(),
+        // The guide's command for what kops leaves running (issue 69).
+        format!(
+            "kubectl -n {namespace} delete deployment,daemonset,poddisruptionbudget,serviceaccount aws-node-termination-handler --ignore-not-found"
+        ),
     ] {
         assert!(message.contains(&said), "{said}: {message}");
     }

@@ -129,10 +129,28 @@ pub fn condition(found: &[String], hooks: &[String]) -> (ConditionStatus, &'stat
         ConditionStatus::True,
         "OtherHandlerRunning",
         format!(
-            "{NTH} runs in the cluster ({}): it answers the same spot warnings, rebalance recommendations and lifecycle actions and cordons and drains the same nodes a second time, without this manager's rules (windows, do-not-disrupt, the masters' rule); kops runs it by default on AWS: turn it off in the cluster spec (spec.nodeTerminationHandler.enabled: false; kops edit cluster, then kops update cluster --yes), see docs/kops.md for what kops leaves behind",
-            found.join(", ")
+            "{NTH} runs in the cluster ({}): it answers the same spot warnings, rebalance recommendations and lifecycle actions and cordons and drains the same nodes a second time, without this manager's rules (windows, do-not-disrupt, the masters' rule); kops runs it by default on AWS: turn it off in the cluster spec (spec.nodeTerminationHandler.enabled: false; kops edit cluster, then kops update cluster --yes), then delete what kops leaves running ({}; kubectl delete clusterrole,clusterrolebinding {NTH} --ignore-not-found); docs/kops.md says what else it leaves (its queue, rules and lifecycle hooks)",
+            found.join(", "),
+            delete_commands(found).join("; ")
         ),
     )
+}
+
+/// The command that deletes each handler found ("<Kind> ns/name (...)")
+/// and what kops's manifest makes beside it in its namespace, as
+/// docs/kops.md gives it.
+fn delete_commands(found: &[String]) -> Vec<String> {
+    let mut commands: Vec<String> = found
+        .iter()
+        .filter_map(|f| {
+            let (ns, name) = f.split_whitespace().nth(1)?.split_once('/')?;
+            Some(format!(
+                "kubectl -n {ns} delete deployment,daemonset,poddisruptionbudget,serviceaccount {name} --ignore-not-found"
+            ))
+        })
+        .collect();
+    commands.dedup();
+    commands
 }
 
 /// Sets the condition on `status` from `found` and `hooks` (None: not
@@ -214,6 +232,30 @@ mod tests {
         ] {
             assert!(message.contains(said), "{said}: {message}");
         }
+    }
+
+    /// Issue 69: the condition gives the guide's commands for what kops
+    /// leaves running once its handler is turned off, for each handler
+    /// found, word for word.
+    #[test]
+    fn the_message_gives_the_guides_commands_to_delete_what_kops_leaves() {
+        let guide = include_str!("../../../docs/kops.md");
+        let found = running(&[deployment("kube-system", Some(1))], &[]);
+        let (_, _, message) = condition(&found, &[]);
+        for command in [
+            "kubectl -n kube-system delete deployment,daemonset,poddisruptionbudget,serviceaccount aws-node-termination-handler --ignore-not-found",
+            "kubectl delete clusterrole,clusterrolebinding aws-node-termination-handler --ignore-not-found",
+        ] {
+            assert!(guide.contains(command), "not in docs/kops.md: {command}");
+            assert!(message.contains(command), "{command}: {message}");
+        }
+        // A handler elsewhere: the command names its namespace.
+        let found = running(&[], &[daemon_set("nth", Some(3))]);
+        let (_, _, message) = condition(&found, &[]);
+        assert!(
+            message.contains("kubectl -n nth delete deployment,daemonset"),
+            "{message}"
+        );
     }
 
     #[test]
