@@ -825,6 +825,73 @@ async fn asg_maxes(world: &World, asgs: &[String]) -> Vec<i32> {
         .collect()
 }
 
+/// A one-node worker group with, in its world's namespace, a Deployment of
+/// another controller kops can install, and the manager started: what the
+/// manager sees of that controller. (Against the emulator it looks in its
+/// own namespace only: the tests share one apiserver.)
+struct Beside {
+    _sim: support::SimGuard,
+    manager: support::ManagerProcess,
+    _config: tempfile::NamedTempFile,
+    groups: Api<NodeGroup>,
+    deployments: Api<k8s_openapi::api::apps::v1::Deployment>,
+    kops: support::KopsGroup,
+    world: World,
+}
+
+impl Beside {
+    /// `deployment`: made from the group's ASG names.
+    async fn start(
+        test: &str,
+        deployment: impl FnOnce(&[String]) -> k8s_openapi::api::apps::v1::Deployment,
+    ) -> Beside {
+        let world = World::new(test).await;
+        let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+        let sim = world.start_sim(FAST, FAST);
+        let groups: Api<NodeGroup> = world.api();
+        let group = worker_group("workers", &kops.asgs, 1, serde_json::json!({}));
+        world.create_group(&group).await;
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = world.api();
+        deployments
+            .create(&PostParams::default(), &deployment(&kops.asgs))
+            .await
+            .expect("create the Deployment");
+        let (manager, config) = world.start_manager(&[]);
+        Beside {
+            _sim: sim,
+            manager,
+            _config: config,
+            groups,
+            deployments,
+            kops,
+            world,
+        }
+    }
+}
+
+/// A Deployment `name` with `labels`, whose pods (`pods` labels, one
+/// `container`) are never scheduled on the simulated nodes: only the
+/// Deployment matters.
+fn unscheduled(
+    name: &str,
+    labels: &serde_json::Value,
+    pods: &serde_json::Value,
+    container: serde_json::Value,
+) -> k8s_openapi::api::apps::v1::Deployment {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": pods},
+            "template": {
+                "metadata": {"labels": pods},
+                "spec": {"nodeSelector": {"snm.test/none": "none"}, "containers": [container]},
+            },
+        },
+    }))
+    .expect("deployment")
+}
+
 /// Issue 55: aws-node-termination-handler running in the cluster (kops
 /// runs it by default) is reported on the group in OtherTerminationHandler
 /// with what to do, and a Warning Event; nothing of it is changed; the
@@ -833,47 +900,23 @@ async fn asg_maxes(world: &World, asgs: &[String]) -> Vec<i32> {
 /// apiserver.)
 #[tokio::test]
 async fn kops_s_termination_handler_running_beside_the_manager_is_reported() {
-    use k8s_openapi::api::apps::v1::Deployment;
-    let world = World::new("inv-nth").await;
-    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    world
-        .create_group(&worker_group(
-            "workers",
-            &kops.asgs,
-            1,
-            serde_json::json!({}),
-        ))
-        .await;
     // As kops's addon labels it, in queue mode.
-    let deployments: Api<Deployment> = world.api();
     let labels = serde_json::json!({
         "app.kubernetes.io/name": "aws-node-termination-handler",
         "k8s-app": "aws-node-termination-handler",
     });
-    let nth: Deployment = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "aws-node-termination-handler", "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    // Never scheduled on the simulated nodes: only the
-                    // Deployment matters.
-                    "nodeSelector": {"snm.test/none": "none"},
-                    "containers": [{"name": "nth", "image": "registry.invalid/nth"}],
-                },
-            },
-        },
-    }))
-    .expect("deployment");
-    deployments
-        .create(&PostParams::default(), &nth)
-        .await
-        .expect("create the handler");
-    let (manager, _config) = world.start_manager(&[]);
+    let container = serde_json::json!({"name": "nth", "image": "registry.invalid/nth"});
+    let beside = Beside::start("inv-nth", |_| {
+        unscheduled("aws-node-termination-handler", &labels, &labels, container)
+    })
+    .await;
+    let Beside {
+        world,
+        groups,
+        deployments,
+        manager,
+        ..
+    } = &beside;
     let handler = |value| workers_condition(groups.clone(), "OtherTerminationHandler", value);
     let (_, reason, message) = assert_eventually("the handler reported", WAIT, || {
         handler(ConditionStatus::True)
@@ -891,7 +934,7 @@ async fn kops_s_termination_handler_running_beside_the_manager_is_reported() {
     ] {
         assert!(message.contains(&said), "{said}: {message}");
     }
-    support::refresh::assert_event(&world, "OtherHandlerRunning").await;
+    support::refresh::assert_event(world, "OtherHandlerRunning").await;
     // Left as it is.
     let kept = deployments
         .get("aws-node-termination-handler")
@@ -924,53 +967,34 @@ async fn kops_s_termination_handler_running_beside_the_manager_is_reported() {
 /// condition clears once it goes. Nothing of it is changed.
 #[tokio::test]
 async fn kops_s_cluster_autoscaler_naming_the_groups_asg_is_reported() {
-    use k8s_openapi::api::apps::v1::Deployment;
-    let world = World::new("inv-ca").await;
-    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
-    let _sim = world.start_sim(FAST, FAST);
-    let groups: Api<NodeGroup> = world.api();
-    world
-        .create_group(&worker_group(
-            "workers",
-            &kops.asgs,
-            1,
-            serde_json::json!({}),
-        ))
-        .await;
     // As kops's addon labels and runs it (an instance group of another
     // group named too: not this one's concern).
-    let deployments: Api<Deployment> = world.api();
     let labels = serde_json::json!({
         "app.kubernetes.io/name": "cluster-autoscaler",
         "k8s-app": "cluster-autoscaler",
     });
-    let command = vec![
-        "./cluster-autoscaler".to_string(),
-        "--cloud-provider=aws".to_string(),
-        format!("--nodes=1:5:{}", kops.asgs[0]),
-        "--nodes=0:3:gpu.example.com".to_string(),
-    ];
-    let ca: Deployment = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "cluster-autoscaler", "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "cluster-autoscaler"}},
-            "template": {
-                "metadata": {"labels": {"app": "cluster-autoscaler"}},
-                "spec": {
-                    "nodeSelector": {"snm.test/none": "none"},
-                    "containers": [{"name": "cluster-autoscaler",
-                                    "image": "registry.invalid/ca", "command": command}],
-                },
-            },
-        },
-    }))
-    .expect("deployment");
-    deployments
-        .create(&PostParams::default(), &ca)
-        .await
-        .expect("create the autoscaler");
-    let (manager, _config) = world.start_manager(&[]);
+    let pods = serde_json::json!({"app": "cluster-autoscaler"});
+    let beside = Beside::start("inv-ca", |asgs| {
+        let command = vec![
+            "./cluster-autoscaler".to_string(),
+            "--cloud-provider=aws".to_string(),
+            format!("--nodes=1:5:{}", asgs[0]),
+            "--nodes=0:3:gpu.example.com".to_string(),
+        ];
+        let container = serde_json::json!(
+            {"name": "cluster-autoscaler", "image": "registry.invalid/ca", "command": command}
+        );
+        unscheduled("cluster-autoscaler", &labels, &pods, container)
+    })
+    .await;
+    let Beside {
+        world,
+        kops,
+        groups,
+        deployments,
+        manager,
+        ..
+    } = &beside;
     let competing = |value| workers_condition(groups.clone(), "CompetingAsgSettings", value);
     let (_, reason, message) = assert_eventually("the autoscaler reported", WAIT, || {
         competing(ConditionStatus::True)
@@ -988,7 +1012,7 @@ async fn kops_s_cluster_autoscaler_naming_the_groups_asg_is_reported() {
         assert!(message.contains(&said), "{said}: {message}");
     }
     assert!(!message.contains("gpu.example.com"), "{message}");
-    support::refresh::assert_event(&world, "SettingsCompete").await;
+    support::refresh::assert_event(world, "SettingsCompete").await;
     // The user takes the group's instance groups from it (here: the addon
     // goes): cleared within a listing's minute.
     deployments

@@ -9,18 +9,15 @@
 //! those labels, listed at most once a minute for every group, as another
 //! termination handler is (`handlers`); nothing of it is changed.
 
+use super::handlers::Listed;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tracing::warn;
 
 /// Its name, and the value of the labels it is found by.
 pub const CLUSTER_AUTOSCALER: &str = "cluster-autoscaler";
 const LABELS: [&str; 2] = ["app.kubernetes.io/name", "k8s-app"];
-/// How long one listing serves every group.
-const FRESH: Duration = Duration::from_secs(60);
 
 /// A running cluster-autoscaler and the ASGs it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,44 +27,26 @@ pub struct Autoscaler {
     pub asgs: Vec<String>,
 }
 
-/// The autoscalers last found, shared by the groups' reconciles.
-#[derive(Default)]
-pub struct Seen(tokio::sync::Mutex<Option<(Instant, Arc<Vec<Autoscaler>>)>>);
+/// The running autoscalers, in the whole cluster or only in namespace
+/// `scope`; None while they cannot be listed (the group's condition then
+/// says nothing of them).
+pub async fn autoscalers(
+    seen: &Listed<Vec<Autoscaler>>,
+    client: &kube::Client,
+    scope: Option<&str>,
+) -> Option<Arc<Vec<Autoscaler>>> {
+    let what = "Deployments to find a cluster-autoscaler (RBAC: list on apps deployments)";
+    seen.get(list(client, scope), what).await
+}
 
-impl Seen {
-    /// The running autoscalers, in the whole cluster or only in namespace
-    /// `scope`; None while they cannot be listed (the group's condition
-    /// then says nothing of them).
-    pub async fn get(
-        &self,
-        client: &kube::Client,
-        scope: Option<&str>,
-    ) -> Option<Arc<Vec<Autoscaler>>> {
-        let mut cached = self.0.lock().await;
-        if let Some((at, found)) = cached.as_ref()
-            && at.elapsed() < FRESH
-        {
-            return Some(found.clone());
-        }
-        let api: Api<Deployment> = match scope {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
-        let mut deployments = vec![];
-        for label in LABELS {
-            let params = ListParams::default().labels(&format!("{label}={CLUSTER_AUTOSCALER}"));
-            match api.list(&params).await {
-                Ok(list) => deployments.extend(list.items),
-                Err(e) => {
-                    warn!(error = %e, "cannot list Deployments to find a cluster-autoscaler (RBAC: list on apps deployments)");
-                    return None;
-                }
-            }
-        }
-        let found = Arc::new(running(&deployments));
-        *cached = Some((Instant::now(), found.clone()));
-        Some(found)
+async fn list(client: &kube::Client, scope: Option<&str>) -> Result<Vec<Autoscaler>, kube::Error> {
+    let api: Api<Deployment> = super::handlers::api(client, scope);
+    let mut deployments = vec![];
+    for label in LABELS {
+        let params = ListParams::default().labels(&format!("{label}={CLUSTER_AUTOSCALER}"));
+        deployments.extend(api.list(&params).await?.items);
     }
+    Ok(running(&deployments))
 }
 
 /// Pure: each Deployment that runs (not scaled to 0), once, with the ASGs

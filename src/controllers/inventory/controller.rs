@@ -45,9 +45,9 @@ pub(super) struct InventoryContext {
     /// Instances described so far (their facts never change).
     pub(super) facts: InstanceFacts,
     /// Another termination handler in the cluster, listed once a minute.
-    pub(super) handlers: super::handlers::Seen,
+    pub(super) handlers: super::handlers::Listed<Vec<String>>,
     /// A cluster-autoscaler naming ASGs, listed once a minute.
-    pub(super) autoscalers: super::autoscalers::Seen,
+    pub(super) autoscalers: super::handlers::Listed<Vec<super::autoscalers::Autoscaler>>,
     /// The ASGs' terminate lifecycle hooks, described once an hour.
     pub(super) hooks: super::hourly::Hourly<Vec<crate::cloud::LifecycleHook>>,
     /// The ASGs' warm pools, described once an hour.
@@ -269,9 +269,8 @@ async fn beside_the_description(
 ) {
     let existing: Vec<String> = view.asgs.iter().map(|a| a.name.clone()).collect();
     let pools = super::competing::warm_pools(&ictx.warm_pools, cloud, &existing).await;
-    let autoscalers = ictx
-        .autoscalers
-        .get(&ictx.ctx.client, listing_scope(&ictx.ctx));
+    let (client, scope) = (&ictx.ctx.client, listing_scope(&ictx.ctx));
+    let autoscalers = super::autoscalers::autoscalers(&ictx.autoscalers, client, scope);
     let autoscalers = autoscalers.await.unwrap_or_default();
     let asgs = (view.asgs.as_slice(), pools.as_slice());
     super::competing::set_competing(group, asgs, &autoscalers, next, now);
@@ -297,7 +296,7 @@ async fn other_handlers(
     now: chrono::DateTime<chrono::Utc>,
 ) {
     let ctx = &ictx.ctx;
-    let found = ictx.handlers.get(&ctx.client, listing_scope(ctx)).await;
+    let found = super::handlers::handlers(&ictx.handlers, &ctx.client, listing_scope(ctx)).await;
     let what = "lifecycle hooks (IAM: autoscaling:DescribeLifecycleHooks)";
     let hooks = ictx
         .hooks

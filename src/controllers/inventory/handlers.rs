@@ -21,52 +21,73 @@ use tracing::warn;
 pub const NTH: &str = "aws-node-termination-handler";
 const LABELS: [&str; 2] = ["app.kubernetes.io/name", "k8s-app"];
 /// How long one listing serves every group.
-const FRESH: Duration = Duration::from_secs(60);
+pub const FRESH: Duration = Duration::from_secs(60);
 
-/// The handlers last found, shared by the groups' reconciles.
-#[derive(Default)]
-pub struct Seen(tokio::sync::Mutex<Option<(Instant, Arc<Vec<String>>)>>);
+/// What a listing of other controllers' workloads last found, shared by
+/// every group's reconcile and made again at most once a minute: another
+/// termination handler here, a cluster-autoscaler (`autoscalers`).
+pub struct Listed<T>(tokio::sync::Mutex<Option<(Instant, Arc<T>)>>);
 
-impl Seen {
-    /// The running handlers, each described, in the whole cluster or only
-    /// in namespace `scope`; None while they cannot be listed (the
-    /// condition then stays as it was).
+impl<T> Default for Listed<T> {
+    fn default() -> Self {
+        Listed(tokio::sync::Mutex::new(None))
+    }
+}
+
+impl<T> Listed<T> {
+    /// What was found, listed by `list` when the last listing is older
+    /// than a minute; None while it cannot be listed (`what`: for the
+    /// warning), and the conditions then stay as they were.
     pub async fn get(
         &self,
-        client: &kube::Client,
-        scope: Option<&str>,
-    ) -> Option<Arc<Vec<String>>> {
+        list: impl std::future::Future<Output = Result<T, kube::Error>>,
+        what: &str,
+    ) -> Option<Arc<T>> {
         let mut cached = self.0.lock().await;
         if let Some((at, found)) = cached.as_ref()
             && at.elapsed() < FRESH
         {
             return Some(found.clone());
         }
-        match list(client, scope).await {
+        match list.await {
             Ok(found) => {
                 let found = Arc::new(found);
                 *cached = Some((Instant::now(), found.clone()));
                 Some(found)
             }
             Err(e) => {
-                warn!(error = %e, "cannot list Deployments and DaemonSets to find another termination handler (RBAC: list on apps deployments, daemonsets)");
+                warn!(error = %e, "cannot list {what}");
                 None
             }
         }
     }
 }
 
-async fn list(client: &kube::Client, scope: Option<&str>) -> Result<Vec<String>, kube::Error> {
-    fn api<K>(client: &kube::Client, scope: Option<&str>) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        match scope {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
+/// The running handlers, each described, in the whole cluster or only in
+/// namespace `scope`.
+pub async fn handlers(
+    seen: &Listed<Vec<String>>,
+    client: &kube::Client,
+    scope: Option<&str>,
+) -> Option<Arc<Vec<String>>> {
+    let what = "Deployments and DaemonSets to find another termination handler (RBAC: list on apps deployments, daemonsets)";
+    seen.get(list(client, scope), what).await
+}
+
+/// Where another controller's workloads are listed: the whole cluster, or
+/// namespace `scope`.
+pub fn api<K>(client: &kube::Client, scope: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    match scope {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
     }
+}
+
+async fn list(client: &kube::Client, scope: Option<&str>) -> Result<Vec<String>, kube::Error> {
     let (mut deployments, mut daemon_sets) = (vec![], vec![]);
     for label in LABELS {
         let params = ListParams::default().labels(&format!("{label}={NTH}"));
