@@ -847,6 +847,8 @@ impl Beside {
     ) -> Beside {
         let world = World::new(test).await;
         let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+        // Joins without lag: what is judged is the other controller's
+        // Deployment, listed whatever the nodes do, not a launch.
         let sim = world.start_sim(FAST, FAST);
         let groups: Api<NodeGroup> = world.api();
         let group = worker_group("workers", &kops.asgs, 1, serde_json::json!({}));

@@ -81,21 +81,17 @@ impl<'a> Book<'a> {
         self.slot == SlotState::Ours
     }
 
-    /// The scene a plan chooses on: the executor's, but a free slot seen
-    /// as taken, since the executor takes it before the effect that needs
-    /// it. A slot the others hold refuses as it will in the executor.
-    pub fn scene_to_choose<'s>(
-        &'s self,
-        role: Role,
-        control_plane: Option<&'s ControlPlane>,
-        breaker: Option<&'s str>,
-        stopped: Option<&'s str>,
-    ) -> Scene<'s> {
-        let mut scene = self.scene(role, control_plane, breaker, stopped);
-        if self.slot == SlotState::Free {
-            scene.slot = &TAKEN;
+    /// `scene` as a plan chooses on it: the executor's, but a free slot
+    /// seen as taken, since the executor takes it before the effect that
+    /// needs it. A slot the others hold refuses as it will in the executor.
+    pub fn to_choose(scene: Scene<'_>) -> Scene<'_> {
+        match scene.slot {
+            SlotState::Free => Scene {
+                slot: &TAKEN,
+                ..scene
+            },
+            _ => scene,
         }
-        scene
     }
 
     /// The scene the one check judges on, these parts with the group's:

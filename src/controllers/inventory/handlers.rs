@@ -257,7 +257,13 @@ mod tests {
 
     /// Issue 69: the condition gives the guide's commands for what kops
     /// leaves running once its handler is turned off, for each handler
-    /// found, word for word.
+    /// found, word for word. kops lists the addon in its channel only
+    /// while it is enabled and prunes nothing of an addon it no longer
+    /// lists (upup/pkg/fi/cloudup/bootstrapchannelbuilder/
+    /// bootstrapchannelbuilder.go, read at 268927e2); its manifest names
+    /// every object aws-node-termination-handler, in kube-system
+    /// (upup/models/cloudup/resources/addons/node-termination-handler.aws/
+    /// k8s-1.11.yaml.template, same commit).
     #[test]
     fn the_message_gives_the_guides_commands_to_delete_what_kops_leaves() {
         let guide = include_str!("../../../docs/kops.md");

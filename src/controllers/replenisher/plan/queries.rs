@@ -269,12 +269,13 @@ impl Deciding<'_> {
     /// plan chooses by the same rules.
     pub(super) fn scene(&self) -> Scene<'_> {
         let group = &self.input.group;
-        self.input.rules.scene_to_choose(
+        let scene = self.input.rules.scene(
             group.role,
             group.control_plane,
             group.breaker.as_deref(),
             group.stopped(),
-        )
+        );
+        crate::controllers::book::Book::to_choose(scene)
     }
 
     /// Whether the rule book lets a removal of `target` (no repair) take
