@@ -47,13 +47,9 @@ impl<T> Copy for Effect<'_, T> {}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command<T> {
+    /// Only the status written (a wait, a record kept): the executor
+    /// takes or gives back the group's lock and a slot by what it records.
     Nothing,
-    /// Take the group's lock (before any disruption slot: the executor
-    /// takes one itself for an effect the rule book binds to it).
-    TakeLock,
-    /// Give back the disruption slot, then the group's lock, whichever is
-    /// ours.
-    ReleaseLock,
     /// Set ASGs' desired counts (a raise, a surplus, a layout back),
     /// recorded in status first.
     SetDesired(Vec<DesiredChange>),
@@ -71,19 +67,13 @@ pub enum Command<T> {
     /// Put a target's node back in service (a drain given up, a run set
     /// aside) and forget it: the uncordon is idempotent, so it comes before
     /// the status that forgets the node.
-    GiveBack {
-        target: T,
-        reason: String,
-    },
+    GiveBack { target: T, reason: String },
 }
 
 impl<T> Command<T> {
     /// Whether carrying it out changes AWS or a Node (and so needs the lock).
     pub fn mutates(&self) -> bool {
-        !matches!(
-            self,
-            Command::Nothing | Command::TakeLock | Command::ReleaseLock
-        )
+        !matches!(self, Command::Nothing)
     }
 
     /// Whether carrying it out calls AWS (planned then on a fresh describe).

@@ -20,12 +20,20 @@
 //!   wait for the next step, judged then on fresh counts;
 //! - every mutation is re-checked by the guard first, with the status that
 //!   records it: the executor asks, so no effects can forget to;
-//! - the manager-wide disruption slot is the executor's own protocol, not
-//!   a plan's step: an effect the guard refuses only for want of a slot
-//!   takes a free one (the group's lock held) and is asked again; once the
-//!   status records nothing in hand (`Record::in_hand`), a slot held is
-//!   given back, so a path waiting on time holds none; the slot is given
-//!   back before the lock: it is only ever held with its lock.
+//! - the group's lock is the executor's own protocol, not a plan's step: a
+//!   mutation, or a status that records something the lock covers
+//!   (`Record::keeps_lock`: a run under way, a removal in hand), is carried
+//!   out only with the lock; without it, the executor takes the lock and
+//!   carries out nothing of that plan (nothing written), so the path plans
+//!   again, with the lock, on what it observes then (the group's other
+//!   controller may have acted meanwhile); once the status records nothing
+//!   the lock covers, a lock held is given back, with its slot first;
+//! - so is the manager-wide disruption slot: an effect the guard refuses
+//!   only for want of a slot takes a free one (the group's lock held) and
+//!   is asked again; once the status records nothing in hand
+//!   (`Record::in_hand`), a slot held is given back, so a path waiting on
+//!   time holds none; the slot is given back before the lock: it is only
+//!   ever held with its lock.
 
 use crate::Result;
 use crate::controllers::authority::validate::Refused;
@@ -33,6 +41,7 @@ use crate::controllers::command::{Batch, Command, Effect};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::guard::Refusal;
 use crate::crd::replenisher::{CleanupTarget, Retirement};
+use crate::k8s::lock::LockState;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
@@ -84,13 +93,18 @@ pub trait Record: Clone + PartialEq {
     /// A raise not made (dry-run, or AWS made none): nothing recorded as
     /// done, not even between a write and the next.
     fn not_made(&mut self, _effect: Effect<'_, Self::Target>) {}
-    /// The group's lock is held by the group's other controller.
-    fn lock_held_elsewhere(&mut self) {}
     /// Whether a disruption the slot bounds is under way (a node being
     /// drained, or terminated and not yet replaced): the slot it took is
     /// kept. Otherwise a slot held is given back after the command.
     fn in_hand(&self) -> bool {
         false
+    }
+    /// Whether it records something the group's lock covers (a run under
+    /// way, a removal or a raise in hand): written only with the lock, and
+    /// the lock kept while it does. Otherwise a lock held is given back
+    /// after the command.
+    fn keeps_lock(&self) -> bool {
+        self.in_hand()
     }
 }
 
@@ -117,8 +131,14 @@ pub trait Effects {
     fn reached(&mut self, point: &str) -> crate::Result<()>;
     /// The plan's status is stored: what it starts is told.
     async fn announce(&mut self) {}
-    /// (A path that never takes the lock, the interruption drainer,
-    /// refuses: the defaults below refuse what a path does not make.)
+    /// The group's lock as this path sees it (as observed, or taken by
+    /// this command); None for a path that takes none (the interruption
+    /// drainer: AWS takes its node whoever holds the group).
+    fn lock(&self) -> Option<LockState> {
+        None
+    }
+    /// Takes the group's lock; once taken, `lock` says it is ours. (The
+    /// defaults below refuse what a path does not make.)
     async fn take_lock(&mut self) -> crate::Result<Taken> {
         not_this_path("take a group's lock")
     }
@@ -222,6 +242,9 @@ pub async fn execute<E: Effects>(
     planned: Planned<'_, E::Record>,
     now: DateTime<Utc>,
 ) -> crate::Result<Duration> {
+    if let Some(requeue) = lock_first(effects, &planned).await? {
+        return Ok(requeue);
+    }
     let mut run = Run {
         effects,
         stored,
@@ -237,16 +260,43 @@ pub async fn execute<E: Effects>(
         Ok(()) => {
             // The status the command leaves, written before a slot goes.
             run.write().await?;
-            run.give_back_idle_slot(planned.command).await?;
+            run.give_back_idle().await?;
         }
         // A refusal made nothing: what is in hand is what was recorded.
-        Err(crate::Error::Refused { .. }) => run.give_back_idle_slot(planned.command).await?,
+        Err(crate::Error::Refused { .. }) => run.give_back_idle().await?,
         // A crash point, an API failure: the next pass finds the slot held
         // and decides again.
         Err(_) => {}
     }
     carried?;
     Ok(run.requeue.max(Duration::from_millis(100)))
+}
+
+/// The group's lock first: a mutation, or a status that records something
+/// the lock covers, without the lock takes it and carries out nothing of
+/// the plan (it was made without the lock: the next pass plans again with
+/// it). Some(when to look again) when the lock was asked for. Held by the
+/// group's other controller, a status that only waits is still written
+/// (a run paused by it, say); a mutation is not made.
+async fn lock_first<E: Effects>(
+    effects: &mut E,
+    planned: &Planned<'_, E::Record>,
+) -> crate::Result<Option<Duration>> {
+    let mutates = planned.command.mutates();
+    let needs = mutates || planned.status.keeps_lock();
+    match effects.lock() {
+        None | Some(LockState::Ours) => return Ok(None),
+        Some(_) if !needs => return Ok(None),
+        Some(LockState::Other(_)) if !mutates => return Ok(None),
+        Some(_) => {}
+    }
+    Ok(Some(match effects.take_lock().await? {
+        Taken::Yes => Duration::from_millis(100),
+        Taken::Retry => Duration::from_secs(1),
+        Taken::HeldElsewhere => planned
+            .requeue
+            .clamp(Duration::from_millis(100), Duration::from_secs(5)),
+    }))
 }
 
 /// The guard's answer for `effect`, recorded by `status`, with the slot as
@@ -283,25 +333,6 @@ impl<E: Effects> Run<'_, E> {
     async fn carry_out(&mut self, command: &Command<TargetOf<E>>) -> crate::Result<()> {
         match command {
             Command::Nothing => self.persist("nothing").await?,
-            Command::TakeLock => {
-                self.persist("take_lock").await?;
-                self.requeue = match self.effects.take_lock().await? {
-                    Taken::Yes => Duration::from_millis(100),
-                    Taken::Retry => Duration::from_secs(1),
-                    Taken::HeldElsewhere => {
-                        self.status.lock_held_elsewhere();
-                        self.requeue.min(Duration::from_secs(5))
-                    }
-                };
-            }
-            Command::ReleaseLock => {
-                self.persist("release_lock").await?;
-                // The slot first: it is only ever held with the lock, so a
-                // restart between the two finds the lock still ours and
-                // gives it back then.
-                self.effects.release_slot().await?;
-                self.effects.release_lock().await?;
-            }
             Command::SetDesired(changes) => self.set_desired(changes).await?,
             Command::Drain(batch) => self.drain(batch).await?,
             Command::Terminate(target) => {
@@ -319,15 +350,23 @@ impl<E: Effects> Run<'_, E> {
         check(self.effects, &self.status, effect).await
     }
 
-    /// Nothing in hand as recorded after the command (a path waiting on
-    /// time, between disruptions, or done): a slot held is given back, so
-    /// no wait holds one another path needs. The next effect that needs one
-    /// takes it again.
-    async fn give_back_idle_slot(&mut self, command: &Command<TargetOf<E>>) -> crate::Result<()> {
-        if matches!(command, Command::ReleaseLock) || !self.effects.holds_slot() {
-            return Ok(());
+    /// What the status written after the command no longer records is
+    /// given back: nothing the lock covers (a path idle, or done), the
+    /// slot and then the lock; nothing in hand (a path waiting on time,
+    /// between disruptions), the slot, so no wait holds one another path
+    /// needs. The next effect that needs either takes it again.
+    async fn give_back_idle(&mut self) -> crate::Result<()> {
+        let written = self.written.as_ref();
+        let ours = matches!(self.effects.lock(), Some(LockState::Ours));
+        if ours && !written.is_some_and(Record::keeps_lock) {
+            // The slot first: it is only ever held with the lock, so a
+            // restart between the two finds the lock still ours and gives
+            // it back then. (A slot not observed as ours is given back too:
+            // a path observes it only when a removal could happen.)
+            self.effects.release_slot().await?;
+            return self.effects.release_lock().await;
         }
-        if !self.written.as_ref().is_some_and(Record::in_hand) {
+        if self.effects.holds_slot() && !written.is_some_and(Record::in_hand) {
             self.effects.release_slot().await?;
         }
         Ok(())

@@ -56,7 +56,8 @@ pub enum ReplenishPhase {
     /// Ready nodes match the desired count.
     #[default]
     Steady,
-    /// Raising desired capacity on launching ASGs.
+    /// Raising desired capacity on launching ASGs, until what was raised
+    /// joins (the group's lock is kept meanwhile).
     ScalingUp,
     /// Removing explicitly chosen surplus instances.
     ScalingDown,
@@ -65,7 +66,9 @@ pub enum ReplenishPhase {
     /// Repairing an unhealthy node: draining it (best effort) and
     /// terminating it once its replacement is Ready (a master: in its ASG).
     Repairing,
-    /// Waiting out the cooldown or for launched nodes to become Ready.
+    /// Waiting on time (the cooldown, a backoff, a window, protected
+    /// nodes, a disruption slot), holding neither the group's lock nor a
+    /// slot.
     Waiting,
     /// Not acting: suspended, or a refresh holds the lock.
     Paused,

@@ -1,13 +1,15 @@
-//! The executor's own protocol around the slot, on a path reduced to what
-//! the protocol touches: a guard that refuses a node taken away without a
-//! slot (as the rule book's slot rule does) and, when asked, for another
-//! rule; a record that holds a drain in hand or nothing. Every effect is
-//! logged in order, so each test reads what happened and when.
+//! The executor's own protocol around the group's lock and the slot, on a
+//! path reduced to what the protocol touches: a guard that refuses a node
+//! taken away without a slot (as the rule book's slot rule does) and, when
+//! asked, for another rule; a record that holds a drain in hand or
+//! nothing. Every effect is logged in order, so each test reads what
+//! happened and when.
 
 use super::*;
 use crate::controllers::authority::validate::Refused;
 use crate::controllers::group_view::tests::block_on;
 use crate::k8s::disruption_slot::SlotState;
+use crate::k8s::lock::LockState;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Node(String);
@@ -46,6 +48,8 @@ impl Record for Held {
 }
 
 struct Path {
+    /// The group's lock; None: a path that takes none.
+    lock: Option<LockState>,
     slot: SlotState,
     /// Another rule refuses too (the Ready floor, say).
     floor_refuses: bool,
@@ -56,6 +60,7 @@ struct Path {
 impl Path {
     fn new(slot: SlotState) -> Path {
         Path {
+            lock: Some(LockState::Ours),
             slot,
             floor_refuses: false,
             log: vec![],
@@ -106,7 +111,35 @@ impl Effects for Path {
         Ok(())
     }
 
+    fn lock(&self) -> Option<LockState> {
+        self.lock.clone()
+    }
+
+    async fn take_lock(&mut self) -> crate::Result<Taken> {
+        match &self.lock {
+            Some(LockState::Other(_)) => {
+                self.log.push("lock held elsewhere".into());
+                Ok(Taken::HeldElsewhere)
+            }
+            _ => {
+                self.log.push("take lock".into());
+                self.lock = Some(LockState::Ours);
+                Ok(Taken::Yes)
+            }
+        }
+    }
+
+    async fn release_lock(&mut self) -> crate::Result<()> {
+        if self.lock == Some(LockState::Ours) {
+            self.log.push("give lock back".into());
+            self.lock = Some(LockState::Free);
+        }
+        Ok(())
+    }
+
     async fn take_slot(&mut self) -> crate::Result<bool> {
+        let unlocked = matches!(self.lock, Some(LockState::Free | LockState::Other(_)));
+        assert!(!unlocked, "a slot without the lock");
         if matches!(self.slot, SlotState::Full(_)) {
             self.log.push("take refused".into());
             return Ok(false);
@@ -136,6 +169,7 @@ impl Effects for Path {
         _: &str,
     ) -> crate::Result<Drained> {
         assert_eq!(self.slot, SlotState::Ours, "drained without a slot");
+        assert_ne!(self.lock, Some(LockState::Free), "drained without the lock");
         self.log.push(format!("drain {}", target.0));
         Ok(Drained {
             done: false,
@@ -183,7 +217,8 @@ fn a_slot_held_by_others_refuses_the_drain_before_anything_is_recorded() {
         refused.to_string().contains("Refresh ns/other"),
         "{refused}"
     );
-    assert_eq!(path.log, ["take refused"]);
+    // Nothing recorded in hand: the lock goes back too.
+    assert_eq!(path.log, ["take refused", "give lock back"]);
     assert_eq!(
         path.stored,
         Held::default(),
@@ -198,7 +233,7 @@ fn a_slot_taken_for_a_drain_another_rule_refuses_is_given_back_at_once() {
     let (command, status) = drain_of("n1");
     let refused = run(&mut path, command, status).expect_err("refused");
     assert_eq!(refused.category(), "refused_too_few_ready", "{refused}");
-    assert_eq!(path.log, ["take", "release"]);
+    assert_eq!(path.log, ["take", "release", "give lock back"]);
     assert_eq!(path.slot, SlotState::Free);
     assert_eq!(path.stored, Held::default());
 }
@@ -210,7 +245,11 @@ fn nothing_in_hand_after_a_command_gives_the_slot_back_once_the_status_says_so()
     path.stored = status.clone();
     // The drain given up, say: the status that forgets it comes first.
     run(&mut path, Command::Nothing, Held::default()).expect("waited");
-    assert_eq!(path.log, ["write nothing in hand", "release"]);
+    // The slot first: it is only ever held with its lock.
+    assert_eq!(
+        path.log,
+        ["write nothing in hand", "release", "give lock back"]
+    );
     assert_eq!(path.slot, SlotState::Free);
     // Held while the status still records a node in hand, whatever the
     // command.
@@ -219,6 +258,69 @@ fn nothing_in_hand_after_a_command_gives_the_slot_back_once_the_status_says_so()
     run(&mut path, Command::Nothing, status).expect("waited");
     assert!(path.log.is_empty(), "{:?}", path.log);
     assert_eq!(path.slot, SlotState::Ours);
+    assert_eq!(path.lock, Some(LockState::Ours));
+}
+
+#[test]
+fn a_mutation_planned_without_the_lock_takes_it_and_carries_out_nothing_of_the_plan() {
+    let mut path = Path::new(SlotState::Free);
+    path.lock = Some(LockState::Free);
+    let (command, status) = drain_of("n1");
+    let requeue = run(&mut path, command, status).expect("the lock taken");
+    // Planned again at once, with the lock, on what is observed then: the
+    // group's other controller may have acted since this plan looked.
+    assert_eq!(requeue, Duration::from_millis(100));
+    assert_eq!(path.log, ["take lock"]);
+    assert_eq!(path.stored, Held::default(), "recorded before the lock");
+    assert_eq!(path.slot, SlotState::Free, "a slot before the lock");
+}
+
+#[test]
+fn a_status_recording_a_node_in_hand_is_written_only_with_the_lock() {
+    // A run resumed after its lock was lost: only a wait, but its record
+    // is the lock's to cover.
+    let mut path = Path::new(SlotState::Free);
+    path.lock = Some(LockState::Free);
+    let (_, status) = drain_of("n1");
+    run(&mut path, Command::Nothing, status.clone()).expect("the lock taken");
+    assert_eq!(path.log, ["take lock"]);
+    assert_eq!(path.stored, Held::default());
+    // Nothing recorded, nothing made: the lock is not needed to wait.
+    let mut path = Path::new(SlotState::Free);
+    path.lock = Some(LockState::Free);
+    run(&mut path, Command::Nothing, Held::default()).expect("waited");
+    assert!(path.log.is_empty(), "{:?}", path.log);
+    assert_eq!(path.lock, Some(LockState::Free));
+}
+
+#[test]
+fn with_the_lock_held_elsewhere_a_wait_is_written_and_a_mutation_is_not_made() {
+    let other = Some(LockState::Other("Replenish ns/workers".into()));
+    let (command, status) = drain_of("n1");
+    // A run paused while the group's other controller holds the lock: its
+    // record (and why it waits) is written; the lock stays theirs.
+    let mut path = Path::new(SlotState::Free);
+    path.lock = other.clone();
+    run(&mut path, Command::Nothing, status.clone()).expect("waited");
+    assert_eq!(path.log, ["write draining n1"]);
+    assert_eq!(path.lock, other);
+    // A mutation planned in a race lost: asked for, refused, nothing made.
+    let mut path = Path::new(SlotState::Free);
+    path.lock = other.clone();
+    run(&mut path, command, status).expect("looked again soon");
+    assert_eq!(path.log, ["lock held elsewhere"]);
+    assert_eq!(path.stored, Held::default());
+}
+
+#[test]
+fn a_path_that_takes_no_lock_acts_without_one() {
+    // The interruption drainer: AWS takes its node whoever holds the group.
+    let mut path = Path::new(SlotState::Free);
+    path.lock = None;
+    let (command, status) = drain_of("n1");
+    run(&mut path, command, status).expect("drained");
+    assert_eq!(path.log, ["take", "write draining n1", "drain n1"]);
+    assert_eq!(path.lock, None);
 }
 
 #[test]

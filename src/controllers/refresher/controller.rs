@@ -24,7 +24,7 @@ use crate::crd::{NodeGroup, Refresher, RefresherStatus};
 use crate::events::Reason;
 use crate::k8s::disruption_slot::{SlotState, Slots};
 use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
-use crate::k8s::lock::{self, Acquired, Holder};
+use crate::k8s::lock::{self, Acquired, Holder, LockState};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::controller::Action;
@@ -99,9 +99,10 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
     };
     let mut described = described.unwrap_or_default();
     let mut plan = plan_for(&described);
-    if plan.command.changes_aws() {
+    if plan.command.changes_aws() && observed.lock == LockState::Ours {
         // Act only on what AWS says now: the shared description may be a
-        // few seconds old and miss a change made outside.
+        // few seconds old and miss a change made outside. (None for a plan
+        // the executor only takes the lock for.)
         described = observed.describe_fresh(now).await?;
         plan = plan_for(&described);
     }
@@ -120,6 +121,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         group,
         cloud,
         control_plane,
+        lock,
         ..
     } = *observed;
     debug!(refresher = %name, command = ?plan.command, message = %plan.message, "planned");
@@ -140,6 +142,7 @@ pub(super) async fn reconcile_inner(rf: Arc<Refresher>, ctx: &Context) -> Result
         name: &name,
         me: &me,
         group: &group,
+        lock,
         group_ref: group.object_ref(&()),
         fresh: &fresh,
         nodes: &nodes,
@@ -168,6 +171,8 @@ struct Cluster<'a> {
     name: &'a str,
     me: &'a Holder,
     group: &'a NodeGroup,
+    /// The group's lock as observed; ours once taken.
+    lock: LockState,
     group_ref: ObjectReference,
     fresh: &'a [AsgDescription],
     nodes: &'a [refresh_plan::GroupNode],
@@ -223,10 +228,17 @@ impl Effects for Cluster<'_> {
         report(self.ctx, &self.group_ref, self.happenings).await
     }
 
+    fn lock(&self) -> Option<LockState> {
+        Some(self.lock.clone())
+    }
+
     async fn take_lock(&mut self) -> Result<Taken> {
         Ok(
             match lock::acquire(self.ctx, self.group, self.me, self.now).await? {
-                Acquired::Yes => Taken::Yes,
+                Acquired::Yes => {
+                    self.lock = LockState::Ours;
+                    Taken::Yes
+                }
                 Acquired::Conflict => Taken::Retry,
                 Acquired::No(holder) => {
                     debug!(refresher = %self.name, ?holder, "lock held");

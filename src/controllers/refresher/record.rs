@@ -52,6 +52,13 @@ impl Record for RefresherStatus {
         self.run_start.is_some() && (self.batch().next().is_some() || !waits_on_time)
     }
 
+    /// A run under way keeps the group's lock from its start to its end
+    /// (paused, waiting for a window or protected nodes included: its
+    /// surplus and place are the group's), bounded by `pauseTimeout`.
+    fn keeps_lock(&self) -> bool {
+        self.run_start.is_some()
+    }
+
     fn blocked(&mut self, instance: &str, by: &str) {
         if let Some(t) = self.batch_member_mut(instance)
             && t.blocked_by.as_deref() != Some(by)

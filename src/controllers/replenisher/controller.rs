@@ -108,10 +108,11 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         })
     };
     let mut plan = plan_for(&described);
-    if plan.command.changes_aws() {
+    if plan.command.changes_aws() && observed.lock == LockState::Ours {
         // Act only on what AWS says now: the shared description may be a
         // few seconds old and miss a change made outside (a process
-        // suspended, a min raised). One more describe per AWS mutation.
+        // suspended, a min raised). One more describe per AWS mutation;
+        // none for a plan the executor only takes the lock for.
         described = observed.describe_fresh(now).await?;
         plan = plan_for(&described);
     }
@@ -123,7 +124,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         me,
         group,
         group_status,
-        lock: _,
+        lock,
         cloud,
         control_plane: observed_control_plane,
     } = *observed;
@@ -148,6 +149,7 @@ pub(super) async fn reconcile_inner(rp: Arc<Replenisher>, ctx: &Context) -> Resu
         },
         group_ref: group.object_ref(&()),
         me: &me,
+        lock,
         slots: &slots,
     };
     if let Some(held) = newly_blocked {
@@ -300,7 +302,7 @@ async fn voluntary(
         .collect();
     names.extend(current.scale_in.iter().map(|t| t.node.clone()));
     // A slot held when no removal could happen is given back with the lock
-    // (ReleaseLock releases both), so it need not be looked at then.
+    // (the executor gives back both), so it need not be looked at then.
     let slot = match names.is_empty() {
         true => SlotState::Free,
         false => slots.observe().await?,

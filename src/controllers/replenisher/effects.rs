@@ -16,7 +16,7 @@ use crate::crd::replenisher::ScaleInTarget;
 use crate::crd::{Replenisher, ReplenisherStatus};
 use crate::events::Reason;
 use crate::k8s::drain::{drain_event, drain_step, next_step_after, uncordon};
-use crate::k8s::lock::{self, Acquired, Holder};
+use crate::k8s::lock::{self, Acquired, Holder, LockState};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType;
 use tracing::debug;
@@ -32,6 +32,8 @@ pub(super) struct Cluster<'a> {
     pub guard: Guard<'a>,
     pub group_ref: ObjectReference,
     pub me: &'a Holder,
+    /// The group's lock as observed; ours once taken.
+    pub lock: LockState,
     pub slots: &'a crate::k8s::disruption_slot::Slots<'a>,
 }
 
@@ -80,11 +82,18 @@ impl Effects for Cluster<'_> {
         Ok(())
     }
 
+    fn lock(&self) -> Option<LockState> {
+        Some(self.lock.clone())
+    }
+
     async fn take_lock(&mut self) -> crate::Result<Taken> {
         let now = self.guard.now;
         Ok(
             match lock::acquire(self.ctx, self.guard.group, self.me, now).await? {
-                Acquired::Yes => Taken::Yes,
+                Acquired::Yes => {
+                    self.lock = LockState::Ours;
+                    Taken::Yes
+                }
                 Acquired::Conflict => Taken::Retry,
                 Acquired::No(holder) => {
                     debug!(replenisher = %self.at.1, ?holder, "lock held");

@@ -60,7 +60,23 @@ impl Record for ReplenisherStatus {
         }
     }
 
-    fn lock_held_elsewhere(&mut self) {
-        self.phase = ReplenishPhase::Paused;
+    /// The group's lock covers what the replenisher has in hand: a removal,
+    /// a never-joined instance's, a raise or retirements recorded, and
+    /// every acting phase (what it raised on its way included), so its
+    /// refresher does not start a run over them; it is given back on a
+    /// wait on time, a stop or once steady.
+    fn keeps_lock(&self) -> bool {
+        let acting = matches!(
+            self.phase,
+            ReplenishPhase::ScalingUp
+                | ReplenishPhase::ScalingDown
+                | ReplenishPhase::CleaningUp
+                | ReplenishPhase::Repairing
+        );
+        acting
+            || self.scale_in.is_some()
+            || self.cleanup.is_some()
+            || !self.raising.is_empty()
+            || !self.retiring.is_empty()
     }
 }

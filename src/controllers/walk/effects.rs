@@ -11,6 +11,7 @@ use crate::crd::ReplenisherStatus;
 use crate::crd::refresher::{RefreshTarget, RefresherStatus, TargetPurpose};
 use crate::crd::replenisher::ScaleInTarget;
 use crate::k8s::drain::DrainProgress;
+use crate::k8s::lock::LockState;
 use std::time::Duration;
 
 /// The world as the replenisher's effects.
@@ -46,6 +47,10 @@ impl Effects for AsReplenisher<'_> {
 
     fn reached(&mut self, point: &str) -> crate::Result<()> {
         self.0.reached(point, point.ends_with(":persisted"))
+    }
+
+    fn lock(&self) -> Option<LockState> {
+        Some(self.0.lock_for(self.1, Who::Replenisher))
     }
 
     async fn take_lock(&mut self) -> crate::Result<Taken> {
@@ -304,6 +309,10 @@ impl Effects for AsRefresher<'_> {
 
     fn reached(&mut self, point: &str) -> crate::Result<()> {
         self.0.reached(point, point.ends_with(":persisted"))
+    }
+
+    fn lock(&self) -> Option<LockState> {
+        Some(self.0.lock_for(self.1, Who::Refresher))
     }
 
     async fn take_lock(&mut self) -> crate::Result<Taken> {

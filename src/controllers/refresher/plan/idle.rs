@@ -51,7 +51,7 @@ impl Deciding<'_> {
                 (None, Some(_)) => ("the schedule never fires again".to_string(), IDLE),
             };
             // A lock still held here was left by a run that ended just before a restart.
-            return Some(Decision::act(self.release_if_ours(), message, requeue));
+            return Some(Decision::wait(message, requeue));
         }
         // Another group's master coming back: a due master run waits for
         // it (as for a slot), never skipped.
@@ -59,7 +59,7 @@ impl Deciding<'_> {
             // Without the lock (taken for a start a master then stopped):
             // the other group's repair, and this group's, may need it.
             let message = format!("due; waiting: {why}");
-            return Some(Decision::act(self.release_if_ours(), message, SOON));
+            return Some(Decision::wait(message, SOON));
         }
         // Outside every window the run waits for the next one, whatever
         // else holds it now: a blocker that passes before the window opens
@@ -111,13 +111,11 @@ impl Deciding<'_> {
         settings: &ResolvedRefresh,
     ) -> Option<Decision> {
         let n = drifted.len();
-        // A lock (or slot) taken for the start is given back while the
-        // roll waits: held, it would keep the group's replenisher from
-        // repairing the very node whose NotReady the roll waits on.
-        let release = self.release_if_ours();
+        // No lock (or slot) is held while the roll waits (the status
+        // records no run): held, it would keep the group's replenisher
+        // from repairing the very node whose NotReady the roll waits on.
         let wait = |why: String| {
-            Some(Decision::act(
-                release.clone(),
+            Some(Decision::wait(
                 format!("{n} drifted node(s); the drift roll waits: {why}"),
                 DRIFT_RETRY,
             ))
@@ -126,8 +124,7 @@ impl Deciding<'_> {
         // Ready) is not retried at once: each try costs a surplus node for
         // the whole ready timeout.
         if let Some((again, why)) = self.drift_backoff() {
-            return Some(Decision::act(
-                release,
+            return Some(Decision::wait(
                 format!(
                     "{n} drifted node(s); the last drift roll failed ({why}); the next one starts at {}",
                     again.to_rfc3339()
@@ -168,11 +165,7 @@ impl Deciding<'_> {
         let reason = window.closed_reason()?;
         self.status.phase = RefreshPhase::WaitingForWindow;
         let requeue = window.recheck_in(self.input.group.now);
-        Some(Decision::act(
-            self.release_if_ours(),
-            format!("{why}; waiting: {reason}"),
-            requeue,
-        ))
+        Some(Decision::wait(format!("{why}; waiting: {reason}"), requeue))
     }
 
     /// After a failed drift roll, when the next may start (and why it
@@ -235,50 +228,30 @@ impl Deciding<'_> {
         (surplus, short)
     }
 
-    /// A run may start (`why`): Some(step) until the group's lock is ours.
-    /// It does not start while every disruption slot is held by others: it
-    /// would raise its surplus only to wait. The executor takes a slot
-    /// itself before the first node goes (one order for every path: the
-    /// lock, then the slot); a wait for either holds neither.
+    /// A run may start (`why`): Some(step) while it waits for the group's
+    /// lock or a disruption slot. It does not start while every
+    /// disruption slot is held by others: it would raise its surplus only
+    /// to wait. The executor takes the lock (then, for the first node, a
+    /// slot) itself when the run starts; a wait for either holds neither,
+    /// as the status records no run.
     pub(super) fn lock_to_start(&mut self, why: &str) -> Option<Decision> {
-        let lock = &self.input.group.lock;
         // Looked at before the lock is taken: a group waiting for a slot
         // must not hold its lock meanwhile (that would stall its
-        // replenisher), so a lock taken in a race is given back.
+        // replenisher).
         if let Some(holders) = self.input.rules.slots_full() {
             self.status.phase = RefreshPhase::WaitingForSlot;
             let waiting = format!("{why}; waiting for a disruption slot: {holders}");
-            return Some(match lock {
-                LockState::Ours => Decision::act(
-                    super::Command::ReleaseLock,
-                    format!("{waiting}: giving the group's lock back meanwhile"),
-                    LOCK_RETRY,
-                ),
-                _ => Decision::wait(waiting, LOCK_RETRY),
-            });
+            return Some(Decision::wait(waiting, LOCK_RETRY));
         }
-        self.status.phase = RefreshPhase::WaitingForLock;
-        match lock {
-            // A slot held without the lock (a restart between the two, a
-            // lock lost): given back while the lock is held elsewhere,
-            // which may be for long (another group's repair may need it).
-            LockState::Other(holder) if self.input.rules.holds_slot() => Some(Decision::act(
-                super::Command::ReleaseLock,
-                format!(
-                    "{why}; the group's lock is held by {holder}: giving the disruption slot back while waiting"
-                ),
-                LOCK_RETRY,
-            )),
-            LockState::Other(holder) => Some(Decision::wait(
-                format!("{why}; waiting for the group's lock, held by {holder}"),
-                LOCK_RETRY,
-            )),
-            LockState::Free => Some(Decision::act(
-                super::Command::TakeLock,
-                format!("{why}; taking the group's lock"),
-                Duration::ZERO,
-            )),
-            LockState::Ours => None,
+        match &self.input.group.lock {
+            LockState::Other(holder) => {
+                self.status.phase = RefreshPhase::WaitingForLock;
+                Some(Decision::wait(
+                    format!("{why}; waiting for the group's lock, held by {holder}"),
+                    LOCK_RETRY,
+                ))
+            }
+            LockState::Free | LockState::Ours => None,
         }
     }
 
@@ -337,11 +310,7 @@ impl Deciding<'_> {
             Some(reason.clone()),
             settings,
         );
-        Decision::act(
-            self.release_if_ours(),
-            format!("run skipped: {reason}"),
-            SOON,
-        )
+        Decision::wait(format!("run skipped: {reason}"), SOON)
     }
 
     pub(super) fn schedule_next(&mut self, settings: &ResolvedRefresh) {

@@ -13,7 +13,8 @@
 //! 4. [`replacing`] (`WaitingForReplacement`): terminated (recorded first,
 //!    [`termination`]), wait for Ready to be whole again, validate;
 //! 5. [`scaling_down`]: every ASG back to its recorded count, surplus nodes
-//!    chosen explicitly, drained, terminated with decrement; release the lock.
+//!    chosen explicitly, drained, terminated with decrement; the run ends
+//!    (the executor gives the lock back).
 //!
 //! Each phase is a transition: a step to take now, or the next phase to
 //! enter ([`Next`]). Phases are only entered forward (see [`rank`]), and
@@ -325,7 +326,7 @@ impl Deciding<'_> {
                 self.status.phase = RefreshPhase::Blocked;
                 self.status.next_run = None;
                 self.status.next_run_from = None;
-                return Decision::act(self.release_if_ours(), format!("no run: {problem}"), IDLE);
+                return Decision::wait(format!("no run: {problem}"), IDLE);
             }
         };
         if self.status.run_start.is_none()
@@ -400,14 +401,6 @@ impl Deciding<'_> {
         self.record_failure(reason);
         self.enter(RefreshPhase::ScalingDown);
         None
-    }
-
-    fn release_if_ours(&self) -> Command {
-        if self.input.group.lock == LockState::Ours || self.input.rules.holds_slot() {
-            Command::ReleaseLock
-        } else {
-            Command::Nothing
-        }
     }
 
     fn ready(&self) -> i32 {

@@ -82,16 +82,10 @@ impl Deciding<'_> {
             (format!("circuit breaker open: {why}"), IDLE)
         } else {
             match &input.group.lock {
-                // The slot given back while the run waited on time is
-                // taken again by the executor when it acts, not to wait.
-                LockState::Ours => return None,
-                LockState::Free => {
-                    return Some(Decision::act(
-                        Command::TakeLock,
-                        "retaking the group's lock",
-                        Duration::ZERO,
-                    ));
-                }
+                // The lock lost mid-run (free) is taken again by the
+                // executor before the run's next step, as the slot given
+                // back while it waited on time: when it acts, not to wait.
+                LockState::Ours | LockState::Free => return None,
                 LockState::Other(holder) => {
                     (format!("{holder} holds the group's lock"), LOCK_RETRY)
                 }
@@ -159,8 +153,7 @@ impl Deciding<'_> {
             opens: None,
             why: Some(why.clone()),
         });
-        Decision::act(
-            Command::ReleaseLock,
+        Decision::wait(
             format!("run set aside: {why}; {remaining} node(s) left, resumed later"),
             SOON,
         )

@@ -350,7 +350,7 @@ impl Deciding<'_> {
             Some(r) => format!("run failed after replacing {replaced} of {total}: {r}"),
             None => format!("run succeeded: replaced {replaced} of {total}"),
         };
-        Decision::act(Command::ReleaseLock, message, SOON)
+        Decision::wait(message, SOON)
     }
 
     /// Records what the ending run leaves above its recorded counts, and

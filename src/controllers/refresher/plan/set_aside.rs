@@ -10,7 +10,6 @@
 
 use super::{Deciding, Decision, Happening, IDLE, SOON};
 use crate::controllers::authority::Blocked;
-use crate::controllers::refresher::plan::Command;
 use crate::crd::Role;
 use crate::crd::nodegroup::ResolvedRefresh;
 use crate::crd::refresher::{PendingRun, RefreshPhase, RefreshTarget, RunResult, RunTrigger};
@@ -123,7 +122,7 @@ impl Deciding<'_> {
             opens,
             why,
         });
-        Decision::act(Command::ReleaseLock, message, SOON)
+        Decision::wait(message, SOON)
     }
 
     /// No run in progress and one set aside: it resumes once a window is
@@ -146,11 +145,7 @@ impl Deciding<'_> {
             return Some(self.end_set_aside(pending, settings));
         }
         if let Some(why) = self.start_blocker() {
-            return Some(Decision::act(
-                self.release_if_ours(),
-                format!("{what}; waiting: {why}"),
-                IDLE,
-            ));
+            return Some(Decision::wait(format!("{what}; waiting: {why}"), IDLE));
         }
         if let Some(step) = self.outside_windows(&what) {
             return Some(step);
@@ -194,8 +189,7 @@ impl Deciding<'_> {
         });
         self.end_run(pending.started, RunResult::Succeeded, None, settings);
         self.status.progress = Some(format!("{}/{}", pending.replaced, pending.total));
-        Decision::act(
-            self.release_if_ours(),
+        Decision::wait(
             format!(
                 "run succeeded: replaced {} of {}; the rest left the group meanwhile",
                 pending.replaced, pending.total

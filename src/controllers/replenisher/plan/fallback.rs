@@ -237,7 +237,7 @@ fn replacement_first(s: &Deciding, due: &[&AsgView], node: &GroupNode) -> Option
         .map(|a| on_the_way(s, a))
         .sum();
     if coming > 0 {
-        return Some(s.wait(
+        return Some(s.coming(
             format!("a spot node is on its way to replace {}", node.name),
             super::SOON,
         ));

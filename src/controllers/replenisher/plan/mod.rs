@@ -237,16 +237,16 @@ impl Deciding<'_> {
         }
     }
 
-    /// Not acting: give the lock (and a slot) back if we hold it, say why.
+    /// Not acting: the executor gives the lock (and a slot) back, as the
+    /// status records nothing it covers; say why.
     fn idle(&self, status: ReplenisherStatus, phase: ReplenishPhase, message: String) -> Plan {
-        if self.input.group.lock == LockState::Ours || self.input.rules.holds_slot() {
-            self.finish(status, phase, Command::ReleaseLock, message, SOON)
-        } else {
-            self.finish(status, phase, Command::Nothing, message, IDLE)
-        }
+        self.finish(status, phase, Command::Nothing, message, IDLE)
     }
 
-    /// A mutation needs the lock first.
+    /// A mutation. The executor makes it with the group's lock (taking it
+    /// first: the record of what we are about to do is written only with
+    /// the lock); with the lock held by the group's other controller,
+    /// nothing is decided.
     fn act(
         &self,
         status: ReplenisherStatus,
@@ -255,16 +255,6 @@ impl Deciding<'_> {
         message: String,
     ) -> Plan {
         match &self.input.group.lock {
-            LockState::Ours => self.finish(status, phase, command, message, SOON),
-            // The record of what we are about to do is written only with the
-            // lock: until then, nothing was decided.
-            LockState::Free => self.finish(
-                self.status.clone(),
-                phase,
-                Command::TakeLock,
-                format!("taking the lock to: {message}"),
-                Duration::ZERO,
-            ),
             LockState::Other(holder) => self.finish(
                 self.status.clone(),
                 ReplenishPhase::Paused,
@@ -272,13 +262,16 @@ impl Deciding<'_> {
                 format!("{holder} holds the group's lock"),
                 IDLE,
             ),
+            LockState::Ours | LockState::Free => self.finish(status, phase, command, message, SOON),
         }
     }
 
-    fn wait(&self, message: String, requeue: Duration) -> Plan {
+    /// What was raised is on its way: still scaling up, so the lock stays
+    /// (the group's refresher does not start a run over a raise in flight).
+    fn coming(&self, message: String, requeue: Duration) -> Plan {
         self.finish(
             self.status.clone(),
-            ReplenishPhase::Waiting,
+            ReplenishPhase::ScalingUp,
             Command::Nothing,
             message,
             requeue,
@@ -286,20 +279,15 @@ impl Deciding<'_> {
     }
 
     /// Waiting on time (a window, a cooldown, protected nodes, a return to
-    /// spot): nothing happens here until then, so the group's lock and a
-    /// disruption slot are given back, for another path that may need them
-    /// meanwhile (a dead master elsewhere, a refresh); they are taken again
-    /// when this acts. Only between steps: nothing is in hand.
+    /// spot): nothing happens here until then, so the executor gives the
+    /// group's lock and a disruption slot back, for another path that may
+    /// need them meanwhile (a dead master elsewhere, a refresh); they are
+    /// taken again when this acts. Only between steps: nothing is in hand.
     fn wait_on_time(&self, message: String, requeue: Duration) -> Plan {
-        let holds = self.input.group.lock == LockState::Ours || self.input.rules.holds_slot();
-        let command = match holds {
-            true => Command::ReleaseLock,
-            false => Command::Nothing,
-        };
         self.finish(
             self.status.clone(),
             ReplenishPhase::Waiting,
-            command,
+            Command::Nothing,
             message,
             requeue,
         )

@@ -7,7 +7,6 @@ use super::{Batch, Command, Deciding, Plan, SCALE_IN_DRAIN_TIMEOUT};
 use crate::controllers::authority::Reason;
 use crate::controllers::authority::rules::{self, Rule};
 use crate::controllers::group_view::GroupNode;
-use crate::controllers::group_view::LockState;
 use crate::controllers::group_view::after;
 use crate::crd::replenisher::{ReplenishPhase, ScaleInTarget};
 use std::time::Duration;
@@ -279,18 +278,15 @@ pub(super) fn wait_for_slot(s: &Deciding, reason: Reason, what: &str) -> Option<
         return None;
     }
     let why = s.input.rules.slots_full()?;
-    // Waiting without the lock: the slot's holder may be this group's
-    // refresher, waiting for the lock (a hold-and-wait).
+    // Waiting without the lock (the executor gives it back: nothing is
+    // recorded): the slot's holder may be this group's refresher, waiting
+    // for the lock (a hold-and-wait).
     let message = format!("{what}: waiting for a disruption slot: {why}");
-    let command = match s.input.group.lock {
-        LockState::Ours => Command::ReleaseLock,
-        _ => Command::Nothing,
-    };
     let status = s.status.clone();
     Some(s.finish(
         status,
         ReplenishPhase::Waiting,
-        command,
+        Command::Nothing,
         message,
         SLOT_RETRY,
     ))

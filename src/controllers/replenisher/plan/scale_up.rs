@@ -23,7 +23,7 @@ pub(super) fn scale_up(s: &Deciding) -> Option<Plan> {
     let coming: i32 = s.asgs.iter().filter(usable).map(|a| on_the_way(s, a)).sum();
     let deficit = input.group.desired - s.ready - coming;
     if deficit <= 0 {
-        return Some(s.wait(format!("{coming} node(s) on their way"), SOON));
+        return Some(s.coming(format!("{coming} node(s) on their way"), SOON));
     }
     let mut candidates = raise_candidates(s);
     let mut replacements = vec![];

@@ -50,7 +50,7 @@ fn a_due_run_waits_for_a_slot_held_elsewhere_without_taking_the_lock_then_starts
     sim.slot = SlotState::Free;
     // The lock first; the slot is the executor's, taken before the first
     // node goes (one order for every path).
-    assert_eq!(sim.step(false).command, Command::TakeLock);
+    sim.takes_the_lock();
     sim.step(false);
     assert!(sim.status.run_start.is_some(), "{:?}", sim.status.message);
     sim.run_to_end(300);
@@ -110,7 +110,7 @@ fn a_due_run_outside_every_window_waits_for_one_and_is_not_skipped() {
     sim.window = WindowState::Open {
         closes: sim.now + chrono::Duration::hours(4),
     };
-    assert_eq!(sim.step(false).command, Command::TakeLock);
+    sim.takes_the_lock();
     sim.step(false);
     assert!(sim.status.run_start.is_some(), "{:?}", sim.status.message);
 }
@@ -140,7 +140,7 @@ fn a_due_run_waiting_for_its_window_is_not_skipped_by_a_blocker_that_passes_mean
     sim.window = WindowState::Open {
         closes: sim.now + chrono::Duration::hours(4),
     };
-    assert_eq!(sim.step(false).command, Command::TakeLock);
+    sim.takes_the_lock();
     sim.step(false);
     assert!(sim.status.run_start.is_some(), "{:?}", sim.status.message);
     assert!(sim.status.last_run.is_none(), "{:?}", sim.status.last_run);

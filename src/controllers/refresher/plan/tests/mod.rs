@@ -101,9 +101,12 @@ struct Sim {
     lock: LockState,
     /// The manager-wide disruption slot.
     slot: SlotState,
-    /// Slots the executor took and gave back (not by a ReleaseLock).
+    /// Slots the executor took and gave back (with the lock or alone).
     slot_takes: usize,
     slot_gives: usize,
+    /// The last step's plan was made without the lock: the executor took
+    /// it and carried out nothing of the plan.
+    took_lock: bool,
     /// The maintenance windows.
     window: WindowState,
     /// Protected nodes (by node name), and how long a run waits for them.
@@ -191,6 +194,7 @@ impl Sim {
             slot: SlotState::Free,
             slot_takes: 0,
             slot_gives: 0,
+            took_lock: false,
             window: WindowState::Always,
             protected: Default::default(),
             do_not_disrupt_timeout: Duration::ZERO,
@@ -422,14 +426,8 @@ impl Sim {
             plan.command,
             plan.message
         );
-        if plan.status.run_start.is_some() && self.status.run_start.is_none() {
-            self.layouts.push(
-                self.asgs
-                    .iter()
-                    .map(|a| (a.name.clone(), a.desired))
-                    .collect(),
-            );
-        }
+        let layout = self.layout();
+        self.took_lock = false;
         self.actions.push(plan.command.clone());
         self.crash = crash;
         let stored = self.status.clone();
@@ -453,6 +451,25 @@ impl Sim {
             );
         }
         self.crash = None;
+        // A plan the executor only took the lock for was not carried out
+        // (the next step plans again, with the lock).
+        if self.took_lock {
+            self.actions.pop();
+        } else if self.status.run_start.is_some() && stored.run_start.is_none() {
+            self.layouts.push(layout);
+        }
+        plan
+    }
+
+    /// One step whose plan the executor only takes the group's lock for:
+    /// nothing of it written or made.
+    fn takes_the_lock(&mut self) -> Plan {
+        let (status, layout) = (self.status.clone(), self.layout());
+        let plan = self.step(false);
+        assert!(self.took_lock, "{:?}: {}", plan.command, plan.message);
+        assert_eq!(self.lock, LockState::Ours);
+        assert_eq!(self.status, status, "written before the lock was taken");
+        assert_eq!(self.layout(), layout, "made before the lock was taken");
         plan
     }
 
@@ -742,12 +759,17 @@ impl Effects for Sim {
         self.happenings.extend(told);
     }
 
+    fn lock(&self) -> Option<LockState> {
+        Some(self.lock.clone())
+    }
+
     async fn take_lock(&mut self) -> crate::Result<Taken> {
         assert!(
             !matches!(self.lock, LockState::Other(_)),
             "took a held lock"
         );
         self.lock = LockState::Ours;
+        self.took_lock = true;
         Ok(Taken::Yes)
     }
 
@@ -768,8 +790,7 @@ impl Effects for Sim {
     async fn release_slot(&mut self) -> crate::Result<()> {
         if self.slot == SlotState::Ours {
             self.slot = SlotState::Free;
-            let by_lock = matches!(self.actions.last(), Some(Command::ReleaseLock));
-            self.slot_gives += usize::from(!by_lock);
+            self.slot_gives += 1;
         }
         Ok(())
     }

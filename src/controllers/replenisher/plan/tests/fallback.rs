@@ -48,7 +48,7 @@ fn at(s: &Scenario, now: DateTime<Utc>) -> Plan {
 fn every_spot_asg_short_for_after_raises_the_fallback_by_the_missing_count_only() {
     let mut s = every_spot_short();
     let p = at(&s, t0());
-    assert_eq!(p.command, Command::ReleaseLock, "{}", p.message);
+    releases(&p);
     assert!(
         p.message.contains("falling back to on-demand at"),
         "{}",
@@ -64,7 +64,7 @@ fn every_spot_asg_short_for_after_raises_the_fallback_by_the_missing_count_only(
     // At `after`: the lock again, then exactly the one missing, on the
     // fallback.
     let p = at(&s, t0() + seconds(AFTER));
-    assert_eq!(p.command, Command::TakeLock, "{}", p.message);
+    needs_the_lock(&p);
     s.lock = LockState::Ours;
     let p = at(&s, t0() + seconds(AFTER));
     assert_eq!(
@@ -200,7 +200,7 @@ fn with_spot_asgs_at_max_their_own_relaunch_is_the_return() {
     s.lock = LockState::Free;
     // Once a has launched for `returnAfter`, the fallback node goes.
     let p = at(&s, t0() + seconds(RETURN_AFTER));
-    assert_eq!(p.command, Command::TakeLock, "{}", p.message);
+    needs_the_lock(&p);
     s.lock = LockState::Ours;
     let p = at(&s, t0() + seconds(RETURN_AFTER));
     let Command::Drain(target) = &p.command else {

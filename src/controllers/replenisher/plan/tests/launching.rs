@@ -9,7 +9,10 @@ fn a_raise_in_flight_counts_as_launching_within_the_grace_and_is_not_ordered_twi
     s.asgs[1] = asg("c", 2, 1, 3);
     let p = s.plan();
     assert_eq!(p.command, Command::Nothing, "{}", p.message);
-    assert_eq!(p.status.phase, ReplenishPhase::Waiting);
+    assert_eq!(p.status.phase, ReplenishPhase::ScalingUp);
+    // Still scaling up: the executor keeps the group's lock while what was
+    // raised is on its way (no refresh starts over a raise in flight).
+    assert!(crate::controllers::execute::Record::keeps_lock(&p.status));
     assert_eq!(
         p.status.behind,
         vec![

@@ -35,6 +35,34 @@ fn asg(name: &str, desired: i32, instances: i32, max: i32) -> AsgView {
     .judge(None, t0())
 }
 
+/// A plan that holds nothing: only its status is written, and it records
+/// nothing the group's lock covers, so the executor gives the lock (and a
+/// slot) back after writing it.
+#[track_caller]
+fn releases(p: &Plan) {
+    use crate::controllers::execute::Record;
+    assert_eq!(p.command, Command::Nothing, "{}", p.message);
+    assert!(
+        !p.status.keeps_lock(),
+        "{:?} keeps the lock: {}",
+        p.status.phase,
+        p.message
+    );
+}
+
+/// A plan made without the lock: the executor takes the lock before it
+/// carries out anything of it (`execute`'s tests).
+#[track_caller]
+fn needs_the_lock(p: &Plan) {
+    use crate::controllers::execute::Record;
+    assert!(
+        p.command.mutates() || p.status.keeps_lock(),
+        "{:?}: {}",
+        p.command,
+        p.message
+    );
+}
+
 const NO_CAPACITY: &str = "Could not launch Spot Instances. InsufficientInstanceCapacity";
 
 /// Its newest launch activity failed.
