@@ -16,6 +16,13 @@ use tracing::debug;
 
 /// Field manager for every write we make (one owner of our status fields).
 pub const FIELD_MANAGER: &str = "spot-node-manager";
+/// Field manager for the children's specs the inventory applies (the main
+/// resource). Not `FIELD_MANAGER`: an apiserver before 1.22 keeps one
+/// managed-fields entry per manager and operation for an object and its
+/// status subresource, so a spec applied under the status's manager drops
+/// its ownership of every status field, and a status field the next status
+/// apply omits (a removal given back) is then never removed.
+pub const CHILDREN_FIELD_MANAGER: &str = "spot-node-manager-children";
 
 pub struct Context {
     pub client: kube::Client,

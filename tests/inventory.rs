@@ -1028,6 +1028,120 @@ async fn kops_s_cluster_autoscaler_naming_the_groups_asg_is_reported() {
     assert!(manager.child_alive(), "{}", manager.logs());
 }
 
+/// Karpenter's NodePool CRD, reduced to what a listing needs: the
+/// apiserver is shared, so it is made once and left (a cluster without
+/// it is `no NodePool`, tested by every other test here).
+async fn node_pool_crd(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "nodepools.karpenter.sh"},
+        "spec": {
+            "group": "karpenter.sh",
+            "names": {"kind": "NodePool", "plural": "nodepools", "singular": "nodepool", "listKind": "NodePoolList"},
+            "scope": "Cluster",
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+        },
+    }))
+    .expect("crd");
+    let apply = PatchParams::apply("snm-test").force();
+    crds.patch("nodepools.karpenter.sh", &apply, &Patch::Apply(&crd))
+        .await
+        .expect("apply the NodePool CRD");
+    assert_eventually("the NodePool CRD established", WAIT, || async {
+        let crd = crds.get("nodepools.karpenter.sh").await.ok()?;
+        let conditions = crd.status?.conditions?;
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+}
+
+/// Issue 69: a NodeGroup naming the ASG of an instance group kops hands to
+/// Karpenter. kops names a node instance group's ASG `<ig>.<cluster>`
+/// (pkg/model/names.go AutoscalingGroupName), makes none for one with
+/// `spec.manager: Karpenter` (pkg/model/awsmodel/autoscalinggroup.go) and
+/// writes a `karpenter.sh/v1` NodePool named after the instance group
+/// instead (upup/pkg/fi/cloudup/template_functions_karpenter.go
+/// buildKarpenterNodePool); read at kops 268927e2. The group says in
+/// CompetingAsgSettings that Karpenter has those nodes and what to do, with
+/// a Warning Event, beside the ASG not found; cleared once the NodePool
+/// goes. Nothing of it is changed.
+#[tokio::test]
+async fn an_asg_of_an_instance_group_kops_hands_to_karpenter_is_reported() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let world = World::new("inv-karpenter").await;
+    node_pool_crd(&world.client).await;
+    let kops = world.kops_group("nodes", &ZONES[..1], 1, &[]).await;
+    let cluster = kops.asgs[0]
+        .split_once('.')
+        .map(|(_, cluster)| cluster.to_string())
+        .expect("kops names ASGs <ig>.<cluster>");
+    // The instance group's name is the world's (unique: NodePools are
+    // cluster-scoped and the apiserver is shared).
+    let ig = world.namespace.clone();
+    let karpenters = format!("{ig}.{cluster}");
+    let pools: Api<DynamicObject> = Api::all_with(
+        world.client.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool")),
+    );
+    let pool: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": ig},
+        "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": ig}}}},
+    }))
+    .expect("nodepool");
+    pools
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("create the NodePool");
+    let _sim = world.start_sim(FAST, FAST);
+    let groups: Api<NodeGroup> = world.api();
+    let asgs = vec![kops.asgs[0].clone(), karpenters.clone()];
+    let group = worker_group("workers", &asgs, 1, serde_json::json!({}));
+    world.create_group(&group).await;
+    let (manager, _config) = world.start_manager(&[]);
+    let competing = |value| workers_condition(groups.clone(), "CompetingAsgSettings", value);
+    let (_, reason, message) = assert_eventually("Karpenter reported", WAIT, || {
+        competing(ConditionStatus::True)
+    })
+    .await;
+    assert_eq!(reason, "SettingsCompete", "{message}");
+    for said in [
+        format!("Karpenter NodePool {ig} manages instance group {ig}"),
+        format!("kops makes no ASG {karpenters}"),
+        "spec.manager: CloudGroup".to_string(),
+    ] {
+        assert!(message.contains(&said), "{said}: {message}");
+    }
+    assert!(
+        !message.contains(&kops.asgs[0]),
+        "kops's own ASG: {message}"
+    );
+    support::refresh::assert_event(&world, "SettingsCompete").await;
+    // The ASG not found is said too, where it always is.
+    let degraded = condition(
+        &status_of(&groups, "workers").await.expect("status"),
+        "Degraded",
+    );
+    let (_, reason, _) = degraded.expect("Degraded");
+    assert_eq!(reason, "AutoScalingGroupNotFound");
+    // The user hands the instance group back to kops (here: the NodePool
+    // goes): cleared within a listing's minute.
+    pools
+        .delete(&ig, &Default::default())
+        .await
+        .expect("delete the NodePool");
+    assert_eventually("cleared", Duration::from_secs(150), || {
+        competing(ConditionStatus::False)
+    })
+    .await;
+    assert!(manager.child_alive(), "{}", manager.logs());
+}
+
 /// Issue 55: a terminate lifecycle hook kops left on an ASG when its own
 /// handler was turned off (EventBridge only, no target of its own), while
 /// the manager has no interruption queue, is reported in

@@ -433,6 +433,8 @@ const MANAGER_REQUESTS: &[(&str, &str, &str, &Option<&str>)] = &[
     ("create", "", "pods/eviction", &Some("default")),
     // `spot-node-manager preview`.
     ("list", "policy", "poddisruptionbudgets", &None),
+    // Karpenter's NodePools (kops's Karpenter instance groups).
+    ("list", "karpenter.sh", "nodepools", &None),
     // Another termination handler in the cluster.
     ("list", "apps", "deployments", &None),
     ("list", "apps", "daemonsets", &None),

@@ -2,7 +2,7 @@
 //! with the group's spec (owner references, so deleting the group deletes
 //! them).
 
-use crate::context::{Context, FIELD_MANAGER};
+use crate::context::{CHILDREN_FIELD_MANAGER, Context};
 use crate::crd::nodegroup::{DriftAction, RefreshSpec};
 use crate::crd::refresher::RefresherSpec;
 use crate::crd::replenisher::ReplenisherSpec;
@@ -167,7 +167,7 @@ where
             || async {
                 api.patch(
                     name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &PatchParams::apply(CHILDREN_FIELD_MANAGER).force(),
                     &Patch::Apply(&patch),
                 )
                 .await

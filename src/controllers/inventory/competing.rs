@@ -62,25 +62,38 @@ pub fn competing(
     found
 }
 
+/// Other controllers in the cluster that may compete for a group's ASGs.
+#[derive(Default)]
+pub struct Others<'a> {
+    /// The cluster-autoscalers running.
+    pub autoscalers: &'a [super::autoscalers::Autoscaler],
+    /// Karpenter's NodePools.
+    pub node_pools: &'a [String],
+}
+
 /// Sets the condition on `status` from `asgs`, their warm pools, and the
-/// cluster-autoscalers running (`autoscalers`).
+/// other controllers found (`others`).
 pub fn set_competing(
     group: &NodeGroup,
     (asgs, warm_pools): (&[AsgDescription], &[(String, WarmPool)]),
-    autoscalers: &[super::autoscalers::Autoscaler],
+    others: Others<'_>,
     status: &mut NodeGroupStatus,
     now: DateTime<Utc>,
 ) {
     let mut found = competing(group, asgs, warm_pools);
-    found.extend(super::autoscalers::competing(
-        &group.spec.asg_names(),
-        autoscalers,
+    let names = group.spec.asg_names();
+    found.extend(super::autoscalers::competing(&names, others.autoscalers));
+    let existing: Vec<String> = asgs.iter().map(|a| a.name.clone()).collect();
+    found.extend(super::karpenter::competing(
+        &names,
+        &existing,
+        others.node_pools,
     ));
     let (value, reason, message) = match found.is_empty() {
         true => (
             ConditionStatus::False,
             "None",
-            "no ASG setting or cluster-autoscaler replaces, removes or rescales instances behind the manager".to_string(),
+            "no ASG setting, cluster-autoscaler or Karpenter NodePool replaces, removes or rescales instances behind the manager".to_string(),
         ),
         false => (ConditionStatus::True, "SettingsCompete", found.join("; ")),
     };
@@ -183,7 +196,14 @@ mod tests {
             found[4]
         );
         let mut status = NodeGroupStatus::default();
-        set_competing(&group(), (&[], &[]), &[], &mut status, chrono::Utc::now());
+        let others = Others::default();
+        set_competing(
+            &group(),
+            (&[], &[]),
+            others,
+            &mut status,
+            chrono::Utc::now(),
+        );
         let c = crate::crd::condition::find(&status.conditions, COMPETING_ASG_SETTINGS)
             .expect("condition");
         assert_eq!(c.status, ConditionStatus::False);

@@ -48,6 +48,8 @@ pub(super) struct InventoryContext {
     pub(super) handlers: super::handlers::Listed<Vec<String>>,
     /// A cluster-autoscaler naming ASGs, listed once a minute.
     pub(super) autoscalers: super::handlers::Listed<Vec<super::autoscalers::Autoscaler>>,
+    /// Karpenter's NodePools, listed once a minute.
+    pub(super) node_pools: super::handlers::Listed<Vec<String>>,
     /// The ASGs' terminate lifecycle hooks, described once an hour.
     pub(super) hooks: super::hourly::Hourly<Vec<crate::cloud::LifecycleHook>>,
     /// The ASGs' warm pools, described once an hour.
@@ -272,8 +274,14 @@ async fn beside_the_description(
     let (client, scope) = (&ictx.ctx.client, listing_scope(&ictx.ctx));
     let autoscalers = super::autoscalers::autoscalers(&ictx.autoscalers, client, scope);
     let autoscalers = autoscalers.await.unwrap_or_default();
+    let node_pools = super::karpenter::node_pools(&ictx.node_pools, client).await;
+    let node_pools = node_pools.unwrap_or_default();
     let asgs = (view.asgs.as_slice(), pools.as_slice());
-    super::competing::set_competing(group, asgs, &autoscalers, next, now);
+    let others = super::competing::Others {
+        autoscalers: &autoscalers,
+        node_pools: &node_pools,
+    };
+    super::competing::set_competing(group, asgs, others, next, now);
     let (prices, every) = (&ictx.prices, ictx.ctx.settings.cost_interval);
     super::cost::account_group(prices, cloud, group, view, next, every, now).await;
 }

@@ -17,6 +17,7 @@ pub mod handlers;
 pub mod hooks;
 pub mod hourly;
 pub mod instance_facts;
+pub mod karpenter;
 pub mod plan;
 pub mod room;
 mod validation;

@@ -76,6 +76,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
                 facts: InstanceFacts::for_resync(ctx_resync),
                 handlers: Default::default(),
                 autoscalers: Default::default(),
+                node_pools: Default::default(),
                 hooks: Default::default(),
                 warm_pools: Default::default(),
                 prices: Default::default(),
