@@ -1098,6 +1098,8 @@ async fn an_asg_of_an_instance_group_kops_hands_to_karpenter_is_reported() {
         .create(&PostParams::default(), &pool)
         .await
         .expect("create the NodePool");
+    // Joins without lag: what is judged is a NodePool and an ASG that
+    // does not exist, listed whatever the nodes do, not a launch.
     let _sim = world.start_sim(FAST, FAST);
     let groups: Api<NodeGroup> = world.api();
     let asgs = vec![kops.asgs[0].clone(), karpenters.clone()];

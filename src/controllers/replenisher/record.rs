@@ -34,9 +34,13 @@ impl Record for ReplenisherStatus {
     }
 
     /// A removal recorded (a scale-in, an at-risk node, a fallback
-    /// return, a repair) keeps its slot until it is done or given back.
+    /// return, a repair) keeps its slot until it is done or given back,
+    /// unless a stop holds it (paused: suspended, a kops rolling update,
+    /// the breaker; blocked: an invalid spec), which may last: the slot
+    /// goes back meanwhile, the removal kept, and is taken again when it
+    /// resumes.
     fn in_hand(&self) -> bool {
-        self.scale_in.is_some()
+        self.scale_in.is_some() && !stopped(self)
     }
 
     fn made(&mut self, effect: Effect<'_, ScaleInTarget>, now: DateTime<Utc>) {
@@ -64,7 +68,7 @@ impl Record for ReplenisherStatus {
     /// a never-joined instance's, a raise or retirements recorded, and
     /// every acting phase (what it raised on its way included), so its
     /// refresher does not start a run over them; it is given back on a
-    /// wait on time, a stop or once steady.
+    /// wait on time, a stop (what is recorded kept) or once steady.
     fn keeps_lock(&self) -> bool {
         let acting = matches!(
             self.phase,
@@ -73,10 +77,19 @@ impl Record for ReplenisherStatus {
                 | ReplenishPhase::CleaningUp
                 | ReplenishPhase::Repairing
         );
-        acting
-            || self.scale_in.is_some()
+        let recorded = self.scale_in.is_some()
             || self.cleanup.is_some()
             || !self.raising.is_empty()
-            || !self.retiring.is_empty()
+            || !self.retiring.is_empty();
+        acting || (recorded && !stopped(self))
     }
+}
+
+/// Held by a stop (paused or blocked): nothing happens until it ends, so
+/// neither the lock nor a slot is kept for what is recorded.
+fn stopped(status: &ReplenisherStatus) -> bool {
+    matches!(
+        status.phase,
+        ReplenishPhase::Paused | ReplenishPhase::Blocked
+    )
 }

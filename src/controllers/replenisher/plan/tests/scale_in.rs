@@ -62,6 +62,30 @@ fn a_scale_in_that_would_drop_below_desired_is_abandoned() {
     assert!(matches!(s.plan().command, Command::GiveBack { .. }));
 }
 
+/// Issue 68, items 2 and 3: a stop keeps the removal recorded, but not
+/// the group's lock or the disruption slot (a suspend may last, and
+/// another group's disruption needs the slot meanwhile); the executor
+/// gives both back, and takes them again when the removal resumes.
+#[test]
+fn a_removal_held_by_a_stop_keeps_its_record_but_not_the_lock_or_the_slot() {
+    use crate::controllers::execute::Record;
+    let mut s = Scenario::steady();
+    s.asgs[1] = asg("c", 2, 2, 3);
+    s.nodes.push(node("nc2", "c", true, 5));
+    s.status.scale_in = Some(nc2_removal(t0()));
+    s.suspend = true;
+    let p = s.plan();
+    releases(&p);
+    assert!(!p.status.in_hand(), "a suspended removal keeps the slot");
+    assert!(p.status.scale_in.is_some(), "the removal forgotten");
+    // Resumed: in hand again, lock and slot with it.
+    s.suspend = false;
+    s.status = p.status;
+    let p = s.plan();
+    assert!(p.command.mutates(), "{:?}: {}", p.command, p.message);
+    assert!(p.status.in_hand() && p.status.keeps_lock(), "{}", p.message);
+}
+
 #[test]
 fn a_group_being_deleted_gives_a_scale_in_back_and_then_the_lock() {
     let mut s = Scenario::steady();
