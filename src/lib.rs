@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod apiserver_client;
+pub mod check;
 pub mod clock;
 pub mod cloud;
 pub mod config;

@@ -1,6 +1,6 @@
 use clap::Parser;
 use spot_node_manager::config::{Cli, Command, PreviewOutput, RunArgs, Settings};
-use spot_node_manager::{crd, manager, preview as previews, reference, telemetry};
+use spot_node_manager::{check, crd, manager, preview as previews, reference, telemetry};
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +27,7 @@ async fn run() -> ExitCode {
         Command::Crd { out_dir } => print_crds(out_dir),
         Command::Reference { out_dir } => write_reference(&out_dir),
         Command::Preview { run, output, file } => preview(&run, output, file.as_deref()).await,
+        Command::Check { run, output } => check(&run, output).await,
         Command::Run(args) => {
             let settings = match Settings::load(&args) {
                 Ok(s) => s,
@@ -129,4 +130,39 @@ async fn preview(
         },
     }
     ExitCode::SUCCESS
+}
+
+async fn check(args: &RunArgs, output: PreviewOutput) -> ExitCode {
+    let settings = match Settings::load(args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("spot-node-manager: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Logs go to stderr only when asked (RUST_LOG): stdout is the answer.
+    if std::env::var_os("RUST_LOG").is_some() {
+        telemetry::init(settings.log_format, &settings.log_level);
+    }
+    let findings = match check::run(settings).await {
+        Ok(findings) => findings,
+        Err(e) => {
+            eprintln!("spot-node-manager check: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match output {
+        PreviewOutput::Text => print!("{}", check::text(&findings)),
+        PreviewOutput::Json => match serde_json::to_string_pretty(&findings) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("spot-node-manager check: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    }
+    match check::passes(&findings) {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::FAILURE,
+    }
 }

@@ -177,7 +177,7 @@ impl Default for Metrics {
 /// Every AWS operation the manager calls (`AwsCloud`, the queue): each
 /// one's error series exists at 0 from the start (a test checks the list
 /// against the calls in `src/cloud`).
-pub const AWS_OPERATIONS: [&str; 14] = [
+pub const AWS_OPERATIONS: [&str; 15] = [
     "CompleteLifecycleAction",
     "DeleteMessage",
     "DescribeAutoScalingGroups",
@@ -188,6 +188,7 @@ pub const AWS_OPERATIONS: [&str; 14] = [
     "DescribeSpotPriceHistory",
     "DescribeWarmPool",
     "GetProducts",
+    "GetQueueAttributes",
     "ReceiveMessage",
     "RecordLifecycleActionHeartbeat",
     "SetDesiredCapacity",

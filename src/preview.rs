@@ -81,7 +81,7 @@ pub struct NodePods {
 /// A context that reads like the manager and can change nothing: it never
 /// leads (the mutation gate refuses, Events are not sent), runs in dry-run,
 /// and its AWS clients are unfenced only because they are only read through.
-async fn read_only_context(mut settings: Settings) -> Result<Context> {
+pub(crate) async fn read_only_context(mut settings: Settings) -> Result<Context> {
     settings.dry_run = true;
     let client = crate::manager::kube_client(&settings).await?;
     let eviction_client = crate::manager::kube_client_without_retry(&settings).await?;

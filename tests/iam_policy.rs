@@ -42,7 +42,7 @@ fn policy_matches_the_adapter_calls() {
     let service = |op: &str| match op {
         "DescribeInstances" | "DescribeLaunchTemplates" | "DescribeSpotPriceHistory" => "ec2",
         "GetProducts" => "pricing",
-        "ReceiveMessage" | "DeleteMessage" => "sqs",
+        "ReceiveMessage" | "DeleteMessage" | "GetQueueAttributes" => "sqs",
         _ => "autoscaling",
     };
     let expected: BTreeSet<String> = adapter_operations()

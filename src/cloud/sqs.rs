@@ -119,6 +119,25 @@ impl Queue {
             .collect())
     }
 
+    /// The queue's access policy (a read, for `check`): None when it has
+    /// none. Err when the queue does not exist or cannot be read.
+    pub async fn policy(&self) -> Result<Option<String>> {
+        use aws_sdk_sqs::types::QueueAttributeName;
+        self.metrics.aws_call("GetQueueAttributes");
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.url)
+            .attribute_names(QueueAttributeName::Policy)
+            .send()
+            .await
+            .map_err(self.failed("GetQueueAttributes"))?;
+        Ok(out
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::Policy))
+            .cloned())
+    }
+
     /// Deletes a handled message, through the mutation gate: not while
     /// another replica leads, and not under dry-run (a dry-run manager must
     /// not take messages from the handler that acts on them).
@@ -145,9 +164,52 @@ impl Queue {
     }
 }
 
+/// Pure: whether a queue's access policy lets EventBridge rules send to
+/// it: an Allow statement whose principal's services include
+/// `events.amazonaws.com` and whose actions include `sqs:SendMessage` (as
+/// kops's queue and ours say). Without one, no spot warning arrives.
+pub fn lets_eventbridge_send(policy: Option<&str>) -> bool {
+    let Some(policy) = policy.and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
+    else {
+        return false;
+    };
+    // A field is a string or a list of strings.
+    let has = |v: &serde_json::Value, wanted: &dyn Fn(&str) -> bool| match v {
+        serde_json::Value::String(s) => wanted(s),
+        serde_json::Value::Array(a) => a.iter().filter_map(|v| v.as_str()).any(wanted),
+        _ => false,
+    };
+    let statements = match &policy["Statement"] {
+        serde_json::Value::Array(a) => a.clone(),
+        one => vec![one.clone()],
+    };
+    statements.iter().any(|s| {
+        s["Effect"] == "Allow"
+            && has(&s["Principal"]["Service"], &|p| p == "events.amazonaws.com")
+            && has(&s["Action"], &|a| {
+                matches!(a, "sqs:SendMessage" | "sqs:*" | "*")
+            })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// kops's own queue (pkg/model/awsmodel/nodeterminationhandler.go at
+    /// kops 268927e2: Service events.amazonaws.com and sqs.amazonaws.com,
+    /// Action sqs:SendMessage) and ours (manifests/aws/interruption-queue.yaml).
+    #[test]
+    fn a_queue_policy_lets_eventbridge_send_as_kops_and_our_stack_write_it() {
+        let kops = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":["events.amazonaws.com","sqs.amazonaws.com"]},"Action":"sqs:SendMessage","Resource":"arn:aws:sqs:ap-northeast-1:123456789012:example-com-nth"}]}"#;
+        assert!(lets_eventbridge_send(Some(kops)));
+        let ours = r#"{"Version":"2012-10-17","Statement":{"Sid":"EventBridgeRulesSend","Effect":"Allow","Principal":{"Service":"events.amazonaws.com"},"Action":["sqs:SendMessage"],"Resource":"arn"}}"#;
+        assert!(lets_eventbridge_send(Some(ours)));
+        let others = r#"{"Statement":[{"Effect":"Allow","Principal":{"AWS":"arn:aws:iam::123456789012:root"},"Action":"sqs:*"},{"Effect":"Deny","Principal":{"Service":"events.amazonaws.com"},"Action":"sqs:SendMessage"}]}"#;
+        assert!(!lets_eventbridge_send(Some(others)));
+        assert!(!lets_eventbridge_send(None));
+        assert!(!lets_eventbridge_send(Some("not json")));
+    }
 
     #[test]
     fn the_region_comes_from_an_aws_queue_url() {

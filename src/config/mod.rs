@@ -67,9 +67,23 @@ pub enum Command {
         #[arg(long)]
         file: Option<PathBuf>,
     },
+    /// Check, read-only, what the manager needs: each group's ASGs, the
+    /// IAM reads, the interruption queue, the control plane's pods, other
+    /// controllers competing. One line each, ok or what to do; exits 1
+    /// when something blocks operation. Run it in the manager's pod to ask
+    /// with its role and ServiceAccount: kubectl -n spot-node-manager exec
+    /// deploy/spot-node-manager -- /usr/local/bin/spot-node-manager check
+    /// --config /etc/spot-node-manager/config.yaml --in-cluster
+    Check {
+        #[command(flatten)]
+        run: Box<RunArgs>,
+        /// `text` for people, `json` for scripts.
+        #[arg(long, short = 'o', value_enum, default_value = "text")]
+        output: PreviewOutput,
+    },
 }
 
-/// How `preview` prints its answer.
+/// How `preview` and `check` print their answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PreviewOutput {
     Text,

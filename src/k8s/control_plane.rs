@@ -132,7 +132,8 @@ pub async fn master_nodes(ctx: &Context) -> Result<Vec<MasterNode>> {
     Ok(found.into_values().collect())
 }
 
-async fn list_pods(ctx: &Context) -> Result<Vec<Pod>> {
+/// kops's control-plane pods of every master.
+pub async fn list_pods(ctx: &Context) -> Result<Vec<Pod>> {
     let apps: Vec<&str> = REQUIRED_APPS
         .iter()
         .chain(&OPTIONAL_APPS)

@@ -11,6 +11,19 @@ pub struct TestQueue {
     client: aws_sdk_sqs::Client,
 }
 
+impl TestQueue {
+    /// Sets the queue's access policy (a JSON document).
+    pub async fn set_policy(&self, policy: &str) {
+        self.client
+            .set_queue_attributes()
+            .queue_url(&self.url)
+            .attributes(aws_sdk_sqs::types::QueueAttributeName::Policy, policy)
+            .send()
+            .await
+            .expect("set the queue's policy");
+    }
+}
+
 impl World {
     /// A fresh queue in this world's moto account, messages invisible for 5 s
     /// after a receive.

@@ -385,16 +385,39 @@ impl World {
 
     /// The preview's process output, whether it succeeded or not.
     pub async fn preview_output(&self, extra: &[&str]) -> std::process::Output {
+        self.read_only_output("preview", &[&["-o", "json"], extra].concat())
+            .await
+    }
+
+    /// Runs `spot-node-manager check -o json` (and `extra` flags) for this
+    /// world, as a user would with the manager's own kubeconfig and AWS
+    /// access: its findings, and whether it exited 0.
+    pub async fn check(&self, extra: &[&str]) -> (bool, serde_json::Value) {
+        let output = self
+            .read_only_output("check", &[&["-o", "json"], extra].concat())
+            .await;
+        let answer = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "check's JSON: {e}: {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        (output.status.success(), answer)
+    }
+
+    /// A read-only subcommand (`preview`, `check`) run against this world,
+    /// with `extra` flags (its output format among them).
+    pub async fn read_only_output(&self, subcommand: &str, extra: &[&str]) -> std::process::Output {
         let mut command = Command::new(manager_binary());
         command
-            .arg("preview")
+            .arg(subcommand)
             .arg("--kubeconfig")
             .arg(self.kubeconfig())
             .args(["--namespace", &self.namespace])
             .args(["--aws-region", "ap-northeast-1"])
             .args(["--aws-endpoint", &control_plane().moto_endpoint])
             .args(["--aws-emulator-account", &self.account])
-            .args(["-o", "json"])
             .args(extra)
             .env(
                 "SNM_CONTROL_PLANE_NODE_SELECTOR",
@@ -406,8 +429,8 @@ impl World {
         // Off the test's runtime: the simulated kubelet runs on it.
         tokio::task::spawn_blocking(move || command.output())
             .await
-            .expect("the preview's thread")
-            .expect("run preview")
+            .expect("the subcommand's thread")
+            .expect("run the subcommand")
     }
 
     /// The same, running `binary` instead of this tree's manager.

@@ -39,7 +39,11 @@ pub async fn autoscalers(
     seen.get(list(client, scope), what).await
 }
 
-async fn list(client: &kube::Client, scope: Option<&str>) -> Result<Vec<Autoscaler>, kube::Error> {
+/// Listed now, without the cache (`check`).
+pub async fn list(
+    client: &kube::Client,
+    scope: Option<&str>,
+) -> Result<Vec<Autoscaler>, kube::Error> {
     let api: Api<Deployment> = super::handlers::api(client, scope);
     let mut deployments = vec![];
     for label in LABELS {

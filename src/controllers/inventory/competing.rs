@@ -71,15 +71,14 @@ pub struct Others<'a> {
     pub node_pools: &'a [String],
 }
 
-/// Sets the condition on `status` from `asgs`, their warm pools, and the
-/// other controllers found (`others`).
-pub fn set_competing(
+/// Pure: one sentence per competing setting of the group's ASGs (and
+/// their warm pools) and per other controller found (`others`) that
+/// competes for them: what the condition says, and `check` prints.
+pub fn all_competing(
     group: &NodeGroup,
     (asgs, warm_pools): (&[AsgDescription], &[(String, WarmPool)]),
     others: Others<'_>,
-    status: &mut NodeGroupStatus,
-    now: DateTime<Utc>,
-) {
+) -> Vec<String> {
     let mut found = competing(group, asgs, warm_pools);
     let names = group.spec.asg_names();
     found.extend(super::autoscalers::competing(&names, others.autoscalers));
@@ -89,6 +88,19 @@ pub fn set_competing(
         &existing,
         others.node_pools,
     ));
+    found
+}
+
+/// Sets the condition on `status` from `asgs`, their warm pools, and the
+/// other controllers found (`others`).
+pub fn set_competing(
+    group: &NodeGroup,
+    described: (&[AsgDescription], &[(String, WarmPool)]),
+    others: Others<'_>,
+    status: &mut NodeGroupStatus,
+    now: DateTime<Utc>,
+) {
+    let found = all_competing(group, described, others);
     let (value, reason, message) = match found.is_empty() {
         true => (
             ConditionStatus::False,

@@ -290,7 +290,7 @@ async fn beside_the_description(
 /// cluster; against the emulator (tests share one apiserver) only the
 /// manager's own namespace, since another test's is not this one's (only a
 /// test build accepts an emulator account).
-fn listing_scope(ctx: &Context) -> Option<&str> {
+pub fn listing_scope(ctx: &Context) -> Option<&str> {
     (ctx.settings.aws.emulator_account.as_ref()).and(ctx.settings.namespace.as_deref())
 }
 

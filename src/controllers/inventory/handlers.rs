@@ -87,7 +87,8 @@ where
     }
 }
 
-async fn list(client: &kube::Client, scope: Option<&str>) -> Result<Vec<String>, kube::Error> {
+/// Listed now, without the cache (`check`).
+pub async fn list(client: &kube::Client, scope: Option<&str>) -> Result<Vec<String>, kube::Error> {
     let (mut deployments, mut daemon_sets) = (vec![], vec![]);
     for label in LABELS {
         let params = ListParams::default().labels(&format!("{label}={NTH}"));

@@ -29,7 +29,8 @@ pub async fn node_pools(
     seen.get(list(client), what).await
 }
 
-async fn list(client: &kube::Client) -> Result<Vec<String>, kube::Error> {
+/// Listed now, without the cache (`check`).
+pub async fn list(client: &kube::Client) -> Result<Vec<String>, kube::Error> {
     let gvk = GroupVersionKind::gvk(GROUP, VERSION, KIND);
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
     match api.list(&ListParams::default()).await {
