@@ -15,6 +15,7 @@ pub mod duration;
 pub mod error;
 pub mod events;
 pub mod heap_trim;
+pub mod iam_policy;
 pub mod k8s;
 pub mod leader;
 pub mod leadership;

@@ -1,6 +1,8 @@
 use clap::Parser;
 use spot_node_manager::config::{Cli, Command, PreviewOutput, RunArgs, Settings};
-use spot_node_manager::{check, crd, manager, preview as previews, reference, telemetry};
+use spot_node_manager::{
+    check, crd, iam_policy, manager, preview as previews, reference, telemetry,
+};
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +30,23 @@ async fn run() -> ExitCode {
         Command::Reference { out_dir } => write_reference(&out_dir),
         Command::Preview { run, output, file } => preview(&run, output, file.as_deref()).await,
         Command::Check { run, output } => check(&run, output).await,
+        Command::IamPolicy {
+            cluster,
+            account,
+            region,
+            queue_name,
+            partition,
+            statements,
+        } => {
+            let values = iam_policy::ClusterValues {
+                cluster,
+                account,
+                region,
+                partition,
+                queue: queue_name,
+            };
+            print_iam_policy(&values, statements)
+        }
         Command::Run(args) => {
             let settings = match Settings::load(&args) {
                 Ok(s) => s,
@@ -164,5 +183,29 @@ async fn check(args: &RunArgs, output: PreviewOutput) -> ExitCode {
     match check::passes(&findings) {
         true => ExitCode::SUCCESS,
         false => ExitCode::FAILURE,
+    }
+}
+
+fn print_iam_policy(values: &iam_policy::ClusterValues, statements: bool) -> ExitCode {
+    let policy = match iam_policy::policy(values) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("spot-node-manager iam-policy: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let printed = match statements {
+        true => &policy["Statement"],
+        false => &policy,
+    };
+    match serde_json::to_string_pretty(printed) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("spot-node-manager iam-policy: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -97,3 +97,41 @@ fn crd_prints_all_three_crds() {
     }
     assert_eq!(stdout.matches("kind: CustomResourceDefinition").count(), 3);
 }
+
+/// `iam-policy` prints the shipped policy with a cluster's values (the
+/// statements alone with --statements, as kops's inlinePolicy takes them),
+/// and refuses a value that cannot be in an ARN, naming the flag.
+#[test]
+fn iam_policy_fills_in_a_clusters_values() {
+    let args = [
+        "iam-policy",
+        "--cluster",
+        "prod.k8s.local",
+        "--account",
+        "210987654321",
+        "--region",
+        "eu-west-1",
+    ];
+    let (code, stdout, stderr) = run(&args);
+    assert_eq!(code, 0, "{stderr}");
+    let policy: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(policy["Version"], "2012-10-17");
+    let text = policy.to_string();
+    assert!(
+        text.contains("arn:aws:sqs:eu-west-1:210987654321:prod-k8s-local-interruptions")
+            && text.contains(r#""aws:ResourceTag/KubernetesCluster":"prod.k8s.local""#)
+            && !text.contains("example.com")
+            && !text.contains("123456789012"),
+        "{text}"
+    );
+    let (code, stdout, stderr) = run(&[&args[..], &["--statements"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    let statements: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(statements, policy["Statement"]);
+    let (code, _, stderr) = run(&[&args[..4], &["12345"], &args[5..]].concat());
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("--account: \"12345\" is not a 12-digit AWS account id"),
+        "{stderr}"
+    );
+}

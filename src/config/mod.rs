@@ -81,6 +81,31 @@ pub enum Command {
         #[arg(long, short = 'o', value_enum, default_value = "text")]
         output: PreviewOutput,
     },
+    /// Print the IAM policy the manager's role needs (manifests/iam-policy.json)
+    /// with this cluster's tag and interruption queue filled in.
+    IamPolicy {
+        /// The kops cluster name (the `KubernetesCluster` tag kops puts on its ASGs).
+        #[arg(long)]
+        cluster: String,
+        /// The 12-digit AWS account id.
+        #[arg(long)]
+        account: String,
+        /// The region of the cluster and its interruption queue.
+        #[arg(long)]
+        region: String,
+        /// The interruption queue's name (default: the stack's,
+        /// `<cluster, dots as dashes>-interruptions`).
+        #[arg(long)]
+        queue_name: Option<String>,
+        /// The AWS partition: `aws`, `aws-cn`, `aws-us-gov`.
+        #[arg(long, default_value = "aws")]
+        partition: String,
+        /// Only the statements, as a JSON list: what kops's
+        /// `serviceAccountExternalPermissions[].aws.inlinePolicy` and
+        /// `additionalPolicies` take.
+        #[arg(long)]
+        statements: bool,
+    },
 }
 
 /// How `preview` and `check` print their answer.

@@ -135,6 +135,17 @@ impl ManagerProcess {
         without_colours(&self.logs())
     }
 
+    /// What a failed assertion prints: the last `n` lines above DEBUG
+    /// first (CI shows a failure's first lines only), then the whole log.
+    pub fn logs_for_failure(&self, n: usize) -> String {
+        let logs = self.plain_logs();
+        let said: Vec<&str> = logs.lines().filter(|l| !l.contains(" DEBUG ")).collect();
+        format!(
+            "the manager's last {n} lines above DEBUG:\n{}\n\nits whole log:\n{logs}",
+            said[said.len().saturating_sub(n)..].join("\n")
+        )
+    }
+
     /// Reconciles of `group` (a NodeGroup's name) by `controller` that have
     /// ended so far, from the manager's log (each ends with one line in its
     /// span).

@@ -463,7 +463,7 @@ pub fn assert_run_succeeded(
         last.result,
         spot_node_manager::crd::refresher::RunResult::Succeeded,
         "{last:?}\n{}",
-        manager.logs()
+        manager.logs_for_failure(60)
     );
     status
 }
