@@ -104,7 +104,23 @@ def main() -> None:
                 ],
             )
             print(f"created ASG {name} ({spec['size']} instance(s))")
-    queue = sqs.create_queue(QueueName=QUEUE, Attributes={"VisibilityTimeout": "10"})["QueueUrl"]
+    # The policy our stack gives it (manifests/aws/interruption-queue.yaml):
+    # EventBridge rules may send to it. moto's CloudFormation does not apply
+    # an AWS::SQS::QueuePolicy, so the demo sets it as AWS would.
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Sid": "EventBridgeRulesSend",
+            "Effect": "Allow",
+            "Principal": {"Service": "events.amazonaws.com"},
+            "Action": "sqs:SendMessage",
+            "Resource": "*",
+        }],
+    }
+    queue = sqs.create_queue(
+        QueueName=QUEUE,
+        Attributes={"VisibilityTimeout": "10", "Policy": json.dumps(policy)},
+    )["QueueUrl"]
     print(f"created SQS queue {queue}")
     if args.queue_url_file:
         with open(args.queue_url_file, "w") as f:

@@ -170,11 +170,16 @@ pub fn group(group: &NodeGroup, described: &[AsgDescription], others: Others<'_>
             .map(|c| Finding::new(Level::Warn, check.clone(), c)),
     );
     if out.is_empty() {
+        // Masters are replaced in place, never ahead: no room to judge.
+        let room = match group.spec.role {
+            crate::crd::Role::Worker => "room above the count, ",
+            crate::crd::Role::Master => "",
+        };
         out.push(Finding::new(
             Level::Ok,
             check,
             format!(
-                "{} ASG(s) found, room above the count, nothing competing for them",
+                "{} ASG(s) found, {room}nothing competing for them",
                 names.len()
             ),
         ));
