@@ -108,22 +108,49 @@ fn write_reference(dir: &std::path::Path) -> ExitCode {
     }
 }
 
+/// The settings of a read-only subcommand (`preview`, `check`), exit 2 on
+/// a bad configuration; logs go to stderr only when asked (RUST_LOG), since
+/// stdout is the answer.
+fn read_only_settings(args: &RunArgs) -> Result<Settings, ExitCode> {
+    let settings = Settings::load(args).map_err(|e| {
+        eprintln!("spot-node-manager: invalid configuration: {e}");
+        ExitCode::from(2)
+    })?;
+    if std::env::var_os("RUST_LOG").is_some() {
+        telemetry::init(settings.log_format, &settings.log_level);
+    }
+    Ok(settings)
+}
+
+/// Prints subcommand `name`'s answer as text (`text`) or JSON.
+fn print_answer<T: serde::Serialize>(
+    name: &str,
+    output: PreviewOutput,
+    answer: &T,
+    text: impl FnOnce(&T) -> String,
+) -> Result<(), ExitCode> {
+    match output {
+        PreviewOutput::Text => print!("{}", text(answer)),
+        PreviewOutput::Json => {
+            let json = serde_json::to_string_pretty(answer).map_err(|e| {
+                eprintln!("spot-node-manager {name}: {e}");
+                ExitCode::FAILURE
+            })?;
+            println!("{json}");
+        }
+    }
+    Ok(())
+}
+
 async fn preview(
     args: &RunArgs,
     output: PreviewOutput,
     file: Option<&std::path::Path>,
 ) -> ExitCode {
-    let settings = match Settings::load(args) {
+    let settings = match read_only_settings(args) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("spot-node-manager: invalid configuration: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    // Logs go to stderr only when asked (RUST_LOG): stdout is the answer.
-    if std::env::var_os("RUST_LOG").is_some() {
-        telemetry::init(settings.log_format, &settings.log_level);
-    }
     let proposed = match file.map(previews::read_proposal).transpose() {
         Ok(p) => p,
         Err(e) => {
@@ -138,31 +165,19 @@ async fn preview(
             return ExitCode::FAILURE;
         }
     };
-    match output {
-        PreviewOutput::Text => print!("{}", previews::text(&answer)),
-        PreviewOutput::Json => match serde_json::to_string_pretty(&answer) {
-            Ok(json) => println!("{json}"),
-            Err(e) => {
-                eprintln!("spot-node-manager preview: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
+    match print_answer("preview", output, &answer, |a| previews::text(a)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
     }
-    ExitCode::SUCCESS
 }
 
+/// Exit 1 when a finding blocks operation, 2 when check itself could not
+/// run.
 async fn check(args: &RunArgs, output: PreviewOutput) -> ExitCode {
-    let settings = match Settings::load(args) {
+    let settings = match read_only_settings(args) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("spot-node-manager: invalid configuration: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    // Logs go to stderr only when asked (RUST_LOG): stdout is the answer.
-    if std::env::var_os("RUST_LOG").is_some() {
-        telemetry::init(settings.log_format, &settings.log_level);
-    }
     let findings = match check::run(settings).await {
         Ok(findings) => findings,
         Err(e) => {
@@ -170,15 +185,8 @@ async fn check(args: &RunArgs, output: PreviewOutput) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match output {
-        PreviewOutput::Text => print!("{}", check::text(&findings)),
-        PreviewOutput::Json => match serde_json::to_string_pretty(&findings) {
-            Ok(json) => println!("{json}"),
-            Err(e) => {
-                eprintln!("spot-node-manager check: {e}");
-                return ExitCode::from(2);
-            }
-        },
+    if let Err(code) = print_answer("check", output, &findings, |f| check::text(f)) {
+        return code;
     }
     match check::passes(&findings) {
         true => ExitCode::SUCCESS,
