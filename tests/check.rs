@@ -109,22 +109,8 @@ async fn check_passes_on_a_healthy_install_and_names_each_seeded_fault() {
         "app.kubernetes.io/name": "aws-node-termination-handler",
         "k8s-app": "aws-node-termination-handler",
     });
-    let handler: k8s_openapi::api::apps::v1::Deployment =
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "aws-node-termination-handler", "labels": nth},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": nth},
-                "template": {
-                    "metadata": {"labels": nth},
-                    "spec": {
-                        "nodeSelector": {"snm.test/none": "none"},
-                        "containers": [{"name": "nth", "image": "registry.invalid/nth"}],
-                    },
-                },
-            },
-        }))
-        .expect("deployment");
+    let container = serde_json::json!({"name": "nth", "image": "registry.invalid/nth"});
+    let handler = support::unscheduled("aws-node-termination-handler", &nth, &nth, container);
     world
         .api::<k8s_openapi::api::apps::v1::Deployment>()
         .create(&PostParams::default(), &handler)

@@ -8,7 +8,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use spot_node_manager::crd::condition::find;
 use spot_node_manager::crd::{ConditionStatus, NodeGroup, NodeGroupStatus, Refresher, Replenisher};
 use std::time::Duration;
-use support::{World, ZONES, assert_eventually};
+use support::{World, ZONES, assert_eventually, unscheduled};
 
 const WAIT: Duration = Duration::from_secs(60);
 const FAST: Duration = Duration::from_millis(300);
@@ -869,29 +869,6 @@ impl Beside {
             world,
         }
     }
-}
-
-/// A Deployment `name` with `labels`, whose pods (`pods` labels, one
-/// `container`) are never scheduled on the simulated nodes: only the
-/// Deployment matters.
-fn unscheduled(
-    name: &str,
-    labels: &serde_json::Value,
-    pods: &serde_json::Value,
-    container: serde_json::Value,
-) -> k8s_openapi::api::apps::v1::Deployment {
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": pods},
-            "template": {
-                "metadata": {"labels": pods},
-                "spec": {"nodeSelector": {"snm.test/none": "none"}, "containers": [container]},
-            },
-        },
-    }))
-    .expect("deployment")
 }
 
 /// Issue 55: aws-node-termination-handler running in the cluster (kops

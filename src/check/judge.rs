@@ -86,10 +86,10 @@ fn refused_by_iam(code: &str) -> bool {
 }
 
 /// The finding of one probe of `action`.
-pub fn probe(action: &str, answer: std::result::Result<(), &Error>) -> Finding {
+pub fn probe<T>(action: &str, answer: &crate::Result<T>) -> Finding {
     let check = format!("aws {action}");
     match answer {
-        Ok(()) => Finding::new(Level::Ok, check, "allowed"),
+        Ok(_) => Finding::new(Level::Ok, check, "allowed"),
         Err(Error::Aws {
             code: Some(code),
             message,
@@ -264,10 +264,7 @@ pub fn control_plane(masters: &BTreeSet<String>, with_pods: &BTreeSet<String>) -
 
 /// What the interruption queue says: `policy` its access policy as read
 /// (Err: it could not be read), None when no queue is set.
-pub fn queue(
-    url: Option<&str>,
-    policy: Option<std::result::Result<Option<String>, &Error>>,
-) -> Finding {
+pub fn queue(url: Option<&str>, policy: Option<&crate::Result<Option<String>>>) -> Finding {
     let check = "interruption queue";
     let (Some(url), Some(policy)) = (url, policy) else {
         return Finding::new(

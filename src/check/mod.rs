@@ -16,7 +16,7 @@ use crate::crd::NodeGroup;
 use crate::k8s::control_plane;
 use judge::{Finding, Level};
 use kube::api::{Api, ListParams};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 pub use judge::{passes, text};
@@ -51,10 +51,10 @@ pub async fn run(settings: Settings) -> crate::Result<Vec<Finding>> {
         }
     };
     let others = other_controllers(&ctx, &mut out).await;
-    let mut described = BTreeMap::new();
+    // The IAM reads are asked in the manager's region, about an ASG there.
+    let mut here = vec![];
     for group in &groups {
-        let region = group.spec.region.clone();
-        let cloud = ctx.cloud.cloud(region.as_deref());
+        let cloud = ctx.cloud.cloud(group.spec.region.as_deref());
         let found = match cloud.describe_groups(&group.spec.asg_names()).await {
             Ok(found) => found,
             Err(e) => {
@@ -67,14 +67,12 @@ pub async fn run(settings: Settings) -> crate::Result<Vec<Finding>> {
             node_pools: &others.1,
         };
         out.extend(judge::group(group, &found, others));
-        described
-            .entry(region)
-            .or_insert_with(Vec::new)
-            .extend(found);
+        if group.spec.region.is_none() {
+            here.extend(found);
+        }
     }
-    let region_asgs = described.remove(&None).unwrap_or_default();
     let names: Vec<String> = groups.iter().flat_map(|g| g.spec.asg_names()).collect();
-    out.extend(probe_iam(ctx.cloud.cloud(None).as_ref(), &names, &region_asgs).await);
+    out.extend(probe_iam(ctx.cloud.cloud(None).as_ref(), &names, &here).await);
     out.push(check_queue(&ctx).await);
     out.push(check_control_plane(&ctx).await);
     Ok(out)
@@ -163,16 +161,12 @@ async fn probe_iam(
         true => vec![NO_ASG.to_string()],
         false => names.to_vec(),
     };
-    let answer = cloud.describe_groups(&asked).await.map(drop);
-    out.push(judge::probe(groups, answer.as_ref().map(drop)));
+    out.push(judge::probe(groups, &cloud.describe_groups(&asked).await));
     match asgs.first().map(|a| a.name.as_str()) {
         Some(asg) => {
-            let answer = cloud.terminate_hooks(asg).await.map(drop);
-            out.push(judge::probe(hooks, answer.as_ref().map(drop)));
-            let answer = cloud.launch_failure(asg).await.map(drop);
-            out.push(judge::probe(activities, answer.as_ref().map(drop)));
-            let answer = cloud.warm_pool(asg).await.map(drop);
-            out.push(judge::probe(warm_pool, answer.as_ref().map(drop)));
+            out.push(judge::probe(hooks, &cloud.terminate_hooks(asg).await));
+            out.push(judge::probe(activities, &cloud.launch_failure(asg).await));
+            out.push(judge::probe(warm_pool, &cloud.warm_pool(asg).await));
         }
         None => {
             for action in [hooks, activities, warm_pool] {
@@ -183,18 +177,21 @@ async fn probe_iam(
             }
         }
     }
-    let answer = cloud
-        .describe_instances(&[NO_INSTANCE.into()])
-        .await
-        .map(drop);
-    out.push(judge::probe(instances, answer.as_ref().map(drop)));
+    let answer = cloud.describe_instances(&[NO_INSTANCE.into()]).await;
+    out.push(judge::probe(instances, &answer));
     let template = [TemplateKey::Name(NO_TEMPLATE.into())];
-    let answer = cloud.template_versions(&template).await.map(drop);
-    out.push(judge::probe(templates, answer.as_ref().map(drop)));
-    let answer = cloud.spot_prices(&[SOME_TYPE.into()]).await.map(drop);
-    out.push(judge::probe(spot, answer.as_ref().map(drop)));
-    let answer = cloud.on_demand_price(SOME_TYPE).await.map(drop);
-    out.push(judge::probe(on_demand, answer.as_ref().map(drop)));
+    out.push(judge::probe(
+        templates,
+        &cloud.template_versions(&template).await,
+    ));
+    out.push(judge::probe(
+        spot,
+        &cloud.spot_prices(&[SOME_TYPE.into()]).await,
+    ));
+    out.push(judge::probe(
+        on_demand,
+        &cloud.on_demand_price(SOME_TYPE).await,
+    ));
     out.push(judge::not_probed());
     out
 }
@@ -212,7 +209,7 @@ async fn check_queue(ctx: &Context) -> Finding {
         Arc::clone(&ctx.metrics),
     );
     let policy = queue.policy().await;
-    judge::queue(Some(url), Some(policy.as_ref().map(Option::clone)))
+    judge::queue(Some(url), Some(&policy))
 }
 
 /// The masters' control-plane pods.

@@ -297,3 +297,26 @@ pub async fn control_plane_ready_since(
     }
     since
 }
+
+/// A Deployment `name` with `labels`, whose pods (`pods` labels, one
+/// `container`) are never scheduled on the simulated nodes: only the
+/// Deployment matters.
+pub fn unscheduled(
+    name: &str,
+    labels: &serde_json::Value,
+    pods: &serde_json::Value,
+    container: serde_json::Value,
+) -> k8s_openapi::api::apps::v1::Deployment {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": pods},
+            "template": {
+                "metadata": {"labels": pods},
+                "spec": {"nodeSelector": {"snm.test/none": "none"}, "containers": [container]},
+            },
+        },
+    }))
+    .expect("deployment")
+}

@@ -61,15 +61,21 @@ fn every_action_of_the_shipped_policy_is_probed_or_said_to_be_unaskable() {
     );
 }
 
+/// EC2 answers an action IAM does not grant with `UnauthorizedOperation`
+/// ("Troubleshooting API request errors", Unauthorized operation:
+/// docs.aws.amazon.com/AWSEC2/latest/APIReference/query-api-troubleshooting.html);
+/// the query services (Auto Scaling) with `AccessDenied`, the JSON ones
+/// (the Price List) with `AccessDeniedException`, as the emulator's
+/// refusals (scripts/moto_server.py `denied`) answer.
 #[test]
 fn a_refusal_by_iam_fails_and_says_what_to_grant() {
-    assert_eq!(probe("ec2:DescribeInstances", Ok(())).level, Level::Ok);
+    assert_eq!(probe("ec2:DescribeInstances", &Ok(())).level, Level::Ok);
     for code in [
         "UnauthorizedOperation",
         "AccessDenied",
         "AccessDeniedException",
     ] {
-        let f = probe("ec2:DescribeInstances", Err(&aws_error(code)));
+        let f = probe::<()>("ec2:DescribeInstances", &Err(aws_error(code)));
         assert_eq!(f.level, Level::Fail, "{code}");
         assert_eq!(f.check, "aws ec2:DescribeInstances");
         assert!(
@@ -80,7 +86,7 @@ fn a_refusal_by_iam_fails_and_says_what_to_grant() {
         assert!(f.said.contains("manifests/iam-policy.json"), "{}", f.said);
     }
     // Not a refusal: AWS could not be asked at all.
-    let f = probe("ec2:DescribeInstances", Err(&aws_error("Throttling")));
+    let f = probe::<()>("ec2:DescribeInstances", &Err(aws_error("Throttling")));
     assert_eq!(f.level, Level::Fail);
     assert!(f.said.starts_with("could not be asked"), "{}", f.said);
 }
@@ -173,10 +179,10 @@ fn a_queue_that_cannot_be_read_or_fed_fails_and_none_warns() {
     let url = "https://sqs.ap-northeast-1.amazonaws.com/123456789012/example-com-interruptions";
     assert_eq!(queue(None, None).level, Level::Warn);
     let missing = aws_error("AWS.SimpleQueueService.NonExistentQueue");
-    let f = queue(Some(url), Some(Err(&missing)));
+    let f = queue(Some(url), Some(&Err(missing)));
     assert_eq!(f.level, Level::Fail);
     assert!(f.said.contains("cannot be read"), "{}", f.said);
-    let f = queue(Some(url), Some(Ok(None)));
+    let f = queue(Some(url), Some(&Ok(None)));
     assert_eq!(f.level, Level::Fail);
     assert!(
         f.said.contains("lets no EventBridge rule send"),
@@ -185,7 +191,7 @@ fn a_queue_that_cannot_be_read_or_fed_fails_and_none_warns() {
     );
     let policy = r#"{"Statement":[{"Effect":"Allow","Principal":{"Service":"events.amazonaws.com"},"Action":"sqs:SendMessage"}]}"#;
     assert_eq!(
-        queue(Some(url), Some(Ok(Some(policy.into())))).level,
+        queue(Some(url), Some(&Ok(Some(policy.into())))).level,
         Level::Ok
     );
 }
