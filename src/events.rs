@@ -82,6 +82,10 @@ reasons! {
     /// The manager's own pod was the last pod to move off a node it drains: leadership went
     /// to a standby replica, which takes over at once and evicts it.
     LeadershipHandedOver("Normal") on "Node";
+    /// The manager's own pod is the last pod on a node it drains and no other node could
+    /// run it (the only control-plane node): it stays and goes with the instance; the
+    /// Deployment's next pod resumes from status once the replacement has joined.
+    OwnPodStays("Normal") on "Node";
     /// An unhealthy node (NotReady past `unhealthyTimeout`) was terminated by a repair or a refresh.
     NodeRepaired("Normal") on "NodeGroup, related to the Node";
     /// Repairs are held back: the circuit breaker is open, or (masters) the control plane

@@ -559,3 +559,144 @@ async fn with_most_nodes_not_ready_the_circuit_breaker_skips_the_refresh_until_t
     let status = assert_run_succeeded(rf, &steady.manager);
     assert!(status.last_run.is_some_and(|r| r.replaced == 3));
 }
+
+/// Issue 69 item 6: a cluster of one master (kops's default). A masters
+/// refresh would stop the Kubernetes API, so by default the run is skipped,
+/// saying why and what allows it, and nothing is touched. Allowed
+/// (`disruption.allowControlPlaneOutage`), the run replaces the master;
+/// the manager's own pod, bound to it with nowhere else to run (a
+/// nodeSelector only this master matches), is not evicted (its budget,
+/// as the Deployment's, would refuse it, and its replacement could run
+/// nowhere): it stays and goes with the instance, while every other pod
+/// of the node, the standby replica included, is evicted.
+#[tokio::test]
+async fn a_one_master_cluster_is_refreshed_only_when_allowed_and_the_managers_pod_goes_with_it() {
+    use kube::api::{Patch, PatchParams, PostParams};
+    use spot_node_manager::crd::NodeGroup;
+    let g = SteadyGroup::masters("rf-one-master")
+        .zones(&ZONES[..1])
+        .own_pod("mgr-one")
+        .start()
+        .await;
+    let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
+    let original = g.baseline().await.original;
+    let master = nodes_oldest_first(&g.groups, "masters").await[0].clone();
+    // The manager's two replicas, as manifests/deployment.yaml places them
+    // (the control plane, its taint tolerated; here also this test's own
+    // Nodes, as other tests' masters share the apiserver), under the
+    // Deployment's budget (minAvailable 1); a workload pod beside them.
+    let pods: Api<Pod> = world.api();
+    let owner = app_owner(world).await;
+    let labels = [("app", "protected"), ("app.kubernetes.io/name", "snm-one")];
+    let account = world.account.clone();
+    for name in ["mgr-one", "mgr-two"] {
+        let mut pod = support::bound_pod(name, &master, &labels);
+        pod.metadata.owner_references = Some(vec![owner.clone()]);
+        let spec = pod.spec.get_or_insert_with(Default::default);
+        spec.node_selector = Some(
+            [
+                (spot_node_manager::crd::labels::CONTROL_PLANE_LABEL, ""),
+                (support::sim::SIM_ACCOUNT_LABEL, account.as_str()),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        spec.tolerations = Some(vec![k8s_openapi::api::core::v1::Toleration {
+            key: Some(spot_node_manager::crd::labels::CONTROL_PLANE_LABEL.into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        }]);
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create a replica's pod");
+    }
+    let mut web = support::bound_pod("web-0", &master, &[("app", "web")]);
+    web.metadata.owner_references = Some(vec![owner.clone()]);
+    pods.create(&PostParams::default(), &web)
+        .await
+        .expect("create pod");
+    support::cluster::create_pdb(world, 1).await;
+    support::cluster::assert_pdb_allows(world, 1).await;
+
+    // Not allowed: skipped, saying why; the master untouched.
+    schedule_refresh(
+        world,
+        "masters",
+        serde_json::json!({"masterSettleTime": "2s"}),
+    )
+    .await;
+    let skipped = run_finished(world, "masters").await;
+    let last = skipped
+        .status
+        .and_then(|s| s.last_run)
+        .expect("the skipped run");
+    let why = last.reason.clone().unwrap_or_default();
+    assert_eq!(last.result, RunResult::Skipped, "{last:?}");
+    assert!(
+        why.contains("1 master(s)") && why.contains("allowControlPlaneOutage"),
+        "{why}"
+    );
+    assert!(terminated_instances(world).await.is_empty());
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(world.client.clone());
+    let node = nodes.get(&master).await.expect("node");
+    let cordoned = node.spec.and_then(|s| s.unschedulable).unwrap_or(false);
+    assert!(!cordoned, "the only master was cordoned");
+    assert_eq!(
+        pods.list(&ListParams::default())
+            .await
+            .expect("pods")
+            .items
+            .len(),
+        3
+    );
+
+    // Allowed: the master is replaced.
+    let groups: Api<NodeGroup> = world.api();
+    let allow = serde_json::json!({"spec": {"disruption": {"allowControlPlaneOutage": true}}});
+    groups
+        .patch("masters", &PatchParams::default(), &Patch::Merge(&allow))
+        .await
+        .expect("allow the outage");
+    let skipped_at = last.finished;
+    schedule_refresh(
+        world,
+        "masters",
+        serde_json::json!({"masterSettleTime": "2s"}),
+    )
+    .await;
+    let refreshers: Api<Refresher> = world.api();
+    let rf = assert_eventually("the allowed run to end", RUN, || async {
+        let rf = refreshers.get("masters").await.ok()?;
+        let status = rf.status.as_ref()?;
+        let last = status.last_run.as_ref()?;
+        (last.finished != skipped_at && status.run_start.is_none()).then_some(rf)
+    })
+    .await;
+    let last = assert_run_succeeded(rf, manager)
+        .last_run
+        .expect("last run");
+    assert_eq!(last.replaced, 1);
+    assert!(
+        all_instances(world, &kops.asgs)
+            .await
+            .is_disjoint(&original)
+    );
+    assert_eq!(terminated_instances(world).await, original);
+    let ns = &world.namespace;
+    let logs = manager.logs();
+    for moved in ["mgr-two", "web-0"] {
+        assert!(
+            logs.contains(&format!("pod/{ns}/{moved}")),
+            "{moved} evicted:\n{logs}"
+        );
+    }
+    assert!(
+        !logs.contains(&format!("pod/{ns}/mgr-one")),
+        "the manager's own pod was never evicted:\n{logs}"
+    );
+    assert!(
+        logs.contains("our own pod stays on the node it drains"),
+        "{logs}"
+    );
+}

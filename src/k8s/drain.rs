@@ -68,6 +68,10 @@ pub struct DrainProgress {
     pub dry_run: Vec<String>,
     /// The manager's own pod, left for last (see `k8s::own_pod`).
     pub held: Vec<String>,
+    /// The manager's own pod with nowhere else to run (the only
+    /// control-plane node): not moved, it goes with the instance; the
+    /// drain is done without it.
+    pub staying: Vec<String>,
 }
 
 impl DrainProgress {
@@ -188,14 +192,21 @@ pub async fn drain_step_within(
     }
     let mut progress = DrainProgress::default();
     let pods = pods_for_step(ctx, node_name).await?;
-    let hold_ours = hold_own_pod(ctx, node_name, &pods).await?;
+    let own_step = own_pod_step(ctx, node_name, &pods).await?;
     for pod in &pods {
         let namespace = pod.namespace().unwrap_or_default();
         let id = format!("{namespace}/{}", pod.name_any());
         let ours = ctx.settings.own_pod.as_ref().is_some_and(|o| o.is(pod));
-        if hold_ours && ours {
-            progress.held.push(id);
-            continue;
+        match own_step {
+            OwnStep::Hold if ours => {
+                progress.held.push(id);
+                continue;
+            }
+            OwnStep::Stay if ours => {
+                progress.staying.push(id);
+                continue;
+            }
+            _ => {}
         }
         match classify(pod) {
             PodAction::Skip(_) => {}
@@ -256,36 +267,57 @@ pub async fn drain_step_within(
     Ok(progress)
 }
 
-/// Whether this drain step leaves our own pod alone (see `k8s::own_pod`): while other pods are still
-/// to move, and, once ours is the last, while leadership is handed to a
-/// standby (we stop leading at once; the standby evicts it). Dry runs evict
-/// nothing, and leading again on the node we handed over from means no
-/// standby took over: then ours is evicted like any.
-async fn hold_own_pod(ctx: &Context, node: &str, pods: &[Pod]) -> Result<bool> {
+/// What a drain step does with our own pod (see `k8s::own_pod`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnStep {
+    /// Like any other pod (not here, a dry run, or its turn to be evicted).
+    Move,
+    /// Left for now: other pods are still to move, or leadership is being
+    /// handed to a standby (we stop leading at once; the standby evicts it).
+    Hold,
+    /// Left for good: no other node could run it.
+    Stay,
+}
+
+/// What this drain step does with our own pod: held while other pods are
+/// still to move, and, once ours is the last, while leadership is handed
+/// to a standby; left on the node when no other node could run a replica
+/// (evicted, it would wait Pending and nobody would finish the drain).
+/// Dry runs evict nothing, and leading again on the node we handed over
+/// from means no standby took over: then ours is evicted like any.
+async fn own_pod_step(ctx: &Context, node: &str, pods: &[Pod]) -> Result<OwnStep> {
     let Some(own) = ctx
         .settings
         .own_pod
         .as_ref()
         .filter(|_| !ctx.settings.dry_run)
     else {
-        return Ok(false);
+        return Ok(OwnStep::Move);
     };
     let to_move = |p: &Pod| !matches!(classify(p), PodAction::Skip(_));
     match own_pod::turn(pods, own, to_move) {
-        own_pod::Turn::NotHere => return Ok(false),
-        own_pod::Turn::Last => return Ok(true),
+        own_pod::Turn::NotHere => return Ok(OwnStep::Move),
+        own_pod::Turn::Last => return Ok(OwnStep::Hold),
         own_pod::Turn::Alone => {}
+    }
+    let Some(ours) = pods.iter().find(|p| own.is(p)) else {
+        return Ok(OwnStep::Move);
+    };
+    let nodes = Api::<Node>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("list Nodes for the manager's own pod"))?
+        .items;
+    if !own_pod::room_elsewhere(&nodes, ours, node) {
+        stays(ctx, node, own).await;
+        return Ok(OwnStep::Stay);
     }
     let handed_over_here = ctx.handed_over_on().as_deref() == Some(node);
     if handed_over_here || !ctx.leadership.elected_by_lease() {
-        return Ok(false);
+        return Ok(OwnStep::Move);
     }
-    let Some(selector) = pods
-        .iter()
-        .find(|p| own.is(p))
-        .and_then(own_pod::replica_selector)
-    else {
-        return Ok(false);
+    let Some(selector) = own_pod::replica_selector(ours) else {
+        return Ok(OwnStep::Move);
     };
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &own.namespace);
     let replicas = api
@@ -297,7 +329,7 @@ async fn hold_own_pod(ctx: &Context, node: &str, pods: &[Pod]) -> Result<bool> {
         )))?
         .items;
     let Some(standby) = own_pod::standby(&replicas, own, node).map(|p| p.name_any()) else {
-        return Ok(false);
+        return Ok(OwnStep::Move);
     };
     let note = format!(
         "the manager's own pod {}/{} is the last pod to move off {node}: leadership goes to {standby}, which evicts it",
@@ -314,7 +346,28 @@ async fn hold_own_pod(ctx: &Context, node: &str, pods: &[Pod]) -> Result<bool> {
     .await;
     ctx.set_handed_over_on(node);
     ctx.leadership.hand_over();
-    Ok(true)
+    Ok(OwnStep::Hold)
+}
+
+/// Says that our pod stays on `node` to go with it (the drain's last
+/// step; a repeat is counted on the same Event).
+async fn stays(ctx: &Context, node: &str, own: &own_pod::OwnPod) {
+    let note = format!(
+        "the manager's own pod {}/{} is the last pod on {node} and no other node could run it: it stays and goes with the instance; the next pod resumes from status once the replacement has joined",
+        own.namespace, own.name
+    );
+    info!(
+        node,
+        "our own pod stays on the node it drains: nowhere else to run"
+    );
+    ctx.event(
+        &node_ref(node),
+        EventType::Normal,
+        Reason::OwnPodStays,
+        "Drain",
+        note,
+    )
+    .await;
 }
 
 enum Evicted {
@@ -567,6 +620,12 @@ mod tests {
             ..Default::default()
         };
         assert!(!held.done() && !held.deletions_asked());
+        // Staying (nowhere else to run), it goes with the instance.
+        let staying = DrainProgress {
+            staying: vec!["spot-node-manager/snm-a".into()],
+            ..Default::default()
+        };
+        assert!(staying.done() && staying.deletions_asked());
     }
 
     #[test]

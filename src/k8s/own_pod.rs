@@ -6,7 +6,7 @@
 //! our pod is evicted last and the lease released at shutdown.
 
 pub use crate::config::OwnPod;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use kube::ResourceExt;
 
 /// Where our pod stands in a drain step of the node it runs on.
@@ -59,6 +59,62 @@ pub fn standby<'a>(replicas: &'a [Pod], own: &OwnPod, node: &str) -> Option<&'a 
         let elsewhere = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(node);
         !own.is(p) && ready && elsewhere && p.metadata.deletion_timestamp.is_none()
     })
+}
+
+/// Pure: whether a replica of `ours` could run on a node other than
+/// `node`: one Ready, schedulable, carrying every label of our pod's
+/// `nodeSelector` and no `NoSchedule`/`NoExecute` taint our pod does not
+/// tolerate. None (the manager on the only control-plane node, as in a
+/// cluster of one master): evicted, our pod would wait Pending on the
+/// cordoned node while nobody terminates it; it stays and goes with the
+/// instance, and the Deployment's next pod resumes from status once the
+/// replacement has joined. (Node affinity is not read: our Deployment
+/// places by `nodeSelector`.)
+pub fn room_elsewhere(nodes: &[Node], ours: &Pod, node: &str) -> bool {
+    let spec = ours.spec.as_ref();
+    let selector = spec.and_then(|s| s.node_selector.as_ref());
+    let tolerations = spec
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
+    nodes.iter().any(|n| {
+        let labels = n.labels();
+        let ready = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let schedulable = n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true);
+        let selected = selector
+            .into_iter()
+            .flatten()
+            .all(|(k, v)| labels.get(k) == Some(v));
+        let taints = n.spec.as_ref().and_then(|s| s.taints.as_deref());
+        let tolerated = taints
+            .unwrap_or_default()
+            .iter()
+            .filter(|t| t.effect != "PreferNoSchedule")
+            .all(|t| tolerations.iter().any(|tol| tolerates(tol, t)));
+        n.name_any() != node && ready && schedulable && selected && tolerated
+    })
+}
+
+/// Whether `tol` tolerates `taint`, as the scheduler matches them.
+fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
+    let effect = tol
+        .effect
+        .as_deref()
+        .is_none_or(|e| e.is_empty() || e == taint.effect);
+    let key = tol
+        .key
+        .as_deref()
+        .is_none_or(|k| k.is_empty() || k == taint.key);
+    let value = match tol.operator.as_deref() {
+        Some("Exists") => true,
+        _ => tol.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default(),
+    };
+    // An empty key matches every taint only with Exists.
+    let any_key = tol.key.as_deref().is_none_or(str::is_empty);
+    effect && key && value && (!any_key || tol.operator.as_deref() == Some("Exists"))
 }
 
 #[cfg(test)]
@@ -144,6 +200,106 @@ mod tests {
         let mut going = ours;
         going.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         assert_eq!(turn(&[going], &own(), moves), Turn::NotHere);
+    }
+
+    fn node(name: &str, labels: &[(&str, &str)], ready: bool) -> Node {
+        use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec::default()),
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// Our Deployment's placement (manifests/deployment.yaml): the
+    /// control plane's label, kops's taint tolerated.
+    fn placed(mut p: Pod) -> Pod {
+        let spec = p.spec.get_or_insert_with(Default::default);
+        spec.node_selector = Some(BTreeMap::from([(
+            "node-role.kubernetes.io/control-plane".to_string(),
+            String::new(),
+        )]));
+        spec.tolerations = Some(vec![Toleration {
+            key: Some("node-role.kubernetes.io/control-plane".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        }]);
+        p
+    }
+
+    fn taint(mut n: Node, key: &str, effect: &str) -> Node {
+        let spec = n.spec.get_or_insert_with(Default::default);
+        spec.taints.get_or_insert_with(Vec::new).push(Taint {
+            key: key.into(),
+            effect: effect.into(),
+            ..Default::default()
+        });
+        n
+    }
+
+    #[test]
+    fn our_pod_has_room_elsewhere_only_on_another_ready_schedulable_node_it_may_run_on() {
+        let ours = placed(pod("spot-node-manager", "snm-a", "m-1", true));
+        let cp = [("node-role.kubernetes.io/control-plane", "")];
+        let master = |name: &str| {
+            taint(
+                node(name, &cp, true),
+                "node-role.kubernetes.io/control-plane",
+                "NoSchedule",
+            )
+        };
+        // One master: only the node being drained.
+        let workers = [
+            node("w-1", &[("node-role.kubernetes.io/node", "")], true),
+            master("m-1"),
+        ];
+        assert!(!room_elsewhere(&workers, &ours, "m-1"), "the only master");
+        // A second master, Ready and schedulable: room.
+        assert!(room_elsewhere(
+            &[master("m-1"), master("m-2")],
+            &ours,
+            "m-1"
+        ));
+        // ... not when it is NotReady, cordoned, or tainted otherwise.
+        let mut down = master("m-2");
+        down = Node {
+            status: node("m-2", &cp, false).status,
+            ..down
+        };
+        let mut cordoned = master("m-2");
+        cordoned
+            .spec
+            .get_or_insert_with(Default::default)
+            .unschedulable = Some(true);
+        let tainted = taint(master("m-2"), "example.com/maintenance", "NoExecute");
+        for other in [down, cordoned, tainted] {
+            assert!(
+                !room_elsewhere(&[master("m-1"), other.clone()], &ours, "m-1"),
+                "{other:?}"
+            );
+        }
+        // A preference is not a refusal; without a nodeSelector any Ready
+        // node will do.
+        let soft = taint(master("m-2"), "example.com/soon", "PreferNoSchedule");
+        assert!(room_elsewhere(&[soft], &ours, "m-1"));
+        let anywhere = pod("spot-node-manager", "snm-a", "m-1", true);
+        assert!(room_elsewhere(&workers, &anywhere, "m-1"));
     }
 
     #[test]

@@ -126,6 +126,7 @@ pub struct SteadyGroupBuilder {
     on_demand_prices: Vec<(String, f64)>,
     denied: Vec<String>,
     etcd_volumes: bool,
+    own_pod: Option<String>,
 }
 
 impl SteadyGroup {
@@ -167,6 +168,7 @@ impl SteadyGroupBuilder {
             on_demand_prices: vec![],
             denied: vec![],
             etcd_volumes: true,
+            own_pod: None,
         }
     }
 
@@ -175,6 +177,14 @@ impl SteadyGroupBuilder {
     /// its place's member serves too, as on a control plane not kops's.
     pub fn etcd_volumes(mut self, on: bool) -> Self {
         self.etcd_volumes = on;
+        self
+    }
+
+    /// The manager runs as if in pod `name` of the world's namespace
+    /// (`POD_NAME`, `POD_NAMESPACE`): a drain of the node that pod is
+    /// bound to treats it as the manager's own.
+    pub fn own_pod(mut self, name: &str) -> Self {
+        self.own_pod = Some(name.to_string());
         self
     }
 
@@ -336,15 +346,21 @@ impl SteadyGroupBuilder {
             args.extend(["--interruption-queue-url", q.url.as_str()]);
         }
         let binary = self.binary.clone().unwrap_or_else(crate::manager_binary);
+        let mut env: Vec<(&str, &str)> = vec![];
+        if let Some(e) = &self.queue_endpoint {
+            env.push(("AWS_ENDPOINT_URL_SQS", e));
+        }
+        if let Some(pod) = &self.own_pod {
+            env.extend([
+                ("POD_NAME", pod.as_str()),
+                ("POD_NAMESPACE", &world.namespace),
+            ]);
+        }
         let (manager, config) = world.start_manager_binary(
             &binary,
             &format!("resyncInterval: {}\n{}", self.resync, self.config),
             &args,
-            &self
-                .queue_endpoint
-                .as_deref()
-                .map(|e| vec![("AWS_ENDPOINT_URL_SQS", e)])
-                .unwrap_or_default(),
+            &env,
         );
         assert_eventually(&format!("{desired} Ready"), RUN, || async {
             let mut ready = 0;

@@ -119,6 +119,14 @@ pub struct ControlPlane {
     pub down: Vec<MasterDown>,
     /// By control-plane pods, or (no master shows any) by Node Ready.
     pub counted_by: crate::k8s::control_plane::CountedBy,
+    /// Every Master group sets `disruption.allowControlPlaneOutage`: a
+    /// master may go where that stops the API ([`ControlPlane::outage`]).
+    pub outage_allowed: bool,
+}
+
+/// etcd's quorum of `members`: a majority.
+pub fn quorum(members: i32) -> i32 {
+    members / 2 + 1
 }
 
 impl ControlPlane {
@@ -130,6 +138,23 @@ impl ControlPlane {
     pub fn whole(&self) -> bool {
         self.down.iter().all(|d| d.why == DownWhy::Beside)
             && self.ready.len() as i32 >= self.expected
+    }
+
+    /// Why no master may be taken away by our hand without stopping the
+    /// Kubernetes API, if so: the cluster's masters are too few for etcd to
+    /// keep its quorum with one fewer (one master, kops's default, or two),
+    /// and not every Master group allows the outage. A fact of the
+    /// cluster's size, not of the moment: nothing but the user ends it.
+    pub fn outage(&self) -> Option<String> {
+        let expected = self.expected;
+        // One fewer keeps the quorum: three masters or more.
+        if self.outage_allowed || expected < 1 || expected > quorum(expected) {
+            return None;
+        }
+        Some(format!(
+            "the cluster has {expected} master(s), and etcd needs {} of {expected} up: taking one away stops the Kubernetes API until its replacement's etcd has joined; set spec.disruption.allowControlPlaneOutage: true on every Master NodeGroup to allow that, or run 3 masters",
+            quorum(expected)
+        ))
     }
 
     /// `instance` waits beside its place's etcd member (`DownWhy::Beside`).
@@ -167,6 +192,10 @@ pub enum Blocked {
     },
     /// No view of the control plane was taken: never act blind on a master.
     ControlPlaneUnobserved { instance: String },
+    /// Taking it would leave fewer masters up than etcd's quorum (a
+    /// cluster of one or two masters), and the user did not allow that
+    /// outage (`ControlPlane::outage`).
+    ControlPlaneOutage { instance: String, why: String },
 }
 
 impl Blocked {
@@ -176,6 +205,7 @@ impl Blocked {
             Blocked::OtherMastersDown { .. } if self.needs_user() => "ControlPlaneQuorumAtRisk",
             Blocked::OtherMastersDown { .. } => "OtherMastersNotReady",
             Blocked::ControlPlaneUnobserved { .. } => "ControlPlaneUnobserved",
+            Blocked::ControlPlaneOutage { .. } => "ControlPlaneOutage",
         }
     }
 
@@ -184,6 +214,7 @@ impl Blocked {
         match self {
             Blocked::OtherMastersDown { .. } => "refused_other_masters_down",
             Blocked::ControlPlaneUnobserved { .. } => "refused_control_plane_unobserved",
+            Blocked::ControlPlaneOutage { .. } => "refused_control_plane_outage",
         }
     }
 
@@ -227,6 +258,9 @@ impl std::fmt::Display for Blocked {
                 f,
                 "take master {instance} away: the control plane was not observed"
             ),
+            Blocked::ControlPlaneOutage { instance, why } => {
+                write!(f, "take master {instance} away: {why}")
+            }
         }
     }
 }
@@ -258,7 +292,15 @@ pub fn decide(control_plane: Option<&ControlPlane>, request: &Request) -> Result
         .cloned()
         .collect();
     if ready_besides >= needed {
-        return Ok(());
+        // The others are all up, yet too few for etcd's quorum without it
+        // (one master, or two): unless the user allowed that outage.
+        return match cp.outage() {
+            Some(why) if ready_besides < quorum(cp.expected) => Err(Blocked::ControlPlaneOutage {
+                instance: request.instance.into(),
+                why,
+            }),
+            _ => Ok(()),
+        };
     }
     let ready = ready_besides + i32::from(cp.ready.contains(request.instance));
     // A master not serving past its joinTimeout is on no way back; nor is

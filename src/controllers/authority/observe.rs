@@ -175,6 +175,13 @@ pub fn control_plane_of(
     now: DateTime<Utc>,
 ) -> ControlPlane {
     let mut cp = ControlPlane::default();
+    // Allowed only by every Master group that counts: one that does not
+    // say so keeps the API up for all.
+    let counted = groups.iter().filter(|(_, fresh)| !fresh.is_empty());
+    let mut allowing = counted.map(|(g, _)| g.spec.disruption.allow_control_plane_outage);
+    cp.outage_allowed = allowing
+        .next()
+        .is_some_and(|first| first && allowing.all(|a| a));
     for (group, fresh) in groups {
         // None of its ASGs exists (a group naming one that was never made,
         // reported Degraded by its inventory): it has no master, and none

@@ -823,9 +823,13 @@ fn cross_checked(groups: &Groups, nodes: &[crate::k8s::control_plane::MasterNode
 
 #[test]
 fn a_control_plane_node_no_group_holds_counts_as_a_master_up_or_down() {
-    // The groups alone: two masters expected, two up, so one may go while
-    // the third (etcd's member all the same) is dead: the hole.
-    let (groups, nodes) = with_a_renamed_asg(false);
+    // The groups alone: two masters expected, two up, so one may go (the
+    // user allowing the outage a cluster of two would be) while the third
+    // (etcd's member all the same) is dead: the hole.
+    let (mut groups, nodes) = with_a_renamed_asg(false);
+    for (g, _) in groups.iter_mut() {
+        g.spec.disruption.allow_control_plane_outage = true;
+    }
     assert_eq!(seen(&groups).expected, 2);
     assert_eq!(ask(&seen(&groups), Reason::Refresh, "m-a"), Ok(()));
 
@@ -906,4 +910,81 @@ fn nodes_the_groups_hold_are_not_unlisted() {
     let cp = cross_checked(&groups, &[node("n-a", Some("m-a"))]);
     assert_eq!(cp.expected, 3);
     assert!(cp.whole(), "{cp:?}");
+}
+
+/// Issue 69 item 6: with one master (kops's default, `kops create cluster`
+/// without `--control-plane-zones` makes one: kops's
+/// `upup/pkg/fi/cloudup/new_cluster.go` `setupControlPlane` at 268927e2)
+/// or two, etcd keeps no quorum without the one taken: every reason that
+/// asks the masters' rule is refused unless every Master group allows the
+/// outage, while a second instance beside the member (a never-joined one,
+/// a surplus) may still go, and a cluster of three is as before.
+#[test]
+fn a_master_whose_loss_stops_the_api_goes_only_when_every_master_group_allows_it() {
+    let one = |allow: bool| {
+        let mut g = masters("masters", &["a"], &[("n-a", "a", "m-a", true)]);
+        g.spec.disruption.allow_control_plane_outage = allow;
+        vec![(g, vec![fresh("a", &[("m-a", "InService")])])]
+    };
+    let cp = seen(&one(false));
+    assert_eq!((cp.expected, cp.ready.len()), (1, 1), "{cp:?}");
+    for reason in [
+        Reason::Refresh,
+        Reason::DriftRoll,
+        Reason::AtRisk,
+        Reason::MasterRepair,
+        Reason::Retirement,
+    ] {
+        let refused = ask(&cp, reason, "m-a").expect_err("the only master");
+        assert_eq!(refused.reason(), "ControlPlaneOutage", "{reason:?}");
+        assert!(!refused.needs_user(), "a setting ends it, not a repair");
+        let said = refused.to_string();
+        assert!(
+            said.contains("1 master(s)") && said.contains("allowControlPlaneOutage"),
+            "{said}"
+        );
+    }
+    // A reason free of the masters' rule is not asked.
+    assert_eq!(ask(&cp, Reason::InterruptionDrain, "m-a"), Ok(()));
+    // Allowed: the only master may go (never two down: the rule as before).
+    let allowed = seen(&one(true));
+    assert!(allowed.outage_allowed && allowed.outage().is_none());
+    assert_eq!(ask(&allowed, Reason::Refresh, "m-a"), Ok(()));
+
+    // An instance beside the member (a user's raise, one never joined):
+    // the member stays up, so it may go; the member may not.
+    let mut beside = one(false);
+    beside[0].1[0] = fresh("a", &[("m-a", "InService"), ("m-b", "InService")]);
+    let cp = seen(&beside);
+    assert_eq!(ask(&cp, Reason::ScaleIn, "m-b"), Ok(()), "{cp:?}");
+    assert_eq!(ask(&cp, Reason::NeverJoined, "m-b"), Ok(()), "{cp:?}");
+    assert!(ask(&cp, Reason::ScaleIn, "m-a").is_err());
+
+    // Two masters: one left is no quorum of two, whatever the reason.
+    let two = |allow: [bool; 2]| -> Groups {
+        ["a", "b"]
+            .iter()
+            .zip(allow)
+            .map(|(z, allow)| {
+                let (node, id) = (format!("n-{z}"), format!("m-{z}"));
+                let mut g = masters(&format!("master-{z}"), &[z], &[(&node, z, &id, true)]);
+                g.spec.disruption.allow_control_plane_outage = allow;
+                (g, vec![fresh(z, &[(&id, "InService")])])
+            })
+            .collect()
+    };
+    let refused = ask(&seen(&two([false, false])), Reason::Refresh, "m-a").expect_err("two");
+    assert!(refused.to_string().contains("needs 2 of 2"), "{refused}");
+    // Only when every Master group allows it.
+    assert!(ask(&seen(&two([true, false])), Reason::Refresh, "m-a").is_err());
+    assert!(ask(&seen(&two([false, true])), Reason::Refresh, "m-b").is_err());
+    assert_eq!(
+        ask(&seen(&two([true, true])), Reason::Refresh, "m-a"),
+        Ok(())
+    );
+
+    // Three: one down leaves the quorum; unchanged, with or without it.
+    let cp = seen(&three_groups_of_one());
+    assert!(!cp.outage_allowed && cp.outage().is_none());
+    assert_eq!(ask(&cp, Reason::Refresh, "m-a"), Ok(()));
 }

@@ -148,6 +148,9 @@ impl Refused {
     pub fn ends(&self) -> String {
         match self {
             Refused::Masters(b) if b.needs_user() => "the masters brought back by hand".into(),
+            Refused::Masters(Blocked::ControlPlaneOutage { .. }) => {
+                "allowControlPlaneOutage set on every Master group, or 3 masters".into()
+            }
             Refused::Masters(_) => "the other masters up (Node and control plane Ready)".into(),
             Refused::Window { opens: Some(t), .. } => {
                 format!("the next window opening at {}", t.to_rfc3339())

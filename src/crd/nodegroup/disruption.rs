@@ -42,6 +42,16 @@ pub struct DisruptionSpec {
     /// resumes the rest of the run in the next window.
     #[serde(default, skip_serializing_if = "OnWindowClose::is_default")]
     pub on_window_close: OnWindowClose,
+    /// Master groups: let the manager take a master away where that stops
+    /// the Kubernetes API, as in a cluster of one or two masters (etcd keeps
+    /// no quorum with one fewer): a refresh, a drift roll, a repair or a
+    /// master at risk then replaces it, and the API is down until the
+    /// replacement's etcd has joined. Default false: those are refused,
+    /// said in the Refresher's and Replenisher's status, and a run is
+    /// skipped. Takes effect only when every Master group of the namespace
+    /// sets it; a Worker group's is ignored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_control_plane_outage: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -226,6 +236,7 @@ mod tests {
             do_not_disrupt_timeout: None,
             evict_unmanaged_pods: false,
             on_window_close: OnWindowClose::Wait,
+            allow_control_plane_outage: false,
         };
         let reasons = |s: DisruptionSpec| -> Vec<(String, &'static str)> {
             s.problems(None, false)
@@ -261,6 +272,7 @@ mod tests {
             do_not_disrupt_timeout: Some("2d".into()),
             evict_unmanaged_pods: false,
             on_window_close: OnWindowClose::ScaleDown,
+            allow_control_plane_outage: false,
         };
         let fields: Vec<String> = spec
             .problems(None, false)

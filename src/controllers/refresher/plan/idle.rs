@@ -197,6 +197,14 @@ impl Deciding<'_> {
         if let Some(why) = self.control_plane_not_whole() {
             return Some(why);
         }
+        // A master run in a cluster of one or two masters would stop the
+        // API at its first master: skipped with why, not started to be
+        // refused at its first drain.
+        if input.group.role == Role::Master
+            && let Some(why) = input.group.control_plane.and_then(|cp| cp.outage())
+        {
+            return Some(why);
+        }
         if let Some(why) = &input.group.external_update {
             return Some(why.clone());
         }

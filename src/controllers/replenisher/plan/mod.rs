@@ -357,7 +357,9 @@ fn plan_inner(input: &Input) -> Plan {
     // user brings them back, and it looks again less often.
     let recheck = match plan.repair_held.as_ref().map(|h| h.reason) {
         Some("OtherMastersNotReady") => Some(AUTHORITY_RECHECK),
-        Some("ControlPlaneQuorumAtRisk") => Some(QUORUM_RECHECK),
+        // Ended by a setting, maybe on another Master group (whose change
+        // does not wake this one).
+        Some("ControlPlaneQuorumAtRisk" | "ControlPlaneOutage") => Some(QUORUM_RECHECK),
         _ => None,
     };
     if let Some(recheck) = recheck {

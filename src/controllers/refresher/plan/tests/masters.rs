@@ -30,6 +30,30 @@ fn max_node_age_leaves_young_nodes_alone() {
     );
 }
 
+/// Issue 69 item 6: a master run in a cluster of one master is skipped at
+/// its due time, saying why and what allows it, without a lock, a slot, a
+/// cordon or a termination; allowed, the same run replaces the master.
+#[test]
+fn a_one_master_run_is_skipped_unless_the_outage_is_allowed() {
+    let mut sim = Sim::new(Role::Master, 1, 1, 0);
+    sim.step(false);
+    let (result, why) = sim.result().expect("a run's outcome");
+    assert_eq!(result, RunResult::Skipped);
+    let why = why.unwrap_or_default();
+    assert!(
+        why.contains("1 master(s)") && why.contains("allowControlPlaneOutage"),
+        "{why}"
+    );
+    assert!(!sim.took_lock && sim.slot_takes == 0, "nothing taken");
+    assert!(sim.terminated.is_empty() && sim.drain_steps.is_empty());
+
+    let mut allowed = Sim::new(Role::Master, 1, 1, 0);
+    allowed.outage_allowed = true;
+    allowed.run_to_end(100);
+    assert_eq!(allowed.result(), Some((RunResult::Succeeded, None)));
+    assert_eq!(allowed.terminated.len(), 1);
+}
+
 #[test]
 fn masters_are_replaced_one_at_a_time_without_surplus() {
     let mut sim = Sim::new(Role::Master, 3, 1, 0);

@@ -127,6 +127,8 @@ struct Sim {
     dead: Vec<String>,
     /// Masters whose control-plane pods are not Ready.
     control_plane_down: BTreeSet<String>,
+    /// Every Master group sets `disruption.allowControlPlaneOutage`.
+    outage_allowed: bool,
     /// Masters as kops runs them: each ASG's first instance still there
     /// holds its place's etcd volume; one beside it is no member, shows no
     /// Ready control-plane pods and is counted `Beside`.
@@ -205,6 +207,7 @@ impl Sim {
             stuck: vec![],
             dead: vec![],
             control_plane_down: BTreeSet::new(),
+            outage_allowed: false,
             etcd_places: false,
             invalid_spec: None,
             invalid_pause: crate::crd::nodegroup::DEFAULT_PAUSE_TIMEOUT,
@@ -331,6 +334,7 @@ impl Sim {
         control_plane.expected += elsewhere.expected;
         control_plane.ready.extend(elsewhere.ready.iter().cloned());
         control_plane.down.extend(elsewhere.down.iter().cloned());
+        control_plane.outage_allowed = self.outage_allowed;
         control_plane
     }
 

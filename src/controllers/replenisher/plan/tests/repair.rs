@@ -437,3 +437,45 @@ fn a_master_repair_is_given_up_when_another_master_goes_down_before_its_terminat
         other => panic!("expected the repair given up, got {other:?}: {}", p.message),
     }
 }
+
+/// Issue 69 item 6: the only master of the cluster, its kubelet dead while
+/// its apiserver answers: replacing it stops the API, so it is held, the
+/// condition saying why and what allows it (looked at again, as another
+/// Master group's setting wakes nothing here); allowed, it is repaired.
+#[test]
+fn the_only_master_is_repaired_only_when_the_outage_is_allowed() {
+    let only = |allowed: bool| {
+        let mut s = dead_master_of_one(&[]);
+        s.control_plane = Some(ControlPlane {
+            expected: 1,
+            down: vec![crate::controllers::authority::MasterDown {
+                group: "masters-a".into(),
+                instance: Some("i-na".into()),
+                why: DownWhy::NotReady,
+            }],
+            outage_allowed: allowed,
+            ..Default::default()
+        });
+        s
+    };
+    let p = only(false).plan();
+    assert!(
+        !matches!(p.command, Command::Drain(_) | Command::Terminate(_)),
+        "{:?}: {}",
+        p.command,
+        p.message
+    );
+    let held = p.repair_held.expect("the condition says why");
+    assert_eq!(held.reason, "ControlPlaneOutage");
+    assert!(
+        held.message.contains("allowControlPlaneOutage"),
+        "{}",
+        held.message
+    );
+    assert!(p.requeue <= Duration::from_secs(30), "{:?}", p.requeue);
+
+    let p = only(true).plan();
+    let target = drained_target(&p);
+    assert_eq!((target.node.as_str(), target.repair), ("na", true));
+    assert_eq!(p.repair_held, None);
+}
