@@ -187,6 +187,41 @@ pub fn group(group: &NodeGroup, described: &[AsgDescription], others: Others<'_>
     out
 }
 
+/// Each namespace's masters, where their count lets no master go without
+/// stopping the API (one or two, `ControlPlane::outage`): said, with what
+/// the manager then refuses and the setting that allows it. Not a
+/// failure: a choice the user makes knowingly.
+pub fn masters(groups: &[NodeGroup]) -> Vec<Finding> {
+    use crate::controllers::authority::ControlPlane;
+    use crate::crd::Role;
+    let mut by_namespace: std::collections::BTreeMap<String, ControlPlane> = Default::default();
+    let mut allowing: std::collections::BTreeMap<String, bool> = Default::default();
+    for g in groups.iter().filter(|g| g.spec.role == Role::Master) {
+        let ns = g.namespace().unwrap_or_default();
+        by_namespace.entry(ns.clone()).or_default().expected += g.spec.desired;
+        let all = allowing.entry(ns).or_insert(true);
+        *all &= g.spec.disruption.allow_control_plane_outage;
+    }
+    let mut out = vec![];
+    for (ns, mut cp) in by_namespace {
+        let check = format!("masters {ns}");
+        let allowed = allowing.get(&ns).copied().unwrap_or(false);
+        let Some(why) = cp.outage() else {
+            continue;
+        };
+        cp.outage_allowed = allowed;
+        let said = match cp.outage() {
+            Some(_) => format!("no master is refreshed, rolled or repaired by the manager: {why}"),
+            None => format!(
+                "{} master(s), allowControlPlaneOutage set: the Kubernetes API is down while the manager replaces one",
+                cp.expected
+            ),
+        };
+        out.push(Finding::new(Level::Note, check, said));
+    }
+    out
+}
+
 /// A group whose ASGs could not be described (the IAM line says why when
 /// IAM refused).
 pub fn undescribed(group: &NodeGroup, e: &Error) -> Finding {

@@ -71,6 +71,7 @@ pub async fn run(settings: Settings) -> crate::Result<Vec<Finding>> {
             here.extend(found);
         }
     }
+    out.extend(judge::masters(&groups));
     let names: Vec<String> = groups.iter().flat_map(|g| g.spec.asg_names()).collect();
     out.extend(probe_iam(ctx.cloud.cloud(None).as_ref(), &names, &here).await);
     out.push(check_queue(&ctx).await);

@@ -208,3 +208,39 @@ fn the_text_is_one_line_per_finding_and_a_failure_fails_the_whole() {
     );
     assert!(!passes(&findings));
 }
+
+/// Issue 69 item 6: a namespace of one or two masters is said, with what
+/// the manager refuses there and the setting that allows it; three are not.
+#[test]
+fn one_or_two_masters_are_a_note_naming_the_setting() {
+    let masters = |name: &str, desired: i32, allow: bool| {
+        let mut g = workers(&["m"], desired);
+        g.spec.role = crate::crd::Role::Master;
+        g.metadata.name = Some(name.into());
+        g.spec.disruption.allow_control_plane_outage = allow;
+        g
+    };
+    let one = masters("masters", 1, false);
+    let said = super::masters(std::slice::from_ref(&one));
+    assert_eq!(levels(&said), [Level::Note]);
+    assert_eq!(said[0].check, "masters prod");
+    assert!(
+        said[0].said.contains("1 master(s)") && said[0].said.contains("allowControlPlaneOutage"),
+        "{}",
+        said[0].said
+    );
+    let allowed = super::masters(&[masters("masters", 1, true)]);
+    assert!(
+        allowed[0].said.contains("API is down while"),
+        "{}",
+        allowed[0].said
+    );
+    // Two groups of one: both must allow it.
+    let half = super::masters(&[masters("a", 1, true), masters("b", 1, false)]);
+    assert!(
+        half[0].said.contains("no master is refreshed"),
+        "{}",
+        half[0].said
+    );
+    assert!(super::masters(&[masters("masters", 3, false), workers(&["w"], 1)]).is_empty());
+}
