@@ -191,6 +191,56 @@ fn the_monitoring_kit_applies_with_kustomize() {
     );
 }
 
+/// Issue 69 item 4: the example monitoring overlay makes every alert's
+/// `runbook_url` an absolute link from the one base it sets, the same
+/// section as the kit's, and the base's ConfigMap stays out of the cluster.
+#[test]
+fn the_example_monitoring_overlay_makes_every_runbook_link_absolute() {
+    let root = support::repo_root();
+    let parse = |rendered: &str| -> Vec<serde_yaml::Value> {
+        serde_yaml::Deserializer::from_str(rendered)
+            .map(|d| serde::Deserialize::deserialize(d).expect("a rendered object"))
+            .collect()
+    };
+    let links = |objects: &[serde_yaml::Value]| -> Vec<String> {
+        let rule = objects
+            .iter()
+            .find(|o| o["kind"].as_str() == Some("PrometheusRule"))
+            .expect("the alerts");
+        rule["spec"]["groups"]
+            .as_sequence()
+            .expect("groups")
+            .iter()
+            .flat_map(|g| g["rules"].as_sequence().cloned().unwrap_or_default())
+            .map(|r| {
+                let link = r["annotations"]["runbook_url"].as_str();
+                link.unwrap_or_else(|| panic!("no runbook_url: {r:?}"))
+                    .to_string()
+            })
+            .collect()
+    };
+    let kit = parse(&kustomize(&root.join("manifests/monitoring")));
+    let overlay = parse(&kustomize(&root.join("overlays/example/monitoring")));
+    let (relative, absolute) = (links(&kit), links(&overlay));
+    assert!(relative.len() >= 7, "{relative:?}");
+    let base = "https://github.com/example/spot-node-manager/blob/v0.1.0/";
+    let expected: Vec<String> = relative.iter().map(|l| format!("{base}{l}")).collect();
+    assert_eq!(absolute, expected);
+    let kinds = |objects: &[serde_yaml::Value]| -> Vec<String> {
+        let mut k: Vec<String> = objects
+            .iter()
+            .filter_map(|o| o["kind"].as_str().map(str::to_string))
+            .collect();
+        k.sort();
+        k
+    };
+    assert_eq!(
+        kinds(&overlay),
+        kinds(&kit),
+        "the base's ConfigMap is local"
+    );
+}
+
 #[test]
 fn the_roles_leases_are_the_ones_the_example_overlay_configures() {
     let overlay = kustomize(&support::repo_root().join("overlays/example"));

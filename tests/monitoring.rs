@@ -267,7 +267,11 @@ fn the_alerts_are_valid_tested_and_point_at_what_to_do() {
                     "{name} queries {metric}, not exported"
                 );
             }
-            let runbook = rule["annotations"]["runbook"].as_str().expect("runbook");
+            // The key Alertmanager's templates and Grafana link by; the
+            // example overlay makes it absolute (tests/manifests.rs).
+            let runbook = rule["annotations"]["runbook_url"]
+                .as_str()
+                .expect("runbook_url");
             let anchor = runbook
                 .strip_prefix("docs/operations.md#")
                 .unwrap_or_else(|| panic!("{name}: {runbook}"));
