@@ -16,13 +16,16 @@ use std::collections::BTreeSet;
 /// The guide's fenced blocks: (language, text).
 fn blocks(markdown: &str) -> Vec<(String, String)> {
     let mut out = vec![];
-    let mut current: Option<(String, String)> = None;
+    // A block inside a list item is indented: its fence's indent is taken
+    // off each of its lines.
+    let mut current: Option<(String, String, usize)> = None;
     for line in markdown.lines() {
-        match (&mut current, line.strip_prefix("```")) {
-            (None, Some(lang)) => current = Some((lang.trim().to_string(), String::new())),
-            (Some(_), Some(_)) => out.extend(current.take()),
-            (Some((_, text)), None) => {
-                text.push_str(line);
+        let indent = line.len() - line.trim_start().len();
+        match (&mut current, line.trim_start().strip_prefix("```")) {
+            (None, Some(lang)) => current = Some((lang.trim().to_string(), String::new(), indent)),
+            (Some(_), Some(_)) => out.extend(current.take().map(|(lang, text, _)| (lang, text))),
+            (Some((_, text, fence)), None) => {
+                text.push_str(&line[indent.min(*fence)..]);
                 text.push('\n');
             }
             (None, None) => {}
