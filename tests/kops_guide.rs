@@ -325,3 +325,53 @@ fn the_guides_names_are_the_names_kops_gives() {
     assert!(instance_groups >= 2, "{instance_groups} instance groups");
     assert!(asgs >= 12, "{asgs} ASG names");
 }
+
+/// What the guide says kops does, per version, each with where in kops's
+/// source (github.com/kubernetes/kops, read at the tags named) it was read.
+/// A fact the guide no longer states in these words fails here, naming its
+/// source: read it again there before changing either.
+const KOPS_FACTS: &[(&str, &str)] = &[
+    (
+        "kops 1.26 and later name these groups `control-plane-<zone>`",
+        "upup/pkg/fi/cloudup/new_cluster.go: `\"master-\" + name` at v1.25.0, `\"control-plane-\" + name` at v1.26.0",
+    ),
+    (
+        "Their role reads `role: Master` in every kops version",
+        "pkg/apis/kops/v1alpha2/conversion.go, Convert_kops_InstanceGroupSpec_To_v1alpha2_InstanceGroupSpec: `if in.Role.HasControlPlane() { out.Role = \"Master\" }` at 07bddb7f",
+    ),
+    (
+        "since kops 1.28 even when the spec has no `nodeTerminationHandler` at all (before 1.28 only with one, so an upgrade to 1.28 turns it on)",
+        "pkg/model/components/nodeterminationhandler.go, BuildOptions: returns when NodeTerminationHandler is nil at v1.27.0; makes an empty one and defaults Enabled to true at v1.28.0",
+    ),
+    (
+        "in queue mode whenever `enableSQSTerminationDraining` is unset",
+        "pkg/apis/kops/componentconfig.go, IsQueueMode: `Enabled && (EnableSQSTerminationDraining == nil || *EnableSQSTerminationDraining)` at v1.28.0",
+    ),
+    (
+        "kops adds the `-RebalanceRecommendation` rule only with `enableRebalanceDraining: true`, which it defaults to false",
+        "pkg/model/components/nodeterminationhandler.go: EnableRebalanceDraining defaults to false at v1.26.0, v1.28.0 and 0230b21f; the rule in pkg/model/awsmodel/nodeterminationhandler.go",
+    ),
+    (
+        "kops 1.28.5 or later, Kubernetes 1.22 or later",
+        "pkg/apis/kops/v1alpha2/componentconfig.go: AdditionalServiceAccountIssuers absent at v1.28.4, present at v1.28.5; docs/operations/service_account_issuer_migration.md",
+    ),
+    (
+        "`https://api.internal.<cluster>` (kops's `pkg/model/components/discovery.go`)",
+        "pkg/model/components/discovery.go: the issuer without a discovery store, `\"https://api.internal.\" + b.ClusterName`, at 268927e2",
+    ),
+    (
+        "what `kops create cluster` makes without `--control-plane-count` or `--control-plane-zones`",
+        "upup/pkg/fi/cloudup/new_cluster.go, setupControlPlane: `controlPlaneCount = 1` when neither is given, at 268927e2",
+    ),
+];
+
+#[test]
+fn the_guides_kops_facts_are_stated_as_read_in_kops() {
+    let guide = guide().split_whitespace().collect::<Vec<_>>().join(" ");
+    for (said, source) in KOPS_FACTS {
+        assert!(
+            guide.contains(said),
+            "docs/kops.md no longer says {said:?}; it was read in kops's {source}: check it there"
+        );
+    }
+}
