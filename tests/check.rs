@@ -184,3 +184,52 @@ async fn check_passes_on_a_healthy_install_and_names_each_seeded_fault() {
         "{text}"
     );
 }
+
+/// Issue 69 item 7, "the scrape blocked": check asks the manager in its
+/// pod (its admin port) when Prometheus last scraped it. Not yet, then a
+/// request carrying Prometheus's scrape header (a curl without it is no
+/// scrape), then no manager there at all.
+#[tokio::test]
+async fn check_says_whether_prometheus_scrapes_the_manager() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let world = World::new("check-scrape").await;
+    let (manager, _config) = world.start_manager(&[]);
+    let admin = format!("127.0.0.1:{}", manager.admin_port);
+    // Up, and read once without the header (no scrape).
+    support::assert_eventually(
+        "the admin port up",
+        std::time::Duration::from_secs(60),
+        || async { manager.metrics().await.map(|_| ()) },
+    )
+    .await;
+    let scrape_line = |answer: &serde_json::Value| {
+        let said = lines(answer, "scrape");
+        assert_eq!(said.len(), 1, "{answer:#}");
+        (said[0].0.to_string(), said[0].1.to_string())
+    };
+    let (_, answer) = world.check(&["--admin-address", &admin]).await;
+    let (level, said) = scrape_line(&answer);
+    assert_eq!(level, "note", "{said}");
+    assert!(said.contains("not scraped yet"), "{said}");
+
+    let mut stream = tokio::net::TcpStream::connect(&admin)
+        .await
+        .expect("the admin port");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nX-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n")
+        .await
+        .expect("a scrape");
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.expect("its answer");
+    assert!(body.starts_with("HTTP/1.0 200"), "{body}");
+    let (_, answer) = world.check(&["--admin-address", &admin]).await;
+    let (level, said) = scrape_line(&answer);
+    assert_eq!(level, "ok", "{said}");
+    assert!(said.contains("from 127.0.0.1"), "{said}");
+
+    let nobody = format!("127.0.0.1:{}", support::free_port());
+    let (_, answer) = world.check(&["--admin-address", &nobody]).await;
+    let (level, said) = scrape_line(&answer);
+    assert_eq!(level, "note", "{said}");
+    assert!(said.contains("not asked"), "{said}");
+}

@@ -297,6 +297,70 @@ pub fn control_plane(masters: &BTreeSet<String>, with_pods: &BTreeSet<String>) -
     )
 }
 
+/// How long a replica may serve unscraped before check warns: ten of the
+/// ServiceMonitor's 30 s intervals (manifests/monitoring/servicemonitor.yaml).
+pub const UNSCRAPED: chrono::Duration = chrono::Duration::minutes(5);
+
+/// Whether Prometheus scrapes the manager at `address`, by its answer
+/// (`/scrapes`; Err: none came, check runs outside the manager's pod).
+pub fn scrape(
+    address: &str,
+    answer: std::result::Result<crate::admin::Scrapes, String>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Finding {
+    let check = "scrape";
+    let blocked = "a NetworkPolicy admitting another namespace than Prometheus's (the overlay's value 5), a ServiceMonitor selecting nothing (its release label), or no Prometheus Operator; otherwise it shows only as SpotNodeManagerNoLeader";
+    let scrapes = match answer {
+        Ok(s) => s,
+        Err(why) => {
+            return Finding::new(
+                Level::Note,
+                check,
+                format!(
+                    "not asked: no manager answers at {address} ({why}); run check in the manager's pod to see whether Prometheus scrapes it"
+                ),
+            );
+        }
+    };
+    let ago = |t: chrono::DateTime<chrono::Utc>| (now - t).num_seconds().max(0);
+    match scrapes.last_scrape {
+        Some(s) if now - s.at <= UNSCRAPED => Finding::new(
+            Level::Ok,
+            check,
+            format!(
+                "Prometheus scraped /metrics {}s ago, from {}",
+                ago(s.at),
+                s.from
+            ),
+        ),
+        Some(s) => Finding::new(
+            Level::Warn,
+            check,
+            format!(
+                "Prometheus last scraped /metrics {} min ago (from {}): {blocked}",
+                ago(s.at) / 60,
+                s.from
+            ),
+        ),
+        None if now - scrapes.serving_since > UNSCRAPED => Finding::new(
+            Level::Warn,
+            check,
+            format!(
+                "no Prometheus scrape of /metrics in the {} min this replica has served: {blocked}",
+                ago(scrapes.serving_since) / 60
+            ),
+        ),
+        None => Finding::new(
+            Level::Note,
+            check,
+            format!(
+                "this replica has served for {}s and was not scraped yet (every 30s once Prometheus reaches it): run check again in a few minutes",
+                ago(scrapes.serving_since)
+            ),
+        ),
+    }
+}
+
 /// What the interruption queue says: `policy` its access policy as read
 /// (Err: it could not be read), None when no queue is set.
 pub fn queue(url: Option<&str>, policy: Option<&crate::Result<Option<String>>>) -> Finding {

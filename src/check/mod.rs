@@ -76,6 +76,7 @@ pub async fn run(settings: Settings) -> crate::Result<Vec<Finding>> {
     out.extend(probe_iam(ctx.cloud.cloud(None).as_ref(), &names, &here).await);
     out.push(check_queue(&ctx).await);
     out.push(check_control_plane(&ctx).await);
+    out.push(check_scrape(&ctx).await);
     Ok(out)
 }
 
@@ -211,6 +212,51 @@ async fn check_queue(ctx: &Context) -> Finding {
     );
     let policy = queue.policy().await;
     judge::queue(Some(url), Some(&policy))
+}
+
+/// Whether Prometheus scrapes the manager, as the manager in this pod
+/// saw it (`/scrapes` on its admin port; none answers when check runs
+/// elsewhere).
+async fn check_scrape(ctx: &Context) -> Finding {
+    let mut address = ctx.settings.admin_address;
+    if address.ip().is_unspecified() {
+        let loopback: std::net::IpAddr = match address {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        };
+        address.set_ip(loopback);
+    }
+    let asked = tokio::time::timeout(std::time::Duration::from_secs(3), scrapes(address)).await;
+    let answer = asked.unwrap_or_else(|_| Err("no answer within 3s".into()));
+    judge::scrape(&address.to_string(), answer, chrono::Utc::now())
+}
+
+/// `GET /scrapes` of the manager at `address`: HTTP/1.0, one answer, no
+/// client to build for one local read.
+async fn scrapes(
+    address: std::net::SocketAddr,
+) -> std::result::Result<crate::admin::Scrapes, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(b"GET /scrapes HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| "not an HTTP answer".to_string())?;
+    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+        let status = head.lines().next().unwrap_or_default();
+        return Err(format!("answered {status}: a manager older than check?"));
+    }
+    serde_json::from_str(body).map_err(|e| format!("an answer that does not read: {e}"))
 }
 
 /// The masters' control-plane pods.

@@ -98,7 +98,7 @@ pub struct FileAws {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct FileAdmin {
-    /// Address of `/metrics`, `/healthz` and `/readyz`. Default `0.0.0.0:8080`.
+    /// Address of `/metrics`, `/healthz`, `/readyz` and `/scrapes`. Default `0.0.0.0:8080`.
     pub address: Option<String>,
 }
 

@@ -148,7 +148,7 @@ pub struct RunArgs {
     /// Namespace whose NodeGroups to manage (default: all namespaces). File: `namespace`.
     #[arg(long)]
     pub namespace: Option<String>,
-    /// Address of /metrics, /healthz and /readyz (default 0.0.0.0:8080). File: `admin.address`.
+    /// Address of /metrics, /healthz, /readyz and /scrapes (default 0.0.0.0:8080). File: `admin.address`.
     #[arg(long)]
     pub admin_address: Option<String>,
     /// Enable or disable leader election (default true). File: `leaderElection.enabled`.

@@ -244,3 +244,46 @@ fn one_or_two_masters_are_a_note_naming_the_setting() {
     );
     assert!(super::masters(&[masters("masters", 3, false), workers(&["w"], 1)]).is_empty());
 }
+
+/// Issue 69 item 7, the scrape: seen recently is ok; none for ten of the
+/// ServiceMonitor's intervals, or none since the replica started that long
+/// ago, is a warning naming what blocks it; a young replica is asked again
+/// later; no manager answering (check run elsewhere) is said, not judged.
+#[test]
+fn the_scrape_is_judged_by_when_prometheus_last_came() {
+    use crate::admin::{Scrape, Scrapes};
+    let now = chrono::Utc::now();
+    let minutes = chrono::Duration::minutes;
+    let served = |since: i64, last: Option<i64>| {
+        Ok(Scrapes {
+            serving_since: now - minutes(since),
+            last_scrape: last.map(|m| Scrape {
+                at: now - minutes(m),
+                from: "10.0.3.7".into(),
+            }),
+        })
+    };
+    let judged = |answer| super::scrape("127.0.0.1:8080", answer, now);
+    let ok = judged(served(60, Some(1)));
+    assert_eq!((ok.level, ok.check.as_str()), (Level::Ok, "scrape"));
+    assert!(ok.said.contains("10.0.3.7"), "{}", ok.said);
+    for (since, last) in [(60, Some(20)), (60, None)] {
+        let warned = judged(served(since, last));
+        assert_eq!(warned.level, Level::Warn, "{last:?}");
+        assert!(
+            warned.said.contains("NetworkPolicy") && warned.said.contains("ServiceMonitor"),
+            "{}",
+            warned.said
+        );
+    }
+    let young = judged(served(2, None));
+    assert_eq!(young.level, Level::Note);
+    assert!(young.said.contains("again"), "{}", young.said);
+    let elsewhere = judged(Err("connection refused".into()));
+    assert_eq!(elsewhere.level, Level::Note);
+    assert!(
+        elsewhere.said.contains("manager's pod"),
+        "{}",
+        elsewhere.said
+    );
+}
