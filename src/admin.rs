@@ -165,9 +165,8 @@ async fn readyz_handler(State(state): State<AdminState>) -> impl IntoResponse {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn healthz_fails_only_while_the_controllers_keep_stopping() {
-        let state = AdminState {
+    fn fresh_state() -> AdminState {
+        AdminState {
             metrics: Arc::new(Metrics::default()),
             readiness: Readiness::default(),
             liveness: Liveness::default(),
@@ -175,7 +174,12 @@ mod tests {
                 serving_since: chrono::Utc::now(),
                 last_scrape: None,
             })),
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn healthz_fails_only_while_the_controllers_keep_stopping() {
+        let state = fresh_state();
         let status = |s: &AdminState| {
             let s = s.clone();
             async move { healthz_handler(State(s)).await.into_response().status() }
@@ -192,15 +196,7 @@ mod tests {
     /// where it came from.
     #[tokio::test]
     async fn a_scrape_is_a_metrics_request_with_prometheus_header() {
-        let state = AdminState {
-            metrics: Arc::new(Metrics::default()),
-            readiness: Readiness::default(),
-            liveness: Liveness::default(),
-            scrapes: Arc::new(std::sync::Mutex::new(Scrapes {
-                serving_since: chrono::Utc::now(),
-                last_scrape: None,
-            })),
-        };
+        let state = fresh_state();
         let peer: SocketAddr = "10.1.2.3:41000".parse().expect("address");
         let get = |headers: HeaderMap| {
             let s = state.clone();

@@ -295,6 +295,17 @@ fn dead_master_of_one(
 
 use crate::controllers::authority::{ControlPlane, DownWhy};
 
+/// A plan that drains and terminates nothing, its condition saying why.
+fn held_back(p: &Plan) -> super::super::RepairHeld {
+    assert!(
+        !matches!(p.command, Command::Drain(_) | Command::Terminate(_)),
+        "{:?}: {}",
+        p.command,
+        p.message
+    );
+    p.repair_held.clone().expect("the condition says why")
+}
+
 #[test]
 fn a_dead_master_of_a_group_of_one_is_repaired_while_the_clusters_other_masters_are_ready() {
     let s = dead_master_of_one(&[]);
@@ -311,13 +322,7 @@ fn a_dead_master_of_a_group_of_one_is_repaired_while_the_clusters_other_masters_
 fn a_dead_master_waits_while_another_groups_master_boots_and_says_why() {
     let s = dead_master_of_one(&[("i-mb", DownWhy::Launching)]);
     let p = s.plan();
-    assert!(
-        !matches!(p.command, Command::Drain(_) | Command::Terminate(_)),
-        "{:?}: {}",
-        p.command,
-        p.message
-    );
-    let held = p.repair_held.expect("the condition says why");
+    let held = held_back(&p);
     assert_eq!(held.reason, "OtherMastersNotReady");
     assert!(
         held.message.contains("i-mb of other (launching)"),
@@ -459,13 +464,7 @@ fn the_only_master_is_repaired_only_when_the_outage_is_allowed() {
         s
     };
     let p = only(false).plan();
-    assert!(
-        !matches!(p.command, Command::Drain(_) | Command::Terminate(_)),
-        "{:?}: {}",
-        p.command,
-        p.message
-    );
-    let held = p.repair_held.expect("the condition says why");
+    let held = held_back(&p);
     assert_eq!(held.reason, "ControlPlaneOutage");
     assert!(
         held.message.contains("allowControlPlaneOutage"),
