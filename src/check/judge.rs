@@ -194,30 +194,30 @@ pub fn group(group: &NodeGroup, described: &[AsgDescription], others: Others<'_>
 pub fn masters(groups: &[NodeGroup]) -> Vec<Finding> {
     use crate::controllers::authority::ControlPlane;
     use crate::crd::Role;
-    let mut by_namespace: std::collections::BTreeMap<String, ControlPlane> = Default::default();
-    let mut allowing: std::collections::BTreeMap<String, bool> = Default::default();
+    // Per namespace: the masters expected, and whether every group allows.
+    let mut by_namespace: std::collections::BTreeMap<String, (i32, bool)> = Default::default();
     for g in groups.iter().filter(|g| g.spec.role == Role::Master) {
-        let ns = g.namespace().unwrap_or_default();
-        by_namespace.entry(ns.clone()).or_default().expected += g.spec.desired;
-        let all = allowing.entry(ns).or_insert(true);
-        *all &= g.spec.disruption.allow_control_plane_outage;
+        let entry = by_namespace.entry(g.namespace().unwrap_or_default());
+        let (expected, allowed) = entry.or_insert((0, true));
+        *expected += g.spec.desired;
+        *allowed &= g.spec.disruption.allow_control_plane_outage;
     }
     let mut out = vec![];
-    for (ns, mut cp) in by_namespace {
-        let check = format!("masters {ns}");
-        let allowed = allowing.get(&ns).copied().unwrap_or(false);
-        let Some(why) = cp.outage() else {
+    for (ns, (expected, allowed)) in by_namespace {
+        let refused = ControlPlane {
+            expected,
+            ..Default::default()
+        };
+        let Some(why) = refused.outage() else {
             continue;
         };
-        cp.outage_allowed = allowed;
-        let said = match cp.outage() {
-            Some(_) => format!("no master is refreshed, rolled or repaired by the manager: {why}"),
-            None => format!(
-                "{} master(s), allowControlPlaneOutage set: the Kubernetes API is down while the manager replaces one",
-                cp.expected
+        let said = match allowed {
+            false => format!("no master is refreshed, rolled or repaired by the manager: {why}"),
+            true => format!(
+                "{expected} master(s), allowControlPlaneOutage set: the Kubernetes API is down while the manager replaces one"
             ),
         };
-        out.push(Finding::new(Level::Note, check, said));
+        out.push(Finding::new(Level::Note, format!("masters {ns}"), said));
     }
     out
 }
