@@ -37,6 +37,17 @@ pub enum Effect<'a, T> {
     Retire(&'a [Retirement]),
 }
 
+impl<'a, T> Effect<'a, T> {
+    /// The node it takes away or gives back, for an effect on one.
+    pub fn target(&self) -> Option<&'a T> {
+        match *self {
+            Effect::GiveBack { target, .. } | Effect::Drain { target, .. } => Some(target),
+            Effect::Terminate(target) => Some(target),
+            Effect::SetDesired(_) | Effect::NotJoined(_) | Effect::Retire(_) => None,
+        }
+    }
+}
+
 // By hand: a derive would ask `T: Copy` of what is only borrowed.
 impl<T> Clone for Effect<'_, T> {
     fn clone(&self) -> Self {

@@ -36,6 +36,7 @@
 //!   ever held with its lock.
 
 use crate::Result;
+use crate::controllers::authority::rules::Reason;
 use crate::controllers::authority::validate::Refused;
 use crate::controllers::command::{Batch, Command, Effect};
 use crate::controllers::group_view::DesiredChange;
@@ -69,6 +70,10 @@ pub trait Target: Clone + std::fmt::Debug {
     fn instance_id(&self) -> &str;
     /// Its Node, when it has one.
     fn node(&self) -> Option<&str>;
+    /// Why the path takes it away, in the rule book's terms: decided once,
+    /// when it was chosen, and carried in the record (None: the record
+    /// carries none, and no step of it is made).
+    fn reason(&self) -> Option<Reason>;
 }
 
 /// A path's status, and what each outcome of a command writes in it (pure;
@@ -308,14 +313,26 @@ async fn check<E: Effects>(
     status: &E::Record,
     effect: Effect<'_, TargetOf<E>>,
 ) -> crate::Result<()> {
-    let answer = effects.guard(status, effect);
+    let mut answer = effects.guard(status, effect);
     let wants_slot = matches!(answer, Err(Refusal::Rule(Refused::NoSlot { .. })));
     if wants_slot && !effects.holds_slot() && effects.take_slot().await? {
-        return Ok(effects.guard(status, effect)?);
+        answer = effects.guard(status, effect);
     }
-    // A slot another path took since this pass looked is refused as the
-    // guard saw it.
-    Ok(answer?)
+    // (A slot another path took since this pass looked is refused as the
+    // guard saw it.) A refusal says the reason its target carries.
+    answer.map_err(|refusal| refused(refusal, effect.target().and_then(Target::reason)))
+}
+
+/// A guard's refusal as the error the path reports, with the reason the
+/// disruption carries.
+fn refused(refusal: Refusal, reason: Option<Reason>) -> crate::Error {
+    let check = refusal.check();
+    let message = match reason {
+        Some(reason) => format!("{refusal} (for {})", reason.label()),
+        None => refusal.to_string(),
+    };
+    tracing::warn!(%refusal, check, reason = reason.map(Reason::label), "safety check");
+    crate::Error::Refused { check, message }
 }
 
 struct Run<'a, E: Effects> {

@@ -264,6 +264,12 @@ pub struct RefreshTarget {
     /// Why it is taken: `Replace` (an old node) or `Surplus` (the run's surplus,
     /// removed at the end).
     pub purpose: TargetPurpose,
+    /// Why the run takes it away, in the rule book's terms (`refresh`,
+    /// `drift_roll`, `refresh_surplus`): decided once, when it is chosen,
+    /// and carried to every step; a step of a target that carries none,
+    /// or one its purpose does not fit, is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// When work on it began (the drain).
     pub since: DateTime<Utc>,
     /// When its termination was decided; set before the call is made, so a

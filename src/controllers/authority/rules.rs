@@ -334,14 +334,13 @@ mod tests {
     }
 
     #[test]
-    fn a_carried_reason_reads_back_and_a_legacy_removal_is_checked_as_strictly() {
+    fn a_carried_reason_reads_back_and_the_replenishers_removals_bind_alike() {
         for r in Reason::ALL {
             assert_eq!(Reason::from_label(r.label()), Some(r));
         }
         assert_eq!(Reason::from_label("nonsense"), None);
-        // A replenisher record without a reason is checked as a scale-in:
-        // no weaker than the node at risk or the fallback's return it may
-        // have been, whose rules are the same.
+        // The replenisher's plan gives a removal recorded without a reason
+        // one on its next step; whichever it gives, the rules are the same.
         for alike in [Reason::AtRisk, Reason::FallbackReturn] {
             for rule in Rule::ALL {
                 assert_eq!(
@@ -351,19 +350,5 @@ mod tests {
                 );
             }
         }
-        let mut target = crate::crd::replenisher::ScaleInTarget {
-            node: "n".into(),
-            instance_id: "i".into(),
-            auto_scaling_group: "a".into(),
-            since: chrono::DateTime::<chrono::Utc>::MIN_UTC,
-            terminating: None,
-            decrement: true,
-            repair: false,
-            reason: None,
-        };
-        let read = crate::controllers::guard::replenish::scale_in_reason;
-        assert_eq!(read(&target), Reason::ScaleIn);
-        target.reason = Some("fallback_return".into());
-        assert_eq!(read(&target), Reason::FallbackReturn);
     }
 }

@@ -22,6 +22,10 @@ impl Target for Node {
     fn node(&self) -> Option<&str> {
         Some(&self.0)
     }
+
+    fn reason(&self) -> Option<crate::controllers::authority::rules::Reason> {
+        Some(crate::controllers::authority::rules::Reason::Refresh)
+    }
 }
 
 /// A path's status: the node it drains, if any.
@@ -217,6 +221,8 @@ fn a_slot_held_by_others_refuses_the_drain_before_anything_is_recorded() {
         refused.to_string().contains("Refresh ns/other"),
         "{refused}"
     );
+    // It says why the node was to go: the reason its target carries.
+    assert!(refused.to_string().ends_with("(for refresh)"), "{refused}");
     // Nothing recorded in hand: the lock goes back too.
     assert_eq!(path.log, ["take refused", "give lock back"]);
     assert_eq!(

@@ -13,6 +13,7 @@ pub mod replenish;
 
 use crate::Error;
 use crate::cloud::AsgDescription;
+use crate::controllers::authority::rules::Reason;
 use crate::controllers::group_view::DesiredChange;
 use crate::crd::NodeGroup;
 
@@ -88,6 +89,14 @@ pub enum Refusal {
         node: String,
         timeout: String,
     },
+    /// A step of a target whose record carries no reason, or one its
+    /// path does not give such a target (a weaker reason would be free of
+    /// rules that bind it).
+    UnfitReason {
+        instance: String,
+        carried: Option<String>,
+        fits: String,
+    },
     /// A rule of the rule book refuses (`authority::validate`).
     Rule(crate::controllers::authority::validate::Refused),
     /// A mutation this path never makes (a refresher asked to retire).
@@ -148,6 +157,22 @@ impl std::fmt::Display for Refusal {
                 write!(f, "remove {instance} with decrement: {asg} is at its min")
             }
             Refusal::NotThisPath { what } => write!(f, "{what}: not a mutation of this path"),
+            Refusal::UnfitReason {
+                instance,
+                carried: None,
+                fits,
+            } => write!(
+                f,
+                "take {instance} away: its record carries no reason (its path gives {fits})"
+            ),
+            Refusal::UnfitReason {
+                instance,
+                carried: Some(carried),
+                fits,
+            } => write!(
+                f,
+                "take {instance} away for {carried}: its path gives it {fits}"
+            ),
             Refusal::NotReclaimed { instance } => write!(
                 f,
                 "terminate {instance}: its node carries no spot interruption or scheduled change"
@@ -186,6 +211,7 @@ impl Refusal {
             Refusal::NotLeaving { .. } => "refused_not_leaving",
             Refusal::NotUnhealthy { .. } => "refused_not_unhealthy",
             Refusal::NotThisPath { .. } => "refused_not_this_path",
+            Refusal::UnfitReason { .. } => "refused_unfit_reason",
             Refusal::Rule(refused) => refused.check(),
         }
     }
@@ -198,6 +224,25 @@ impl From<Refusal> for Error {
             check: refusal.check(),
             message: refusal.to_string(),
         }
+    }
+}
+
+/// The reason a target carries (decided when its path chose it), when it
+/// is one of `fits`: what its path gives such a target. A step of a
+/// target that carries none, or another (a weaker reason would be free of
+/// rules that bind the right one), is refused.
+pub fn carried(instance: &str, label: Option<&str>, fits: &[Reason]) -> Result<Reason, Refusal> {
+    match label.and_then(Reason::from_label) {
+        Some(reason) if fits.contains(&reason) => Ok(reason),
+        _ => Err(Refusal::UnfitReason {
+            instance: instance.into(),
+            carried: label.map(String::from),
+            fits: fits
+                .iter()
+                .map(|r| r.label())
+                .collect::<Vec<_>>()
+                .join(" or "),
+        }),
     }
 }
 

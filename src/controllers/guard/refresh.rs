@@ -4,12 +4,12 @@
 //! (`controllers::guard`).
 
 use crate::cloud::AsgDescription;
-use crate::controllers::authority::rules::{self, Rule, reason_of};
+use crate::controllers::authority::rules::{self, Reason, Rule, reason_of};
 use crate::controllers::authority::validate::{Disruption, Floor, Refused, Scene, validate};
 use crate::controllers::group_view::DesiredChange;
 use crate::controllers::group_view::GroupNode;
-use crate::controllers::guard::{Refusal, active_member, desired_changes, groups_asg};
-use crate::crd::refresher::{RefreshTarget, RunTrigger, TargetPurpose, surplus_of};
+use crate::controllers::guard::{Refusal, active_member, carried, desired_changes, groups_asg};
+use crate::crd::refresher::{RefreshTarget, TargetPurpose, surplus_of};
 use crate::crd::{NodeGroup, RefresherStatus};
 use crate::k8s::disruption_slot::SlotState;
 
@@ -143,7 +143,7 @@ impl Guard<'_> {
     /// leaves, None for a drain step, which takes no node yet).
     fn rules(&self, t: &RefreshTarget, in_hand: bool, floor: Option<Floor>) -> Result<(), Refusal> {
         let d = Disruption {
-            reason: reason_of(t, self.status.trigger),
+            reason: self.reason(t)?,
             instance: &t.instance_id,
             node: t.node.as_deref(),
             in_hand,
@@ -151,6 +151,14 @@ impl Guard<'_> {
             floor,
         };
         validate(&d, &self.scene).map_err(Refusal::Rule)
+    }
+
+    /// The reason the target carries, when it is the one its purpose and
+    /// the run's trigger give it: a run's replacement a refresh or a drift
+    /// roll, its surplus the surplus's (free of the window).
+    fn reason(&self, t: &RefreshTarget) -> Result<Reason, Refusal> {
+        let fits = reason_of(t, self.status.trigger);
+        carried(&t.instance_id, t.reason.as_deref(), &[fits])
     }
 
     /// A drain step: the rules but the floor, which the termination keeps
@@ -193,7 +201,7 @@ impl Guard<'_> {
         let surplus: i32 = self.status.surplus.iter().map(|s| s.desired).sum();
         let r = removal(
             t,
-            self.status.trigger,
+            self.reason(t)?,
             self.nodes,
             (self.group.spec.desired, surplus),
         );
@@ -311,11 +319,16 @@ mod tests {
     }
 
     fn target(id: &str, asg: &str, node: &str, purpose: TargetPurpose) -> RefreshTarget {
+        let reason = match purpose {
+            TargetPurpose::Replace => Reason::Refresh,
+            TargetPurpose::RemoveSurplus => Reason::RefreshSurplus,
+        };
         RefreshTarget {
             node: Some(node.into()),
             instance_id: id.into(),
             auto_scaling_group: asg.into(),
             purpose,
+            reason: Some(reason.label().into()),
             since: Utc.with_ymd_and_hms(2026, 6, 1, 12, 1, 0).unwrap(),
             terminated: Some(Utc.with_ymd_and_hms(2026, 6, 1, 12, 2, 0).unwrap()),
             blocked_by: None,
@@ -350,6 +363,29 @@ mod tests {
         });
         assert_eq!(case.check(|g| g.terminate(&t)), not_planned);
         assert_eq!(case.check(|g| g.drain(&t, true)), not_planned);
+    }
+
+    #[test]
+    fn a_target_carrying_no_reason_or_another_than_its_runs_is_refused() {
+        let case = Case::new();
+        let unfit = |carried: Option<&str>, fits: &str| {
+            Err(Refusal::UnfitReason {
+                instance: "i-1".into(),
+                carried: carried.map(String::from),
+                fits: fits.into(),
+            })
+        };
+        let mut t = target("i-1", "a", "n1", TargetPurpose::Replace);
+        t.reason = None;
+        assert_eq!(case.check(|g| g.drain(&t, true)), unfit(None, "refresh"));
+        assert_eq!(case.check(|g| g.terminate(&t)), unfit(None, "refresh"));
+        // A replacement carrying the surplus's reason would be free of the
+        // window.
+        t.reason = Some(Reason::RefreshSurplus.label().into());
+        let surplus = Some("refresh_surplus");
+        assert_eq!(case.check(|g| g.drain(&t, true)), unfit(surplus, "refresh"));
+        t.reason = Some(Reason::Refresh.label().into());
+        assert_eq!(case.check(|g| g.drain(&t, true)), Ok(()));
     }
 
     #[test]
@@ -558,10 +594,10 @@ pub struct Removal {
 /// its replacement was launched ahead; removing surplus keeps Ready at
 /// desired, and removing one that is not Ready costs no Ready node. Safe
 /// whatever the count when the rule book frees the run's reason
-/// (`trigger`) of the Ready floor.
+/// (`reason`) of the Ready floor.
 pub fn removal(
     target: &RefreshTarget,
-    trigger: Option<RunTrigger>,
+    reason: Reason,
     nodes: &[GroupNode],
     (desired, surplus): (i32, i32),
 ) -> Removal {
@@ -586,7 +622,7 @@ pub fn removal(
         }
         TargetPurpose::RemoveSurplus => (!target_ready || ready_besides >= desired, desired),
     };
-    let floor = rules::binds(reason_of(target, trigger), Rule::ReadyFloor);
+    let floor = rules::binds(reason, Rule::ReadyFloor);
     Removal {
         safe: safe || !floor,
         ready_besides,

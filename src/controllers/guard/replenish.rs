@@ -6,7 +6,7 @@ use crate::cloud::AsgDescription;
 use crate::controllers::authority::Reason;
 use crate::controllers::authority::validate::{Disruption, Floor, Scene, validate};
 use crate::controllers::group_view::{DesiredChange, Fate, group_nodes};
-use crate::controllers::guard::{Refusal, desired_changes, removable};
+use crate::controllers::guard::{Refusal, carried, desired_changes, removable};
 use crate::crd::replenisher::ScaleInTarget;
 use crate::crd::{NodeGroup, ReplenisherStatus};
 
@@ -142,18 +142,10 @@ pub fn not_joined(
     validate(&d, scene).map_err(Refusal::Rule)
 }
 
-/// Why the replenisher removes a target that is no repair: the reason it
-/// carries (decided once by the plan). A record without one (written
-/// before reasons were carried; the plan gives it one on its next step)
-/// is checked as a scale-in, whose rules are those of a node at risk and
-/// of the fallback's return (the rule book binds all three alike).
-pub fn scale_in_reason(target: &ScaleInTarget) -> Reason {
-    target
-        .reason
-        .as_deref()
-        .and_then(Reason::from_label)
-        .unwrap_or(Reason::ScaleIn)
-}
+/// The reasons the replenisher gives a removal that is no repair: a
+/// surplus, a node at risk, the on-demand fallback's return (the rule book
+/// binds the three alike).
+pub const REMOVALS: [Reason; 3] = [Reason::ScaleIn, Reason::AtRisk, Reason::FallbackReturn];
 
 /// The Ready floor of removing `instance`: the group's desired count of
 /// Ready nodes besides it.
@@ -193,7 +185,7 @@ pub fn scale_in(
         target.decrement,
     )?;
     let d = Disruption {
-        reason: scale_in_reason(target),
+        reason: carried(&target.instance_id, target.reason.as_deref(), &REMOVALS)?,
         instance: &target.instance_id,
         node: Some(&target.node),
         in_hand,
@@ -226,8 +218,11 @@ pub fn repair(
         &target.instance_id,
         target.decrement,
     )?;
+    // A repair's reason is its role's: a worker's would be free of the
+    // masters' rule.
+    let repairs = [Reason::repair(group.spec.role)];
     let d = Disruption {
-        reason: Reason::repair(group.spec.role),
+        reason: carried(&target.instance_id, target.reason.as_deref(), &repairs)?,
         instance: &target.instance_id,
         node: Some(&target.node),
         in_hand: true,
@@ -397,7 +392,7 @@ mod tests {
             terminating: None,
             decrement: true,
             repair: false,
-            reason: None,
+            reason: Some(Reason::ScaleIn.label().into()),
         }
     }
 
@@ -507,6 +502,39 @@ mod tests {
                 needed: 2
             }))
         );
+    }
+
+    #[test]
+    fn a_removal_carrying_no_reason_or_one_its_kind_is_not_given_is_refused() {
+        let c = Case::new();
+        let check = |t: &ScaleInTarget| {
+            let (status, fresh) = (c.status(), &c.fresh);
+            removal(&c.group, status, fresh, t, &open(), t0(), true)
+        };
+        let unfit = |carried: Option<&str>, fits: &str| {
+            Err(Refusal::UnfitReason {
+                instance: "i-2".into(),
+                carried: carried.map(String::from),
+                fits: fits.into(),
+            })
+        };
+        let removals = "scale_in or at_risk or fallback_return";
+        let mut t = target("n2", "i-2", "a");
+        t.reason = None;
+        assert_eq!(check(&t), unfit(None, removals));
+        // A removal carrying a repair's reason would be free of the window
+        // and of protection.
+        t.reason = Some(Reason::WorkerRepair.label().into());
+        assert_eq!(check(&t), unfit(Some("worker_repair"), removals));
+        // A repair carries its role's reason, nothing else.
+        t.repair = true;
+        t.reason = Some(Reason::ScaleIn.label().into());
+        assert_eq!(check(&t), unfit(Some("scale_in"), "worker_repair"));
+        t.reason = Some(Reason::MasterRepair.label().into());
+        assert_eq!(check(&t), unfit(Some("master_repair"), "worker_repair"));
+        t.reason = Some(Reason::AtRisk.label().into());
+        t.repair = false;
+        assert_eq!(check(&t), Ok(()));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! drained target's termination.
 
 use super::plan::after_drain;
+use crate::controllers::authority::rules::Reason;
 use crate::controllers::execute::{Record, Target};
 use crate::crd::refresher::{RefreshTarget, RefresherStatus};
 use chrono::{DateTime, Utc};
@@ -15,6 +16,10 @@ impl Target for RefreshTarget {
 
     fn node(&self) -> Option<&str> {
         self.node.as_deref()
+    }
+
+    fn reason(&self) -> Option<Reason> {
+        self.reason.as_deref().and_then(Reason::from_label)
     }
 }
 

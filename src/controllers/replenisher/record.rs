@@ -4,6 +4,7 @@
 //! a cleanup or a retirement done).
 
 use super::plan as replenish_plan;
+use crate::controllers::authority::rules::Reason;
 use crate::controllers::command::Effect;
 use crate::controllers::execute::{Record, Target};
 use crate::crd::ReplenisherStatus;
@@ -17,6 +18,10 @@ impl Target for ScaleInTarget {
 
     fn node(&self) -> Option<&str> {
         Some(&self.node)
+    }
+
+    fn reason(&self) -> Option<Reason> {
+        self.reason.as_deref().and_then(Reason::from_label)
     }
 }
 

@@ -4,6 +4,7 @@
 //! the executor writes it before each effect, and its guard
 //! (`super::check`) asks it, and the rule book, before each.
 
+use crate::controllers::authority::rules::Reason;
 use crate::controllers::command::{Batch, Command, Effect};
 use crate::controllers::execute::{self, Target};
 use crate::k8s::interruption_record::Record;
@@ -87,6 +88,11 @@ impl Target for Interrupted {
 
     fn node(&self) -> Option<&str> {
         Some(&self.node)
+    }
+
+    /// The path's one reason: AWS takes the node.
+    fn reason(&self) -> Option<Reason> {
+        Some(Reason::InterruptionDrain)
     }
 }
 

@@ -142,6 +142,7 @@ impl Deciding<'_> {
                     instance_id: id.clone(),
                     auto_scaling_group: node.asg.clone()?,
                     purpose: TargetPurpose::Replace,
+                    reason: Some(reason.label().into()),
                     since: input.group.now,
                     terminated: None,
                     blocked_by: None,
@@ -207,7 +208,7 @@ impl Deciding<'_> {
                     .is_some_and(|n| group.unhealthy(n))
         };
         let (target, why) = self.status.batch().find_map(|t| {
-            let reason = super::reason_of(t, self.status.trigger);
+            let reason = self.reason_of(t);
             let protected = self.input.rules.protected(reason);
             let why = protected.get(t.node.as_deref()?)?.clone();
             (t.terminated.is_none() && !dead(t)).then(|| (t.clone(), why))

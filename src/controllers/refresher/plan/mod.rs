@@ -55,7 +55,7 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-pub use crate::controllers::authority::rules::{reason_of, run_reason};
+pub use crate::controllers::authority::rules::{Reason, reason_of, run_reason};
 pub use crate::controllers::group_view::{GroupFacts, GroupNode, Member};
 pub use crate::controllers::guard::refresh::{Removal, removal};
 pub(crate) use crate::crd::refresher::surplus_of;
@@ -228,7 +228,7 @@ const LOCK_RETRY: Duration = Duration::from_secs(5);
 pub fn plan(input: &Input) -> Plan {
     let mut planner = Deciding {
         input,
-        status: input.status.clone(),
+        status: carrying_reasons(input.status.clone()),
         happenings: vec![],
         paused: false,
     };
@@ -253,6 +253,21 @@ pub fn plan(input: &Input) -> Plan {
         happenings: planner.happenings,
         waits_on_cluster,
     }
+}
+
+/// The status with every target of its batch carrying its reason: one
+/// recorded before targets carried reasons is given its own, once, here
+/// (the executor refuses a step of a target that carries none).
+fn carrying_reasons(mut status: RefresherStatus) -> RefresherStatus {
+    let trigger = status.trigger;
+    let batch = status
+        .current_target
+        .iter_mut()
+        .chain(&mut status.alongside);
+    for t in batch.filter(|t| t.reason.is_none()) {
+        t.reason = Some(reason_of(t, trigger).label().into());
+    }
+    status
 }
 
 /// A run draining, or waiting for a replacement whose launch is under way:
@@ -301,6 +316,14 @@ impl Deciding<'_> {
             Err(_) => crate::crd::nodegroup::DEFAULT_PAUSE_TIMEOUT,
         };
         self.input.do_not_disrupt_timeout.min(pause)
+    }
+
+    /// Why `t` goes: the reason it carries, given when it was chosen (or
+    /// at the plan's entry, for a target recorded before targets carried
+    /// reasons, the same answer).
+    pub(super) fn reason_of(&self, t: &RefreshTarget) -> Reason {
+        let carried = t.reason.as_deref().and_then(Reason::from_label);
+        carried.unwrap_or_else(|| reason_of(t, self.status.trigger))
     }
 
     /// The windows as the run's reason sees them (the rule book).

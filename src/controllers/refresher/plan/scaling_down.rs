@@ -242,6 +242,7 @@ impl Deciding<'_> {
             instance_id: m.instance_id.clone(),
             auto_scaling_group: asg.to_string(),
             purpose: TargetPurpose::RemoveSurplus,
+            reason: Some(Reason::RefreshSurplus.label().into()),
             since: input.group.now,
             terminated: None,
             blocked_by: None,

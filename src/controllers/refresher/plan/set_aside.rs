@@ -80,7 +80,8 @@ impl Deciding<'_> {
     /// The authority's refusal to replace `target` now, if it refuses.
     pub(super) fn refused(&self, target: &RefreshTarget) -> Option<Blocked> {
         let group = &self.input.group;
-        super::authority(target, self.status.trigger, group.role, group.control_plane).err()
+        let reason = self.reason_of(target);
+        super::authority(target, reason, group.role, group.control_plane).err()
     }
 
     /// Forgets the leg of a run set aside (its rest is in `pendingRun`):

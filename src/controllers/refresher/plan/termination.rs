@@ -1,11 +1,12 @@
 //! When a target may go, and its termination: recorded in the status
 //! before it is made, retried after a restart only while still safe.
 
-use super::{Command, Deciding, Decision, Removal, SOON, reason_of, removal};
+use super::{Command, Deciding, Decision, Removal, SOON, removal};
+use crate::controllers::authority::rules::Reason;
 use crate::controllers::authority::{self, Blocked, ControlPlane, Request};
 use crate::crd::Role;
 use crate::crd::refresher::RefresherStatus;
-use crate::crd::refresher::{RefreshPhase, RefreshTarget, RunTrigger, TargetPurpose};
+use crate::crd::refresher::{RefreshPhase, RefreshTarget, TargetPurpose};
 use chrono::{DateTime, Utc};
 
 impl Deciding<'_> {
@@ -19,7 +20,7 @@ impl Deciding<'_> {
     pub(super) fn removal_safety(&self, target: &RefreshTarget) -> Removal {
         removal(
             target,
-            self.status.trigger,
+            self.reason_of(target),
             self.input.group.nodes,
             (self.input.group.desired, self.surplus_total()),
         )
@@ -65,18 +66,17 @@ impl Deciding<'_> {
     }
 }
 
-/// The disruption authority's answer for a target of a run started by
-/// `trigger` (a master: only while every other master of the cluster is
-/// Ready): the one rule the plan and the guard both ask, for the reason
-/// the rule book gives the target.
+/// The disruption authority's answer for taking `target` away for the
+/// reason it carries (a master: only while every other master of the
+/// cluster is Ready): the one rule the plan and the guard both ask.
 pub fn authority(
     target: &RefreshTarget,
-    trigger: Option<RunTrigger>,
+    reason: Reason,
     role: Role,
     control_plane: Option<&ControlPlane>,
 ) -> Result<(), Blocked> {
     let request = Request {
-        reason: reason_of(target, trigger),
+        reason,
         role,
         instance: &target.instance_id,
     };

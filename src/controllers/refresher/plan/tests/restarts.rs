@@ -27,6 +27,28 @@ fn a_restart_after_recording_a_termination_terminates_that_same_node() {
 }
 
 #[test]
+fn a_run_recorded_before_targets_carried_reasons_goes_on_with_its_reason_given() {
+    let mut sim = Sim::new(Role::Worker, 3, 1, 1);
+    sim.steps_until_a_drain();
+    // As an earlier version recorded it: the node in hand carries no reason.
+    let target = sim.status.current_target.as_mut().expect("target");
+    assert_eq!(target.reason.as_deref(), Some("refresh"), "chosen with one");
+    target.reason = None;
+    let plan = sim.plan();
+    let carried = plan
+        .status
+        .current_target
+        .as_ref()
+        .and_then(|t| t.reason.as_deref());
+    assert_eq!(carried, Some("refresh"), "given at the plan's entry");
+    // The executor's guard refuses a step of a target without one (the
+    // run would never end); with it given, the run goes on to its end.
+    sim.run_to_end(200);
+    assert_eq!(sim.result(), Some((RunResult::Succeeded, None)));
+    assert_eq!(sim.terminated.len(), 4, "3 old nodes and the surplus");
+}
+
+#[test]
 fn a_target_that_vanishes_is_skipped_not_counted() {
     let mut sim = Sim::new(Role::Worker, 3, 1, 1);
     sim.stuck = sim
