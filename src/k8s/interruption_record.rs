@@ -277,8 +277,15 @@ pub fn mark_patch(node: &Node, record: &Record, now: DateTime<Utc>) -> Option<Va
 /// The patch is conditional on the node's resourceVersion (it replaces the
 /// taint list): a node changed meanwhile (a kubelet's status update) is read
 /// again and the mark re-planned, a few times, rather than leaving the
-/// message to come back after its visibility timeout.
-pub async fn mark(ctx: &Context, name: &str, record: &Record) -> Result<bool> {
+/// message to come back after its visibility timeout. A patch that cordons
+/// is made only once `allowed` says so of the Node it is planned on (the
+/// rule book's check, asked by the caller's path).
+pub async fn mark(
+    ctx: &Context,
+    name: &str,
+    record: &Record,
+    allowed: impl Fn(&Node) -> Result<()>,
+) -> Result<bool> {
     const ATTEMPTS: usize = 5;
     // Stamped where every mark is written (the plans do not know the
     // manager's namespace).
@@ -303,9 +310,13 @@ pub async fn mark(ctx: &Context, name: &str, record: &Record) -> Result<bool> {
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
             Err(e) => return Err(crate::Error::kube(format!("get node {name}"))(e)),
         };
-        let Some(patch) = mark_patch(&node, record, ctx.clock.now()) else {
+        let now = ctx.clock.now();
+        let Some(patch) = mark_patch(&node, record, now) else {
             return Ok(false);
         };
+        if record.leaving(now) {
+            allowed(&node)?;
+        }
         let patched = ctx
             .mutations
             .perform(

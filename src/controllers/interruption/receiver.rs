@@ -14,6 +14,7 @@ use crate::events::Reason;
 use crate::k8s::drain::node_ref;
 use crate::k8s::interruption_record::{self, Record};
 use crate::mutation::Intent;
+use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
 use kube::runtime::events::EventType;
 use std::sync::Arc;
@@ -279,13 +280,13 @@ async fn carry_out(
                 node,
                 record,
             } => {
-                if interruption_record::mark(ctx, node, record).await? {
+                if interruption_record::mark(ctx, node, record, may_mark(record)).await? {
                     let _permit = permit().await;
                     announce_mark(ctx, groups, owner, node, record).await;
                 }
             }
             Response::MarkUnmanaged { node, record } => {
-                if interruption_record::mark(ctx, node, record).await? {
+                if interruption_record::mark(ctx, node, record, may_mark(record)).await? {
                     let note = format!(
                         "{} for {} ({}), a node of no NodeGroup: cordoned and tainted, drained by {}; not replaced by this manager (its ASG replaces it once AWS takes it)",
                         record.kind,
@@ -338,6 +339,16 @@ async fn carry_out(
         }
     }
     Ok(())
+}
+
+/// The rule book's check of a mark's cordon, on the Node the mark is
+/// planned on: the drainer's, whose first effect the mark is.
+fn may_mark(record: &Record) -> impl Fn(&Node) -> Result<()> + '_ {
+    |node| {
+        let instance = &record.instance_id;
+        crate::controllers::interruption::drainer::check::may_mark(node, instance)
+            .map_err(|refused| crate::controllers::guard::Refusal::Rule(refused).into())
+    }
 }
 
 /// The Events of a node just marked: a loss or a recommendation acted on.
@@ -406,7 +417,10 @@ async fn announce_mark(ctx: &Context, groups: &Groups, owner: &Owner, node: &str
 }
 
 /// A terminate lifecycle action for an instance of ours that never joined:
-/// nothing to drain, so its ASG need not wait out the hook's timeout.
+/// nothing to drain, so its ASG need not wait out the hook's timeout. No
+/// disruption the rule book judges: its ASG is terminating the instance
+/// already (CONTINUE and the hook's timeout end alike), and no Node serves
+/// on it, so this call takes no capacity away.
 async fn complete_unjoined(
     ctx: &Context,
     groups: &Groups,

@@ -16,7 +16,7 @@ use crate::controllers::command::Effect;
 use crate::controllers::execute::{self as executor, Drained, Effects, Planned};
 use crate::controllers::group_view::tests::block_on;
 use crate::controllers::guard::Refusal;
-use crate::controllers::interruption::drainer::check::Fresh;
+use crate::controllers::interruption::drainer::check::{Fresh, may_mark};
 use crate::controllers::interruption::drainer::plan::{
     Decision, Interrupted, Mark, decide, may_call_hook, step,
 };
@@ -46,6 +46,12 @@ impl World {
         let written = patch["metadata"]["annotations"][INTERRUPTION_ANNOTATION]
             .as_str()
             .and_then(|a| serde_json::from_str::<Record>(a).ok());
+        if patch.get("spec").is_some() {
+            // A cordon asks the rule book first, the receiver's as the
+            // drainer's (the table frees an interruption of every rule).
+            let asked = may_mark(&node, id);
+            assert_eq!(asked, Ok(()), "{id}: a mark's cordon the rule book refuses");
+        }
         let Some(i) = self.instances.iter_mut().find(|i| i.id == id) else {
             return false;
         };

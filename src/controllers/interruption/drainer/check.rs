@@ -12,7 +12,9 @@
 
 use super::plan::{Interrupted, Mark, may_call_hook};
 use crate::controllers::authority::rules::Reason;
-use crate::controllers::authority::validate::{Disruption, Floor, Scene, Window, validate};
+use crate::controllers::authority::validate::{
+    Disruption, Floor, Refused, Scene, Window, validate,
+};
 use crate::controllers::command::Effect;
 use crate::controllers::guard::Refusal;
 use crate::crd::Role;
@@ -64,7 +66,7 @@ impl Fresh<'_> {
                 });
             }
         };
-        self.rule_book(target).map_err(Refusal::Rule)
+        rule_book(self.node, target).map_err(Refusal::Rule)
     }
 
     fn not_leaving(&self, why: String) -> Refusal {
@@ -116,45 +118,56 @@ impl Fresh<'_> {
             None => Ok(()),
         }
     }
+}
 
-    /// The rule book for an interruption's drain, on a scene where what
-    /// the drainer does not observe is assumed against it.
-    fn rule_book(
-        &self,
-        target: &Interrupted,
-    ) -> Result<(), crate::controllers::authority::validate::Refused> {
-        let (disruption, protected, slot) = self.unseen(target);
-        let scene = self.scene(&protected, &slot);
-        validate(&disruption, &scene)
-    }
+/// The rule book for an interruption's drain of `target` on `node`, on a
+/// scene where what the drainer does not observe is assumed against it.
+fn rule_book(node: &Node, target: &Interrupted) -> Result<(), Refused> {
+    let (disruption, protected, slot) = unseen(target);
+    let scene = scene(node, &protected, &slot);
+    validate(&disruption, &scene)
+}
 
-    fn unseen<'t>(
-        &self,
-        target: &'t Interrupted,
-    ) -> (Disruption<'t>, BTreeMap<String, String>, SlotState) {
-        let protected = BTreeMap::from([(target.node.clone(), UNSEEN.to_string())]);
-        let disruption = Disruption {
-            reason: Reason::InterruptionDrain,
-            instance: &target.instance_id,
-            node: Some(&target.node),
-            in_hand: false,
-            dead: false,
-            floor: Some(Floor::of(0, 1)),
-        };
-        (disruption, protected, SlotState::Full(UNSEEN.into()))
-    }
+/// The rule book's answer for an interruption's first effect on `node`:
+/// the receiver's mark, whose cordon and taint go on in the one patch that
+/// records the loss (AWS's two minutes are not spent on a second round
+/// trip). Asked on the Node read for that patch, as the drainer's check is
+/// before each of its own effects, so the table decides there too.
+pub fn may_mark(node: &Node, instance_id: &str) -> Result<(), Refused> {
+    let target = Interrupted {
+        instance_id: instance_id.into(),
+        node: node.name_any(),
+    };
+    rule_book(node, &target)
+}
 
-    fn scene<'s>(&self, protected: &'s BTreeMap<String, String>, slot: &'s SlotState) -> Scene<'s> {
-        let master = crate::k8s::node::role_matches(Role::Master, self.node.labels());
-        Scene {
-            role: if master { Role::Master } else { Role::Worker },
-            control_plane: None,
-            window: Window::Closed { opens: None },
-            protected,
-            slot,
-            breaker: Some(UNSEEN),
-            stopped: Some(UNSEEN),
-        }
+fn unseen(target: &Interrupted) -> (Disruption<'_>, BTreeMap<String, String>, SlotState) {
+    let protected = BTreeMap::from([(target.node.clone(), UNSEEN.to_string())]);
+    let disruption = Disruption {
+        reason: Reason::InterruptionDrain,
+        instance: &target.instance_id,
+        node: Some(&target.node),
+        in_hand: false,
+        dead: false,
+        floor: Some(Floor::of(0, 1)),
+    };
+    (disruption, protected, SlotState::Full(UNSEEN.into()))
+}
+
+fn scene<'s>(
+    node: &Node,
+    protected: &'s BTreeMap<String, String>,
+    slot: &'s SlotState,
+) -> Scene<'s> {
+    let master = crate::k8s::node::role_matches(Role::Master, node.labels());
+    Scene {
+        role: if master { Role::Master } else { Role::Worker },
+        control_plane: None,
+        window: Window::Closed { opens: None },
+        protected,
+        slot,
+        breaker: Some(UNSEEN),
+        stopped: Some(UNSEEN),
     }
 }
 
@@ -326,8 +339,8 @@ mod tests {
                 now,
             };
             let target = Mark::of("node-1", r.clone()).on;
-            let (disruption, protected, slot) = fresh.unseen(&target);
-            let scene = fresh.scene(&protected, &slot);
+            let (disruption, protected, slot) = unseen(&target);
+            let scene = scene(fresh.node, &protected, &slot);
             assert_eq!(scene.role, role);
             for rule in Rule::ALL {
                 let refused = match rule {
@@ -354,6 +367,9 @@ mod tests {
                 Ok(()),
                 "the table frees an interruption's drain of every rule"
             );
+            // The receiver's mark, whose cordon is the drain's first
+            // effect, is asked on the same scene.
+            assert_eq!(may_mark(&n, "i-1"), Ok(()));
         }
     }
 }

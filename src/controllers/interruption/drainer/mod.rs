@@ -9,7 +9,10 @@
 //! other path's: the mark is the status it writes first, [`check`] the
 //! guard it asks before each effect (the rule book included), on the Node
 //! read afresh. Heartbeats, which keep a lifecycle action waiting and take
-//! nothing away, are sent before the plan.
+//! nothing away, are sent before the plan. The receiver's mark, whose
+//! cordon and taint are a loss's first effect (in the patch that records
+//! it), asks the same rule book on the Node it is planned on
+//! (`check::may_mark`).
 
 pub(crate) mod check;
 mod effects;
