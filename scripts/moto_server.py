@@ -61,7 +61,8 @@ API calls and gives it to a loop that runs like an ASG's own:
 - Refusals, and counting at AWS's side: `/_snm/refuse` makes every request
   of an account wait, then refuses it with Throttling or ServiceUnavailable;
   `/_snm/deny` refuses one action of an account as IAM does when a policy
-  lacks it (EC2's UnauthorizedOperation, Auto Scaling's AccessDenied);
+  lacks it (EC2's UnauthorizedOperation, Auto Scaling's AccessDenied), and
+  `/_snm/allow` answers it again (the policy granted);
   `/_snm/attempts` lists an account's requests, with the SDK's attempt numbers (see `control`);
   `/_snm/actions` the action of each (what a read-only test counts mutations by).
 
@@ -727,6 +728,9 @@ def control(environ, start_response):
     account = query.get("account", "")
     if environ["PATH_INFO"] == "/_snm/deny":
         DENIED.setdefault(account, set()).add(query.get("action", ""))
+        body = b"{}"
+    elif environ["PATH_INFO"] == "/_snm/allow":
+        DENIED.get(account, set()).discard(query.get("action", ""))
         body = b"{}"
     elif environ["PATH_INFO"] == "/_snm/refuse":
         error = query.get("error", "Throttling")

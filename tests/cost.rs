@@ -144,6 +144,43 @@ async fn with_prices_unreadable_operations_go_on_and_the_condition_says_why() {
     assert_eq!(status.ready_nodes, Some(3));
 }
 
+/// A user who grants `pricing:GetProducts` because `CostKnown` asked for it
+/// sees the prices within minutes: a failed read is tried again a minute
+/// on (then two, four, up to fifteen), not a day later (before: the
+/// failure was kept for the on-demand price's whole day).
+#[tokio::test]
+async fn on_demand_prices_denied_then_granted_are_read_within_minutes() {
+    let g = SteadyGroup::workers("cost-granted")
+        .manager_config("costInterval: 2s\n")
+        .deny("GetProducts")
+        .start()
+        .await;
+    let world = &g.world;
+    assert_eventually("CostKnown False for GetProducts", WAIT, || async {
+        let status = world.group_status("workers").await;
+        let known = find(&status.conditions, COST_KNOWN)?;
+        (known.status == ConditionStatus::False && known.message.contains("pricing:GetProducts"))
+            .then_some(())
+    })
+    .await;
+    world.allow_aws_action("GetProducts").await;
+    let granted = std::time::Instant::now();
+    let status = assert_eventually("priced once granted", Duration::from_secs(240), || async {
+        let status = world.group_status("workers").await;
+        let known = find(&status.conditions, COST_KNOWN)?;
+        (known.status == ConditionStatus::True).then_some(status)
+    })
+    .await;
+    let known = find(&status.conditions, COST_KNOWN).expect("CostKnown");
+    assert_eq!(known.reason, "PricesKnown", "{known:?}");
+    let ups = status.auto_scaling_groups.iter();
+    assert_eq!(ups.filter(|a| a.on_demand_price.is_some()).count(), 3);
+    eprintln!(
+        "priced {:.0} s after the grant",
+        granted.elapsed().as_secs_f64()
+    );
+}
+
 #[tokio::test]
 async fn of_two_pools_alike_a_raise_goes_to_the_cheaper_and_says_so() {
     const NO_CAPACITY: &str = "snm.test/no-capacity";

@@ -22,6 +22,8 @@ struct State {
     spot_prices: BTreeMap<(String, String), f64>,
     on_demand_prices: BTreeMap<String, f64>,
     next_errors: VecDeque<(&'static str, String)>,
+    /// The types each spot price call asked for, in order.
+    spot_asks: Vec<Vec<String>>,
     next_id: u64,
 }
 
@@ -140,6 +142,11 @@ impl FakeCloud {
 
     pub fn calls(&self, operation: &str) -> usize {
         self.lock().calls.get(operation).copied().unwrap_or(0)
+    }
+
+    /// The types each spot price call asked for, in order.
+    pub fn spot_asks(&self) -> Vec<Vec<String>> {
+        self.lock().spot_asks.clone()
     }
 
     pub fn total_calls(&self) -> usize {
@@ -373,7 +380,10 @@ impl Cloud for FakeCloud {
     }
 
     async fn spot_prices(&self, types: &[String]) -> Result<Vec<super::prices::SpotPrice>> {
-        let state = self.enter("spot_prices")?;
+        // A call takes time: callers at once interleave here.
+        tokio::task::yield_now().await;
+        let mut state = self.enter("spot_prices")?;
+        state.spot_asks.push(types.to_vec());
         Ok(state
             .spot_prices
             .iter()

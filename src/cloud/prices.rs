@@ -1,13 +1,15 @@
 //! Prices from AWS, cheaply: spot prices per zone and instance type
-//! (EC2's DescribeSpotPriceHistory, at most one call an hour per region),
+//! (EC2's DescribeSpotPriceHistory, one call an hour per region for every
+//! type in use there, and one for a type when it is first seen),
 //! on-demand prices per instance type (the Price List API's GetProducts, at
 //! most once a day per type), kept in memory. A price that cannot be read
 //! leaves its figure unknown and says why; it never blocks an operation.
 
 use super::Cloud;
+use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// How long spot prices serve (one DescribeSpotPriceHistory an hour).
 pub const SPOT_FRESH: Duration = Duration::from_secs(3600);
@@ -55,24 +57,118 @@ pub fn on_demand_in_document(document: &str) -> Result<Option<f64>, String> {
     Ok(prices)
 }
 
+/// A failed read is tried again after this, doubled at each failure in a
+/// row up to [`RETRY_MAX`]: minutes, not the price's whole period.
+pub const RETRY_FIRST: Duration = Duration::from_secs(60);
+pub const RETRY_MAX: Duration = Duration::from_secs(15 * 60);
+
 /// Prices as last read, per region: what the inventory accounts with.
+/// Spot prices are read for the union of the types the region's groups
+/// run, once an hour in one call; a type seen for the first time within
+/// the hour is read alone. A read that fails keeps the last good price
+/// (marked stale from when it should have been read again) and is tried
+/// again within minutes. Reads of one region are made one at a time, so
+/// groups synced at once ask AWS once.
 #[derive(Default)]
 pub struct PriceBook {
     state: Mutex<Book>,
+    /// Per region: held across a read, so a concurrent first read of the
+    /// same price waits for it rather than making it again.
+    reading: Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 #[derive(Default)]
 struct Book {
-    /// Per region: when asked, the types asked for, and the answer.
-    spot: BTreeMap<String, Asked<Vec<SpotPrice>>>,
+    /// Per region, per instance type: its spot prices per zone.
+    spot: BTreeMap<String, BTreeMap<String, Read<BTreeMap<String, f64>>>>,
+    /// Per region, per instance type: when a group last asked for it (a
+    /// type no group has asked for in a day is read no more).
+    spot_asked: BTreeMap<String, BTreeMap<String, DateTime<Utc>>>,
     /// Per (region, instance type).
-    on_demand: BTreeMap<(String, String), Asked<Option<f64>>>,
+    on_demand: BTreeMap<(String, String), Read<Option<f64>>>,
 }
 
-struct Asked<T> {
-    at: Instant,
-    types: BTreeSet<String>,
-    answer: Result<T, String>,
+/// A spot type no group has asked for in this long is read no more.
+const SPOT_FORGET: Duration = Duration::from_secs(24 * 3600);
+
+/// What is known of one price: the last good answer and when it was read,
+/// and a failure since then.
+struct Read<T> {
+    good: Option<(T, DateTime<Utc>)>,
+    failing: Option<Failing>,
+}
+
+impl<T> Default for Read<T> {
+    fn default() -> Self {
+        Read {
+            good: None,
+            failing: None,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Failing {
+    why: String,
+    /// Failures in a row.
+    tries: u32,
+    retry_at: DateTime<Utc>,
+}
+
+impl<T> Read<T> {
+    /// Whether it is to be read at `now`: never read, or read longer ago
+    /// than `fresh`; a failure waits for its retry.
+    fn due(&self, now: DateTime<Utc>, fresh: Duration) -> bool {
+        if let Some(f) = &self.failing {
+            return now >= f.retry_at;
+        }
+        self.good
+            .as_ref()
+            .is_none_or(|(_, at)| now >= after(*at, fresh))
+    }
+
+    fn read(&mut self, answer: Result<T, String>, now: DateTime<Utc>) {
+        match answer {
+            Ok(value) => {
+                self.good = Some((value, now));
+                self.failing = None;
+            }
+            Err(why) => {
+                let tries = self.failing.as_ref().map_or(0, |f| f.tries) + 1;
+                let wait = RETRY_FIRST
+                    .saturating_mul(2u32.saturating_pow(tries - 1))
+                    .min(RETRY_MAX);
+                self.failing = Some(Failing {
+                    why,
+                    tries,
+                    retry_at: after(now, wait),
+                });
+            }
+        }
+    }
+
+    /// The last good answer; with it, when it turned stale and why, if it
+    /// is older than `fresh` and its read failed since; without it, why.
+    fn known(&self, fresh: Duration) -> (Option<&T>, Option<String>) {
+        let why = self.failing.as_ref().map(|f| f.why.clone());
+        match &self.good {
+            Some((value, at)) => {
+                let stale = why.map(|why| {
+                    let since = after(*at, fresh).to_rfc3339();
+                    format!(
+                        "last read at {}, stale since {since}: {why}",
+                        at.to_rfc3339()
+                    )
+                });
+                (Some(value), stale)
+            }
+            None => (None, why),
+        }
+    }
+}
+
+fn after(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    t + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
 /// The prices known for a group's instances, and why any is not.
@@ -84,6 +180,17 @@ pub struct KnownPrices {
     pub on_demand: BTreeMap<String, f64>,
     /// Why some price is unknown, one line per cause.
     pub unknown: Vec<String>,
+    /// Prices kept from an earlier read because reading them again failed:
+    /// which, since when, and why, one line per cause.
+    pub stale: Vec<String>,
+}
+
+impl KnownPrices {
+    fn say(lines: &mut Vec<String>, line: String) {
+        if !lines.contains(&line) {
+            lines.push(line);
+        }
+    }
 }
 
 impl PriceBook {
@@ -91,24 +198,71 @@ impl PriceBook {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The prices of `types` in `region` (`cloud`'s), asking AWS only for
-    /// what is older than its freshness or never asked.
+    fn region_lock(&self, region: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut reading = self.reading.lock().unwrap_or_else(|p| p.into_inner());
+        reading.entry(region.to_string()).or_default().clone()
+    }
+
+    /// The prices of `types` in `region` (`cloud`'s) at `now`, asking AWS
+    /// only for what is due.
     pub async fn prices(
         &self,
         cloud: &dyn Cloud,
         region: &str,
         types: &BTreeSet<String>,
+        now: DateTime<Utc>,
     ) -> KnownPrices {
         let mut known = KnownPrices::default();
         if types.is_empty() {
             return known;
         }
-        self.spot_prices(cloud, region, types, &mut known).await;
+        let lock = self.region_lock(region);
+        let _reading = lock.lock().await;
+        self.spot_prices(cloud, region, types, now, &mut known)
+            .await;
         for instance_type in types {
-            self.on_demand_price(cloud, region, instance_type, &mut known)
+            self.on_demand_price(cloud, region, instance_type, now, &mut known)
                 .await;
         }
         known
+    }
+
+    /// What a spot read asks for now: every type of the region once one
+    /// read with the others is due (so the region's types are read
+    /// together, once an hour), else the types never asked; empty when
+    /// none is due.
+    fn spot_to_read(
+        &self,
+        region: &str,
+        types: &BTreeSet<String>,
+        now: DateTime<Utc>,
+    ) -> Vec<String> {
+        let mut book = self.book();
+        let asked = book.spot_asked.entry(region.to_string()).or_default();
+        for t in types {
+            asked.insert(t.clone(), now);
+        }
+        asked.retain(|_, at| now < after(*at, SPOT_FORGET));
+        let in_use: BTreeSet<String> = asked.keys().cloned().collect();
+        let empty = BTreeMap::new();
+        let known = book.spot.get(region).unwrap_or(&empty);
+        let new: Vec<String> = types
+            .iter()
+            .filter(|t| !known.contains_key(*t))
+            .cloned()
+            .collect();
+        let due = known
+            .iter()
+            .any(|(t, r)| in_use.contains(t) && r.due(now, SPOT_FRESH));
+        match due {
+            true => known
+                .keys()
+                .filter(|t| in_use.contains(*t))
+                .cloned()
+                .chain(new)
+                .collect(),
+            false => new,
+        }
     }
 
     async fn spot_prices(
@@ -116,36 +270,47 @@ impl PriceBook {
         cloud: &dyn Cloud,
         region: &str,
         types: &BTreeSet<String>,
+        now: DateTime<Utc>,
         known: &mut KnownPrices,
     ) {
-        let stale =
-            self.book().spot.get(region).is_none_or(|asked| {
-                asked.at.elapsed() >= SPOT_FRESH || !types.is_subset(&asked.types)
-            });
-        if stale {
-            let wanted: Vec<String> = types.iter().cloned().collect();
-            // The lock is not held across the call.
+        let wanted = self.spot_to_read(region, types, now);
+        if !wanted.is_empty() {
             let answer = cloud.spot_prices(&wanted).await.map_err(|e| {
-                tracing::warn!(error = %e, "spot prices unreadable: costs unknown");
+                tracing::warn!(error = %e, region, "spot prices unreadable");
                 format!("spot prices unreadable (ec2:DescribeSpotPriceHistory): {e}")
             });
-            let asked = Asked {
-                at: Instant::now(),
-                types: types.clone(),
-                answer,
-            };
-            self.book().spot.insert(region.to_string(), asked);
+            let mut book = self.book();
+            let region_book = book.spot.entry(region.to_string()).or_default();
+            for t in &wanted {
+                let per_zone = answer.as_ref().map_err(Clone::clone).map(|prices| {
+                    prices
+                        .iter()
+                        .filter(|p| &p.instance_type == t)
+                        .map(|p| (p.zone.clone(), p.dollars_per_hour))
+                        .collect()
+                });
+                region_book
+                    .entry(t.clone())
+                    .or_default()
+                    .read(per_zone, now);
+            }
         }
         let book = self.book();
-        match book.spot.get(region).map(|a| &a.answer) {
-            Some(Ok(prices)) => {
-                for p in prices.iter().filter(|p| types.contains(&p.instance_type)) {
-                    let key = (p.instance_type.clone(), p.zone.clone());
-                    known.spot.insert(key, p.dollars_per_hour);
-                }
+        for t in types {
+            let Some(read) = book.spot.get(region).and_then(|r| r.get(t)) else {
+                continue;
+            };
+            let (prices, why) = read.known(SPOT_FRESH);
+            for (zone, price) in prices.into_iter().flatten() {
+                known.spot.insert((t.clone(), zone.clone()), *price);
             }
-            Some(Err(why)) => known.unknown.push(why.clone()),
-            None => {}
+            match (prices, why) {
+                (Some(_), Some(stale)) => {
+                    KnownPrices::say(&mut known.stale, format!("spot prices of {t}: {stale}"))
+                }
+                (None, Some(why)) => KnownPrices::say(&mut known.unknown, why),
+                _ => {}
+            }
         }
     }
 
@@ -154,32 +319,39 @@ impl PriceBook {
         cloud: &dyn Cloud,
         region: &str,
         instance_type: &str,
+        now: DateTime<Utc>,
         known: &mut KnownPrices,
     ) {
         let key = (region.to_string(), instance_type.to_string());
-        let stale = self
+        let due = self
             .book()
             .on_demand
             .get(&key)
-            .is_none_or(|asked| asked.at.elapsed() >= ON_DEMAND_FRESH);
-        if stale {
+            .is_none_or(|r| r.due(now, ON_DEMAND_FRESH));
+        if due {
             let answer = cloud.on_demand_price(instance_type).await.map_err(|e| {
                 tracing::warn!(error = %e, instance_type, "on-demand price unreadable");
                 format!("on-demand prices unreadable (pricing:GetProducts): {e}")
             });
-            let asked = Asked {
-                at: Instant::now(),
-                types: BTreeSet::new(),
-                answer,
-            };
-            self.book().on_demand.insert(key.clone(), asked);
+            let mut book = self.book();
+            book.on_demand
+                .entry(key.clone())
+                .or_default()
+                .read(answer, now);
         }
         let book = self.book();
-        match book.on_demand.get(&key).map(|a| &a.answer) {
-            Some(Ok(Some(price))) => {
+        let Some(read) = book.on_demand.get(&key) else {
+            return;
+        };
+        match read.known(ON_DEMAND_FRESH) {
+            (Some(Some(price)), stale) => {
                 known.on_demand.insert(instance_type.to_string(), *price);
+                if let Some(stale) = stale {
+                    let line = format!("the on-demand price of {instance_type}: {stale}");
+                    KnownPrices::say(&mut known.stale, line);
+                }
             }
-            Some(Ok(None)) => {
+            (Some(None), _) => {
                 let place = match region {
                     "" => String::new(),
                     region => format!(" in {region}"),
@@ -188,8 +360,8 @@ impl PriceBook {
                     "the Price List has no on-demand Linux price for {instance_type}{place}"
                 ))
             }
-            Some(Err(why)) if !known.unknown.contains(why) => known.unknown.push(why.clone()),
-            _ => {}
+            (None, Some(why)) => KnownPrices::say(&mut known.unknown, why),
+            (None, None) => {}
         }
     }
 }
@@ -231,44 +403,166 @@ mod tests {
         names.iter().map(|n| n.to_string()).collect()
     }
 
-    #[tokio::test]
-    async fn prices_are_asked_once_and_served_from_memory_within_the_hour() {
+    fn t0() -> DateTime<Utc> {
+        use chrono::TimeZone;
+        Utc.with_ymd_and_hms(2026, 12, 3, 10, 0, 0).unwrap()
+    }
+
+    fn min(m: i64) -> DateTime<Utc> {
+        t0() + chrono::Duration::minutes(m)
+    }
+
+    fn priced() -> crate::cloud::fake::FakeCloud {
         let cloud = crate::cloud::fake::FakeCloud::new();
         cloud.set_spot_price("m5.large", "us-east-1a", 0.031);
+        cloud.set_spot_price("c5.large", "us-east-1a", 0.029);
         cloud.set_on_demand_price("m5.large", 0.096);
-        let book = PriceBook::default();
-        for _ in 0..3 {
-            let known = book.prices(&cloud, "", &types(&["m5.large"])).await;
-            assert_eq!(known.spot[&("m5.large".into(), "us-east-1a".into())], 0.031);
-            assert_eq!(known.on_demand["m5.large"], 0.096);
-            assert!(known.unknown.is_empty(), "{:?}", known.unknown);
-        }
-        assert_eq!(cloud.calls("spot_prices"), 1);
-        assert_eq!(cloud.calls("on_demand_price"), 1);
-        // A type not asked before: spot asked again, for both.
-        cloud.set_on_demand_price("m5a.large", 0.086);
-        let known = book
-            .prices(&cloud, "", &types(&["m5.large", "m5a.large"]))
-            .await;
-        assert_eq!(cloud.calls("spot_prices"), 2);
-        assert_eq!(known.on_demand.len(), 2);
+        cloud.set_on_demand_price("c5.large", 0.085);
+        cloud
     }
 
     #[tokio::test]
-    async fn a_price_that_cannot_be_read_is_unknown_and_says_why() {
+    async fn prices_are_asked_once_and_served_from_memory_within_the_hour() {
+        let cloud = priced();
+        let book = PriceBook::default();
+        for m in [0, 10, 59] {
+            let known = book.prices(&cloud, "", &types(&["m5.large"]), min(m)).await;
+            assert_eq!(known.spot[&("m5.large".into(), "us-east-1a".into())], 0.031);
+            assert_eq!(known.on_demand["m5.large"], 0.096);
+            assert!(
+                known.unknown.is_empty() && known.stale.is_empty(),
+                "{known:?}"
+            );
+        }
+        assert_eq!(cloud.calls("spot_prices"), 1);
+        assert_eq!(cloud.calls("on_demand_price"), 1);
+        book.prices(&cloud, "", &types(&["m5.large"]), min(60))
+            .await;
+        assert_eq!(cloud.calls("spot_prices"), 2, "an hour on");
+        book.prices(&cloud, "", &types(&["m5.large"]), min(24 * 60))
+            .await;
+        assert_eq!(cloud.calls("on_demand_price"), 2, "a day on");
+    }
+
+    /// kops's ordinary layout: masters on one type, workers on another,
+    /// each group synced in turn. Before, each group's types replaced the
+    /// other's, and spot prices were read at every sync.
+    #[tokio::test]
+    async fn two_groups_on_different_types_read_spot_prices_once_an_hour_for_both() {
+        let cloud = priced();
+        let book = PriceBook::default();
+        let (masters, workers) = (types(&["m5.large"]), types(&["c5.large"]));
+        for m in 0..180 {
+            let m5 = book.prices(&cloud, "", &masters, min(m)).await;
+            let c5 = book.prices(&cloud, "", &workers, min(m)).await;
+            assert_eq!(m5.spot.len() + c5.spot.len(), 2, "at minute {m}");
+            assert!(m5.unknown.is_empty() && c5.unknown.is_empty());
+        }
+        let asked = cloud.spot_asks();
+        let asks: Vec<Vec<&str>> = asked
+            .iter()
+            .map(|a| a.iter().map(String::as_str).collect())
+            .collect();
+        assert_eq!(
+            asks,
+            [
+                vec!["m5.large"],
+                vec!["c5.large"],
+                vec!["c5.large", "m5.large"],
+                vec!["c5.large", "m5.large"],
+            ],
+            "a type first seen alone, then both once an hour"
+        );
+        assert_eq!(cloud.calls("on_demand_price"), 2, "once a day per type");
+    }
+
+    #[tokio::test]
+    async fn a_type_no_group_asks_for_in_a_day_is_read_no_more() {
+        let cloud = priced();
+        let book = PriceBook::default();
+        book.prices(&cloud, "", &types(&["m5.large"]), min(0)).await;
+        for h in 1..=25 {
+            book.prices(&cloud, "", &types(&["c5.large"]), min(60 * h))
+                .await;
+        }
+        let last = cloud.spot_asks().last().cloned().unwrap_or_default();
+        assert_eq!(last, ["c5.large"], "m5.large last asked 25 hours ago");
+    }
+
+    #[tokio::test]
+    async fn groups_synced_at_once_read_a_price_once() {
+        let cloud = priced();
+        let book = PriceBook::default();
+        let wanted = types(&["m5.large"]);
+        let (a, b) = tokio::join!(
+            book.prices(&cloud, "", &wanted, min(0)),
+            book.prices(&cloud, "", &wanted, min(0))
+        );
+        assert_eq!(a, b);
+        assert_eq!(cloud.calls("spot_prices"), 1);
+        assert_eq!(cloud.calls("on_demand_price"), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failed_read_keeps_the_last_good_price_marked_stale_and_tries_again_within_minutes() {
+        let cloud = priced();
+        let book = PriceBook::default();
+        let m5 = types(&["m5.large"]);
+        book.prices(&cloud, "", &m5, min(0)).await;
+        cloud.fail_next("spot_prices", "throttled");
+        cloud.fail_next("spot_prices", "throttled");
+        let known = book.prices(&cloud, "", &m5, min(60)).await;
+        assert_eq!(known.spot.len(), 1, "the last good price kept");
+        assert!(known.unknown.is_empty(), "{known:?}");
+        let stale = known.stale.join("; ");
+        assert!(stale.contains("spot prices of m5.large"), "{stale}");
+        assert!(
+            stale.contains("stale since 2026-12-03T11:00:00+00:00"),
+            "{stale}"
+        );
+        assert!(stale.contains("throttled"), "{stale}");
+        // Tried again a minute on, then two minutes after that.
+        book.prices(&cloud, "", &m5, min(60) + chrono::Duration::seconds(59))
+            .await;
+        assert_eq!(cloud.calls("spot_prices"), 2);
+        book.prices(&cloud, "", &m5, min(61)).await;
+        assert_eq!(cloud.calls("spot_prices"), 3, "failed again");
+        book.prices(&cloud, "", &m5, min(62)).await;
+        assert_eq!(cloud.calls("spot_prices"), 3, "waits two minutes now");
+        let known = book.prices(&cloud, "", &m5, min(63)).await;
+        assert_eq!(cloud.calls("spot_prices"), 4);
+        assert!(known.stale.is_empty(), "read again: {known:?}");
+        book.prices(&cloud, "", &m5, min(64)).await;
+        assert_eq!(cloud.calls("spot_prices"), 4, "fresh for an hour again");
+    }
+
+    #[tokio::test]
+    async fn a_price_that_cannot_be_read_is_unknown_says_why_and_is_tried_again_within_minutes() {
         let cloud = crate::cloud::fake::FakeCloud::new();
         cloud.fail_next("spot_prices", "not authorized");
+        cloud.fail_next("on_demand_price", "AccessDeniedException");
         let book = PriceBook::default();
-        let known = book.prices(&cloud, "", &types(&["m5.large"])).await;
-        assert!(known.spot.is_empty());
+        let m5 = types(&["m5.large"]);
+        let known = book.prices(&cloud, "", &m5, min(0)).await;
+        assert!(known.spot.is_empty() && known.on_demand.is_empty());
         assert_eq!(known.unknown.len(), 2, "{:?}", known.unknown);
         assert!(known.unknown[0].contains("ec2:DescribeSpotPriceHistory"));
         assert!(known.unknown[0].contains("not authorized"));
-        assert!(known.unknown[1].contains("no on-demand Linux price for m5.large"));
-        // Remembered, not asked again within the hour.
-        let again = book.prices(&cloud, "", &types(&["m5.large"])).await;
+        assert!(known.unknown[1].contains("pricing:GetProducts"));
+        // Not asked again within the minute; a minute on, both are (a user
+        // who grants the permission sees the price within minutes, not a
+        // day).
+        let again = book
+            .prices(&cloud, "", &m5, min(0) + chrono::Duration::seconds(30))
+            .await;
         assert_eq!(again, known);
         assert_eq!(cloud.calls("spot_prices"), 1);
+        cloud.set_spot_price("m5.large", "us-east-1a", 0.031);
+        cloud.set_on_demand_price("m5.large", 0.096);
+        let granted = book.prices(&cloud, "", &m5, min(1)).await;
+        assert_eq!(cloud.calls("on_demand_price"), 2);
+        assert!(granted.unknown.is_empty(), "{granted:?}");
+        assert_eq!(granted.on_demand["m5.large"], 0.096);
     }
 
     #[test]

@@ -670,6 +670,14 @@ impl World {
         assert!(matches!(answered, Some((200, _))), "{answered:?}");
     }
 
+    /// From now on the emulator answers `action` again (a policy granted
+    /// what it lacked).
+    pub async fn allow_aws_action(&self, action: &str) {
+        let path = format!("/_snm/allow?account={}&action={action}", self.account);
+        let answered = crate::http_get(self.emulator_port(), &path).await;
+        assert!(matches!(answered, Some((200, _))), "{answered:?}");
+    }
+
     /// Sets the emulator's spot price of `instance_type` in `zone` for this
     /// world's account (dollars an hour; None: unlisted).
     pub async fn set_spot_price(&self, instance_type: &str, zone: &str, price: Option<f64>) {

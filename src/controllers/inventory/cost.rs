@@ -190,7 +190,9 @@ pub async fn account_group(
         .collect();
     let running = running(view, &fallback);
     let region = group.spec.region.clone().unwrap_or_default();
-    let known = prices.prices(cloud, &region, &types_of(&running)).await;
+    let known = prices
+        .prices(cloud, &region, &types_of(&running), now)
+        .await;
     let generation = group.metadata.generation;
     set_cost(next, &running, &known, every, generation, now);
     set_pool_prices(next, view, &known);
@@ -207,10 +209,18 @@ pub fn set_cost(
 ) {
     next.cost = Some(account(next.cost.as_ref(), running, prices, now, every));
     let (status, reason, message) = match prices.unknown.is_empty() {
-        true => (
+        true if prices.stale.is_empty() => (
             ConditionStatus::True,
             "PricesKnown",
             "every running instance's spot and on-demand price is known".to_string(),
+        ),
+        true => (
+            ConditionStatus::True,
+            "PricesStale",
+            format!(
+                "every running instance's price is known, some from an earlier read: {}; read again within minutes",
+                prices.stale.join("; ")
+            ),
         ),
         false => (
             ConditionStatus::False,
@@ -360,5 +370,17 @@ mod tests {
         set_cost(&mut status, &[], &prices(), EVERY, Some(1), at(28, 10, 5));
         let c = crate::crd::condition::find(&status.conditions, COST_KNOWN).expect("condition");
         assert_eq!(c.status, ConditionStatus::True);
+        // A price kept from an earlier read, its read again failing: known,
+        // and said so.
+        let mut p = prices();
+        p.stale
+            .push("spot prices of t3.medium: last read at ..., stale since ...: throttled".into());
+        set_cost(&mut status, &[], &p, EVERY, Some(1), at(28, 10, 10));
+        let c = crate::crd::condition::find(&status.conditions, COST_KNOWN).expect("condition");
+        assert_eq!(
+            (c.status.clone(), c.reason.as_str()),
+            (ConditionStatus::True, "PricesStale")
+        );
+        assert!(c.message.contains("throttled"), "{}", c.message);
     }
 }
