@@ -181,6 +181,81 @@ async fn on_demand_prices_denied_then_granted_are_read_within_minutes() {
     );
 }
 
+/// Hours the record cannot cover are said, not lost: a manager down for
+/// longer than the gap bound (twice costInterval plus resyncInterval, at
+/// least a minute: 60 s here) records the span as unaccounted. Before, an
+/// accounting covered at most 15 minutes and the rest vanished unsaid.
+#[tokio::test]
+async fn a_manager_down_past_the_gap_bound_leaves_its_span_unaccounted_not_lost() {
+    let config = "costInterval: 2s\n";
+    let mut g = SteadyGroup::workers("cost-gap")
+        .manager_config(config)
+        .start()
+        .await;
+    assert_eventually("accounted", WAIT, || async {
+        let cost = g.world.group_status("workers").await.cost?;
+        (cost.this_month.spot_instance_hours > 0.0).then_some(())
+    })
+    .await;
+    g.manager.kill();
+    let down = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let last = g
+        .world
+        .group_status("workers")
+        .await
+        .cost
+        .expect("a record");
+    tokio::time::sleep(Duration::from_secs(72)).await;
+    let (manager, file) =
+        g.world
+            .start_manager_with(&format!("resyncInterval: 2s\n{config}"), &[], &[]);
+    (g.manager, g.config) = (manager, file);
+    let world = &g.world;
+    let status = assert_eventually("the gap recorded", WAIT, || async {
+        let status = world.group_status("workers").await;
+        let found = !status.cost.as_ref()?.unaccounted.is_empty();
+        found.then_some(status)
+    })
+    .await;
+    let record = status.cost.clone().expect("a record");
+    let [gap] = record.unaccounted.as_slice() else {
+        panic!("one gap: {:?}", record.unaccounted);
+    };
+    assert_eq!(gap.from, last.accounted_until, "from the last accounting");
+    let span = (gap.to - gap.from).num_seconds();
+    let down_for = down.elapsed().as_secs() as i64;
+    assert!(
+        (75..=down_for + 5).contains(&span),
+        "{span} s, down {down_for} s"
+    );
+    let unaccounted = record.this_month.unaccounted_hours * 3600.0;
+    assert!((unaccounted - span as f64).abs() < 1.0, "{unaccounted} s");
+    // No instance hours for the gap: its 3 nodes' only since its end.
+    let after_gap = (record.accounted_until - gap.to).num_milliseconds() as f64 / 1000.0;
+    let added = record.this_month.spot_instance_hours - last.this_month.spot_instance_hours;
+    let added = added * 3600.0;
+    assert!(
+        added <= 3.0 * after_gap + 1.0,
+        "{added} instance-seconds, {after_gap} s on"
+    );
+    let known = find(&status.conditions, COST_KNOWN).expect("CostKnown");
+    assert_eq!(
+        (known.status.clone(), known.reason.as_str()),
+        (ConditionStatus::False, "HoursUnaccounted"),
+        "{known:?}"
+    );
+    let metrics = g.manager.assert_metrics().await;
+    let series = format!(
+        "spot_node_manager_group_instance_hours{{namespace=\"{}\",group=\"workers\",period=\"month\",kind=\"unaccounted\"}}",
+        world.namespace
+    );
+    assert!(
+        support::metric(&metrics, &series).is_some_and(|v| v > 0.0),
+        "{metrics}"
+    );
+}
+
 #[tokio::test]
 async fn of_two_pools_alike_a_raise_goes_to_the_cheaper_and_says_so() {
     const NO_CAPACITY: &str = "snm.test/no-capacity";

@@ -12,13 +12,14 @@ pub struct CostLabels {
     /// `month` (the current month) or `total` (since the record began).
     pub period: &'static str,
     /// Dollars: `spot`, `on_demand`, `on_demand_equivalent`, `saving`.
-    /// Hours: `spot`, `on_demand`, `unpriced`.
+    /// Hours: `spot`, `on_demand`, `unpriced`, `unaccounted` (wall-clock
+    /// hours no accounting covered).
     pub kind: &'static str,
 }
 
 const PERIODS: [&str; 2] = ["month", "total"];
 const DOLLARS: [&str; 4] = ["spot", "on_demand", "on_demand_equivalent", "saving"];
-const HOURS: [&str; 3] = ["spot", "on_demand", "unpriced"];
+const HOURS: [&str; 4] = ["spot", "on_demand", "unpriced", "unaccounted"];
 
 fn dollars(f: &CostFigures) -> [f64; 4] {
     [
@@ -29,11 +30,12 @@ fn dollars(f: &CostFigures) -> [f64; 4] {
     ]
 }
 
-fn hours(f: &CostFigures) -> [f64; 3] {
+fn hours(f: &CostFigures) -> [f64; 4] {
     [
         f.spot_instance_hours,
         f.on_demand_instance_hours,
         f.unpriced_instance_hours,
+        f.unaccounted_hours,
     ]
 }
 
@@ -46,7 +48,7 @@ impl Metrics {
         );
         self.registry.register(
             "group_instance_hours",
-            "A NodeGroup's instance hours, from its status.cost: by period (month, total) and kind (spot, on_demand, unpriced: hours whose price was unknown)",
+            "A NodeGroup's instance hours, from its status.cost: by period (month, total) and kind (spot, on_demand, unpriced: hours whose price was unknown, unaccounted: wall-clock hours no accounting covered, the manager down or its inventory not syncing)",
             self.group_instance_hours.clone(),
         );
     }

@@ -282,8 +282,10 @@ async fn beside_the_description(
         node_pools: &node_pools,
     };
     super::competing::set_competing(group, asgs, others, next, now);
-    let (prices, every) = (&ictx.prices, ictx.ctx.settings.cost_interval);
-    super::cost::account_group(prices, cloud, group, view, next, every, now).await;
+    let settings = &ictx.ctx.settings;
+    let cadence = super::cost::Cadence::of(settings.cost_interval, settings.resync_interval);
+    let prices = &ictx.prices;
+    super::cost::account_group(prices, cloud, group, view, next, cadence, now).await;
 }
 
 /// Where another controller's Deployments are looked for: the whole

@@ -8,15 +8,39 @@ use crate::cloud::prices::{KnownPrices, PriceBook};
 use crate::cloud::{Cloud, Lifecycle};
 use crate::crd::NodeGroup;
 use crate::crd::condition::{COST_KNOWN, ConditionStatus, set_condition};
-use crate::crd::nodegroup::{CostFigures, CostRecord, NodeGroupStatus};
+use crate::crd::nodegroup::{
+    CostFigures, CostRecord, NodeGroupStatus, UNACCOUNTED_KEPT, Unaccounted,
+};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// The longest time one accounting covers: a manager down for longer does
-/// not know which instances ran meanwhile, so the rest of the gap is left
-/// out rather than guessed.
-pub const MAX_GAP: Duration = Duration::from_secs(15 * 60);
+/// When an accounting is due, and the longest gap it covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cadence {
+    /// `costInterval`: an accounting once this has passed since the last.
+    pub every: Duration,
+    /// A gap longer than this (the manager down, its inventory not
+    /// syncing) is not covered: which instances ran then is not known, so
+    /// it is recorded as unaccounted rather than guessed.
+    pub bound: Duration,
+}
+
+impl Cadence {
+    /// The bound for `costInterval` and `resyncInterval`: twice the longest
+    /// a running manager's accountings are apart (an accounting falls due,
+    /// then the next sync makes it), at least a minute, so no setting drops
+    /// hours while the manager runs.
+    pub fn of(every: Duration, resync: Duration) -> Cadence {
+        let bound = (every + resync)
+            .saturating_mul(2)
+            .max(Duration::from_secs(60));
+        Cadence { every, bound }
+    }
+}
+
+/// How long a gap is said in `CostKnown` after it ended.
+pub const GAP_SAID: Duration = Duration::from_secs(3600);
 
 /// An instance billed now: its type, zone, and whether it is spot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,7 +99,7 @@ pub fn account(
     running: &[Running],
     prices: &KnownPrices,
     now: DateTime<Utc>,
-    every: Duration,
+    cadence: Cadence,
 ) -> CostRecord {
     let month = now.format("%Y-%m").to_string();
     let Some(previous) = previous else {
@@ -89,19 +113,31 @@ pub fn account(
     let elapsed = (now - previous.accounted_until)
         .to_std()
         .unwrap_or_default();
-    if elapsed < every {
+    if elapsed < cadence.every {
         return previous.clone();
     }
-    let hours = elapsed.min(MAX_GAP).as_secs_f64() / 3600.0;
+    let hours = elapsed.as_secs_f64() / 3600.0;
     let mut next = previous.clone();
     if next.month != month {
         // A new month: this accounting's hours are the new month's.
         next.month = month;
         next.this_month = CostFigures::default();
     }
-    for instance in running {
-        add(&mut next.this_month, instance, hours, prices);
-        add(&mut next.total, instance, hours, prices);
+    if elapsed > cadence.bound {
+        // Nobody looked: what ran then is not known.
+        next.this_month.unaccounted_hours += hours;
+        next.total.unaccounted_hours += hours;
+        next.unaccounted.push(Unaccounted {
+            from: previous.accounted_until,
+            to: now,
+        });
+        let over = next.unaccounted.len().saturating_sub(UNACCOUNTED_KEPT);
+        next.unaccounted.drain(..over);
+    } else {
+        for instance in running {
+            add(&mut next.this_month, instance, hours, prices);
+            add(&mut next.total, instance, hours, prices);
+        }
     }
     next.accounted_until = now;
     next.savings = savings_text(&next.this_month);
@@ -179,7 +215,7 @@ pub async fn account_group(
     group: &NodeGroup,
     view: &AwsView,
     next: &mut NodeGroupStatus,
-    every: Duration,
+    cadence: Cadence,
     now: DateTime<Utc>,
 ) {
     let fallback: BTreeSet<String> = group
@@ -194,8 +230,19 @@ pub async fn account_group(
         .prices(cloud, &region, &types_of(&running), now)
         .await;
     let generation = group.metadata.generation;
-    set_cost(next, &running, &known, every, generation, now);
+    set_cost(next, &running, &known, cadence, generation, now);
     set_pool_prices(next, view, &known);
+}
+
+/// A gap said in `CostKnown`: its span, and the month's unaccounted hours.
+fn gap_text(gap: &Unaccounted, record: &CostRecord) -> String {
+    let hours = (gap.to - gap.from).num_seconds() as f64 / 3600.0;
+    format!(
+        "no accounting from {} to {} ({hours:.2} h: the manager down, or its inventory not syncing): what ran then is not known, so those hours are in unaccountedHours ({:.2} h this month), not in the figures",
+        gap.from.to_rfc3339(),
+        gap.to.to_rfc3339(),
+        record.this_month.unaccounted_hours
+    )
 }
 
 /// Sets the group's cost record and its `CostKnown` condition on `next`.
@@ -203,12 +250,19 @@ pub fn set_cost(
     next: &mut NodeGroupStatus,
     running: &[Running],
     prices: &KnownPrices,
-    every: Duration,
+    cadence: Cadence,
     generation: Option<i64>,
     now: DateTime<Utc>,
 ) {
-    next.cost = Some(account(next.cost.as_ref(), running, prices, now, every));
+    let record = account(next.cost.as_ref(), running, prices, now, cadence);
+    let gap = record
+        .unaccounted
+        .last()
+        .filter(|g| now < crate::controllers::group_view::after(g.to, GAP_SAID))
+        .map(|g| gap_text(g, &record));
+    next.cost = Some(record);
     let (status, reason, message) = match prices.unknown.is_empty() {
+        _ if let Some(gap) = gap => (ConditionStatus::False, "HoursUnaccounted", gap),
         true if prices.stale.is_empty() => (
             ConditionStatus::True,
             "PricesKnown",
@@ -242,7 +296,10 @@ mod tests {
     use super::*;
     use chrono::TimeZone;
 
-    const EVERY: Duration = Duration::from_secs(300);
+    const EVERY: Cadence = Cadence {
+        every: Duration::from_secs(300),
+        bound: Duration::from_secs(720),
+    };
 
     /// Equal to a billionth (sums of binary fractions are not exact).
     fn near(a: f64, b: f64) -> bool {
@@ -305,28 +362,122 @@ mod tests {
             spot: false,
             ..spot("us-east-1a")
         };
-        let record = after(at(28, 10, 0), &[fallback], at(28, 10, 15));
+        let record = after(at(28, 10, 0), &[fallback], at(28, 10, 12));
         let f = &record.this_month;
-        assert!(near(f.on_demand_instance_hours, 0.25) && near(f.on_demand_dollars, 0.0104));
+        assert!(near(f.on_demand_instance_hours, 0.2) && near(f.on_demand_dollars, 0.00832));
         assert!(near(f.saving_dollars, 0.0), "{f:?}");
     }
 
     #[test]
-    fn nothing_is_accounted_before_the_interval_and_a_long_gap_is_capped() {
+    fn nothing_is_accounted_before_the_interval_and_a_gap_past_the_bound_is_said() {
         let start = after(at(28, 10, 0), &[], at(28, 10, 0));
         let soon = after(at(28, 10, 0), &[spot("us-east-1a")], at(28, 10, 4));
         assert_eq!(soon, start, "unchanged: nothing rewritten");
+        // Up to the bound (twice 5 + 1 minutes), every minute is covered.
+        let slow = after(at(28, 10, 0), &[spot("us-east-1a")], at(28, 10, 12));
+        assert!(near(slow.this_month.spot_instance_hours, 0.2), "{slow:?}");
+        assert!(slow.unaccounted.is_empty());
+        // Past it, what ran is not known: no instance hours, the span said.
         let later = after(at(28, 10, 0), &[spot("us-east-1a")], at(28, 13, 0));
-        let hours = later.this_month.spot_instance_hours;
-        assert!(near(hours, 0.25), "15 minutes, not 3 hours: {hours}");
+        assert_eq!(later.this_month.spot_instance_hours, 0.0);
+        assert!(near(later.this_month.unaccounted_hours, 3.0), "{later:?}");
+        assert!(near(later.total.unaccounted_hours, 3.0), "{later:?}");
+        let span = Unaccounted {
+            from: at(28, 10, 0),
+            to: at(28, 13, 0),
+        };
+        assert_eq!(later.unaccounted, [span]);
         assert_eq!(later.accounted_until, at(28, 13, 0));
+    }
+
+    /// Before, one accounting covered at most 15 minutes: `costInterval:
+    /// 1h` recorded a quarter of the hours.
+    #[test]
+    fn a_long_cost_interval_accounts_every_hour() {
+        let hourly = Cadence::of(Duration::from_secs(3600), Duration::from_secs(60));
+        let start = account(None, &[], &prices(), at(28, 10, 0), hourly);
+        let mut record = start;
+        for h in [11, 12, 13] {
+            record = account(
+                Some(&record),
+                &[spot("us-east-1a")],
+                &prices(),
+                at(28, h, 0),
+                hourly,
+            );
+        }
+        assert!(
+            near(record.this_month.spot_instance_hours, 3.0),
+            "{record:?}"
+        );
+        assert!(record.unaccounted.is_empty());
+    }
+
+    #[test]
+    fn the_latest_gaps_are_kept_and_the_condition_says_one_for_an_hour() {
+        let mut status = NodeGroupStatus::default();
+        let running = [spot("us-east-1a")];
+        set_cost(
+            &mut status,
+            &running,
+            &prices(),
+            EVERY,
+            Some(1),
+            at(1, 0, 0),
+        );
+        for day in 2..=15 {
+            set_cost(
+                &mut status,
+                &running,
+                &prices(),
+                EVERY,
+                Some(1),
+                at(day, 0, 0),
+            );
+        }
+        let record = status.cost.clone().expect("a record");
+        assert_eq!(
+            record.unaccounted.len(),
+            UNACCOUNTED_KEPT,
+            "the latest 12 of 14"
+        );
+        assert_eq!(record.unaccounted[0].from, at(3, 0, 0));
+        assert!(near(record.total.unaccounted_hours, 14.0 * 24.0));
+        let known = |s: &NodeGroupStatus| {
+            let c = crate::crd::condition::find(&s.conditions, COST_KNOWN).expect("condition");
+            (c.status.clone(), c.reason.clone(), c.message.clone())
+        };
+        let (state, reason, message) = known(&status);
+        assert_eq!(
+            (state, reason.as_str()),
+            (ConditionStatus::False, "HoursUnaccounted")
+        );
+        assert!(
+            message.contains("from 2026-11-14T00:00:00+00:00 to 2026-11-15T00:00:00+00:00"),
+            "{message}"
+        );
+        // Accounted again for an hour: said no more.
+        for m in (5..=55).step_by(5) {
+            set_cost(
+                &mut status,
+                &running,
+                &prices(),
+                EVERY,
+                Some(1),
+                at(15, 0, m),
+            );
+        }
+        assert_eq!(known(&status).1, "HoursUnaccounted", "within the hour");
+        let an_hour_on = at(15, 1, 0);
+        set_cost(&mut status, &running, &prices(), EVERY, Some(1), an_hour_on);
+        assert_eq!(known(&status).1, "PricesKnown");
     }
 
     #[test]
     fn an_unknown_price_counts_the_hours_and_no_dollars() {
-        let record = after(at(28, 10, 0), &[spot("us-east-1c")], at(28, 10, 15));
+        let record = after(at(28, 10, 0), &[spot("us-east-1c")], at(28, 10, 12));
         let f = &record.this_month;
-        assert!(near(f.spot_instance_hours, 0.25) && near(f.unpriced_instance_hours, 0.25));
+        assert!(near(f.spot_instance_hours, 0.2) && near(f.unpriced_instance_hours, 0.2));
         assert_eq!((f.spot_dollars, f.saving_dollars), (0.0, 0.0));
         assert_eq!(record.savings, None);
     }

@@ -26,7 +26,26 @@ pub struct CostRecord {
     /// `kubectl get ng -o wide`), e.g. `$12.34 (68%)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub savings: Option<String>,
+    /// The latest spans no accounting covered (the manager down, or its
+    /// inventory not syncing for longer than the gap bound): what ran
+    /// then is not known, so their hours are in `unaccountedHours`, not in
+    /// the figures. The newest last; at most 12 kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unaccounted: Vec<Unaccounted>,
 }
+
+/// A span no accounting covered.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Unaccounted {
+    /// The last accounting before the gap.
+    pub from: DateTime<Utc>,
+    /// The first accounting after it.
+    pub to: DateTime<Utc>,
+}
+
+/// Spans kept in `CostRecord::unaccounted`.
+pub const UNACCOUNTED_KEPT: usize = 12;
 
 /// Instance hours and what they cost, in US dollars.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -48,6 +67,10 @@ pub struct CostFigures {
     /// the hours above, in none of the dollars.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unpriced_instance_hours: f64,
+    /// Wall-clock hours no accounting covered (`CostRecord::unaccounted`):
+    /// the instances that ran then are in none of the figures above.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unaccounted_hours: f64,
 }
 
 fn is_zero(hours: &f64) -> bool {
