@@ -173,11 +173,35 @@ fn add(figures: &mut CostFigures, instance: &Running, hours: f64, prices: &Known
 }
 
 /// `$12.34 (68%)`: the saving and its share of the on-demand equivalent.
+/// Marked partial while some of the month's hours are unpriced or
+/// unaccounted: the saving is then of part of them only.
 fn savings_text(f: &CostFigures) -> Option<String> {
     (f.on_demand_equivalent_dollars > 0.0).then(|| {
         let share = 100.0 * f.saving_dollars / f.on_demand_equivalent_dollars;
-        format!("${:.2} ({share:.0}%)", f.saving_dollars)
+        let partial = f.unpriced_instance_hours > 0.0 || f.unaccounted_hours > 0.0;
+        let partial = if partial { ", partial" } else { "" };
+        format!("${:.2} ({share:.0}%{partial})", f.saving_dollars)
     })
+}
+
+/// What the running instances lack a price for, as the accounting will
+/// find it: a zone the spot answer lists no price in, a type without an
+/// on-demand price (one line each).
+fn unpriced(running: &[Running], prices: &KnownPrices) -> Vec<String> {
+    let mut lines = BTreeSet::new();
+    for r in running {
+        let key = (r.instance_type.clone(), r.zone.clone());
+        if r.spot && !prices.spot.contains_key(&key) {
+            lines.insert(format!(
+                "no spot price for {} in {}",
+                r.instance_type, r.zone
+            ));
+        }
+        if !prices.on_demand.contains_key(&r.instance_type) {
+            lines.insert(format!("no on-demand price for {}", r.instance_type));
+        }
+    }
+    lines.into_iter().collect()
 }
 
 /// Each ASG's spot price on `next` (`autoScalingGroups[].spotPrice`): the
@@ -261,7 +285,13 @@ pub fn set_cost(
         .filter(|g| now < crate::controllers::group_view::after(g.to, GAP_SAID))
         .map(|g| gap_text(g, &record));
     next.cost = Some(record);
-    let (status, reason, message) = match prices.unknown.is_empty() {
+    // From the accounting itself: the reads' failures, or else what the
+    // running instances lack a price for (a zone the answer left out).
+    let missing = match prices.unknown.is_empty() {
+        true => unpriced(running, prices),
+        false => prices.unknown.clone(),
+    };
+    let (status, reason, message) = match missing.is_empty() {
         _ if let Some(gap) = gap => (ConditionStatus::False, "HoursUnaccounted", gap),
         true if prices.stale.is_empty() => (
             ConditionStatus::True,
@@ -281,7 +311,7 @@ pub fn set_cost(
             "PricesUnknown",
             format!(
                 "{}; their hours are counted, not priced",
-                prices.unknown.join("; ")
+                missing.join("; ")
             ),
         ),
     };
@@ -499,6 +529,46 @@ mod tests {
         assert_eq!(next.month, "2026-12");
         assert!(near(next.this_month.spot_instance_hours, 11.0 / 60.0));
         assert!(near(next.total.spot_instance_hours, 20.0 / 60.0));
+    }
+
+    /// A zone the spot answer leaves out: its hours go unpriced, so the
+    /// condition is False though every read succeeded, and the saving is
+    /// marked partial.
+    #[test]
+    fn costknown_comes_from_the_accounting_and_a_partial_saving_says_so() {
+        let mut status = NodeGroupStatus::default();
+        let running = [spot("us-east-1a"), spot("us-east-1c")];
+        set_cost(
+            &mut status,
+            &running,
+            &prices(),
+            EVERY,
+            Some(1),
+            at(28, 10, 0),
+        );
+        set_cost(
+            &mut status,
+            &running,
+            &prices(),
+            EVERY,
+            Some(1),
+            at(28, 10, 6),
+        );
+        let c = crate::crd::condition::find(&status.conditions, COST_KNOWN).expect("condition");
+        assert_eq!(
+            (c.status.clone(), c.reason.as_str()),
+            (ConditionStatus::False, "PricesUnknown")
+        );
+        assert!(
+            c.message
+                .contains("no spot price for t3.medium in us-east-1c"),
+            "{}",
+            c.message
+        );
+        let record = status.cost.expect("a record");
+        assert!(near(record.this_month.unpriced_instance_hours, 0.1));
+        let savings = record.savings.expect("a saving");
+        assert!(savings.ends_with("%, partial)"), "{savings}");
     }
 
     #[test]

@@ -23,7 +23,8 @@ pub struct CostRecord {
     /// Up to when the instances have been accounted for.
     pub accounted_until: DateTime<Utc>,
     /// This month's saving in one line (the `SAVINGS` column of
-    /// `kubectl get ng -o wide`), e.g. `$12.34 (68%)`.
+    /// `kubectl get ng -o wide`), e.g. `$12.34 (68%)`; `partial` while some
+    /// of the month's hours are unpriced or unaccounted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub savings: Option<String>,
     /// The latest spans no accounting covered (the manager down, or its
