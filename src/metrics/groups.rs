@@ -38,7 +38,7 @@ pub const STATES: [(GroupState, &str); 9] = [
 
 /// The NodeGroup conditions that say something is wrong, and the status
 /// that says so (SpecValid is troubled when False, the others when True).
-pub const TROUBLES: [(&str, ConditionStatus); 8] = [
+pub const TROUBLES: [(&str, ConditionStatus); 9] = [
     (condition::SPEC_VALID, ConditionStatus::False),
     (condition::INVENTORY_SYNCED, ConditionStatus::False),
     (condition::DEGRADED, ConditionStatus::True),
@@ -47,6 +47,7 @@ pub const TROUBLES: [(&str, ConditionStatus); 8] = [
     (condition::COMPETING_ASG_SETTINGS, ConditionStatus::True),
     (condition::NO_ROOM_ABOVE_DESIRED, ConditionStatus::True),
     (condition::OTHER_TERMINATION_HANDLER, ConditionStatus::True),
+    (condition::COST_KNOWN, ConditionStatus::False),
 ];
 
 impl Metrics {
@@ -58,7 +59,7 @@ impl Metrics {
         );
         self.registry.register(
             "group_condition",
-            "1 while a NodeGroup condition says something is wrong (SpecValid or InventorySynced False; Degraded, CircuitBreakerOpen, FallbackOnDemand, CompetingAsgSettings, NoRoomAboveDesired or OtherTerminationHandler True), or its Replenisher holds repairs back (RepairAllowed False, e.g. reason ControlPlaneQuorumAtRisk), by its reason; no series otherwise",
+            "1 while a NodeGroup condition says something is wrong (SpecValid or InventorySynced False; Degraded, CircuitBreakerOpen, FallbackOnDemand, CompetingAsgSettings, NoRoomAboveDesired or OtherTerminationHandler True; CostKnown False), or its Replenisher holds repairs back (RepairAllowed False, e.g. reason ControlPlaneQuorumAtRisk), by its reason; no series otherwise",
             self.group_condition.clone(),
         );
     }
