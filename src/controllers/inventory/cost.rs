@@ -366,6 +366,19 @@ mod tests {
         p
     }
 
+    /// A sync at `t` with `running` at the usual prices.
+    fn synced(status: &mut NodeGroupStatus, running: &[Running], t: DateTime<Utc>) {
+        set_cost(status, running, &prices(), EVERY, Some(1), t);
+    }
+
+    /// Asserts `CostKnown` on `status`: its status and reason, and that its
+    /// message says `says`.
+    fn assert_known(status: &NodeGroupStatus, state: ConditionStatus, reason: &str, says: &str) {
+        let c = crate::crd::condition::find(&status.conditions, COST_KNOWN).expect("condition");
+        assert_eq!((&c.status, c.reason.as_str()), (&state, reason), "{c:?}");
+        assert!(c.message.contains(says), "{}", c.message);
+    }
+
     #[test]
     fn hours_and_dollars_add_up_as_computed_by_hand() {
         let start = account(None, &[], &prices(), at(28, 10, 0), EVERY);
@@ -447,23 +460,8 @@ mod tests {
     fn the_latest_gaps_are_kept_and_the_condition_says_one_for_an_hour() {
         let mut status = NodeGroupStatus::default();
         let running = [spot("us-east-1a")];
-        set_cost(
-            &mut status,
-            &running,
-            &prices(),
-            EVERY,
-            Some(1),
-            at(1, 0, 0),
-        );
-        for day in 2..=15 {
-            set_cost(
-                &mut status,
-                &running,
-                &prices(),
-                EVERY,
-                Some(1),
-                at(day, 0, 0),
-            );
+        for day in 1..=15 {
+            synced(&mut status, &running, at(day, 0, 0));
         }
         let record = status.cost.clone().expect("a record");
         assert_eq!(
@@ -473,34 +471,15 @@ mod tests {
         );
         assert_eq!(record.unaccounted[0].from, at(3, 0, 0));
         assert!(near(record.total.unaccounted_hours, 14.0 * 24.0));
-        let known = |s: &NodeGroupStatus| {
-            let c = crate::crd::condition::find(&s.conditions, COST_KNOWN).expect("condition");
-            (c.status.clone(), c.reason.clone(), c.message.clone())
-        };
-        let (state, reason, message) = known(&status);
-        assert_eq!(
-            (state, reason.as_str()),
-            (ConditionStatus::False, "HoursUnaccounted")
-        );
-        assert!(
-            message.contains("from 2026-11-14T00:00:00+00:00 to 2026-11-15T00:00:00+00:00"),
-            "{message}"
-        );
-        // Accounted again for an hour: said no more.
+        let span = "from 2026-11-14T00:00:00+00:00 to 2026-11-15T00:00:00+00:00";
+        assert_known(&status, ConditionStatus::False, "HoursUnaccounted", span);
+        // Accounted again every 5 minutes: said for the hour after the gap.
         for m in (5..=55).step_by(5) {
-            set_cost(
-                &mut status,
-                &running,
-                &prices(),
-                EVERY,
-                Some(1),
-                at(15, 0, m),
-            );
+            synced(&mut status, &running, at(15, 0, m));
         }
-        assert_eq!(known(&status).1, "HoursUnaccounted", "within the hour");
-        let an_hour_on = at(15, 1, 0);
-        set_cost(&mut status, &running, &prices(), EVERY, Some(1), an_hour_on);
-        assert_eq!(known(&status).1, "PricesKnown");
+        assert_known(&status, ConditionStatus::False, "HoursUnaccounted", span);
+        synced(&mut status, &running, at(15, 1, 0));
+        assert_known(&status, ConditionStatus::True, "PricesKnown", "");
     }
 
     #[test]
@@ -538,33 +517,10 @@ mod tests {
     fn costknown_comes_from_the_accounting_and_a_partial_saving_says_so() {
         let mut status = NodeGroupStatus::default();
         let running = [spot("us-east-1a"), spot("us-east-1c")];
-        set_cost(
-            &mut status,
-            &running,
-            &prices(),
-            EVERY,
-            Some(1),
-            at(28, 10, 0),
-        );
-        set_cost(
-            &mut status,
-            &running,
-            &prices(),
-            EVERY,
-            Some(1),
-            at(28, 10, 6),
-        );
-        let c = crate::crd::condition::find(&status.conditions, COST_KNOWN).expect("condition");
-        assert_eq!(
-            (c.status.clone(), c.reason.as_str()),
-            (ConditionStatus::False, "PricesUnknown")
-        );
-        assert!(
-            c.message
-                .contains("no spot price for t3.medium in us-east-1c"),
-            "{}",
-            c.message
-        );
+        synced(&mut status, &running, at(28, 10, 0));
+        synced(&mut status, &running, at(28, 10, 6));
+        let zone = "no spot price for t3.medium in us-east-1c";
+        assert_known(&status, ConditionStatus::False, "PricesUnknown", zone);
         let record = status.cost.expect("a record");
         assert!(near(record.this_month.unpriced_instance_hours, 0.1));
         let savings = record.savings.expect("a saving");
@@ -578,30 +534,16 @@ mod tests {
         p.unknown
             .push("spot prices unreadable (ec2:DescribeSpotPriceHistory): denied".into());
         set_cost(&mut status, &[], &p, EVERY, Some(1), at(28, 10, 0));
-        let c = crate::crd::condition::find(&status.conditions, COST_KNOWN).expect("condition");
-        assert_eq!(
-            (c.status.clone(), c.reason.as_str()),
-            (ConditionStatus::False, "PricesUnknown")
-        );
-        assert!(
-            c.message.contains("DescribeSpotPriceHistory"),
-            "{}",
-            c.message
-        );
+        let read = "DescribeSpotPriceHistory";
+        assert_known(&status, ConditionStatus::False, "PricesUnknown", read);
         set_cost(&mut status, &[], &prices(), EVERY, Some(1), at(28, 10, 5));
-        let c = crate::crd::condition::find(&status.conditions, COST_KNOWN).expect("condition");
-        assert_eq!(c.status, ConditionStatus::True);
+        assert_known(&status, ConditionStatus::True, "PricesKnown", "");
         // A price kept from an earlier read, its read again failing: known,
         // and said so.
         let mut p = prices();
         p.stale
             .push("spot prices of t3.medium: last read at ..., stale since ...: throttled".into());
         set_cost(&mut status, &[], &p, EVERY, Some(1), at(28, 10, 10));
-        let c = crate::crd::condition::find(&status.conditions, COST_KNOWN).expect("condition");
-        assert_eq!(
-            (c.status.clone(), c.reason.as_str()),
-            (ConditionStatus::True, "PricesStale")
-        );
-        assert!(c.message.contains("throttled"), "{}", c.message);
+        assert_known(&status, ConditionStatus::True, "PricesStale", "throttled");
     }
 }
