@@ -57,7 +57,9 @@ API calls and gives it to a loop that runs like an ASG's own:
   else one default for every type and zone (moto answers $0.00001); the
   Price List API's GetProducts (moto has none) answers the on-demand price
   of an instance type and region in AWS's shape (a product and its terms,
-  JSON in a string), set the same way. A price set to nothing is unlisted.
+  JSON in a string), set the same way, beside the decoys AWS lists too
+  (Windows, RHEL, SQL Server, dedicated, a capacity reservation at $0, a
+  capacity block), each returned only when it matches every filter. A price set to nothing is unlisted.
 - Refusals, and counting at AWS's side: `/_snm/refuse` makes every request
   of an account wait, then refuses it with Throttling or ServiceUnavailable;
   `/_snm/deny` refuses one action of an account as IAM does when a policy
@@ -800,9 +802,33 @@ def spot_price_history(self):
 ec2_spot.SpotInstances.describe_spot_price_history = spot_price_history
 
 
+def price_list_document(attributes: dict, price: float) -> str:
+    """One GetProducts document: the product and its on-demand term."""
+    sku = uuid.uuid4().hex[:16].upper()
+    instance_type = attributes.get("instanceType", "")
+    return json.dumps({
+        "product": {"productFamily": "Compute Instance", "attributes": attributes, "sku": sku},
+        "serviceCode": "AmazonEC2",
+        "terms": {"OnDemand": {f"{sku}.JRTCKXETXF": {
+            "offerTermCode": "JRTCKXETXF", "sku": sku,
+            "priceDimensions": {f"{sku}.JRTCKXETXF.6YS6EN2CT7": {
+                "unit": "Hrs", "pricePerUnit": {"USD": f"{price:.10f}"},
+                "description": f"${price} per On Demand {attributes.get('operatingSystem')} {instance_type} Instance Hour",
+                "rateCode": f"{sku}.JRTCKXETXF.6YS6EN2CT7",
+            }},
+        }}},
+        "version": "20261101000000",
+    })
+
+
 def price_list_products(environ, account: str, start_response):
-    """The Price List API's GetProducts (JSON 1.1): the on-demand Linux
-    product of the filtered instance type and region, as AWS writes it."""
+    """The Price List API's GetProducts (JSON 1.1), as AWS answers it: the
+    products of the filtered instance type and region, each a product and
+    its terms (JSON in a string), only those whose attributes match every
+    TERM_MATCH filter. Beside the on-demand Linux product it lists the
+    decoys AWS lists too, each of its own attributes: Windows, RHEL, SQL
+    Server pre-installed, dedicated tenancy, a capacity reservation's SKU
+    at $0, a capacity block's; a filter left out lets them through."""
     try:
         length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
@@ -814,26 +840,22 @@ def price_list_products(environ, account: str, start_response):
     price = table.get((instance_type, region), DEFAULT_ON_DEMAND.get(instance_type))
     documents = []
     if price is not None and request.get("ServiceCode") == "AmazonEC2":
-        sku = uuid.uuid4().hex[:16].upper()
-        documents.append(json.dumps({
-            "product": {
-                "productFamily": "Compute Instance",
-                "attributes": {"instanceType": instance_type, "regionCode": region,
-                               "operatingSystem": "Linux", "tenancy": "Shared",
-                               "preInstalledSw": "NA", "capacitystatus": "Used"},
-                "sku": sku,
-            },
-            "serviceCode": "AmazonEC2",
-            "terms": {"OnDemand": {f"{sku}.JRTCKXETXF": {
-                "offerTermCode": "JRTCKXETXF", "sku": sku,
-                "priceDimensions": {f"{sku}.JRTCKXETXF.6YS6EN2CT7": {
-                    "unit": "Hrs", "pricePerUnit": {"USD": f"{price:.10f}"},
-                    "description": f"${price} per On Demand Linux {instance_type} Instance Hour",
-                    "rateCode": f"{sku}.JRTCKXETXF.6YS6EN2CT7",
-                }},
-            }}},
-            "version": "20261101000000",
-        }))
+        linux = {"instanceType": instance_type, "regionCode": region,
+                 "operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA",
+                 "capacitystatus": "Used", "marketoption": "OnDemand",
+                 "operation": "RunInstances"}
+        products = [
+            (linux, price),
+            ({**linux, "operatingSystem": "Windows"}, price * 2),
+            ({**linux, "operatingSystem": "RHEL"}, price * 1.3),
+            ({**linux, "preInstalledSw": "SQL Std"}, price * 4),
+            ({**linux, "tenancy": "Dedicated"}, price * 1.1),
+            ({**linux, "capacitystatus": "AllocatedCapacityReservation"}, 0.0),
+            ({**linux, "marketoption": "CapacityBlock"}, price * 0.9),
+        ]
+        for attributes, dollars in products:
+            if all(attributes.get(f, v) == v for f, v in terms.items()):
+                documents.append(price_list_document(attributes, dollars))
     body = json.dumps({"FormatVersion": "aws_v1", "PriceList": documents}).encode()
     start_response("200 OK", [("Content-Type", "application/x-amz-json-1.1"),
                               ("Content-Length", str(len(body)))])

@@ -57,6 +57,50 @@ pub fn on_demand_in_document(document: &str) -> Result<Option<f64>, String> {
     Ok(prices)
 }
 
+/// The on-demand price in a GetProducts answer (its documents, each a
+/// product and its terms). A product priced $0 (a capacity reservation's
+/// SKU) is no price; products that disagree are refused rather than one
+/// taken at random: the filters did not narrow the answer to one product.
+/// Each refusal names the SKUs. None when no document carries a price.
+pub fn on_demand_of(documents: &[String]) -> Result<Option<f64>, String> {
+    let mut priced: Vec<(String, f64)> = vec![];
+    let mut free = vec![];
+    for document in documents {
+        let sku = serde_json::from_str::<serde_json::Value>(document)
+            .ok()
+            .and_then(|d| d["product"]["sku"].as_str().map(String::from))
+            .unwrap_or_else(|| "(no SKU)".into());
+        match on_demand_in_document(document)? {
+            Some(price) if price > 0.0 => priced.push((sku, price)),
+            Some(_) => free.push(sku),
+            None => {}
+        }
+    }
+    let Some((_, first)) = priced.first() else {
+        return match free.is_empty() {
+            true => Ok(None),
+            false => Err(format!(
+                "the Price List's only on-demand price is $0 (SKU {}): not taken",
+                free.join(", ")
+            )),
+        };
+    };
+    if priced.iter().any(|(_, p)| (p - first).abs() > 1e-9) {
+        let each: Vec<String> = priced
+            .iter()
+            .map(|(sku, p)| format!("{sku} ${p}"))
+            .collect();
+        return Err(format!(
+            "the Price List's products disagree ({}): none taken",
+            each.join(", ")
+        ));
+    }
+    if !free.is_empty() {
+        tracing::warn!(skus = %free.join(", "), "a $0 on-demand product beside the priced one; left out");
+    }
+    Ok(Some(*first))
+}
+
 /// A failed read is tried again after this, doubled at each failure in a
 /// row up to [`RETRY_MAX`]: minutes, not the price's whole period.
 pub const RETRY_FIRST: Duration = Duration::from_secs(60);
@@ -390,6 +434,30 @@ mod tests {
             on_demand_in_document(&document("0.0416000000")),
             Ok(Some(0.0416))
         );
+    }
+
+    fn product(sku: &str, usd: &str) -> String {
+        let mut d: serde_json::Value = serde_json::from_str(&document(usd)).expect("JSON");
+        d["product"]["sku"] = serde_json::json!(sku);
+        d.to_string()
+    }
+
+    #[test]
+    fn a_zero_price_or_products_that_disagree_are_refused_naming_their_skus() {
+        let one = [product("A", "0.0416")];
+        assert_eq!(on_demand_of(&one), Ok(Some(0.0416)));
+        let alike = [product("A", "0.0416"), product("B", "0.0416")];
+        assert_eq!(on_demand_of(&alike), Ok(Some(0.0416)));
+        // A capacity reservation's $0 beside the price: the price.
+        let reserved = [product("R", "0.0000000000"), product("A", "0.0416")];
+        assert_eq!(on_demand_of(&reserved), Ok(Some(0.0416)));
+        let only_free = [product("R", "0.0000000000")];
+        let refused = on_demand_of(&only_free).expect_err("refused");
+        assert!(refused.contains("$0 (SKU R)"), "{refused}");
+        let disagree = [product("A", "0.0416"), product("C", "0.0832")];
+        let refused = on_demand_of(&disagree).expect_err("refused");
+        assert!(refused.contains("A $0.0416, C $0.0832"), "{refused}");
+        assert_eq!(on_demand_of(&[]), Ok(None));
     }
 
     #[test]

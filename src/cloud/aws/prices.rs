@@ -3,17 +3,21 @@
 
 use super::AwsCloud;
 use crate::Result;
-use crate::cloud::prices::{SpotPrice, on_demand_in_document};
+use crate::cloud::prices::{SpotPrice, on_demand_of};
 use aws_sdk_ec2::types::InstanceType;
 use aws_sdk_pricing::types::{Filter, FilterType};
 
 /// The Price List attributes of the instances a kops node runs as: Linux,
-/// shared tenancy, no pre-installed software, a price for a used instance.
-const LINUX_SHARED: [(&str, &str); 4] = [
+/// shared tenancy, no pre-installed software, a price for a used instance,
+/// bought on demand (not a capacity block's SKU). Karpenter asks the same
+/// (aws/karpenter-provider-aws, pkg/providers/pricing/pricing.go,
+/// fetchOnDemandPricing, at 09303f32).
+const LINUX_SHARED: [(&str, &str); 5] = [
     ("operatingSystem", "Linux"),
     ("tenancy", "Shared"),
     ("preInstalledSw", "NA"),
     ("capacitystatus", "Used"),
+    ("marketoption", "OnDemand"),
 ];
 
 impl AwsCloud {
@@ -93,16 +97,11 @@ impl AwsCloud {
             .send()
             .await
             .map_err(self.failed("GetProducts", format!("{instance_type} in {region}")))?;
-        let mut found = None;
-        for document in out.price_list() {
-            let price = on_demand_in_document(document).map_err(|e| crate::Error::Aws {
-                operation: "GetProducts",
-                resource: format!("{instance_type} in {region}"),
-                code: None,
-                message: e,
-            })?;
-            found = found.or(price);
-        }
-        Ok(found)
+        on_demand_of(out.price_list()).map_err(|e| crate::Error::Aws {
+            operation: "GetProducts",
+            resource: format!("{instance_type} in {region}"),
+            code: None,
+            message: e,
+        })
     }
 }
