@@ -844,6 +844,12 @@ def price_list_products(environ, account: str, start_response):
                  "operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA",
                  "capacitystatus": "Used", "marketoption": "OnDemand",
                  "operation": "RunInstances"}
+        # capacitystatus takes Used, AllocatedCapacityReservation and
+        # UnusedCapacityReservation (awsdocs/aws-cur-user-guide,
+        # doc_source/product-columns.md, product/capacitystatus, at b6ae7626).
+        # The other decoys differ from the Linux product in one filtered
+        # attribute each; their values only need to differ (the capacity
+        # block's marketoption name is ours: the manager asks for OnDemand).
         products = [
             (linux, price),
             ({**linux, "operatingSystem": "Windows"}, price * 2),

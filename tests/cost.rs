@@ -21,6 +21,13 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * b.abs().max(1e-9)
 }
 
+/// The emulator's GetProducts serves decoys beside the Linux on-demand
+/// product (a capacity reservation's SKU at $0, capacitystatus values from
+/// awsdocs/aws-cur-user-guide doc_source/product-columns.md at b6ae7626; a
+/// product not bought on demand): the record holds only with the manager's
+/// filters (marketoption OnDemand, as aws/karpenter-provider-aws asks in
+/// pkg/providers/pricing/pricing.go at 09303f32); without it, the products
+/// disagree and the hours go unpriced.
 #[tokio::test]
 async fn the_record_is_the_hours_run_at_the_prices_set_to_the_cent() {
     // Each zone and type its own spot price; on demand per type.

@@ -123,13 +123,19 @@ pub struct PriceBook {
 
 #[derive(Default)]
 struct Book {
-    /// Per region, per instance type: its spot prices per zone.
-    spot: BTreeMap<String, BTreeMap<String, Read<BTreeMap<String, f64>>>>,
-    /// Per region, per instance type: when a group last asked for it (a
-    /// type no group has asked for in a day is read no more).
-    spot_asked: BTreeMap<String, BTreeMap<String, DateTime<Utc>>>,
+    /// Per region, per instance type in use there.
+    spot: BTreeMap<String, BTreeMap<String, SpotType>>,
     /// Per (region, instance type).
     on_demand: BTreeMap<(String, String), Read<Option<f64>>>,
+}
+
+/// A spot instance type of a region: when a group last asked for it (one
+/// no group has asked for in [`SPOT_FORGET`] is forgotten), and its prices
+/// per zone.
+#[derive(Default)]
+struct SpotType {
+    asked: Option<DateTime<Utc>>,
+    read: Read<BTreeMap<String, f64>>,
 }
 
 /// A spot type no group has asked for in this long is read no more.
@@ -169,6 +175,11 @@ impl<T> Read<T> {
         self.good
             .as_ref()
             .is_none_or(|(_, at)| now >= after(*at, fresh))
+    }
+
+    /// Whether a read of it was made, answered or not.
+    fn tried(&self) -> bool {
+        self.good.is_some() || self.failing.is_some()
     }
 
     fn read(&mut self, answer: Result<T, String>, now: DateTime<Utc>) {
@@ -271,42 +282,33 @@ impl PriceBook {
         known
     }
 
-    /// What a spot read asks for now: every type of the region once one
-    /// read with the others is due (so the region's types are read
-    /// together, once an hour), else the types never asked; empty when
-    /// none is due.
-    fn spot_to_read(
-        &self,
-        region: &str,
-        types: &BTreeSet<String>,
-        now: DateTime<Utc>,
-    ) -> Vec<String> {
+    /// `types` asked for in `region` at `now`; a type no group has asked
+    /// for in a day is forgotten.
+    fn note_asked(&self, region: &str, types: &BTreeSet<String>, now: DateTime<Utc>) {
         let mut book = self.book();
-        let asked = book.spot_asked.entry(region.to_string()).or_default();
+        let in_use = book.spot.entry(region.to_string()).or_default();
         for t in types {
-            asked.insert(t.clone(), now);
+            in_use.entry(t.clone()).or_default().asked = Some(now);
         }
-        asked.retain(|_, at| now < after(*at, SPOT_FORGET));
-        let in_use: BTreeSet<String> = asked.keys().cloned().collect();
-        let empty = BTreeMap::new();
-        let known = book.spot.get(region).unwrap_or(&empty);
-        let new: Vec<String> = types
+        in_use.retain(|_, s| s.asked.is_some_and(|at| now < after(at, SPOT_FORGET)));
+    }
+
+    /// What a spot read asks for now: every type of the region once one
+    /// read before is due (so the region's types are read together, once
+    /// an hour), else the types never read; empty when none is due.
+    fn spot_to_read(&self, region: &str, now: DateTime<Utc>) -> Vec<String> {
+        let book = self.book();
+        let Some(in_use) = book.spot.get(region) else {
+            return vec![];
+        };
+        let all = in_use
+            .values()
+            .any(|s| s.read.tried() && s.read.due(now, SPOT_FRESH));
+        in_use
             .iter()
-            .filter(|t| !known.contains_key(*t))
-            .cloned()
-            .collect();
-        let due = known
-            .iter()
-            .any(|(t, r)| in_use.contains(t) && r.due(now, SPOT_FRESH));
-        match due {
-            true => known
-                .keys()
-                .filter(|t| in_use.contains(*t))
-                .cloned()
-                .chain(new)
-                .collect(),
-            false => new,
-        }
+            .filter(|(_, s)| all || !s.read.tried())
+            .map(|(t, _)| t.clone())
+            .collect()
     }
 
     async fn spot_prices(
@@ -317,7 +319,8 @@ impl PriceBook {
         now: DateTime<Utc>,
         known: &mut KnownPrices,
     ) {
-        let wanted = self.spot_to_read(region, types, now);
+        self.note_asked(region, types, now);
+        let wanted = self.spot_to_read(region, now);
         if !wanted.is_empty() {
             let answer = cloud.spot_prices(&wanted).await.map_err(|e| {
                 tracing::warn!(error = %e, region, "spot prices unreadable");
@@ -336,6 +339,7 @@ impl PriceBook {
                 region_book
                     .entry(t.clone())
                     .or_default()
+                    .read
                     .read(per_zone, now);
             }
         }
@@ -344,6 +348,7 @@ impl PriceBook {
             let Some(read) = book.spot.get(region).and_then(|r| r.get(t)) else {
                 continue;
             };
+            let read = &read.read;
             let (prices, why) = read.known(SPOT_FRESH);
             for (zone, price) in prices.into_iter().flatten() {
                 known.spot.insert((t.clone(), zone.clone()), *price);

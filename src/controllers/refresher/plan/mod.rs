@@ -322,7 +322,7 @@ impl Deciding<'_> {
     /// at the plan's entry, for a target recorded before targets carried
     /// reasons, the same answer).
     pub(super) fn reason_of(&self, t: &RefreshTarget) -> Reason {
-        let carried = t.reason.as_deref().and_then(Reason::from_label);
+        let carried = crate::controllers::execute::Target::reason(t);
         carried.unwrap_or_else(|| reason_of(t, self.status.trigger))
     }
 
