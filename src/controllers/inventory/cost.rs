@@ -9,9 +9,9 @@ use crate::cloud::{Cloud, Lifecycle};
 use crate::crd::NodeGroup;
 use crate::crd::condition::{COST_KNOWN, ConditionStatus, set_condition};
 use crate::crd::nodegroup::{
-    CostFigures, CostRecord, NodeGroupStatus, UNACCOUNTED_KEPT, Unaccounted,
+    CostFigures, CostRecord, MONTHS_KEPT, MonthCost, NodeGroupStatus, UNACCOUNTED_KEPT, Unaccounted,
 };
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Utc};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -50,8 +50,23 @@ pub struct Running {
     pub spot: bool,
 }
 
-/// The instances of the group's ASGs that run (Pending, InService, or on
-/// their way out while still running). Spot or on demand as EC2 described
+/// Whether AWS bills an ASG instance in this lifecycle state: from its
+/// launch ("You are billed for instances as soon as they are launched,
+/// including the time that they are not yet in service": the EC2 Auto
+/// Scaling user guide, ec2-auto-scaling-lifecycle) until it is terminated,
+/// on standby and while it detaches included. Not once `Terminated` or
+/// `Detached` (no longer the group's), nor in a warm pool unless running.
+/// The ASG's state, read at every sync, not EC2's, which the inventory
+/// remembers between reads; an instance a user stopped on standby is
+/// counted as running.
+pub fn billed(lifecycle_state: &str) -> bool {
+    match lifecycle_state {
+        "InService" | "EnteringStandby" | "Standby" | "Detaching" | "Warmed:Running" => true,
+        s => s.starts_with("Pending") || s.starts_with("Terminating"),
+    }
+}
+
+/// The instances of the group's ASGs that AWS bills ([`billed`]). Spot or on demand as EC2 described
 /// the instance; an instance not described is taken as its ASG launches
 /// (the fallback ASGs on demand, the others spot).
 pub fn running(view: &AwsView, fallback_asgs: &BTreeSet<String>) -> Vec<Running> {
@@ -65,11 +80,10 @@ pub fn running(view: &AwsView, fallback_asgs: &BTreeSet<String>) -> Vec<Running>
     let mut out = vec![];
     for asg in &view.asgs {
         for i in &asg.instances {
-            let billed = i.is_active() || i.lifecycle_state.starts_with("Terminating");
             let (Some(instance_type), Some(zone)) = (&i.instance_type, &i.availability_zone) else {
                 continue;
             };
-            if !billed {
+            if !billed(&i.lifecycle_state) {
                 continue;
             }
             let spot = match lifecycles.get(i.instance_id.as_str()) {
@@ -93,7 +107,8 @@ pub fn types_of(running: &[Running]) -> BTreeSet<String> {
 
 /// Pure: the record after accounting `running` at `prices` up to `now`.
 /// The first sync starts an empty record; a sync before `every` has
-/// passed leaves it as it is.
+/// passed leaves it as it is. An interval that crosses midnight UTC on a
+/// month's first day is split there: each month gets its own hours.
 pub fn account(
     previous: Option<&CostRecord>,
     running: &[Running],
@@ -101,10 +116,9 @@ pub fn account(
     now: DateTime<Utc>,
     cadence: Cadence,
 ) -> CostRecord {
-    let month = now.format("%Y-%m").to_string();
     let Some(previous) = previous else {
         return CostRecord {
-            month,
+            month: month_of(now),
             since: now,
             accounted_until: now,
             ..Default::default()
@@ -116,32 +130,76 @@ pub fn account(
     if elapsed < cadence.every {
         return previous.clone();
     }
-    let hours = elapsed.as_secs_f64() / 3600.0;
+    // Past the bound nobody looked: what ran then is not known.
+    let unaccounted = elapsed > cadence.bound;
     let mut next = previous.clone();
-    if next.month != month {
-        // A new month: this accounting's hours are the new month's.
-        next.month = month;
-        next.this_month = CostFigures::default();
+    for (month, hours) in by_month(previous.accounted_until, now) {
+        enter(&mut next, month);
+        if unaccounted {
+            next.this_month.unaccounted_hours += hours;
+            next.total.unaccounted_hours += hours;
+            continue;
+        }
+        for instance in running {
+            add(&mut next.this_month, instance, hours, prices);
+            add(&mut next.total, instance, hours, prices);
+        }
     }
-    if elapsed > cadence.bound {
-        // Nobody looked: what ran then is not known.
-        next.this_month.unaccounted_hours += hours;
-        next.total.unaccounted_hours += hours;
+    if unaccounted {
         next.unaccounted.push(Unaccounted {
             from: previous.accounted_until,
             to: now,
         });
         let over = next.unaccounted.len().saturating_sub(UNACCOUNTED_KEPT);
         next.unaccounted.drain(..over);
-    } else {
-        for instance in running {
-            add(&mut next.this_month, instance, hours, prices);
-            add(&mut next.total, instance, hours, prices);
-        }
     }
     next.accounted_until = now;
     next.savings = savings_text(&next.this_month);
     next
+}
+
+/// `YYYY-MM`, in UTC.
+fn month_of(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m").to_string()
+}
+
+/// Midnight UTC on the first day of the month after `t`'s (None past the
+/// calendar's end).
+fn next_month(t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let (year, month) = match t.month() {
+        12 => (t.year().checked_add(1)?, 1),
+        m => (t.year(), m + 1),
+    };
+    let day = chrono::NaiveDate::from_ymd_opt(year, month, 1)?;
+    Some(day.and_hms_opt(0, 0, 0)?.and_utc())
+}
+
+/// The hours from `from` to `to` in each month they cross, in order.
+fn by_month(from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<(String, f64)> {
+    let mut out = vec![];
+    let mut start = from;
+    while start < to {
+        let end = next_month(start).map_or(to, |n| n.min(to));
+        let hours = (end - start).num_milliseconds() as f64 / 3_600_000.0;
+        out.push((month_of(start), hours));
+        start = end;
+    }
+    out
+}
+
+/// Makes `month` the record's current month: the month it had is closed
+/// into `months` (the latest [`MONTHS_KEPT`] kept) and a new one begins.
+fn enter(record: &mut CostRecord, month: String) {
+    if record.month == month {
+        return;
+    }
+    let ended = MonthCost {
+        month: std::mem::replace(&mut record.month, month),
+        figures: std::mem::take(&mut record.this_month),
+    };
+    record.months.push(ended);
+    let over = record.months.len().saturating_sub(MONTHS_KEPT);
+    record.months.drain(..over);
 }
 
 /// Adds one instance's `hours` to `figures`. Its dollars only when both
@@ -491,23 +549,151 @@ mod tests {
         assert_eq!(record.savings, None);
     }
 
-    #[test]
-    fn a_new_month_starts_its_figures_and_keeps_the_total() {
-        let record = after(at(30, 23, 50), &[spot("us-east-1a")], at(30, 23, 59));
-        let december = Utc
-            .with_ymd_and_hms(2026, 12, 1, 0, 10, 0)
+    fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(y, mo, d, h, mi, 0)
             .single()
-            .expect("a time");
+            .expect("a time")
+    }
+
+    /// Before, the interval across midnight went wholly to the new month.
+    #[test]
+    fn an_interval_across_a_month_boundary_is_split_there() {
+        let record = after(at(30, 23, 50), &[spot("us-east-1a")], at(30, 23, 59));
         let next = account(
             Some(&record),
             &[spot("us-east-1a")],
             &prices(),
-            december,
+            utc(2026, 12, 1, 0, 10),
             EVERY,
         );
         assert_eq!(next.month, "2026-12");
-        assert!(near(next.this_month.spot_instance_hours, 11.0 / 60.0));
+        // 00:00 to 00:10 in December; 23:50 to midnight in November.
+        assert!(near(next.this_month.spot_instance_hours, 10.0 / 60.0));
+        assert!(near(next.this_month.spot_dollars, 10.0 / 60.0 * 0.0125));
+        let [november] = next.months.as_slice() else {
+            panic!("one closed month: {:?}", next.months)
+        };
+        assert_eq!(november.month, "2026-11");
+        assert!(near(november.figures.spot_instance_hours, 10.0 / 60.0));
+        assert!(near(
+            november.figures.saving_dollars,
+            10.0 / 60.0 * (0.0416 - 0.0125)
+        ));
         assert!(near(next.total.spot_instance_hours, 20.0 / 60.0));
+    }
+
+    /// A gap over two month boundaries: each month gets its own unaccounted
+    /// hours, and the span is one.
+    #[test]
+    fn an_unaccounted_gap_is_split_by_month_too() {
+        let start = account(None, &[], &prices(), at(30, 12, 0), EVERY);
+        let next = account(
+            Some(&start),
+            &[spot("us-east-1a")],
+            &prices(),
+            utc(2027, 1, 1, 6, 0),
+            EVERY,
+        );
+        let hours: Vec<(&str, f64)> = next
+            .months
+            .iter()
+            .map(|m| (m.month.as_str(), m.figures.unaccounted_hours))
+            .collect();
+        assert_eq!(hours, [("2026-11", 12.0), ("2026-12", 31.0 * 24.0)]);
+        assert_eq!(
+            (next.month.as_str(), next.this_month.unaccounted_hours),
+            ("2027-01", 6.0)
+        );
+        assert!(near(next.total.unaccounted_hours, 12.0 + 744.0 + 6.0));
+        assert_eq!(next.unaccounted.len(), 1);
+        assert_eq!(next.total.spot_instance_hours, 0.0);
+    }
+
+    /// Accounted mid-month for 16 months, every hour covered: the 13
+    /// latest closed months are kept, each with its own hours.
+    #[test]
+    fn the_latest_thirteen_months_are_kept() {
+        let lenient = Cadence {
+            every: Duration::from_secs(300),
+            bound: Duration::from_secs(40 * 24 * 3600),
+        };
+        let running = [spot("us-east-1a")];
+        let mut record = account(None, &[], &prices(), utc(2026, 1, 1, 0, 0), lenient);
+        for month in 1..=16u32 {
+            let (y, m) = (2026 + (month as i32 - 1) / 12, (month - 1) % 12 + 1);
+            let mid = utc(y, m, 15, 12, 0);
+            record = account(Some(&record), &running, &prices(), mid, lenient);
+        }
+        assert_eq!(record.month, "2027-04");
+        let kept: Vec<&str> = record.months.iter().map(|m| m.month.as_str()).collect();
+        assert_eq!(kept.len(), MONTHS_KEPT, "{kept:?}");
+        assert_eq!(
+            (kept.first(), kept.last()),
+            (Some(&"2026-03"), Some(&"2027-03"))
+        );
+        // Neither year is a leap year: March 2026 to March 2027.
+        let days = [31, 30, 31, 30, 31, 31, 30, 31, 30, 31, 31, 28, 31];
+        for (closed, days) in record.months.iter().zip(days) {
+            let hours = closed.figures.spot_instance_hours;
+            assert!(
+                near(hours, days as f64 * 24.0),
+                "{}: {hours} h",
+                closed.month
+            );
+        }
+        // April: from its first midnight to the 15th, 12:00.
+        assert!(near(record.this_month.spot_instance_hours, 14.5 * 24.0));
+        let all: f64 = (utc(2027, 4, 15, 12, 0) - utc(2026, 1, 1, 0, 0)).num_hours() as f64;
+        assert!(near(record.total.spot_instance_hours, all));
+    }
+
+    #[test]
+    fn standby_and_detaching_instances_are_billed_and_counted() {
+        use crate::controllers::inventory::plan::tests::asg;
+        let mut view = AwsView::default();
+        let mut a = asg(
+            "nodes-a",
+            "nodes",
+            "us-east-1a",
+            &["i-1", "i-2", "i-3", "i-4", "i-5", "i-6"],
+            2,
+        );
+        let states = [
+            "InService",
+            "Standby",
+            "Detaching",
+            "Detached",
+            "Terminated",
+            "Warmed:Stopped",
+        ];
+        for (i, state) in a.instances.iter_mut().zip(states) {
+            i.lifecycle_state = state.into();
+        }
+        view.asgs.push(a);
+        let running = running(&view, &BTreeSet::new());
+        assert_eq!(
+            running.len(),
+            3,
+            "InService, Standby, Detaching: {running:?}"
+        );
+        for state in [
+            "Pending",
+            "Pending:Wait",
+            "EnteringStandby",
+            "Terminating:Wait",
+            "Warmed:Running",
+        ] {
+            assert!(billed(state), "{state}");
+        }
+        for state in [
+            "Detached",
+            "Terminated",
+            "Warmed:Stopped",
+            "Warmed:Hibernated",
+            "Warmed:Pending",
+        ] {
+            assert!(!billed(state), "{state}");
+        }
     }
 
     /// A zone the spot answer leaves out: its hours go unpriced, so the

@@ -18,6 +18,11 @@ pub struct CostRecord {
     pub this_month: CostFigures,
     /// Every month's figures, since `since`.
     pub total: CostFigures,
+    /// The months before `month`, each with its figures as they stood when
+    /// it ended: the oldest first, the latest 13 kept (so the same month a
+    /// year before is there to compare).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub months: Vec<MonthCost>,
     /// When the record began.
     pub since: DateTime<Utc>,
     /// Up to when the instances have been accounted for.
@@ -44,6 +49,21 @@ pub struct Unaccounted {
     /// The first accounting after it.
     pub to: DateTime<Utc>,
 }
+
+/// A month that has ended, and its figures.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MonthCost {
+    /// The month, as `YYYY-MM` in UTC.
+    pub month: String,
+    /// Its figures: the hours within it, from its first midnight UTC to
+    /// the next month's.
+    #[serde(flatten)]
+    pub figures: CostFigures,
+}
+
+/// Months kept in `CostRecord::months`.
+pub const MONTHS_KEPT: usize = 13;
 
 /// Spans kept in `CostRecord::unaccounted`.
 pub const UNACCOUNTED_KEPT: usize = 12;

@@ -66,8 +66,8 @@ pub struct NodeGroupStatus {
     /// When the group's Refresher next runs, if a refresh is scheduled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_refresh: Option<DateTime<Utc>>,
-    /// What the group's instances cost and what spot saved, this month and
-    /// in all (docs/concepts/cost.md).
+    /// What the group's instances cost and what spot saved, this month,
+    /// in each of the 13 before it, and in all (docs/concepts/cost.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<super::CostRecord>,
     /// The next disruption the manager will make on its own in the group,
