@@ -54,12 +54,18 @@ API calls and gives it to a loop that runs like an ASG's own:
   same as the timing tags): our code only reads the timeout, never puts it.
 - Prices: DescribeSpotPriceHistory answers each asked instance type in
   every zone of the region at the spot price a test set (`/_snm/price`),
-  else one default for every type and zone (moto answers $0.00001); the
-  Price List API's GetProducts (moto has none) answers the on-demand price
-  of an instance type and region in AWS's shape (a product and its terms,
-  JSON in a string), set the same way, beside the decoys AWS lists too
-  (Windows, RHEL, SQL Server, dedicated, a capacity reservation at $0, a
-  capacity block), each returned only when it matches every filter. A price set to nothing is unlisted.
+  else one default for every type and zone (moto answers $0.00001), with
+  its history: older prices under Linux/UNIX and under Linux/UNIX (Amazon
+  VPC), per asked product description, the entry in force at the start
+  time and every later one, oldest first, in pages of 5. The Price List
+  API's GetProducts (moto has none) answers the on-demand price of an
+  instance type and region in AWS's shape (a product, its on-demand and
+  reserved terms, JSON in a string), set the same way, beside the decoys
+  AWS lists too (Windows, RHEL, SQL Server, dedicated, host, a capacity
+  reservation at $0, a capacity block, another usage operation), each
+  returned only when it matches every filter, one document a page. A
+  price set to nothing is unlisted; a twin (`twin=1`) is a second product
+  matching every filter.
 - Refusals, and counting at AWS's side: `/_snm/refuse` makes every request
   of an account wait, then refuses it with Throttling or ServiceUnavailable;
   `/_snm/deny` refuses one action of an account as IAM does when a policy
@@ -77,6 +83,7 @@ Usage: python moto_server.py --port PORT [--launch-lag S] [--pending-time S]
        [--health-check-delay S] [--capacity-retry S] [--terminating-time S]
 """
 import argparse
+import datetime
 import io
 import json
 import signal
@@ -123,6 +130,20 @@ LOST_EC2_STATES = ("shutting-down", "terminated", "stopping", "stopped")
 # None is unlisted.
 SPOT_PRICES: dict = {}
 ON_DEMAND_PRICES: dict = {}
+# Spot price changes by account, (type, zone): [(when, price)], the oldest
+# first: the history DescribeSpotPriceHistory answers from.
+SPOT_HISTORY: dict = {}
+# A second product matching every filter, by account, (type, region): its
+# on-demand price (the Price List then lists two; a test of disagreeing
+# products sets it).
+ON_DEMAND_TWINS: dict = {}
+# When the default prices took effect: the emulator's start.
+PRICES_SINCE = utcnow()
+# Entries per page of DescribeSpotPriceHistory (AWS's smallest MaxResults)
+# and documents per page of GetProducts: small, so every reader's paging
+# runs.
+SPOT_PAGE = 5
+PRODUCTS_PAGE = 1
 DEFAULT_ON_DEMAND = {
     "m5.large": 0.096,
     "m5a.large": 0.086,
@@ -755,10 +776,12 @@ def control(environ, start_response):
         price = float(query["price"]) if query.get("price") else None
         if query.get("kind") == "on-demand":
             key = (query.get("type", ""), query.get("region", ""))
-            ON_DEMAND_PRICES.setdefault(account, {})[key] = price
+            table = ON_DEMAND_TWINS if query.get("twin") else ON_DEMAND_PRICES
+            table.setdefault(account, {})[key] = price
         else:
             key = (query.get("type", ""), query.get("zone", ""))
             SPOT_PRICES.setdefault(account, {})[key] = price
+            SPOT_HISTORY.setdefault(account, {}).setdefault(key, []).append((utcnow(), price))
         body = b"{}"
     elif environ["PATH_INFO"] == "/_snm/attempts":
         body = json.dumps(ATTEMPTS.get(account, [])).encode()
@@ -773,37 +796,89 @@ def control(environ, start_response):
     return [body]
 
 
+def spot_entries(account: str, instance_type: str, zone: str) -> list:
+    """A type's spot price history in a zone, as AWS keeps it: (when,
+    product description, price), the oldest first. The price set (or the
+    default) under Linux/UNIX, from when it was set; before it, an older
+    price; and an entry under Linux/UNIX (Amazon VPC) older still, at
+    another price: which of the two descriptions carries a Linux price
+    depends on the account's platform (Karpenter asks both), so a reader
+    takes the entry that took effect last, not the first listed. The older
+    entries and their prices are ours. Nothing when the price in force is
+    unlisted."""
+    changes = SPOT_HISTORY.get(account, {}).get((instance_type, zone))
+    if not changes:
+        default = DEFAULT_SPOT.get(instance_type)
+        changes = [(PRICES_SINCE, default)] if default is not None else []
+    if not changes or changes[-1][1] is None:
+        return []
+    first_at, first = changes[0]
+    first = first if first is not None else changes[-1][1]
+    day = datetime.timedelta(days=1)
+    entries = [
+        (first_at - 2 * day, "Linux/UNIX (Amazon VPC)", first * 1.5),
+        (first_at - day, "Linux/UNIX", first * 1.2),
+    ]
+    entries += [(at, "Linux/UNIX", price) for at, price in changes if price is not None]
+    return entries
+
+
 def spot_price_history(self):
     """DescribeSpotPriceHistory: each asked type (every priced type when
-    none is asked) in every zone of the region, at its price now."""
+    none is asked) in every zone of the region, per asked product
+    description (all when none is asked). With a start time, the entry in
+    force then and every later one, as AWS answers; without, the whole
+    history. Oldest first (AWS promises no order), in pages of SPOT_PAGE
+    entries (NextToken)."""
     types = self._get_param("InstanceTypes", []) or sorted(DEFAULT_SPOT)
+    products = self._get_param("ProductDescriptions", [])
+    start = self._get_param("StartTime")
+    if isinstance(start, str):
+        start = datetime.datetime.fromisoformat(start.replace("Z", "+00:00"))
+    if start is not None and start.tzinfo is not None:
+        start = start.astimezone(datetime.timezone.utc).replace(tzinfo=None)
     wanted_zones = self._filters_from_querystring().get("availability-zone")
     zones = [z.name for z in self.ec2_backend.describe_availability_zones()]
-    table = SPOT_PRICES.get(self.current_account, {})
-    stamp = utcnow().strftime("%Y-%m-%dT%H:%M:%S.000Z")
     history = []
     for instance_type in types:
         for zone in zones:
             if wanted_zones and zone not in wanted_zones:
                 continue
-            price = table.get((instance_type, zone), DEFAULT_SPOT.get(instance_type))
-            if price is None:
-                continue
-            history.append({
-                "InstanceType": instance_type,
-                "ProductDescription": "Linux/UNIX",
-                "SpotPrice": f"{price:.6f}",
-                "AvailabilityZone": zone,
-                "Timestamp": stamp,
-            })
-    return ActionResult({"SpotPriceHistory": history})
+            entries = spot_entries(self.current_account, instance_type, zone)
+            for product in sorted({d for _, d, _ in entries}):
+                if products and product not in products:
+                    continue
+                own = [e for e in entries if e[1] == product]
+                if start is not None:
+                    before = [e for e in own if e[0] <= start]
+                    own = before[-1:] + [e for e in own if e[0] > start]
+                for at, _, price in own:
+                    history.append((at, {
+                        "InstanceType": instance_type,
+                        "ProductDescription": product,
+                        "SpotPrice": f"{price:.6f}",
+                        "AvailabilityZone": zone,
+                        "Timestamp": at.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+                    }))
+    history.sort(key=lambda e: e[0])
+    try:
+        offset = int(self._get_param("NextToken") or 0)
+    except ValueError:
+        offset = 0
+    page = [entry for _, entry in history[offset:offset + SPOT_PAGE]]
+    result = {"SpotPriceHistory": page}
+    if offset + SPOT_PAGE < len(history):
+        result["NextToken"] = str(offset + SPOT_PAGE)
+    return ActionResult(result)
 
 
 ec2_spot.SpotInstances.describe_spot_price_history = spot_price_history
 
 
 def price_list_document(attributes: dict, price: float) -> str:
-    """One GetProducts document: the product and its on-demand term."""
+    """One GetProducts document: the product, its on-demand term, and the
+    reserved terms AWS lists beside it (cheaper by the hour, one with an
+    upfront fee): a reader takes the on-demand term only."""
     sku = uuid.uuid4().hex[:16].upper()
     instance_type = attributes.get("instanceType", "")
     return json.dumps({
@@ -816,6 +891,18 @@ def price_list_document(attributes: dict, price: float) -> str:
                 "description": f"${price} per On Demand {attributes.get('operatingSystem')} {instance_type} Instance Hour",
                 "rateCode": f"{sku}.JRTCKXETXF.6YS6EN2CT7",
             }},
+        }}, "Reserved": {f"{sku}.HU7G6KETJZ": {
+            "offerTermCode": "HU7G6KETJZ", "sku": sku,
+            "termAttributes": {"LeaseContractLength": "1yr", "OfferingClass": "standard",
+                               "PurchaseOption": "Partial Upfront"},
+            "priceDimensions": {
+                f"{sku}.HU7G6KETJZ.2TG2D8R56U": {
+                    "unit": "Quantity", "pricePerUnit": {"USD": f"{price * 3000:.0f}"},
+                    "description": "Upfront Fee"},
+                f"{sku}.HU7G6KETJZ.6YS6EN2CT7": {
+                    "unit": "Hrs", "pricePerUnit": {"USD": f"{price * 0.3:.10f}"},
+                    "description": f"{instance_type} reserved instance applied"},
+            },
         }}},
         "version": "20261101000000",
     })
@@ -827,8 +914,11 @@ def price_list_products(environ, account: str, start_response):
     its terms (JSON in a string), only those whose attributes match every
     TERM_MATCH filter. Beside the on-demand Linux product it lists the
     decoys AWS lists too, each of its own attributes: Windows, RHEL, SQL
-    Server pre-installed, dedicated tenancy, a capacity reservation's SKU
-    at $0, a capacity block's; a filter left out lets them through."""
+    Server pre-installed, dedicated tenancy and hosts, a capacity
+    reservation's SKU at $0, a capacity block's, another usage operation
+    under Linux; a filter left out lets them through. A twin set for the
+    type (ON_DEMAND_TWINS) is listed after the Linux product. In pages of
+    PRODUCTS_PAGE documents (NextToken)."""
     try:
         length = int(environ.get("CONTENT_LENGTH") or 0)
     except ValueError:
@@ -858,11 +948,29 @@ def price_list_products(environ, account: str, start_response):
             ({**linux, "tenancy": "Dedicated"}, price * 1.1),
             ({**linux, "capacitystatus": "AllocatedCapacityReservation"}, 0.0),
             ({**linux, "marketoption": "CapacityBlock"}, price * 0.9),
+            ({**linux, "tenancy": "Host"}, price * 1.2),
+            # Linux/UNIX's usage operation is RunInstances; Red Hat BYOL
+            # Linux's is RunInstances:00g0 (awsdocs/amazon-ec2-user-guide,
+            # doc_source/billing-info-fields.md, at 0f17a814). That AWS
+            # lists it under operatingSystem Linux is our decoy's, not a
+            # fact checked here.
+            ({**linux, "operation": "RunInstances:00g0"}, price * 0.8),
         ]
+        twin = ON_DEMAND_TWINS.get(account, {}).get((instance_type, region))
+        if twin is not None:
+            products.insert(1, ({**linux, "usagetype": "BoxUsage-twin"}, twin))
         for attributes, dollars in products:
             if all(attributes.get(f, v) == v for f, v in terms.items()):
                 documents.append(price_list_document(attributes, dollars))
-    body = json.dumps({"FormatVersion": "aws_v1", "PriceList": documents}).encode()
+    try:
+        offset = int(request.get("NextToken") or 0)
+    except ValueError:
+        offset = 0
+    size = min(PRODUCTS_PAGE, int(request.get("MaxResults") or PRODUCTS_PAGE))
+    answer = {"FormatVersion": "aws_v1", "PriceList": documents[offset:offset + size]}
+    if offset + size < len(documents):
+        answer["NextToken"] = str(offset + size)
+    body = json.dumps(answer).encode()
     start_response("200 OK", [("Content-Type", "application/x-amz-json-1.1"),
                               ("Content-Length", str(len(body)))])
     return [body]

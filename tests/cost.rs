@@ -188,6 +188,39 @@ async fn on_demand_prices_denied_then_granted_are_read_within_minutes() {
     );
 }
 
+/// Two products match every filter at different prices, the second on a
+/// later page (the emulator answers one document a page): the price is
+/// refused, not the first page's taken, and `CostKnown` names both SKUs.
+#[tokio::test]
+async fn products_that_disagree_across_pages_are_refused_naming_their_skus() {
+    let mut builder = SteadyGroup::workers("cost-twins").manager_config("costInterval: 2s\n");
+    for instance_type in TYPES {
+        builder = builder
+            .on_demand_price(instance_type, 0.124)
+            .on_demand_twin(instance_type, 0.131);
+    }
+    let g = builder.start().await;
+    let world = &g.world;
+    let known = assert_eventually("CostKnown False for the twins", WAIT, || async {
+        let status = world.group_status("workers").await;
+        let known = find(&status.conditions, COST_KNOWN)?;
+        (known.status == ConditionStatus::False && known.message.contains("disagree"))
+            .then_some(known.clone())
+    })
+    .await;
+    assert_eq!(known.reason, "PricesUnknown", "{known:?}");
+    assert!(
+        known.message.contains("$0.124") && known.message.contains("$0.131"),
+        "both products, each with its SKU: {}",
+        known.message
+    );
+    let cost = world.group_status("workers").await.cost.expect("a record");
+    assert_eq!(
+        cost.this_month.on_demand_equivalent_dollars, 0.0,
+        "{cost:?}"
+    );
+}
+
 /// Hours the record cannot cover are said, not lost: a manager down for
 /// longer than the gap bound (twice costInterval plus resyncInterval, at
 /// least a minute: 60 s here) records the span as unaccounted. Before, an

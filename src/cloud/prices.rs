@@ -25,6 +25,33 @@ pub struct SpotPrice {
     pub dollars_per_hour: f64,
 }
 
+/// The product descriptions a spot read asks for: a Linux instance's price
+/// is listed under one or the other, by the account's platform (EC2-Classic
+/// or VPC). Karpenter asks both (aws/karpenter-provider-aws,
+/// pkg/providers/pricing/pricing.go, fetchSpotPricing, at 09303f32).
+pub const SPOT_PRODUCTS: [&str; 2] = ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"];
+
+/// The price in force per instance type and zone, from a spot price
+/// history read across [`SPOT_PRODUCTS`]: the entry that took effect last
+/// (an entry without a time is the oldest). AWS promises no order within an
+/// answer or across its pages, so the first entry seen is not taken.
+pub fn newest(
+    history: impl IntoIterator<Item = (SpotPrice, Option<DateTime<Utc>>)>,
+) -> Vec<SpotPrice> {
+    type Since = Option<DateTime<Utc>>;
+    let mut latest: BTreeMap<(String, String), (Since, SpotPrice)> = BTreeMap::new();
+    for (price, since) in history {
+        let key = (price.instance_type.clone(), price.zone.clone());
+        match latest.get(&key) {
+            Some((seen, _)) if *seen >= since => {}
+            _ => {
+                latest.insert(key, (since, price));
+            }
+        }
+    }
+    latest.into_values().map(|(_, price)| price).collect()
+}
+
 /// The Price List API's endpoint region for `region`: it answers in
 /// us-east-1, eu-central-1 and ap-south-1 only, each for every region.
 pub fn price_list_region(region: &str) -> &'static str {
@@ -463,6 +490,40 @@ mod tests {
         let refused = on_demand_of(&disagree).expect_err("refused");
         assert!(refused.contains("A $0.0416, C $0.0832"), "{refused}");
         assert_eq!(on_demand_of(&[]), Ok(None));
+    }
+
+    fn quote(zone: &str, dollars: f64, minute: Option<u32>) -> (SpotPrice, Option<DateTime<Utc>>) {
+        use chrono::TimeZone;
+        let price = SpotPrice {
+            instance_type: "m5.large".into(),
+            zone: zone.into(),
+            dollars_per_hour: dollars,
+        };
+        (
+            price,
+            minute.and_then(|m| Utc.with_ymd_and_hms(2026, 11, 28, 10, m, 0).single()),
+        )
+    }
+
+    /// An answer in no order, over two product descriptions: the entry
+    /// that took effect last is the price, wherever it came in the answer.
+    #[test]
+    fn the_spot_price_in_force_is_the_newest_entry_not_the_first() {
+        let history = [
+            quote("us-east-1a", 0.031, Some(5)),
+            quote("us-east-1a", 0.035, Some(40)),
+            quote("us-east-1a", 0.029, Some(20)),
+            quote("us-east-1b", 0.050, None),
+            quote("us-east-1b", 0.041, Some(1)),
+        ];
+        let prices: Vec<(String, f64)> = newest(history)
+            .into_iter()
+            .map(|p| (p.zone, p.dollars_per_hour))
+            .collect();
+        assert_eq!(
+            prices,
+            [("us-east-1a".into(), 0.035), ("us-east-1b".into(), 0.041)]
+        );
     }
 
     #[test]

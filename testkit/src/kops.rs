@@ -693,9 +693,20 @@ impl World {
     /// Sets the Price List's on-demand price of `instance_type` in the
     /// world's region for this world's account (None: unlisted).
     pub async fn set_on_demand_price(&self, instance_type: &str, price: Option<f64>) {
+        self.put_on_demand(instance_type, price, "").await
+    }
+
+    /// Lists a second on-demand product of `instance_type` in the world's
+    /// region, matching every filter the Linux one does, at `price` (None:
+    /// not listed): the Price List's products then agree or disagree.
+    pub async fn set_on_demand_twin(&self, instance_type: &str, price: Option<f64>) {
+        self.put_on_demand(instance_type, price, "&twin=1").await
+    }
+
+    async fn put_on_demand(&self, instance_type: &str, price: Option<f64>, twin: &str) {
         let price = price.map(|p| p.to_string()).unwrap_or_default();
         let path = format!(
-            "/_snm/price?account={}&kind=on-demand&type={instance_type}&region={}&price={price}",
+            "/_snm/price?account={}&kind=on-demand&type={instance_type}&region={}&price={price}{twin}",
             self.account,
             crate::REGION
         );

@@ -124,6 +124,8 @@ pub struct SteadyGroupBuilder {
     /// zone), on-demand prices (type), AWS actions denied.
     spot_prices: Vec<(String, String, f64)>,
     on_demand_prices: Vec<(String, f64)>,
+    /// A second on-demand product per type (`World::set_on_demand_twin`).
+    on_demand_twins: Vec<(String, f64)>,
     denied: Vec<String>,
     etcd_volumes: bool,
     own_pod: Option<String>,
@@ -166,6 +168,7 @@ impl SteadyGroupBuilder {
             split: false,
             spot_prices: vec![],
             on_demand_prices: vec![],
+            on_demand_twins: vec![],
             denied: vec![],
             etcd_volumes: true,
             own_pod: None,
@@ -272,6 +275,14 @@ impl SteadyGroupBuilder {
         self
     }
 
+    /// A second on-demand product of `instance_type` at `price`, listed
+    /// after the first, set before the manager starts.
+    pub fn on_demand_twin(mut self, instance_type: &str, price: f64) -> Self {
+        self.on_demand_twins
+            .push((instance_type.to_string(), price));
+        self
+    }
+
     /// AWS `action` refused to the world's account (as IAM refuses an
     /// action its policy lacks) before the manager starts.
     pub fn deny(mut self, action: &str) -> Self {
@@ -296,6 +307,9 @@ impl SteadyGroupBuilder {
         }
         for (instance_type, price) in &self.on_demand_prices {
             world.set_on_demand_price(instance_type, Some(*price)).await;
+        }
+        for (instance_type, price) in &self.on_demand_twins {
+            world.set_on_demand_twin(instance_type, Some(*price)).await;
         }
         for action in &self.denied {
             world.deny_aws_action(action).await;

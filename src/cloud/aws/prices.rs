@@ -3,7 +3,7 @@
 
 use super::AwsCloud;
 use crate::Result;
-use crate::cloud::prices::{SpotPrice, on_demand_of};
+use crate::cloud::prices::{SPOT_PRODUCTS, SpotPrice, newest, on_demand_of};
 use aws_sdk_ec2::types::InstanceType;
 use aws_sdk_pricing::types::{Filter, FilterType};
 
@@ -11,19 +11,24 @@ use aws_sdk_pricing::types::{Filter, FilterType};
 /// shared tenancy, no pre-installed software, a price for a used instance,
 /// bought on demand (not a capacity block's SKU). Karpenter asks the same
 /// (aws/karpenter-provider-aws, pkg/providers/pricing/pricing.go,
-/// fetchOnDemandPricing, at 09303f32).
-const LINUX_SHARED: [(&str, &str); 5] = [
+/// fetchOnDemandPricing, at 09303f32). And Linux/UNIX's own usage
+/// operation, `RunInstances`, not another billing code under the same
+/// operating system (awsdocs/amazon-ec2-user-guide,
+/// doc_source/billing-info-fields.md, at 0f17a814: e.g. Red Hat BYOL Linux
+/// is `RunInstances:00g0`).
+const LINUX_SHARED: [(&str, &str); 6] = [
     ("operatingSystem", "Linux"),
     ("tenancy", "Shared"),
     ("preInstalledSw", "NA"),
     ("capacitystatus", "Used"),
     ("marketoption", "OnDemand"),
+    ("operation", "RunInstances"),
 ];
 
 impl AwsCloud {
     pub(super) async fn describe_spot_prices(&self, types: &[String]) -> Result<Vec<SpotPrice>> {
-        let mut prices = vec![];
-        // Asked as of now: the price in force in each zone, one per type.
+        let mut history = vec![];
+        // Asked as of now: the entry in force in each zone, and any since.
         let now = aws_sdk_ec2::primitives::DateTime::from(std::time::SystemTime::now());
         let mut pages = self
             .clients
@@ -35,7 +40,7 @@ impl AwsCloud {
                     .map(|t| InstanceType::from(t.as_str()))
                     .collect(),
             ))
-            .product_descriptions("Linux/UNIX")
+            .set_product_descriptions(Some(SPOT_PRODUCTS.map(String::from).to_vec()))
             .start_time(now)
             .into_paginator()
             .send();
@@ -51,20 +56,18 @@ impl AwsCloud {
                 let Ok(dollars_per_hour) = price.parse::<f64>() else {
                     continue;
                 };
+                let since = p
+                    .timestamp()
+                    .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos()));
                 let price = SpotPrice {
                     instance_type: instance_type.as_str().to_string(),
                     zone: zone.to_string(),
                     dollars_per_hour,
                 };
-                // The newest first: keep one per type and zone.
-                if !prices.iter().any(|q: &SpotPrice| {
-                    q.instance_type == price.instance_type && q.zone == price.zone
-                }) {
-                    prices.push(price);
-                }
+                history.push((price, since));
             }
         }
-        Ok(prices)
+        Ok(newest(history))
     }
 
     pub(super) async fn get_on_demand_price(&self, instance_type: &str) -> Result<Option<f64>> {
@@ -85,8 +88,9 @@ impl AwsCloud {
             .into_iter()
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| crate::Error::Config(format!("a Price List filter: {e}")))?;
-        self.count("GetProducts");
-        let out = self
+        let mut documents = vec![];
+        // Every page: products that disagree may be on different ones.
+        let mut pages = self
             .clients
             .pricing
             .get_products()
@@ -94,10 +98,15 @@ impl AwsCloud {
             .format_version("aws_v1")
             .set_filters(Some(filters))
             .max_results(10)
-            .send()
-            .await
-            .map_err(self.failed("GetProducts", format!("{instance_type} in {region}")))?;
-        on_demand_of(out.price_list()).map_err(|e| crate::Error::Aws {
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            self.count("GetProducts");
+            let page =
+                page.map_err(self.failed("GetProducts", format!("{instance_type} in {region}")))?;
+            documents.extend(page.price_list().iter().cloned());
+        }
+        on_demand_of(&documents).map_err(|e| crate::Error::Aws {
             operation: "GetProducts",
             resource: format!("{instance_type} in {region}"),
             code: None,

@@ -180,7 +180,7 @@ fn by_month(from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<(String, f64)> {
     let mut start = from;
     while start < to {
         let end = next_month(start).map_or(to, |n| n.min(to));
-        let hours = (end - start).num_milliseconds() as f64 / 3_600_000.0;
+        let hours = (end - start).to_std().unwrap_or_default().as_secs_f64() / 3600.0;
         out.push((month_of(start), hours));
         start = end;
     }
