@@ -204,6 +204,7 @@ async fn build_context(
     }
     let cloud = Arc::new(
         AwsCloudProvider::new(sdk.clone(), settings.aws.emulator_account.clone())
+            .with_pricing_region(settings.aws.pricing_region.clone())
             .with_fencing(cloud::Fencing {
                 leadership: leadership.clone(),
                 operation_timeout: aws_operation_timeout(&settings.leader_election),

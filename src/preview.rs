@@ -92,6 +92,7 @@ pub(crate) async fn read_only_context(mut settings: Settings) -> Result<Context>
     let sdk = cloud::load_sdk_config(&settings.aws).await;
     let cloud = Arc::new(
         AwsCloudProvider::new(sdk, settings.aws.emulator_account.clone())
+            .with_pricing_region(settings.aws.pricing_region.clone())
             .with_metrics(metrics.clone()),
     );
     Ok(Context::new(

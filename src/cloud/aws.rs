@@ -308,6 +308,10 @@ impl Cloud for AwsCloud {
         self.get_on_demand_price(instance_type).await
     }
 
+    fn price_list(&self) -> super::prices::PriceList {
+        self.clients.price_list.clone()
+    }
+
     async fn lifecycle_action(&self, call: &HookCall<'_>, step: HookCallKind) -> Result<bool> {
         let asg = &self.clients.autoscaling;
         let resource = format!("{}/{} ({})", call.asg, call.hook, call.instance_id);
@@ -430,6 +434,8 @@ fn describe_group(g: &aws_sdk_autoscaling::types::AutoScalingGroup) -> AsgDescri
 pub struct AwsCloudProvider {
     sdk: SdkConfig,
     emulator_account: Option<String>,
+    /// `aws.pricingRegion`: the Price List endpoint, when set.
+    pricing_region: Option<String>,
     fencing: Option<super::Fencing>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
     clouds: Mutex<HashMap<Option<String>, Arc<dyn Cloud>>>,
@@ -440,6 +446,7 @@ impl AwsCloudProvider {
         Self {
             sdk,
             emulator_account,
+            pricing_region: None,
             fencing: None,
             metrics: None,
             clouds: Mutex::new(HashMap::new()),
@@ -449,6 +456,13 @@ impl AwsCloudProvider {
     /// Fences every request by leadership and bounds each operation.
     pub fn with_fencing(mut self, fencing: super::Fencing) -> Self {
         self.fencing = Some(fencing);
+        self
+    }
+
+    /// Reads on-demand prices at this Price List endpoint region
+    /// (`aws.pricingRegion`) rather than the one that serves the region.
+    pub fn with_pricing_region(mut self, region: Option<String>) -> Self {
+        self.pricing_region = region;
         self
     }
 
@@ -475,10 +489,8 @@ impl CloudProvider for AwsCloudProvider {
                     None => self.sdk.clone(),
                 };
                 let account = self.emulator_account.as_deref();
-                let clients = match &self.fencing {
-                    Some(f) => AwsClients::fenced(&sdk, account, f),
-                    None => AwsClients::new(&sdk, account),
-                };
+                let pricing = self.pricing_region.as_deref();
+                let clients = AwsClients::build(&sdk, account, self.fencing.as_ref(), pricing);
                 let cloud = AwsCloud::new(clients);
                 let cloud: Arc<dyn Cloud> = Arc::new(match &self.metrics {
                     Some(m) => cloud.with_metrics(m.clone()),

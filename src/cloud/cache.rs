@@ -395,6 +395,10 @@ impl Cloud for CachedCloud {
         self.inner.on_demand_price(instance_type).await
     }
 
+    fn price_list(&self) -> super::prices::PriceList {
+        self.inner.price_list()
+    }
+
     async fn lifecycle_action(&self, call: &HookCall<'_>, step: HookCallKind) -> Result<bool> {
         let result = self.inner.lifecycle_action(call, step).await;
         if step == HookCallKind::Continue {

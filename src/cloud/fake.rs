@@ -24,6 +24,8 @@ struct State {
     next_errors: VecDeque<(&'static str, String)>,
     /// The types each spot price call asked for, in order.
     spot_asks: Vec<Vec<String>>,
+    /// The region's Price List, as set (default: us-east-1's, in USD).
+    price_list: Option<super::prices::PriceList>,
     next_id: u64,
 }
 
@@ -52,6 +54,11 @@ impl FakeCloud {
         self.lock()
             .on_demand_prices
             .insert(instance_type.to_string(), price);
+    }
+
+    /// Where the region's on-demand prices are read, as for `region`.
+    pub fn set_price_list_of(&self, region: &str) {
+        self.lock().price_list = Some(super::prices::price_list(region, None));
     }
 
     /// Adds an ASG with `instances` running spot instances launched at `launch_time`.
@@ -399,6 +406,11 @@ impl Cloud for FakeCloud {
     async fn on_demand_price(&self, instance_type: &str) -> Result<Option<f64>> {
         let state = self.enter("on_demand_price")?;
         Ok(state.on_demand_prices.get(instance_type).copied())
+    }
+
+    fn price_list(&self) -> super::prices::PriceList {
+        let set = self.lock().price_list.clone();
+        set.unwrap_or_else(|| super::prices::price_list("us-east-1", None))
     }
 
     /// No warm pools in this model.

@@ -264,10 +264,15 @@ pub trait Cloud: Send + Sync {
     /// The current spot prices of `types` (Linux) in every zone of this
     /// cloud's region, in one paginated DescribeSpotPriceHistory.
     async fn spot_prices(&self, types: &[String]) -> Result<Vec<prices::SpotPrice>>;
-    /// The on-demand price (US dollars an hour) of `instance_type` (Linux,
-    /// shared tenancy) in this cloud's region, from the Price List API;
-    /// None when it lists none.
+    /// The on-demand price (in [`Cloud::price_list`]'s currency, an hour)
+    /// of `instance_type` (Linux, shared tenancy) in this cloud's region,
+    /// from the Price List API; None when it lists none.
     async fn on_demand_price(&self, instance_type: &str) -> Result<Option<f64>>;
+    /// Where this cloud's region's on-demand prices are read, and in what
+    /// currency (no call).
+    fn price_list(&self) -> prices::PriceList {
+        prices::price_list("us-east-1", None)
+    }
 
     /// Extends (heartbeat) or completes with CONTINUE the lifecycle action
     /// `token` holding `instance_id`. False when no such action is waiting
@@ -335,6 +340,8 @@ pub struct AwsClients {
     pub ec2: aws_sdk_ec2::Client,
     /// The Price List API, at the endpoint region that serves this region.
     pub pricing: aws_sdk_pricing::Client,
+    /// Where that is, and the currency it quotes this region's prices in.
+    pub price_list: prices::PriceList,
 }
 
 /// How a throttled or failed AWS request is retried: within its step, with
@@ -385,20 +392,33 @@ pub struct Fencing {
 
 impl AwsClients {
     pub fn new(sdk: &SdkConfig, emulator_account: Option<&str>) -> Self {
-        Self::build(sdk, emulator_account, None)
+        Self::build(sdk, emulator_account, None, None)
     }
 
     /// The manager's clients: fenced by leadership, bounded in time.
     pub fn fenced(sdk: &SdkConfig, emulator_account: Option<&str>, fencing: &Fencing) -> Self {
-        Self::build(sdk, emulator_account, Some(fencing))
+        Self::build(sdk, emulator_account, Some(fencing), None)
     }
 
-    fn build(sdk: &SdkConfig, emulator_account: Option<&str>, fencing: Option<&Fencing>) -> Self {
+    /// The clients for `sdk`'s region; `pricing_region` (`aws.pricingRegion`)
+    /// names the Price List endpoint when set.
+    pub fn build(
+        sdk: &SdkConfig,
+        emulator_account: Option<&str>,
+        fencing: Option<&Fencing>,
+        pricing_region: Option<&str>,
+    ) -> Self {
         let mut asg = aws_sdk_autoscaling::config::Builder::from(sdk);
         let mut ec2 = aws_sdk_ec2::config::Builder::from(sdk);
         let region = sdk.region().map(|r| r.to_string()).unwrap_or_default();
-        let mut pricing = aws_sdk_pricing::config::Builder::from(sdk)
-            .region(aws_config::Region::new(prices::price_list_region(&region)));
+        let price_list = prices::price_list(&region, pricing_region);
+        // GovCloud's clients point at an endpoint never asked (no Price List).
+        let endpoint = match &price_list {
+            prices::PriceList::At { endpoint, .. } => endpoint.clone(),
+            prices::PriceList::Absent(_) => region.clone(),
+        };
+        let mut pricing =
+            aws_sdk_pricing::config::Builder::from(sdk).region(aws_config::Region::new(endpoint));
         if let Some(f) = fencing {
             let timeouts = aws_config::timeout::TimeoutConfig::builder()
                 .operation_timeout(f.operation_timeout)
@@ -429,6 +449,7 @@ impl AwsClients {
             autoscaling: aws_sdk_autoscaling::Client::from_conf(asg.build()),
             ec2: aws_sdk_ec2::Client::from_conf(ec2.build()),
             pricing: aws_sdk_pricing::Client::from_conf(pricing.build()),
+            price_list,
         }
     }
 }
@@ -443,6 +464,7 @@ mod tests {
             region: Some("ap-northeast-1".into()),
             endpoint: Some("http://127.0.0.1:1".into()),
             emulator_account: None,
+            pricing_region: None,
         })
         .await;
         let retry = sdk.retry_config().expect("a retry config");

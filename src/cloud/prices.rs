@@ -52,20 +52,78 @@ pub fn newest(
     latest.into_values().map(|(_, price)| price).collect()
 }
 
-/// The Price List API's endpoint region for `region`: it answers in
-/// us-east-1, eu-central-1 and ap-south-1 only, each for every region.
-pub fn price_list_region(region: &str) -> &'static str {
-    match region.split('-').next() {
-        Some("eu" | "me" | "af" | "il") => "eu-central-1",
-        Some("ap") => "ap-south-1",
-        _ => "us-east-1",
+/// Where a region's on-demand prices are read, and in what currency.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PriceList {
+    /// The Price List API at `endpoint` (a region name) lists the region's
+    /// prices in `currency`.
+    At {
+        endpoint: String,
+        currency: &'static str,
+    },
+    /// No Price List API serves the region: why, and what to do.
+    Absent(String),
+}
+
+impl PriceList {
+    pub fn currency(&self) -> &'static str {
+        match self {
+            PriceList::At { currency, .. } => currency,
+            PriceList::Absent(_) => "USD",
+        }
     }
 }
 
-/// The on-demand price (US dollars an hour) in one GetProducts document:
+/// Where `region`'s on-demand prices are read. `setting` (`aws.pricingRegion`)
+/// names the endpoint region outright. Otherwise, as Karpenter chooses
+/// (aws/karpenter-provider-aws, pkg/providers/pricing/pricing.go, NewAPI
+/// and UpdateOnDemandPricing, at 09303f32): China's regions read
+/// cn-northwest-1, whose prices are in CNY (onDemandPage there); GovCloud
+/// has no Price List API; the commercial regions read us-east-1,
+/// eu-central-1 or ap-south-1, each of which lists every commercial region.
+pub fn price_list(region: &str, setting: Option<&str>) -> PriceList {
+    let currency = if region.starts_with("cn-") {
+        "CNY"
+    } else {
+        "USD"
+    };
+    if let Some(endpoint) = setting {
+        return PriceList::At {
+            endpoint: endpoint.to_string(),
+            currency,
+        };
+    }
+    if region.starts_with("us-gov-") {
+        return PriceList::Absent(format!(
+            "AWS GovCloud (US) has no Price List API, so no on-demand price is read for {region}: \
+             its hours are counted, not priced. If the manager's credentials can reach a Price \
+             List endpoint that lists {region}, name that endpoint's region in aws.pricingRegion"
+        ));
+    }
+    let endpoint = match region.split('-').next() {
+        Some("cn") => "cn-northwest-1",
+        Some("eu" | "me" | "af" | "il") => "eu-central-1",
+        Some("ap") => "ap-south-1",
+        _ => "us-east-1",
+    };
+    PriceList::At {
+        endpoint: endpoint.to_string(),
+        currency,
+    }
+}
+
+/// An amount in `currency`: `$0.0416` in US dollars, `0.29 CNY` otherwise.
+pub fn money(currency: &str, amount: impl std::fmt::Display) -> String {
+    match currency {
+        "USD" => format!("${amount}"),
+        other => format!("{amount} {other}"),
+    }
+}
+
+/// The on-demand price (`currency` an hour) in one GetProducts document:
 /// a product and its terms, JSON in a string. None when it carries no
-/// hourly on-demand price in USD.
-pub fn on_demand_in_document(document: &str) -> Result<Option<f64>, String> {
+/// hourly on-demand price in that currency.
+pub fn on_demand_in_document(document: &str, currency: &str) -> Result<Option<f64>, String> {
     let doc: serde_json::Value = serde_json::from_str(document)
         .map_err(|e| format!("a Price List document that is not JSON: {e}"))?;
     let terms = doc["terms"]["OnDemand"].as_object();
@@ -75,7 +133,7 @@ pub fn on_demand_in_document(document: &str) -> Result<Option<f64>, String> {
         .filter_map(|term| term["priceDimensions"].as_object())
         .flat_map(|dims| dims.values())
         .filter(|dim| dim["unit"].as_str().is_some_and(|u| u.starts_with("Hr")))
-        .filter_map(|dim| dim["pricePerUnit"]["USD"].as_str()?.parse::<f64>().ok())
+        .filter_map(|dim| dim["pricePerUnit"][currency].as_str()?.parse::<f64>().ok())
         // A product with a free tier lists a 0.00 dimension beside its
         // price: the price is the highest.
         .fold(None, |max: Option<f64>, p| {
@@ -89,7 +147,7 @@ pub fn on_demand_in_document(document: &str) -> Result<Option<f64>, String> {
 /// SKU) is no price; products that disagree are refused rather than one
 /// taken at random: the filters did not narrow the answer to one product.
 /// Each refusal names the SKUs. None when no document carries a price.
-pub fn on_demand_of(documents: &[String]) -> Result<Option<f64>, String> {
+pub fn on_demand_of(documents: &[String], currency: &str) -> Result<Option<f64>, String> {
     let mut priced: Vec<(String, f64)> = vec![];
     let mut free = vec![];
     for document in documents {
@@ -97,7 +155,7 @@ pub fn on_demand_of(documents: &[String]) -> Result<Option<f64>, String> {
             .ok()
             .and_then(|d| d["product"]["sku"].as_str().map(String::from))
             .unwrap_or_else(|| "(no SKU)".into());
-        match on_demand_in_document(document)? {
+        match on_demand_in_document(document, currency)? {
             Some(price) if price > 0.0 => priced.push((sku, price)),
             Some(_) => free.push(sku),
             None => {}
@@ -107,7 +165,8 @@ pub fn on_demand_of(documents: &[String]) -> Result<Option<f64>, String> {
         return match free.is_empty() {
             true => Ok(None),
             false => Err(format!(
-                "the Price List's only on-demand price is $0 (SKU {}): not taken",
+                "the Price List's only on-demand price is {} (SKU {}): not taken",
+                money(currency, 0),
                 free.join(", ")
             )),
         };
@@ -115,7 +174,7 @@ pub fn on_demand_of(documents: &[String]) -> Result<Option<f64>, String> {
     if priced.iter().any(|(_, p)| (p - first).abs() > 1e-9) {
         let each: Vec<String> = priced
             .iter()
-            .map(|(sku, p)| format!("{sku} ${p}"))
+            .map(|(sku, p)| format!("{sku} {}", money(currency, p)))
             .collect();
         return Err(format!(
             "the Price List's products disagree ({}): none taken",
@@ -265,6 +324,8 @@ pub struct KnownPrices {
     /// Prices kept from an earlier read because reading them again failed:
     /// which, since when, and why, one line per cause.
     pub stale: Vec<String>,
+    /// The currency of every price (`USD`, `CNY` in China's regions).
+    pub currency: &'static str,
 }
 
 impl KnownPrices {
@@ -294,7 +355,11 @@ impl PriceBook {
         types: &BTreeSet<String>,
         now: DateTime<Utc>,
     ) -> KnownPrices {
-        let mut known = KnownPrices::default();
+        let price_list = cloud.price_list();
+        let mut known = KnownPrices {
+            currency: price_list.currency(),
+            ..Default::default()
+        };
         if types.is_empty() {
             return known;
         }
@@ -302,6 +367,11 @@ impl PriceBook {
         let _reading = lock.lock().await;
         self.spot_prices(cloud, region, types, now, &mut known)
             .await;
+        if let PriceList::Absent(why) = price_list {
+            // No call: there is nothing to read, and nothing to retry.
+            known.unknown.push(why);
+            return known;
+        }
         for instance_type in types {
             self.on_demand_price(cloud, region, instance_type, now, &mut known)
                 .await;
@@ -433,7 +503,7 @@ impl PriceBook {
                     region => format!(" in {region}"),
                 };
                 known.unknown.push(format!(
-                    "the Price List has no on-demand Linux price for {instance_type}{place}"
+                    "the Price List has no on-demand Linux price for {instance_type}{place} (a type not sold there, or a region this Price List endpoint does not list: aws.pricingRegion names another)"
                 ))
             }
             (None, Some(why)) => KnownPrices::say(&mut known.unknown, why),
@@ -463,7 +533,7 @@ mod tests {
     #[test]
     fn the_hourly_usd_price_is_read_from_a_price_list_document() {
         assert_eq!(
-            on_demand_in_document(&document("0.0416000000")),
+            on_demand_in_document(&document("0.0416000000"), "USD"),
             Ok(Some(0.0416))
         );
     }
@@ -477,19 +547,19 @@ mod tests {
     #[test]
     fn a_zero_price_or_products_that_disagree_are_refused_naming_their_skus() {
         let one = [product("A", "0.0416")];
-        assert_eq!(on_demand_of(&one), Ok(Some(0.0416)));
+        assert_eq!(on_demand_of(&one, "USD"), Ok(Some(0.0416)));
         let alike = [product("A", "0.0416"), product("B", "0.0416")];
-        assert_eq!(on_demand_of(&alike), Ok(Some(0.0416)));
+        assert_eq!(on_demand_of(&alike, "USD"), Ok(Some(0.0416)));
         // A capacity reservation's $0 beside the price: the price.
         let reserved = [product("R", "0.0000000000"), product("A", "0.0416")];
-        assert_eq!(on_demand_of(&reserved), Ok(Some(0.0416)));
+        assert_eq!(on_demand_of(&reserved, "USD"), Ok(Some(0.0416)));
         let only_free = [product("R", "0.0000000000")];
-        let refused = on_demand_of(&only_free).expect_err("refused");
+        let refused = on_demand_of(&only_free, "USD").expect_err("refused");
         assert!(refused.contains("$0 (SKU R)"), "{refused}");
         let disagree = [product("A", "0.0416"), product("C", "0.0832")];
-        let refused = on_demand_of(&disagree).expect_err("refused");
+        let refused = on_demand_of(&disagree, "USD").expect_err("refused");
         assert!(refused.contains("A $0.0416, C $0.0832"), "{refused}");
-        assert_eq!(on_demand_of(&[]), Ok(None));
+        assert_eq!(on_demand_of(&[], "USD"), Ok(None));
     }
 
     fn quote(zone: &str, dollars: f64, minute: Option<u32>) -> (SpotPrice, Option<DateTime<Utc>>) {
@@ -529,8 +599,8 @@ mod tests {
     #[test]
     fn a_document_without_an_on_demand_term_has_no_price() {
         let reserved = serde_json::json!({"product": {}, "terms": {"Reserved": {}}}).to_string();
-        assert_eq!(on_demand_in_document(&reserved), Ok(None));
-        assert!(on_demand_in_document("not json").is_err());
+        assert_eq!(on_demand_in_document(&reserved, "USD"), Ok(None));
+        assert!(on_demand_in_document("not json", "USD").is_err());
     }
 
     fn types(names: &[&str]) -> BTreeSet<String> {
@@ -553,6 +623,34 @@ mod tests {
         cloud.set_on_demand_price("m5.large", 0.096);
         cloud.set_on_demand_price("c5.large", 0.085);
         cloud
+    }
+
+    /// GovCloud: spot prices are read (EC2 answers there), on-demand ones
+    /// are not asked at all, and the reason says so with what to do; China:
+    /// read, and in yuan.
+    #[tokio::test]
+    async fn govcloud_is_said_without_a_call_and_china_reads_in_yuan() {
+        let cloud = priced();
+        cloud.set_price_list_of("us-gov-west-1");
+        let book = PriceBook::default();
+        let m5 = types(&["m5.large"]);
+        for m in [0, 30, 120] {
+            let known = book.prices(&cloud, "us-gov-west-1", &m5, min(m)).await;
+            assert!(known.on_demand.is_empty(), "{known:?}");
+            assert_eq!(known.unknown.len(), 1, "{known:?}");
+            assert!(known.unknown[0].contains("GovCloud"), "{known:?}");
+            assert_eq!(known.spot.len(), 1, "{known:?}");
+        }
+        assert_eq!(cloud.calls("on_demand_price"), 0);
+        let china = priced();
+        china.set_price_list_of("cn-north-1");
+        let known = book.prices(&china, "cn-north-1", &m5, min(0)).await;
+        assert_eq!(
+            (known.currency, known.on_demand["m5.large"]),
+            ("CNY", 0.096)
+        );
+        let usd = book.prices(&priced(), "us-east-1", &m5, min(0)).await;
+        assert_eq!(usd.currency, "USD");
     }
 
     #[tokio::test]
@@ -699,11 +797,55 @@ mod tests {
         assert_eq!(granted.on_demand["m5.large"], 0.096);
     }
 
+    fn at(endpoint: &str, currency: &'static str) -> PriceList {
+        PriceList::At {
+            endpoint: endpoint.into(),
+            currency,
+        }
+    }
+
+    /// As aws/karpenter-provider-aws chooses (pricing.go at 09303f32).
     #[test]
     fn each_region_asks_the_price_list_endpoint_that_serves_it() {
-        assert_eq!(price_list_region("ap-northeast-1"), "ap-south-1");
-        assert_eq!(price_list_region("eu-west-1"), "eu-central-1");
-        assert_eq!(price_list_region("us-west-2"), "us-east-1");
-        assert_eq!(price_list_region("sa-east-1"), "us-east-1");
+        assert_eq!(price_list("ap-northeast-1", None), at("ap-south-1", "USD"));
+        assert_eq!(price_list("eu-west-1", None), at("eu-central-1", "USD"));
+        assert_eq!(price_list("us-west-2", None), at("us-east-1", "USD"));
+        assert_eq!(price_list("sa-east-1", None), at("us-east-1", "USD"));
+        // China: its own endpoint, and its prices in yuan.
+        assert_eq!(price_list("cn-north-1", None), at("cn-northwest-1", "CNY"));
+        assert_eq!(
+            price_list("cn-northwest-1", None),
+            at("cn-northwest-1", "CNY")
+        );
+        // GovCloud: none, said with what to do.
+        let PriceList::Absent(why) = price_list("us-gov-west-1", None) else {
+            panic!("GovCloud has no Price List")
+        };
+        assert!(
+            why.contains("GovCloud") && why.contains("aws.pricingRegion"),
+            "{why}"
+        );
+        // The setting names the endpoint outright; the currency stays the
+        // region's.
+        let set = Some("us-east-1");
+        assert_eq!(price_list("us-gov-west-1", set), at("us-east-1", "USD"));
+        assert_eq!(
+            price_list("cn-north-1", Some("cn-north-1")),
+            at("cn-north-1", "CNY")
+        );
+    }
+
+    /// China's Price List quotes CNY (pricing.go's onDemandPage at
+    /// 09303f32): the price is read in the region's currency, and a USD
+    /// price is not taken for it.
+    #[test]
+    fn a_price_is_read_in_the_regions_currency() {
+        let yuan = document("0.0416").replace("\"USD\"", "\"CNY\"");
+        assert_eq!(
+            on_demand_of(std::slice::from_ref(&yuan), "CNY"),
+            Ok(Some(0.0416))
+        );
+        assert_eq!(on_demand_of(&[yuan], "USD"), Ok(None));
+        assert_eq!(on_demand_of(&[document("0.0416")], "CNY"), Ok(None));
     }
 }

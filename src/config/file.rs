@@ -92,6 +92,11 @@ pub struct FileAws {
     /// Test builds only: the emulator account to act in (a product build
     /// refuses it).
     pub emulator_account: Option<String>,
+    /// The region of the Price List API endpoint on-demand prices are read
+    /// at. Default: the one that serves the cluster's region (us-east-1,
+    /// eu-central-1 or ap-south-1; cn-northwest-1 in China; none in
+    /// GovCloud). docs/concepts/cost.md.
+    pub pricing_region: Option<String>,
 }
 
 /// The admin port.

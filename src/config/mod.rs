@@ -242,6 +242,8 @@ pub struct AwsSettings {
     pub region: Option<String>,
     pub endpoint: Option<String>,
     pub emulator_account: Option<String>,
+    /// The Price List endpoint region, when the user names one.
+    pub pricing_region: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -445,17 +447,23 @@ impl AwsSettings {
             region: args.aws_region.clone().or(file.region),
             endpoint: args.aws_endpoint.clone().or(file.endpoint),
             emulator_account: args.aws_emulator_account.clone().or(file.emulator_account),
+            pricing_region: file.pricing_region,
         };
-        if let Some(region) = &aws.region
-            && (region.is_empty()
-                || !region
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
-        {
-            return Err(ConfigError::new(
-                "aws.region",
-                format!("{region:?} is not a region name like ap-northeast-1"),
-            ));
+        for (key, region) in [
+            ("aws.region", &aws.region),
+            ("aws.pricingRegion", &aws.pricing_region),
+        ] {
+            if let Some(region) = region
+                && (region.is_empty()
+                    || !region
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+            {
+                return Err(ConfigError::new(
+                    key,
+                    format!("{region:?} is not a region name like ap-northeast-1"),
+                ));
+            }
         }
         if let Some(endpoint) = &aws.endpoint
             && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
@@ -677,6 +685,7 @@ mod tests {
             ("namespace: UPPER\n", "namespace"),
             ("resyncInterval: 0s\n", "resyncInterval"),
             ("aws:\n  region: Tokyo!\n", "aws.region"),
+            ("aws:\n  pricingRegion: us east\n", "aws.pricingRegion"),
             ("aws:\n  endpoint: 127.0.0.1:5000\n", "aws.endpoint"),
             ("aws:\n  emulatorAccount: '123'\n", "aws.emulatorAccount"),
             ("log:\n  format: xml\n", "log.format"),

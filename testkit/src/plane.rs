@@ -199,6 +199,7 @@ pub async fn binary_clients(
         region: Some(region.to_string()),
         endpoint: Some(endpoint.to_string()),
         emulator_account: None,
+        pricing_region: None,
     })
     .await;
     Ok((

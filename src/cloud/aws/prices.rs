@@ -106,11 +106,13 @@ impl AwsCloud {
                 page.map_err(self.failed("GetProducts", format!("{instance_type} in {region}")))?;
             documents.extend(page.price_list().iter().cloned());
         }
-        on_demand_of(&documents).map_err(|e| crate::Error::Aws {
-            operation: "GetProducts",
-            resource: format!("{instance_type} in {region}"),
-            code: None,
-            message: e,
+        on_demand_of(&documents, self.clients.price_list.currency()).map_err(|e| {
+            crate::Error::Aws {
+                operation: "GetProducts",
+                resource: format!("{instance_type} in {region}"),
+                code: None,
+                message: e,
+            }
         })
     }
 }

@@ -119,6 +119,7 @@ pub fn account(
     let Some(previous) = previous else {
         return CostRecord {
             month: month_of(now),
+            currency: currency_of(prices),
             since: now,
             accounted_until: now,
             ..Default::default()
@@ -154,8 +155,17 @@ pub fn account(
         next.unaccounted.drain(..over);
     }
     next.accounted_until = now;
-    next.savings = savings_text(&next.this_month);
+    next.currency = currency_of(prices);
+    next.savings = savings_text(&next.this_month, &next.currency);
     next
+}
+
+/// The prices' currency, US dollars unless they say otherwise.
+fn currency_of(prices: &KnownPrices) -> String {
+    match prices.currency {
+        "" => "USD".into(),
+        currency => currency.into(),
+    }
 }
 
 /// `YYYY-MM`, in UTC.
@@ -230,15 +240,16 @@ fn add(figures: &mut CostFigures, instance: &Running, hours: f64, prices: &Known
     figures.saving_dollars += hours * (on_demand - own);
 }
 
-/// `$12.34 (68%)`: the saving and its share of the on-demand equivalent.
-/// Marked partial while some of the month's hours are unpriced or
-/// unaccounted: the saving is then of part of them only.
-fn savings_text(f: &CostFigures) -> Option<String> {
+/// `$12.34 (68%)` (`12.34 CNY (68%)` in yuan): the saving and its share of
+/// the on-demand equivalent. Marked partial while some of the month's hours
+/// are unpriced or unaccounted: the saving is then of part of them only.
+fn savings_text(f: &CostFigures, currency: &str) -> Option<String> {
     (f.on_demand_equivalent_dollars > 0.0).then(|| {
         let share = 100.0 * f.saving_dollars / f.on_demand_equivalent_dollars;
         let partial = f.unpriced_instance_hours > 0.0 || f.unaccounted_hours > 0.0;
         let partial = if partial { ", partial" } else { "" };
-        format!("${:.2} ({share:.0}%{partial})", f.saving_dollars)
+        let saving = crate::cloud::prices::money(currency, format!("{:.2}", f.saving_dollars));
+        format!("{saving} ({share:.0}%{partial})")
     })
 }
 
@@ -455,6 +466,28 @@ mod tests {
         assert!(near(f.saving_dollars, 0.013925), "{f:?}");
         assert_eq!(record.total, record.this_month);
         assert_eq!(record.savings.as_deref(), Some("$0.01 (67%)"));
+    }
+
+    /// China's prices are in yuan: the record says so, and its saving is
+    /// written in it.
+    #[test]
+    fn a_record_in_yuan_says_its_currency() {
+        let yuan = KnownPrices {
+            currency: "CNY",
+            ..prices()
+        };
+        let start = account(None, &[], &yuan, at(28, 10, 0), EVERY);
+        assert_eq!(start.currency, "CNY");
+        let record = account(
+            Some(&start),
+            &[spot("us-east-1a")],
+            &yuan,
+            at(28, 10, 12),
+            EVERY,
+        );
+        let savings = record.savings.expect("a saving");
+        assert!(savings.starts_with("0.01 CNY ("), "{savings}");
+        assert_eq!(after(at(28, 10, 0), &[], at(28, 10, 5)).currency, "USD");
     }
 
     #[test]

@@ -23,6 +23,10 @@ pub struct CostRecord {
     /// year before is there to compare).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub months: Vec<MonthCost>,
+    /// The currency of every amount (the fields named `...Dollars`): `USD`,
+    /// or `CNY` in China's regions, as AWS quotes their prices.
+    #[serde(default = "usd")]
+    pub currency: String,
     /// When the record began.
     pub since: DateTime<Utc>,
     /// Up to when the instances have been accounted for.
@@ -38,6 +42,10 @@ pub struct CostRecord {
     /// the figures. The newest last; at most 12 kept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unaccounted: Vec<Unaccounted>,
+}
+
+fn usd() -> String {
+    "USD".into()
 }
 
 /// A span no accounting covered.
