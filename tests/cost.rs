@@ -5,6 +5,7 @@
 
 use snm_testkit as support;
 
+use spot_node_manager::crd::NodeGroup;
 use spot_node_manager::crd::condition::{COST_KNOWN, ConditionStatus, find};
 use spot_node_manager::crd::nodegroup::CostRecord;
 use std::collections::BTreeMap;
@@ -186,6 +187,87 @@ async fn on_demand_prices_denied_then_granted_are_read_within_minutes() {
         "priced {:.0} s after the grant",
         granted.elapsed().as_secs_f64()
     );
+}
+
+/// kops's ordinary layout, masters on one instance type and workers on
+/// another, in one region: after each group's first read, a steady stretch
+/// of syncs (each group accounting every 2 s) asks DescribeSpotPriceHistory
+/// nothing more; the next read is the hour's, for both types at once.
+/// Before, one type set per region, replaced by each caller's, re-read at
+/// every sync of each group.
+#[tokio::test]
+async fn two_groups_on_different_types_read_spot_prices_once_not_at_every_sync() {
+    let g = SteadyGroup::workers("cost-two-types")
+        .manager_config("costInterval: 2s\n")
+        .start()
+        .await;
+    let world = &g.world;
+    let masters = world.kops_group("master", &ZONES, 1, &[]).await;
+    world
+        .create_group(&support::refresh::group(
+            "masters",
+            "Master",
+            &masters.asgs,
+            3,
+        ))
+        .await;
+    // Both groups priced: each one's own types, in every zone it runs.
+    for (name, types) in [
+        ("workers", ["m5.large", "m5a.large"]),
+        ("masters", ["t3.medium", "t3a.medium"]),
+    ] {
+        assert_eventually(&format!("{name} priced"), WAIT, || async {
+            let groups: kube::Api<NodeGroup> = world.api();
+            let status = groups.get(name).await.ok()?.status?;
+            let known = find(&status.conditions, COST_KNOWN)?;
+            let priced = status
+                .auto_scaling_groups
+                .iter()
+                .filter(|a| a.spot_price.is_some())
+                .count();
+            let own = status
+                .nodes
+                .iter()
+                .filter(|n| {
+                    n.instance_type
+                        .as_deref()
+                        .is_some_and(|t| types.contains(&t))
+                })
+                .count();
+            (known.status == ConditionStatus::True && priced == 3 && own == 3).then_some(())
+        })
+        .await;
+    }
+    let reads = || async {
+        let actions = world.aws_actions().await;
+        actions
+            .iter()
+            .filter(|(_, a)| a == "DescribeSpotPriceHistory")
+            .count()
+    };
+    let first = reads().await;
+    // Each type set read once, in pages (the emulator's are of 5 entries:
+    // two types, three zones, the entry in force under each of two product
+    // descriptions is 12, so 3 pages): two reads at most.
+    assert!(
+        (1..=6).contains(&first),
+        "{first} requests for the first reads"
+    );
+    let accounted = |name: &'static str| async move {
+        world
+            .group_status(name)
+            .await
+            .cost
+            .map(|c| c.accounted_until)
+    };
+    let (workers_then, masters_then) = (accounted("workers").await, accounted("masters").await);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    // Both groups accounted again meanwhile (so their prices were asked).
+    assert!(accounted("workers").await > workers_then);
+    assert!(accounted("masters").await > masters_then);
+    let steady = reads().await - first;
+    eprintln!("spot price requests: {first} for the first reads, {steady} in 30 s after");
+    assert_eq!(steady, 0, "no read until the hour's");
 }
 
 /// Two products match every filter at different prices, the second on a

@@ -717,7 +717,22 @@ impl World {
 
 /// kops's spot MixedInstancesPolicy: `template` at `version`, two instance
 /// types, no on-demand.
+/// The instance types a kops spot group's ASG (`template`, named as its
+/// ASG) spreads over: the masters on their own types, as a kops cluster
+/// usually runs them (smaller than the workers'), so a cluster's groups ask
+/// for prices of different types.
+pub fn kops_types(template: &str) -> [&'static str; 2] {
+    match template.contains(".masters.") {
+        true => ["t3.medium", "t3a.medium"],
+        false => ["m5.large", "m5a.large"],
+    }
+}
+
 fn kops_policy(template: &str, version: &str) -> MixedInstancesPolicy {
+    let overrides = kops_types(template)
+        .into_iter()
+        .map(|t| LaunchTemplateOverrides::builder().instance_type(t).build())
+        .collect();
     MixedInstancesPolicy::builder()
         .launch_template(
             LaunchTemplate::builder()
@@ -727,16 +742,7 @@ fn kops_policy(template: &str, version: &str) -> MixedInstancesPolicy {
                         .version(version)
                         .build(),
                 )
-                .overrides(
-                    LaunchTemplateOverrides::builder()
-                        .instance_type("m5.large")
-                        .build(),
-                )
-                .overrides(
-                    LaunchTemplateOverrides::builder()
-                        .instance_type("m5a.large")
-                        .build(),
-                )
+                .set_overrides(Some(overrides))
                 .build(),
         )
         .instances_distribution(
