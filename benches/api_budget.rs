@@ -28,7 +28,10 @@
 //!
 //! Run: `cargo test --bench api_budget -- --bench` (3, 30 and 300 nodes,
 //! ~25 min; `BUDGET_SIZES=30` for one size, `BUDGET_SETTLE=60` to let a
-//! large group settle longer before the steady window).
+//! large group settle longer before the steady window). `BUDGET_MASTERS=1`
+//! adds kops's other group before the steady window: three masters on
+//! their own instance types (a second region-wide set of spot prices to
+//! read); `BUDGET_STEADY_ONLY=1` stops after the steady window.
 //! Under `cargo test` a quick run with 3 nodes, short windows and a fast
 //! simulated kubelet. Prints
 //! tables; asserts nothing about the figures.
@@ -129,6 +132,24 @@ async fn measure(nodes: usize, windows: &Windows) {
         .start()
         .await;
     let world = &steady.world;
+    let flag = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
+    let masters = flag("BUDGET_MASTERS");
+    if masters {
+        let kops = world.kops_group("master", &ZONES, 1, &[]).await;
+        world
+            .create_group(&group("masters", "Master", &kops.asgs, 3))
+            .await;
+        assert_eventually("the masters priced", RUN, || async {
+            let groups: Api<spot_node_manager::crd::NodeGroup> = world.api();
+            let status = groups.get("masters").await.ok()?.status?;
+            let priced = status
+                .auto_scaling_groups
+                .iter()
+                .filter(|a| a.spot_price.is_some());
+            (priced.count() == 3).then_some(())
+        })
+        .await;
+    }
 
     // Steady: settled first (the start's own sync; at 1,000 nodes the last
     // Nodes' own updates go on for a minute after all are Ready, and each
@@ -141,7 +162,11 @@ async fn measure(nodes: usize, windows: &Windows) {
     let (t0, before) = snapshot(&steady).await;
     tokio::time::sleep(windows.steady).await;
     let (t1, after) = snapshot(&steady).await;
-    report(nodes, "steady", &Rate::between(&before, &after, t1 - t0));
+    let phase = if masters { "steady+masters" } else { "steady" };
+    report(nodes, phase, &Rate::between(&before, &after, t1 - t0));
+    if flag("BUDGET_STEADY_ONLY") {
+        return;
+    }
 
     // Shortage: zone a has no capacity and loses a node.
     let short = steady.kops.asgs[0].clone();

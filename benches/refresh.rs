@@ -238,8 +238,8 @@ async fn measure(nodes: usize, surge: &'static str) -> Figures {
         per_node.values().max().copied().unwrap_or(0),
         nodes.saturating_sub(per_node.len())
     );
-    let workload = sample_web(&world);
-    let sampler = sample(&world, &kops.asgs, nodes as i32);
+    let workload = sample_web(&world).await;
+    let sampler = sample(&world, &kops.asgs, nodes as i32).await;
     let before: BTreeSet<String> = world
         .nodes()
         .await
@@ -269,8 +269,8 @@ async fn measure(nodes: usize, surge: &'static str) -> Figures {
     if throttle() > 0.0 {
         world.refuse_aws_share("Throttling", 0.0).await;
     }
-    let samples = sampler.stop();
-    let workload = workload.stop();
+    let samples = sampler.stop().await;
+    let workload = workload.stop().await;
     let ready = ready_watch.stop();
     let last = assert_run_succeeded(rf, &manager)
         .last_run
@@ -283,7 +283,7 @@ async fn measure(nodes: usize, surge: &'static str) -> Figures {
     let metric = |name: &str| support::metric(&metrics, name).unwrap_or(f64::NAN);
     let mean_replacement = metric("spot_node_manager_node_replacement_duration_seconds_sum")
         / metric("spot_node_manager_node_replacement_duration_seconds_count");
-    let surplus_minutes = samples.extra_instance_secs / 60.0;
+    let surplus_minutes = samples.extra_instance_secs() / 60.0;
     let timeline = timeline(
         last.started,
         last.finished.unwrap_or(last.started),
@@ -298,7 +298,7 @@ async fn measure(nodes: usize, surge: &'static str) -> Figures {
         bound: nodes as f64 * node_ready().as_secs_f64(),
         mean_replacement,
         surplus_minutes,
-        min_ready_pods: workload.min_ready.unwrap_or(0),
+        min_ready_pods: workload.min_ready(),
         pods,
         budget: budget(),
     }

@@ -164,6 +164,7 @@ async fn second_dead_master_waits_for_the_first_replacement(
         if world.terminations(std::slice::from_ref(&asg_b), &b).await > 0 {
             break replacement_ready;
         }
+        // checked: counted in said_why, asserted after the loop.
         if let Some((ConditionStatus::False, reason, message)) =
             support::cluster::repair_allowed(&world, &group_of(1)).await
             && reason == "OtherMastersNotReady"

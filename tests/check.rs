@@ -85,6 +85,7 @@ async fn check_passes_on_a_healthy_install_and_names_each_seeded_fault() {
         .collect();
     assert_eq!(asked, probed, "the AWS requests check made");
     let group_said = lines(&answer, &format!("group {ns}/workers"));
+    assert!(!group_said.is_empty(), "{answer:#}");
     assert!(
         group_said.iter().all(|(level, _)| *level != "fail"),
         "{group_said:?}"
@@ -159,6 +160,7 @@ async fn check_passes_on_a_healthy_install_and_names_each_seeded_fault() {
         vec![("ok", "allowed")]
     );
     let workers = lines(&answer, &format!("group {ns}/workers"));
+    assert!(!workers.is_empty(), "{answer:#}");
     assert!(
         workers.iter().all(|(level, _)| *level != "fail"),
         "{workers:?}"

@@ -27,7 +27,7 @@ async fn master_groups_with_the_same_schedule_never_replace_two_masters_at_once(
         .await;
     let (world, kops, manager) = (&g.world, &g.kops, &g.manager);
     let original = g.baseline().await.original;
-    let sampler = g.sample(3);
+    let sampler = g.sample(3).await;
     let cordons = Cordons::watch(world, &kops.asgs);
     // Due together, far enough ahead for a loaded machine's manager to
     // see all three first (a one-off time seen after it never fires).
@@ -43,9 +43,9 @@ async fn master_groups_with_the_same_schedule_never_replace_two_masters_at_once(
     // The three runs, due together, each replaced its master, one group's
     // master out at a time.
     each_replaced_one_never_two_out(world, manager, "masters", cordons).await;
-    let samples = sampler.stop();
+    let samples = sampler.stop().await;
     // Never two masters out: 3 masters, at least 2 Ready throughout.
-    assert_eq!(samples.min_ready, Some(2), "{samples:?}");
+    assert_eq!(samples.min_ready(), 2, "{samples:?}");
     let now_in_service = all_instances(world, &kops.asgs).await;
     assert!(now_in_service.is_disjoint(&original));
 }
@@ -122,16 +122,12 @@ async fn a_run_whose_window_closes_waits_with_its_surplus_then_resumes() {
     })
     .await;
     // It stays so: the surplus kept Ready, nothing else taken.
-    let sampler = g.sample(3);
+    let sampler = g.sample(3).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let samples = sampler.stop();
+    let samples = sampler.stop().await;
     assert_eq!(all_instances(world, &kops.asgs).await, held);
-    assert_eq!(
-        samples.min_ready,
-        Some(4),
-        "desired 3 + surplus 1: {samples:?}"
-    );
-    assert_eq!(samples.max_desired, 4, "{samples:?}");
+    assert_eq!(samples.min_ready(), 4, "desired 3 + surplus 1: {samples:?}");
+    assert_eq!(samples.max_desired(), 4, "{samples:?}");
     let still = refresher_status(world, "workers").await;
     assert_eq!(still.replaced, waiting.replaced);
     assert_eq!(still.run_start, waiting.run_start);

@@ -41,8 +41,8 @@ async fn after_kops_update_cluster_the_drifted_nodes_are_rolled_within_the_budge
     let Baseline { before, original } = g.baseline().await;
     drift_action(world, "Replace").await;
     let versions = TemplateVersions::watch(world, &kops.asgs);
-    let nodes = g.sample(3);
-    let web = sample_web(world);
+    let nodes = g.sample(3).await;
+    let web = sample_web(world).await;
 
     let updated = Instant::now();
     assert_eq!(world.kops_update_cluster(kops).await, [2, 2, 2]);
@@ -66,7 +66,7 @@ async fn after_kops_update_cluster_the_drifted_nodes_are_rolled_within_the_budge
     );
     let rf = run_finished(world, "workers").await;
     let took = detected.elapsed();
-    let (nodes, web) = (nodes.stop(), web.stop());
+    let (nodes, web) = (nodes.stop().await, web.stop().await);
     let status = assert_run_succeeded(rf, manager);
     let last = status.last_run.clone().expect("last run");
     assert_eq!((last.replaced, last.trigger), (3, Some(RunTrigger::Drift)));
@@ -78,9 +78,9 @@ async fn after_kops_update_cluster_the_drifted_nodes_are_rolled_within_the_budge
     // Never below 3 Ready, one surplus and one replacement launched ahead
     // at most; the workload never below its budget's floor (3 replicas,
     // maxUnavailable 1).
-    assert_eq!(nodes.min_ready, Some(3), "{nodes:?}");
-    assert_eq!(nodes.max_desired, 5, "{nodes:?}");
-    assert!(web.min_ready.is_some_and(|m| m >= 2), "{web:?}");
+    assert_eq!(nodes.min_ready(), 3, "{nodes:?}");
+    assert_eq!(nodes.max_desired(), 5, "{nodes:?}");
+    assert!(web.min_ready() >= 2, "{web:?}");
     settled(&g, &before).await;
     // Exactly the old nodes and the surplus terminated; what runs is on
     // version 2.
@@ -232,7 +232,7 @@ async fn a_node_marked_needs_update_is_rolled_alone() {
 async fn a_manager_killed_mid_drift_roll_resumes_it_and_terminates_each_node_once() {
     let g = three_workers("drift-roll-restart").await;
     let Baseline { before, original } = g.baseline_with_pods().await;
-    let sampler = g.sample(3);
+    let sampler = g.sample(3).await;
     let mut manager = g.manager;
     let (world, kops) = (&g.world, &g.kops);
     drift_action(world, "Replace").await;
@@ -260,17 +260,17 @@ async fn drifted_masters_are_rolled_one_at_a_time_without_surplus() {
     let refresh = serde_json::json!({"schedule": "0 0 1 1 *", "masterSettleTime": "2s", "readyTimeout": "60s"});
     let spec = serde_json::json!({"refresh": refresh, "drift": {"action": "Replace"}});
     world.patch_group("masters", spec).await;
-    let nodes = g.sample(3);
+    let nodes = g.sample(3).await;
     world.kops_update_cluster(kops).await;
     let rf = run_finished(world, "masters").await;
-    let nodes = nodes.stop();
+    let nodes = nodes.stop().await;
     let last = assert_run_succeeded(rf, manager)
         .last_run
         .expect("last run");
     assert_eq!((last.replaced, last.trigger), (3, Some(RunTrigger::Drift)));
     // One master out at a time, never an extra one.
-    assert_eq!(nodes.min_ready, Some(2), "{nodes:?}");
-    assert_eq!(nodes.max_desired, 3, "{nodes:?}");
+    assert_eq!(nodes.min_ready(), 2, "{nodes:?}");
+    assert_eq!(nodes.max_desired(), 3, "{nodes:?}");
     layout_back(world, &kops.asgs, &before).await;
     let gone = terminated_or_going(&instances_by_state(world).await);
     assert_eq!(gone, original, "exactly the old masters terminated");

@@ -450,7 +450,10 @@ async fn a_terminate_hook_holds_a_leaving_instance_until_completed_or_timed_out(
     // Without a heartbeat it goes at its timeout.
     terminate(ids[1].clone()).await;
     let held = Instant::now();
-    let _ = notice(ids[1].clone()).await;
+    // Its notice too: the timeout is of the action this notice announced.
+    let second = notice(ids[1].clone()).await;
+    assert_eq!(second["EC2InstanceId"], ids[1].as_str(), "{second}");
+    assert_eq!(second["LifecycleHookName"], "drain", "{second}");
     assert_eventually("timed out: terminated", WAIT, || async {
         (state_of(ids[1].clone()).await.is_none()).then_some(())
     })

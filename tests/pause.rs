@@ -124,7 +124,7 @@ async fn a_spot_loss_while_a_run_waits_is_replenished_at_once() {
     );
     // Replaced by raises elsewhere: the short ASG launched nothing.
     let now = world.asg_instances(&short).await;
-    assert!(now.iter().all(|id| !lost.contains(id)), "{now:?}");
+    assert!(!now.iter().any(|id| lost.contains(id)), "{now:?}");
 }
 
 /// Issue 54, hole 3: a run whose settings turn invalid midway (another

@@ -12,8 +12,10 @@ use spot_node_manager::cloud::aws::AwsCloud;
 use spot_node_manager::crd::replenisher::ReplenishPhase;
 use spot_node_manager::crd::{NodeGroup, Replenisher};
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{World, ZONES, assert_eventually};
+use support::coverage::{Coverage, Sampled, wait_after_end, wait_first};
+use support::{World, ZONES, assert_eventually, sample_checked};
 
 const WAIT: Duration = Duration::from_secs(90);
 const FAST: Duration = Duration::from_millis(300);
@@ -28,47 +30,76 @@ async fn ready_nodes(groups: &Api<NodeGroup>) -> Option<i32> {
 }
 
 /// Samples the group's ASGs every 100 ms until stopped: the highest summed
-/// desired count, and every instance id ever seen.
+/// desired count, and every instance id ever seen. Its figures hold only if
+/// it looked all through the period (`Coverage::assert_looked`).
 struct AsgSampler {
+    seen: Arc<Mutex<AsgSeen>>,
     stop: tokio_util::sync::CancellationToken,
-    task: tokio::task::JoinHandle<(i32, BTreeSet<String>)>,
+}
+
+#[derive(Default)]
+struct AsgSeen {
+    coverage: Coverage,
+    max_desired: i32,
+    instances: BTreeSet<String>,
+}
+
+impl Sampled for AsgSeen {
+    fn coverage(&mut self) -> &mut Coverage {
+        &mut self.coverage
+    }
 }
 
 impl AsgSampler {
-    fn start(world: &World, asgs: &[String]) -> AsgSampler {
+    /// Returns once the first sample is taken.
+    async fn start(world: &World, asgs: &[String]) -> AsgSampler {
         let stop = tokio_util::sync::CancellationToken::new();
         let client = world.aws.autoscaling.clone();
         let asgs = asgs.to_vec();
-        let token = stop.clone();
-        let task = tokio::spawn(async move {
-            let (mut max_desired, mut seen) = (0, BTreeSet::new());
+        let (token, seen) = (stop.clone(), Arc::new(Mutex::new(AsgSeen::default())));
+        let out = seen.clone();
+        tokio::spawn(async move {
             while !token.is_cancelled() {
-                if let Ok(out) = client
+                let read = client
                     .describe_auto_scaling_groups()
                     .set_auto_scaling_group_names(Some(asgs.clone()))
                     .send()
                     .await
+                    .map_err(|e| aws_sdk_autoscaling::error::DisplayErrorContext(&e).to_string());
                 {
-                    let groups = out.auto_scaling_groups();
-                    max_desired =
-                        max_desired.max(groups.iter().filter_map(|g| g.desired_capacity()).sum());
-                    seen.extend(
-                        groups
-                            .iter()
-                            .flat_map(|g| g.instances())
-                            .filter_map(|i| i.instance_id().map(str::to_string)),
-                    );
+                    let mut s = out.lock().expect("samples");
+                    match read {
+                        Ok(described) => {
+                            let groups = described.auto_scaling_groups();
+                            let desired = groups.iter().filter_map(|g| g.desired_capacity()).sum();
+                            s.max_desired = s.max_desired.max(desired);
+                            s.instances.extend(
+                                groups
+                                    .iter()
+                                    .flat_map(|g| g.instances())
+                                    .filter_map(|i| i.instance_id().map(str::to_string)),
+                            );
+                            s.coverage.sampled(Instant::now());
+                        }
+                        Err(e) => s.coverage.failed(e),
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            (max_desired, seen)
         });
-        AsgSampler { stop, task }
+        wait_first(&seen).await;
+        AsgSampler { seen, stop }
     }
 
+    /// (the highest summed desired count, every instance seen), once a
+    /// sample after the end is taken.
     async fn finish(self) -> (i32, BTreeSet<String>) {
+        wait_after_end(&self.seen).await;
         self.stop.cancel();
-        self.task.await.expect("sampler")
+        let s = self.seen.lock().expect("samples");
+        s.coverage
+            .assert_looked("the ASGs' desired counts and instances");
+        (s.max_desired, s.instances.clone())
     }
 }
 
@@ -102,7 +133,7 @@ async fn a_spot_loss_is_replaced_by_its_own_asg_and_the_manager_orders_nothing()
     let (manager, _config) = world.start_manager(&[]);
     steady(&world, &groups, 3).await;
     let original = world.asg_snapshot(&kops.asgs).await;
-    let sampler = AsgSampler::start(&world, &kops.asgs);
+    let sampler = AsgSampler::start(&world, &kops.asgs).await;
 
     // EC2 reclaims one worker, without warning.
     let lost = world.asg_instances(&kops.asgs[0]).await.remove(0);
@@ -179,7 +210,7 @@ async fn an_az_shortage_costs_one_raise_per_lost_node_and_the_layout_comes_back(
     let calls_before = aws_calls(&manager).await;
     tokio::time::sleep(Duration::from_secs(20)).await;
     let steady_per_min = (aws_calls(&manager).await - calls_before) * 3.0;
-    let sampler = AsgSampler::start(&world, &kops.asgs);
+    let sampler = AsgSampler::start(&world, &kops.asgs).await;
 
     // Spot capacity runs out in zone a, and its node is reclaimed.
     world.tag_asg(&short, NO_CAPACITY, "true").await;
@@ -396,8 +427,11 @@ async fn a_never_joined_instance_at_min_is_replaced_with_backoff_and_never_block
             .describe_instances(std::slice::from_ref(id))
             .await
             .expect("describe");
+        let [described] = described.as_slice() else {
+            panic!("{id} described once: {described:?}")
+        };
         assert!(
-            described.iter().all(|i| i.state != "running"),
+            described.state != "running",
             "{id} is left running: {described:?}"
         );
     }
@@ -529,18 +563,24 @@ async fn dry_run_plans_and_logs_but_mutates_nothing() {
     .await;
     // For 3 s, while it keeps planning the raise: never recorded as done.
     let rp: Api<Replenisher> = world.api();
-    let watching = Instant::now();
-    while watching.elapsed() < Duration::from_secs(3) {
-        if let Some(status) = rp.get("workers").await.ok().and_then(|r| r.status) {
+    // Every read must succeed: one that fails checked nothing.
+    sample_checked(
+        "no raise recorded",
+        60,
+        60,
+        Duration::from_millis(50),
+        || async {
+            let status = rp.get("workers").await.ok()?.status?;
             assert!(
                 status.raised.is_empty() && status.raising.is_empty(),
                 "a raise recorded in a dry run: raised {:?}, raising {:?}",
                 status.raised,
                 status.raising
             );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            Some(())
+        },
+    )
+    .await;
     assert_eq!(
         world.asg_snapshot(&kops.asgs).await,
         before,

@@ -92,6 +92,7 @@ async fn a_master_runs_the_static_control_plane_pods_ready_after_a_delay() {
         (items.len() == 2).then_some(items)
     })
     .await;
+    assert_eq!(created.len(), 2, "{created:?}");
     let mut names: Vec<String> = created
         .iter()
         .filter_map(|p| p.metadata.name.clone())

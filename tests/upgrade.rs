@@ -48,7 +48,7 @@ async fn a_refresh_started_by_the_previous_release_is_finished_by_this_one() {
     let original = all_instances(world, &kops.asgs).await;
     // Pods make each drain take two steps, so the run is caught mid-drain.
     pods_on(world, &node_names(world, &original).await).await;
-    let sampler = sample(world, &kops.asgs, 3);
+    let sampler = sample(world, &kops.asgs, 3).await;
     schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
 
     // The old release: killed (as a Deployment's rollout would, at worst)

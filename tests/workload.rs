@@ -42,7 +42,7 @@ async fn a_refresh_keeps_the_workload_within_its_budget_and_moves_every_pod() {
     })
     .await;
     // The budget is computed by the disruption controller before the run.
-    let sampler = sample_web(world);
+    let sampler = sample_web(world).await;
 
     schedule_refresh(world, "workers", serde_json::json!({"surplusNodes": 1})).await;
     let rf = run_finished(world, "workers").await;
@@ -55,7 +55,7 @@ async fn a_refresh_keeps_the_workload_within_its_budget_and_moves_every_pod() {
             .then_some(ready)
     })
     .await;
-    let samples = sampler.stop();
+    let samples = sampler.stop().await;
     // Drains left the agents alone (a drain that waited on them would have
     // timed out and failed the run), and the new nodes have theirs.
     let new_nodes: BTreeSet<String> = after.iter().map(|(_, n)| n.clone()).collect();
@@ -65,17 +65,17 @@ async fn a_refresh_keeps_the_workload_within_its_budget_and_moves_every_pod() {
     })
     .await;
     println!(
-        "FIGURES workload: min Ready pods {:?} of {REPLICAS} (budget floor {}), {} samples",
-        samples.min_ready,
+        "FIGURES workload: min Ready pods {} of {REPLICAS} (budget floor {}), {} samples",
+        samples.min_ready(),
         REPLICAS - 1,
-        samples.count
+        samples.count()
     );
-    assert!(samples.count > 20, "too few samples: {samples:?}");
     assert!(
-        samples.min_ready >= Some(REPLICAS - 1),
+        samples.min_ready() >= REPLICAS - 1,
         "Ready pods fell below the budget's floor: {samples:?}"
     );
     let moved: Vec<&String> = before.iter().map(|(pod, _)| pod).collect();
+    assert!(!moved.is_empty(), "no pod before the run: {before:?}");
     assert!(
         moved.iter().all(|p| !after.iter().any(|(q, _)| q == *p)),
         "every original pod was evicted and recreated: before {before:?}, after {after:?}"
@@ -159,7 +159,7 @@ async fn replenishing_a_lost_node_and_scaling_back_in_keeps_the_workload_within_
     // From here on every disruption is ours: the capacity returns, the short
     // ASG launches its own node again, and the replenisher drains and removes
     // the one it raised, explicitly, within the budget.
-    let sampler = sample_web(&world);
+    let sampler = sample_web(&world).await;
     world.untag_asg(&short, NO_CAPACITY, "true").await;
     assert_eventually("scaled back in to the original layout", RUN, || async {
         let layout = world.asg_snapshot(&kops.asgs).await;
@@ -170,16 +170,15 @@ async fn replenishing_a_lost_node_and_scaling_back_in_keeps_the_workload_within_
     })
     .await;
     assert_eventually("steady again", WAIT, steady).await;
-    let samples = sampler.stop();
+    let samples = sampler.stop().await;
     println!(
-        "FIGURES workload through the scale-in: min Ready pods {:?} of {REPLICAS} (budget floor {}), {} samples",
-        samples.min_ready,
+        "FIGURES workload through the scale-in: min Ready pods {} of {REPLICAS} (budget floor {}), {} samples",
+        samples.min_ready(),
         REPLICAS - 1,
-        samples.count
+        samples.count()
     );
-    assert!(samples.count > 10, "too few samples: {samples:?}");
     assert!(
-        samples.min_ready >= Some(REPLICAS - 1),
+        samples.min_ready() >= REPLICAS - 1,
         "Ready pods fell below the budget's floor: {samples:?}"
     );
     assert!(manager.child_alive(), "{}", manager.logs());
@@ -211,15 +210,15 @@ async fn a_budget_that_allows_nothing_fails_the_refresh_cleanly_and_nothing_is_e
     let before = world.asg_snapshot(&kops.asgs).await;
     deploy_web(world, REPLICAS as i32, 0).await;
     let pods_before = assert_web_ready(world, REPLICAS).await;
-    let sampler = sample_web(world);
+    let sampler = sample_web(world).await;
     let last = refresh_given_up(world).await;
-    let samples = sampler.stop();
+    let samples = sampler.stop().await;
     let reason = last.reason.unwrap_or_default();
     assert!(reason.contains("timed out"), "{reason}");
     // It says which budget held it, in the apiserver's words.
     assert!(reason.contains("disruption budget web"), "{reason}");
     // Nothing evicted against the budget: the same pods, all Ready throughout.
-    assert_eq!(samples.min_ready, Some(REPLICAS), "{samples:?}");
+    assert_eq!(samples.min_ready(), REPLICAS, "{samples:?}");
     let pods_after = ready_web_pods(world).await;
     assert_eq!(pods_after, pods_before);
     // Cleanly: the node given up on is back in service, the surplus gone, the
@@ -510,8 +509,8 @@ async fn a_refresh_with_max_surge(max_surge: i32) -> usize {
     let pods = 12;
     deploy_web(world, pods as i32, 1).await;
     assert_web_ready(world, pods).await;
-    let web = sample_web(world);
-    let nodes = sample(world, &kops.asgs, 6);
+    let web = sample_web(world).await;
+    let nodes = sample(world, &kops.asgs, 6).await;
     // The budget paces maxSurge drains one pod at a time, each waiting for
     // the pod before it to be Ready elsewhere: on a loaded machine that
     // outlasts the tests' usual 30 s drain timeout, which is not what is
@@ -523,18 +522,18 @@ async fn a_refresh_with_max_surge(max_surge: i32) -> usize {
     )
     .await;
     let rf = run_finished(world, "workers").await;
-    let (nodes, web) = (nodes.stop(), web.stop());
+    let (nodes, web) = (nodes.stop().await, web.stop().await);
     let last = assert_run_succeeded(rf, manager)
         .last_run
         .expect("last run");
     assert_eq!(last.replaced, 6);
     // Never below 6 Ready; besides the surplus, maxSurge replacements
     // launched ahead at once, never more.
-    assert_eq!(nodes.min_ready, Some(6), "{nodes:?}");
-    assert_eq!(nodes.max_desired, 6 + 1 + max_surge, "{nodes:?}");
-    assert!(nodes.max_cordoned <= max_surge as usize, "{nodes:?}");
+    assert_eq!(nodes.min_ready(), 6, "{nodes:?}");
+    assert_eq!(nodes.max_desired(), 6 + 1 + max_surge, "{nodes:?}");
+    assert!(nodes.max_cordoned() <= max_surge as usize, "{nodes:?}");
     // The budget held throughout: at most one pod unavailable.
-    assert!(web.min_ready.is_some_and(|m| m + 1 >= pods), "{web:?}");
+    assert!(web.min_ready() + 1 >= pods, "{web:?}");
     // Every old node gone, each once, with the surplus; nothing launched
     // ahead left behind: the layout is back.
     layout_back(world, &kops.asgs, &before).await;
@@ -545,7 +544,7 @@ async fn a_refresh_with_max_surge(max_surge: i32) -> usize {
         7,
         "six old nodes and the surplus: {terminated:?}"
     );
-    nodes.max_cordoned
+    nodes.max_cordoned()
 }
 
 /// maxSurge 2 under a budget that allows one eviction at a time.

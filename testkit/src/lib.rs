@@ -13,6 +13,7 @@
 //! Tests use it as `use snm_testkit as support;`.
 
 pub mod cluster;
+pub mod coverage;
 pub mod interruption;
 pub mod kops;
 pub mod kops_rolling;

@@ -2,6 +2,7 @@
 //! refresh due in seconds, a sampler of Ready nodes and capacity, and
 //! instance accounting in moto.
 
+use crate::coverage::{Coverage, Sampled, wait_after_end, wait_first};
 use crate::sim::SIM_ACCOUNT_LABEL;
 use crate::{World, assert_eventually};
 use chrono::{Datelike, Timelike, Utc};
@@ -164,18 +165,58 @@ pub async fn ready_count(groups: &Api<NodeGroup>, name: &str) -> Option<i32> {
     groups.get(name).await.ok()?.status?.ready_nodes
 }
 
-/// What a sampler saw while a refresh ran.
+/// What a sampler saw while a refresh ran. Its figures are read through
+/// methods that first assert the sampler looked all through the period
+/// ([`Coverage::assert_looked`]): a minimum over one sample, or over none,
+/// proves nothing.
 #[derive(Debug, Default, Clone)]
 pub struct Samples {
-    pub count: usize,
+    coverage: Coverage,
     /// Fewest Nodes Ready whose instance was in service in one of the ASGs.
-    pub min_ready: Option<i32>,
+    min_ready: Option<i32>,
     /// Most desired capacity summed over the ASGs.
-    pub max_desired: i32,
+    max_desired: i32,
     /// Instance-seconds above `baseline` instances (the surplus used).
-    pub extra_instance_secs: f64,
+    extra_instance_secs: f64,
     /// Most Nodes of in-service instances cordoned at once (being drained).
-    pub max_cordoned: usize,
+    max_cordoned: usize,
+}
+
+impl Sampled for Samples {
+    fn coverage(&mut self) -> &mut Coverage {
+        &mut self.coverage
+    }
+}
+
+impl Samples {
+    /// The fewest Ready nodes of in-service instances seen at once.
+    pub fn min_ready(&self) -> i32 {
+        self.coverage.assert_looked("Ready nodes");
+        self.min_ready.unwrap_or_default()
+    }
+
+    /// The most desired capacity (summed over the ASGs) seen.
+    pub fn max_desired(&self) -> i32 {
+        self.coverage.assert_looked("desired capacity");
+        self.max_desired
+    }
+
+    /// Instance-seconds above the baseline.
+    pub fn extra_instance_secs(&self) -> f64 {
+        self.coverage.assert_looked("instances above the baseline");
+        self.extra_instance_secs
+    }
+
+    /// The most cordoned nodes of in-service instances seen at once.
+    pub fn max_cordoned(&self) -> usize {
+        self.coverage.assert_looked("cordoned nodes");
+        self.max_cordoned
+    }
+
+    /// Samples taken.
+    pub fn count(&self) -> usize {
+        self.coverage.count
+    }
 }
 
 /// Samples, every 250 ms, the Ready Nodes whose instance is InService in the
@@ -188,14 +229,18 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    pub fn stop(self) -> Samples {
+    /// Ends the period, waits for a sample after it, and stops.
+    pub async fn stop(self) -> Samples {
+        wait_after_end(&self.samples).await;
         self.task.abort();
         self.samples.lock().expect("samples").clone()
     }
 }
 
-/// `baseline`: the instance count the group has outside a run.
-pub fn sample(world: &World, asgs: &[String], baseline: i32) -> Sampler {
+/// `baseline`: the instance count the group has outside a run. Returns
+/// once the first sample is taken, so it precedes what the caller does
+/// next.
+pub async fn sample(world: &World, asgs: &[String], baseline: i32) -> Sampler {
     let samples = Arc::new(Mutex::new(Samples::default()));
     let nodes: Api<Node> = Api::all(world.client.clone());
     let autoscaling = world.aws.autoscaling.clone();
@@ -211,60 +256,76 @@ pub fn sample(world: &World, asgs: &[String], baseline: i32) -> Sampler {
                 .send()
                 .await;
             let listed = nodes.list(&ListParams::default().labels(&selector)).await;
-            if let (Ok(described), Ok(listed)) = (described, listed) {
-                // Members not on their way out: a Node whose instance the ASG
-                // still calls Pending serves pods all the same, and under a
-                // loaded emulator Pending can outlast the Node's Ready.
-                let in_service: BTreeSet<String> = described
-                    .auto_scaling_groups()
-                    .iter()
-                    .flat_map(|g| g.instances())
-                    .filter(|i| {
-                        i.lifecycle_state().is_some_and(|s| {
-                            s.as_str() == "InService" || s.as_str().starts_with("Pending")
-                        })
+            let (described, listed) = match (described, listed) {
+                (Ok(d), Ok(l)) => (d, l),
+                (described, listed) => {
+                    let why = match (described, listed) {
+                        (Err(e), _) => {
+                            aws_sdk_autoscaling::error::DisplayErrorContext(&e).to_string()
+                        }
+                        (_, Err(e)) => e.to_string(),
+                        _ => String::new(),
+                    };
+                    out.lock().expect("samples").coverage.failed(why);
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    continue;
+                }
+            };
+            // Members not on their way out: a Node whose instance the ASG
+            // still calls Pending serves pods all the same, and under a
+            // loaded emulator Pending can outlast the Node's Ready.
+            let in_service: BTreeSet<String> = described
+                .auto_scaling_groups()
+                .iter()
+                .flat_map(|g| g.instances())
+                .filter(|i| {
+                    i.lifecycle_state().is_some_and(|s| {
+                        s.as_str() == "InService" || s.as_str().starts_with("Pending")
                     })
-                    .filter_map(|i| i.instance_id().map(str::to_string))
-                    .collect();
-                let desired: i32 = described
-                    .auto_scaling_groups()
-                    .iter()
-                    .map(|g| g.desired_capacity().unwrap_or(0))
-                    .sum();
-                let ready = listed
-                    .items
-                    .iter()
-                    .filter(|n| is_ready(n))
-                    .filter(|n| instance_of(n).is_some_and(|i| in_service.contains(&i)))
-                    .count() as i32;
-                let cordoned = listed
-                    .items
-                    .iter()
-                    .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
-                    .filter(|n| instance_of(n).is_some_and(|i| in_service.contains(&i)))
-                    .count();
-                let active = described
-                    .auto_scaling_groups()
-                    .iter()
-                    .flat_map(|g| g.instances())
-                    .filter(|i| {
-                        i.lifecycle_state()
-                            .is_some_and(|s| !s.as_str().starts_with("Terminat"))
-                    })
-                    .count() as i32;
-                let now = Instant::now();
+                })
+                .filter_map(|i| i.instance_id().map(str::to_string))
+                .collect();
+            let desired: i32 = described
+                .auto_scaling_groups()
+                .iter()
+                .map(|g| g.desired_capacity().unwrap_or(0))
+                .sum();
+            let ready = listed
+                .items
+                .iter()
+                .filter(|n| is_ready(n))
+                .filter(|n| instance_of(n).is_some_and(|i| in_service.contains(&i)))
+                .count() as i32;
+            let cordoned = listed
+                .items
+                .iter()
+                .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+                .filter(|n| instance_of(n).is_some_and(|i| in_service.contains(&i)))
+                .count();
+            let active = described
+                .auto_scaling_groups()
+                .iter()
+                .flat_map(|g| g.instances())
+                .filter(|i| {
+                    i.lifecycle_state()
+                        .is_some_and(|s| !s.as_str().starts_with("Terminat"))
+                })
+                .count() as i32;
+            let now = Instant::now();
+            {
                 let mut s = out.lock().expect("samples");
                 s.extra_instance_secs +=
                     f64::from((active - baseline).max(0)) * (now - last).as_secs_f64();
-                last = now;
-                s.count += 1;
+                s.coverage.sampled(now);
                 s.min_ready = Some(s.min_ready.map_or(ready, |m| m.min(ready)));
                 s.max_desired = s.max_desired.max(desired);
                 s.max_cordoned = s.max_cordoned.max(cordoned);
             }
+            last = now;
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     });
+    wait_first(&samples).await;
     Sampler { samples, task }
 }
 
@@ -481,12 +542,12 @@ pub async fn assert_taken_over_run_finished(
     before: &[(String, i32, Vec<String>)],
 ) {
     let rf = run_finished(world, "workers").await;
-    let samples = sampler.stop();
+    let samples = sampler.stop().await;
     let last = assert_run_succeeded(rf, manager)
         .last_run
         .expect("last run");
     assert_eq!(last.replaced, 3, "every old node replaced, once");
-    assert_eq!(samples.min_ready, Some(3), "{samples:?}");
+    assert_eq!(samples.min_ready(), 3, "{samples:?}");
     let terminated = terminated_instances(world).await;
     assert!(original.is_subset(&terminated), "{terminated:?}");
     assert_eq!(

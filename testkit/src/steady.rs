@@ -59,9 +59,9 @@ impl SteadyGroup {
     }
 
     /// A sampler of Ready nodes and capacity over the group's ASGs, with
-    /// `baseline` instances outside a run.
-    pub fn sample(&self, baseline: i32) -> crate::refresh::Sampler {
-        crate::refresh::sample(&self.world, &self.kops.asgs, baseline)
+    /// `baseline` instances outside a run, once it has its first sample.
+    pub async fn sample(&self, baseline: i32) -> crate::refresh::Sampler {
+        crate::refresh::sample(&self.world, &self.kops.asgs, baseline).await
     }
 
     /// Group `name`'s status once `holds` (within [`RUN`]).

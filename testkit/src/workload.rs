@@ -2,6 +2,7 @@
 //! run by the real controllers and scheduler and the simulated kubelet, and a
 //! sampler of its Ready pods (what a user cares about while nodes change).
 
+use crate::coverage::{Coverage, Sampled, wait_after_end, wait_first};
 use crate::sim::SIM_ACCOUNT_LABEL;
 use crate::world::World;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -10,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub const APP: &str = "web";
 
@@ -73,8 +74,12 @@ async fn ready_in(pods: &Api<Pod>) -> Vec<(String, String)> {
     else {
         return vec![];
     };
-    list.items
-        .iter()
+    ready_of(&list.items)
+}
+
+/// The Ready pods among `pods`, each with its node.
+fn ready_of(pods: &[Pod]) -> Vec<(String, String)> {
+    pods.iter()
         .filter(|p| spot_node_manager::k8s::control_plane::is_pod_ready(p))
         .map(|p| {
             let node = p
@@ -87,14 +92,34 @@ async fn ready_in(pods: &Api<Pod>) -> Vec<(String, String)> {
         .collect()
 }
 
-/// What a pod sampler saw.
+/// What a pod sampler saw; its minimum is read through a method that first
+/// asserts the sampler looked all through the period.
 #[derive(Debug, Default, Clone)]
 pub struct PodSamples {
-    pub count: usize,
-    pub min_ready: Option<usize>,
+    coverage: Coverage,
+    min_ready: Option<usize>,
     /// Every pod seen Ready, and every node one ran on.
     pub pods: BTreeSet<String>,
     pub nodes: BTreeSet<String>,
+}
+
+impl Sampled for PodSamples {
+    fn coverage(&mut self) -> &mut Coverage {
+        &mut self.coverage
+    }
+}
+
+impl PodSamples {
+    /// The fewest Ready pods of the workload seen at once.
+    pub fn min_ready(&self) -> usize {
+        self.coverage.assert_looked("Ready pods");
+        self.min_ready.unwrap_or_default()
+    }
+
+    /// Samples taken.
+    pub fn count(&self) -> usize {
+        self.coverage.count
+    }
 }
 
 pub struct PodSampler {
@@ -103,32 +128,44 @@ pub struct PodSampler {
 }
 
 impl PodSampler {
-    pub fn stop(self) -> PodSamples {
+    /// Ends the period, waits for a sample after it, and stops.
+    pub async fn stop(self) -> PodSamples {
+        wait_after_end(&self.samples).await;
         self.stop.cancel();
         self.samples.lock().map(|s| s.clone()).unwrap_or_default()
     }
 }
 
-/// Samples the workload's Ready pods every 250 ms until stopped.
-pub fn sample_web(world: &World) -> PodSampler {
+/// Samples the workload's Ready pods every 250 ms until stopped; returns
+/// once the first sample is taken.
+pub async fn sample_web(world: &World) -> PodSampler {
     let stop = tokio_util::sync::CancellationToken::new();
     let samples = Arc::new(Mutex::new(PodSamples::default()));
     let pods: Api<Pod> = world.api();
     let (token, out) = (stop.clone(), samples.clone());
     tokio::spawn(async move {
         while !token.is_cancelled() {
-            let ready = ready_in(&pods).await;
+            let read = pods
+                .list(&ListParams::default().labels(&format!("app={APP}")))
+                .await;
             if let Ok(mut s) = out.lock() {
-                s.count += 1;
-                s.min_ready = Some(s.min_ready.map_or(ready.len(), |m| m.min(ready.len())));
-                for (pod, node) in ready {
-                    s.pods.insert(pod);
-                    s.nodes.insert(node);
+                match read {
+                    Ok(list) => {
+                        let ready = ready_of(&list.items);
+                        s.coverage.sampled(Instant::now());
+                        s.min_ready = Some(s.min_ready.map_or(ready.len(), |m| m.min(ready.len())));
+                        for (pod, node) in ready {
+                            s.pods.insert(pod);
+                            s.nodes.insert(node);
+                        }
+                    }
+                    Err(e) => s.coverage.failed(e),
                 }
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     });
+    wait_first(&samples).await;
     PodSampler { stop, samples }
 }
 

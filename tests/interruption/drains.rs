@@ -12,7 +12,7 @@ async fn a_warned_node_is_drained_by_its_deadline_within_the_budget() {
     deploy_web(world, 6, 1).await;
     assert_web_ready(world, 6).await;
     let victim = node_with_web_pods(world, 1).await;
-    let sampler = sample_web(world);
+    let sampler = sample_web(world).await;
     queue.send(&spot_warning(&victim, Utc::now())).await;
     let nodes: Api<Node> = Api::all(world.client.clone());
     let marked_node = assert_eventually("the node marked", WAIT, || marked(&nodes, &victim)).await;
@@ -29,8 +29,8 @@ async fn a_warned_node_is_drained_by_its_deadline_within_the_budget() {
         (pods.len() == 6 && pods.iter().all(|(_, node)| *node != victim)).then_some(())
     })
     .await;
-    let samples = sampler.stop();
-    assert!(samples.min_ready >= Some(5), "{samples:?}");
+    let samples = sampler.stop().await;
+    assert!(samples.min_ready() >= 5, "{samples:?}");
     assert_event(world, "InterruptionDrained").await;
     assert!(steady.manager.child_alive(), "{}", steady.manager.logs());
 }
@@ -52,7 +52,7 @@ async fn what_a_budget_holds_past_the_deadline_is_named_and_not_evicted() {
         .filter(|(_, node)| *node == victim)
         .map(|(pod, _)| pod)
         .collect();
-    let sampler = sample_web(world);
+    let sampler = sample_web(world).await;
     queue.send(&spot_warning(&victim, Utc::now())).await;
     let nodes: Api<Node> = Api::all(world.client.clone());
     let marked_node = assert_eventually("the node marked", WAIT, || marked(&nodes, &victim)).await;
@@ -64,8 +64,8 @@ async fn what_a_budget_holds_past_the_deadline_is_named_and_not_evicted() {
     .await;
     assert!(drained >= record.deadline, "{drained} before {record:?}");
     // Nothing evicted against the budget; the Event names what was left.
-    let samples = sampler.stop();
-    assert_eq!(samples.min_ready, Some(6), "{samples:?}");
+    let samples = sampler.stop().await;
+    assert_eq!(samples.min_ready(), 6, "{samples:?}");
     let events: Api<k8s_openapi::api::events::v1::Event> = world.api();
     let note = assert_eventually("the incomplete drain reported", WAIT, || async {
         let list = events.list(&Default::default()).await.ok()?;

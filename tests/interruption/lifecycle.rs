@@ -102,7 +102,7 @@ async fn a_scheduled_change_naming_two_nodes_replaces_both_before_their_loss() {
     let before = world.asg_snapshot(&kops.asgs).await;
     let original = instances(world, &kops.asgs).await;
     let victims = vec![before[0].2[0].clone(), before[1].2[0].clone()];
-    let sampler = sample_web(world);
+    let sampler = sample_web(world).await;
     // One AWS Health event retiring two of our instances in two days, with
     // a group that replaces them two days ahead: at once.
     set_interruption(&steady, serde_json::json!({"scheduledChangeLead": "48h"})).await;
@@ -159,8 +159,8 @@ async fn a_scheduled_change_naming_two_nodes_replaces_both_before_their_loss() {
         (pods.len() == 6 && pods.iter().all(|(_, node)| !victims.contains(node))).then_some(())
     })
     .await;
-    let samples = sampler.stop();
-    assert!(samples.min_ready >= Some(5), "{samples:?}");
+    let samples = sampler.stop().await;
+    assert!(samples.min_ready() >= 5, "{samples:?}");
     assert_eq!(queue.remaining().await, 0);
     let metrics = steady.manager.assert_metrics().await;
     assert_orders(

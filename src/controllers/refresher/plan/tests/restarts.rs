@@ -187,154 +187,304 @@ proptest! {
         );
     }
 
-    /// Deleting the NodeGroup at any point of a run (nodes drained at once
-    /// or not): the run ends, no node is left cordoned, no new run starts, Ready never drops below
-    /// desired, every ASG gets its recorded count back, the lock is free.
-    #[test]
-    fn deleting_the_group_at_any_point_unwinds_the_run(
-        asgs in 1..4usize,
-        per_asg in 1..3i32,
-        surplus in 1..3i32,
-        max_surge in 0..4i32,
-        drain_length in 1..4usize,
-        before in proptest::collection::vec(event(), 0..120),
-        after in proptest::collection::vec(event(), 0..60),
-    ) {
-        let mut sim = Sim::new(Role::Worker, asgs, per_asg, surplus);
-        if let Ok(s) = sim.settings.as_mut() {
-            s.max_surge = crate::crd::nodegroup::MaxSurge::Count(max_surge);
-        }
-        sim.drain_length = drain_length;
-        let desired = sim.desired;
-        for e in before {
-            sim.apply(e);
-        }
-        sim.deleting = true;
-        let runs = sim.layouts.len();
-        for e in after {
-            sim.apply(e);
-        }
-        sim.run_to_end(500);
-        prop_assert!(sim.status.run_start.is_none(), "run did not end: {:?}", sim.status);
-        prop_assert_eq!(sim.layouts.len(), runs, "a run started after the deletion");
-        prop_assert!(sim.instances.iter().all(|i| !i.cordoned), "a node left cordoned");
-        prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired));
-        let kept = sim.result().and_then(|r| r.1).is_some_and(|r| r.contains("kept"));
-        if let (Some(start), false) = (sim.layouts.last(), kept) {
-            prop_assert_eq!(&sim.layout(), start, "layout not restored: {:?}", sim.result());
-        }
-        prop_assert_eq!(sim.lock.clone(), LockState::Free);
+}
+
+/// A property run of 300 cases, its failures kept beside this file as the
+/// `proptest!` macro keeps them.
+fn runner() -> proptest::test_runner::TestRunner {
+    proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 300,
+        source_file: Some(file!()),
+        ..ProptestConfig::default()
+    })
+}
+
+/// How many cases reached each guarded check: a property behind an `if`
+/// that no case enters checked nothing.
+#[derive(Default)]
+struct Reached(std::collections::BTreeMap<&'static str, std::sync::atomic::AtomicUsize>);
+
+impl Reached {
+    fn of(checks: &[&'static str]) -> Reached {
+        Reached(checks.iter().map(|c| (*c, Default::default())).collect())
     }
 
-    /// Whatever the order of nodes joining, becoming Ready, time passing
-    /// and the manager dying: our terminations never leave fewer Ready
-    /// than desired, at most `maxSurge` old nodes are worked on at a time
-    /// (one without it), at most `maxSurge` replacements are launched ahead (no ASG raised beyond
-    /// its surplus and those), no instance is terminated twice (asserted
-    /// in the sim), and the run ends with every ASG at its recorded count.
-    #[test]
-    fn a_worker_refresh_is_safe_under_any_event_order(
-        asgs in 1..4usize,
-        per_asg in 1..3i32,
-        surplus in 1..3i32,
-        max_surge in 0..4i32,
-        drain_length in 1..4usize,
-        events in proptest::collection::vec(event(), 0..300),
-    ) {
-        let mut sim = Sim::new(Role::Worker, asgs, per_asg, surplus);
-        if let Ok(s) = sim.settings.as_mut() {
-            s.max_surge = crate::crd::nodegroup::MaxSurge::Count(max_surge);
+    fn hit(&self, check: &'static str) {
+        if let Some(n) = self.0.get(check) {
+            n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let desired = sim.desired;
-        let start_total: i32 = sim.asgs.iter().map(|a| a.desired).sum();
-        sim.drain_length = drain_length;
-        for e in events {
-            sim.apply(e);
-            prop_assert!(sim.original_cordoned() <= (max_surge as usize).max(1),
-                "more old nodes worked on at once than maxSurge");
-            prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired),
-                "Ready fell below {desired}: {:?}", sim.ready_after_terminations);
-            prop_assert!(sim.status.launched_ahead.len() <= max_surge as usize);
-            prop_assert!(sim.status.batch().count() <= (max_surge as usize).max(1));
-            let total: i32 = sim.asgs.iter().map(|a| a.desired).sum();
-            prop_assert!(total <= start_total + surplus + max_surge,
-                "raised beyond surplus and maxSurge: {:?}", sim.layout());
-        }
-        let started = sim.layouts.len();
-        let before_end = sim.ids();
-        sim.run_to_end(500);
-        prop_assert!(sim.status.run_start.is_none(), "run did not end: {:?}", sim.status);
-        // A run that succeeded (and was under way) left none of the nodes it started with.
-        if started > 0 && sim.result().map(|r| r.0) == Some(RunResult::Succeeded) && sim.layouts.len() == started {
-            let original_left = sim.instances.iter().filter(|i| i.launched < Sim::new(Role::Worker, 1, 1, 1).now && before_end.contains(&i.id)).count();
-            prop_assert_eq!(original_left, 0, "old nodes left after success: {:?}", sim.status.last_run);
-        }
-        prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired));
-        let kept = sim.result().and_then(|r| r.1).is_some_and(|r| r.contains("kept"));
-        if let (Some(start), false) = (sim.layouts.last(), kept) {
-            prop_assert_eq!(&sim.layout(), start, "layout not restored: {:?}", sim.result());
-        }
-        prop_assert_eq!(sim.lock.clone(), LockState::Free);
     }
 
-    /// The same with maintenance windows opening and closing, whichever
-    /// `onWindowClose`: Ready never below desired, at most `maxSurge` old
-    /// nodes at a time,
-    /// and once a window stays open the run (set aside or not) ends, with
-    /// the layout it started with (and every old node replaced if it
-    /// succeeded), its lock and slot given back.
-    #[test]
-    fn a_worker_refresh_across_windows_is_safe_under_any_event_order(
-        asgs in 1..4usize,
-        surplus in 1..3i32,
-        scale_down in any::<bool>(),
-        max_surge in 0..4i32,
-        drain_length in 1..4usize,
-        events in proptest::collection::vec(
+    /// Panics unless every check was reached by some case.
+    fn assert_all(&self) {
+        for (check, n) in &self.0 {
+            let n = n.load(std::sync::atomic::Ordering::Relaxed);
+            assert!(n > 0, "no case reached the check that {check}");
+        }
+    }
+}
+
+/// Deleting the NodeGroup at any point of a run (nodes drained at once
+/// or not): the run ends, no node is left cordoned, no new run starts, Ready never drops below
+/// desired, every ASG gets its recorded count back, the lock is free.
+#[test]
+fn deleting_the_group_at_any_point_unwinds_the_run() {
+    let reached = Reached::of(&["the layout is restored"]);
+    let strategy = (
+        1..4usize,
+        1..3i32,
+        1..3i32,
+        0..4i32,
+        1..4usize,
+        proptest::collection::vec(event(), 0..120),
+        proptest::collection::vec(event(), 0..60),
+    );
+    let run = runner().run(
+        &strategy,
+        |(asgs, per_asg, surplus, max_surge, drain_length, before, after)| {
+            let mut sim = Sim::new(Role::Worker, asgs, per_asg, surplus);
+            if let Ok(s) = sim.settings.as_mut() {
+                s.max_surge = crate::crd::nodegroup::MaxSurge::Count(max_surge);
+            }
+            sim.drain_length = drain_length;
+            let desired = sim.desired;
+            for e in before {
+                sim.apply(e);
+            }
+            sim.deleting = true;
+            let runs = sim.layouts.len();
+            for e in after {
+                sim.apply(e);
+            }
+            sim.run_to_end(500);
+            prop_assert!(
+                sim.status.run_start.is_none(),
+                "run did not end: {:?}",
+                sim.status
+            );
+            prop_assert_eq!(sim.layouts.len(), runs, "a run started after the deletion");
+            prop_assert!(
+                sim.instances.iter().all(|i| !i.cordoned),
+                "a node left cordoned"
+            );
+            prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired));
+            let kept = sim
+                .result()
+                .and_then(|r| r.1)
+                .is_some_and(|r| r.contains("kept"));
+            if let (Some(start), false) = (sim.layouts.last(), kept) {
+                reached.hit("the layout is restored");
+                prop_assert_eq!(
+                    &sim.layout(),
+                    start,
+                    "layout not restored: {:?}",
+                    sim.result()
+                );
+            }
+            prop_assert_eq!(sim.lock.clone(), LockState::Free);
+            Ok(())
+        },
+    );
+    run.unwrap_or_else(|e| panic!("{e}"));
+    reached.assert_all();
+}
+
+/// Whatever the order of nodes joining, becoming Ready, time passing
+/// and the manager dying: our terminations never leave fewer Ready
+/// than desired, at most `maxSurge` old nodes are worked on at a time
+/// (one without it), at most `maxSurge` replacements are launched ahead (no ASG raised beyond
+/// its surplus and those), no instance is terminated twice (asserted
+/// in the sim), and the run ends with every ASG at its recorded count.
+#[test]
+fn a_worker_refresh_is_safe_under_any_event_order() {
+    let reached = Reached::of(&[
+        "a successful run left no old node",
+        "the layout is restored",
+    ]);
+    let strategy = (
+        1..4usize,
+        1..3i32,
+        1..3i32,
+        0..4i32,
+        1..4usize,
+        proptest::collection::vec(event(), 0..300),
+    );
+    let run = runner().run(
+        &strategy,
+        |(asgs, per_asg, surplus, max_surge, drain_length, events)| {
+            let mut sim = Sim::new(Role::Worker, asgs, per_asg, surplus);
+            if let Ok(s) = sim.settings.as_mut() {
+                s.max_surge = crate::crd::nodegroup::MaxSurge::Count(max_surge);
+            }
+            let desired = sim.desired;
+            let start_total: i32 = sim.asgs.iter().map(|a| a.desired).sum();
+            sim.drain_length = drain_length;
+            for e in events {
+                sim.apply(e);
+                prop_assert!(
+                    sim.original_cordoned() <= (max_surge as usize).max(1),
+                    "more old nodes worked on at once than maxSurge"
+                );
+                prop_assert!(
+                    sim.ready_after_terminations.iter().all(|r| *r >= desired),
+                    "Ready fell below {desired}: {:?}",
+                    sim.ready_after_terminations
+                );
+                prop_assert!(sim.status.launched_ahead.len() <= max_surge as usize);
+                prop_assert!(sim.status.batch().count() <= (max_surge as usize).max(1));
+                let total: i32 = sim.asgs.iter().map(|a| a.desired).sum();
+                prop_assert!(
+                    total <= start_total + surplus + max_surge,
+                    "raised beyond surplus and maxSurge: {:?}",
+                    sim.layout()
+                );
+            }
+            let started = sim.layouts.len();
+            let before_end = sim.ids();
+            sim.run_to_end(500);
+            prop_assert!(
+                sim.status.run_start.is_none(),
+                "run did not end: {:?}",
+                sim.status
+            );
+            // A run that succeeded (and was under way) left none of the nodes it started with.
+            if started > 0
+                && sim.result().map(|r| r.0) == Some(RunResult::Succeeded)
+                && sim.layouts.len() == started
+            {
+                reached.hit("a successful run left no old node");
+                let original_left = sim
+                    .instances
+                    .iter()
+                    .filter(|i| {
+                        i.launched < Sim::new(Role::Worker, 1, 1, 1).now
+                            && before_end.contains(&i.id)
+                    })
+                    .count();
+                prop_assert_eq!(
+                    original_left,
+                    0,
+                    "old nodes left after success: {:?}",
+                    sim.status.last_run
+                );
+            }
+            prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired));
+            let kept = sim
+                .result()
+                .and_then(|r| r.1)
+                .is_some_and(|r| r.contains("kept"));
+            if let (Some(start), false) = (sim.layouts.last(), kept) {
+                reached.hit("the layout is restored");
+                prop_assert_eq!(
+                    &sim.layout(),
+                    start,
+                    "layout not restored: {:?}",
+                    sim.result()
+                );
+            }
+            prop_assert_eq!(sim.lock.clone(), LockState::Free);
+            Ok(())
+        },
+    );
+    run.unwrap_or_else(|e| panic!("{e}"));
+    reached.assert_all();
+}
+
+/// The same with maintenance windows opening and closing, whichever
+/// `onWindowClose`: Ready never below desired, at most `maxSurge` old
+/// nodes at a time,
+/// and once a window stays open the run (set aside or not) ends, with
+/// the layout it started with (and every old node replaced if it
+/// succeeded), its lock and slot given back.
+#[test]
+fn a_worker_refresh_across_windows_is_safe_under_any_event_order() {
+    let reached = Reached::of(&[
+        "a successful run replaced every old node",
+        "the layout is restored",
+    ]);
+    let strategy = (
+        1..4usize,
+        1..3i32,
+        any::<bool>(),
+        0..4i32,
+        1..4usize,
+        proptest::collection::vec(
             prop_oneof![8 => event(), 1 => any::<bool>().prop_map(Event::Window)],
             0..300,
         ),
-    ) {
-        let mut sim = Sim::new(Role::Worker, asgs, 1, surplus);
-        if let Ok(s) = sim.settings.as_mut() {
-            s.max_surge = crate::crd::nodegroup::MaxSurge::Count(max_surge);
-        }
-        sim.drain_length = drain_length;
-        sim.on_window_close = match scale_down {
-            true => OnWindowClose::ScaleDown,
-            false => OnWindowClose::Wait,
-        };
-        let desired = sim.desired;
-        let old = sim.ids();
-        for e in events {
-            sim.apply(e);
-            prop_assert!(sim.original_cordoned() <= (max_surge as usize).max(1),
-                "more old nodes worked on at once than maxSurge");
-            prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired),
-                "Ready fell below {desired}: {:?}", sim.ready_after_terminations);
-        }
-        sim.window = WindowState::Always;
-        for _ in 0..500 {
-            sim.step(false);
-            sim.all_join_and_ready();
-            sim.advance(1);
-            if sim.status.run_start.is_none() && sim.status.pending_run.is_none() && sim.status.last_run.is_some() {
-                break;
+    );
+    let run = runner().run(
+        &strategy,
+        |(asgs, surplus, scale_down, max_surge, drain_length, events)| {
+            let mut sim = Sim::new(Role::Worker, asgs, 1, surplus);
+            if let Ok(s) = sim.settings.as_mut() {
+                s.max_surge = crate::crd::nodegroup::MaxSurge::Count(max_surge);
             }
-        }
-        prop_assert!(sim.status.run_start.is_none(), "run did not end: {:?}", sim.status);
-        prop_assert_eq!(sim.status.pending_run.clone(), None);
-        if sim.result().map(|r| r.0) == Some(RunResult::Succeeded) {
-            prop_assert!(old.iter().all(|id| sim.terminated.contains(id)), "an old node left");
-        }
-        prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired));
-        let kept = sim.result().and_then(|r| r.1).is_some_and(|r| r.contains("kept"));
-        if let (Some(start), false) = (sim.layouts.last(), kept) {
-            prop_assert_eq!(&sim.layout(), start, "layout not restored: {:?}", sim.result());
-        }
-        prop_assert_eq!(sim.lock.clone(), LockState::Free);
-        prop_assert_eq!(sim.slot.clone(), SlotState::Free);
-    }
+            sim.drain_length = drain_length;
+            sim.on_window_close = match scale_down {
+                true => OnWindowClose::ScaleDown,
+                false => OnWindowClose::Wait,
+            };
+            let desired = sim.desired;
+            let old = sim.ids();
+            for e in events {
+                sim.apply(e);
+                prop_assert!(
+                    sim.original_cordoned() <= (max_surge as usize).max(1),
+                    "more old nodes worked on at once than maxSurge"
+                );
+                prop_assert!(
+                    sim.ready_after_terminations.iter().all(|r| *r >= desired),
+                    "Ready fell below {desired}: {:?}",
+                    sim.ready_after_terminations
+                );
+            }
+            sim.window = WindowState::Always;
+            for _ in 0..500 {
+                sim.step(false);
+                sim.all_join_and_ready();
+                sim.advance(1);
+                if sim.status.run_start.is_none()
+                    && sim.status.pending_run.is_none()
+                    && sim.status.last_run.is_some()
+                {
+                    break;
+                }
+            }
+            prop_assert!(
+                sim.status.run_start.is_none(),
+                "run did not end: {:?}",
+                sim.status
+            );
+            prop_assert_eq!(sim.status.pending_run.clone(), None);
+            if sim.result().map(|r| r.0) == Some(RunResult::Succeeded) {
+                reached.hit("a successful run replaced every old node");
+                prop_assert!(
+                    old.iter().all(|id| sim.terminated.contains(id)),
+                    "an old node left"
+                );
+            }
+            prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired));
+            let kept = sim
+                .result()
+                .and_then(|r| r.1)
+                .is_some_and(|r| r.contains("kept"));
+            if let (Some(start), false) = (sim.layouts.last(), kept) {
+                reached.hit("the layout is restored");
+                prop_assert_eq!(
+                    &sim.layout(),
+                    start,
+                    "layout not restored: {:?}",
+                    sim.result()
+                );
+            }
+            prop_assert_eq!(sim.lock.clone(), LockState::Free);
+            prop_assert_eq!(sim.slot.clone(), SlotState::Free);
+            Ok(())
+        },
+    );
+    run.unwrap_or_else(|e| panic!("{e}"));
+    reached.assert_all();
 }
 
 #[test]
@@ -376,4 +526,13 @@ fn a_recorded_termination_not_yet_made_is_taken_back_when_the_group_is_deleted()
     );
     assert!(sim.instances.iter().all(|i| !i.cordoned));
     assert_eq!(sim.lock, LockState::Free);
+}
+
+/// The coverage count's own check: a guarded check no case reached fails.
+#[test]
+#[should_panic(expected = "no case reached the check that never holds")]
+fn a_guarded_check_no_case_reached_fails() {
+    let reached = Reached::of(&["never holds", "holds"]);
+    reached.hit("holds");
+    reached.assert_all();
 }
