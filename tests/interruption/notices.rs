@@ -242,8 +242,9 @@ async fn a_manager_killed_between_marking_and_deleting_finishes_the_job_once_on_
     let victim_node = marked(&nodes, &victim)
         .await
         .expect("marked before the crash");
-    // Every version of the victim's Node from here on (its name, not its
-    // instance id: a get by the id found no Node and checked nothing).
+    // Every version of the victim's Node from here on, watched: a get after
+    // the drain found no Node once the instance was gone, and checked
+    // nothing.
     let taints = TaintsSeen::watch(&nodes, &victim_node.metadata.name.unwrap_or_default());
     assert_eq!(
         queue.remaining().await,
