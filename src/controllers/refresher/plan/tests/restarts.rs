@@ -224,6 +224,42 @@ impl Reached {
     }
 }
 
+/// After each event of a worker run: at most `maxSurge` old nodes worked
+/// on at once (one without it), and Ready never below `desired`.
+fn safe_so_far(sim: &Sim, desired: i32, max_surge: i32) -> Result<(), TestCaseError> {
+    prop_assert!(
+        sim.original_cordoned() <= (max_surge as usize).max(1),
+        "more old nodes worked on at once than maxSurge"
+    );
+    prop_assert!(
+        sim.ready_after_terminations.iter().all(|r| *r >= desired),
+        "Ready fell below {desired}: {:?}",
+        sim.ready_after_terminations
+    );
+    Ok(())
+}
+
+/// At a run's end: Ready never fell below `desired`, the layout the run
+/// started with is back (unless it says it kept nodes), the lock is free.
+fn ended_clean(sim: &Sim, desired: i32, reached: &Reached) -> Result<(), TestCaseError> {
+    prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired));
+    let kept = sim
+        .result()
+        .and_then(|r| r.1)
+        .is_some_and(|r| r.contains("kept"));
+    if let (Some(start), false) = (sim.layouts.last(), kept) {
+        reached.hit("the layout is restored");
+        prop_assert_eq!(
+            &sim.layout(),
+            start,
+            "layout not restored: {:?}",
+            sim.result()
+        );
+    }
+    prop_assert_eq!(sim.lock.clone(), LockState::Free);
+    Ok(())
+}
+
 /// Deleting the NodeGroup at any point of a run (nodes drained at once
 /// or not): the run ends, no node is left cordoned, no new run starts, Ready never drops below
 /// desired, every ASG gets its recorded count back, the lock is free.
@@ -267,21 +303,7 @@ fn deleting_the_group_at_any_point_unwinds_the_run() {
                 sim.instances.iter().all(|i| !i.cordoned),
                 "a node left cordoned"
             );
-            prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired));
-            let kept = sim
-                .result()
-                .and_then(|r| r.1)
-                .is_some_and(|r| r.contains("kept"));
-            if let (Some(start), false) = (sim.layouts.last(), kept) {
-                reached.hit("the layout is restored");
-                prop_assert_eq!(
-                    &sim.layout(),
-                    start,
-                    "layout not restored: {:?}",
-                    sim.result()
-                );
-            }
-            prop_assert_eq!(sim.lock.clone(), LockState::Free);
+            ended_clean(&sim, desired, &reached)?;
             Ok(())
         },
     );
@@ -321,15 +343,7 @@ fn a_worker_refresh_is_safe_under_any_event_order() {
             sim.drain_length = drain_length;
             for e in events {
                 sim.apply(e);
-                prop_assert!(
-                    sim.original_cordoned() <= (max_surge as usize).max(1),
-                    "more old nodes worked on at once than maxSurge"
-                );
-                prop_assert!(
-                    sim.ready_after_terminations.iter().all(|r| *r >= desired),
-                    "Ready fell below {desired}: {:?}",
-                    sim.ready_after_terminations
-                );
+                safe_so_far(&sim, desired, max_surge)?;
                 prop_assert!(sim.status.launched_ahead.len() <= max_surge as usize);
                 prop_assert!(sim.status.batch().count() <= (max_surge as usize).max(1));
                 let total: i32 = sim.asgs.iter().map(|a| a.desired).sum();
@@ -368,21 +382,7 @@ fn a_worker_refresh_is_safe_under_any_event_order() {
                     sim.status.last_run
                 );
             }
-            prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired));
-            let kept = sim
-                .result()
-                .and_then(|r| r.1)
-                .is_some_and(|r| r.contains("kept"));
-            if let (Some(start), false) = (sim.layouts.last(), kept) {
-                reached.hit("the layout is restored");
-                prop_assert_eq!(
-                    &sim.layout(),
-                    start,
-                    "layout not restored: {:?}",
-                    sim.result()
-                );
-            }
-            prop_assert_eq!(sim.lock.clone(), LockState::Free);
+            ended_clean(&sim, desired, &reached)?;
             Ok(())
         },
     );
@@ -429,15 +429,7 @@ fn a_worker_refresh_across_windows_is_safe_under_any_event_order() {
             let old = sim.ids();
             for e in events {
                 sim.apply(e);
-                prop_assert!(
-                    sim.original_cordoned() <= (max_surge as usize).max(1),
-                    "more old nodes worked on at once than maxSurge"
-                );
-                prop_assert!(
-                    sim.ready_after_terminations.iter().all(|r| *r >= desired),
-                    "Ready fell below {desired}: {:?}",
-                    sim.ready_after_terminations
-                );
+                safe_so_far(&sim, desired, max_surge)?;
             }
             sim.window = WindowState::Always;
             for _ in 0..500 {
@@ -464,21 +456,7 @@ fn a_worker_refresh_across_windows_is_safe_under_any_event_order() {
                     "an old node left"
                 );
             }
-            prop_assert!(sim.ready_after_terminations.iter().all(|r| *r >= desired));
-            let kept = sim
-                .result()
-                .and_then(|r| r.1)
-                .is_some_and(|r| r.contains("kept"));
-            if let (Some(start), false) = (sim.layouts.last(), kept) {
-                reached.hit("the layout is restored");
-                prop_assert_eq!(
-                    &sim.layout(),
-                    start,
-                    "layout not restored: {:?}",
-                    sim.result()
-                );
-            }
-            prop_assert_eq!(sim.lock.clone(), LockState::Free);
+            ended_clean(&sim, desired, &reached)?;
             prop_assert_eq!(sim.slot.clone(), SlotState::Free);
             Ok(())
         },
