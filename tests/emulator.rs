@@ -464,3 +464,142 @@ async fn a_terminate_hook_holds_a_leaving_instance_until_completed_or_timed_out(
         held.elapsed()
     );
 }
+
+/// The emulator's price answers as AWS gives them (issue 70): spot price
+/// history per product description, the whole history when no start time
+/// is asked and the entry in force plus later ones when one is, oldest
+/// first, in pages; GetProducts narrowed by every filter, one document a
+/// page, the reserved terms beside the on-demand one.
+#[tokio::test]
+async fn prices_come_with_history_per_product_description_and_in_pages() {
+    use aws_sdk_ec2::types::InstanceType;
+    let world = World::new("emu-prices").await;
+    world
+        .set_spot_price("m5.large", ZONES[0], Some(0.031))
+        .await;
+    let ec2 = &world.aws.ec2;
+    // Every page of one read: (product description, price, time) in order.
+    let read = |start: Option<aws_sdk_ec2::primitives::DateTime>, products: Vec<String>| async move {
+        let (mut entries, mut pages) = (vec![], 0);
+        let mut answers = ec2
+            .describe_spot_price_history()
+            .instance_types(InstanceType::M5Large)
+            .set_product_descriptions(Some(products))
+            .set_start_time(start)
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("availability-zone")
+                    .values(ZONES[0])
+                    .build(),
+            )
+            .into_paginator()
+            .send();
+        while let Some(page) = answers.next().await {
+            pages += 1;
+            for p in page.expect("a page").spot_price_history() {
+                let product = p.product_description().map(|d| d.as_str().to_string());
+                let at = p.timestamp().map(|t| t.secs());
+                entries.push((
+                    product.unwrap_or_default(),
+                    p.spot_price().unwrap_or_default().to_string(),
+                    at,
+                ));
+            }
+        }
+        (entries, pages)
+    };
+    let both = vec![
+        "Linux/UNIX".to_string(),
+        "Linux/UNIX (Amazon VPC)".to_string(),
+    ];
+    // No start time: the whole history of both descriptions, oldest first.
+    let (all, _) = read(None, both.clone()).await;
+    let products: Vec<&str> = all.iter().map(|(d, _, _)| d.as_str()).collect();
+    assert_eq!(
+        products,
+        ["Linux/UNIX (Amazon VPC)", "Linux/UNIX", "Linux/UNIX"],
+        "{all:?}"
+    );
+    let times: Vec<Option<i64>> = all.iter().map(|(_, _, t)| *t).collect();
+    let mut sorted = times.clone();
+    sorted.sort();
+    assert_eq!(times, sorted, "oldest first: {all:?}");
+    assert_eq!(
+        all.last().map(|(_, p, _)| p.as_str()),
+        Some("0.031000"),
+        "{all:?}"
+    );
+    // As of now: the entry in force under each description, no older one.
+    let now = aws_sdk_ec2::primitives::DateTime::from(std::time::SystemTime::now());
+    let (in_force, _) = read(Some(now), both).await;
+    assert_eq!(in_force.len(), 2, "{in_force:?}");
+    // One description asked: only its entries.
+    let (vpc, _) = read(None, vec!["Linux/UNIX (Amazon VPC)".to_string()]).await;
+    assert_eq!(vpc.len(), 1, "{vpc:?}");
+    // Pages of 5: every zone of two types is more than one page.
+    let pages = {
+        let mut answers = ec2
+            .describe_spot_price_history()
+            .instance_types(InstanceType::M5Large)
+            .instance_types(InstanceType::M5aLarge)
+            .into_paginator()
+            .send();
+        let mut pages = 0;
+        while let Some(page) = answers.next().await {
+            pages += 1;
+            let page = page.expect("a page");
+            assert!(page.spot_price_history().len() <= 5, "{page:?}");
+        }
+        pages
+    };
+    assert!(pages > 1, "{pages} page(s)");
+
+    // GetProducts: the Linux product alone under every filter, one page
+    // each; one filter left out lets its decoys through, a page each.
+    let pricing = &world.aws.pricing;
+    let products = |filters: &[(&str, &str)]| {
+        let filters: Vec<aws_sdk_pricing::types::Filter> = filters
+            .iter()
+            .map(|(f, v)| {
+                aws_sdk_pricing::types::Filter::builder()
+                    .r#type(aws_sdk_pricing::types::FilterType::TermMatch)
+                    .field(*f)
+                    .value(*v)
+                    .build()
+                    .expect("a filter")
+            })
+            .collect();
+        async move {
+            let mut answers = pricing
+                .get_products()
+                .service_code("AmazonEC2")
+                .set_filters(Some(filters))
+                .into_paginator()
+                .send();
+            let mut documents = vec![];
+            while let Some(page) = answers.next().await {
+                let page = page.expect("a page");
+                assert!(page.price_list().len() <= 1, "one document a page");
+                documents.extend(page.price_list().iter().cloned());
+            }
+            documents
+        }
+    };
+    let linux = [
+        ("instanceType", "m5.large"),
+        ("regionCode", support::REGION),
+        ("operatingSystem", "Linux"),
+        ("tenancy", "Shared"),
+        ("preInstalledSw", "NA"),
+        ("capacitystatus", "Used"),
+        ("marketoption", "OnDemand"),
+        ("operation", "RunInstances"),
+    ];
+    let one = products(&linux).await;
+    assert_eq!(one.len(), 1, "{one:?}");
+    let document: serde_json::Value = serde_json::from_str(&one[0]).expect("JSON");
+    assert!(document["terms"]["OnDemand"].is_object(), "{document}");
+    assert!(document["terms"]["Reserved"].is_object(), "{document}");
+    let without_operation = products(&linux[..7]).await;
+    assert_eq!(without_operation.len(), 2, "the other usage operation too");
+}
