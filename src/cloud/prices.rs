@@ -313,7 +313,7 @@ fn after(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
 }
 
 /// The prices known for a group's instances, and why any is not.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct KnownPrices {
     /// (instance type, zone) -> spot dollars an hour.
     pub spot: BTreeMap<(String, String), f64>,
@@ -326,6 +326,19 @@ pub struct KnownPrices {
     pub stale: Vec<String>,
     /// The currency of every price (`USD`, `CNY` in China's regions).
     pub currency: &'static str,
+}
+
+impl Default for KnownPrices {
+    /// Nothing known yet, in US dollars.
+    fn default() -> Self {
+        KnownPrices {
+            spot: BTreeMap::new(),
+            on_demand: BTreeMap::new(),
+            unknown: vec![],
+            stale: vec![],
+            currency: "USD",
+        }
+    }
 }
 
 impl KnownPrices {

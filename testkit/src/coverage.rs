@@ -162,22 +162,30 @@ mod tests {
         start + Duration::from_millis(ms)
     }
 
-    /// Samples every 250 ms from 0 to `until` ms, armed at the first and
-    /// ended at `end` ms.
-    fn every_quarter(until: u64, end: u64) -> Coverage {
+    /// Samples every 250 ms from 0 to `until` ms, neither armed nor
+    /// ended; and when they began.
+    fn quarters(until: u64) -> (Instant, Coverage) {
         let start = Instant::now();
         let mut c = Coverage::new(start);
         for ms in (0..=until).step_by(250) {
             c.sampled(at(start, ms));
         }
-        c.arm(at(start, 0));
+        (start, c)
+    }
+
+    /// The same, armed at the first and ended at `end` ms.
+    fn every_quarter(until: u64, end: u64) -> (Instant, Coverage) {
+        let (start, mut c) = quarters(until);
+        c.arm(start);
         c.end(at(start, end));
-        c
+        (start, c)
     }
 
     #[test]
     fn samples_all_through_the_period_looked() {
-        every_quarter(5_000, 4_900).assert_looked("a steady sampler");
+        every_quarter(5_000, 4_900)
+            .1
+            .assert_looked("a steady sampler");
     }
 
     #[test]
@@ -207,8 +215,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "samples more than 3s apart")]
     fn samples_far_apart_fail() {
-        let start = Instant::now();
-        let mut c = every_quarter(1_000, 9_000);
+        let (start, mut c) = every_quarter(1_000, 9_000);
         c.sampled(at(start, 9_500));
         c.assert_looked("a gap");
     }
@@ -216,17 +223,13 @@ mod tests {
     #[test]
     #[should_panic(expected = "no sample after the period ended")]
     fn a_period_ended_after_the_last_sample_fails() {
-        every_quarter(5_000, 6_000).assert_looked("stopped early");
+        every_quarter(5_000, 6_000).1.assert_looked("stopped early");
     }
 
     #[test]
     #[should_panic(expected = "not awaited before the period began")]
     fn a_first_sample_not_awaited_fails() {
-        let start = Instant::now();
-        let mut c = Coverage::new(start);
-        for ms in (0..=2_000).step_by(250) {
-            c.sampled(at(start, ms));
-        }
+        let (start, mut c) = quarters(2_000);
         c.end(at(start, 1_000));
         c.assert_looked("not armed");
     }

@@ -718,9 +718,11 @@ impl World {
 /// kops's spot MixedInstancesPolicy: `template` at `version`, two instance
 /// types, no on-demand.
 /// The instance types a kops spot group's ASG (`template`, named as its
-/// ASG) spreads over: the masters on their own types, as a kops cluster
-/// usually runs them (smaller than the workers'), so a cluster's groups ask
-/// for prices of different types.
+/// ASG) spreads over. kops gives masters and nodes machine types of their
+/// own (kubernetes/kops upup/pkg/fi/cloudup/populate_instancegroup_spec.go
+/// at 04695e7c: defaultMasterMachineTypeAWS and defaultNodeMachineTypeAWS
+/// differ), so a cluster's groups ask for prices of different types. The
+/// types themselves are ours: ones the emulator prices by default.
 pub fn kops_types(template: &str) -> [&'static str; 2] {
     match template.contains(".masters.") {
         true => ["t3.medium", "t3a.medium"],

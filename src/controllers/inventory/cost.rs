@@ -119,7 +119,7 @@ pub fn account(
     let Some(previous) = previous else {
         return CostRecord {
             month: month_of(now),
-            currency: currency_of(prices),
+            currency: prices.currency.into(),
             since: now,
             accounted_until: now,
             ..Default::default()
@@ -155,17 +155,9 @@ pub fn account(
         next.unaccounted.drain(..over);
     }
     next.accounted_until = now;
-    next.currency = currency_of(prices);
+    next.currency = prices.currency.into();
     next.savings = savings_text(&next.this_month, &next.currency);
     next
-}
-
-/// The prices' currency, US dollars unless they say otherwise.
-fn currency_of(prices: &KnownPrices) -> String {
-    match prices.currency {
-        "" => "USD".into(),
-        currency => currency.into(),
-    }
 }
 
 /// `YYYY-MM`, in UTC.

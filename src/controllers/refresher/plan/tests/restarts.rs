@@ -224,6 +224,29 @@ impl Reached {
     }
 }
 
+/// Runs `property` on 300 cases of `strategy`; fails on a failing case,
+/// or on a guarded check (one of `checks`) that no case reached.
+fn check_cases<S: Strategy>(
+    checks: &[&'static str],
+    strategy: S,
+    property: impl Fn(S::Value, &Reached) -> Result<(), TestCaseError>,
+) {
+    let reached = Reached::of(checks);
+    let run = runner().run(&strategy, |case| property(case, &reached));
+    run.unwrap_or_else(|e| panic!("{e}"));
+    reached.assert_all();
+}
+
+/// A worker group of `asgs` ASGs of `per_asg` nodes, run with `surplus`
+/// and `maxSurge: max_surge`.
+fn worker_sim(asgs: usize, per_asg: i32, surplus: i32, max_surge: i32) -> Sim {
+    let mut sim = Sim::new(Role::Worker, asgs, per_asg, surplus);
+    if let Ok(s) = sim.settings.as_mut() {
+        s.max_surge = crate::crd::nodegroup::MaxSurge::Count(max_surge);
+    }
+    sim
+}
+
 /// After each event of a worker run: at most `maxSurge` old nodes worked
 /// on at once (one without it), and Ready never below `desired`.
 fn safe_so_far(sim: &Sim, desired: i32, max_surge: i32) -> Result<(), TestCaseError> {
@@ -265,7 +288,7 @@ fn ended_clean(sim: &Sim, desired: i32, reached: &Reached) -> Result<(), TestCas
 /// desired, every ASG gets its recorded count back, the lock is free.
 #[test]
 fn deleting_the_group_at_any_point_unwinds_the_run() {
-    let reached = Reached::of(&["the layout is restored"]);
+    let checks = &["the layout is restored"];
     let strategy = (
         1..4usize,
         1..3i32,
@@ -275,13 +298,11 @@ fn deleting_the_group_at_any_point_unwinds_the_run() {
         proptest::collection::vec(event(), 0..120),
         proptest::collection::vec(event(), 0..60),
     );
-    let run = runner().run(
-        &strategy,
-        |(asgs, per_asg, surplus, max_surge, drain_length, before, after)| {
-            let mut sim = Sim::new(Role::Worker, asgs, per_asg, surplus);
-            if let Ok(s) = sim.settings.as_mut() {
-                s.max_surge = crate::crd::nodegroup::MaxSurge::Count(max_surge);
-            }
+    check_cases(
+        checks,
+        strategy,
+        |(asgs, per_asg, surplus, max_surge, drain_length, before, after), reached| {
+            let mut sim = worker_sim(asgs, per_asg, surplus, max_surge);
             sim.drain_length = drain_length;
             let desired = sim.desired;
             for e in before {
@@ -303,12 +324,10 @@ fn deleting_the_group_at_any_point_unwinds_the_run() {
                 sim.instances.iter().all(|i| !i.cordoned),
                 "a node left cordoned"
             );
-            ended_clean(&sim, desired, &reached)?;
+            ended_clean(&sim, desired, reached)?;
             Ok(())
         },
     );
-    run.unwrap_or_else(|e| panic!("{e}"));
-    reached.assert_all();
 }
 
 /// Whatever the order of nodes joining, becoming Ready, time passing
@@ -319,10 +338,10 @@ fn deleting_the_group_at_any_point_unwinds_the_run() {
 /// in the sim), and the run ends with every ASG at its recorded count.
 #[test]
 fn a_worker_refresh_is_safe_under_any_event_order() {
-    let reached = Reached::of(&[
+    let checks = &[
         "a successful run left no old node",
         "the layout is restored",
-    ]);
+    ];
     let strategy = (
         1..4usize,
         1..3i32,
@@ -331,13 +350,11 @@ fn a_worker_refresh_is_safe_under_any_event_order() {
         1..4usize,
         proptest::collection::vec(event(), 0..300),
     );
-    let run = runner().run(
-        &strategy,
-        |(asgs, per_asg, surplus, max_surge, drain_length, events)| {
-            let mut sim = Sim::new(Role::Worker, asgs, per_asg, surplus);
-            if let Ok(s) = sim.settings.as_mut() {
-                s.max_surge = crate::crd::nodegroup::MaxSurge::Count(max_surge);
-            }
+    check_cases(
+        checks,
+        strategy,
+        |(asgs, per_asg, surplus, max_surge, drain_length, events), reached| {
+            let mut sim = worker_sim(asgs, per_asg, surplus, max_surge);
             let desired = sim.desired;
             let start_total: i32 = sim.asgs.iter().map(|a| a.desired).sum();
             sim.drain_length = drain_length;
@@ -382,12 +399,10 @@ fn a_worker_refresh_is_safe_under_any_event_order() {
                     sim.status.last_run
                 );
             }
-            ended_clean(&sim, desired, &reached)?;
+            ended_clean(&sim, desired, reached)?;
             Ok(())
         },
     );
-    run.unwrap_or_else(|e| panic!("{e}"));
-    reached.assert_all();
 }
 
 /// The same with maintenance windows opening and closing, whichever
@@ -398,10 +413,10 @@ fn a_worker_refresh_is_safe_under_any_event_order() {
 /// succeeded), its lock and slot given back.
 #[test]
 fn a_worker_refresh_across_windows_is_safe_under_any_event_order() {
-    let reached = Reached::of(&[
+    let checks = &[
         "a successful run replaced every old node",
         "the layout is restored",
-    ]);
+    ];
     let strategy = (
         1..4usize,
         1..3i32,
@@ -413,13 +428,11 @@ fn a_worker_refresh_across_windows_is_safe_under_any_event_order() {
             0..300,
         ),
     );
-    let run = runner().run(
-        &strategy,
-        |(asgs, surplus, scale_down, max_surge, drain_length, events)| {
-            let mut sim = Sim::new(Role::Worker, asgs, 1, surplus);
-            if let Ok(s) = sim.settings.as_mut() {
-                s.max_surge = crate::crd::nodegroup::MaxSurge::Count(max_surge);
-            }
+    check_cases(
+        checks,
+        strategy,
+        |(asgs, surplus, scale_down, max_surge, drain_length, events), reached| {
+            let mut sim = worker_sim(asgs, 1, surplus, max_surge);
             sim.drain_length = drain_length;
             sim.on_window_close = match scale_down {
                 true => OnWindowClose::ScaleDown,
@@ -456,13 +469,11 @@ fn a_worker_refresh_across_windows_is_safe_under_any_event_order() {
                     "an old node left"
                 );
             }
-            ended_clean(&sim, desired, &reached)?;
+            ended_clean(&sim, desired, reached)?;
             prop_assert_eq!(sim.slot.clone(), SlotState::Free);
             Ok(())
         },
     );
-    run.unwrap_or_else(|e| panic!("{e}"));
-    reached.assert_all();
 }
 
 #[test]
